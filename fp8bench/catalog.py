@@ -1,0 +1,118 @@
+"""The registries of workloads and backends, and the base classes their entries implement.
+
+Adding a workload or a backend is one small module: a :class:`Workload` subclass registered in
+:data:`WORKLOADS` (in ``workloads/``), or a :class:`Backend` registered in :data:`BACKENDS` with one builder per
+workload it runs (in ``kernels/``). :func:`load_all` imports those modules; nothing is discovered from module names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from fp8bench.devices import Device
+from fp8bench.pipeline import BuildContext, Pipeline
+from fp8bench.recipes import Precision
+from fp8bench.registry import Registry
+from fp8bench.shapes import Shape
+
+
+class Workload(ABC):
+    """A computation benchmarked in every precision: its shapes, FLOPs, bytes, inputs and exact reference."""
+
+    name: str
+    phases: tuple[str, ...]
+    description: str
+
+    @abstractmethod
+    def parse_shape(self, text: str) -> Shape:
+        """Parse and validate a shape string; raise :class:`fp8bench.shapes.ShapeError` naming the bad part."""
+
+    @abstractmethod
+    def flops(self, shape: Shape) -> int:
+        """Floating-point operations of one end-to-end call (closed form; a multiply-add counts 2)."""
+
+    @abstractmethod
+    def min_bytes(self, shape: Shape, precision: Precision) -> int:
+        """Minimum bytes one call must move to and from memory (inputs read once, output written once)."""
+
+    @abstractmethod
+    def make_inputs(self, shape: Shape, device: Device, seed: int) -> dict[str, torch.Tensor]:
+        """Deterministic FP32 source tensors."""
+
+    @abstractmethod
+    def reference(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The exact (FP64) result on the given inputs."""
+
+    def shape_reason(self, shape: Shape, precision: Precision) -> str | None:
+        """Why ``precision`` cannot run ``shape`` (alignment rules), or ``None``."""
+        return None
+
+    def probe_shape(self, shape: Shape, max_flops: float) -> Shape | None:
+        """A smaller shape of the same kind for estimating a big case's cost, or ``None`` if ``shape`` is small."""
+        return None
+
+
+Builder = Callable[[BuildContext], Pipeline]
+SupportCheck = Callable[[Precision, Device], "str | None"]
+
+
+@dataclass
+class Backend:
+    """A family of kernels. ``availability`` says why it cannot run on a device at all (``None``: it can)."""
+
+    name: str
+    kind: str  # vendor | custom | reference
+    description: str
+    availability: Callable[[Device], str | None] = lambda device: None
+    builders: dict[str, tuple[Builder, SupportCheck]] = field(default_factory=dict)
+
+    def builder(self, workload: str, supports: SupportCheck | None = None) -> Callable[[Builder], Builder]:
+        """Register the builder of ``workload``; ``supports`` returns why a precision/device is refused."""
+
+        def decorate(fn: Builder) -> Builder:
+            self.builders[workload] = (fn, supports or (lambda precision, device: None))
+            return fn
+
+        return decorate
+
+    def unsupported_reason(self, workload: str, precision: Precision, device: Device) -> str | None:
+        reason = self.availability(device)
+        if reason:
+            return f"backend {self.name} unavailable: {reason}"
+        if workload not in self.builders:
+            return f"backend {self.name} has no {workload} implementation"
+        why = self.builders[workload][1](precision, device)
+        return f"{self.name} does not run {precision.name} on {device}: {why}" if why else None
+
+    def build(self, ctx: BuildContext) -> Pipeline:
+        return self.builders[ctx.workload][0](ctx)
+
+
+WORKLOADS: Registry[Workload] = Registry("workload")
+BACKENDS: Registry[Backend] = Registry("backend")
+
+# Modules that register entries. Optional backends register themselves and report unavailability when their
+# vendor package is missing, so importing them is always safe.
+_PLUGIN_MODULES = (
+    "fp8bench.workloads.gemm",
+    "fp8bench.kernels.torch_backend",
+    "fp8bench.kernels.emulated",
+)
+_EXTRA_MODULES: list[str] = []
+
+
+def load_all() -> None:
+    """Import every registering module once (idempotent)."""
+    for module in (*_PLUGIN_MODULES, *_EXTRA_MODULES):
+        importlib.import_module(module)
+
+
+def register_module(module: str) -> None:
+    """Add a registering module to :func:`load_all` (for extensions and tests)."""
+    if module not in _EXTRA_MODULES:
+        _EXTRA_MODULES.append(module)

@@ -1,0 +1,12 @@
+"""CLI verbs, one module each.
+
+A verb module defines ``NAME``, ``HELP``, ``DESCRIPTION``, ``add_arguments(parser)`` and ``execute(args) -> int``.
+Adding a verb is adding its module name to :data:`VERB_MODULES`.
+"""
+
+VERB_MODULES = (
+    "fp8bench.commands.doctor",
+    "fp8bench.commands.list_names",
+    "fp8bench.commands.run",
+    "fp8bench.commands.ingest",
+)

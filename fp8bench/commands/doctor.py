@@ -1,0 +1,96 @@
+"""`fp8bench doctor`: what this machine can run, and why not."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from fp8bench.commands.common import (
+    EXIT_OK,
+    add_json_flag,
+    default_results_dir,
+    print_json,
+)
+
+NAME = "doctor"
+HELP = "what this machine can run, and why not"
+DESCRIPTION = ("Report the device, library versions, the FP8 capability matrix, backend availability per "
+               "precision, the energy meter and the results location.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    add_json_flag(p)
+
+
+def execute(args: argparse.Namespace) -> int:
+    import torch
+
+    from fp8bench.capabilities import capabilities_for
+    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+    from fp8bench.devices import resolve_device
+    from fp8bench.energy import meter_for
+    from fp8bench.environment import software_versions
+    from fp8bench.recipes import PRECISIONS
+
+    load_all()
+    device = resolve_device(args.device)
+    caps = capabilities_for(device)
+    meter = meter_for(device)
+    matrix: dict[str, dict[str, dict[str, str | None]]] = {}
+    for bname, backend in BACKENDS.items():
+        matrix[bname] = {}
+        for wname in WORKLOADS:
+            matrix[bname][wname] = {p: backend.unsupported_reason(wname, prec, device)
+                                    for p, prec in PRECISIONS.items()}
+    results_dir = default_results_dir()
+    report = {
+        "device": str(device), "device_name": caps.name, "compute_capability": caps.compute_capability,
+        "cuda_available": torch.cuda.is_available(), "threads": torch.get_num_threads(),
+        "software": software_versions(), "fp8_variant": caps.fp8_variant,
+        "fp8_gemm": {g: r for g, r in caps.fp8_reasons.items()},
+        "backends": {b: BACKENDS.get(b).availability(device) for b in BACKENDS},
+        "matrix": matrix, "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
+        "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
+    }
+    if args.json:
+        print_json(report)
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    sw = report["software"]
+    console.print(f"[bold]device[/] {device} - {caps.name}"
+                  + (f" (compute capability {caps.compute_capability[0]}.{caps.compute_capability[1]})"
+                     if caps.compute_capability else f", {report['threads']} torch threads"))
+    console.print(f"[bold]software[/] torch {sw['torch']}, CUDA {sw['cuda_runtime']}, cuDNN {sw['cudnn']}, "
+                  f"triton {sw['triton']}, TE {sw['transformer_engine']}, torchao {sw['torchao']}")
+    t = Table(title="native FP8 GEMM on this device", header_style="bold")
+    t.add_column("scaling")
+    t.add_column("supported")
+    for g, text in caps.as_rows():
+        t.add_row(g, text)
+    console.print(t)
+    t = Table(title="backend x precision (workload gemm)", header_style="bold")
+    t.add_column("backend")
+    for p in PRECISIONS:
+        t.add_column(p, justify="center")
+    for b in BACKENDS:
+        t.add_row(b, *["yes" if matrix[b].get("gemm", {}).get(p) is None else "[dim]no[/]" for p in PRECISIONS])
+    console.print(t)
+    for b in BACKENDS:
+        reasons = {r for r in matrix[b].get("gemm", {}).values() if r}
+        for r in sorted(reasons):
+            console.print(f"  [dim]{b}: {r}[/]")
+    console.print(f"[bold]energy[/] {meter.method}" + (f" - {report['energy']['reason']}" if meter.method == "none"
+                                                     else ""))
+    console.print(f"[bold]results[/] {report['results_dir']} "
+                  f"({'writable' if report['results_dir_writable'] else 'NOT writable'})")
+    return EXIT_OK
+
+
+def _writable(folder: Path) -> bool:
+    probe = folder if folder.exists() else folder.parent
+    return os.access(probe if str(probe) else ".", os.W_OK)

@@ -1,0 +1,168 @@
+"""`fp8bench run`: measure cases into a table, a run file and store rows."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from fp8bench.commands.common import (
+    EXIT_CASE_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UsageError,
+    add_json_flag,
+    add_store_flags,
+    default_results_dir,
+    print_json,
+)
+
+NAME = "run"
+HELP = "measure cases: table, run file, store rows"
+DESCRIPTION = """Measure every combination of workload x shape x precision x backend on one device.
+
+examples:
+  fp8bench run --suite smoke
+  fp8bench run --workload gemm --shape 4096x4096x4096 --precision bf16 fp8_tensorwise fp8_rowwise
+  fp8bench run --shape 1024x1024x1024 --precision all --backend torch emulated --budget 10
+
+Unsupported combinations are recorded as skipped with the reason. The table shows the end-to-end time
+(quantization included) and the pre-quantized GEMM time, the speedup of each against the baseline precision,
+the phase split, and numerics against an FP64 reference. The last stdout line is one JSON object.
+
+exit codes: 0 all cases ok or skipped; 1 a case failed or is invalid; 2 bad input; 130 interrupted (records kept)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", help="a built-in suite name (see `fp8bench list suites`) or a path to a YAML file")
+    p.add_argument("--workload", nargs="+", default=None, help="workload name(s) (default: gemm)")
+    p.add_argument("--shape", nargs="+", default=None,
+                   help="shape(s): MxNxK for gemm or key=value,... (default: 1024x1024x1024)")
+    p.add_argument("--shape-set", default=None, help="a named shape set instead of --shape (see `list shape-sets`)")
+    p.add_argument("--precision", nargs="+", default=None,
+                   help="precision names or 'all' (default: all). See `fp8bench list precisions`")
+    p.add_argument("--backend", nargs="+", default=None,
+                   help="backend names or 'all' (default: torch emulated). See `fp8bench list backends`")
+    p.add_argument("--baseline", default="bf16", help="precision the speedups are relative to (default bf16)")
+    p.add_argument("--device", default="auto", help="auto (default: cuda:0 if present, else cpu), cpu, cuda, cuda:N")
+    p.add_argument("--budget", type=float, default=None, help="wall-clock seconds per case (default 30)")
+    p.add_argument("--fp8-format", default="e4m3", choices=["e4m3", "e5m2", "hybrid"],
+                   help="FP8 element format: e4m3 (default), e5m2, or hybrid (E4M3 forward, E5M2 gradients)")
+    p.add_argument("--amax-history-len", type=int, default=None, help="delayed scaling: amax history length")
+    p.add_argument("--margin", type=int, default=None, help="delayed scaling: headroom in powers of two")
+    p.add_argument("--min-samples", type=int, default=None, help="minimum timed samples per function (default 10)")
+    p.add_argument("--target-rse", type=float, default=None,
+                   help="stop sampling when the median's relative standard error is below this (default 0.005)")
+    p.add_argument("--max-time", type=float, default=None, help="most measured seconds per timed function")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
+    p.add_argument("--no-phases", action="store_true", help="time only the end-to-end call")
+    p.add_argument("--no-l2-flush", action="store_true", help="CUDA: keep the L2 warm between samples")
+    p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
+    add_store_flags(p)
+    p.add_argument("--no-store", action="store_true", help="write the run file only")
+    add_json_flag(p)
+
+
+def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """Cases, settings overrides and the spec (for the run header) from a suite and/or flags."""
+    from fp8bench.catalog import BACKENDS, load_all
+    from fp8bench.recipes import PRECISIONS
+    from fp8bench.suites import load_suite
+    from fp8bench.workloads.shape_sets import shape_set
+
+    load_all()
+
+    def names(values: list[str] | None, registry_names: list[str], default: list[str]) -> list[str]:
+        if not values:
+            return default
+        return list(registry_names) if values == ["all"] else values
+
+    overrides: dict[str, Any] = {}
+    if args.suite:
+        if args.workload or args.shape or args.shape_set:
+            raise UsageError("--suite chooses the cases; drop --workload/--shape/--shape-set, or drop --suite")
+        suite = load_suite(args.suite)
+        overrides.update(suite.settings)
+        entries = [(e.workload, e.shapes, names(args.precision, PRECISIONS.names(), e.precisions),
+                    names(args.backend, BACKENDS.names(), e.backends)) for e in suite.entries]
+        spec = {"suite": suite.name, "suite_path": suite.path}
+    else:
+        shapes = shape_set(args.shape_set) if args.shape_set else (args.shape or ["1024x1024x1024"])
+        entries = [(w, shapes, names(args.precision, PRECISIONS.names(), PRECISIONS.names()),
+                    names(args.backend, BACKENDS.names(), ["torch", "emulated"])) for w in (args.workload or ["gemm"])]
+        spec = {"suite": None}
+    spec["entries"] = [{"workload": w, "shapes": s, "precisions": p, "backends": b} for w, s, p, b in entries]
+    return entries, overrides, spec
+
+
+def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
+    from fp8bench.runner import RunSettings
+    from fp8bench.timing import SamplingPolicy
+
+    policy_fields = {k: overrides[k] for k in ("min_samples", "min_time_s", "max_time_s", "target_rse",
+                                               "max_samples") if k in overrides}
+    for flag, key in (("min_samples", "min_samples"), ("target_rse", "target_rse"), ("max_time", "max_time_s")):
+        if getattr(args, flag) is not None:
+            policy_fields[key] = getattr(args, flag)
+    budget = args.budget if args.budget is not None else overrides.get("budget_s", 30.0)
+    return RunSettings(device=args.device, budget_s=float(budget), policy=SamplingPolicy(**policy_fields),
+                       warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed, threads=args.threads,
+                       fp8_format=args.fp8_format, amax_history_len=args.amax_history_len, margin=args.margin,
+                       flush_l2=not args.no_l2_flush, phases=not args.no_phases)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fp8bench.devices import resolve_device
+    from fp8bench.recipes import PRECISIONS
+    from fp8bench.report import render_table, summary_counts
+    from fp8bench.runfile import check_writable
+    from fp8bench.runner import expand_cases, new_run_id, run_cases
+    from fp8bench.store import open_store
+
+    entries, overrides, spec = _plan(args)
+    settings = _settings(args, overrides)
+    PRECISIONS.get(args.baseline)
+    cases = []
+    for workload, shapes, precisions, backends in entries:
+        cases += expand_cases([(workload, shapes)], precisions, backends, settings)
+    device = resolve_device(args.device)
+    results_dir = args.results_dir or default_results_dir()
+    run_id = new_run_id()
+    run_file = args.out or results_dir / "runs" / f"{run_id}.json"
+    check_writable(run_file)
+    store = None
+    if not args.no_store:
+        store = open_store(args.store or results_dir)
+
+    err = Console(stderr=True)
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err, transient=True, disable=args.json or not err.is_terminal)
+    with progress:
+        task = progress.add_task("starting", total=len(cases))
+        outcome = run_cases(
+            cases, settings, device, run_file=run_file, store=store, spec=spec, results_dir=results_dir,
+            run_id=run_id,
+            on_start=lambda i, case: progress.update(task, description=case.describe()),
+            on_record=lambda i, case, rec: progress.advance(task))
+    counts = summary_counts(outcome.records)
+    summary = {"run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
+               "device": str(device), "counts": counts, "n_cases": len(cases),
+               "interrupted": outcome.interrupted, "wall_s": round(outcome.wall_s, 3),
+               "store_errors": outcome.store_errors}
+    if args.json:
+        print_json({**summary, "records": outcome.records})
+    else:
+        console = Console(width=max(Console().width, 200))
+        render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {device}")
+        if outcome.interrupted:
+            err.print(f"[yellow]interrupted:[/] {len(outcome.records)} of {len(cases)} cases kept in {run_file}")
+        for e in outcome.store_errors:
+            err.print(f"[red]store write failed[/] ({e}); the run file is complete: `fp8bench ingest {run_file}`")
+        print_json(summary)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK

@@ -1,0 +1,74 @@
+"""Devices: ``auto``, ``cpu``, ``cuda`` and ``cuda:N``.
+
+The CPU is a first-class device and the default when no GPU is present. CUDA specifics (synchronization, device
+properties) stay in this module and :mod:`fp8bench.timing`, so the rest of the harness never branches on the
+device kind except through them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+
+class DeviceError(ValueError):
+    """A device spec that is malformed or names hardware this machine lacks."""
+
+
+@dataclass(frozen=True)
+class Device:
+    kind: str  # cpu | cuda
+    index: int | None = None
+
+    @property
+    def torch(self) -> torch.device:
+        return torch.device(self.kind if self.index is None else f"{self.kind}:{self.index}")
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    def __str__(self) -> str:
+        return self.kind if self.index is None else f"{self.kind}:{self.index}"
+
+    def name(self) -> str:
+        """Exact marketing name (``NVIDIA H100 80GB HBM3``) on CUDA; the CPU model string on the CPU."""
+        if self.is_cuda:
+            return torch.cuda.get_device_name(self.index or 0)
+        from fp8bench.environment import cpu_model
+
+        return cpu_model()
+
+    def synchronize(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.torch)
+
+    def capability(self) -> tuple[int, int] | None:
+        return torch.cuda.get_device_capability(self.index or 0) if self.is_cuda else None
+
+
+_SPEC = re.compile(r"^(auto|cpu|cuda)(?::(\d+))?$")
+
+
+def resolve_device(spec: str = "auto") -> Device:
+    """Parse ``spec`` and check the hardware exists. ``auto`` picks ``cuda:0`` if CUDA works, else ``cpu``."""
+    m = _SPEC.match(spec.strip().lower())
+    if not m:
+        raise DeviceError(f"unknown device {spec!r}; accepted: auto, cpu, cuda, cuda:N")
+    kind, index = m.group(1), m.group(2)
+    if kind == "auto":
+        return Device("cuda", 0) if torch.cuda.is_available() else Device("cpu")
+    if kind == "cpu":
+        if index is not None:
+            raise DeviceError(f"device {spec!r}: the CPU takes no index; use 'cpu'")
+        return Device("cpu")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"device {spec!r} requested but CUDA is not available on this machine "
+                          f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); use --device cpu")
+    i = int(index or 0)
+    count = torch.cuda.device_count()
+    if i >= count:
+        raise DeviceError(f"device {spec!r}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    return Device("cuda", i)

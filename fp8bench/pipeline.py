@@ -1,0 +1,49 @@
+"""What a backend hands the runner for one case: named phases, an end-to-end call, and numerics inputs.
+
+A backend *builds* a :class:`Pipeline` from a :class:`BuildContext` (the case plus its inputs on the device). The
+runner then times ``end_to_end`` (the headline time: everything from the workload's input dtype to its output) and
+each phase alone. A phase closure works on state left by the previous phase, so ``gemm`` times the kernel on
+operands that are already quantized: that is the "pre-quantized" number vendors quote, and fp8bench always reports
+it *next to* the end-to-end one, never alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fp8bench.devices import Device
+from fp8bench.recipes import Precision
+from fp8bench.shapes import Shape
+
+if TYPE_CHECKING:
+    from fp8bench.quantize import CastStats
+
+
+class Unsupported(Exception):
+    """A backend refuses this case on this device; the message is the reason stored with the skipped record."""
+
+
+@dataclass
+class BuildContext:
+    workload: str
+    shape: Shape
+    precision: Precision
+    device: Device
+    inputs: dict[str, torch.Tensor]  # FP32 source tensors on the device
+    options: dict[str, Any] = field(default_factory=dict)  # workload-specific knobs (for example bias on/off)
+
+
+@dataclass
+class Pipeline:
+    end_to_end: Callable[[], Any]
+    phases: dict[str, Callable[[], Any]]
+    output: Callable[[], torch.Tensor]  # a fresh result for numerics (not timed)
+    prequantized_phases: tuple[str, ...] = ()  # phases whose sum is the "pre-quantized" time
+    cast_stats: Callable[[], dict[str, CastStats]] = lambda: {}
+    notes: list[str] = field(default_factory=list)
+    interpreted: bool = False  # timings are not comparable (for example Triton's CPU interpreter)
+    extra: dict[str, Any] = field(default_factory=dict)  # fields merged into the record (compile_s, ...)

@@ -1,0 +1,197 @@
+"""Precisions and FP8 scaling recipes, as frozen, validated objects.
+
+A *precision* says what number format a GEMM's operands take and, for FP8, how values are mapped into that format.
+FP8's range is tiny (E4M3: about 2**-9 to 448), so every FP8 recipe multiplies a tensor by a **scale** before the
+cast and undoes it after the GEMM. fp8bench stores the *dequantization* scale ``s`` (``x ~= fp8 * s``) because
+that is what ``torch._scaled_mm`` consumes. Recipes differ in how many values share one scale and how it is chosen:
+
+* ``fp8_tensorwise``: one scale per tensor, from the tensor's current absolute maximum (amax): ``s = amax / max``.
+  Cheap, but one outlier shrinks the resolution of every other value.
+* ``fp8_delayed``: one scale per tensor from the *history* of amaxes seen on earlier iterations (Transformer
+  Engine's default). The amax reduction leaves the critical path, but the scale lags: a tensor whose range jumps
+  overflows until the history catches up. ``amax_history_len`` and ``margin`` (extra headroom, in powers of two)
+  tune that trade.
+* ``fp8_rowwise``: one scale per row of the activation and per output column of the weight (DeepSeek-V3,
+  torchao's rowwise recipe).
+* ``fp8_blockwise``: one scale per 1x128 tile of activations and per 128x128 tile of weights (DeepSeek-V3's recipe;
+  Transformer Engine's ``Float8BlockScaling``).
+* ``mxfp8``: OCP Microscaling: one power-of-two scale (8-bit exponent, E8M0) per 32 consecutive values along the
+  reduction dimension. Power-of-two scales make rescaling exact; hardware support starts at compute capability 10.0.
+
+FP8 element format: ``e4m3`` (default), ``e5m2``, or ``hybrid`` (E4M3 in the forward pass, E5M2 for gradients, the
+usual training setup). The high-precision baselines ``fp32``, ``tf32``, ``bf16`` and ``fp16`` are precisions too, so
+every case in a run is addressed the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+from fp8bench.formats import E4M3, E5M2, MANTISSA_BITS, Fp8Format
+from fp8bench.registry import Registry
+
+
+class Granularity(str, Enum):
+    """How many values share one FP8 scale. The values are the names used in records."""
+
+    TENSORWISE = "tensorwise"
+    ROWWISE = "rowwise"
+    BLOCKWISE = "blockwise"
+    MX = "mx"
+
+
+class Fp8FormatChoice(str, Enum):
+    """The ``--fp8-format`` flag."""
+
+    E4M3 = "e4m3"
+    E5M2 = "e5m2"
+    HYBRID = "hybrid"
+
+
+@dataclass(frozen=True)
+class FloatPrecision:
+    """A plain floating-point precision: operands cast to ``dtype_name``; ``tf32`` lets FP32 GEMMs use TF32 cores."""
+
+    name: str
+    dtype_name: str  # float32 | bfloat16 | float16
+    tf32: bool = False
+
+    is_fp8 = False
+
+    def __post_init__(self) -> None:
+        if self.dtype_name not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"{self.name}: dtype must be float32, bfloat16 or float16, got {self.dtype_name!r}")
+        if self.tf32 and self.dtype_name != "float32":
+            raise ValueError(f"{self.name}: tf32 applies to float32 only")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype_name)
+
+    @property
+    def mantissa_bits(self) -> int:
+        return MANTISSA_BITS["tf32" if self.tf32 else {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[
+            self.dtype_name]]
+
+    @property
+    def activation_dtype(self) -> torch.dtype:
+        """The dtype a workload's activations arrive in before this precision's GEMM."""
+        return self.dtype
+
+    def describe(self) -> str:
+        return f"{self.name}: {'TF32 tensor-core' if self.tf32 else self.dtype_name} GEMM"
+
+
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """An FP8 scaling recipe. Frozen: a run's recipe cannot change under it; use :meth:`with_options`."""
+
+    name: str
+    granularity: Granularity
+    fp8_format: Fp8FormatChoice = Fp8FormatChoice.E4M3
+    delayed: bool = False
+    amax_history_len: int = 16  # iterations remembered by delayed scaling (TE's default is 1024; 16 lags less)
+    margin: int = 0  # extra headroom for delayed scaling: scale grows by 2**margin
+    activation_block: tuple[int, int] = (1, 128)  # blockwise tile of the left operand (rows x cols)
+    weight_block: tuple[int, int] = (128, 128)  # blockwise tile of the right operand
+    mx_block: int = 32  # elements per E8M0 scale along the reduction dimension (OCP MX spec)
+
+    is_fp8 = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "granularity", Granularity(self.granularity))
+        object.__setattr__(self, "fp8_format", Fp8FormatChoice(self.fp8_format))
+        if self.delayed and self.granularity is not Granularity.TENSORWISE:
+            raise ValueError(f"{self.name}: delayed scaling is defined per tensor only")
+        if self.amax_history_len < 1:
+            raise ValueError(f"{self.name}: amax_history_len must be >= 1, got {self.amax_history_len}")
+        if not -8 <= self.margin <= 8:
+            raise ValueError(f"{self.name}: margin is a power-of-two headroom in [-8, 8], got {self.margin}")
+        for block in (self.activation_block, self.weight_block):
+            if len(block) != 2 or min(block) < 1:
+                raise ValueError(f"{self.name}: block tiles are (rows, cols) of positive ints, got {block}")
+        if self.mx_block < 1:
+            raise ValueError(f"{self.name}: mx_block must be positive, got {self.mx_block}")
+
+    @property
+    def forward_format(self) -> Fp8Format:
+        """Element format of activations and weights."""
+        return E5M2 if self.fp8_format is Fp8FormatChoice.E5M2 else E4M3
+
+    @property
+    def backward_format(self) -> Fp8Format:
+        """Element format of gradients: E5M2 under ``hybrid``."""
+        return E4M3 if self.fp8_format is Fp8FormatChoice.E4M3 else E5M2
+
+    @property
+    def mantissa_bits(self) -> int:
+        return self.forward_format.mantissa_bits
+
+    @property
+    def activation_dtype(self) -> torch.dtype:
+        """FP8 recipes quantize BF16 activations: the dtype training keeps them in between layers."""
+        return torch.bfloat16
+
+    def gemm_alignment(self) -> tuple[int, int, int]:
+        """Divisors (M, N, K) a GEMM shape must meet for this recipe's kernels.
+
+        FP8 tensor-core GEMMs need N and K in multiples of 16 (cuBLASLt, ``torch._scaled_mm``); fp8bench asks the
+        same of M so that transposed (backward) GEMMs stay aligned. Block recipes need whole blocks along K (and
+        along N for 128x128 weight tiles).
+        """
+        if self.granularity is Granularity.BLOCKWISE:
+            return (16, self.weight_block[0], max(self.activation_block[1], self.weight_block[1]))
+        if self.granularity is Granularity.MX:
+            return (16, 16, max(16, self.mx_block))
+        return (16, 16, 16)
+
+    def with_options(self, **changes: object) -> Fp8Recipe:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        how = {Granularity.TENSORWISE: "per-tensor", Granularity.ROWWISE: "per-row",
+               Granularity.BLOCKWISE: f"{self.activation_block[0]}x{self.activation_block[1]} / "
+               f"{self.weight_block[0]}x{self.weight_block[1]} block",
+               Granularity.MX: f"{self.mx_block}-element E8M0"}[self.granularity]
+        scaling = f"delayed (history {self.amax_history_len}, margin {self.margin})" if self.delayed else "current"
+        return f"{self.name}: {self.fp8_format.value}, {how} scales, {scaling} scaling"
+
+
+Precision = FloatPrecision | Fp8Recipe
+
+PRECISIONS: Registry[Precision] = Registry("precision")
+for _p in (
+    FloatPrecision("fp32", "float32"),
+    FloatPrecision("tf32", "float32", tf32=True),
+    FloatPrecision("bf16", "bfloat16"),
+    FloatPrecision("fp16", "float16"),
+    Fp8Recipe("fp8_tensorwise", Granularity.TENSORWISE),
+    Fp8Recipe("fp8_delayed", Granularity.TENSORWISE, delayed=True),
+    Fp8Recipe("fp8_rowwise", Granularity.ROWWISE),
+    Fp8Recipe("fp8_blockwise", Granularity.BLOCKWISE),
+    Fp8Recipe("mxfp8", Granularity.MX),
+):
+    PRECISIONS.add(_p.name, _p)
+
+
+def resolve_precision(name: str, fp8_format: str = "e4m3", amax_history_len: int | None = None,
+                      margin: int | None = None) -> Precision:
+    """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones)."""
+    precision = PRECISIONS.get(name)
+    if not isinstance(precision, Fp8Recipe):
+        return precision
+    try:
+        choice = Fp8FormatChoice(fp8_format)
+    except ValueError:
+        raise ValueError(f"unknown FP8 format {fp8_format!r}; accepted: "
+                         f"{', '.join(c.value for c in Fp8FormatChoice)}") from None
+    changes: dict[str, object] = {"fp8_format": choice}
+    if amax_history_len is not None:
+        changes["amax_history_len"] = amax_history_len
+    if margin is not None:
+        changes["margin"] = margin
+    return precision.with_options(**changes)

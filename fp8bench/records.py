@@ -1,0 +1,74 @@
+"""Records: one immutable result per case, in the shape the run file, store, dashboard and gate share.
+
+Status values: ``ok`` (measured), ``failed`` (the case raised), ``skipped`` (unsupported, unavailable, a shape rule,
+or over its time budget; ``reason`` says which), ``invalid`` (measured, but the numbers must not be trusted: NaN or
+Inf in the output, or a throttled device). Every record keeps its raw samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+STATUSES = ("ok", "failed", "skipped", "invalid")
+
+
+@dataclass(frozen=True)
+class Record:
+    workload: str
+    shape: dict[str, int]
+    precision: str
+    backend: str
+    device: str
+    status: str
+    reason: str | None = None
+    fp8_format: str | None = None
+    samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
+    median_s: float | None = None  # end-to-end median, seconds
+    iqr_s: float | None = None
+    rsd: float | None = None
+    n: int = 0
+    target_reached: bool | None = None
+    prequant_median_s: float | None = None  # sum of the pre-quantized phases' medians
+    flops: int | None = None
+    bytes: int | None = None
+    tflops: float | None = None  # end-to-end
+    prequant_tflops: float | None = None
+    gbps: float | None = None
+    pct_of_peak: float | None = None  # end-to-end TFLOP/s as a percentage of the device's ceiling for this dtype
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> median seconds
+    phase_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    energy_j: float | None = None  # joules per end-to-end iteration
+    avg_power_w: float | None = None
+    tflops_per_w: float | None = None
+    energy: dict[str, Any] = field(default_factory=dict)
+    numerics: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    valid: bool = True
+    interpreted: bool = False
+    notes: list[str] = field(default_factory=list)
+    timing: dict[str, Any] = field(default_factory=dict)  # warm-up, overhead, sampling policy outcome
+    extra: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0  # position in the run
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"record status {self.status!r}; accepted: {', '.join(STATUSES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def case_key(self) -> str:
+        return case_key(self.to_dict())
+
+
+def case_key(record: dict[str, Any]) -> str:
+    """Identity of a case across runs: workload, shape, precision (+format), backend, device."""
+    shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
+    fmt = f"/{record['fp8_format']}" if record.get("fp8_format") else ""
+    return f"{record['workload']}[{shape}] {record['precision']}{fmt} {record['backend']} {record['device']}"

@@ -1,0 +1,96 @@
+"""The human table of a run, and the speedup arithmetic the table and dashboard share.
+
+Speedup of a record = baseline precision's end-to-end median / this record's end-to-end median, for the same
+workload, shape, device and backend (falling back to the ``torch`` backend's baseline when this backend has none),
+so ``2.0x`` means twice as fast as BF16 *including* quantization. The pre-quantized speedup (the number vendors
+quote) sits next to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from fp8bench.records import case_key
+
+
+def _shape_text(shape: dict[str, int]) -> str:
+    if set(shape) == {"m", "n", "k"}:
+        return f"{shape['m']}x{shape['n']}x{shape['k']}"
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def baseline_index(records: list[dict[str, Any]], baseline: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+    index = {}
+    for r in records:
+        if r["precision"] == baseline and r["status"] == "ok" and r.get("median_s"):
+            index[(r["workload"], _shape_text(r["shape"]), r["device"], r["backend"])] = r
+    return index
+
+
+def speedups(record: dict[str, Any], index: dict[tuple[Any, ...], dict[str, Any]]) -> tuple[float | None, float | None]:
+    """(end-to-end speedup, pre-quantized speedup) of ``record`` against the baseline, or ``None``s."""
+    if record["status"] not in ("ok", "invalid") or not record.get("median_s"):
+        return None, None
+    key = (record["workload"], _shape_text(record["shape"]), record["device"])
+    base = index.get((*key, record["backend"])) or index.get((*key, "torch"))
+    if base is None:
+        return None, None
+    e2e = base["median_s"] / record["median_s"]
+    base_pre = base.get("prequant_median_s") or base["median_s"]
+    pre = base_pre / record["prequant_median_s"] if record.get("prequant_median_s") else None
+    return e2e, pre
+
+
+def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if x is None else f"{x:{spec}}{suffix}"
+
+
+def phase_split(record: dict[str, Any]) -> str:
+    phases = record.get("phases") or {}
+    total = sum(phases.values())
+    if not total:
+        return "-"
+    short = {"quantize": "q", "gemm": "g", "epilogue": "e"}
+    return " ".join(f"{short.get(k, k)}{100 * v / total:.0f}%" for k, v in phases.items())
+
+
+def render_table(records: list[dict[str, Any]], baseline: str, console: Console, title: str = "") -> None:
+    index = baseline_index(records, baseline)
+    table = Table(title=title or None, show_lines=False, header_style="bold")
+    for col, justify in (("workload", "left"), ("shape", "left"), ("precision", "left"), ("backend", "left"),
+                         ("status", "left"), ("e2e ms", "right"), ("pre-q ms", "right"), ("TFLOP/s", "right"),
+                         ("% peak", "right"), (f"vs {baseline}", "right"), ("pre-q vs", "right"),
+                         ("phases", "left"), ("SQNR dB", "right"), ("rel err", "right"), ("ovf/unf %", "right")):
+        table.add_column(col, justify=justify, no_wrap=col not in ("status",))
+    for r in records:
+        e2e, pre = speedups(r, index)
+        num = r.get("numerics") or {}
+        status = r["status"] if not r.get("reason") else f"{r['status']}: {r['reason']}"
+        style = {"ok": None, "skipped": "dim", "failed": "red", "invalid": "yellow"}[r["status"]]
+        ovf = num.get("overflow_frac")
+        unf = num.get("underflow_frac")
+        table.add_row(
+            r["workload"], _shape_text(r["shape"]), r["precision"], r["backend"], status,
+            _fmt(r.get("median_s") and r["median_s"] * 1e3, ".3f"),
+            _fmt(r.get("prequant_median_s") and r["prequant_median_s"] * 1e3, ".3f"),
+            _fmt(r.get("tflops") and r["tflops"], ".3g"), _fmt(r.get("pct_of_peak"), ".1f"),
+            _fmt(e2e, ".2f", "x"), _fmt(pre, ".2f", "x"), phase_split(r),
+            _fmt(num.get("sqnr_db"), ".1f"), _fmt(num.get("rel_err"), ".2e"),
+            "-" if ovf is None else f"{100 * ovf:.2g}/{100 * (unf or 0):.2g}",
+            style=style,
+        )
+    console.print(table)
+
+
+def summary_counts(records: list[dict[str, Any]]) -> dict[str, int]:
+    counts = {s: 0 for s in ("ok", "skipped", "failed", "invalid")}
+    for r in records:
+        counts[r["status"]] += 1
+    return counts
+
+
+def records_by_case(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {case_key(r): r for r in records}

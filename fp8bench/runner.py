@@ -1,0 +1,370 @@
+"""The runner: expands a spec into cases and measures each into a record, streaming records to the run file and
+the store as they finish.
+
+Per case (see DESIGN, "Measurement method"):
+
+1. **Skip early** what cannot run: a backend unavailable on the device, a precision it does not support, a shape
+   the recipe's kernels cannot take. Each becomes a ``skipped`` record with the reason; nothing disappears.
+2. **Bound the cost.** A case has a time budget. Big shapes are first timed once at a scaled-down *probe* shape and
+   the full call's cost extrapolated by FLOPs; a case whose minimum sampling would overrun the budget is skipped as
+   ``over budget`` before it can hang the run (FP16 GEMMs on some CPUs run at 0.4 GFLOP/s).
+3. **Warm up** (compilation, autotuning, allocator, thread pools), then **sample** the end-to-end call and each
+   phase adaptively (:mod:`fp8bench.timing`).
+4. **Check numerics** against the FP64 reference, outside any timed region.
+5. **Meter energy** over a window of repeated calls where a meter exists.
+
+Ctrl-C stops the run between or inside cases; every record finished before it stays in the run file and store.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp8bench import environment
+from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+from fp8bench.devices import Device
+from fp8bench.energy import meter_for
+from fp8bench.numerics import compare, worst
+from fp8bench.peaks import Peaks
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.recipes import Fp8Recipe, Precision, resolve_precision
+from fp8bench.records import Record
+from fp8bench.runfile import RunFileWriter
+from fp8bench.shapes import Shape, label
+from fp8bench.timing import Samples, SamplingPolicy, sample, timer_for
+
+# Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
+# CPU kernel seen (FP16 matmul); the larger levels refine estimates for kernels that are slow only on small shapes.
+PROBE_FLOPS_LEVELS = (2e7, 2e8, 2e9)
+# Probing a larger shape is worth at most this share of the case's budget.
+PROBE_BUDGET_SHARE = 0.1
+# The end-to-end samples may use this share of a case's budget; the phases share the rest.
+END_TO_END_BUDGET_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    device: str = "auto"
+    budget_s: float = 30.0  # wall-clock budget per case
+    policy: SamplingPolicy = field(default_factory=SamplingPolicy)
+    warmup_s: float = 0.05
+    warmup_iters: int = 2
+    seed: int = 0
+    threads: int | None = None
+    fp8_format: str = "e4m3"
+    amax_history_len: int | None = None
+    margin: int | None = None
+    flush_l2: bool = True
+    phases: bool = True
+    energy: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.budget_s > 0:
+            raise ValueError(f"budget must be positive seconds, got {self.budget_s}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class Case:
+    workload: str
+    shape: Shape
+    precision: Precision
+    backend: str
+
+    def describe(self) -> str:
+        return f"{self.workload}[{label(self.shape)}] {self.precision.name} {self.backend}"
+
+
+def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[str], backends: list[str],
+                 settings: RunSettings) -> list[Case]:
+    """Every combination of (workload, shape) x precision x backend. Raises on unknown names or bad shapes."""
+    load_all()
+    resolved = [resolve_precision(p, settings.fp8_format, settings.amax_history_len, settings.margin)
+                for p in precisions]
+    for b in backends:
+        BACKENDS.get(b)
+    cases = []
+    for workload_name, shape_texts in workload_shapes:
+        workload = WORKLOADS.get(workload_name)
+        shapes = [workload.parse_shape(s) for s in shape_texts]
+        for shape in shapes:
+            for precision in resolved:
+                for backend in backends:
+                    cases.append(Case(workload_name, shape, precision, backend))
+    return cases
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+class CaseMeasurer:
+    """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
+
+    def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None) -> None:
+        self.settings, self.device = settings, device
+        self.timer = timer_for(device, settings.flush_l2)
+        self.peaks = peaks
+        self.meter = meter_for(device)
+        self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+        self._refs: dict[tuple[str, str], torch.Tensor] = {}
+
+    def _inputs_for(self, workload: str, shape: Shape) -> dict[str, torch.Tensor]:
+        key = (workload, label(shape))
+        if key not in self._inputs:
+            self._inputs.clear()  # keep one shape's tensors alive at a time: big shapes are big
+            self._refs.clear()
+            self._inputs[key] = WORKLOADS.get(workload).make_inputs(shape, self.device, self.settings.seed)
+        return self._inputs[key]
+
+    def _reference_for(self, workload: str, shape: Shape) -> torch.Tensor:
+        key = (workload, label(shape))
+        if key not in self._refs:
+            self._refs[key] = WORKLOADS.get(workload).reference(self._inputs_for(workload, shape))
+        return self._refs[key]
+
+    def _base(self, case: Case, seq: int, status: str, reason: str | None = None, **fields: Any) -> Record:
+        workload = WORKLOADS.get(case.workload)
+        fmt = case.precision.fp8_format.value if isinstance(case.precision, Fp8Recipe) else None
+        return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
+                      backend=case.backend, device=str(self.device), status=status, reason=reason, fp8_format=fmt,
+                      flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
+                      seq=seq, **fields)
+
+    def measure(self, case: Case, seq: int = 0) -> Record:
+        started = time.monotonic()
+        record = self._measure_or_explain(case, seq, started)
+        return replace(record, timing={**record.timing, "case_wall_s": time.monotonic() - started})
+
+    def _measure_or_explain(self, case: Case, seq: int, started: float) -> Record:
+        try:
+            return self._measure(case, seq, started)
+        except KeyboardInterrupt:
+            raise
+        except Unsupported as exc:
+            return self._base(case, seq, "skipped", str(exc))
+        except torch.cuda.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            return self._base(case, seq, "failed", f"out of memory on {self.device}: {str(exc).splitlines()[0]}")
+        except Exception as exc:  # a crashing kernel fails its case, never the run
+            tb = traceback.extract_tb(exc.__traceback__)[-1]
+            return self._base(case, seq, "failed", f"{type(exc).__name__}: {exc} "
+                              f"(at {Path(tb.filename).name}:{tb.lineno})")
+
+    def _build(self, case: Case, shape: Shape, inputs: dict[str, torch.Tensor]) -> Pipeline:
+        ctx = BuildContext(case.workload, shape, case.precision, self.device, inputs)
+        return BACKENDS.get(case.backend).build(ctx)
+
+    def _estimate_call_s(self, case: Case, budget_s: float) -> tuple[float, Shape] | None:
+        """Extrapolated seconds of one full-size call, or ``None`` when the shape is small enough to just run.
+
+        Probes grow through :data:`PROBE_FLOPS_LEVELS`: a tiny probe bounds the cost of a pathological kernel
+        cheaply, and a larger one corrects the pessimism of extrapolating from a shape too small to be efficient.
+        Each probe runs twice (the first call warms up) and is timed once.
+        """
+        workload = WORKLOADS.get(case.workload)
+        needed_calls = self.settings.policy.min_samples + self.settings.warmup_iters
+        estimate: tuple[float, Shape] | None = None
+        for i, level in enumerate(PROBE_FLOPS_LEVELS):
+            probe = workload.probe_shape(case.shape, level)
+            if probe is None:
+                return estimate
+            pipeline = self._build(case, probe, workload.make_inputs(probe, self.device, self.settings.seed))
+            pipeline.end_to_end()
+            t = self.timer.time(pipeline.end_to_end)
+            estimate = (t * workload.flops(case.shape) / workload.flops(probe), probe)
+            if estimate[0] * needed_calls <= budget_s or i + 1 == len(PROBE_FLOPS_LEVELS):
+                return estimate
+            # Refine with the next, larger probe only while its two calls cost a small part of the budget.
+            next_probe = workload.probe_shape(case.shape, PROBE_FLOPS_LEVELS[i + 1]) or case.shape
+            if 2 * t * workload.flops(next_probe) / workload.flops(probe) > PROBE_BUDGET_SHARE * budget_s:
+                return estimate
+        return estimate
+
+    def _measure(self, case: Case, seq: int, started: float) -> Record:
+        s = self.settings
+        workload = WORKLOADS.get(case.workload)
+        backend = BACKENDS.get(case.backend)
+        why = backend.unsupported_reason(case.workload, case.precision, self.device)
+        why = why or workload.shape_reason(case.shape, case.precision)
+        if why:
+            return self._base(case, seq, "skipped", why)
+        deadline = started + s.budget_s
+        min_needed = s.policy.min_samples + s.warmup_iters
+
+        estimate = self._estimate_call_s(case, s.budget_s)
+        if estimate and estimate[0] * min_needed > s.budget_s:
+            return self._base(case, seq, "skipped", f"over budget: one call is estimated at {estimate[0]:.3g} s "
+                              f"(timed at probe shape {label(estimate[1])}), {min_needed} calls exceed the "
+                              f"{s.budget_s:g} s budget", timing={"estimated_call_s": estimate[0]})
+
+        inputs = self._inputs_for(case.workload, case.shape)
+        pipeline = self._build(case, case.shape, inputs)
+
+        # Warm-up: at least warmup_iters calls and warmup_s seconds, stopping early if one call is too slow.
+        warm_start = time.monotonic()
+        warm_calls, last_call = 0, 0.0
+        while warm_calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s:
+            t0 = time.monotonic()
+            pipeline.end_to_end()
+            self.device.synchronize()
+            last_call = time.monotonic() - t0
+            warm_calls += 1
+            remaining = deadline - time.monotonic()
+            if last_call * s.policy.min_samples > remaining:
+                return self._base(case, seq, "skipped", f"over budget: one call takes {last_call:.3g} s, "
+                                  f"{s.policy.min_samples} samples exceed the {s.budget_s:g} s budget",
+                                  timing={"warmup_calls": warm_calls, "last_call_s": last_call})
+        warmup_s = time.monotonic() - warm_start
+
+        e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
+        e2e = sample(pipeline.end_to_end, self.timer, s.policy, e2e_deadline)
+        timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
+            f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
+        if e2e.over_budget:
+            return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.policy.min_samples} samples in "
+                              f"the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
+
+        phase_samples: dict[str, Samples] = {}
+        notes = list(pipeline.notes)
+        if s.phases and len(pipeline.phases) > 0:
+            for name, fn in pipeline.phases.items():
+                phase_samples[name] = sample(fn, self.timer, s.policy, deadline)
+                if phase_samples[name].n == 0:
+                    notes.append(f"phase {name} not timed: budget spent")
+        phases = {k: v.median_s for k, v in phase_samples.items() if v.median_s is not None}
+        prequant = None
+        if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
+            prequant = sum(phases[p] for p in pipeline.prequantized_phases)
+
+        numerics_started = time.monotonic()
+        output = pipeline.output()
+        self.device.synchronize()
+        stats = pipeline.cast_stats()
+        num = compare(output, self._reference_for(case.workload, case.shape),
+                      worst(*(c.overflow_frac for c in stats.values())),
+                      worst(*(c.underflow_frac for c in stats.values())))
+        timing["numerics_s"] = time.monotonic() - numerics_started
+
+        energy = self.meter.measure(pipeline.end_to_end, self.device, e2e.median_s or 0.0) if s.energy else None
+
+        flops = workload.flops(case.shape)
+        nbytes = workload.min_bytes(case.shape, case.precision)
+        median = e2e.median_s
+        tflops = flops / median / 1e12 if median else None
+        peak = self.peaks.compute(case.precision) if self.peaks else None
+        status, reason, valid = "ok", None, True
+        if not num.finite:
+            status, reason, valid = "invalid", f"non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf", False
+        if energy is not None and not energy.valid:
+            status, valid = "invalid", False
+            reason = "; ".join(filter(None, [reason, *energy.invalid_reasons]))
+        if pipeline.interpreted:
+            notes.append("interpreted: timings are not comparable and never gate anything")
+        joules = energy.joules_per_iter if energy else None
+        timed = sum(e2e.samples_s) + sum(sum(v.samples_s) for v in phase_samples.values())
+        timing["timed_s"] = timed
+        timing["overhead_s"] = time.monotonic() - started - timed - warmup_s
+        return self._base(
+            case, seq, status, reason,
+            samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
+            target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
+            prequant_tflops=flops / prequant / 1e12 if prequant else None,
+            gbps=nbytes / median / 1e9 if median else None,
+            pct_of_peak=100 * tflops / peak.value if (tflops and peak) else None,
+            peak_tflops=peak.value if peak else None, peak_source=peak.source if peak else None,
+            phases=phases, phase_stats={k: v.summary() for k, v in phase_samples.items()},
+            energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
+            tflops_per_w=(flops / joules / 1e12) if joules else None,
+            energy=energy.to_dict() if energy else {"reason": "energy metering disabled"},
+            numerics=num.to_dict(), telemetry=energy.telemetry if energy else {}, valid=valid,
+            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=dict(pipeline.extra))
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    records: list[dict[str, Any]]
+    interrupted: bool
+    run_file: Path | None
+    store_url: str | None
+    store_errors: list[str]
+    wall_s: float
+
+
+def run_header(run_id: str, device: Device, device_spec: str, settings: RunSettings, spec: dict[str, Any]) -> dict[str, Any]:
+    env = environment.capture(device)
+    settings_dict = asdict(settings)
+    return {"run_id": run_id, "started_at": datetime.now(timezone.utc).isoformat(), "status": "running",
+            "device_spec": str(device), "requested_device": device_spec, **env,
+            "settings": settings_dict, "spec": spec, "energy_method": meter_for(device).method}
+
+
+def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_file: Path | None,
+              store: Any | None = None, spec: dict[str, Any] | None = None, results_dir: Path | None = None,
+              on_record: Callable[[int, Case, dict[str, Any]], None] | None = None,
+              on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None) -> RunOutcome:
+    """Measure ``cases`` in order, streaming each record to ``run_file`` and ``store``.
+
+    A ``KeyboardInterrupt`` ends the loop; the run is marked ``interrupted`` and everything already measured is
+    kept. Store write errors are collected, not raised: the run file is the record of truth and can be ingested
+    later.
+    """
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    run_id = run_id or new_run_id()
+    started = time.monotonic()
+    header = run_header(run_id, device, settings.device, settings, spec or {})
+    writer = RunFileWriter(run_file, header) if run_file else None
+    store_errors: list[str] = []
+
+    def to_store(action: Callable[[], Any]) -> None:
+        if store is None:
+            return
+        try:
+            action()
+        except Exception as exc:  # the store must never cost a measurement
+            store_errors.append(f"{type(exc).__name__}: {exc}")
+
+    to_store(lambda: store.add_run(header))
+    measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir))
+    records: list[dict[str, Any]] = []
+    interrupted = False
+    try:
+        for i, case in enumerate(cases):
+            if on_start:
+                on_start(i, case)
+            record = measurer.measure(case, seq=i).to_dict()
+            records.append(record)
+            if writer:
+                writer.append(record)
+            to_store(lambda record=record: store.add_records(run_id, [record], header["device"]["name"]))
+            if on_record:
+                on_record(i, case, record)
+    except KeyboardInterrupt:
+        interrupted = True
+    final = {"status": "interrupted" if interrupted else "complete",
+             "finished_at": datetime.now(timezone.utc).isoformat(), "n_records": len(records),
+             "n_cases": len(cases)}
+    header.update(final)
+    if writer:
+        writer.finish(**final)
+    to_store(lambda: store.update_run(header))
+    return RunOutcome(run_id, records, interrupted, run_file, getattr(store, "url", None), store_errors,
+                      time.monotonic() - started)
+
+
+def with_policy(settings: RunSettings, **changes: Any) -> RunSettings:
+    """A copy of ``settings`` with sampling-policy fields changed (``min_samples=...``)."""
+    return replace(settings, policy=replace(settings.policy, **changes))
+

@@ -1,0 +1,43 @@
+"""Shape strings: ``MxNxK`` for a GEMM, or ``key=value,...`` for any workload (``b=2,h=8,s=1024,d=64``)."""
+
+from __future__ import annotations
+
+import re
+
+
+class ShapeError(ValueError):
+    """A shape string that cannot be parsed or describes an impossible shape."""
+
+
+Shape = dict[str, int]
+
+
+def parse_keyvalue(text: str, keys: tuple[str, ...], optional: dict[str, int] | None = None) -> Shape:
+    """Parse ``k=v,...`` into a dict with exactly ``keys`` (plus ``optional`` ones, defaulted)."""
+    optional = optional or {}
+    shape: Shape = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            raise ShapeError(f"shape {text!r}: {part!r} is not key=value; expected keys {', '.join(keys)}")
+        key, _, value = (s.strip() for s in part.partition("="))
+        if key not in keys and key not in optional:
+            raise ShapeError(f"shape {text!r}: unknown key {key!r}; accepted: {', '.join([*keys, *optional])}")
+        shape[key] = parse_positive(value, f"shape {text!r}: {key}")
+    missing = [k for k in keys if k not in shape]
+    if missing:
+        raise ShapeError(f"shape {text!r}: missing {', '.join(missing)}; expected keys {', '.join(keys)}")
+    return {**optional, **shape}
+
+
+def parse_positive(value: str, what: str) -> int:
+    if not re.fullmatch(r"[+-]?\d+", value.strip()):
+        raise ShapeError(f"{what} = {value!r} is not an integer")
+    n = int(value)
+    if n <= 0:
+        raise ShapeError(f"{what} = {n} must be a positive integer")
+    return n
+
+
+def label(shape: Shape) -> str:
+    """Canonical text of a shape: ``m=4096,n=4096,k=4096`` (stable, used in keys and tables)."""
+    return ",".join(f"{k}={v}" for k, v in shape.items())

@@ -1,0 +1,247 @@
+"""The results store: one schema behind a small API, SQLite by default and PostgreSQL by URL.
+
+Run files stay the interchange format; the store indexes their records for the dashboard and the gate. Every
+write is idempotent: a run is keyed by its ``run_id`` and a record by ``(run_id, seq)``, and inserts skip rows that
+exist (``INSERT ... ON CONFLICT DO NOTHING`` on both databases), so ingesting the same run twice, or two writers
+racing on one run, stores it once. Queries return pandas DataFrames.
+
+The store records its schema version in a ``meta`` table and refuses to open a database written by a newer
+fp8bench.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from fp8bench.records import SCHEMA_VERSION, case_key
+
+STORE_SCHEMA_VERSION = 1
+DEFAULT_DB_NAME = "fp8bench.sqlite"
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be opened or read: bad URL, corrupt file, newer schema."""
+
+
+metadata = sa.MetaData()
+
+meta_table = sa.Table("meta", metadata, sa.Column("key", sa.String(64), primary_key=True),
+                      sa.Column("value", sa.Text, nullable=False))
+
+runs_table = sa.Table(
+    "runs", metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("started_at", sa.String(40)),
+    sa.Column("finished_at", sa.String(40)),
+    sa.Column("status", sa.String(20)),
+    sa.Column("git_commit", sa.String(64)),
+    sa.Column("git_dirty", sa.Boolean),
+    sa.Column("host", sa.String(128)),
+    sa.Column("device", sa.String(32)),
+    sa.Column("device_name", sa.String(128)),
+    sa.Column("source", sa.String(32)),  # fp8bench | pytest-benchmark
+    sa.Column("schema_version", sa.Integer),
+    sa.Column("data", sa.JSON),
+)
+
+records_table = sa.Table(
+    "records", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False, index=True),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("case_key", sa.String(400), index=True),
+    sa.Column("workload", sa.String(40)),
+    sa.Column("shape", sa.String(200)),
+    sa.Column("precision", sa.String(40)),
+    sa.Column("fp8_format", sa.String(10)),
+    sa.Column("backend", sa.String(40)),
+    sa.Column("device", sa.String(32)),
+    sa.Column("device_name", sa.String(128)),
+    sa.Column("status", sa.String(10)),
+    sa.Column("reason", sa.Text),
+    sa.Column("median_s", sa.Float),
+    sa.Column("prequant_median_s", sa.Float),
+    sa.Column("tflops", sa.Float),
+    sa.Column("prequant_tflops", sa.Float),
+    sa.Column("pct_of_peak", sa.Float),
+    sa.Column("energy_j", sa.Float),
+    sa.Column("tflops_per_w", sa.Float),
+    sa.Column("sqnr_db", sa.Float),
+    sa.Column("rel_err", sa.Float),
+    sa.Column("valid", sa.Boolean),
+    sa.Column("interpreted", sa.Boolean),
+    sa.Column("data", sa.JSON),
+    sa.UniqueConstraint("run_id", "seq", name="uq_records_run_seq"),
+)
+
+
+def normalize_url(target: str | Path) -> str:
+    """A store target as a SQLAlchemy URL: a path or folder means SQLite; ``postgresql://`` uses psycopg 3."""
+    text = str(target)
+    if text.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + text.split("://", 1)[1]
+    if "://" in text:
+        return text
+    path = Path(text)
+    if path.is_dir() or not path.suffix:
+        path = path / DEFAULT_DB_NAME
+    return f"sqlite:///{path}"
+
+
+class Store:
+    """A results database. Use :func:`open_store`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.url = engine.url.render_as_string(hide_password=True)
+
+    # -- schema ------------------------------------------------------------------------------------------------
+    def ensure_schema(self) -> None:
+        try:
+            metadata.create_all(self.engine)
+            with self.engine.begin() as conn:
+                row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
+                if row is None:
+                    self._insert_ignore(conn, meta_table, [{"key": "schema_version",
+                                                            "value": str(STORE_SCHEMA_VERSION)}], ["key"])
+                elif int(row[0]) > STORE_SCHEMA_VERSION:
+                    raise StoreError(f"store {self.url} has schema version {row[0]}, newer than this fp8bench "
+                                     f"understands ({STORE_SCHEMA_VERSION}); upgrade fp8bench")
+        except sa.exc.DatabaseError as exc:
+            raise StoreError(f"cannot open store {self.url}: {exc.orig or exc}") from exc
+
+    # -- writes ------------------------------------------------------------------------------------------------
+    def _insert_ignore(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]],
+                       keys: list[str]) -> int:
+        if not rows:
+            return 0
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            stmt = pg_insert(table).on_conflict_do_nothing(index_elements=keys)
+        elif conn.dialect.name == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            stmt = sqlite_insert(table).on_conflict_do_nothing(index_elements=keys)
+        else:  # pragma: no cover - other databases are not supported targets
+            raise StoreError(f"unsupported database dialect {conn.dialect.name}")
+        result = conn.execute(stmt.returning(*[table.c[k] for k in keys]), rows)
+        return len(result.fetchall())
+
+    def add_run(self, run: dict[str, Any], source: str = "fp8bench") -> bool:
+        """Insert a run header; ``False`` if that run_id is already stored."""
+        git = run.get("git") or {}
+        row = {"run_id": run["run_id"], "started_at": run.get("started_at"), "finished_at": run.get("finished_at"),
+               "status": run.get("status"), "git_commit": git.get("commit"), "git_dirty": git.get("dirty"),
+               "host": (run.get("host") or {}).get("alias"), "device": run.get("device_spec"),
+               "device_name": (run.get("device") or {}).get("name"), "source": source,
+               "schema_version": run.get("schema_version", SCHEMA_VERSION), "data": run}
+        with self.engine.begin() as conn:
+            return self._insert_ignore(conn, runs_table, [row], ["run_id"]) == 1
+
+    def update_run(self, run: dict[str, Any]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(runs_table.update().where(runs_table.c.run_id == run["run_id"]).values(
+                finished_at=run.get("finished_at"), status=run.get("status"), data=run))
+
+    def add_records(self, run_id: str, records: list[dict[str, Any]], device_name: str | None = None) -> int:
+        """Insert records of one run; returns how many were new."""
+        rows = [_record_row(run_id, r, device_name) for r in records]
+        with self.engine.begin() as conn:
+            return self._insert_ignore(conn, records_table, rows, ["run_id", "seq"])
+
+    def ingest_run(self, payload: dict[str, Any], source: str = "fp8bench") -> tuple[bool, int]:
+        """Store a whole run file's content; returns (run was new, records added). Idempotent."""
+        run = payload["run"]
+        new_run = self.add_run({**run, "schema_version": payload.get("schema_version")}, source)
+        if not new_run:
+            self.update_run(run)
+        added = self.add_records(run["run_id"], payload["records"], (run.get("device") or {}).get("name"))
+        return new_run, added
+
+    # -- reads -------------------------------------------------------------------------------------------------
+    def count_records(self, run_id: str | None = None) -> int:
+        stmt = sa.select(sa.func.count()).select_from(records_table)
+        if run_id:
+            stmt = stmt.where(records_table.c.run_id == run_id)
+        with self.engine.connect() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    def runs_frame(self) -> pd.DataFrame:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(runs_table).order_by(runs_table.c.started_at)).mappings().all()
+        return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in runs_table.columns])
+
+    def records_frame(self, run_ids: list[str] | None = None, with_data: bool = False,
+                      **equals: Any) -> pd.DataFrame:
+        """Records as a DataFrame; filter by run ids and by column equality (``workload="gemm"``)."""
+        cols = [c for c in records_table.columns if with_data or c.name != "data"]
+        stmt = sa.select(*cols, runs_table.c.started_at, runs_table.c.git_commit, runs_table.c.host).join(
+            runs_table, runs_table.c.run_id == records_table.c.run_id)
+        if run_ids:
+            stmt = stmt.where(records_table.c.run_id.in_(run_ids))
+        for name, value in equals.items():
+            if name not in records_table.c:
+                raise StoreError(f"unknown record column {name!r}")
+            stmt = stmt.where(records_table.c[name] == value)
+        stmt = stmt.order_by(runs_table.c.started_at, records_table.c.seq)
+        with self.engine.connect() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in cols] + ["started_at", "git_commit",
+                                                                                        "host"])
+
+    def run_payload(self, run_id: str) -> dict[str, Any]:
+        """A stored run back as a run-file payload (records in run order)."""
+        with self.engine.connect() as conn:
+            run = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run_id)).scalar_one_or_none()
+            if run is None:
+                raise StoreError(f"no run {run_id!r} in store {self.url}")
+            recs = conn.execute(sa.select(records_table.c.data).where(records_table.c.run_id == run_id)
+                                .order_by(records_table.c.seq)).scalars().all()
+        return {"schema_version": SCHEMA_VERSION, "run": _as_dict(run), "records": [_as_dict(r) for r in recs]}
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _record_row(run_id: str, r: dict[str, Any], device_name: str | None) -> dict[str, Any]:
+    numerics = r.get("numerics") or {}
+    return {"run_id": run_id, "seq": r.get("seq", 0), "case_key": case_key(r), "workload": r["workload"],
+            "shape": ",".join(f"{k}={v}" for k, v in r["shape"].items()), "precision": r["precision"],
+            "fp8_format": r.get("fp8_format"), "backend": r["backend"], "device": r["device"],
+            "device_name": device_name, "status": r["status"], "reason": r.get("reason"),
+            "median_s": r.get("median_s"), "prequant_median_s": r.get("prequant_median_s"),
+            "tflops": r.get("tflops"), "prequant_tflops": r.get("prequant_tflops"),
+            "pct_of_peak": r.get("pct_of_peak"), "energy_j": r.get("energy_j"),
+            "tflops_per_w": r.get("tflops_per_w"), "sqnr_db": numerics.get("sqnr_db"),
+            "rel_err": numerics.get("rel_err"), "valid": r.get("valid", True),
+            "interpreted": r.get("interpreted", False), "data": r}
+
+
+def open_store(target: str | Path) -> Store:
+    """Open (creating if needed) the store at a path, folder or database URL."""
+    url = normalize_url(target)
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = sa.create_engine(url, future=True)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise StoreError(f"cannot open store {target!r}: {exc}") from exc
+    if engine.dialect.name == "sqlite":
+        # WAL lets readers (the dashboard) run while a benchmark writes; the busy timeout serializes writers.
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+    store = Store(engine)
+    store.ensure_schema()
+    return store

@@ -1,0 +1,129 @@
+"""The ``torch`` backend (vendor): PyTorch's own GEMM kernels.
+
+* FP32, TF32, BF16, FP16: ``torch.matmul`` (cuBLAS on CUDA, oneDNN/MKL on the CPU). TF32 is a CUDA tensor-core
+  mode; on the CPU it is refused, because ``torch.matmul`` there would silently run FP32.
+* FP8 tensorwise, delayed and rowwise: ``torch._scaled_mm`` (cuBLASLt on CUDA; a reference kernel on the CPU),
+  with the operands quantized by fp8bench's shared quantizers.
+* FP8 blockwise and MXFP8: ``torch.nn.functional.scaled_mm`` with block scaling types, where the device has the
+  kernels; otherwise the case is skipped with the capability rule or PyTorch's own refusal as the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fp8bench.capabilities import capabilities_for
+from fp8bench.catalog import BACKENDS, Backend
+from fp8bench.devices import Device
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.quantize import Quantized, cast_stats, quantizer_for
+from fp8bench.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
+from fp8bench.workloads.gemm import output_dtype
+
+TORCH = BACKENDS.add("torch", Backend(
+    name="torch", kind="vendor",
+    description="torch.matmul and torch._scaled_mm / F.scaled_mm (cuBLASLt on CUDA, reference kernels on CPU)",
+))
+
+
+def _gemm_support(precision: Precision, device: Device) -> str | None:
+    if isinstance(precision, FloatPrecision):
+        if precision.tf32 and not device.is_cuda:
+            return "TF32 is a CUDA tensor-core mode; torch.matmul on the CPU would run plain FP32"
+        return None
+    return capabilities_for(device).fp8_reason(precision.granularity)
+
+
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:limit]
+
+
+def fp8_scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype) -> torch.Tensor:
+    """``qa.data @ qb.data^T`` with each recipe's scales, through PyTorch's scaled-GEMM entry points.
+
+    ``qa`` is ``[M, K]`` and ``qb`` is ``[N, K]``; ``qb.data.t()`` is then the column-major ``[K, N]`` operand
+    cuBLASLt needs. Rowwise scales go in as ``[M, 1]`` and ``[1, N]``.
+    """
+    g = qa.granularity
+    if g is Granularity.TENSORWISE:
+        return torch._scaled_mm(qa.data, qb.data.t(), scale_a=qa.scale, scale_b=qb.scale, out_dtype=out_dtype)
+    if g is Granularity.ROWWISE:
+        return torch._scaled_mm(qa.data, qb.data.t(), scale_a=qa.scale, scale_b=qb.scale.reshape(1, -1),
+                                out_dtype=out_dtype)
+    import torch.nn.functional as F
+
+    scaling = F.ScalingType
+    if g is Granularity.BLOCKWISE:
+        # 1x128 activation scales are consumed K-major ("outer-dim-major") by the Hopper kernels.
+        sa = qa.scale.t().contiguous().t()
+        return F.scaled_mm(qa.data, qb.data.t(), sa, scaling.BlockWise1x128, qb.scale, scaling.BlockWise128x128,
+                           output_dtype=out_dtype)
+    e8m0 = torch.float8_e8m0fnu
+    return F.scaled_mm(qa.data, qb.data.t(), qa.scale.to(e8m0), scaling.BlockWise1x32, qb.scale.to(e8m0),
+                       scaling.BlockWise1x32, swizzle_a=F.SwizzleType.NO_SWIZZLE,
+                       swizzle_b=F.SwizzleType.NO_SWIZZLE, output_dtype=out_dtype)
+
+
+@TORCH.builder("gemm", supports=_gemm_support)
+def build_gemm(ctx: BuildContext) -> Pipeline:
+    precision = ctx.precision
+    a_src, b_src = ctx.inputs["a"], ctx.inputs["b"]
+    if isinstance(precision, FloatPrecision):
+        a, b = a_src.to(precision.dtype), b_src.to(precision.dtype)
+
+        def gemm() -> torch.Tensor:
+            if precision.tf32:
+                with _tf32(True):
+                    return torch.matmul(a, b.t())
+            with _tf32(False):
+                return torch.matmul(a, b.t())
+
+        return Pipeline(end_to_end=gemm, phases={"gemm": gemm}, output=gemm, prequantized_phases=("gemm",),
+                        notes=["inputs arrive in the GEMM dtype: no quantize phase; epilogue fused"])
+
+    assert isinstance(precision, Fp8Recipe)
+    act_dtype = precision.activation_dtype
+    a, b = a_src.to(act_dtype), b_src.to(act_dtype)
+    quant_a, quant_b = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
+    out_dtype = output_dtype(precision)
+    state: dict[str, Any] = {}
+
+    def quantize() -> None:
+        state["qa"], state["qb"] = quant_a(a), quant_b(b)
+
+    def gemm() -> torch.Tensor:
+        return fp8_scaled_mm(state["qa"], state["qb"], out_dtype)
+
+    def end_to_end() -> torch.Tensor:
+        quantize()
+        return gemm()
+
+    try:  # Let PyTorch itself accept or refuse this scaling layout before anything is timed.
+        end_to_end()
+    except (RuntimeError, ValueError, NotImplementedError, TypeError) as exc:
+        raise Unsupported(f"torch refused {precision.name} on {ctx.device}: {_first_line(exc)}") from exc
+
+    def stats() -> dict[str, Any]:
+        return {"a": cast_stats(a, state["qa"]), "b": cast_stats(b, state["qb"])}
+
+    return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm}, output=end_to_end,
+                    prequantized_phases=("gemm",), cast_stats=stats,
+                    notes=[f"activations arrive in {str(act_dtype).removeprefix('torch.')}; "
+                           "epilogue (scales, output cast) fused into the scaled GEMM"])
+
+
+class _tf32:
+    """Set cuBLAS's TF32 switch for one call and restore it (a no-op on the CPU)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __enter__(self) -> None:
+        self.saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = self.enabled
+
+    def __exit__(self, *exc: object) -> None:
+        torch.backends.cuda.matmul.allow_tf32 = self.saved

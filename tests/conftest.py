@@ -1,0 +1,34 @@
+"""Shared test setup: GPU tests skip without CUDA; service tests skip without their service unless CI requires it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+REQUIRE_SERVICES = os.environ.get("FP8BENCH_REQUIRE_SERVICES") == "1"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip on a developer's machine; fail in CI, where every service must be present."""
+    if REQUIRE_SERVICES:
+        pytest.fail(f"required service missing in CI: {reason}")
+    pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    """A fresh results folder per test (run files, store, CPU ceilings cache)."""
+    d = tmp_path / "results"
+    d.mkdir()
+    return d

@@ -80,6 +80,18 @@ records_table = sa.Table(
     sa.UniqueConstraint("run_id", "seq", name="uq_records_run_seq"),
 )
 
+gate_reports_table = sa.Table(
+    "gate_reports", metadata,
+    sa.Column("report_id", sa.String(64), primary_key=True),
+    sa.Column("created_at", sa.String(40)),
+    sa.Column("base_run_id", sa.String(64), index=True),
+    sa.Column("cand_run_id", sa.String(64), index=True),
+    sa.Column("git_commit", sa.String(64)),  # the candidate's commit
+    sa.Column("verdict", sa.String(20)),  # pass | regression | inconclusive | error
+    sa.Column("exit_code", sa.Integer),
+    sa.Column("data", sa.JSON),  # the whole report: per-case verdicts, ratios, intervals
+)
+
 
 def normalize_url(target: str | Path) -> str:
     """A store target as a SQLAlchemy URL: a path or folder means SQLite; ``postgresql://`` uses psycopg 3."""
@@ -165,6 +177,15 @@ class Store:
         added = self.add_records(run["run_id"], payload["records"], (run.get("device") or {}).get("name"))
         return new_run, added
 
+    def add_gate_report(self, report: dict[str, Any]) -> bool:
+        """Store a gate report (keys: report_id, created_at, base_run_id, cand_run_id, git_commit, verdict,
+        exit_code, plus anything else); ``False`` if that report_id is already stored."""
+        row = {k: report.get(k) for k in ("report_id", "created_at", "base_run_id", "cand_run_id", "git_commit",
+                                          "verdict", "exit_code")}
+        row["data"] = report
+        with self.engine.begin() as conn:
+            return self._insert_ignore(conn, gate_reports_table, [row], ["report_id"]) == 1
+
     # -- reads -------------------------------------------------------------------------------------------------
     def count_records(self, run_id: str | None = None) -> int:
         stmt = sa.select(sa.func.count()).select_from(records_table)
@@ -195,6 +216,11 @@ class Store:
             rows = conn.execute(stmt).mappings().all()
         return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in cols] + ["started_at", "git_commit",
                                                                                         "host"])
+
+    def gate_reports_frame(self) -> pd.DataFrame:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(gate_reports_table).order_by(gate_reports_table.c.created_at)).mappings().all()
+        return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in gate_reports_table.columns])
 
     def run_payload(self, run_id: str) -> dict[str, Any]:
         """A stored run back as a run-file payload (records in run order)."""

@@ -45,6 +45,13 @@ class Registry(Generic[T]):
 
         return decorate
 
+    def remove(self, name: str) -> T:
+        """Unregister ``name`` (for plugins that are loaded for a while, such as test backends)."""
+        try:
+            return self._items.pop(name)
+        except KeyError:
+            raise UnknownNameError(self.kind, name, self.names()) from None
+
     def get(self, name: str) -> T:
         try:
             return self._items[name]

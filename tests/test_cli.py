@@ -1,0 +1,126 @@
+"""The command line as users meet it: tables, JSON, exit codes and one-line errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fp8bench.cli import main
+from fp8bench.runfile import read_run_file
+from fp8bench.store import open_store
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_prints_table_then_one_json_line_and_fills_store(capsys, results_dir):
+    code, out, err = run_cli(capsys, "run", "--shape", "64x64x64", "--precision", "bf16", "fp8_rowwise",
+                             "--backend", "torch", "emulated", "--budget", "5", "--device", "cpu",
+                             "--results-dir", str(results_dir))
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    summary = json.loads(lines[-1])
+    assert summary["counts"] == {"ok": 4, "skipped": 0, "failed": 0, "invalid": 0}
+    assert "fp8_rowwise" in out and "vs bf16" in out
+    run = read_run_file(summary["run_file"])
+    assert len(run["records"]) == 4 and run["run"]["status"] == "complete"
+    assert open_store(results_dir).count_records(summary["run_id"]) == 4
+
+
+def test_json_mode_prints_only_json(capsys, results_dir):
+    code, out, _ = run_cli(capsys, "run", "--shape", "32x32x32", "--precision", "fp32", "--backend", "torch",
+                           "--results-dir", str(results_dir), "--no-store", "--json")
+    assert code == 0
+    (line,) = out.strip().splitlines()
+    data = json.loads(line)
+    assert data["store"] is None and data["records"][0]["precision"] == "fp32"
+
+
+def test_misaligned_fp8_shape_is_skipped_with_the_rule(capsys, results_dir):
+    code, out, _ = run_cli(capsys, "run", "--shape", "100x100x100", "--precision", "fp8_rowwise", "--backend",
+                           "torch", "--results-dir", str(results_dir), "--json")
+    assert code == 0
+    (record,) = json.loads(out)["records"]
+    assert record["status"] == "skipped" and "multiples of 16" in record["reason"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--precision", "fp7"], "unknown precision 'fp7'; accepted: fp32, tf32, bf16"),
+    (["--backend", "cublas"], "unknown backend 'cublas'; accepted: torch"),
+    (["--workload", "conv"], "unknown workload 'conv'; accepted: gemm"),
+    (["--shape", "0x16x16"], "M = 0 must be a positive integer"),
+    (["--shape=-16x16x16"], "M = -16 must be a positive integer"),
+    (["--device", "cuda"], "CUDA is not available on this machine"),
+    (["--device", "tpu"], "unknown device 'tpu'; accepted: auto, cpu, cuda, cuda:N"),
+    (["--suite", "nope"], "unknown suite 'nope'"),
+    (["--baseline", "fp9"], "unknown precision 'fp9'"),
+    (["--budget", "0"], "budget must be positive"),
+])
+def test_bad_input_is_one_clear_line_and_exit_2(capsys, results_dir, argv, message):
+    code, out, err = run_cli(capsys, "run", *argv, "--results-dir", str(results_dir))
+    assert code == 2
+    assert message in err and err.count("\n") == 1
+    assert not (results_dir / "runs").exists() or not any((results_dir / "runs").iterdir())
+
+
+def test_unwritable_output_path_is_refused_before_measuring(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = run_cli(capsys, "run", "--shape", "32x32x32", "--precision", "fp32", "--out",
+                           str(blocker / "run.json"), "--no-store")
+    assert code == 2 and "cannot write the run file" in err
+
+
+def test_doctor_and_list_json(capsys):
+    code, out, _ = run_cli(capsys, "doctor", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["device"] == "cpu"
+    assert report["fp8_gemm"]["rowwise"] is None and "tensorwise and rowwise" in report["fp8_gemm"]["mx"]
+    assert report["matrix"]["emulated"]["gemm"]["mxfp8"] is None
+    code, out, _ = run_cli(capsys, "list", "precisions", "--json")
+    assert list(json.loads(out)["precisions"])[:2] == ["fp32", "tf32"]
+
+
+def test_ingest_is_idempotent(capsys, results_dir):
+    code, out, _ = run_cli(capsys, "run", "--shape", "32x32x32", "--precision", "fp32", "--backend", "torch",
+                           "--results-dir", str(results_dir), "--no-store", "--json")
+    run_file = json.loads(out)["run_file"]
+    for expected in (1, 0):
+        code, out, _ = run_cli(capsys, "ingest", run_file, "--results-dir", str(results_dir), "--json")
+        assert code == 0 and json.loads(out.splitlines()[-1])["ingested"][0]["records_added"] == expected
+    bad = results_dir / "bad.json"
+    bad.write_text("{")
+    code, _, err = run_cli(capsys, "ingest", str(bad), "--results-dir", str(results_dir))
+    assert code == 2 and "not valid JSON" in err
+
+
+def test_ctrl_c_keeps_finished_records(tmp_path):
+    """A real process, a real SIGINT: exit 130, and the run file holds every record finished before it."""
+    results = tmp_path / "results"
+    env = {**os.environ, "FP8BENCH_RESULTS_DIR": str(results)}
+    # torch's tensorwise _scaled_mm is slow on the CPU, so the third case is still running when the signal comes.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fp8bench.cli", "run", "--shape", "128x128x128", "--precision", "bf16", "fp32",
+         "fp8_tensorwise", "--backend", "torch", "--budget", "60", "--device", "cpu", "--out",
+         str(results / "run.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    run_file = results / "run.json"
+    while time.monotonic() < deadline:
+        if run_file.exists() and len(read_run_file(run_file)["records"]) >= 2:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    data = read_run_file(run_file)
+    assert data["run"]["status"] == "interrupted"
+    assert len(data["records"]) >= 2 and all(r["status"] == "ok" for r in data["records"][:2])
+    assert json.loads(out.strip().splitlines()[-1])["interrupted"] is True
+    assert "interrupted" in err

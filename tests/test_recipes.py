@@ -1,0 +1,69 @@
+import pytest
+import torch
+
+from fp8bench.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
+from fp8bench.recipes import PRECISIONS, FloatPrecision, Fp8Recipe, Granularity, resolve_precision
+from fp8bench.registry import UnknownNameError
+
+
+def test_every_contract_precision_is_registered():
+    assert PRECISIONS.names() == ["fp32", "tf32", "bf16", "fp16", "fp8_tensorwise", "fp8_delayed", "fp8_rowwise",
+                                  "fp8_blockwise", "mxfp8"]
+
+
+@pytest.mark.parametrize("fmt", list(FP8_FORMATS.values()), ids=lambda f: f.name)
+def test_format_constants_match_torch(fmt):
+    info = torch.finfo(fmt.dtype)
+    assert fmt.max == info.max
+    assert fmt.min_normal == info.smallest_normal
+    # The smallest subnormal survives a round trip; half of it rounds to zero.
+    assert torch.tensor(fmt.min_subnormal).to(fmt.dtype).float().item() == fmt.min_subnormal
+    assert torch.tensor(fmt.min_subnormal / 2).to(fmt.dtype).float().item() == 0.0
+
+
+def test_fnuz_twins_and_sqnr_rule():
+    assert fnuz_variant(E4M3).max == 240.0
+    assert fnuz_variant(E5M2).name == "e5m2fnuz"
+    # 6.02 dB per mantissa bit plus 4.77 dB for a uniform rounding error.
+    assert rounding_sqnr_db(3) == pytest.approx(6.0206 * 4 + 4.7712, abs=1e-3)
+
+
+def test_format_choice_sets_forward_and_backward_formats():
+    e4 = resolve_precision("fp8_tensorwise", "e4m3")
+    hybrid = resolve_precision("fp8_tensorwise", "hybrid")
+    e5 = resolve_precision("fp8_rowwise", "e5m2")
+    assert (e4.forward_format, e4.backward_format) == (E4M3, E4M3)
+    assert (hybrid.forward_format, hybrid.backward_format) == (E4M3, E5M2)
+    assert (e5.forward_format, e5.backward_format) == (E5M2, E5M2)
+
+
+def test_resolve_applies_delayed_options_and_leaves_float_precisions_alone():
+    delayed = resolve_precision("fp8_delayed", amax_history_len=4, margin=1)
+    assert isinstance(delayed, Fp8Recipe) and delayed.delayed
+    assert (delayed.amax_history_len, delayed.margin) == (4, 1)
+    assert resolve_precision("bf16", "e5m2") is PRECISIONS.get("bf16")
+
+
+def test_bad_values_name_what_is_accepted():
+    with pytest.raises(UnknownNameError, match="accepted: fp32, tf32"):
+        resolve_precision("fp9")
+    with pytest.raises(ValueError, match="unknown FP8 format 'e3m4'; accepted: e4m3, e5m2, hybrid"):
+        resolve_precision("fp8_tensorwise", "e3m4")
+    with pytest.raises(ValueError, match="amax_history_len must be >= 1"):
+        resolve_precision("fp8_delayed", amax_history_len=0)
+    with pytest.raises(ValueError, match="delayed scaling is defined per tensor only"):
+        Fp8Recipe("bad", Granularity.ROWWISE, delayed=True)
+    with pytest.raises(ValueError, match="tf32 applies to float32 only"):
+        FloatPrecision("bad", "bfloat16", tf32=True)
+
+
+def test_recipes_are_frozen():
+    recipe = PRECISIONS.get("fp8_tensorwise")
+    with pytest.raises(AttributeError):
+        recipe.margin = 3  # type: ignore[misc]
+
+
+def test_alignment_rules():
+    assert PRECISIONS.get("fp8_tensorwise").gemm_alignment() == (16, 16, 16)
+    assert PRECISIONS.get("fp8_blockwise").gemm_alignment() == (16, 128, 128)
+    assert PRECISIONS.get("mxfp8").gemm_alignment() == (16, 16, 32)

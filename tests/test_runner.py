@@ -1,0 +1,161 @@
+"""The runner against real kernels, plus small test backends for what real kernels rarely do on demand: crash,
+return NaN, or run too long."""
+
+import json
+import time
+
+import pytest
+import torch
+
+from fp8bench.catalog import BACKENDS, Backend, load_all
+from fp8bench.devices import Device
+from fp8bench.pipeline import Pipeline
+from fp8bench.runfile import read_run_file
+from fp8bench.runner import Case, CaseMeasurer, RunSettings, expand_cases, run_cases, with_policy
+from fp8bench.store import open_store
+from fp8bench.timing import SamplingPolicy
+
+load_all()
+CPU = Device("cpu")
+FAST = RunSettings(device="cpu", budget_s=5, policy=SamplingPolicy(min_samples=5, min_time_s=0.0, max_time_s=0.05),
+                   warmup_s=0.0, energy=True)
+
+
+def make_backend(name, make_output, sleep_s=0.0):
+    backend = Backend(name=name, kind="custom", description=f"test backend {name}")
+
+    @backend.builder("gemm")
+    def build(ctx):
+        def call():
+            if sleep_s:
+                time.sleep(sleep_s)
+            return make_output(ctx)
+
+        return Pipeline(end_to_end=call, phases={"gemm": call}, output=call, prequantized_phases=("gemm",))
+
+    return backend
+
+
+@pytest.fixture
+def test_backends():
+    def crash(ctx):
+        raise RuntimeError("kernel launch failed: illegal memory access")
+
+    def nan(ctx):
+        out = ctx.inputs["a"] @ ctx.inputs["b"].t()
+        out[0, 0] = float("nan")
+        return out
+
+    backends = [make_backend("test_crash", crash), make_backend("test_nan", nan),
+                make_backend("test_slow", lambda ctx: ctx.inputs["a"] @ ctx.inputs["b"].t(), sleep_s=0.2)]
+    for b in backends:
+        BACKENDS.add(b.name, b)
+    yield
+    for b in backends:
+        BACKENDS.remove(b.name)
+
+
+def cases(shapes, precisions, backends, settings=FAST):
+    return expand_cases([("gemm", shapes)], precisions, backends, settings)
+
+
+def test_ok_record_carries_the_contract_fields(results_dir):
+    record = CaseMeasurer(FAST, CPU).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0]).to_dict()
+    for field in ("workload", "shape", "precision", "backend", "device", "status", "reason", "samples_s", "median_s",
+                  "iqr_s", "rsd", "n", "flops", "bytes", "tflops", "gbps", "pct_of_peak", "phases", "energy_j",
+                  "avg_power_w", "tflops_per_w", "numerics", "telemetry", "valid", "notes"):
+        assert field in record
+    assert record["status"] == "ok" and record["valid"]
+    assert record["n"] == len(record["samples_s"]) >= 5
+    assert record["flops"] == 2 * 64**3
+    assert record["tflops"] == pytest.approx(record["flops"] / record["median_s"] / 1e12)
+    assert record["energy_j"] is None and "RAPL" in record["energy"]["reason"]
+    assert set(record["numerics"]) >= {"sqnr_db", "rel_err", "max_abs_err", "overflow_frac", "underflow_frac"}
+    assert record["timing"]["overhead_s"] >= 0
+
+
+def test_phases_add_up_to_end_to_end_within_noise():
+    settings = with_policy(FAST, min_samples=15, max_time_s=0.5)
+    record = CaseMeasurer(settings, CPU).measure(cases(["256x256x256"], ["fp8_rowwise"], ["emulated"])[0])
+    assert set(record.phases) == {"quantize", "gemm", "epilogue"}
+    total = sum(record.phases.values())
+    assert 0.6 < total / record.median_s < 1.5  # separate samplings on a shared CPU; same work
+    assert record.prequant_median_s == pytest.approx(record.phases["gemm"] + record.phases["epilogue"])
+
+
+def test_unsupported_and_misaligned_cases_are_skipped_with_reasons():
+    measurer = CaseMeasurer(FAST, CPU)
+    blockwise = measurer.measure(cases(["128x128x128"], ["fp8_blockwise"], ["torch"])[0])
+    assert blockwise.status == "skipped" and "tensorwise and rowwise kernels only" in blockwise.reason
+    odd = measurer.measure(cases(["100x100x100"], ["fp8_rowwise"], ["emulated"])[0])
+    assert odd.status == "skipped" and "multiples of 16" in odd.reason
+    assert odd.flops == 2 * 100**3  # a skipped record still says what the case was
+
+
+def test_crash_fails_the_case_and_nan_makes_it_invalid(test_backends):
+    measurer = CaseMeasurer(FAST, CPU)
+    crashed = measurer.measure(cases(["32x32x32"], ["fp32"], ["test_crash"])[0])
+    assert crashed.status == "failed" and "illegal memory access" in crashed.reason
+    nan = measurer.measure(cases(["32x32x32"], ["fp32"], ["test_nan"])[0])
+    assert nan.status == "invalid" and not nan.valid and "non-finite" in nan.reason
+    assert nan.median_s is not None  # its timing is kept, but marked untrustworthy
+
+
+def test_over_budget_is_skipped_not_hung(test_backends):
+    settings = RunSettings(device="cpu", budget_s=1.0, policy=SamplingPolicy(min_samples=10), warmup_s=0.0)
+    started = time.monotonic()
+    record = CaseMeasurer(settings, CPU).measure(cases(["32x32x32"], ["fp32"], ["test_slow"])[0])
+    assert record.status == "skipped" and record.reason.startswith("over budget")
+    assert time.monotonic() - started < 3.0
+
+
+def test_big_case_is_skipped_from_a_probe_estimate():
+    # FP16 matmul on this CPU class is pathologically slow: a 4096^3 call would take minutes.
+    settings = RunSettings(device="cpu", budget_s=2.0, policy=SamplingPolicy(min_samples=10), warmup_s=0.0)
+    started = time.monotonic()
+    record = CaseMeasurer(settings, CPU).measure(cases(["8192x8192x8192"], ["fp8_tensorwise"], ["torch"])[0])
+    assert record.status == "skipped" and "estimated" in record.reason and "probe shape" in record.reason
+    assert time.monotonic() - started < 10.0
+
+
+def test_run_streams_records_to_file_and_store_and_keeps_them_on_interrupt(results_dir, test_backends):
+    store = open_store(results_dir)
+    run_file = results_dir / "runs" / "r.json"
+    planned = cases(["32x32x32"], ["fp32", "bf16"], ["torch", "test_crash"]) + cases(["64x64x64"], ["fp32"], ["torch"])
+
+    def interrupt_at_fourth(i, case):
+        if i == 3:
+            raise KeyboardInterrupt
+
+    outcome = run_cases(planned, FAST, CPU, run_file=run_file, store=store, results_dir=results_dir,
+                        on_start=interrupt_at_fourth)
+    assert outcome.interrupted and len(outcome.records) == 3
+    saved = read_run_file(run_file)
+    assert saved["run"]["status"] == "interrupted"
+    assert [r["seq"] for r in saved["records"]] == [0, 1, 2]
+    assert [r["status"] for r in saved["records"]] == ["ok", "failed", "ok"]
+    assert store.count_records(outcome.run_id) == 3
+    header = saved["run"]
+    assert header["git"]["commit"] is None or len(header["git"]["commit"]) == 40
+    assert header["device"]["kind"] == "cpu" and header["device"]["threads"] == torch.get_num_threads()
+    assert header["software"]["torch"] == torch.__version__
+    json.dumps(saved)  # strict JSON
+
+
+def test_cpu_ceilings_give_a_percent_of_peak_and_are_cached(results_dir):
+    record = CaseMeasurer(FAST, CPU, peaks=None).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])
+    assert record.pct_of_peak is None
+    from fp8bench.peaks import Peaks
+
+    peaks = Peaks(CPU, "cpu", results_dir)
+    record = CaseMeasurer(FAST, CPU, peaks=peaks).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])
+    assert 0 < record.pct_of_peak < 200 and "measured" in record.peak_source
+    cache = json.loads((results_dir / "cpu_ceilings.json").read_text())
+    (entry,) = cache.values()
+    assert entry["bf16"] > 0 and entry["fp32"] > 0 and entry["mem_bw"] > 0
+
+
+def test_case_description():
+    (case,) = cases(["8x16x32"], ["fp8_rowwise"], ["emulated"])
+    assert isinstance(case, Case)
+    assert case.describe() == "gemm[m=8,n=16,k=32] fp8_rowwise emulated"

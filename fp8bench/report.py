@@ -8,12 +8,11 @@ quote) sits next to it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
 
-from fp8bench.records import case_key
 
 
 def _shape_text(shape: dict[str, int]) -> str:
@@ -60,10 +59,11 @@ def phase_split(record: dict[str, Any]) -> str:
 def render_table(records: list[dict[str, Any]], baseline: str, console: Console, title: str = "") -> None:
     index = baseline_index(records, baseline)
     table = Table(title=title or None, show_lines=False, header_style="bold")
-    for col, justify in (("workload", "left"), ("shape", "left"), ("precision", "left"), ("backend", "left"),
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (("workload", "left"), ("shape", "left"), ("precision", "left"), ("backend", "left"),
                          ("status", "left"), ("e2e ms", "right"), ("pre-q ms", "right"), ("TFLOP/s", "right"),
                          ("% peak", "right"), (f"vs {baseline}", "right"), ("pre-q vs", "right"),
-                         ("phases", "left"), ("SQNR dB", "right"), ("rel err", "right"), ("ovf/unf %", "right")):
+                         ("phases", "left"), ("SQNR dB", "right"), ("rel err", "right"), ("ovf/unf %", "right"))
+    for col, justify in columns:
         table.add_column(col, justify=justify, no_wrap=col not in ("status",))
     for r in records:
         e2e, pre = speedups(r, index)
@@ -91,6 +91,3 @@ def summary_counts(records: list[dict[str, Any]]) -> dict[str, int]:
         counts[r["status"]] += 1
     return counts
 
-
-def records_by_case(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {case_key(r): r for r in records}

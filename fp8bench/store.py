@@ -133,6 +133,7 @@ class Store:
                        keys: list[str]) -> int:
         if not rows:
             return 0
+        stmt: Any
         if conn.dialect.name == "postgresql":
             from sqlalchemy.dialects.postgresql import insert as pg_insert
 

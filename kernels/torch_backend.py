@@ -74,14 +74,11 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     if isinstance(precision, FloatPrecision):
         a, b = a_src.to(precision.dtype), b_src.to(precision.dtype)
 
-        def gemm() -> torch.Tensor:
-            if precision.tf32:
-                with _tf32(True):
-                    return torch.matmul(a, b.t())
-            with _tf32(False):
+        def matmul() -> torch.Tensor:
+            with _tf32(precision.tf32):
                 return torch.matmul(a, b.t())
 
-        return Pipeline(end_to_end=gemm, phases={"gemm": gemm}, output=gemm, prequantized_phases=("gemm",),
+        return Pipeline(end_to_end=matmul, phases={"gemm": matmul}, output=matmul, prequantized_phases=("gemm",),
                         notes=["inputs arrive in the GEMM dtype: no quantize phase; epilogue fused"])
 
     assert isinstance(precision, Fp8Recipe)

@@ -3,6 +3,7 @@ return NaN, or run too long."""
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -75,12 +76,17 @@ def test_ok_record_carries_the_contract_fields(results_dir):
 
 
 def test_phases_add_up_to_end_to_end_within_noise():
-    settings = with_policy(FAST, min_samples=15, max_time_s=0.5)
-    record = CaseMeasurer(settings, CPU).measure(cases(["256x256x256"], ["fp8_rowwise"], ["emulated"])[0])
-    assert set(record.phases) == {"quantize", "gemm", "epilogue"}
-    total = sum(record.phases.values())
-    assert 0.6 < total / record.median_s < 1.5  # separate samplings on a shared CPU; same work
-    assert record.prequant_median_s == pytest.approx(record.phases["gemm"] + record.phases["epilogue"])
+    settings = replace(with_policy(FAST, min_samples=15, max_time_s=0.5), budget_s=60)
+    (case,) = cases(["256x256x256"], ["fp8_rowwise"], ["emulated"])
+    ratios = []
+    for _ in range(3):  # a busy machine can inflate one sampling; a systematic error shows in every attempt
+        record = CaseMeasurer(settings, CPU).measure(case)
+        assert set(record.phases) == {"quantize", "gemm", "epilogue"}
+        assert record.prequant_median_s == pytest.approx(record.phases["gemm"] + record.phases["epilogue"])
+        ratios.append(sum(record.phases.values()) / record.median_s)
+        if 0.7 < ratios[-1] < 1.4:
+            break
+    assert 0.7 < ratios[-1] < 1.4, ratios
 
 
 def test_unsupported_and_misaligned_cases_are_skipped_with_reasons():

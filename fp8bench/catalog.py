@@ -8,6 +8,7 @@ workload it runs (in ``kernels/``). :func:`load_all` imports those modules; noth
 from __future__ import annotations
 
 import importlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,10 @@ class Workload(ABC):
 
     def shape_reason(self, shape: Shape, precision: Precision) -> str | None:
         """Why ``precision`` cannot run ``shape`` (alignment rules), or ``None``."""
+        return None
+
+    def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
+        """Why ``shape`` cannot fit in ``device``'s free memory (checked before anything is allocated), or ``None``."""
         return None
 
     def probe_shape(self, shape: Shape, max_flops: float) -> Shape | None:
@@ -102,14 +107,32 @@ _PLUGIN_MODULES = (
     "fp8bench.workloads.gemm",
     "fp8bench.kernels.torch_backend",
     "fp8bench.kernels.emulated",
+    "fp8bench.kernels.torch_layers",
+    "fp8bench.kernels.emulated_layers",
+    "fp8bench.kernels.triton_backend",
+    "fp8bench.kernels.compiled",
+    "fp8bench.kernels.torchao_backend",
+    "fp8bench.kernels.te_backend",
 )
 _EXTRA_MODULES: list[str] = []
 
 
+def env_plugin_modules() -> list[str]:
+    """Extra registering modules named in ``$FP8BENCH_PLUGINS`` (comma-separated import names), e.g. a backend
+    kept outside the project, or a test-only backend loaded into one side of an A/B run."""
+    return [m.strip() for m in os.environ.get("FP8BENCH_PLUGINS", "").split(",") if m.strip()]
+
+
 def load_all() -> None:
     """Import every registering module once (idempotent)."""
-    for module in (*_PLUGIN_MODULES, *_EXTRA_MODULES):
-        importlib.import_module(module)
+    for module in (*_PLUGIN_MODULES, *_EXTRA_MODULES, *env_plugin_modules()):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if module in env_plugin_modules() and exc.name == module:
+                raise ModuleNotFoundError(f"FP8BENCH_PLUGINS names {module!r}, which cannot be imported "
+                                          "(is its folder on PYTHONPATH?)", name=module) from exc
+            raise
 
 
 def register_module(module: str) -> None:

@@ -5,6 +5,12 @@ or another power limit moves results by more than most kernel changes. This modu
 without privileges: git commit and dirty flag, host alias, CPU model and thread count, device name and properties,
 library versions (torch, CUDA, cuBLAS, cuDNN, Triton, Transformer Engine, torchao), and the environment variables
 and flags that change kernel selection.
+
+On a GPU run the ``gpu`` key adds what NVML knows (:func:`gpu_environment`): identity (name, board part number,
+UUID, PCI ids, VBIOS), driver and CUDA driver versions, the CUDA runtime torch was built with, ECC, MIG and
+persistence modes, default, current and enforced power limits, the clock policy, the GPU count and topology, and
+the raw ``nvidia-smi -q`` text. The stable fields among them (device name, driver, CUDA, power limit, clock
+policy) feed the comparability key (:mod:`fp8bench.comparability`); the rest explains a surprising number later.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ import hashlib
 import importlib.metadata
 import os
 import platform
+import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +37,14 @@ RELEVANT_ENV = (
     "NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE", "TORCH_CUDNN_V8_API_ENABLED", "TORCHINDUCTOR_MAX_AUTOTUNE", "TRITON_INTERPRET",
     "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_FUSED_ATTN_BACKEND", "NVTE_DPA_FP8_RECIPE", "PYTORCH_CUDA_ALLOC_CONF",
-    "FP8BENCH_HOST_ALIAS",
+    "FP8BENCH_HOST_ALIAS", "FP8BENCH_CLOCK_POLICY",
 )
+
+# NVML has no getter for clocks locked with `nvidia-smi -lgc`; an operator who locks them declares it here
+# (for example "locked:1410"), and the declaration becomes the run's clock policy.
+CLOCK_POLICY_ENV = "FP8BENCH_CLOCK_POLICY"
+# nvidia-smi -q can take a few seconds on a many-GPU host; past this it is skipped, not waited for.
+NVIDIA_SMI_TIMEOUT_S = 30
 
 
 @functools.lru_cache(maxsize=1)
@@ -141,4 +155,76 @@ def capture(device: Device) -> dict[str, Any]:
         "software": software_versions(),
         "env": {k: os.environ[k] for k in RELEVANT_ENV if k in os.environ},
         "flags": flags(),
+        "gpu": gpu_environment(device),
     }
+
+
+def nvidia_smi_q(uuid: str | None) -> str | None:
+    """The raw ``nvidia-smi -q`` report for one GPU (all GPUs when ``uuid`` is ``None``), or ``None``."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-q", *(["-i", uuid] if uuid else [])], capture_output=True, text=True,
+                             timeout=NVIDIA_SMI_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def clock_policy(info: dict[str, Any]) -> str:
+    """``declared:<text>`` from :data:`CLOCK_POLICY_ENV`; ``applications:<MHz>`` when the application SM clock was
+    moved off its default; otherwise ``default`` (boost as the driver decides; NVML cannot see locked clocks)."""
+    declared = os.environ.get(CLOCK_POLICY_ENV)
+    if declared:
+        return f"declared:{declared}"
+    app, default = info.get("app_sm_clock_mhz"), info.get("reference_sm_clock_mhz")
+    if app and default and info.get("reference_sm_clock_source") == "default application clock" and app != default:
+        return f"applications:{app}"
+    return "default"
+
+
+def _torch_gpu(device: Device) -> dict[str, Any]:
+    """What CUDA itself says about the device (SM count is only here: NVML reports it for MIG slices only)."""
+    if not torch.cuda.is_available():
+        return {}
+    props = torch.cuda.get_device_properties(device.index or 0)
+    return {"name": props.name, "uuid": str(getattr(props, "uuid", "")) or None,
+            "compute_capability": f"{props.major}.{props.minor}", "sm_count": props.multi_processor_count,
+            "memory_total_bytes": props.total_memory, "cuda_visible_count": torch.cuda.device_count()}
+
+
+def gpu_environment(device: Device, nv: Any = None,
+                    smi: Callable[[str | None], str | None] = nvidia_smi_q) -> dict[str, Any]:
+    """The GPU part of the environment: ``{"available": False, "reason": ...}`` on a CPU run, else NVML's and
+    CUDA's view of the device (``nv`` is the ``pynvml`` module, loaded when ``None``). Never raises."""
+    if not device.is_cuda:
+        return {"available": False, "reason": f"{device} run: no GPU in use"}
+    from fp8bench import nvml
+
+    cuda = _torch_gpu(device)
+    keys = ("name", "uuid", "driver_version", "cuda_driver_version", "power_limit_w", "enforced_power_limit_w")
+    out: dict[str, Any] = {"available": True, **dict.fromkeys(keys), **cuda,
+                           "cuda_runtime_version": torch.version.cuda}
+    try:
+        dev = nvml.open_device(device.index or 0, cuda.get("uuid"), nv)
+    except nvml.NvmlUnavailable as exc:
+        out.update(nvml_reason=str(exc), clock_policy=clock_policy({}) if os.environ.get(CLOCK_POLICY_ENV) else None)
+        out["nvidia_smi_q"] = smi(nvml.nvml_uuid(out["uuid"]) if out.get("uuid") else None)
+        return out
+    try:
+        info = dev.info()
+        # CUDA's numbers win where both exist (they describe what the process sees); NVML fills the rest.
+        out.update({k: v for k, v in info.items() if out.get(k) is None})
+        out["uuid"] = info.get("uuid") or out["uuid"]  # NVML's GPU-... spelling, the one nvidia-smi takes
+        out["clock_policy"] = clock_policy(info)
+        with nvml.all_devices(dev.nv) as every:
+            out["gpu_count"] = len(every)
+            if len(every) > 1:
+                out["topology"] = dev.topology([d for d in every if d.uuid() != info.get("uuid")])
+    except dev.nv.NVMLError as exc:  # a partial record beats none; say what failed
+        out["nvml_error"] = nvml.error_text(exc)
+    finally:
+        dev.close()
+    out["nvidia_smi_q"] = smi(out.get("uuid"))
+    return out

@@ -183,6 +183,8 @@ def cast_stats(x: torch.Tensor, q: Quantized) -> CastStats:
     """Overflow and underflow fractions of quantizing ``x`` into ``q`` (not timed; for the numerics report)."""
     scaled = x.float() / expand_scale(q.scale, q.block, x.shape)
     n = max(x.numel(), 1)
-    overflow = (scaled.abs() > q.fmt.max).sum().item() / n
+    # With current scaling the amax element lands on fmt.max only up to FP32 rounding of x / s (it can come out a
+    # few ulps above); that is not an overflow, so allow a relative slack far below one FP8 step.
+    overflow = (scaled.abs() > q.fmt.max * (1 + 2.0**-20)).sum().item() / n
     underflow = ((x != 0) & (q.data.float() == 0)).sum().item() / n
     return CastStats(overflow, underflow)

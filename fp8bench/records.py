@@ -40,6 +40,7 @@ class Record:
     pct_of_peak: float | None = None  # end-to-end TFLOP/s as a percentage of the device's ceiling for this dtype
     peak_tflops: float | None = None
     peak_source: str | None = None
+    peak_mem_tbps: float | None = None  # the device's memory-bandwidth ceiling, TB/s (the roofline's slope)
     phases: dict[str, float] = field(default_factory=dict)  # phase -> median seconds
     phase_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
     energy_j: float | None = None  # joules per end-to-end iteration

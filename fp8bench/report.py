@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.table import Table
 
 
-
 def _shape_text(shape: dict[str, int]) -> str:
     if set(shape) == {"m", "n", "k"}:
         return f"{shape['m']}x{shape['n']}x{shape['k']}"
@@ -32,6 +31,8 @@ def baseline_index(records: list[dict[str, Any]], baseline: str) -> dict[tuple[A
 def speedups(record: dict[str, Any], index: dict[tuple[Any, ...], dict[str, Any]]) -> tuple[float | None, float | None]:
     """(end-to-end speedup, pre-quantized speedup) of ``record`` against the baseline, or ``None``s."""
     if record["status"] not in ("ok", "invalid") or not record.get("median_s"):
+        return None, None
+    if record.get("interpreted"):  # interpreter timings (Triton on the CPU) are never compared on speed
         return None, None
     key = (record["workload"], _shape_text(record["shape"]), record["device"])
     base = index.get((*key, record["backend"])) or index.get((*key, "torch"))

@@ -32,7 +32,7 @@ import torch
 from fp8bench import environment
 from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
 from fp8bench.devices import Device
-from fp8bench.energy import meter_for
+from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import compare, worst
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
@@ -66,12 +66,24 @@ class RunSettings:
     flush_l2: bool = True
     phases: bool = True
     energy: bool = True
+    energy_window_s: float = 1.0  # minimum energy window: ~10 updates of NVML's ~100 ms counter
+    energy_phases: bool = False  # also meter each phase looped alone
+    idle_baseline_s: float = 0.0  # >0: measure idle power this long before the cases and report energy above it
+    cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
+    clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
 
     def __post_init__(self) -> None:
         if not self.budget_s > 0:
             raise ValueError(f"budget must be positive seconds, got {self.budget_s}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
+        for name in ("idle_baseline_s", "cooldown_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+        if not self.energy_window_s > 0:
+            raise ValueError(f"energy window must be positive seconds, got {self.energy_window_s}")
+        if not 0 <= self.clock_floor <= 1:
+            raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
 
 
 @dataclass(frozen=True)
@@ -115,7 +127,9 @@ class CaseMeasurer:
         self.settings, self.device = settings, device
         self.timer = timer_for(device, settings.flush_l2)
         self.peaks = peaks
-        self.meter = meter_for(device)
+        self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor)
+        # Idle power is measured once, before any case runs, so that no case's heat is in it.
+        self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
         self._refs: dict[tuple[str, str], torch.Tensor] = {}
 
@@ -136,6 +150,7 @@ class CaseMeasurer:
     def _base(self, case: Case, seq: int, status: str, reason: str | None = None, **fields: Any) -> Record:
         workload = WORKLOADS.get(case.workload)
         fmt = case.precision.fp8_format.value if isinstance(case.precision, Fp8Recipe) else None
+        fields.setdefault("energy", not_metered(self.meter, status))
         return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
                       backend=case.backend, device=str(self.device), status=status, reason=reason, fp8_format=fmt,
                       flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
@@ -199,6 +214,9 @@ class CaseMeasurer:
         why = why or workload.shape_reason(case.shape, case.precision)
         if why:
             return self._base(case, seq, "skipped", why)
+        oom = workload.memory_reason(case.shape, case.precision, self.device)
+        if oom:  # refused before allocating: on the CPU a real out-of-memory kills the whole process
+            return self._base(case, seq, "failed", oom)
         deadline = started + s.budget_s
         min_needed = s.policy.min_samples + s.warmup_iters
 
@@ -209,7 +227,10 @@ class CaseMeasurer:
                               f"{s.budget_s:g} s budget", timing={"estimated_call_s": estimate[0]})
 
         inputs = self._inputs_for(case.workload, case.shape)
+        build_started = time.monotonic()
         pipeline = self._build(case, case.shape, inputs)
+        # Building (torch.compile, Triton autotuning) is setup, recorded by the backend, not measurement time.
+        deadline += time.monotonic() - build_started
 
         # Warm-up: at least warmup_iters calls and warmup_s seconds, stopping early if one call is too slow.
         warm_start = time.monotonic()
@@ -256,13 +277,15 @@ class CaseMeasurer:
                       worst(*(c.underflow_frac for c in stats.values())))
         timing["numerics_s"] = time.monotonic() - numerics_started
 
-        energy = self.meter.measure(pipeline.end_to_end, self.device, e2e.median_s or 0.0) if s.energy else None
+        energy = measure_case_energy(self.meter, pipeline, self.device, e2e.median_s or 0.0, phases,
+                                     s.energy_phases, self.idle) if s.energy else None
 
         flops = workload.flops(case.shape)
         nbytes = workload.min_bytes(case.shape, case.precision)
         median = e2e.median_s
         tflops = flops / median / 1e12 if median else None
         peak = self.peaks.compute(case.precision) if self.peaks else None
+        bandwidth = self.peaks.bandwidth() if self.peaks else None
         status, reason, valid = "ok", None, True
         if not num.finite:
             status, reason, valid = "invalid", f"non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf", False
@@ -283,12 +306,21 @@ class CaseMeasurer:
             gbps=nbytes / median / 1e9 if median else None,
             pct_of_peak=100 * tflops / peak.value if (tflops and peak) else None,
             peak_tflops=peak.value if peak else None, peak_source=peak.source if peak else None,
+            peak_mem_tbps=bandwidth.value if bandwidth else None,
             phases=phases, phase_stats={k: v.summary() for k, v in phase_samples.items()},
             energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
             tflops_per_w=(flops / joules / 1e12) if joules else None,
             energy=energy.to_dict() if energy else {"reason": "energy metering disabled"},
             numerics=num.to_dict(), telemetry=energy.telemetry if energy else {}, valid=valid,
-            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=dict(pipeline.extra))
+            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median))
+
+
+def _extra(pipeline: Pipeline, median_s: float | None) -> dict[str, Any]:
+    """The pipeline's record extras, with throughput in tokens/s where it states its tokens per call."""
+    extra = dict(pipeline.extra)
+    if extra.get("tokens_per_step") and median_s:
+        extra["tokens_per_s"] = extra["tokens_per_step"] / median_s
+    return extra
 
 
 @dataclass
@@ -328,27 +360,29 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     writer = RunFileWriter(run_file, header) if run_file else None
     store_errors: list[str] = []
 
-    def to_store(action: Callable[[], Any]) -> None:
+    def to_store(method: str, *args: Any) -> None:
         if store is None:
             return
         try:
-            action()
+            getattr(store, method)(*args)
         except Exception as exc:  # the store must never cost a measurement
             store_errors.append(f"{type(exc).__name__}: {exc}")
 
-    to_store(lambda: store.add_run(header))
+    to_store("add_run", header)
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir))
     records: list[dict[str, Any]] = []
     interrupted = False
     try:
         for i, case in enumerate(cases):
+            if settings.cooldown_s and i > 0:
+                time.sleep(settings.cooldown_s)
             if on_start:
                 on_start(i, case)
             record = measurer.measure(case, seq=i).to_dict()
             records.append(record)
             if writer:
                 writer.append(record)
-            to_store(lambda record=record: store.add_records(run_id, [record], header["device"]["name"]))
+            to_store("add_records", run_id, [record], header["device"]["name"])
             if on_record:
                 on_record(i, case, record)
     except KeyboardInterrupt:
@@ -359,7 +393,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     header.update(final)
     if writer:
         writer.finish(**final)
-    to_store(lambda: store.update_run(header))
+    to_store("update_run", header)
     return RunOutcome(run_id, records, interrupted, run_file, getattr(store, "url", None), store_errors,
                       time.monotonic() - started)
 

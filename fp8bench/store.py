@@ -5,13 +5,25 @@ write is idempotent: a run is keyed by its ``run_id`` and a record by ``(run_id,
 exist (``INSERT ... ON CONFLICT DO NOTHING`` on both databases), so ingesting the same run twice, or two writers
 racing on one run, stores it once. Queries return pandas DataFrames.
 
-The store records its schema version in a ``meta`` table and refuses to open a database written by a newer
-fp8bench.
+The store records its schema version in a ``meta`` table. Opening an older database migrates it forward, one
+version step at a time, inside a transaction; a database written by a newer fp8bench is refused with a message
+naming both versions (an old reader would silently drop the columns it does not know). Schema setup holds a lock
+(``pg_advisory_xact_lock`` on PostgreSQL, an exclusive ``flock`` on a ``.lock`` file beside an SQLite database), so
+several processes opening a new or old database at once create or migrate it exactly once.
+
+Schema history:
+
+* 1: ``meta``, ``runs``, ``records``, ``gate_reports``.
+* 2: ``records.comparability_key`` (:func:`fp8bench.comparability.key_string`), so that the gate and the dashboard
+  can select comparable measurements in SQL; filled in for existing records by the migration.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +33,7 @@ from sqlalchemy.engine import Engine
 
 from fp8bench.records import SCHEMA_VERSION, case_key
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
 DEFAULT_DB_NAME = "fp8bench.sqlite"
 
 
@@ -77,6 +89,7 @@ records_table = sa.Table(
     sa.Column("valid", sa.Boolean),
     sa.Column("interpreted", sa.Boolean),
     sa.Column("data", sa.JSON),
+    sa.Column("comparability_key", sa.String(32), index=True),  # schema 2
     sa.UniqueConstraint("run_id", "seq", name="uq_records_run_seq"),
 )
 
@@ -115,18 +128,44 @@ class Store:
 
     # -- schema ------------------------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
+        """Create the tables, or migrate them forward; refuse a newer schema. Safe with concurrent openers."""
         try:
-            metadata.create_all(self.engine)
-            with self.engine.begin() as conn:
+            with self._schema_lock(), self.engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+                metadata.create_all(conn)
                 row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
                 if row is None:
-                    self._insert_ignore(conn, meta_table, [{"key": "schema_version",
-                                                            "value": str(STORE_SCHEMA_VERSION)}], ["key"])
-                elif int(row[0]) > STORE_SCHEMA_VERSION:
-                    raise StoreError(f"store {self.url} has schema version {row[0]}, newer than this fp8bench "
-                                     f"understands ({STORE_SCHEMA_VERSION}); upgrade fp8bench")
+                    # A database from before the meta table had rows is a version-1 database if it has records.
+                    version = 1 if _has_v1_records(conn) else STORE_SCHEMA_VERSION
+                    conn.execute(meta_table.insert().values(key="schema_version", value=str(version)))
+                else:
+                    version = int(row[0])
+                if version > STORE_SCHEMA_VERSION:
+                    raise StoreError(f"store {self.url} has schema version {version}, newer than this fp8bench "
+                                     f"understands ({STORE_SCHEMA_VERSION}); upgrade fp8bench to use it")
+                while version < STORE_SCHEMA_VERSION:
+                    MIGRATIONS[version](conn)
+                    version += 1
+                    conn.execute(meta_table.update().where(meta_table.c.key == "schema_version")
+                                 .values(value=str(version)))
         except sa.exc.DatabaseError as exc:
-            raise StoreError(f"cannot open store {self.url}: {exc.orig or exc}") from exc
+            raise StoreError(_readable(self.url, exc)) from exc
+        self.schema_version = version
+
+    @contextlib.contextmanager
+    def _schema_lock(self) -> Iterator[None]:
+        """An exclusive lock file beside an SQLite database while its schema is set up (PostgreSQL locks in SQL)."""
+        database = self.engine.url.database
+        if self.engine.dialect.name != "sqlite" or not database or database == ":memory:":
+            yield
+            return
+        with open(f"{database}.lock", "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     # -- writes ------------------------------------------------------------------------------------------------
     def _insert_ignore(self, conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]],
@@ -163,10 +202,15 @@ class Store:
             conn.execute(runs_table.update().where(runs_table.c.run_id == run["run_id"]).values(
                 finished_at=run.get("finished_at"), status=run.get("status"), data=run))
 
-    def add_records(self, run_id: str, records: list[dict[str, Any]], device_name: str | None = None) -> int:
-        """Insert records of one run; returns how many were new."""
-        rows = [_record_row(run_id, r, device_name) for r in records]
+    def add_records(self, run_id: str, records: list[dict[str, Any]], device_name: str | None = None,
+                    run: dict[str, Any] | None = None) -> int:
+        """Insert records of one run; returns how many were new. ``run`` (the header) is read from the store when
+        not given: the comparability key needs it."""
         with self.engine.begin() as conn:
+            if run is None:
+                stored = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run_id)).scalar()
+                run = _as_dict(stored) if stored is not None else {}
+            rows = [_record_row(run_id, r, device_name, run) for r in records]
             return self._insert_ignore(conn, records_table, rows, ["run_id", "seq"])
 
     def ingest_run(self, payload: dict[str, Any], source: str = "fp8bench") -> tuple[bool, int]:
@@ -175,7 +219,7 @@ class Store:
         new_run = self.add_run({**run, "schema_version": payload.get("schema_version")}, source)
         if not new_run:
             self.update_run(run)
-        added = self.add_records(run["run_id"], payload["records"], (run.get("device") or {}).get("name"))
+        added = self.add_records(run["run_id"], payload["records"], (run.get("device") or {}).get("name"), run)
         return new_run, added
 
     def add_gate_report(self, report: dict[str, Any]) -> bool:
@@ -238,7 +282,9 @@ def _as_dict(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _record_row(run_id: str, r: dict[str, Any], device_name: str | None) -> dict[str, Any]:
+def _record_row(run_id: str, r: dict[str, Any], device_name: str | None, run: dict[str, Any]) -> dict[str, Any]:
+    from fp8bench.comparability import comparability_key, key_string
+
     numerics = r.get("numerics") or {}
     return {"run_id": run_id, "seq": r.get("seq", 0), "case_key": case_key(r), "workload": r["workload"],
             "shape": ",".join(f"{k}={v}" for k, v in r["shape"].items()), "precision": r["precision"],
@@ -249,7 +295,44 @@ def _record_row(run_id: str, r: dict[str, Any], device_name: str | None) -> dict
             "pct_of_peak": r.get("pct_of_peak"), "energy_j": r.get("energy_j"),
             "tflops_per_w": r.get("tflops_per_w"), "sqnr_db": numerics.get("sqnr_db"),
             "rel_err": numerics.get("rel_err"), "valid": r.get("valid", True),
-            "interpreted": r.get("interpreted", False), "data": r}
+            "interpreted": r.get("interpreted", False), "data": r,
+            "comparability_key": key_string(comparability_key(r, run))}
+
+
+# Any fixed 64-bit number: the advisory lock that serializes schema setup across fp8bench processes.
+_PG_SCHEMA_LOCK = 0x0F8BE7C5
+
+
+def _has_v1_records(conn: sa.Connection) -> bool:
+    return conn.execute(sa.select(sa.func.count()).select_from(runs_table)).scalar_one() > 0
+
+
+def _migrate_1_to_2(conn: sa.Connection) -> None:
+    """Add ``records.comparability_key`` and fill it from each record and its run header."""
+    from fp8bench.comparability import comparability_key, key_string
+
+    columns = {c["name"] for c in sa.inspect(conn).get_columns("records")}
+    if "comparability_key" not in columns:
+        conn.execute(sa.text("ALTER TABLE records ADD COLUMN comparability_key VARCHAR(32)"))
+        conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_records_comparability_key "
+                             "ON records (comparability_key)"))
+    runs = {rid: _as_dict(data) for rid, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data))}
+    rows = conn.execute(sa.select(records_table.c.id, records_table.c.run_id, records_table.c.data)).all()
+    for rec_id, run_id, data in rows:
+        key = key_string(comparability_key(_as_dict(data), runs.get(run_id) or {}))
+        conn.execute(records_table.update().where(records_table.c.id == rec_id).values(comparability_key=key))
+
+
+# MIGRATIONS[n] takes a database from schema n to n + 1.
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2}
+
+
+def _readable(url: str, exc: sa.exc.DatabaseError) -> str:
+    text = str(exc.orig or exc).strip().splitlines()[0]
+    if "file is not a database" in text or "database disk image is malformed" in text:
+        return (f"cannot open store {url}: the file is not a readable SQLite database ({text}); it may be "
+                "corrupt or another kind of file. Move it aside to start a new store, or give another --store")
+    return f"cannot open store {url}: {text}"
 
 
 def open_store(target: str | Path) -> Store:

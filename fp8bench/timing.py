@@ -15,6 +15,7 @@ Method (after nvbench and ``torch.utils.benchmark``):
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Callable
@@ -148,7 +149,22 @@ class Samples:
 
 
 def sample(fn: Callable[[], Any], timer: Timer, policy: SamplingPolicy, deadline: float) -> Samples:
-    """Time ``fn`` repeatedly under ``policy`` until a stop rule fires. ``deadline`` is a ``time.monotonic()``."""
+    """Time ``fn`` repeatedly under ``policy`` until a stop rule fires. ``deadline`` is a ``time.monotonic()``.
+
+    Python's cyclic garbage collector is paused while sampling (as ``timeit`` does): a full collection walks every
+    object of the process, so its pauses (milliseconds in a large process) would land in whichever samples happen
+    to allocate the triggering object, e.g. the autograd nodes of a training step, and not in others.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _sample(fn, timer, policy, deadline)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _sample(fn: Callable[[], Any], timer: Timer, policy: SamplingPolicy, deadline: float) -> Samples:
     result = Samples(min_samples=policy.min_samples)
     total = 0.0
     while True:

@@ -18,8 +18,9 @@ from fp8bench.capabilities import capabilities_for
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
-from fp8bench.quantize import Quantized, cast_stats, quantizer_for
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
+from fp8bench.quantize import cast_stats, quantizer_for
+from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.scaled_gemm import fp8_scaled_mm  # noqa: F401  (re-exported: other backends import it from here)
 from fp8bench.workloads.gemm import output_dtype
 
 TORCH = BACKENDS.add("torch", Backend(
@@ -39,32 +40,6 @@ def _gemm_support(precision: Precision, device: Device) -> str | None:
 def _first_line(exc: BaseException, limit: int = 200) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:limit]
-
-
-def fp8_scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype) -> torch.Tensor:
-    """``qa.data @ qb.data^T`` with each recipe's scales, through PyTorch's scaled-GEMM entry points.
-
-    ``qa`` is ``[M, K]`` and ``qb`` is ``[N, K]``; ``qb.data.t()`` is then the column-major ``[K, N]`` operand
-    cuBLASLt needs. Rowwise scales go in as ``[M, 1]`` and ``[1, N]``.
-    """
-    g = qa.granularity
-    if g is Granularity.TENSORWISE:
-        return torch._scaled_mm(qa.data, qb.data.t(), scale_a=qa.scale, scale_b=qb.scale, out_dtype=out_dtype)
-    if g is Granularity.ROWWISE:
-        return torch._scaled_mm(qa.data, qb.data.t(), scale_a=qa.scale, scale_b=qb.scale.reshape(1, -1),
-                                out_dtype=out_dtype)
-    import torch.nn.functional as F
-
-    scaling = F.ScalingType
-    if g is Granularity.BLOCKWISE:
-        # 1x128 activation scales are consumed K-major ("outer-dim-major") by the Hopper kernels.
-        sa = qa.scale.t().contiguous().t()
-        return F.scaled_mm(qa.data, qb.data.t(), sa, scaling.BlockWise1x128, qb.scale, scaling.BlockWise128x128,
-                           output_dtype=out_dtype)
-    e8m0 = torch.float8_e8m0fnu
-    return F.scaled_mm(qa.data, qb.data.t(), qa.scale.to(e8m0), scaling.BlockWise1x32, qb.scale.to(e8m0),
-                       scaling.BlockWise1x32, swizzle_a=F.SwizzleType.NO_SWIZZLE,
-                       swizzle_b=F.SwizzleType.NO_SWIZZLE, output_dtype=out_dtype)
 
 
 @TORCH.builder("gemm", supports=_gemm_support)

@@ -8,5 +8,10 @@ VERB_MODULES = (
     "fp8bench.commands.doctor",
     "fp8bench.commands.list_names",
     "fp8bench.commands.run",
+    "fp8bench.commands.converge",
     "fp8bench.commands.ingest",
+    "fp8bench.commands.gate",
+    "fp8bench.commands.compare",
+    "fp8bench.commands.ab",
+    "fp8bench.commands.dashboard",
 )

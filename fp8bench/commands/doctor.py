@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     import torch
 
-    from fp8bench.capabilities import capabilities_for
+    from fp8bench.capabilities import MIN_VERSIONS, backend_note, capabilities_for, library_status
     from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
     from fp8bench.devices import resolve_device
     from fp8bench.energy import meter_for
@@ -51,6 +51,9 @@ def execute(args: argparse.Namespace) -> int:
         "software": software_versions(), "fp8_variant": caps.fp8_variant,
         "fp8_gemm": {g: r for g, r in caps.fp8_reasons.items()},
         "backends": {b: BACKENDS.get(b).availability(device) for b in BACKENDS},
+        "backend_kinds": {b: BACKENDS.get(b).kind for b in BACKENDS},
+        "libraries": {name: {"version": st.version, "reason": st.reason}
+                      for name, st in ((n, library_status(n)) for n in MIN_VERSIONS)},
         "matrix": matrix, "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
         "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
     }
@@ -67,11 +70,20 @@ def execute(args: argparse.Namespace) -> int:
                      if caps.compute_capability else f", {report['threads']} torch threads"))
     console.print(f"[bold]software[/] torch {sw['torch']}, CUDA {sw['cuda_runtime']}, cuDNN {sw['cudnn']}, "
                   f"triton {sw['triton']}, TE {sw['transformer_engine']}, torchao {sw['torchao']}")
-    t = Table(title="native FP8 GEMM on this device", header_style="bold")
+    t = Table(title=f"native FP8 GEMM on this device (FP8 variant: {caps.fp8_variant})", header_style="bold")
     t.add_column("scaling")
     t.add_column("supported")
     for g, text in caps.as_rows():
         t.add_row(g, text)
+    console.print(t)
+    t = Table(title="backends on this device", header_style="bold")
+    for col in ("backend", "kind", "available"):
+        t.add_column(col)
+    for b in BACKENDS:
+        why = report["backends"][b]
+        note = backend_note(b, device) if why is None else None
+        t.add_row(b, report["backend_kinds"][b],
+                  ("yes" + (f" ({note})" if note else "")) if why is None else f"no: {why}")
     console.print(t)
     t = Table(title="backend x precision (workload gemm)", header_style="bold")
     t.add_column("backend")

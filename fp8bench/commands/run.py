@@ -58,6 +58,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
     p.add_argument("--no-phases", action="store_true", help="time only the end-to-end call")
     p.add_argument("--no-l2-flush", action="store_true", help="CUDA: keep the L2 warm between samples")
+    p.add_argument("--no-energy", action="store_true", help="skip the energy window of each case")
+    p.add_argument("--energy-window", type=float, default=None,
+                   help="minimum seconds per energy window (default 1: ~10 updates of NVML's ~100 ms counter)")
+    p.add_argument("--energy-phases", action="store_true",
+                   help="also meter each phase looped alone (quantize, gemm, ...), stated as such in the record")
+    p.add_argument("--idle-baseline", type=float, default=None, metavar="SECONDS",
+                   help="measure idle power this long before the cases; report energy above idle beside the raw")
+    p.add_argument("--cooldown", type=float, default=None, metavar="SECONDS",
+                   help="pause this long before each case after the first (lets the device cool)")
+    p.add_argument("--clock-floor", type=float, default=None,
+                   help="a window whose median SM clock is under this fraction of the default clock is throttled "
+                        "(default 0.9)")
     p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
     add_store_flags(p)
     p.add_argument("--no-store", action="store_true", help="write the run file only")
@@ -109,7 +121,19 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
     return RunSettings(device=args.device, budget_s=float(budget), policy=SamplingPolicy(**policy_fields),
                        warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed, threads=args.threads,
                        fp8_format=args.fp8_format, amax_history_len=args.amax_history_len, margin=args.margin,
-                       flush_l2=not args.no_l2_flush, phases=not args.no_phases)
+                       flush_l2=not args.no_l2_flush, phases=not args.no_phases, **_energy_settings(args, overrides))
+
+
+def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Energy options from flags, else from the suite's settings, else RunSettings' defaults."""
+    out: dict[str, Any] = {"energy": not args.no_energy and overrides.get("energy", True),
+                           "energy_phases": args.energy_phases or bool(overrides.get("energy_phases", False))}
+    for flag, key in (("energy_window", "energy_window_s"), ("idle_baseline", "idle_baseline_s"),
+                      ("cooldown", "cooldown_s"), ("clock_floor", "clock_floor")):
+        value = getattr(args, flag) if getattr(args, flag) is not None else overrides.get(key)
+        if value is not None:
+            out[key] = float(value)
+    return out
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -1,0 +1,64 @@
+"""fp8bench dashboard: does FP8 pay off, where, by how much, at what accuracy and energy cost.
+
+Run it with ``fp8bench dashboard`` (or ``streamlit run dashboard/app.py -- --store PATH_OR_URL``). This entry
+script reads the store once per rerun (cached), draws the sidebar filters, and hands the filtered records to the
+page the user picked; each page lives in ``views/`` and reads the shared view from :mod:`widgets`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly.express as px
+import streamlit as st
+
+from fp8bench.dashboard.data import FILL_COMMAND, StoreProblem, clear_caches, load_snapshot, store_target
+from fp8bench.dashboard.filters import render_filters
+from fp8bench.dashboard.widgets import View, clear_view, set_view
+
+# Not named `pages/`: Streamlit would treat that folder as an automatic multipage app beside st.navigation.
+PAGES_DIR = Path(__file__).parent / "views"
+# (file, title, icon); the first is the landing page.
+PAGES = (
+    ("overview.py", "Overview", ":material/grid_view:"),
+    ("roofline.py", "Roofline", ":material/show_chart:"),
+    ("phases.py", "Phases", ":material/stacked_bar_chart:"),
+    ("energy.py", "Energy", ":material/bolt:"),
+    ("numerics.py", "Numerics", ":material/functions:"),
+    ("history.py", "History", ":material/history:"),
+    ("compare.py", "Compare", ":material/compare_arrows:"),
+    ("environment.py", "Environment", ":material/memory:"),
+)
+
+
+def main() -> None:
+    # Distinct hues for precisions and backends (the default sequence puts several blues side by side).
+    px.defaults.color_discrete_sequence = px.colors.qualitative.Bold
+    st.set_page_config(page_title="fp8bench", page_icon=":material/speed:", layout="wide")
+    page = st.navigation([st.Page(PAGES_DIR / f, title=t, icon=i, default=n == 0)
+                          for n, (f, t, i) in enumerate(PAGES)])
+    clear_view()  # a page must never see the view of a previous rerun
+    target = store_target()
+    st.sidebar.caption(f"Store: `{target}`")
+    if st.sidebar.button("Reload store", icon=":material/refresh:"):
+        clear_caches()
+    try:
+        snapshot = load_snapshot(target)
+    except StoreProblem as exc:
+        st.title(page.title)
+        st.error(f"The store could not be read, so there is nothing to show.\n\n{exc}\n\n"
+                 "Point the dashboard at a valid store (`fp8bench dashboard --store PATH_OR_URL`), or move the "
+                 f"damaged file aside and fill a new one with `{FILL_COMMAND}`.")
+        st.stop()
+    if snapshot.empty:
+        st.title(page.title)
+        st.info(f"The store `{target}` holds no records yet. Fill it with:")
+        st.code(FILL_COMMAND, language="bash")
+        st.caption("or pick another store: `fp8bench dashboard --store PATH_OR_URL`")
+        st.stop()
+    filters = render_filters(snapshot.records, snapshot.runs)
+    set_view(View(snapshot, filters, filters.apply(snapshot.records)))
+    page.run()
+
+
+main()

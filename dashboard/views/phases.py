@@ -1,0 +1,60 @@
+"""Phases: where the time of each precision and backend goes.
+
+FP8 pays for its faster GEMM with a quantize phase (find the absolute maximum, compute a scale, cast) and often an
+epilogue (rescale the output). Each phase is timed on its own, so the stacked bars show how much of the gain the
+scaling eats; the diamond marks the end-to-end median, timed as one call (it can differ from the stack's sum by
+launch gaps and cache effects between phases).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from fp8bench.dashboard.data import PHASE_PREFIX
+from fp8bench.dashboard.widgets import (
+    current_view,
+    latest_per_case,
+    nothing_selected,
+    speed_comparable,
+    table,
+)
+
+
+def phase_figure(case: pd.DataFrame, phase_cols: list[str]) -> go.Figure:
+    labels = case["precision"] + " / " + case["backend"]
+    fig = go.Figure()
+    colours = px.colors.qualitative.Bold
+    for i, col in enumerate(phase_cols):
+        fig.add_trace(go.Bar(x=labels, y=case[col] * 1e3, name=col.removeprefix(PHASE_PREFIX),
+                             marker_color=colours[i % len(colours)]))
+    fig.add_trace(go.Scatter(x=labels, y=case["median_s"] * 1e3, mode="markers", name="end-to-end median",
+                             marker={"symbol": "diamond", "size": 12, "color": "black"}))
+    fig.update_layout(barmode="stack", height=460, yaxis_title="median time per call (ms)",
+                      margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    return fig
+
+
+def main() -> None:
+    view = current_view()
+    st.title("Phases")
+    records = speed_comparable(view.records)
+    phase_cols = [c for c in view.snapshot.phase_columns if records[c].notna().any()] if not records.empty else []
+    if not phase_cols:
+        nothing_selected("measured records with phase timings")
+        return
+    records = latest_per_case(records).copy()
+    records["case"] = records["device_label"] + " · " + records["workload"] + " " + records["shape_label"]
+    case_name = st.selectbox("Case", sorted(records["case"].unique()))
+    case = records[records["case"] == case_name].sort_values(["precision", "backend"])
+    st.plotly_chart(phase_figure(case, phase_cols), key="phases_chart")
+    shown = case[["precision", "backend", "median_s", "prequant_median_s", *phase_cols, "run_id"]].copy()
+    quantize = PHASE_PREFIX + "quantize"
+    if quantize in shown:
+        shown["quantize_share"] = shown[quantize] / case[phase_cols].sum(axis=1, min_count=1)
+    table(shown, "phases", quantize_share=st.column_config.NumberColumn(format="percent"))
+
+
+main()

@@ -1,0 +1,75 @@
+"""Roofline: achieved TFLOP/s against arithmetic intensity, under the device's compute and bandwidth ceilings.
+
+Arithmetic intensity is FLOPs per byte of the minimum memory traffic (each operand read once, the output written
+once, at the precision's element size), so FP8 moves a GEMM to the right of its BF16 twin. The attainable rate at
+intensity ``I`` is ``min(peak TFLOP/s, bandwidth TB/s * I)``: left of the ridge a kernel is memory-bound, right of
+it compute-bound. Each precision has its own compute ceiling (FP8 tensor cores are twice BF16's on Hopper); a CPU's
+ceilings are measured by fp8bench (a large matmul and a large copy), a GPU's come from the device table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from fp8bench.dashboard.widgets import (
+    current_view,
+    latest_per_case,
+    nothing_selected,
+    speed_comparable,
+    table,
+)
+
+
+def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None, str]:
+    """The device's memory-bandwidth ceiling (TB/s) and where it comes from."""
+    stored = pd.to_numeric(points["peak_mem_tbps"], errors="coerce").dropna()
+    if not stored.empty:
+        return float(stored.iloc[-1]), "stored with the records"
+    from fp8bench.peaks import table_peak
+
+    peak = table_peak(device_name, "mem_bw")
+    if peak is not None:
+        return peak.value, peak.source
+    return None, "no bandwidth ceiling stored for this device"
+
+
+def roofline_figure(points: pd.DataFrame, bw: float | None) -> go.Figure:
+    fig = px.scatter(points, x="intensity", y="tflops", color="precision", symbol="backend", log_x=True,
+                     log_y=True, hover_data=["workload", "shape_label", "median_s", "pct_of_peak", "run_id"],
+                     labels={"intensity": "arithmetic intensity (FLOP/byte)", "tflops": "achieved TFLOP/s"})
+    lo = float(points["intensity"].min()) / 4
+    hi = float(points["intensity"].max()) * 4
+    xs = np.geomspace(lo, hi, 200)
+    ceilings = points.dropna(subset=["peak_tflops"]).groupby("peak_tflops")["precision"].unique()
+    for peak, names in ceilings.items():
+        ys = np.minimum(peak, bw * xs) if bw else np.full_like(xs, peak)
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"dash": "dash", "width": 1.5},
+                                 name=f"ceiling {peak:.3g} TFLOP/s ({', '.join(sorted(names))})"))
+    fig.update_layout(height=520, margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    return fig
+
+
+def main() -> None:
+    view = current_view()
+    st.title("Roofline")
+    points = speed_comparable(view.records).dropna(subset=["intensity", "tflops"])
+    if points.empty:
+        nothing_selected("measured records with FLOP and byte counts")
+        return
+    devices = sorted(points["device_label"].unique())
+    device = st.selectbox("Device", devices)
+    points = latest_per_case(points[points["device_label"] == device])
+    bw, bw_source = bandwidth_tbps(points, device)
+    st.plotly_chart(roofline_figure(points, bw), key="roofline_chart")
+    bw_text = f"{bw:.3g} TB/s ({bw_source})" if bw else bw_source
+    sources = "; ".join(sorted(points["peak_source"].dropna().unique())) or "none stored"
+    st.caption(f"Bandwidth ceiling: {bw_text}. Compute ceilings: {sources}. Latest record per case.")
+    table(points[["workload", "shape_label", "precision", "backend", "flops", "bytes", "intensity", "tflops",
+                  "gbps", "peak_tflops", "pct_of_peak", "run_id"]], "roofline")
+
+
+main()

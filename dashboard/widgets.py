@@ -1,0 +1,63 @@
+"""Small building blocks every page shares: the current view, tables with a CSV download, empty-state notes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from fp8bench.dashboard.data import FILL_COMMAND, Snapshot
+from fp8bench.dashboard.filters import Filters
+
+_VIEW_KEY = "fp8bench_view"
+
+
+@dataclass(frozen=True)
+class View:
+    """The store snapshot, the sidebar's filters and the records they select; built once per rerun."""
+
+    snapshot: Snapshot
+    filters: Filters
+    records: pd.DataFrame  # filtered slim records
+
+
+def set_view(view: View) -> None:
+    st.session_state[_VIEW_KEY] = view
+
+
+def clear_view() -> None:
+    st.session_state.pop(_VIEW_KEY, None)
+
+
+def current_view() -> View:
+    """The view the entry script built; if it stopped first (empty or unreadable store, message shown), stop."""
+    view = st.session_state.get(_VIEW_KEY)
+    if view is None:
+        st.stop()
+    return view
+
+
+def table(frame: pd.DataFrame, name: str, **column_config: Any) -> None:
+    """Show ``frame`` as stored (formatting only in the column config) with a CSV download of the same rows."""
+    st.dataframe(frame, hide_index=True, column_config=column_config or None, width="stretch")
+    # A callable: the CSV is written only when someone asks for it, not on every rerun.
+    st.download_button(f"Download {name} as CSV", lambda: frame.to_csv(index=False).encode(),
+                       file_name=f"{name}.csv", mime="text/csv", key=f"csv_{name}", on_click="ignore")
+
+
+def nothing_selected(what: str = "records") -> None:
+    st.info(f"No {what} match the filters. Widen them in the sidebar, or add data with `{FILL_COMMAND}`.")
+
+
+def speed_comparable(records: pd.DataFrame) -> pd.DataFrame:
+    """Records whose timings may be compared: measured, valid, and not run by an interpreter."""
+    return records[(records["status"] == "ok") & records["valid"] & ~records["interpreted"]
+                   & records["median_s"].notna()]
+
+
+def latest_per_case(records: pd.DataFrame) -> pd.DataFrame:
+    """The most recent record of each case on each device model (records arrive ordered by run start, then
+    position in the run; the case key names the device kind, ``cuda``, so the model name is added)."""
+    return records.drop_duplicates(["device_label", "case_key"], keep="last")

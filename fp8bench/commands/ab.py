@@ -1,0 +1,122 @@
+"""`fp8bench ab`: base and head interleaved in rounds on this machine, each in its own process, then the gate."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fp8bench.commands.common import (
+    UsageError,
+    add_json_flag,
+    add_store_flags,
+    default_results_dir,
+    print_json,
+)
+
+NAME = "ab"
+HELP = "A/B: run base and head in interleaved rounds (separate processes) and gate head against base"
+DESCRIPTION = """Measure a base and a head version of the project on this machine, in interleaved rounds, then gate.
+
+BASE and HEAD are each a folder holding a checkout of the project, or a git ref of --repo (checked out into a
+temporary worktree that is removed afterwards). Each side runs in its own long-lived process that imports its
+own checkout's fp8bench; rounds alternate which side goes first. Everything after `--` is passed to
+`fp8bench run` (choose a suite or cases there). Inconclusive cases are rerun once.
+
+examples:
+  fp8bench ab --base origin/main --head . --rounds 10 -- --suite ci
+  fp8bench ab --base ../main-checkout --head . -- --shape 256x256x256 --precision bf16 fp8_rowwise --backend torch
+  fp8bench ab --base . --head . --head-env FP8BENCH_PLUGINS=my_slow_backend -- --suite smoke   (A/B of a plugin)
+
+exit codes: 0 pass; 1 regression; 2 inconclusive or incomparable; 3 harness error (bad input included).
+Reports are written first."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from fp8bench.commands.gate import add_gate_flags, harness_errors_exit_3
+
+    harness_errors_exit_3(p)
+    p.add_argument("--base", required=True, help="base checkout folder or git ref")
+    p.add_argument("--head", default=".", help="head checkout folder or git ref (default: this folder)")
+    p.add_argument("--repo", type=Path, default=Path("."), help="git repository the refs belong to (default .)")
+    p.add_argument("--rounds", type=int, default=10, help="interleaved rounds per side (default 10; >= 10 to gate)")
+    p.add_argument("--no-rerun", action="store_true", help="do not rerun inconclusive cases")
+    p.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE", help="environment of the base")
+    p.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE", help="environment of the head")
+    p.add_argument("--out", type=Path, default=None, help="folder of round files and reports (default RESULTS/ab/TIME)")
+    add_gate_flags(p)
+    p.add_argument("--no-store-report", action="store_true", help="do not add the gate report to the store")
+    add_store_flags(p)
+    add_json_flag(p)
+    p.add_argument("run_args", nargs=argparse.REMAINDER, help="-- then arguments for `fp8bench run`")
+
+
+def _env(pairs: list[str], flag: str) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _is_checkout(text: str) -> bool:
+    return (Path(text) / "pyproject.toml").is_file()
+
+
+def execute(args: argparse.Namespace) -> int:
+    from fp8bench.ab import AbError, SideSpec, run_ab, temporary_checkouts
+    from fp8bench.commands.gate import EXIT_HARNESS_ERROR, gate_config, store_report, write_report
+    from fp8bench.gate import render_markdown
+
+    run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
+    try:  # bad input is a harness error (3) here: 2 would read as "inconclusive"
+        if not run_args:
+            raise UsageError("give the cases after `--`, e.g. `fp8bench ab --base origin/main -- --suite ci`")
+        if args.rounds < 2:
+            raise UsageError(f"--rounds must be >= 2 (10 or more to gate reliably), got {args.rounds}")
+        config = gate_config(args)
+        envs = {"base": _env(args.base_env, "--base-env"), "head": _env(args.head_env, "--head-env")}
+    except (UsageError, ValueError) as exc:
+        print(f"fp8bench ab: error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    results = args.results_dir or default_results_dir()
+    folder = args.out or results / "ab" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    refs = {n: v for n, v in (("base", args.base), ("head", args.head)) if not _is_checkout(v)}
+    cleanup = None
+    try:
+        roots = {n: Path(v).resolve() for n, v in (("base", args.base), ("head", args.head)) if n not in refs}
+        if refs:
+            paths, cleanup = temporary_checkouts(args.repo.resolve(), refs)
+            roots.update(paths)
+        progress = None if args.json else (lambda r, side: print(f"round {r + 1}: {side} done", file=sys.stderr))
+        result = run_ab(SideSpec("base", roots["base"], envs["base"]), SideSpec("head", roots["head"], envs["head"]),
+                        run_args, folder, args.rounds, config, not args.no_rerun, on_round=progress)
+    except (AbError, OSError, ValueError) as exc:
+        print(f"fp8bench ab: harness error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    except Exception as exc:  # noqa: BLE001 - no verdict without a measurement
+        traceback.print_exc(file=sys.stderr)
+        print(f"fp8bench ab: harness error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    finally:
+        if cleanup:
+            cleanup()
+    report = result.report
+    report["ab"]["refs"] = refs
+    md, js = write_report(report, folder)
+    store_error = None
+    if not args.no_store_report:
+        store_error = store_report(report, args.store or results)
+        if store_error:
+            print(f"fp8bench ab: report not stored ({store_error}); it is in {js}", file=sys.stderr)
+    if args.json:
+        print_json({**report, "report_md": str(md), "report_json": str(js), "store_error": store_error})
+    else:
+        print(render_markdown(report))
+        print_json({"verdict": report["verdict"], "exit_code": report["exit_code"],
+                    "slower_cases": report["slower_cases"], "folder": str(folder), "report_md": str(md)})
+    return int(report["exit_code"])

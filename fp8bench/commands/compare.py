@@ -1,0 +1,50 @@
+"""`fp8bench compare BASE CAND`: ratio table of two runs, without gating (always exit 0 when it ran)."""
+
+from __future__ import annotations
+
+import argparse
+
+from fp8bench.commands.common import EXIT_OK, add_json_flag, add_store_flags, default_results_dir, print_json
+
+NAME = "compare"
+HELP = "per-case ratio of medians with bootstrap interval and p-values (informational, exit 0)"
+DESCRIPTION = """Compare two runs case by case: ratio median(cand)/median(base), its bootstrap interval,
+one-sided Mann-Whitney p-values after Benjamini-Hochberg, and the verdict the gate would give.
+
+BASE and CAND are run files, pytest-benchmark JSON files, folders of rounds, or store run ids. Unlike `gate`
+this never fails on a slowdown: it exits 0 whenever the comparison ran (2 on bad input).
+
+examples:
+  fp8bench compare results/runs/A.json results/runs/B.json
+  fp8bench compare RUN_ID_A RUN_ID_B --store postgresql://bench@db/fp8bench --json"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from fp8bench.commands.gate import add_gate_flags
+
+    p.add_argument("base")
+    p.add_argument("cand")
+    add_gate_flags(p)
+    add_store_flags(p)
+    add_json_flag(p)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fp8bench.commands.gate import gate_config
+    from fp8bench.gate import gate, render_markdown
+    from fp8bench.ingest import load_side
+
+    store = None
+    if args.store or not (Path(args.base).exists() and Path(args.cand).exists()):
+        from fp8bench.store import open_store
+
+        store = open_store(args.store or (args.results_dir or default_results_dir()))
+    report = gate(load_side(args.base, store), load_side(args.cand, store), gate_config(args))
+    if args.json:
+        print_json(report)
+    else:
+        print(render_markdown(report))
+        print_json({"would_gate": report["verdict"], "counts": {k: v for k, v in report["counts"].items() if v}})
+    return EXIT_OK

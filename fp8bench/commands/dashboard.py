@@ -1,0 +1,81 @@
+"""`fp8bench dashboard`: serve the Streamlit dashboard on a store, on this machine only unless told otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+from fp8bench.commands.common import (
+    EXIT_OK,
+    UsageError,
+    add_json_flag,
+    add_store_flags,
+    print_json,
+    store_target,
+)
+
+NAME = "dashboard"
+HELP = "serve the Streamlit dashboard on a store (127.0.0.1 by default)"
+DESCRIPTION = """Serve the dashboard: speedups per device, roofline, phases, energy, numerics, history with the
+gate's verdicts, run-to-run comparison and environments, read from a store.
+
+examples:
+  fp8bench dashboard                                   # ./results/fp8bench.sqlite on http://127.0.0.1:8501
+  fp8bench dashboard --results-dir /data/fp8 --port 8600
+  fp8bench dashboard --store postgresql://user@db/fp8bench --host 0.0.0.0   # reachable from other machines
+
+Needs the dashboard extra: pip install 'fp8bench[dashboard]'. Stop it with Ctrl-C."""
+
+# The app reads its store from this variable (see fp8bench.dashboard.data.STORE_ENV; not imported here so that
+# `fp8bench --help` never needs streamlit).
+STORE_ENV = "FP8BENCH_DASHBOARD_STORE"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_store_flags(p)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
+    p.add_argument("--port", type=int, default=8501, help="TCP port (default 8501)")
+    p.add_argument("--print-command", action="store_true",
+                   help="print the streamlit command line and environment instead of starting the server")
+    add_json_flag(p)
+
+
+def app_path() -> Path:
+    return Path(str(resources.files("fp8bench.dashboard").joinpath("app.py")))
+
+
+def streamlit_command(args: argparse.Namespace) -> list[str]:
+    """The ``streamlit run`` command line that serves the app with these options."""
+    if not 1 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: accepted ports are 1..65535")
+    return [sys.executable, "-m", "streamlit", "run", str(app_path()),
+            "--server.address", args.host, "--server.port", str(args.port), "--server.headless", "true",
+            "--browser.gatherUsageStats", "false", "--global.developmentMode", "false",
+            "--client.toolbarMode", "viewer"]
+
+
+def execute(args: argparse.Namespace) -> int:
+    cmd = streamlit_command(args)
+    target = str(store_target(args))
+    env = {**os.environ, STORE_ENV: target}
+    if args.print_command or args.json:
+        if args.json:
+            print_json({"command": cmd, "env": {STORE_ENV: target}, "url": f"http://{args.host}:{args.port}/"})
+        else:
+            print(f"{STORE_ENV}={target} " + " ".join(cmd))
+        if args.print_command:
+            return EXIT_OK
+    if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
+        raise UsageError("the dashboard needs streamlit and plotly: pip install 'fp8bench[dashboard]'")
+    print(f"fp8bench dashboard: serving store {target} on http://{args.host}:{args.port}/ (Ctrl-C stops)",
+          file=sys.stderr)
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return EXIT_OK

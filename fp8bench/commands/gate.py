@@ -1,0 +1,142 @@
+"""`fp8bench gate BASE CAND`: the statistical regression gate (see :mod:`fp8bench.gate`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn
+
+from fp8bench.commands.common import add_json_flag, add_store_flags, default_results_dir, print_json
+
+NAME = "gate"
+HELP = "fail on a real slowdown: ratio of medians, bootstrap CI, Mann-Whitney U, Benjamini-Hochberg"
+DESCRIPTION = """Compare a candidate against its base, case by case, and fail on a real slowdown.
+
+BASE and CAND are each a run file, a pytest-benchmark JSON file, a folder of run files (the interleaved rounds
+written by `fp8bench ab`: per-round medians are the samples), or run ids in the store (comma-separated).
+
+A case is `slower` when the bootstrap interval of median(cand)/median(base) lies above 1+T and the one-sided
+Mann-Whitney p-value, adjusted by Benjamini-Hochberg across cases, is under alpha. Cases run under different
+devices, drivers, CUDA, torch, power limits or clock policies are `incomparable`, never compared.
+
+examples:
+  fp8bench gate results/ab/base results/ab/head
+  fp8bench gate base.json cand.json --threshold 0.05 --override 'gemm*fp8_rowwise*=8%' --aa-noise 0.01
+
+exit codes: 0 pass; 1 regression (a slower or broken case); 2 inconclusive or incomparable; 3 harness error.
+The Markdown and JSON reports are written before exiting."""
+
+EXIT_HARNESS_ERROR = 3
+
+
+def add_gate_flags(p: argparse.ArgumentParser) -> None:
+    """The gate's statistical settings (shared with `fp8bench ab`)."""
+    p.add_argument("--threshold", type=float, default=0.05, help="slowdown that matters, as a fraction (default 0.05)")
+    p.add_argument("--override", action="append", default=[], metavar="PATTERN=T",
+                   help="per-case threshold: fnmatch pattern on the case key = fraction or percent (repeatable)")
+    p.add_argument("--alpha", type=float, default=0.01, help="significance after Benjamini-Hochberg (default 0.01)")
+    p.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval confidence (default 0.95)")
+    p.add_argument("--aa-noise", type=float, default=None,
+                   help="A/A noise of this runner (typical |ratio-1|); T is never below 3x this")
+    p.add_argument("--aa-report", type=Path, default=None,
+                   help="an A/A gate report (JSON) to take the A/A noise from")
+
+
+def gate_config(args: argparse.Namespace) -> Any:
+    from fp8bench.gate import GateConfig, aa_noise_of, parse_override
+
+    aa = args.aa_noise
+    if args.aa_report is not None:
+        try:
+            aa = max(aa or 0.0, aa_noise_of(json.loads(args.aa_report.read_text())))
+        except (OSError, json.JSONDecodeError, KeyError) as exc:
+            raise ValueError(f"cannot read the A/A report {args.aa_report}: {exc}") from exc
+    return GateConfig(threshold=args.threshold, overrides=tuple(parse_override(o) for o in args.override),
+                      alpha=args.alpha, confidence=args.confidence, aa_noise=aa)
+
+
+def harness_errors_exit_3(p: argparse.ArgumentParser) -> None:
+    """Make this verb's own usage errors exit 3 (harness error): for the gate, 2 means "inconclusive", and a CI
+    step that tolerates an inconclusive verdict must not also tolerate a mistyped flag."""
+
+    def error(message: str) -> NoReturn:
+        p.print_usage(sys.stderr)
+        p.exit(EXIT_HARNESS_ERROR, f"{p.prog}: error: {message}\n")
+
+    p.error = error  # type: ignore[method-assign]  # argparse has no hook for the exit code
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    harness_errors_exit_3(p)
+    p.add_argument("base", help="base: run file, pytest-benchmark JSON, folder of rounds, or store run id(s)")
+    p.add_argument("cand", help="candidate: same forms as BASE")
+    add_gate_flags(p)
+    p.add_argument("--report-dir", type=Path, default=None,
+                   help="where report.md and report.json go (default RESULTS/gate/REPORT_ID)")
+    p.add_argument("--no-store-report", action="store_true", help="do not add the report to the store")
+    add_store_flags(p)
+    add_json_flag(p)
+
+
+def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
+    """Write report.md and report.json into ``folder``; returns their paths."""
+    from fp8bench.gate import render_markdown
+    from fp8bench.runfile import atomic_write_json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    md, js = folder / "report.md", folder / "report.json"
+    md.write_text(render_markdown(report))
+    atomic_write_json(js, report)
+    return md, js
+
+
+def store_report(report: dict[str, Any], target: Any) -> str | None:
+    """Add the report to the store; returns an error text instead of raising (the files are already written)."""
+    from fp8bench.store import open_store
+
+    try:
+        open_store(target).add_gate_report(report)
+    except Exception as exc:  # the verdict stands even if the database is down
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def execute(args: argparse.Namespace) -> int:
+    from fp8bench.gate import gate, render_markdown
+
+    try:
+        config = gate_config(args)
+        store = None
+        if args.store or not (Path(args.base).exists() and Path(args.cand).exists()):
+            from fp8bench.store import open_store
+
+            store = open_store(args.store or (args.results_dir or default_results_dir()))
+        from fp8bench.ingest import load_side
+
+        report = gate(load_side(args.base, store), load_side(args.cand, store), config)
+    except Exception as exc:  # any failure to produce a verdict is a harness error, never a pass
+        print(f"fp8bench gate: harness error: {exc}", file=sys.stderr)
+        if not isinstance(exc, ValueError | OSError | RuntimeError):
+            traceback.print_exc(file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    folder = args.report_dir or (args.results_dir or default_results_dir()) / "gate" / report["report_id"]
+    try:
+        md, js = write_report(report, folder)
+    except OSError as exc:
+        print(f"fp8bench gate: harness error: cannot write the report to {folder}: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    store_error = None
+    if not args.no_store_report:
+        store_error = store_report(report, args.store or (args.results_dir or default_results_dir()))
+        if store_error:
+            print(f"fp8bench gate: report not stored ({store_error}); it is in {js}", file=sys.stderr)
+    if args.json:
+        print_json({**report, "report_md": str(md), "report_json": str(js), "store_error": store_error})
+    else:
+        print(render_markdown(report))
+        print_json({"verdict": report["verdict"], "exit_code": report["exit_code"],
+                    "slower_cases": report["slower_cases"], "report_md": str(md), "report_json": str(js)})
+    return int(report["exit_code"])

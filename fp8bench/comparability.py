@@ -1,0 +1,98 @@
+"""When two measurements of a case may be compared at all: the comparability key.
+
+A timing ratio only means something if both sides ran the same case on the same kind of machine under the same
+software and power regime. A 5% "regression" between an H100 at 700 W and one capped at 500 W, or between torch
+2.5 and 2.6, says nothing about the kernel change under review. The key is built from stable fields only:
+
+* device name (``run.device.name``: the GPU model, or the CPU model on a CPU run);
+* NVIDIA driver major version and CUDA driver version (``run.gpu``; absent on a CPU run, then ``None``);
+* CUDA runtime torch was built with and the torch version (``run.software``);
+* power limit in watts and clock policy (``run.gpu``: a locked-clock run and a boost-clock run differ by design);
+* the case itself (workload, shape, precision with its FP8 format, device kind) and its backend;
+* a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, and
+  the run settings that change the measured region: L2 flushing, the input seed and the CPU thread count).
+
+Fields such as the host name, the git commit, the date or the sampling policy are deliberately left out: the gate
+compares commits, possibly on different runners of one pool, and a sampling policy changes how many samples are
+taken, not what one sample means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fp8bench.records import case_key
+
+# Run settings that change what one sample measures (see the module docstring).
+DEFINITION_SETTINGS = ("flush_l2", "seed", "threads")
+
+
+@dataclass(frozen=True)
+class ComparabilityKey:
+    device_name: str | None
+    driver_major: str | None
+    cuda_driver: str | None
+    cuda_runtime: str | None
+    torch: str | None
+    power_limit_w: float | None
+    clock_policy: str | None
+    case: str
+    backend: str
+    definition_hash: str
+
+    def differences(self, other: ComparabilityKey) -> dict[str, tuple[Any, Any]]:
+        """Fields that differ, as ``name -> (self's value, other's value)``."""
+        mine, theirs = asdict(self), asdict(other)
+        return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _driver_major(version: Any) -> str | None:
+    """``"550.54.15"`` -> ``"550"``: minor driver updates keep kernel timings, a new major branch may not."""
+    if version in (None, ""):
+        return None
+    return str(version).split(".", 1)[0]
+
+
+def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
+    """SHA-256 (first 16 hex digits) of the case definition and the settings that change the timed region."""
+    settings = run.get("settings") or {}
+    extra = record.get("extra") or {}
+    definition = {
+        "workload": record["workload"], "shape": record["shape"], "precision": record["precision"],
+        "fp8_format": record.get("fp8_format"), "backend": record["backend"],
+        "settings": {k: settings.get(k) for k in DEFINITION_SETTINGS},
+        # A pytest-benchmark case may carry its own definition (e.g. a parametrization that is not a shape).
+        "case_definition": extra.get("case_definition"),
+    }
+    text = json.dumps(definition, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def comparability_key(record: dict[str, Any], run: dict[str, Any]) -> ComparabilityKey:
+    """The key of one record in the run whose header is ``run``. Missing GPU fields read as ``None``."""
+    gpu = run.get("gpu") or {}
+    software = run.get("software") or {}
+    power = gpu.get("power_limit_w")
+    return ComparabilityKey(
+        device_name=(run.get("device") or {}).get("name"),
+        driver_major=_driver_major(gpu.get("driver_version")),
+        cuda_driver=None if gpu.get("cuda_driver_version") is None else str(gpu.get("cuda_driver_version")),
+        cuda_runtime=software.get("cuda_runtime"),
+        torch=software.get("torch"),
+        power_limit_w=None if power is None else round(float(power), 1),
+        clock_policy=gpu.get("clock_policy"),
+        case=case_key(record),
+        backend=record["backend"],
+        definition_hash=definition_hash(record, run),
+    )
+
+
+def key_string(key: ComparabilityKey) -> str:
+    """A compact, stable text form (for a store column or a log line)."""
+    return hashlib.sha256(json.dumps(key.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:24]

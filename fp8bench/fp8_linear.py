@@ -1,0 +1,196 @@
+"""An FP8 linear layer for training: the forward GEMM and both backward GEMMs run through a recipe's FP8 path.
+
+A linear layer ``y = x @ W^T`` (``x`` ``[M, K]`` tokens by input features, ``W`` ``[N, K]``) costs three GEMMs per
+training step, and FP8 training quantizes the operands of all three:
+
+===========  ==========================  =============================  ===========================
+GEMM         product                     left operand (``[rows, red]``)  right operand (``[cols, red]``)
+===========  ==========================  =============================  ===========================
+forward      ``y  = x @ W^T``  [M, N]    ``x``   [M, K]                 ``W``   [N, K]
+dgrad        ``dx = dy @ W``   [M, K]    ``dy``  [M, N]                 ``W^T`` [K, N]
+wgrad        ``dW = dy^T @ x`` [N, K]    ``dy^T`` [N, M]                ``x^T`` [K, M]
+===========  ==========================  =============================  ===========================
+
+Every operand is handed to :func:`fp8bench.scaled_gemm.fp8_scaled_mm` as ``[rows, reduction]`` row-major, the
+layout ``torch._scaled_mm`` requires, so the backward GEMMs need transposed copies. How they are made depends on
+the recipe's granularity:
+
+* **tensorwise** (current or delayed): one scale covers a tensor and its transpose, so the FP8 data of ``x`` and
+  ``W`` from the forward pass is transposed and reused, and ``dy`` is quantized once. Delayed scaling keeps one
+  :class:`~fp8bench.quantize.AmaxHistory` per tensor (input, weight, gradient) in the layer, so the history
+  persists across training steps, as in Transformer Engine.
+* **rowwise, blockwise, MX**: scales run along the reduction dimension, which differs between the GEMMs, so each
+  operand is quantized afresh along the dimension its GEMM reduces over (torchao's rowwise recipe does the same).
+  The high-precision ``x`` is therefore kept for the backward pass.
+
+Gradients (``dy``) use the recipe's backward format: E5M2 under ``hybrid``, else the forward format. Outputs: the
+forward and dgrad GEMMs write the activation dtype (BF16), the wgrad GEMM writes FP32 into the master weight's
+gradient. The quantizers are the shared ones in :mod:`fp8bench.quantize`; nothing here re-implements scaling.
+
+The GEMM itself is pluggable: :data:`NATIVE` calls PyTorch's scaled matmul (real FP8 kernels), :data:`EMULATED`
+dequantizes and multiplies in FP32, which runs every recipe on any device with the same numbers up to accumulation
+order.
+
+``disable_scaling=True`` casts every operand with a dequantization scale of 1, i.e. no scaling at all. It exists as
+a negative control for the convergence check: gradients (``|g|`` around 1e-5) then fall below E4M3's smallest
+subnormal (2**-9) and flush to zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fp8bench.quantize import Quantized, Quantizer, cast_stats, quantize_tensorwise, quantizer_for
+from fp8bench.recipes import Fp8Recipe, Granularity
+from fp8bench.scaled_gemm import emulated_scaled_mm, fp8_scaled_mm
+
+GemmFn = Callable[[Quantized, Quantized, torch.dtype], torch.Tensor]
+NATIVE: GemmFn = fp8_scaled_mm
+EMULATED: GemmFn = emulated_scaled_mm
+
+
+def _transposed(q: Quantized) -> Quantized:
+    """The transpose of a tensorwise-quantized tensor: same scale, data made row-major again."""
+    return Quantized(q.data.t().contiguous(), q.scale, q.fmt, q.granularity, q.block)
+
+
+class _Operands:
+    """The quantizers one FP8 linear layer applies, one per (GEMM, operand) that needs its own scales."""
+
+    def __init__(self, recipe: Fp8Recipe, disable_scaling: bool) -> None:
+        fwd, bwd = recipe.forward_format, recipe.backward_format
+        self.reuse_transposes = recipe.granularity is Granularity.TENSORWISE or disable_scaling
+        if disable_scaling:
+            def unscaled(fmt: Any) -> Quantizer:
+                return lambda t: quantize_tensorwise(t, fmt, torch.ones((), device=t.device))
+
+            self.x, self.w, self.grad = unscaled(fwd), unscaled(fwd), unscaled(bwd)
+            return
+        # Delayed scaling: each closure owns an AmaxHistory, so these three persist across steps.
+        self.x = quantizer_for(recipe, "lhs", fwd)
+        self.w = quantizer_for(recipe, "rhs", fwd)
+        self.grad = quantizer_for(recipe, "lhs", bwd)
+        if not self.reuse_transposes:
+            self.w_t = quantizer_for(recipe, "rhs", fwd)  # W^T [K, N] in dgrad
+            self.grad_t = quantizer_for(recipe, "lhs", bwd)  # dy^T [N, M] in wgrad
+            self.x_t = quantizer_for(recipe, "rhs", fwd)  # x^T [K, M] in wgrad
+
+
+class _Fp8LinearFunction(torch.autograd.Function):
+    """``y = x @ W^T`` with FP8 operands in all three GEMMs (see the module docstring for the layouts)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, layer: Fp8Linear) -> torch.Tensor:
+        ops = layer.operands
+        qx, qw = ops.x(x), ops.w(weight)
+        y = layer.gemm(qx, qw, x.dtype)
+        if layer.sample_stats:
+            layer.note_stats("input", x, qx)
+            layer.note_stats("weight", weight, qw)
+        ctx.layer = layer
+        ctx.quantized = (qx, qw)
+        # Tensorwise recipes reuse the FP8 copies; the others requantize x along M in the wgrad GEMM.
+        ctx.save_for_backward(None if ops.reuse_transposes else x, weight)
+        ctx.x_dtype = x.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
+        layer: Fp8Linear = ctx.layer
+        ops = layer.operands
+        x, weight = ctx.saved_tensors
+        qx, qw = ctx.quantized
+        dy = dy.contiguous()
+        qg = ops.grad(dy)
+        if layer.sample_stats:
+            layer.note_stats("grad_output", dy, qg)
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            qw_t = _transposed(qw) if ops.reuse_transposes else ops.w_t(weight.t().contiguous())
+            dx = layer.gemm(qg, qw_t, ctx.x_dtype)
+        if ctx.needs_input_grad[1]:
+            if ops.reuse_transposes:
+                qg_t, qx_t = _transposed(qg), _transposed(qx)
+            else:
+                qg_t, qx_t = ops.grad_t(dy.t().contiguous()), ops.x_t(x.t().contiguous())
+            dw = layer.gemm(qg_t, qx_t, torch.float32).to(weight.dtype)
+        return dx, dw, None
+
+
+class Fp8Linear(nn.Module):
+    """Drop-in replacement of ``nn.Linear`` whose three GEMMs run in FP8 under ``recipe``.
+
+    The weight stays a high-precision master parameter (FP32 in training); activations are computed in
+    ``compute_dtype`` (BF16), or in the autocast dtype when autocast is on. ``gemm`` picks native or emulated
+    FP8 GEMMs. Set ``sample_stats`` to record amax and overflow/underflow fractions of the operands on the next
+    calls (read them from :attr:`stats`); sampling costs extra passes over each tensor, so it is off by default.
+    """
+
+    def __init__(self, in_features: int, out_features: int, recipe: Fp8Recipe, *, bias: bool = False,
+                 gemm: GemmFn = NATIVE, disable_scaling: bool = False, compute_dtype: torch.dtype = torch.bfloat16,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
+        nn.init.kaiming_uniform_(self.weight, a=5**0.5)
+        self.recipe, self.gemm, self.disable_scaling = recipe, gemm, disable_scaling
+        self.compute_dtype = compute_dtype
+        self.operands = _Operands(recipe, disable_scaling)
+        self.sample_stats = False
+        self.stats: dict[str, dict[str, float]] = {}
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, recipe: Fp8Recipe, **kwargs: Any) -> Fp8Linear:
+        """An FP8 layer sharing ``linear``'s parameters (so an optimizer built later sees the same tensors)."""
+        layer = cls(linear.in_features, linear.out_features, recipe, bias=False, device="meta", **kwargs)
+        layer.weight = linear.weight
+        layer.bias = linear.bias
+        return layer
+
+    def note_stats(self, name: str, source: torch.Tensor, q: Quantized) -> None:
+        """Record one operand's amax and cast statistics (fractions of its elements)."""
+        cs = cast_stats(source.detach(), q)
+        self.stats[name] = {"amax": source.detach().abs().max().item(), "overflow_frac": cs.overflow_frac,
+                            "underflow_frac": cs.underflow_frac}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = self.compute_dtype
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).to(dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            y = _Fp8LinearFunction.apply(x2, self.weight, self)
+            if self.bias is not None:
+                y = y + self.bias.to(y.dtype)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        scaling = "no scaling" if self.disable_scaling else self.recipe.describe()
+        gemm = "native" if self.gemm is NATIVE else "emulated"
+        return f"in_features={self.in_features}, out_features={self.out_features}, {scaling}, {gemm} GEMM"
+
+
+def swap_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> nn.Module:
+    """Replace every ``nn.Linear`` inside ``module`` (recursively, in place) by ``make(linear)``; returns it.
+
+    A bare ``nn.Linear`` passed as ``module`` itself is returned converted.
+    """
+    if type(module) is nn.Linear:
+        return make(module)
+    for name, child in module.named_children():
+        if type(child) is nn.Linear:
+            setattr(module, name, make(child))
+        else:
+            swap_linears(child, make)
+    return module
+
+
+def fp8_layers(module: nn.Module) -> list[tuple[str, Fp8Linear]]:
+    """Every :class:`Fp8Linear` in ``module`` with its qualified name."""
+    return [(name, m) for name, m in module.named_modules() if isinstance(m, Fp8Linear)]

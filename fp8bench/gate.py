@@ -1,0 +1,353 @@
+"""The statistical regression gate: does a candidate commit make any case slower than its base, for real?
+
+Method (DESIGN, "Gate method"):
+
+1. **Samples.** Each side is one run or several interleaved *rounds* (``fp8bench ab``). With rounds, a case's
+   samples are its per-round medians: drift of the machine (clocks, neighbours, thermals) then shows up as
+   round-to-round spread that both sides share, instead of hiding inside one long run. With a single run per side
+   the raw samples are used, and the report says that they are treated as independent, which they are not quite.
+2. **Comparability.** Cases are compared only when their :mod:`fp8bench.comparability` keys match; otherwise the case
+   is ``incomparable`` and the differing fields are named.
+3. **Per case:** the ratio of medians ``median(cand) / median(base)`` (above 1 is slower), its percentile-bootstrap
+   confidence interval and one-sided Mann-Whitney U p-values (:mod:`fp8bench.stats`).
+4. **Across cases:** Benjamini-Hochberg adjusts the p-values, so that a suite of many cases does not raise a false
+   alarm just because one of many noisy cases drew an unlucky sample.
+5. **Verdict per case** with threshold ``T`` (default 5%, per-case overrides, never under 3x the A/A noise of the
+   runner): ``slower`` when the interval's lower bound exceeds ``1 + T`` and the adjusted p < ``alpha``;
+   ``faster`` when its upper bound is under ``1 / (1 + T)`` and the adjusted p for "faster" < ``alpha``; ``same``
+   when the upper bound is at most ``1 + T`` (a slowdown beyond T is implausible); otherwise ``inconclusive``: a
+   slowdown beyond T is possible but not shown. ``broken`` when the base measured the case and the candidate
+   failed, skipped or invalidated it.
+6. **Exit code:** 1 on any ``slower`` or ``broken`` case; else 2 on any ``inconclusive`` or ``incomparable`` case
+   (or when nothing could be compared); else 0. Harness errors are 3 (in :mod:`fp8bench.commands.gate`).
+   ``fp8bench ab`` reruns inconclusive cases once (:func:`merge_rerun`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from fp8bench.comparability import ComparabilityKey, comparability_key
+from fp8bench.records import case_key
+from fp8bench.stats import benjamini_hochberg, compare_batch
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_INCONCLUSIVE, EXIT_HARNESS_ERROR = 0, 1, 2, 3
+
+# Case verdicts. Only the first group changes the exit code.
+REGRESSING = ("slower", "broken")
+UNDECIDED = ("inconclusive", "incomparable")
+INFORMATIONAL = ("faster", "same", "new", "removed", "not measured")
+VERDICT_ORDER = (*REGRESSING, *UNDECIDED, "faster", "same", "new", "removed", "not measured")
+
+# The noise floor: T is never set under this multiple of the A/A noise measured on the same runner.
+AA_NOISE_MULTIPLE = 3.0
+
+
+class GateError(ValueError):
+    """Bad gate input: a threshold out of range, an override that does not parse, sides without runs."""
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """How strict the gate is. ``threshold`` and override values are fractions (0.05 is 5%)."""
+
+    threshold: float = 0.05
+    overrides: tuple[tuple[str, float], ...] = ()  # (fnmatch pattern on the case key, threshold); last match wins
+    alpha: float = 0.01  # after Benjamini-Hochberg
+    confidence: float = 0.95  # of the bootstrap interval
+    aa_noise: float | None = None  # typical |ratio - 1| of an A/A comparison on this runner
+    n_boot: int = 2000
+    min_samples: int = 3  # per side; fewer cannot show anything
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, t in (("threshold", self.threshold), *((f"override {p!r}", v) for p, v in self.overrides)):
+            if not 0 <= t < 1:
+                raise GateError(f"{name} must be a fraction in [0, 1) (0.05 means 5%), got {t}")
+        if not 0 < self.alpha < 1:
+            raise GateError(f"alpha must be in (0, 1), got {self.alpha}")
+        if not 0 < self.confidence < 1:
+            raise GateError(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.aa_noise is not None and not 0 <= self.aa_noise < 1:
+            raise GateError(f"A/A noise must be a fraction in [0, 1), got {self.aa_noise}")
+        if self.min_samples < 2:
+            raise GateError(f"min_samples must be >= 2, got {self.min_samples}")
+
+    def threshold_for(self, case: str) -> tuple[float, str]:
+        """The effective threshold of a case and where it came from."""
+        t, source = self.threshold, "default"
+        for pattern, value in self.overrides:
+            if fnmatch.fnmatchcase(case, pattern):
+                t, source = value, f"override {pattern}"
+        if self.aa_noise is not None and AA_NOISE_MULTIPLE * self.aa_noise > t:
+            t, source = AA_NOISE_MULTIPLE * self.aa_noise, f"{AA_NOISE_MULTIPLE:g}x A/A noise"
+        return t, source
+
+
+def parse_override(text: str) -> tuple[str, float]:
+    """``PATTERN=T`` (T a fraction or a percentage such as ``8%``) -> ``(pattern, fraction)``."""
+    pattern, sep, value = text.rpartition("=")
+    if not sep or not pattern:
+        raise GateError(f"threshold override {text!r} must look like PATTERN=T, e.g. 'gemm*fp8_rowwise*=0.08'")
+    try:
+        t = float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
+    except ValueError as exc:
+        raise GateError(f"threshold override {text!r}: {value!r} is not a number") from exc
+    return pattern, t
+
+
+# -- one side: runs -> per-case samples ---------------------------------------------------------------------------
+@dataclass
+class SideCase:
+    """A case as one side measured it, over all of that side's runs."""
+
+    case: str
+    key: ComparabilityKey
+    samples: list[float] = field(default_factory=list)
+    status: str = "ok"
+    reason: str | None = None
+    key_conflict: dict[str, tuple[Any, Any]] | None = None  # rounds of one side disagree on the key
+
+
+@dataclass
+class Side:
+    run_ids: list[str]
+    git_commit: str | None
+    cases: dict[str, SideCase]
+    sample_unit: str  # "round medians" | "raw samples"
+
+
+def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
+    """Per-case samples of one side: per-round medians with >= 2 runs, else the single run's raw samples."""
+    if not payloads:
+        raise GateError("a side of the comparison has no runs")
+    rounds = len(payloads) >= 2
+    cases: dict[str, SideCase] = {}
+    for payload in payloads:
+        run = payload["run"]
+        for record in payload["records"]:
+            name = case_key(record)
+            key = comparability_key(record, run)
+            entry = cases.setdefault(name, SideCase(name, key))
+            if key != entry.key and entry.key_conflict is None:
+                entry.key_conflict = entry.key.differences(key)
+            if record.get("status") != "ok" or not record.get("valid", True):
+                if entry.status == "ok":
+                    entry.status, entry.reason = record.get("status", "failed"), record.get("reason")
+                continue
+            if rounds:
+                if record.get("median_s") is not None:
+                    entry.samples.append(float(record["median_s"]))
+            else:
+                entry.samples.extend(float(s) for s in record.get("samples_s") or [])
+    commits = {(p["run"].get("git") or {}).get("commit") for p in payloads}
+    return Side([p["run"]["run_id"] for p in payloads], commits.pop() if len(commits) == 1 else None, cases,
+                "round medians" if rounds else "raw samples")
+
+
+# -- the comparison -----------------------------------------------------------------------------------------------
+def _case_result(case: str, verdict: str, reason: str | None = None, **fields: Any) -> dict[str, Any]:
+    return {"case": case, "verdict": verdict, "reason": reason, "ratio": None, "ci_low": None, "ci_high": None,
+            "p_slower": None, "p_faster": None, "p_slower_adj": None, "p_faster_adj": None, "threshold": None,
+            "threshold_source": None, "n_base": 0, "n_cand": 0, "differences": None, **fields}
+
+
+def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None) -> dict[str, Any] | None:
+    """A verdict that needs no statistics (missing, unmeasured, broken, incomparable), or ``None``."""
+    if cand is None:
+        return _case_result(case, "removed", "not in the candidate")
+    if base is None:
+        return _case_result(case, "new", "not in the base")
+    for side, entry in (("base", base), ("candidate", cand)):
+        if entry.key_conflict:
+            return _case_result(case, "incomparable", f"the {side}'s rounds disagree on "
+                                f"{', '.join(entry.key_conflict)}", differences=_jsonable(entry.key_conflict))
+    if base.status != "ok" and cand.status != "ok":
+        return _case_result(case, "not measured", f"base {base.status}: {base.reason}; "
+                            f"candidate {cand.status}: {cand.reason}")
+    if base.status != "ok":
+        return _case_result(case, "new", f"base {base.status}: {base.reason}")
+    if cand.status != "ok":
+        return _case_result(case, "broken", f"candidate {cand.status}: {cand.reason}")
+    diff = base.key.differences(cand.key)
+    if diff:
+        return _case_result(case, "incomparable", "comparability key differs in " + ", ".join(diff),
+                            differences=_jsonable(diff))
+    return None
+
+
+def _jsonable(diff: dict[str, tuple[Any, Any]]) -> dict[str, list[Any]]:
+    return {k: [a, b] for k, (a, b) in diff.items()}
+
+
+def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> list[dict[str, Any]]:
+    """Per-case results (dicts, see :func:`_case_result`) in a stable order: base's cases, then new ones."""
+    names = list(base.cases) + [c for c in cand.cases if c not in base.cases]
+    results: dict[str, dict[str, Any]] = {}
+    tested: list[str] = []
+    for name in names:
+        b, c = base.cases.get(name), cand.cases.get(name)
+        pre = _pre_verdict(name, b, c)
+        if pre is not None:
+            results[name] = pre
+            continue
+        assert b is not None and c is not None
+        t, source = config.threshold_for(name)
+        if len(b.samples) < config.min_samples or len(c.samples) < config.min_samples:
+            results[name] = _case_result(name, "inconclusive", f"too few samples (base {len(b.samples)}, "
+                                         f"candidate {len(c.samples)}; need {config.min_samples} per side)",
+                                         threshold=t, threshold_source=source, n_base=len(b.samples),
+                                         n_cand=len(c.samples))
+            continue
+        results[name] = _case_result(name, "pending", threshold=t, threshold_source=source)
+        tested.append(name)
+    # Cases with equal sample counts are estimated in one vectorized batch (see stats.compare_batch).
+    groups: dict[tuple[int, int], list[str]] = {}
+    for name in tested:
+        groups.setdefault((len(base.cases[name].samples), len(cand.cases[name].samples)), []).append(name)
+    for group in groups.values():
+        estimates = compare_batch(np.array([base.cases[n].samples for n in group]),
+                                  np.array([cand.cases[n].samples for n in group]),
+                                  config.confidence, config.n_boot, config.seed)
+        for name, est in zip(group, estimates, strict=True):
+            results[name].update(ratio=est.ratio, ci_low=est.ci_low, ci_high=est.ci_high, p_slower=est.p_slower,
+                                 p_faster=est.p_faster, n_base=est.n_base, n_cand=est.n_cand)
+    slower_adj = benjamini_hochberg([results[n]["p_slower"] for n in tested])
+    faster_adj = benjamini_hochberg([results[n]["p_faster"] for n in tested])
+    for name, ps, pf in zip(tested, slower_adj, faster_adj, strict=True):
+        r = results[name]
+        r["p_slower_adj"], r["p_faster_adj"] = ps, pf
+        r["verdict"], r["reason"] = classify(r["ci_low"], r["ci_high"], ps, pf, r["threshold"], config.alpha)
+    return [results[n] for n in names]
+
+
+def classify(ci_low: float, ci_high: float, p_slower_adj: float, p_faster_adj: float, threshold: float,
+             alpha: float) -> tuple[str, str]:
+    """A case's verdict from its ratio interval and adjusted p-values (see the module docstring)."""
+    up, down = 1 + threshold, 1 / (1 + threshold)
+    if ci_low > up and p_slower_adj < alpha:
+        return "slower", f"interval lower bound {ci_low:.3f} > {up:.3f} and p = {p_slower_adj:.2g} < {alpha:g}"
+    if ci_high < down and p_faster_adj < alpha:
+        return "faster", f"interval upper bound {ci_high:.3f} < {down:.3f} and p = {p_faster_adj:.2g} < {alpha:g}"
+    if ci_high <= up:
+        return "same", f"a slowdown beyond {threshold:.1%} is outside the interval"
+    if ci_low > up:
+        return "inconclusive", f"interval above {up:.3f} but p = {p_slower_adj:.2g} is not under {alpha:g}"
+    return "inconclusive", f"interval [{ci_low:.3f}, {ci_high:.3f}] straddles {up:.3f}"
+
+
+def exit_code_for(cases: Sequence[dict[str, Any]]) -> int:
+    verdicts = {c["verdict"] for c in cases}
+    if verdicts & set(REGRESSING):
+        return EXIT_REGRESSION
+    compared = verdicts & {"slower", "faster", "same", "inconclusive"}
+    if verdicts & set(UNDECIDED) or not compared:
+        return EXIT_INCONCLUSIVE
+    return EXIT_PASS
+
+
+OVERALL = {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_INCONCLUSIVE: "inconclusive",
+           EXIT_HARNESS_ERROR: "error"}
+
+
+def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
+                 cases: list[dict[str, Any]] | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The whole gate outcome as one JSON-able dict (what the store keeps and the JSON report holds)."""
+    cases = compare_sides(base, cand, config) if cases is None else cases
+    code = exit_code_for(cases)
+    counts = {v: sum(c["verdict"] == v for c in cases) for v in VERDICT_ORDER}
+    all_notes = list(notes)
+    if base.sample_unit == "raw samples" or cand.sample_unit == "raw samples":
+        all_notes.append("one run per side: raw samples of one run are treated as independent, which overstates "
+                         "confidence; interleaved rounds (`fp8bench ab`) are the reliable method")
+    if not any(c["verdict"] in ("slower", "faster", "same", "inconclusive") for c in cases):
+        all_notes.append("no case could be compared")
+    return {
+        "report_id": uuid.uuid4().hex[:16],
+        "created_at": datetime.now(timezone.utc).isoformat(),
+        "base_run_id": ",".join(base.run_ids), "cand_run_id": ",".join(cand.run_ids),
+        "git_commit": cand.git_commit, "base_git_commit": base.git_commit,
+        "verdict": OVERALL[code], "exit_code": code,
+        "rounds": {"base": len(base.run_ids), "cand": len(cand.run_ids)},
+        "sample_unit": {"base": base.sample_unit, "cand": cand.sample_unit},
+        "config": {"threshold": config.threshold, "overrides": [list(o) for o in config.overrides],
+                   "alpha": config.alpha, "confidence": config.confidence, "aa_noise": config.aa_noise,
+                   "n_boot": config.n_boot, "min_samples": config.min_samples},
+        "counts": counts, "cases": cases, "notes": all_notes,
+        "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
+    }
+
+
+def gate(base_payloads: Sequence[dict[str, Any]], cand_payloads: Sequence[dict[str, Any]],
+         config: GateConfig = GateConfig()) -> dict[str, Any]:
+    """Compare run payloads of the base and the candidate; returns the report."""
+    return build_report(collect_side(base_payloads), collect_side(cand_payloads), config)
+
+
+def merge_rerun(first: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
+    """Take the rerun's verdicts for the cases the first report left inconclusive (each is rerun once only)."""
+    again = {c["case"]: c for c in rerun["cases"]}
+    cases = []
+    for c in first["cases"]:
+        if c["verdict"] == "inconclusive" and c["case"] in again:
+            cases.append({**again[c["case"]], "rerun": True, "first": {k: c[k] for k in (
+                "verdict", "reason", "ratio", "ci_low", "ci_high")}})
+        else:
+            cases.append(c)
+    code = exit_code_for(cases)
+    merged = {**first, "cases": cases, "exit_code": code, "verdict": OVERALL[code],
+              "counts": {v: sum(c["verdict"] == v for c in cases) for v in VERDICT_ORDER},
+              "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
+              "rerun": {"base_run_id": rerun["base_run_id"], "cand_run_id": rerun["cand_run_id"],
+                        "cases": [c["case"] for c in cases if c.get("rerun")]}}
+    return merged
+
+
+def aa_noise_of(report: dict[str, Any]) -> float:
+    """The A/A noise of a runner from an A/A gate report: the median over compared cases of ``|ratio - 1|``."""
+    deviations = [abs(c["ratio"] - 1) for c in report["cases"] if c.get("ratio") is not None]
+    if not deviations:
+        raise GateError("the A/A report has no compared case to estimate noise from")
+    return float(np.median(deviations))
+
+
+# -- Markdown -----------------------------------------------------------------------------------------------------
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
+    """The report as Markdown for a pull-request comment: verdict, counts, then cases (regressions first)."""
+    counts = ", ".join(f"{n} {v}" for v, n in report["counts"].items() if n)
+    lines = [f"## fp8bench gate: **{report['verdict'].upper()}** (exit {report['exit_code']})", "",
+             f"base `{report.get('base_git_commit') or '?'}` ({report['rounds']['base']} run(s)) vs candidate "
+             f"`{report.get('git_commit') or '?'}` ({report['rounds']['cand']} run(s)); samples: "
+             f"{report['sample_unit']['cand']}; {counts or 'no cases'}.", ""]
+    if report.get("slower_cases"):
+        lines += ["Slower or broken: " + ", ".join(f"`{c}`" for c in report["slower_cases"]), ""]
+    cfg = report["config"]
+    lines += [f"Threshold {cfg['threshold']:.1%} (per-case below), alpha {cfg['alpha']:g} after "
+              f"Benjamini-Hochberg, {cfg['confidence']:.0%} bootstrap interval of median(cand)/median(base)."
+              + (f" A/A noise {cfg['aa_noise']:.2%}." if cfg.get("aa_noise") is not None else ""), "",
+              "| case | verdict | ratio | interval | p slower (BH) | T | n base/cand | why |",
+              "|---|---|---|---|---|---|---|---|"]
+    order = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    rows = sorted(report["cases"], key=lambda c: (order.get(c["verdict"], 99), -(c["ratio"] or 0)))
+    for c in rows[:max_rows]:
+        interval = "-" if c["ci_low"] is None else f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
+        why = (c.get("reason") or "").replace("|", "\\|")
+        lines.append(f"| `{c['case']}` | {c['verdict']}{' (rerun)' if c.get('rerun') else ''} | "
+                     f"{_fmt(c['ratio'], '.3f')} | {interval} | {_fmt(c['p_slower_adj'], '.2g')} | "
+                     f"{_fmt(c['threshold'], '.1%')} | {c['n_base']}/{c['n_cand']} | {why} |")
+    if len(rows) > max_rows:
+        lines.append(f"| ... {len(rows) - max_rows} more case(s) in the JSON report | | | | | | | |")
+    if report.get("notes"):
+        lines += ["", *[f"- {n}" for n in report["notes"]]]
+    return "\n".join(lines) + "\n"

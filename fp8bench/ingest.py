@@ -1,0 +1,130 @@
+"""Reading results files into run payloads: fp8bench run files and pytest-benchmark JSON.
+
+Both become the run-file layout ``{"schema_version", "run": {...}, "records": [...]}`` that the store, the gate and
+the dashboard understand.
+
+pytest-benchmark JSON (``pytest --benchmark-json=FILE``) holds ``machine_info``, ``commit_info``, ``datetime`` and a
+list of ``benchmarks``, each with ``name``, ``fullname``, ``params``, ``stats`` (min, median, iqr, rounds, and the raw
+``data`` when ``--benchmark-save-data`` was given) and ``extra_info``. Cases measured through fp8bench's pytest
+plugin (:mod:`fp8bench.pytest_plugin`) carry their full fp8bench record in ``extra_info["fp8bench"]`` and the run's
+environment in ``machine_info["fp8bench"]``; they ingest exactly like cases of ``fp8bench run``. Any other
+benchmark becomes a record of workload ``pytest`` and backend ``pytest-benchmark``, keyed by its test id.
+
+A pytest-benchmark file has no run id, so one is derived from its content (start time, machine, commit and test
+ids): ingesting the same file twice stores it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from fp8bench.records import SCHEMA_VERSION
+from fp8bench.runfile import RunFileError, validate_run
+
+SOURCE_FP8BENCH = "fp8bench"
+SOURCE_PYTEST_BENCHMARK = "pytest-benchmark"
+
+
+def is_pytest_benchmark(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("benchmarks"), list) and "machine_info" in data
+
+
+def read_results_file(path: str | Path) -> tuple[dict[str, Any], str]:
+    """A run payload and its source (``fp8bench`` or ``pytest-benchmark``) from either kind of file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RunFileError(f"cannot read results file {path}: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunFileError(f"results file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                           f"{exc.msg}); it may be truncated or corrupted") from exc
+    if is_pytest_benchmark(data):
+        return from_pytest_benchmark(data, str(path)), SOURCE_PYTEST_BENCHMARK
+    if isinstance(data, dict) and "benchmarks" in data:
+        raise RunFileError(f"{path} looks like pytest-benchmark JSON but has no machine_info")
+    return validate_run(data, str(path)), SOURCE_FP8BENCH
+
+
+def _content_run_id(data: dict[str, Any]) -> str:
+    ident = {"datetime": data.get("datetime"), "machine": data.get("machine_info"),
+             "commit": data.get("commit_info"), "tests": [b.get("fullname") for b in data["benchmarks"]]}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+    return "pytest-" + digest[:20]
+
+
+def _generic_record(bench: dict[str, Any], device: str, seq: int) -> dict[str, Any]:
+    stats = bench.get("stats") or {}
+    mean, std = stats.get("mean"), stats.get("stddev")
+    return {"workload": "pytest", "shape": {"test": bench.get("fullname") or bench.get("name")},
+            "precision": "n/a", "backend": SOURCE_PYTEST_BENCHMARK, "device": device, "status": "ok",
+            "reason": None, "samples_s": list(stats.get("data") or []), "median_s": stats.get("median"),
+            "iqr_s": stats.get("iqr"), "rsd": (std / mean) if mean and std is not None else None,
+            "n": stats.get("rounds") or 0, "valid": True, "seq": seq,
+            "extra": {"pytest_benchmark": {k: bench.get(k) for k in ("name", "fullname", "group", "params")},
+                      "extra_info": bench.get("extra_info") or {}}}
+
+
+def from_pytest_benchmark(data: dict[str, Any], origin: str = "pytest-benchmark JSON") -> dict[str, Any]:
+    """Convert pytest-benchmark JSON to a run payload (see the module docstring)."""
+    if not is_pytest_benchmark(data):
+        raise RunFileError(f"{origin} is not pytest-benchmark JSON (needs machine_info and benchmarks)")
+    machine = data.get("machine_info") or {}
+    commit = data.get("commit_info") or {}
+    env = machine.get("fp8bench") or {}
+    cpu_name = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor")
+    device_name = (env.get("device") or {}).get("name") or cpu_name
+    run = {
+        "run_id": _content_run_id(data), "started_at": data.get("datetime"), "finished_at": data.get("datetime"),
+        "status": "complete", "source": SOURCE_PYTEST_BENCHMARK,
+        "pytest_benchmark_version": data.get("version"),
+        "git": env.get("git") or {"commit": commit.get("id"), "branch": commit.get("branch"),
+                                  "dirty": commit.get("dirty")},
+        "host": env.get("host") or {"alias": machine.get("node"), "os": machine.get("system")},
+        "device": env.get("device") or {"name": device_name, "kind": "cpu"},
+        "device_spec": env.get("device_spec"),
+        "software": env.get("software") or {"python": machine.get("python_version")},
+        "settings": env.get("settings") or {},
+    }
+    for optional in ("gpu", "flags", "env"):
+        if optional in env:
+            run[optional] = env[optional]
+    records = []
+    for seq, bench in enumerate(data["benchmarks"]):
+        extra = bench.get("extra_info") or {}
+        record = extra.get("fp8bench")
+        if isinstance(record, dict) and {"workload", "shape", "precision", "backend", "status"} <= set(record):
+            rec = {**record, "seq": seq}
+            rec.setdefault("device", env.get("device_spec") or "cpu")
+            rec["extra"] = {**(rec.get("extra") or {}), "pytest_benchmark": {
+                k: bench.get(k) for k in ("name", "fullname", "group", "params")}}
+            records.append(rec)
+        else:
+            records.append(_generic_record(bench, env.get("device_spec") or "cpu", seq))
+    return {"schema_version": SCHEMA_VERSION, "run": run, "records": records}
+
+
+def load_side(spec: str, store: Any | None = None) -> list[dict[str, Any]]:
+    """Run payloads for one side of a comparison.
+
+    ``spec`` is a results file, a folder of results files (the rounds of ``fp8bench ab``; ``*.json`` in name
+    order), or comma-separated run ids in ``store``.
+    """
+    path = Path(spec)
+    if path.is_file():
+        return [read_results_file(path)[0]]
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.json") if not p.name.startswith("."))
+        if not files:
+            raise RunFileError(f"folder {path} has no *.json results files")
+        return [read_results_file(p)[0] for p in files]
+    if spec.endswith(".json") or "/" in spec:
+        raise RunFileError(f"no such results file or folder: {spec}")
+    if store is not None:
+        return [store.run_payload(run_id.strip()) for run_id in spec.split(",") if run_id.strip()]
+    raise RunFileError(f"{spec!r} is neither a results file nor a folder of them (or a run id: give --store)")

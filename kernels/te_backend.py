@@ -1,0 +1,305 @@
+"""The ``te`` backend (vendor, CUDA only): NVIDIA Transformer Engine's modules under its FP8 autocast.
+
+Transformer Engine (TE) runs FP8 inside its own modules (``te.Linear``, ``te.LayerNormMLP``,
+``te.DotProductAttention``, ``te.TransformerLayer``) while a quantization autocast region is active; the *recipe*
+object passed to the autocast picks the scaling. fp8bench runs ``te.Linear`` in place of every linear layer (the
+GEMM, and each projection of the attention block and the training step, whose norms and attention stay the
+workload's own, so every backend computes the same model). fp8bench precisions map to TE recipes
+(:func:`te_recipe_spec`):
+
+=================  ==========================  ===================================================================
+fp8bench           TE recipe                   notes
+=================  ==========================  ===================================================================
+``fp8_delayed``    ``DelayedScaling``          ``amax_history_len`` and ``margin`` from the precision,
+                                               ``amax_compute_algo="max"``
+``fp8_tensorwise`` ``Float8CurrentScaling``    per-tensor scale from the current amax (TE 2.2+)
+``fp8_blockwise``  ``Float8BlockScaling``      1x128 activations, 128x128 weights (TE 2.3+, Hopper, CUDA 12.9+)
+``mxfp8``          ``MXFP8BlockScaling``       32-element E8M0 blocks (TE 2.0+, compute capability 10.x-11.x)
+``fp8_rowwise``    none                        refused: TE has no per-row recipe
+=================  ==========================  ===================================================================
+
+Element formats: ``e4m3`` -> ``Format.E4M3``, ``hybrid`` -> ``Format.HYBRID``; pure ``e5m2`` is refused (every TE
+recipe rejects it). Float precisions run the same TE modules with the autocast disabled.
+
+Availability is layered: :func:`fp8bench.capabilities.backend_reason` says whether TE can be used at all (CUDA, an
+installed TE 2.0+, read from package metadata without importing it); :class:`TEApi` then imports it, and per case
+TE's own ``is_*_available(return_reason=True)`` checks decide whether the recipe runs on this GPU: a refusal is a
+``skipped`` case carrying TE's reason. Shapes follow TE's alignment rules (tokens % 8 and features % 16 for FP8;
+32 for MXFP8; 128 for block scaling).
+
+All TE calls go through :class:`TEApi`, the vendor boundary: tests replace it with a fake, because TE cannot be
+imported on a machine without CUDA. Everything here is written against TE's documented API (2.x); none of it has
+run on real TE hardware in this project's CI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fp8bench.capabilities import backend_reason, installed_version, parse_version
+from fp8bench.catalog import BACKENDS, Backend
+from fp8bench.devices import Device
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
+from fp8bench.workloads.attention import build_attention_pipeline
+from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
+
+TE = BACKENDS.add("te", Backend(
+    name="te", kind="vendor",
+    description="NVIDIA Transformer Engine te.Linear under te.autocast (DelayedScaling, Float8CurrentScaling, "
+                "Float8BlockScaling, MXFP8BlockScaling); CUDA only",
+    availability=lambda device: backend_reason("te", device),
+))
+
+
+@dataclass(frozen=True)
+class TERecipeSpec:
+    """A TE recipe described without TE: class name, constructor keywords, the TE check that gates it."""
+
+    cls: str  # DelayedScaling | Float8CurrentScaling | Float8BlockScaling | MXFP8BlockScaling
+    kwargs: dict[str, Any] = field(default_factory=dict)  # fp8_format as the Format member's name
+    check: str = "is_fp8_available"  # te.<check>(return_reason=True)
+    min_version: tuple[int, ...] = (2, 0)
+    alignment: int = 16  # tokens and features must be multiples of this
+
+
+def te_recipe_spec(precision: Precision) -> TERecipeSpec | None:
+    """The TE recipe for ``precision`` (``None`` for float precisions: autocast disabled).
+
+    Raises :class:`Unsupported` with the reason where TE has no matching recipe.
+    """
+    if isinstance(precision, FloatPrecision):
+        return None
+    assert isinstance(precision, Fp8Recipe)
+    if precision.fp8_format is Fp8FormatChoice.E5M2:
+        raise Unsupported("Transformer Engine rejects pure E5M2 training in every recipe; use e4m3 or hybrid")
+    fmt = {"fp8_format": precision.fp8_format.value.upper()}  # E4M3 | HYBRID
+    g = precision.granularity
+    if g is Granularity.TENSORWISE and precision.delayed:
+        return TERecipeSpec("DelayedScaling", {**fmt, "margin": precision.margin,
+                                               "amax_history_len": precision.amax_history_len,
+                                               "amax_compute_algo": "max"})
+    if g is Granularity.TENSORWISE:
+        return TERecipeSpec("Float8CurrentScaling", fmt, min_version=(2, 2))
+    if g is Granularity.BLOCKWISE:
+        if precision.activation_block != (1, 128) or precision.weight_block != (128, 128):
+            raise Unsupported(f"TE's Float8BlockScaling tiles are 1x128 and 128x128; got "
+                              f"{precision.activation_block} and {precision.weight_block}")
+        return TERecipeSpec("Float8BlockScaling", {**fmt, "x_block_scaling_dim": 1, "w_block_scaling_dim": 2,
+                                                   "grad_block_scaling_dim": 1},
+                            check="is_fp8_block_scaling_available", min_version=(2, 3), alignment=128)
+    if g is Granularity.MX:
+        if precision.mx_block != 32:
+            raise Unsupported(f"TE's MXFP8BlockScaling uses 32-element blocks; got {precision.mx_block}")
+        return TERecipeSpec("MXFP8BlockScaling", fmt, check="is_mxfp8_available", alignment=32)
+    raise Unsupported("Transformer Engine has no per-row (rowwise) scaling recipe")
+
+
+def precision_support(precision: Precision, device: Device) -> str | None:
+    """Why TE cannot run ``precision`` (before importing TE: mapping, version); ``None`` if it may."""
+    if isinstance(precision, FloatPrecision) and precision.tf32:
+        return "TE modules take FP32/BF16/FP16 params; TF32 is not a TE precision"
+    try:
+        spec = te_recipe_spec(precision)
+    except Unsupported as exc:
+        return str(exc)
+    version = installed_version("transformer_engine")
+    if spec and version and parse_version(version) < spec.min_version:
+        return (f"{spec.cls} needs Transformer Engine {'.'.join(map(str, spec.min_version))}+, "
+                f"installed {version}")
+    return None
+
+
+class TEApi:
+    """The vendor boundary: every Transformer Engine call fp8bench makes. Tests substitute a fake."""
+
+    def __init__(self) -> None:
+        try:  # TE's import needs CUDA libraries; any failure is the reason the backend is unusable
+            import transformer_engine.pytorch as te
+            from transformer_engine.common import recipe
+        except Exception as exc:  # noqa: BLE001
+            raise Unsupported(f"transformer_engine.pytorch import failed: {type(exc).__name__}: {exc}") from exc
+        self.te, self.recipe_module = te, recipe
+
+    def make_recipe(self, spec: TERecipeSpec) -> Any:
+        kwargs = dict(spec.kwargs)
+        if "fp8_format" in kwargs:
+            kwargs["fp8_format"] = getattr(self.recipe_module.Format, kwargs["fp8_format"])
+        return getattr(self.recipe_module, spec.cls)(**kwargs)
+
+    def support_reason(self, spec: TERecipeSpec) -> str | None:
+        """TE's own verdict on this GPU (``None``: supported). 2.9+ exports the checks at the top level."""
+        check = getattr(self.te, spec.check, None)
+        if check is not None:
+            ok, reason = check(return_reason=True)
+            return None if ok else (reason or f"{spec.check} returned False")
+        legacy = {"is_fp8_available": "check_fp8_support", "is_mxfp8_available": "check_mxfp8_support",
+                  "is_fp8_block_scaling_available": "check_fp8_block_scaling_support"}[spec.check]
+        from transformer_engine.pytorch import fp8 as te_fp8  # <= 2.8 location of the checks
+
+        ok, reason = getattr(te_fp8, legacy)()
+        return None if ok else (reason or f"{legacy} returned False")
+
+    def autocast(self, recipe: Any, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
+        if hasattr(self.te, "autocast"):  # 2.9+
+            return self.te.autocast(enabled=enabled, recipe=recipe)
+        return self.te.fp8_autocast(enabled=enabled, fp8_recipe=recipe)
+
+    def linear(self, in_features: int, out_features: int, *, bias: bool, dtype: torch.dtype,
+               device: torch.device) -> nn.Module:
+        # Keywords after the first two: te.Linear's third positional parameter is sequence_parallel.
+        return self.te.Linear(in_features, out_features, bias=bias, params_dtype=dtype, device=device)
+
+
+_API_FACTORY: Callable[[], TEApi] = TEApi
+
+
+def te_api() -> TEApi:
+    """The TE boundary in use (a fake in tests; see :func:`set_api_factory`)."""
+    return _API_FACTORY()
+
+
+def set_api_factory(factory: Callable[[], TEApi]) -> Callable[[], TEApi]:
+    """Replace how :func:`te_api` builds the boundary; returns the previous factory (tests restore it)."""
+    global _API_FACTORY
+    previous, _API_FACTORY = _API_FACTORY, factory
+    return previous
+
+
+@dataclass
+class TEPlan:
+    """What a case runs with: the boundary, the recipe object (``None``: autocast off) and its spec."""
+
+    api: TEApi
+    recipe: Any
+    spec: TERecipeSpec | None
+
+    @contextlib.contextmanager
+    def region(self) -> Iterator[None]:
+        with self.api.autocast(self.recipe, enabled=self.spec is not None):
+            yield
+
+
+def plan_for(precision: Precision, dims: dict[str, int]) -> TEPlan:
+    """Import TE, map the precision, ask TE whether this GPU runs the recipe, check alignment of ``dims``."""
+    spec = te_recipe_spec(precision)
+    api = te_api()
+    if spec is None:
+        return TEPlan(api, None, None)
+    reason = api.support_reason(spec)
+    if reason:
+        raise Unsupported(f"Transformer Engine cannot run {spec.cls} on this GPU: {reason}")
+    bad = {k: v for k, v in dims.items() if v % spec.alignment}
+    if bad:
+        raise Unsupported(f"TE {spec.cls} needs {', '.join(dims)} multiples of {spec.alignment}; got "
+                          + ", ".join(f"{k}={v}" for k, v in bad.items()))
+    return TEPlan(api, api.make_recipe(spec), spec)
+
+
+def in_region(layer: nn.Module, plan: TEPlan) -> nn.Module:
+    """Make ``layer``'s forward run inside the plan's autocast region (its backward then runs outside, as TE
+    documents). The layer keeps its type and attributes, so workloads that call its parts directly still work."""
+    inner = layer.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with plan.region():
+            return inner(*args, **kwargs)
+
+    layer.forward = forward  # type: ignore[method-assign]
+    return layer
+
+
+def swap_linears(module: nn.Module, plan: TEPlan) -> nn.Module:
+    """Replace every ``nn.Linear`` in ``module`` with a ``te.Linear`` holding the same weights (in place), each
+    called inside the recipe's autocast region."""
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear):
+            replacement = plan.api.linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                          dtype=child.weight.dtype, device=child.weight.device)
+            with torch.no_grad():
+                replacement.weight.copy_(child.weight)
+                if child.bias is not None:
+                    replacement.bias.copy_(child.bias)
+            replacement.weight.requires_grad_(child.weight.requires_grad)
+            setattr(module, name, in_region(replacement, plan))
+        else:
+            swap_linears(child, plan)
+    return module
+
+
+def make_converter(precision: Precision, dims: dict[str, int]) -> Callable[[nn.Module], nn.Module]:
+    """A ``convert(nn.Module) -> nn.Module`` for the model workloads: TE linears under the recipe's autocast."""
+    plan = plan_for(precision, dims)
+    return lambda module: swap_linears(module, plan)
+
+
+def model_dims(workload: str, shape: dict[str, int]) -> dict[str, int]:
+    """The GEMM dimensions TE's alignment rules apply to, per model workload."""
+    if workload == "attention":
+        return {"tokens": shape["b"] * shape["s"], "width": shape["h"] * shape["d"]}
+    return {"tokens": shape["batch"] * shape["seq"], "width": shape["width"], "ffn": shape["ffn"]}
+
+
+def te_convert(precision: Precision, device: Device) -> Callable[[nn.Module], nn.Module]:
+    """:data:`LAYER_CONVERTERS` entry: alignment is left to TE's own check at run time (no shape known here)."""
+    return make_converter(precision, {})
+
+
+def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Module]], Pipeline]
+                   ) -> Callable[[BuildContext], Pipeline]:
+    def builder(ctx: BuildContext) -> Pipeline:
+        convert = make_converter(ctx.precision, model_dims(ctx.workload, ctx.shape))
+        try:
+            pipeline = build(ctx, convert)
+        except Unsupported:
+            raise
+        except (RuntimeError, AssertionError, ValueError) as exc:
+            raise Unsupported(f"Transformer Engine refused {ctx.precision.name}: "
+                              f"{str(exc).strip().splitlines()[0][:200]}") from exc
+        spec = te_recipe_spec(ctx.precision)
+        recipe = spec.cls if spec else "none (autocast disabled)"
+        pipeline.notes.append(f"te.Linear for every projection, recipe {recipe}")
+        pipeline.extra["te_recipe"] = recipe
+        return pipeline
+
+    return builder
+
+
+TE.builder("attention", supports=precision_support)(_model_builder(build_attention_pipeline))
+TE.builder("transformer_step", supports=precision_support)(_model_builder(build_training_pipeline))
+LAYER_CONVERTERS["te"] = te_convert
+
+
+@TE.builder("gemm", supports=precision_support)
+def build_gemm(ctx: BuildContext) -> Pipeline:
+    precision = ctx.precision
+    a_src, b_src = ctx.inputs["a"], ctx.inputs["b"]
+    (m, k), n = a_src.shape, b_src.shape[0]
+    plan = plan_for(precision, {"M": m, "N": n, "K": k})
+    dtype = precision.dtype if isinstance(precision, FloatPrecision) else torch.bfloat16
+    layer = plan.api.linear(k, n, bias=False, dtype=dtype, device=ctx.device.torch)
+    with torch.no_grad():
+        layer.weight.copy_(b_src.to(dtype))
+    a = a_src.to(dtype)
+
+    @torch.no_grad()
+    def forward() -> torch.Tensor:
+        with plan.region():
+            return layer(a)
+
+    try:
+        forward()
+    except (RuntimeError, AssertionError, ValueError) as exc:  # TE's recipe checks raise these (see reference)
+        raise Unsupported(f"Transformer Engine refused {precision.name}: {str(exc).strip().splitlines()[0][:200]}"
+                          ) from exc
+    recipe = plan.spec.cls if plan.spec else "none (autocast disabled)"
+    return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),
+                    notes=[f"te.Linear forward, recipe {recipe}; TE quantizes inside the module, so only the "
+                           "end-to-end time exists"],
+                    extra={"te_recipe": recipe})

@@ -1,0 +1,71 @@
+"""``attention`` and ``transformer_step`` on the ``torch`` backend.
+
+Float precisions run the model's ``nn.Linear`` layers as they are (cuBLAS/oneDNN GEMMs under autocast). FP8 recipes
+swap every precision-controlled projection for :class:`fp8bench.fp8_linear.Fp8Linear` with native scaled GEMMs
+(``torch._scaled_mm`` / ``F.scaled_mm``) in all three GEMMs of each layer. What the device cannot run is refused
+with the same capability rule as the ``gemm`` workload, or with PyTorch's own error.
+
+On the CPU (torch 2.13) ``torch._scaled_mm`` with per-tensor scales takes a slow path (about 0.7 s for a 256x128x128
+product) while per-row scales are fast, so ``fp8_tensorwise`` and ``fp8_delayed`` layer cases usually end as
+``skipped: over budget`` there: a measured property of that kernel, reported as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from fp8bench.capabilities import capabilities_for
+from fp8bench.devices import Device
+from fp8bench.fp8_linear import NATIVE, Fp8Linear, swap_linears
+from fp8bench.kernels.torch_backend import TORCH
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.workloads.attention import build_attention_pipeline
+from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
+
+
+def layer_support(precision: Precision, device: Device) -> str | None:
+    if isinstance(precision, FloatPrecision):
+        if precision.tf32 and not device.is_cuda:
+            return "TF32 is a CUDA tensor-core mode; on the CPU the GEMMs would run plain FP32"
+        return None
+    return capabilities_for(device).fp8_reason(precision.granularity)
+
+
+def torch_convert(precision: Precision, device: Device) -> Callable[[nn.Module], nn.Module]:
+    """Swap ``nn.Linear`` for native FP8 layers under an FP8 recipe; leave them alone otherwise."""
+    if isinstance(precision, Fp8Recipe):
+        return lambda module: swap_linears(module, lambda lin: Fp8Linear.from_linear(lin, precision, gemm=NATIVE))
+    return lambda module: module
+
+
+def _refusal(ctx: BuildContext, exc: BaseException) -> Unsupported:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return Unsupported(f"torch refused {ctx.precision.name} on {ctx.device}: {first}")
+
+
+def _guarded(build: Callable[[BuildContext, Callable[[nn.Module], nn.Module]], Pipeline],
+             ctx: BuildContext) -> Pipeline:
+    try:  # builders run the case once: PyTorch accepts or refuses the scaling layout before anything is timed
+        return build(ctx, torch_convert(ctx.precision, ctx.device))
+    except (NotImplementedError, TypeError) as exc:
+        raise _refusal(ctx, exc) from exc
+    except RuntimeError as exc:
+        if isinstance(ctx.precision, Fp8Recipe) and "scaled_mm" in str(exc).lower():
+            raise _refusal(ctx, exc) from exc
+        raise
+
+
+@TORCH.builder("attention", supports=layer_support)
+def build_attention(ctx: BuildContext) -> Pipeline:
+    return _guarded(build_attention_pipeline, ctx)
+
+
+@TORCH.builder("transformer_step", supports=layer_support)
+def build_transformer_step(ctx: BuildContext) -> Pipeline:
+    return _guarded(build_training_pipeline, ctx)
+
+
+LAYER_CONVERTERS["torch"] = torch_convert

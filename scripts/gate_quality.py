@@ -1,0 +1,137 @@
+#!/usr/bin/env python
+"""Gate quality on synthetic samples: false alarms on A/A pairs and detection of a real slowdown.
+
+Each trial is one gate decision over a suite of ``--cases`` cases measured in ``--rounds`` interleaved rounds.
+A case's per-round medians are drawn from a log-normal distribution with the given coefficient of variation (the
+shape timing noise has: positive, right-skewed). In an A/A trial both sides share the distribution; in an A/B
+trial every candidate sample is ``1 + slowdown`` times slower. The samples go through the gate's real code path
+(:func:`fp8bench.gate.compare_sides`: bootstrap interval, Mann-Whitney U, Benjamini-Hochberg, verdicts), and
+inconclusive cases are rerun once with fresh samples, as ``fp8bench ab`` does.
+
+Reported per CV: the false-alarm rate (share of A/A cases judged ``slower``) with its Wilson 95% upper bound, the
+share of A/A trials that pass outright (exit 0), and the detection rate of the slowdown (share of A/B cases
+judged ``slower``). With ``--aa-floor`` the threshold is also raised to 3x an A/A noise estimate drawn on the same
+simulated runner, as the gate does when given ``--aa-noise``.
+
+    python scripts/gate_quality.py                      # CV 1..5%, 10 rounds, 1,000 trials, 10% slowdown
+    python scripts/gate_quality.py --trials 200 --json  # quicker, machine-readable
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from fp8bench.comparability import ComparabilityKey
+from fp8bench.gate import GateConfig, Side, SideCase, aa_noise_of, build_report, compare_sides
+
+
+def lognormal(rng: np.random.Generator, cv: float, size: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+    """Log-normal samples with mean ``scale`` and coefficient of variation ``cv``."""
+    sigma = math.sqrt(math.log1p(cv * cv))
+    return scale * np.exp(rng.normal(-sigma * sigma / 2, sigma, size))
+
+
+def _key(i: int) -> ComparabilityKey:
+    return ComparabilityKey("synthetic", None, None, None, "x", None, None, f"case{i}", "synthetic", f"h{i}")
+
+
+def _side(samples: np.ndarray, names: list[str]) -> Side:
+    cases = {n: SideCase(n, _key(i), list(map(float, samples[i]))) for i, n in enumerate(names)}
+    return Side(["synthetic"], None, cases, "round medians")
+
+
+def one_trial(rng: np.random.Generator, cv: float, slowdown: float, n_cases: int, rounds: int,
+              config: GateConfig) -> list[str]:
+    """Verdicts of one gate decision (with the once-only rerun of inconclusive cases)."""
+    names = [f"case{i}" for i in range(n_cases)]
+
+    def draw(subset: list[str]) -> tuple[Side, Side]:
+        base = lognormal(rng, cv, (len(subset), rounds))
+        cand = lognormal(rng, cv, (len(subset), rounds), 1 + slowdown)
+        return _side(base, subset), _side(cand, subset)
+
+    results = compare_sides(*draw(names), config)
+    verdicts = {r["case"]: r["verdict"] for r in results}
+    again = [n for n, v in verdicts.items() if v == "inconclusive"]
+    if again:
+        for r in compare_sides(*draw(again), config):
+            verdicts[r["case"]] = r["verdict"]
+    return [verdicts[n] for n in names]
+
+
+def wilson_upper(k: int, n: int, z: float = 1.96) -> float:
+    """Upper end of the Wilson score interval of a proportion k/n."""
+    if n == 0:
+        return float("nan")
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre + spread) / (1 + z * z / n)
+
+
+def measure(cv: float, args: argparse.Namespace, rng: np.random.Generator) -> dict[str, float]:
+    base_config = GateConfig(threshold=args.threshold, n_boot=args.n_boot)
+    aa_slower = aa_cases = aa_pass = ab_slower = ab_cases = 0
+    aa_inconclusive = 0
+    for _ in range(args.trials):
+        config = base_config
+        if args.aa_floor:  # an A/A run on the same runner, as a CI job would do once, sets the noise floor
+            names = [f"case{i}" for i in range(args.cases)]
+            aa = build_report(_side(lognormal(rng, cv, (args.cases, args.rounds)), names),
+                              _side(lognormal(rng, cv, (args.cases, args.rounds)), names), base_config)
+            config = replace(base_config, aa_noise=aa_noise_of(aa))
+        aa_v = one_trial(rng, cv, 0.0, args.cases, args.rounds, config)
+        aa_slower += sum(v == "slower" for v in aa_v)
+        aa_inconclusive += sum(v == "inconclusive" for v in aa_v)
+        aa_cases += len(aa_v)
+        aa_pass += all(v in ("same", "faster") for v in aa_v)
+        ab_v = one_trial(rng, cv, args.slowdown, args.cases, args.rounds, config)
+        ab_slower += sum(v == "slower" for v in ab_v)
+        ab_cases += len(ab_v)
+    return {"cv": cv, "false_alarm_rate": aa_slower / aa_cases, "false_alarm_upper95": wilson_upper(aa_slower, aa_cases),
+            "aa_inconclusive_rate": aa_inconclusive / aa_cases, "aa_trials_passing": aa_pass / args.trials,
+            "detection_rate": ab_slower / ab_cases, "aa_cases": aa_cases, "ab_cases": ab_cases}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cv", type=float, nargs="+", default=[0.01, 0.02, 0.03, 0.04, 0.05])
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--trials", type=int, default=1000)
+    p.add_argument("--cases", type=int, default=8, help="cases per gate decision (Benjamini-Hochberg spans them)")
+    p.add_argument("--slowdown", type=float, default=0.10)
+    p.add_argument("--threshold", type=float, default=0.05)
+    p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--aa-floor", action="store_true", help="raise T to 3x a simulated A/A noise estimate")
+    p.add_argument("--seed", type=int, default=20261121)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    started = time.monotonic()
+    rows = [measure(cv, args, rng) for cv in args.cv]
+    if args.json:
+        print(json.dumps({"settings": vars(args), "rows": rows}))
+        return 0
+    print(f"gate quality: {args.trials} trials x {args.cases} cases, {args.rounds} rounds, log-normal noise, "
+          f"T={args.threshold:.0%}, slowdown {args.slowdown:.0%}, alpha 0.01 (BH), "
+          f"{'A/A noise floor on' if args.aa_floor else 'no A/A noise floor'}, seed {args.seed}")
+    print()
+    print("| CV | A/A false alarms (cases) | upper 95% | A/A inconclusive after rerun | A/A trials passing "
+          f"| {args.slowdown:.0%} slowdown detected |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['cv']:.0%} | {r['false_alarm_rate']:.2%} | {r['false_alarm_upper95']:.2%} | "
+              f"{r['aa_inconclusive_rate']:.2%} | {r['aa_trials_passing']:.1%} | {r['detection_rate']:.1%} |")
+    print(f"\n({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""`fp8bench ab`: two processes, each importing its own checkout, interleaved rounds, then the gate.
+
+The end-to-end tests measure real (tiny, single-threaded) torch GEMMs on this CPU. The slowed side loads the
+test-only backend wrapper ``tests/plugins/fp8bench_test_slowed.py`` through ``FP8BENCH_PLUGINS``; it does the bf16
+GEMM five times per call. Thresholds are wide because the CPU is shared with other work (round medians of one
+case were seen to jump between two levels 1.5x apart under a load of 8 on 2 cores): the statistics are tested on
+constructed samples in ``test_gate.py``; here the point is the machinery and the direction of the verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fp8bench.ab import AbError, SideSpec, Worker, round_order
+from fp8bench.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+RUN_ARGS = ["--", "--shape", "64x64x64", "--precision", "bf16", "fp32", "--backend", "torch", "--no-phases",
+            "--threads", "1", "--min-samples", "10", "--max-time", "0.05", "--budget", "5"]
+
+
+def copy_checkout(dest: Path) -> Path:
+    """A second checkout of the project (code only), as a CI job's base worktree would be."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "results", ".venv", ".git", "*.egg-info")
+    for folder in ("fp8bench", "workloads", "kernels"):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=ignore)
+    shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def test_round_order_is_abba():
+    assert [round_order(r) for r in range(4)] == [("base", "head"), ("head", "base")] * 2
+
+
+def test_worker_needs_a_project_root(tmp_path):
+    with pytest.raises(AbError, match="no pyproject.toml"):
+        Worker(SideSpec("base", tmp_path))
+
+
+def test_git_refs_become_temporary_worktrees_and_are_removed(tmp_path):
+    import subprocess
+
+    from fp8bench.ab import temporary_checkouts
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(repo)], check=True, timeout=120)
+    # The same commit twice (a shallow CI clone may have no parent commit): two separate detached worktrees.
+    paths, cleanup = temporary_checkouts(repo, {"base": "HEAD", "head": "HEAD"})
+    try:
+        assert (paths["base"] / "pyproject.toml").is_file() and (paths["head"] / "fp8bench").is_dir()
+        assert paths["base"] != paths["head"]
+        heads = {n: subprocess.run(["git", "-C", str(p), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                   check=True).stdout.strip() for n, p in paths.items()}
+        expected = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        assert heads == {"base": expected, "head": expected}
+    finally:
+        cleanup()
+    assert not paths["base"].exists()
+    listed = subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True).stdout
+    assert len(listed.strip().splitlines()) == 1
+    with pytest.raises(AbError, match="cannot check out 'no-such-ref'"):
+        temporary_checkouts(repo, {"base": "no-such-ref"})
+
+
+def test_missing_plugin_module_is_named(monkeypatch):
+    from fp8bench.catalog import load_all
+
+    monkeypatch.setenv("FP8BENCH_PLUGINS", "fp8bench_no_such_plugin")
+    with pytest.raises(ModuleNotFoundError, match="FP8BENCH_PLUGINS names 'fp8bench_no_such_plugin'"):
+        load_all()
+
+
+def test_bad_invocations_are_harness_errors_not_inconclusive(tmp_path, capsys):
+    # Exit 2 means "inconclusive" for ab and gate; bad input must never be mistaken for it.
+    assert main(["ab", "--base", str(ROOT), "--out", str(tmp_path)]) == 3
+    assert "give the cases after `--`" in capsys.readouterr().err
+    assert main(["ab", "--base", str(ROOT), "--rounds", "1", *RUN_ARGS]) == 3
+    assert main(["ab", "--base", str(ROOT), "--base-env", "NOEQUALS", *RUN_ARGS]) == 3
+    assert "NOEQUALS" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["ab", "--base", str(ROOT), "--rounds", "ten", *RUN_ARGS])
+    assert exc.value.code == 3
+    with pytest.raises(SystemExit) as exc:
+        main(["gate", "only-one-argument"])
+    assert exc.value.code == 3
+
+
+@pytest.mark.slow
+def test_ab_of_the_same_code_passes(tmp_path, results_dir, capsys):
+    base = copy_checkout(tmp_path / "base-checkout")
+    out = tmp_path / "ab"
+    rc = main(["ab", "--base", str(base), "--head", str(ROOT), "--rounds", "10", "--threshold", "0.9",
+               "--out", str(out), "--results-dir", str(results_dir), "--json", *RUN_ARGS])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0, [(c["case"], c["verdict"], c["reason"]) for c in report["cases"]]
+    assert report["verdict"] == "pass" and report["rounds"] == {"base": 10, "cand": 10}
+    assert {c["verdict"] for c in report["cases"]} <= {"same", "faster"} and len(report["cases"]) == 2
+    # Each side imported its own checkout, not the installed package.
+    assert report["ab"]["worker_packages"]["base"] == str(base / "fp8bench")
+    assert report["ab"]["worker_packages"]["head"] == str(ROOT / "fp8bench")
+    assert len(list((out / "base").glob("r*.json"))) == 10 and (out / "report.md").is_file()
+
+
+@pytest.mark.slow
+def test_ab_with_a_slowed_kernel_fails_and_names_the_case(tmp_path, results_dir, capsys):
+    out = tmp_path / "ab"
+    rc = main(["ab", "--base", str(ROOT), "--head", str(ROOT), "--rounds", "10", "--threshold", "0.5",
+               "--head-env", "FP8BENCH_PLUGINS=fp8bench_test_slowed", "--head-env", f"PYTHONPATH={PLUGINS}",
+               "--head-env", "FP8BENCH_TEST_SLOW_FACTOR=5", "--out", str(out), "--results-dir", str(results_dir),
+               "--json", *RUN_ARGS])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 1, [(c["case"], c["verdict"], c["reason"]) for c in report["cases"]]
+    assert report["slower_cases"] == ["gemm[m=64,n=64,k=64] bf16 torch cpu"]
+    verdicts = {c["case"]: c for c in report["cases"]}
+    assert verdicts["gemm[m=64,n=64,k=64] fp32 torch cpu"]["verdict"] in ("same", "faster")
+    assert verdicts["gemm[m=64,n=64,k=64] bf16 torch cpu"]["ratio"] > 2
+    stored = __import__("fp8bench.store", fromlist=["open_store"]).open_store(results_dir).gate_reports_frame()
+    assert list(stored["verdict"]) == ["regression"]
+    assert "bf16" in (out / "report.md").read_text()

@@ -1,0 +1,282 @@
+"""The dashboard under Streamlit's AppTest, against a store filled by real CPU runs.
+
+Every page must render without an exception or an error box; tables must show the stored numbers; the URL must
+carry the filters; an empty store must show the command that fills it and a corrupted one a readable message.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from dashboard_support import fp8bench as run_cli
+from dashboard_support import shared_store
+
+pytest.importorskip("streamlit")
+pytest.importorskip("plotly")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import fp8bench.dashboard  # noqa: E402
+from fp8bench.dashboard.data import FILL_COMMAND, STORE_ENV, loss_curve, shape_label  # noqa: E402
+from fp8bench.stats import compare_samples  # noqa: E402
+from fp8bench.store import open_store  # noqa: E402
+
+APP = Path(fp8bench.dashboard.__file__).parent / "app.py"
+TITLES = {"overview": "Overview: does FP8 pay off?", "roofline": "Roofline", "phases": "Phases", "energy": "Energy",
+          "numerics": "Numerics", "history": "History", "compare": "Compare two runs",
+          "environment": "Environment"}
+
+
+@pytest.fixture(scope="module")
+def cpu_run_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    return shared_store(tmp_path_factory)
+
+
+def open_app(monkeypatch: pytest.MonkeyPatch, target: Path | str, page: str = "overview",
+             query: dict[str, str] | None = None) -> AppTest:
+    monkeypatch.setenv(STORE_ENV, str(target))
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    at.run()
+    if page != "overview":
+        at.switch_page(f"views/{page}.py")
+        at.run()
+    return at
+
+
+def no_failures(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def stored(store_dir: Path, run_id: str) -> pd.DataFrame:
+    return open_store(store_dir).records_frame(run_ids=[run_id])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", list(TITLES))
+def test_every_page_renders_with_a_chart_and_a_csv_download(monkeypatch, cpu_run_store, page):
+    at = open_app(monkeypatch, cpu_run_store["dir"], page)
+    no_failures(at)
+    assert [t.value for t in at.title] == [TITLES[page]]
+    assert len(at.get("plotly_chart")) >= 1
+    assert len(at.get("download_button")) >= 1
+    assert len(at.dataframe) >= 1
+
+
+@pytest.mark.slow
+def test_overview_table_shows_the_stored_times_and_speedups(monkeypatch, cpu_run_store):
+    at = open_app(monkeypatch, cpu_run_store["dir"])
+    no_failures(at)
+    shown = at.dataframe[0].value
+    shown = shown[shown["workload"] == "gemm"]  # the store also holds the convergence run's training steps
+    latest = stored(cpu_run_store["dir"], cpu_run_store["run_ids"][-1])
+    ok = latest[latest["status"] == "ok"].set_index(["precision", "backend"])
+    assert len(shown) == len(ok)  # one row per measured case of the latest run; the skipped one is not timed
+    for row in shown.itertuples():
+        rec = ok.loc[(row.precision, row.backend)]
+        assert row.median_s == rec["median_s"]
+        assert row.prequant_median_s == rec["prequant_median_s"]
+        assert row.run_id == cpu_run_store["run_ids"][-1]
+        assert row.speedup_e2e == pytest.approx(ok.loc[("bf16", row.backend), "median_s"] / rec["median_s"])
+    assert set(shown["shape_label"]) == {"128x128x128"}
+
+
+@pytest.mark.slow
+def test_phases_and_roofline_show_the_stored_phase_times_and_ceilings(monkeypatch, cpu_run_store):
+    records = json.loads(Path(cpu_run_store["run_files"][-1]).read_text())["records"]
+    by_case = {(r["precision"], r["backend"]): r for r in records if r["status"] == "ok"}
+    at = open_app(monkeypatch, cpu_run_store["dir"], "phases")
+    no_failures(at)
+    assert at.selectbox[0].value.endswith("gemm 128x128x128")
+    phases = at.dataframe[0].value.set_index(["precision", "backend"])
+    for key, rec in by_case.items():
+        for name, seconds in rec["phases"].items():
+            assert phases.loc[key, f"phase:{name}"] == seconds
+    at = open_app(monkeypatch, cpu_run_store["dir"], "roofline")
+    no_failures(at)
+    bandwidth = by_case[("bf16", "torch")]["peak_mem_tbps"]
+    assert bandwidth > 0  # the runner stores the device's measured copy bandwidth with each record
+    assert f"Bandwidth ceiling: {bandwidth:.3g} TB/s (stored with the records)" in at.caption[0].value
+    roof = at.dataframe[0].value.set_index(["precision", "backend"])
+    for key, rec in by_case.items():
+        if rec["workload"] == "gemm":
+            assert roof.loc[key, "tflops"] == rec["tflops"]
+            assert roof.loc[key, "intensity"] == pytest.approx(rec["flops"] / rec["bytes"])
+
+
+@pytest.mark.slow
+def test_numerics_table_shows_the_stored_errors(monkeypatch, cpu_run_store):
+    at = open_app(monkeypatch, cpu_run_store["dir"], "numerics")
+    no_failures(at)
+    shown = at.dataframe[0].value.set_index(["precision", "backend"])
+    latest = stored(cpu_run_store["dir"], cpu_run_store["run_ids"][-1])
+    measured = latest[latest["sqnr_db"].notna()].set_index(["precision", "backend"])
+    assert set(shown.index) == set(measured.index)
+    for key, rec in measured.iterrows():
+        assert shown.loc[key, "sqnr_db"] == rec["sqnr_db"]
+        assert shown.loc[key, "rel_err"] == rec["rel_err"]
+    # FP8 loses accuracy against BF16 on the same inputs: the page must show that, not hide it.
+    assert shown.loc[("fp8_rowwise", "torch"), "sqnr_db"] < shown.loc[("bf16", "torch"), "sqnr_db"]
+
+
+@pytest.mark.slow
+def test_energy_page_plots_metered_records_and_excludes_throttled_ones(monkeypatch, tmp_path, cpu_run_store):
+    """No meter exists on this machine, so the CPU run's records get the energy fields an NVML window would
+    write (the vendor boundary); one window is marked throttled, as the runner marks it."""
+    payload = json.loads(Path(cpu_run_store["run_files"][0]).read_text())
+    metered = [r for r in payload["records"] if r["status"] == "ok"]
+    for i, r in enumerate(metered):
+        r.update(energy_j=0.5 + i, avg_power_w=300.0, tflops_per_w=r["flops"] / (0.5 + i) / 1e12,
+                 energy={"method": "nvml_energy_counter", "reason": None, "invalid_reasons": []})
+    throttled = metered[-1]
+    throttled.update(status="invalid", valid=False, reason="throttled: sw power cap",
+                     energy={"method": "nvml_energy_counter", "invalid_reasons": ["throttled: sw power cap"]})
+    open_store(tmp_path).ingest_run(payload)
+    at = open_app(monkeypatch, tmp_path, "energy")
+    no_failures(at)
+    assert len(at.get("plotly_chart")) == 3  # coverage, joules per iteration, TFLOPS per watt
+    assert "1 measurement(s) excluded as invalid" in at.warning[0].value
+    assert "throttled: sw power cap" in at.warning[0].value
+    shown = at.dataframe[-1].value.set_index(["precision", "backend"])
+    for r in metered:
+        key = (r["precision"], r["backend"])
+        assert shown.loc[key, "energy_j"] == r["energy_j"]
+        assert bool(shown.loc[key, "valid"]) is (r is not throttled)
+    coverage = at.dataframe[0].value.set_index("outcome")["records"]
+    assert coverage["measured"] == len(metered) - 1 and coverage["measured, excluded (invalid)"] == 1
+
+
+@pytest.mark.slow
+def test_numerics_shows_the_stored_loss_curves_and_verdicts(monkeypatch, cpu_run_store):
+    at = open_app(monkeypatch, cpu_run_store["dir"], "numerics")
+    no_failures(at)
+    payload = open_store(cpu_run_store["dir"]).run_payload(cpu_run_store["converge_run_id"])
+    curves = {r["precision"]: r for r in payload["records"]}
+    assert set(curves) == {"bf16", "fp8_rowwise"}
+    spec = json.loads(at.get("plotly_chart")[-1].proto.spec)
+    lines = {t["name"]: t["y"] for t in spec["data"] if t.get("name", "").endswith("(emulated)")}
+    assert lines["bf16 (emulated)"] == curves["bf16"]["extra"]["losses"]
+    assert lines["fp8_rowwise (emulated)"] == curves["fp8_rowwise"]["extra"]["losses"]
+    shown = at.dataframe[-1].value.set_index("precision")
+    for precision, rec in curves.items():
+        assert shown.loc[precision, "conv_verdict"] == rec["extra"]["convergence"]["verdict"]
+        assert shown.loc[precision, "conv_final_gap"] == rec["extra"]["convergence"]["final_gap"]
+
+
+@pytest.mark.slow
+def test_compare_ratio_and_interval_are_the_stats_module_on_stored_samples(monkeypatch, cpu_run_store):
+    at = open_app(monkeypatch, cpu_run_store["dir"], "compare")
+    no_failures(at)
+    shown = at.dataframe[0].value.set_index("case_key")
+    base, cand = (json.loads(Path(f).read_text())["records"] for f in cpu_run_store["run_files"])
+    pairs = {(b["precision"], b["backend"]): (b, c) for b, c in zip(base, cand, strict=True) if b["status"] == "ok"}
+    assert len(shown) == len(pairs)
+    b, c = pairs[("fp8_rowwise", "torch")]
+    est = compare_samples(b["samples_s"], c["samples_s"])
+    row = shown[shown.index.str.contains("fp8_rowwise") & shown.index.str.contains(" torch ")].iloc[0]
+    assert (row["ratio"], row["ci_low"], row["ci_high"]) == (est.ratio, est.ci_low, est.ci_high)
+    assert row["ci_low"] <= row["ratio"] <= row["ci_high"]
+    not_compared = at.dataframe[1].value
+    assert list(not_compared["reason"]) == ["status skipped"]  # mxfp8 on torch: skipped on the CPU
+
+
+@pytest.mark.slow
+def test_history_marks_the_gate_verdict(monkeypatch, cpu_run_store):
+    at = open_app(monkeypatch, cpu_run_store["dir"], "history")
+    no_failures(at)
+    spec = at.get("plotly_chart")[0].proto.spec
+    assert f"gate: {cpu_run_store['gate_verdict']}" in spec
+    reports = at.dataframe[-1].value
+    assert list(reports["verdict"]) == [cpu_run_store["gate_verdict"]]
+
+
+@pytest.mark.slow
+def test_filters_come_from_the_url_and_go_back_into_it(monkeypatch, cpu_run_store):
+    at = open_app(monkeypatch, cpu_run_store["dir"], query={"backend": "emulated"})
+    no_failures(at)
+    assert set(at.dataframe[0].value["backend"]) == {"emulated"}
+    at.multiselect(key="filter_precision").select("fp8_rowwise").select("bf16").run()
+    no_failures(at)
+    assert at.query_params["precision"] == "fp8_rowwise,bf16"
+    assert at.query_params["backend"] == "emulated"
+    assert set(at.dataframe[0].value["precision"]) == {"fp8_rowwise", "bf16"}
+
+
+@pytest.mark.slow
+def test_run_range_in_the_url_selects_those_runs(monkeypatch, cpu_run_store):
+    first = cpu_run_store["run_ids"][0]
+    at = open_app(monkeypatch, cpu_run_store["dir"], "environment", query={"runs": f"{first}..{first}"})
+    no_failures(at)
+    assert list(at.dataframe[1].value["run_id"]) == [first]  # the runs table
+    assert at.query_params["runs"] == f"{first}..{first}"
+
+
+@pytest.mark.slow
+def test_unknown_url_filter_value_is_named_with_the_accepted_ones(monkeypatch, cpu_run_store):
+    at = open_app(monkeypatch, cpu_run_store["dir"], query={"precision": "fp9"})
+    no_failures(at)
+    warning = " ".join(w.value for w in at.warning)
+    assert "precision=fp9" in warning and "accepted: bf16, fp8_rowwise, mxfp8" in warning
+
+
+@pytest.mark.parametrize("page", ["overview", "history"])
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_empty_store_shows_the_command_that_fills_it(monkeypatch, tmp_path, kind, page):
+    target = tmp_path / "results"
+    if kind == "empty":
+        open_store(target)  # a store with its tables and no records
+    at = open_app(monkeypatch, target, page)
+    no_failures(at)
+    assert [c.value for c in at.code] == [FILL_COMMAND]
+    assert "holds no records" in at.info[0].value
+    if kind == "missing":
+        assert not (target / "fp8bench.sqlite").exists()  # looking never creates a store
+
+
+@pytest.mark.slow
+def test_a_run_ingested_while_the_dashboard_is_open_appears_on_the_next_rerun(monkeypatch, tmp_path,
+                                                                               cpu_run_store):
+    target = tmp_path / "results"
+    open_store(target)
+    at = open_app(monkeypatch, target)
+    assert [c.value for c in at.code] == [FILL_COMMAND]
+    run_cli("ingest", cpu_run_store["run_files"][0], "--results-dir", target)
+    at.run()
+    no_failures(at)
+    assert not at.code
+    assert set(at.dataframe[0].value["run_id"]) == {cpu_run_store["run_ids"][0]}
+
+
+@pytest.mark.parametrize("page", ["overview", "compare"])
+def test_corrupted_store_is_a_readable_message(monkeypatch, tmp_path, page):
+    db = tmp_path / "fp8bench.sqlite"
+    db.write_bytes(b"this is not a database " * 200)
+    at = open_app(monkeypatch, tmp_path, page)
+    assert not at.exception, [e.value for e in at.exception]
+    message = at.error[0].value
+    assert "could not be read" in message and str(db) in message and "file is not a database" in message
+
+
+def test_loss_curve_and_shape_label_read_record_fields():
+    assert loss_curve({"extra": {"losses": [2.5, 2.0, 1.5]}}) == [2.5, 2.0, 1.5]
+    nan_step = loss_curve({"extra": {"losses": [2.5, None]}})
+    assert nan_step[0] == 2.5 and nan_step[1] != nan_step[1]  # a non-finite step stored as null is NaN
+    assert loss_curve({"extra": {"losses": "n/a"}, "numerics": {}}) is None
+    assert shape_label("m=128,n=256,k=64") == "128x256x64"
+    assert shape_label("b=2,h=8,s=1024,d=64") == "b=2,h=8,s=1024,d=64"
+
+
+def test_dashboard_verb_serves_the_app_on_loopback_by_default(tmp_path):
+    out = run_cli("dashboard", "--print-command", "--json", "--results-dir", tmp_path).stdout
+    plan = json.loads(out.strip().splitlines()[-1])
+    cmd = plan["command"]
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == APP
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert plan["env"] == {STORE_ENV: str(tmp_path)}
+    bad = run_cli("dashboard", "--print-command", "--port", "70000", check=False)
+    assert bad.returncode == 2 and "--port 70000" in bad.stderr and "1..65535" in bad.stderr

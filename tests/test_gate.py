@@ -1,0 +1,222 @@
+"""The gate's logic on constructed samples: verdicts, comparability, thresholds, exit codes, reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fp8bench.cli import main
+from fp8bench.gate import (
+    EXIT_INCONCLUSIVE,
+    EXIT_PASS,
+    EXIT_REGRESSION,
+    GateConfig,
+    GateError,
+    aa_noise_of,
+    classify,
+    gate,
+    merge_rerun,
+    parse_override,
+    render_markdown,
+)
+from fp8bench.runfile import atomic_write_json
+from fp8bench.store import open_store
+from tests.gate_fixtures import payload, record, rounds
+
+CASES = {(64, "bf16"): 1e-3, (64, "fp32"): 2e-3, (128, "bf16"): 4e-3}
+
+
+def verdicts(report):
+    return {c["case"].split(" ")[0] + " " + c["case"].split(" ")[1]: c["verdict"] for c in report["cases"]}
+
+
+def test_same_code_passes():
+    report = gate(rounds("b", CASES, seed=1), rounds("h", CASES, seed=2))
+    assert report["exit_code"] == EXIT_PASS and report["verdict"] == "pass"
+    assert set(verdicts(report).values()) == {"same"}
+    assert report["slower_cases"] == []
+    assert report["sample_unit"] == {"base": "round medians", "cand": "round medians"}
+
+
+def test_slowed_case_is_named_and_fails():
+    slowed = {**CASES, (64, "bf16"): 1.2e-3}
+    report = gate(rounds("b", CASES, seed=1), rounds("h", slowed, seed=2))
+    assert report["exit_code"] == EXIT_REGRESSION and report["verdict"] == "regression"
+    v = verdicts(report)
+    assert v["gemm[m=64,n=64,k=64] bf16"] == "slower"
+    assert v["gemm[m=64,n=64,k=64] fp32"] == "same" and v["gemm[m=128,n=128,k=128] bf16"] == "same"
+    assert report["slower_cases"] == ["gemm[m=64,n=64,k=64] bf16 torch cpu"]
+    case = next(c for c in report["cases"] if c["verdict"] == "slower")
+    assert 1.15 < case["ratio"] < 1.25 and case["ci_low"] > 1.05 and case["p_slower_adj"] < 0.01
+
+
+def test_faster_case_does_not_fail():
+    report = gate(rounds("b", CASES, seed=1), rounds("h", {**CASES, (64, "fp32"): 1.5e-3}, seed=2))
+    assert verdicts(report)["gemm[m=64,n=64,k=64] fp32"] == "faster"
+    assert report["exit_code"] == EXIT_PASS
+
+
+def test_slowdown_under_threshold_is_not_a_regression():
+    # 3% slower with little noise: real, but under T = 5%, so the interval stays under 1.05 -> same.
+    report = gate(rounds("b", CASES, cv=0.002, seed=1), rounds("h", {**CASES, (64, "bf16"): 1.03e-3}, cv=0.002,
+                                                               seed=2))
+    assert verdicts(report)["gemm[m=64,n=64,k=64] bf16"] == "same"
+    # ... and a per-case override of 1% makes the same data a regression of that case only.
+    report = gate(rounds("b", CASES, cv=0.002, seed=1), rounds("h", {**CASES, (64, "bf16"): 1.03e-3}, cv=0.002,
+                                                               seed=2),
+                  GateConfig(overrides=(parse_override("gemm[[]m=64,*bf16*=1%"),)))
+    case = next(c for c in report["cases"] if c["case"].startswith("gemm[m=64") and "bf16" in c["case"])
+    assert case["verdict"] == "slower" and case["threshold"] == pytest.approx(0.01)
+    assert report["exit_code"] == EXIT_REGRESSION
+
+
+def test_noisy_borderline_case_is_inconclusive():
+    report = gate(rounds("b", CASES, cv=0.08, seed=3), rounds("h", {**CASES, (64, "bf16"): 1.06e-3}, cv=0.08,
+                                                               seed=4))
+    assert verdicts(report)["gemm[m=64,n=64,k=64] bf16"] == "inconclusive"
+    assert report["exit_code"] == EXIT_INCONCLUSIVE and report["verdict"] == "inconclusive"
+
+
+def test_aa_noise_floor_raises_threshold():
+    config = GateConfig(threshold=0.05, aa_noise=0.04)
+    t, source = config.threshold_for("anything")
+    assert t == pytest.approx(0.12) and "A/A" in source
+    assert GateConfig(threshold=0.05, aa_noise=0.01).threshold_for("x")[0] == pytest.approx(0.05)
+    aa = gate(rounds("b", CASES, seed=1), rounds("h", CASES, seed=2))
+    noise = aa_noise_of(aa)
+    assert 0 <= noise < 0.05
+
+
+def test_incomparable_environment_is_named():
+    report = gate(rounds("b", CASES, seed=1), rounds("h", CASES, seed=2, torch="2.14.0"))
+    assert set(verdicts(report).values()) == {"incomparable"}
+    assert report["cases"][0]["differences"]["torch"] == ["2.13.0", "2.14.0"]
+    assert report["exit_code"] == EXIT_INCONCLUSIVE
+
+
+def test_gpu_power_limit_and_driver_major_in_key():
+    gpu = {"driver_version": "550.54.15", "cuda_driver_version": "12.4", "power_limit_w": 700.0,
+           "clock_policy": "default"}
+    same_major = {**gpu, "driver_version": "550.90.07"}
+    report = gate(rounds("b", CASES, seed=1, gpu=gpu), rounds("h", CASES, seed=2, gpu=same_major))
+    assert report["exit_code"] == EXIT_PASS  # a minor driver update keeps cases comparable
+    capped = {**gpu, "power_limit_w": 500.0}
+    report = gate(rounds("b", CASES, seed=1, gpu=gpu), rounds("h", CASES, seed=2, gpu=capped))
+    assert report["cases"][0]["verdict"] == "incomparable"
+    assert report["cases"][0]["differences"] == {"power_limit_w": [700.0, 500.0]}
+
+
+def test_broken_new_and_removed_cases():
+    base = rounds("b", CASES, seed=1)
+    cand = rounds("h", {(64, "bf16"): 1e-3, (64, "fp32"): 2e-3, (256, "bf16"): 9e-3}, seed=2)
+    for p in cand:
+        p["records"][1] = {**record(64, "fp32", None, status="failed", reason="RuntimeError: boom"), "seq": 1}
+    report = gate(base, cand)
+    v = verdicts(report)
+    assert v["gemm[m=64,n=64,k=64] fp32"] == "broken"
+    assert v["gemm[m=128,n=128,k=128] bf16"] == "removed" and v["gemm[m=256,n=256,k=256] bf16"] == "new"
+    assert report["exit_code"] == EXIT_REGRESSION
+    assert "boom" in next(c["reason"] for c in report["cases"] if c["verdict"] == "broken")
+
+
+def test_single_run_uses_raw_samples_with_a_note():
+    base = [payload("b", [record(64, "bf16", [1.0, 1.01, 0.99, 1.0, 1.02, 0.98] * 3)])]
+    cand = [payload("h", [record(64, "bf16", [1.3, 1.31, 1.29, 1.3, 1.32, 1.28] * 3)])]
+    report = gate(base, cand)
+    assert report["cases"][0]["n_base"] == 18 and report["cases"][0]["verdict"] == "slower"
+    assert any("independent" in n for n in report["notes"])
+
+
+def test_too_few_samples_is_inconclusive_and_nothing_compared_is_not_a_pass():
+    report = gate([payload("b", [record(64, "bf16", [1.0, 1.1])])], [payload("h", [record(64, "bf16", [1.0])])])
+    assert report["cases"][0]["verdict"] == "inconclusive" and report["exit_code"] == EXIT_INCONCLUSIVE
+    skipped = [payload("b", [record(64, "bf16", None, status="skipped", reason="over budget")])]
+    report = gate(skipped, skipped)
+    assert report["cases"][0]["verdict"] == "not measured"
+    assert report["exit_code"] == EXIT_INCONCLUSIVE and "no case could be compared" in report["notes"]
+
+
+def test_classify_rules():
+    assert classify(1.08, 1.12, 0.001, 0.99, 0.05, 0.01)[0] == "slower"
+    assert classify(1.08, 1.12, 0.02, 0.99, 0.05, 0.01)[0] == "inconclusive"  # not significant after BH
+    assert classify(0.80, 0.90, 0.99, 0.001, 0.05, 0.01)[0] == "faster"
+    assert classify(0.98, 1.04, 0.3, 0.3, 0.05, 0.01)[0] == "same"
+    assert classify(1.00, 1.09, 0.04, 0.9, 0.05, 0.01)[0] == "inconclusive"
+
+
+def test_merge_rerun_replaces_only_inconclusive_cases():
+    first = gate(rounds("b", CASES, cv=0.08, seed=3), rounds("h", {**CASES, (64, "bf16"): 1.06e-3}, cv=0.08, seed=4))
+    assert first["counts"]["inconclusive"] >= 1
+    rerun = gate(rounds("b2", CASES, seed=5), rounds("h2", {**CASES, (64, "bf16"): 1.3e-3}, seed=6))
+    merged = merge_rerun(first, rerun)
+    m = {c["case"]: c for c in merged["cases"]}
+    bf16 = m["gemm[m=64,n=64,k=64] bf16 torch cpu"]
+    assert bf16["verdict"] == "slower" and bf16["rerun"] and bf16["first"]["verdict"] == "inconclusive"
+    for c in first["cases"]:
+        if c["verdict"] != "inconclusive":
+            assert m[c["case"]]["verdict"] == c["verdict"] and not m[c["case"]].get("rerun")
+    assert merged["exit_code"] == EXIT_REGRESSION and merged["rerun"]["cases"]
+
+
+def test_bad_config_is_refused_with_the_value():
+    with pytest.raises(GateError, match="0.05 means 5%"):
+        GateConfig(threshold=5)
+    with pytest.raises(GateError, match="PATTERN=T"):
+        parse_override("no-equals-sign")
+    with pytest.raises(GateError, match="'abc' is not a number"):
+        parse_override("gemm*=abc")
+    assert parse_override("gemm*=8%") == ("gemm*", pytest.approx(0.08))
+
+
+def test_markdown_lists_regressions_first():
+    report = gate(rounds("b", CASES, seed=1), rounds("h", {**CASES, (128, "bf16"): 6e-3}, seed=2))
+    md = render_markdown(report)
+    assert "**REGRESSION**" in md
+    table = [line for line in md.splitlines() if line.startswith("| `")]
+    assert "128" in table[0] and "slower" in table[0]
+
+
+def _write_sides(tmp_path, base, cand):
+    for name, payloads in (("base", base), ("cand", cand)):
+        d = tmp_path / name
+        for p in payloads:
+            atomic_write_json(d / f"{p['run']['run_id']}.json", p)
+    return tmp_path / "base", tmp_path / "cand"
+
+
+def test_cli_gate_writes_reports_stores_them_and_exits_1(tmp_path, results_dir, capsys):
+    b, c = _write_sides(tmp_path, rounds("b", CASES, seed=1, commit="base1"),
+                        rounds("h", {**CASES, (64, "bf16"): 1.5e-3}, seed=2, commit="head1"))
+    rc = main(["gate", str(b), str(c), "--results-dir", str(results_dir), "--report-dir", str(tmp_path / "rep"),
+               "--json"])
+    assert rc == EXIT_REGRESSION
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["exit_code"] == 1 and out["slower_cases"] == ["gemm[m=64,n=64,k=64] bf16 torch cpu"]
+    saved = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert saved["verdict"] == "regression"
+    assert "gemm[m=64,n=64,k=64] bf16 torch cpu" in (tmp_path / "rep" / "report.md").read_text()
+    frame = open_store(results_dir).gate_reports_frame()
+    assert len(frame) == 1
+    row = frame.iloc[0]
+    assert row["verdict"] == "regression" and row["git_commit"] == "head1" and row["exit_code"] == 1
+    assert row["cand_run_id"].startswith("h-r00") and row["base_run_id"].startswith("b-r00")
+    data = row["data"] if isinstance(row["data"], dict) else json.loads(row["data"])
+    assert {c["verdict"] for c in data["cases"]} == {"slower", "same"}
+
+
+def test_cli_gate_harness_error_is_3(tmp_path, results_dir, capsys):
+    rc = main(["gate", str(tmp_path / "missing.json"), str(tmp_path / "also-missing.json"),
+               "--results-dir", str(results_dir)])
+    assert rc == 3
+    assert "no such results file or folder" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["gate", str(bad), str(bad), "--results-dir", str(results_dir)]) == 3
+
+
+def test_cli_compare_reports_but_exits_0(tmp_path, results_dir, capsys):
+    b, c = _write_sides(tmp_path, rounds("b", CASES, seed=1), rounds("h", {**CASES, (64, "bf16"): 1.5e-3}, seed=2))
+    assert main(["compare", str(b), str(c), "--results-dir", str(results_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "slower" in out and json.loads(out.strip().splitlines()[-1])["would_gate"] == "regression"

@@ -1,0 +1,192 @@
+"""The store on SQLite: idempotent ingest, queries, schema migration and refusal, corrupt files, concurrency.
+
+The tests taking ``store_url`` also run against a real PostgreSQL server in ``test_store_postgres.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from fp8bench.cli import main
+from fp8bench.runfile import atomic_write_json
+from fp8bench.store import STORE_SCHEMA_VERSION, StoreError, open_store
+from tests.gate_fixtures import payload, record
+
+
+@pytest.fixture
+def store_url(tmp_path):
+    return str(tmp_path / "store")
+
+
+def make_run(run_id: str, n: int = 3, commit: str = "c0ffee") -> dict:
+    return payload(run_id, [record(64 + i, "bf16", [1e-3, 1.1e-3, 0.9e-3]) for i in range(n)], commit=commit)
+
+
+def test_ingest_is_idempotent_and_queries_return_frames(store_url):
+    store = open_store(store_url)
+    assert store.schema_version == STORE_SCHEMA_VERSION
+    assert store.ingest_run(make_run("r1")) == (True, 3)
+    assert store.ingest_run(make_run("r1")) == (False, 0)
+    store.ingest_run(make_run("r2", n=2, commit="beef"))
+    assert store.count_records() == 5 and store.count_records("r2") == 2
+    frame = store.records_frame(run_ids=["r1"])
+    assert list(frame["case_key"]) == [f"gemm[m={m},n={m},k={m}] bf16 torch cpu" for m in (64, 65, 66)]
+    assert frame["comparability_key"].str.len().eq(24).all()
+    assert set(store.runs_frame()["run_id"]) == {"r1", "r2"}
+    assert len(store.records_frame(workload="gemm", precision="bf16")) == 5
+    with pytest.raises(StoreError, match="unknown record column 'colour'"):
+        store.records_frame(colour="red")
+    back = store.run_payload("r2")
+    assert back["run"]["git"]["commit"] == "beef" and [r["seq"] for r in back["records"]] == [0, 1]
+    with pytest.raises(StoreError, match="no run 'nope'"):
+        store.run_payload("nope")
+
+
+def test_gate_reports_round_trip(store_url):
+    store = open_store(store_url)
+    report = {"report_id": "g1", "created_at": "2026-11-21T00:00:00+00:00", "base_run_id": "b", "cand_run_id": "c",
+              "git_commit": "abc", "verdict": "pass", "exit_code": 0, "cases": [{"case": "x", "verdict": "same"}]}
+    assert store.add_gate_report(report) and not store.add_gate_report(report)
+    frame = store.gate_reports_frame()
+    assert len(frame) == 1 and frame.iloc[0]["verdict"] == "pass"
+    data = frame.iloc[0]["data"]
+    data = json.loads(data) if isinstance(data, str) else data
+    assert data["cases"][0]["verdict"] == "same"
+
+
+# The schema as version 1 shipped it (before records.comparability_key), to test the forward migration.
+def _create_v1(url: str) -> None:
+    from fp8bench.store import normalize_url
+
+    engine = sa.create_engine(normalize_url(url))
+    v1 = sa.MetaData()
+    sa.Table("meta", v1, sa.Column("key", sa.String(64), primary_key=True), sa.Column("value", sa.Text))
+    sa.Table("runs", v1, *[sa.Column(n, sa.String(128)) for n in (
+        "started_at", "finished_at", "status", "git_commit", "host", "device", "device_name", "source")],
+             sa.Column("run_id", sa.String(64), primary_key=True), sa.Column("git_dirty", sa.Boolean),
+             sa.Column("schema_version", sa.Integer), sa.Column("data", sa.JSON))
+    cols = ["case_key", "workload", "shape", "precision", "fp8_format", "backend", "device", "device_name",
+            "status", "reason"]
+    floats = ["median_s", "prequant_median_s", "tflops", "prequant_tflops", "pct_of_peak", "energy_j",
+              "tflops_per_w", "sqnr_db", "rel_err"]
+    records = sa.Table("records", v1, sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                       sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id")),
+                       sa.Column("seq", sa.Integer), *[sa.Column(c, sa.String(400)) for c in cols],
+                       *[sa.Column(f, sa.Float) for f in floats], sa.Column("valid", sa.Boolean),
+                       sa.Column("interpreted", sa.Boolean), sa.Column("data", sa.JSON),
+                       sa.UniqueConstraint("run_id", "seq"))
+    sa.Table("gate_reports", v1, sa.Column("report_id", sa.String(64), primary_key=True),
+             *[sa.Column(c, sa.String(64)) for c in ("created_at", "base_run_id", "cand_run_id", "git_commit",
+                                                      "verdict")],
+             sa.Column("exit_code", sa.Integer), sa.Column("data", sa.JSON))
+    if url.startswith("sqlite") or "://" not in url:
+        Path(engine.url.database).parent.mkdir(parents=True, exist_ok=True)
+    v1.create_all(engine)
+    run = make_run("old-run", n=2)
+    with engine.begin() as conn:
+        conn.execute(v1.tables["meta"].insert().values(key="schema_version", value="1"))
+        conn.execute(v1.tables["runs"].insert().values(run_id="old-run", data=run["run"], schema_version=1))
+        for r in run["records"]:
+            conn.execute(records.insert().values(run_id="old-run", seq=r["seq"], workload="gemm", precision="bf16",
+                                                 backend="torch", device="cpu", status="ok",
+                                                 median_s=r["median_s"], data=r))
+    engine.dispose()
+
+
+def test_old_schema_is_migrated_forward(store_url):
+    _create_v1(store_url)
+    store = open_store(store_url)
+    assert store.schema_version == STORE_SCHEMA_VERSION == 2
+    frame = store.records_frame(run_ids=["old-run"])
+    assert len(frame) == 2 and frame["comparability_key"].notna().all()
+    # Migrated keys equal the keys a fresh ingest of the same run computes.
+    store.ingest_run({**make_run("old-run-again", n=2)})
+    fresh = store.records_frame(run_ids=["old-run-again"])
+    assert list(frame["comparability_key"]) == list(fresh["comparability_key"])
+    assert open_store(store_url).schema_version == 2  # reopening does not migrate again
+
+
+def _set_version(url: str, version: int) -> None:
+    store = open_store(url)
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE meta SET value = :v WHERE key = 'schema_version'"), {"v": str(version)})
+    store.engine.dispose()
+
+
+def test_newer_schema_is_refused_with_both_versions(store_url):
+    _set_version(store_url, STORE_SCHEMA_VERSION + 7)
+    with pytest.raises(StoreError, match=rf"schema version {STORE_SCHEMA_VERSION + 7}, newer than this fp8bench "
+                                         rf"understands \({STORE_SCHEMA_VERSION}\)"):
+        open_store(store_url)
+
+
+def _ingest_proc(files: list[Path], store: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fp8bench.cli", "ingest", *map(str, files), "--store", store,
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def concurrent_ingest(tmp_path: Path, store: str, n_records: int = 300) -> None:
+    """Two `fp8bench ingest` processes of different runs into one new store at once: nothing lost or doubled."""
+    files = []
+    for name in ("left", "right"):
+        f = tmp_path / f"{name}.json"
+        atomic_write_json(f, make_run(f"run-{name}", n=n_records))
+        files.append(f)
+    # Each process also re-ingests the other's file, so the two race on the same rows as well.
+    procs = [_ingest_proc([files[0], files[1]], store), _ingest_proc([files[1], files[0]], store)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    s = open_store(store)
+    assert s.count_records() == 2 * n_records
+    with s.engine.connect() as conn:
+        distinct = conn.execute(sa.text("SELECT COUNT(*) FROM (SELECT DISTINCT run_id, seq FROM records) d")).scalar()
+        runs = conn.execute(sa.text("SELECT COUNT(*) FROM runs")).scalar()
+    assert distinct == 2 * n_records and runs == 2
+    assert s.count_records("run-left") == s.count_records("run-right") == n_records
+
+
+@pytest.mark.slow
+def test_two_concurrent_ingest_processes_lose_nothing(tmp_path, store_url):
+    concurrent_ingest(tmp_path, store_url)
+
+
+def test_corrupt_sqlite_file_gives_a_readable_error(tmp_path, capsys):
+    bad = tmp_path / "store" / "fp8bench.sqlite"
+    bad.parent.mkdir()
+    bad.write_bytes(b"this is not a database, just bytes\n" * 100)
+    with pytest.raises(StoreError, match="not a readable SQLite database"):
+        open_store(bad)
+    f = tmp_path / "run.json"
+    atomic_write_json(f, make_run("r"))
+    assert main(["ingest", str(f), "--store", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "not a readable SQLite database" in err and "Traceback" not in err
+
+
+def test_ingest_cli_refuses_newer_and_corrupt_files_but_keeps_the_rest(tmp_path, capsys):
+    good, newer, broken = tmp_path / "good.json", tmp_path / "newer.json", tmp_path / "broken.json"
+    atomic_write_json(good, make_run("good"))
+    atomic_write_json(newer, {**make_run("newer"), "schema_version": 99})
+    broken.write_text('{"schema_version": 1, "run": {"run_id": ')
+    store = str(tmp_path / "store")
+    assert main(["ingest", str(newer), str(broken), str(good), "--store", store, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert "schema version 99, newer than this fp8bench understands" in captured.err
+    assert "not valid JSON" in captured.err
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert [r["run_id"] for r in out["ingested"]] == ["good"] and len(out["errors"]) == 2
+    assert open_store(store).count_records() == 3
+
+
+def test_bad_store_url_is_a_clear_error():
+    with pytest.raises(StoreError, match="cannot open store"):
+        open_store("nosuchdb://x/y")

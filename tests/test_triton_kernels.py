@@ -1,0 +1,180 @@
+"""The Triton kernels against fp8bench's shared quantizers and the emulated GEMM.
+
+On a machine without CUDA the kernels run under Triton's interpreter (correctness only). Shapes are small and odd
+(not multiples of any tile) so that every masked edge is exercised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp8bench import quantize as ref
+from fp8bench.catalog import BACKENDS, load_all
+from fp8bench.devices import Device
+from fp8bench.formats import E4M3, E5M2, Fp8Format
+from fp8bench.pipeline import BuildContext
+from fp8bench.recipes import resolve_precision
+from fp8bench.workloads.gemm import GEMM
+
+tk = pytest.importorskip("fp8bench.kernels.triton_kernels")
+if tk.TRITON_IMPORT_ERROR:
+    pytest.skip(tk.TRITON_IMPORT_ERROR, allow_module_level=True)
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+FORMATS = [E4M3, E5M2]
+
+
+def _bf16(rows: int, cols: int, seed: int, scale: float = 3.0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=gen) * scale
+    x[0, 0] = 0.0  # an exact zero must stay zero
+    return x.bfloat16().to(DEVICE)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.uint8).cpu(), b.view(torch.uint8).cpu())
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_tensorwise_matches_shared_quantizer_bit_for_bit(fmt: Fp8Format) -> None:
+    x = _bf16(37, 301, seed=1)
+    q, amax = tk.quantize_tensorwise(x, fmt)
+    r = ref.quantize_tensorwise(x, fmt)
+    assert amax.item() == x.float().abs().max().item()
+    assert torch.equal(q.scale.cpu(), r.scale.cpu())
+    assert _same_bits(q.data, r.data)
+
+
+def test_tensorwise_with_given_scale_saturates_like_the_reference() -> None:
+    x = _bf16(29, 67, seed=2)
+    scale = torch.tensor(x.float().abs().max().item() / 448.0 / 4.0)  # 4x too small: the top values overflow
+    q, amax = tk.quantize_tensorwise(x, E4M3, scale)
+    r = ref.quantize_tensorwise(x, E4M3, scale)
+    assert _same_bits(q.data, r.data)
+    assert q.data.float().abs().max().item() == 448.0  # saturated, not NaN
+    assert amax.item() == x.float().abs().max().item()  # still reported for the delayed history
+
+
+def test_tensorwise_margin_matches_delayed_first_call() -> None:
+    x = _bf16(19, 45, seed=3)
+    q, _ = tk.quantize_tensorwise(x, E4M3, margin=2)
+    expected = ref.scale_from_amax(x.abs().amax(), E4M3, margin=2)
+    assert torch.equal(q.scale.cpu(), expected.cpu())
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_rowwise_matches_shared_quantizer_bit_for_bit(fmt: Fp8Format) -> None:
+    x = _bf16(37, 301, seed=4)
+    x[5] = 0.0  # an all-zero row gets the floored scale, not a division by zero
+    q = tk.quantize_rowwise(x, fmt)
+    r = ref.quantize_rowwise(x, fmt)
+    assert q.scale.shape == (37, 1)
+    assert torch.equal(q.scale.cpu(), r.scale.cpu())
+    assert _same_bits(q.data, r.data)
+    assert torch.isfinite(q.data.float()).all()
+
+
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)], ids=["1x128", "128x128"])
+def test_blockwise_matches_shared_quantizer_bit_for_bit(block: tuple[int, int]) -> None:
+    rows = 37 if block[0] == 1 else 256  # 1x128 tiles take any row count
+    x = _bf16(rows, 384, seed=5)
+    q = tk.quantize_blockwise(x, E4M3, block)
+    r = ref.quantize_blockwise(x, E4M3, block)
+    assert q.scale.shape == r.scale.shape
+    assert torch.equal(q.scale.cpu(), r.scale.cpu())
+    assert _same_bits(q.data, r.data)
+
+
+def test_blockwise_rejects_partial_blocks_with_the_shapes() -> None:
+    with pytest.raises(ValueError, match="37x200 tensor does not split into 1x128"):
+        tk.quantize_blockwise(_bf16(37, 200, seed=6), E4M3, (1, 128))
+
+
+def _emulated_product(qa: ref.Quantized, qb: ref.Quantized) -> torch.Tensor:
+    return (qa.dequantize() @ qb.dequantize().t()).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("granularity", ["tensorwise", "rowwise"])
+def test_gemm_matches_emulated_reference_on_odd_shapes(granularity: str) -> None:
+    a, b = _bf16(37, 161, seed=7, scale=1.0), _bf16(45, 161, seed=8, scale=0.1)
+    quant = ref.quantize_tensorwise if granularity == "tensorwise" else ref.quantize_rowwise
+    qa, qb = quant(a, E4M3), quant(b, E4M3)
+    out = tk.scaled_mm(qa, qb)
+    expected = _emulated_product(qa, qb)
+    assert out.dtype == torch.bfloat16 and out.shape == (37, 45)
+    # Same FP8 operands, FP32 accumulation in both: only the summation order and the final BF16 rounding differ,
+    # so each element is within two BF16 steps (2**-7 relative) of the reference.
+    tol = 2 * 2.0**-7 * expected.float().abs() + 1e-6
+    assert ((out.float() - expected.float()).abs() <= tol).all()
+
+
+def test_persistent_launch_gives_the_same_result() -> None:
+    a, b = _bf16(37, 96, seed=9, scale=1.0), _bf16(70, 96, seed=10, scale=0.1)
+    qa, qb = ref.quantize_rowwise(a, E4M3), ref.quantize_rowwise(b, E4M3)
+    assert torch.equal(tk.scaled_mm(qa, qb, persistent=True), tk.scaled_mm(qa, qb, persistent=False))
+
+
+def test_blockwise_gemm_matches_emulated_reference() -> None:
+    a, b = _bf16(37, 256, seed=16, scale=1.0), _bf16(128, 256, seed=17, scale=0.1)
+    a[:, :128] *= 30.0  # the two K blocks get very different scales: per-block rescaling must be right
+    qa, qb = tk.quantize_blockwise(a, E4M3, (1, 128)), tk.quantize_blockwise(b, E4M3, (128, 128))
+    out = tk.scaled_mm(qa, qb)
+    expected = _emulated_product(qa, qb)
+    tol = 2 * 2.0**-7 * expected.float().abs() + 1e-3 * expected.float().abs().max()
+    assert ((out.float() - expected.float()).abs() <= tol).all()
+
+
+def test_gemm_refuses_mixed_and_mx_scales() -> None:
+    a = _bf16(16, 128, seed=11)
+    qm = ref.quantize_mx(a, E4M3)
+    with pytest.raises(ValueError, match="tensorwise, rowwise or blockwise"):
+        tk.scaled_mm(qm, qm)
+    qt, qr = ref.quantize_tensorwise(a, E4M3), ref.quantize_rowwise(_bf16(16, 128, seed=12), E4M3)
+    with pytest.raises(ValueError, match="tensorwise x rowwise"):
+        tk.scaled_mm(qt, qr)
+    q1 = ref.quantize_blockwise(a, E4M3, (1, 128))
+    with pytest.raises(ValueError, match="1x128 tiles on A and 128x128 on B"):
+        tk.scaled_mm(q1, q1)
+
+
+def _build(precision_name: str, shape: str = "48x80x96", **options: object):
+    load_all()
+    device = Device(DEVICE.type, 0 if DEVICE.type == "cuda" else None)
+    sh = GEMM.parse_shape(shape)
+    inputs = GEMM.make_inputs(sh, device, seed=0)
+    ctx = BuildContext("gemm", sh, resolve_precision(precision_name), device, inputs, dict(options))
+    return BACKENDS.get("triton").build(ctx), inputs
+
+
+def test_backend_pipeline_marks_interpreted_records_and_reports_cast_stats() -> None:
+    pipeline, _ = _build("fp8_rowwise")
+    assert pipeline.interpreted == tk.INTERPRETED
+    assert set(pipeline.phases) == {"quantize", "gemm"} and pipeline.prequantized_phases == ("gemm",)
+    stats = pipeline.cast_stats()
+    assert set(stats) == {"a", "b"} and stats["a"].overflow_frac == 0.0
+    if not tk.INTERPRETED:
+        assert pipeline.extra["autotune_s"] > 0 and pipeline.extra["gemm_config"]
+
+
+def test_delayed_quantizer_uses_the_history_not_the_current_amax() -> None:
+    from fp8bench.kernels.triton_backend import operand_quantizer
+
+    quant = operand_quantizer(resolve_precision("fp8_delayed"))
+    a = _bf16(24, 40, seed=15)
+    first = quant(a)  # no history yet: current scaling
+    second = quant(a * 4)  # the range jumps 4x: the scale still comes from the first amax, so values saturate
+    assert torch.equal(first.scale, second.scale)
+    assert second.data.float().abs().max().item() == 448.0
+    third = quant(a)  # the history now holds 4x the amax: the scale widened
+    assert third.scale.item() == pytest.approx(4 * first.scale.item())
+
+
+@pytest.mark.gpu
+def test_cuda_gemm_autotunes_and_matches_reference() -> None:
+    a, b = _bf16(1000, 1024, seed=13, scale=1.0), _bf16(1030, 1024, seed=14, scale=0.05)
+    qa, qb = tk.quantize_rowwise(a, E4M3), tk.quantize_rowwise(b, E4M3)
+    out = tk.scaled_mm(qa, qb)
+    expected = _emulated_product(qa, qb)
+    assert tk.best_config() is not None
+    assert ((out.float() - expected.float()).norm() / expected.float().norm()).item() < 2.0**-7

@@ -1,0 +1,120 @@
+"""Lint of the GitHub Actions workflow: structure, expressions, shell syntax, and every fp8bench call parses.
+
+actionlint is not installable here (its wheel downloads a binary), so the checks that matter for this workflow are
+done directly: the YAML loads; triggers are the pull request (kernel paths), the nightly schedule and manual runs;
+jobs run on self-hosted GPU runners and never for forks; steps are well-formed with pinned actions; ``${{ }}``
+expressions use known contexts and existing step ids; every ``run:`` script passes ``bash -n``; and every
+``fp8bench`` command in it parses with the real command-line parser, so a renamed flag breaks this test, not CI.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fp8bench.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / ".github" / "workflows" / "fp8bench.yml"
+EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
+CONTEXTS = {"github", "steps", "secrets", "runner", "env", "vars", "needs", "matrix", "inputs", "job", "always",
+            "success", "failure", "cancelled"}
+STEP_KEYS = {"name", "id", "if", "uses", "run", "with", "env", "shell", "continue-on-error", "timeout-minutes",
+             "working-directory"}
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict:
+    data = yaml.safe_load(WORKFLOW.read_text())
+    # YAML 1.1 reads the key `on` as the boolean True.
+    data["on"] = data.pop(True, data.get("on"))
+    return data
+
+
+def _steps(workflow):
+    for job_name, job in workflow["jobs"].items():
+        for step in job["steps"]:
+            yield job_name, job, step
+
+
+def test_triggers(workflow):
+    on = workflow["on"]
+    assert set(on) == {"pull_request", "schedule", "workflow_dispatch"}
+    assert "kernels/**" in on["pull_request"]["paths"]
+    (cron,) = on["schedule"]
+    assert len(cron["cron"].split()) == 5
+    assert workflow["permissions"]["pull-requests"] == "write"
+
+
+def test_jobs_run_on_self_hosted_gpu_runners_and_not_for_forks(workflow):
+    assert set(workflow["jobs"]) == {"ab-gate", "nightly"}
+    for job in workflow["jobs"].values():
+        assert {"self-hosted", "gpu"} <= set(job["runs-on"])
+        assert job["timeout-minutes"] > 0
+    assert "head.repo.full_name == github.repository" in workflow["jobs"]["ab-gate"]["if"]
+    assert "schedule" in workflow["jobs"]["nightly"]["if"]
+
+
+def test_steps_are_well_formed_and_actions_pinned(workflow):
+    for job_name, _job, step in _steps(workflow):
+        assert set(step) <= STEP_KEYS, (job_name, step)
+        assert ("uses" in step) != ("run" in step), (job_name, step)
+        if "uses" in step:
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), step["uses"]
+        assert step.get("name"), step
+
+
+def test_expressions_use_known_contexts_and_existing_step_ids(workflow):
+    text = WORKFLOW.read_text()
+    assert text.count("${{") == text.count("}}")
+    for expr in EXPR.findall(text):
+        for word in re.findall(r"(?<![\w.'-])([a-z_]+)(?=[.(])", expr):
+            assert word in CONTEXTS, f"unknown context {word!r} in ${{{{{expr}}}}}"
+    for job_name, job in workflow["jobs"].items():
+        ids = {s["id"] for s in job["steps"] if "id" in s}
+        blob = yaml.safe_dump(job)
+        for ref in re.findall(r"steps\.([\w-]+)\.outputs", blob):
+            assert ref in ids, f"{job_name} refers to missing step id {ref!r}"
+
+
+def _scripts(workflow):
+    for job_name, _job, step in _steps(workflow):
+        if "run" in step:
+            yield job_name, step["name"], EXPR.sub("EXPR", step["run"])
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_run_scripts_pass_bash_syntax_check(workflow):
+    for job_name, name, script in _scripts(workflow):
+        out = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+        assert out.returncode == 0, f"{job_name} / {name}: {out.stderr}"
+
+
+def test_every_fp8bench_command_parses(workflow):
+    parser = build_parser()
+    seen = set()
+    for job_name, name, script in _scripts(workflow):
+        for line in script.splitlines():
+            for segment in re.split(r"\|\||&&|;", line):
+                words = shlex.split(segment.strip())
+                if not words or words[0] != "fp8bench":
+                    continue
+                try:
+                    args = parser.parse_args(words[1:])
+                except SystemExit as exc:  # argparse's way of refusing
+                    pytest.fail(f"{job_name} / {name}: `{segment.strip()}` does not parse ({exc})")
+                seen.add(args.verb)
+    assert {"ab", "run", "ingest", "doctor"} <= seen
+
+
+def test_paths_the_workflow_uses_exist(workflow):
+    text = WORKFLOW.read_text()
+    assert (ROOT / "workloads" / "suites" / "ci_bench").is_dir() and "workloads/suites/ci_bench" in text
+    for suite in re.findall(r"--suite (\w+)", text):
+        assert (ROOT / "workloads" / "suites" / f"{suite}.yaml").is_file(), suite

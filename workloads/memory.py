@@ -1,0 +1,63 @@
+"""Device memory for the layer workloads: what is free before a case, and the high-water mark during a call.
+
+A training step's memory is known in closed form well enough to refuse a case that cannot fit *before* allocating
+it (:func:`available_bytes` against a workload's estimate): on the CPU an allocation larger than RAM does not fail
+cleanly, the kernel's out-of-memory killer ends the whole process and every later case with it.
+
+Peak memory comes from PyTorch's CUDA caching allocator (``torch.cuda.max_memory_allocated``). The CPU allocator
+keeps no such statistics, so on the CPU the peak is reported as unknown with that reason, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fp8bench.devices import Device
+
+
+def available_bytes(device: Device) -> int | None:
+    """Bytes a case may still allocate on ``device``: free GPU memory, or the kernel's ``MemAvailable`` estimate
+    on the CPU; ``None`` where neither can be read."""
+    if device.is_cuda:
+        free, _total = torch.cuda.mem_get_info(device.torch)
+        return int(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # the file states kB (KiB)
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class PeakMemory:
+    bytes: int | None = None
+    reason: str | None = None
+
+    def fields(self) -> dict[str, object]:
+        """Record extras: ``peak_memory_bytes`` and, when it is unknown, ``peak_memory_reason``."""
+        out: dict[str, object] = {"peak_memory_bytes": self.bytes}
+        if self.reason:
+            out["peak_memory_reason"] = self.reason
+        return out
+
+
+@contextmanager
+def peak_memory(device: Device) -> Iterator[PeakMemory]:
+    """Measure the allocator's high-water mark over the ``with`` body (bytes, CUDA only)."""
+    result = PeakMemory()
+    if not device.is_cuda:
+        result.reason = "the CPU allocator keeps no peak statistics"
+        yield result
+        return
+    torch.cuda.synchronize(device.torch)
+    torch.cuda.reset_peak_memory_stats(device.torch)
+    yield result
+    torch.cuda.synchronize(device.torch)
+    result.bytes = int(torch.cuda.max_memory_allocated(device.torch))

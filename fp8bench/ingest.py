@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8bench.records import SCHEMA_VERSION
-from fp8bench.runfile import RunFileError, validate_run
+from fp8bench.runfile import RunFileError, load_json, validate_run
 
 SOURCE_FP8BENCH = "fp8bench"
 SOURCE_PYTEST_BENCHMARK = "pytest-benchmark"
@@ -35,15 +35,7 @@ def is_pytest_benchmark(data: Any) -> bool:
 def read_results_file(path: str | Path) -> tuple[dict[str, Any], str]:
     """A run payload and its source (``fp8bench`` or ``pytest-benchmark``) from either kind of file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RunFileError(f"cannot read results file {path}: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunFileError(f"results file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                           f"{exc.msg}); it may be truncated or corrupted") from exc
+    data = load_json(path, "results file")
     if is_pytest_benchmark(data):
         return from_pytest_benchmark(data, str(path)), SOURCE_PYTEST_BENCHMARK
     if isinstance(data, dict) and "benchmarks" in data:

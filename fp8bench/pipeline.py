@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from fp8bench.quantize import CastStats
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message, bounded, for a record's ``reason`` (the type if it has none)."""
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
 class Unsupported(Exception):
     """A backend refuses this case on this device; the message is the reason stored with the skipped record."""
 

@@ -85,18 +85,22 @@ def check_writable(path: Path) -> None:
         raise RunFileError(f"cannot write the run file {path}: it is a directory")
 
 
-def read_run_file(path: Path) -> dict[str, Any]:
-    """Load and check a run file; raises :class:`RunFileError` naming the file and what is wrong."""
+def load_json(path: Path | str, what: str) -> Any:
+    """Parse a JSON file; raises :class:`RunFileError` naming the file (``what``: "run file", ...) and the fault."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
-        raise RunFileError(f"cannot read run file {path}: {exc.strerror or exc}") from exc
+        raise RunFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise RunFileError(f"run file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+        raise RunFileError(f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                            f"{exc.msg}); it may be truncated or corrupted") from exc
-    return validate_run(data, str(path))
+
+
+def read_run_file(path: Path) -> dict[str, Any]:
+    """Load and check a run file; raises :class:`RunFileError` naming the file and what is wrong."""
+    return validate_run(load_json(path, "run file"), str(path))
 
 
 def validate_run(data: Any, origin: str) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import compare, worst
 from fp8bench.peaks import Peaks
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
 from fp8bench.recipes import Fp8Recipe, Precision, resolve_precision
 from fp8bench.records import Record
 from fp8bench.runfile import RunFileWriter
@@ -170,7 +170,7 @@ class CaseMeasurer:
             return self._base(case, seq, "skipped", str(exc))
         except torch.cuda.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
-            return self._base(case, seq, "failed", f"out of memory on {self.device}: {str(exc).splitlines()[0]}")
+            return self._base(case, seq, "failed", f"out of memory on {self.device}: {first_line(exc)}")
         except Exception as exc:  # a crashing kernel fails its case, never the run
             tb = traceback.extract_tb(exc.__traceback__)[-1]
             return self._base(case, seq, "failed", f"{type(exc).__name__}: {exc} "

@@ -37,7 +37,7 @@ from fp8bench.devices import Device
 from fp8bench.fp8_linear import Fp8Linear
 from fp8bench.kernels.torch_backend import _tf32, fp8_scaled_mm
 from fp8bench.kernels.torch_layers import torch_convert
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
 from fp8bench.quantize import Quantized, cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
@@ -135,7 +135,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         gemm()
     except Exception as exc:  # Dynamo/Inductor errors come in many types; the case is refused with the message
         raise Unsupported(f"torch.compile could not build {precision.name} on {ctx.device}: "
-                          f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}") from exc
+                          f"{type(exc).__name__}: {first_line(exc)}") from exc
 
     def stats() -> dict[str, Any]:
         da, sa, db, sb = state["q"]
@@ -164,7 +164,7 @@ def _build_float_gemm(ctx: BuildContext, precision: FloatPrecision) -> Pipeline:
         compile_s = timed_first_calls(ctx.device, gemm)
     except Exception as exc:
         raise Unsupported(f"torch.compile could not build {precision.name} on {ctx.device}: "
-                          f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}") from exc
+                          f"{type(exc).__name__}: {first_line(exc)}") from exc
     return Pipeline(end_to_end=gemm, phases={"gemm": gemm}, output=gemm, prequantized_phases=("gemm",),
                     notes=[f"compile time {compile_s:.2f} s, not timed"], extra={"compile_s": compile_s})
 
@@ -211,7 +211,7 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
             raise
         except Exception as exc:  # Dynamo/Inductor errors come in many types; the case is refused with the message
             raise Unsupported(f"torch.compile could not build {ctx.precision.name} on {ctx.device}: "
-                              f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}") from exc
+                              f"{type(exc).__name__}: {first_line(exc)}") from exc
         compile_s = dynamo_compile_seconds() - before
         pipeline.extra["compile_s"] = compile_s
         pipeline.notes.append(f"compiled: every Fp8Linear compiled (forward + backward), {compile_s:.1f} s of "

@@ -45,7 +45,7 @@ from torch import nn
 from fp8bench.capabilities import backend_reason, installed_version, parse_version
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
 from fp8bench.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
@@ -261,7 +261,7 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
             raise
         except (RuntimeError, AssertionError, ValueError) as exc:
             raise Unsupported(f"Transformer Engine refused {ctx.precision.name}: "
-                              f"{str(exc).strip().splitlines()[0][:200]}") from exc
+                              f"{first_line(exc)}") from exc
         spec = te_recipe_spec(ctx.precision)
         recipe = spec.cls if spec else "none (autocast disabled)"
         pipeline.notes.append(f"te.Linear for every projection, recipe {recipe}")
@@ -296,7 +296,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     try:
         forward()
     except (RuntimeError, AssertionError, ValueError) as exc:  # TE's recipe checks raise these (see reference)
-        raise Unsupported(f"Transformer Engine refused {precision.name}: {str(exc).strip().splitlines()[0][:200]}"
+        raise Unsupported(f"Transformer Engine refused {precision.name}: {first_line(exc)}"
                           ) from exc
     recipe = plan.spec.cls if plan.spec else "none (autocast disabled)"
     return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),

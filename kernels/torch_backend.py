@@ -17,7 +17,7 @@ import torch
 from fp8bench.capabilities import capabilities_for
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
 from fp8bench.quantize import cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.scaled_gemm import fp8_scaled_mm  # noqa: F401  (re-exported: other backends import it from here)
@@ -36,10 +36,6 @@ def _gemm_support(precision: Precision, device: Device) -> str | None:
         return None
     return capabilities_for(device).fp8_reason(precision.granularity)
 
-
-def _first_line(exc: BaseException, limit: int = 200) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:limit]
 
 
 @TORCH.builder("gemm", supports=_gemm_support)
@@ -76,7 +72,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     try:  # Let PyTorch itself accept or refuse this scaling layout before anything is timed.
         end_to_end()
     except (RuntimeError, ValueError, NotImplementedError, TypeError) as exc:
-        raise Unsupported(f"torch refused {precision.name} on {ctx.device}: {_first_line(exc)}") from exc
+        raise Unsupported(f"torch refused {precision.name} on {ctx.device}: {first_line(exc)}") from exc
 
     def stats() -> dict[str, Any]:
         return {"a": cast_stats(a, state["qa"]), "b": cast_stats(b, state["qb"])}

@@ -45,7 +45,7 @@ from torch import nn
 from fp8bench.capabilities import backend_reason, fp8_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
 from fp8bench.recipes import Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
@@ -157,7 +157,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         raise
     except Exception as exc:  # noqa: BLE001 - torchao's refusals come as assorted exception types
         raise Unsupported(f"torchao refused {precision.name}: {type(exc).__name__}: "
-                          f"{str(exc).strip().splitlines()[0][:200]}") from exc
+                          f"{first_line(exc)}") from exc
     if type(layer) is nn.Linear:
         raise Unsupported(f"torchao left a {n}x{k} weight in high precision (dimensions must be multiples of 16)")
 
@@ -169,7 +169,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         forward()
     except (RuntimeError, ValueError, NotImplementedError, AssertionError) as exc:
         raise Unsupported(f"torchao {recipe_name(precision, wgrad_hp)} failed on {ctx.device}: "
-                          f"{str(exc).strip().splitlines()[0][:200]}") from exc
+                          f"{first_line(exc)}") from exc
     return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),
                     notes=[f"torchao {recipe_name(precision, wgrad_hp)} Float8Linear forward; it quantizes "
                            "inside forward, so no separate quantize or pre-quantized GEMM time"],
@@ -209,7 +209,7 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
             raise
         except (RuntimeError, NotImplementedError, AssertionError, TypeError) as exc:
             raise Unsupported(f"torchao {name} failed on {ctx.device}: "
-                              f"{str(exc).strip().splitlines()[0][:200]}") from exc
+                              f"{first_line(exc)}") from exc
         pipeline.notes.append(f"torchao {name}: every aligned nn.Linear is a Float8Linear")
         pipeline.extra["torchao_recipe"] = name
         return pipeline

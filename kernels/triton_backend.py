@@ -23,7 +23,7 @@ from fp8bench.capabilities import backend_reason, fp8_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.kernels import triton_kernels as tk
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
 from fp8bench.quantize import AmaxHistory, Quantized, cast_stats
 from fp8bench.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.gemm import output_dtype
@@ -108,7 +108,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         ctx.device.synchronize()
     except (RuntimeError, ValueError) as exc:
         raise Unsupported(f"triton kernels refused {precision.name} on {ctx.device}: "
-                          f"{str(exc).strip().splitlines()[0][:200]}") from exc
+                          f"{first_line(exc)}") from exc
     first_call_s = time.perf_counter() - t0
 
     extra: dict[str, Any] = {"persistent": persistent}

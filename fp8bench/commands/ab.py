@@ -13,7 +13,6 @@ from fp8bench.commands.common import (
     add_json_flag,
     add_store_flags,
     default_results_dir,
-    print_json,
 )
 
 NAME = "ab"
@@ -69,8 +68,7 @@ def _is_checkout(text: str) -> bool:
 
 def execute(args: argparse.Namespace) -> int:
     from fp8bench.ab import AbError, SideSpec, run_ab, temporary_checkouts
-    from fp8bench.commands.gate import EXIT_HARNESS_ERROR, gate_config, store_report, write_report
-    from fp8bench.gate import render_markdown
+    from fp8bench.commands.gate import EXIT_HARNESS_ERROR, gate_config, publish_report, write_report
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     try:  # bad input is a harness error (3) here: 2 would read as "inconclusive"
@@ -108,15 +106,4 @@ def execute(args: argparse.Namespace) -> int:
     report = result.report
     report["ab"]["refs"] = refs
     md, js = write_report(report, folder)
-    store_error = None
-    if not args.no_store_report:
-        store_error = store_report(report, args.store or results)
-        if store_error:
-            print(f"fp8bench ab: report not stored ({store_error}); it is in {js}", file=sys.stderr)
-    if args.json:
-        print_json({**report, "report_md": str(md), "report_json": str(js), "store_error": store_error})
-    else:
-        print(render_markdown(report))
-        print_json({"verdict": report["verdict"], "exit_code": report["exit_code"],
-                    "slower_cases": report["slower_cases"], "folder": str(folder), "report_md": str(md)})
-    return int(report["exit_code"])
+    return publish_report(report, md, js, args, "ab", args.store or results, folder=str(folder))

@@ -105,7 +105,7 @@ def store_report(report: dict[str, Any], target: Any) -> str | None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.gate import gate, render_markdown
+    from fp8bench.gate import gate
 
     try:
         config = gate_config(args)
@@ -128,15 +128,27 @@ def execute(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"fp8bench gate: harness error: cannot write the report to {folder}: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
+    return publish_report(report, md, js, args, "gate",
+                          args.store or (args.results_dir or default_results_dir()), report_json=str(js))
+
+
+def publish_report(report: dict[str, Any], md: Path, js: Path, args: argparse.Namespace, verb: str,
+                   store: Any, **summary: Any) -> int:
+    """Store the written report (unless ``--no-store-report``), print it, and return its exit code.
+
+    ``summary`` adds fields to the one-line JSON summary printed after the Markdown report.
+    """
+    from fp8bench.gate import render_markdown
+
     store_error = None
     if not args.no_store_report:
-        store_error = store_report(report, args.store or (args.results_dir or default_results_dir()))
+        store_error = store_report(report, store)
         if store_error:
-            print(f"fp8bench gate: report not stored ({store_error}); it is in {js}", file=sys.stderr)
+            print(f"fp8bench {verb}: report not stored ({store_error}); it is in {js}", file=sys.stderr)
     if args.json:
         print_json({**report, "report_md": str(md), "report_json": str(js), "store_error": store_error})
     else:
         print(render_markdown(report))
         print_json({"verdict": report["verdict"], "exit_code": report["exit_code"],
-                    "slower_cases": report["slower_cases"], "report_md": str(md), "report_json": str(js)})
+                    "slower_cases": report["slower_cases"], "report_md": str(md), **summary})
     return int(report["exit_code"])

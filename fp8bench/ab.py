@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -182,7 +182,8 @@ def run_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path
            config: GateConfig | None = None, rerun_inconclusive: bool = True,
            on_round: Callable[[int, str], None] | None = None, stderr: IO[str] | None = None) -> AbResult:
     """Measure both sides in interleaved rounds and gate head against base (rerunning inconclusive cases once)."""
-    config = config or GateConfig()
+    # Round r of both sides ran back to back, so the gate compares them round by round.
+    config = replace(config or GateConfig(), paired=True)
     workers: dict[str, Worker] = {}
     try:
         for spec in (base, head):

@@ -4,12 +4,16 @@ Method (DESIGN, "Gate method"):
 
 1. **Samples.** Each side is one run or several interleaved *rounds* (``fp8bench ab``). With rounds, a case's
    samples are its per-round medians: drift of the machine (clocks, neighbours, thermals) then shows up as
-   round-to-round spread that both sides share, instead of hiding inside one long run. With a single run per side
-   the raw samples are used, and the report says that they are treated as independent, which they are not quite.
+   round-to-round spread that both sides share, instead of hiding inside one long run. When the rounds are
+   *paired* (``fp8bench ab``, or ``fp8bench gate --paired``: round ``i`` of both sides ran back to back), the
+   comparison is made round by round (:func:`fp8bench.stats.compare_paired`), so drift shared within a round
+   cancels. With a single run per side the raw samples are used, and the report says that they are treated as
+   independent, which they are not quite.
 2. **Comparability.** Cases are compared only when their :mod:`fp8bench.comparability` keys match; otherwise the case
    is ``incomparable`` and the differing fields are named.
 3. **Per case:** the ratio of medians ``median(cand) / median(base)`` (above 1 is slower), its percentile-bootstrap
-   confidence interval and one-sided Mann-Whitney U p-values (:mod:`fp8bench.stats`).
+   confidence interval and one-sided Mann-Whitney U p-values (:mod:`fp8bench.stats`); for paired rounds, the
+   median of the per-round ratios, its bootstrap interval over rounds and one-sided Wilcoxon signed-rank p-values.
 4. **Across cases:** Benjamini-Hochberg adjusts the p-values, so that a suite of many cases does not raise a false
    alarm just because one of many noisy cases drew an unlucky sample.
 5. **Verdict per case** with threshold ``T`` (default 5%, per-case overrides, never under 3x the A/A noise of the
@@ -36,7 +40,7 @@ import numpy as np
 
 from fp8bench.comparability import ComparabilityKey, comparability_key
 from fp8bench.records import case_key
-from fp8bench.stats import benjamini_hochberg, compare_batch
+from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_INCONCLUSIVE, EXIT_HARNESS_ERROR = 0, 1, 2, 3
 
@@ -66,6 +70,7 @@ class GateConfig:
     n_boot: int = 2000
     min_samples: int = 3  # per side; fewer cannot show anything
     seed: int = 0
+    paired: bool = False  # round i of both sides ran back to back: compare round by round
 
     def __post_init__(self) -> None:
         for name, t in (("threshold", self.threshold), *((f"override {p!r}", v) for p, v in self.overrides)):
@@ -111,6 +116,7 @@ class SideCase:
     case: str
     key: ComparabilityKey
     samples: list[float] = field(default_factory=list)
+    by_round: dict[int, float] = field(default_factory=dict)  # run index -> that round's median
     status: str = "ok"
     reason: str | None = None
     key_conflict: dict[str, tuple[Any, Any]] | None = None  # rounds of one side disagree on the key
@@ -130,7 +136,7 @@ def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
         raise GateError("a side of the comparison has no runs")
     rounds = len(payloads) >= 2
     cases: dict[str, SideCase] = {}
-    for payload in payloads:
+    for index, payload in enumerate(payloads):
         run = payload["run"]
         for record in payload["records"]:
             name = case_key(record)
@@ -145,6 +151,7 @@ def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
             if rounds:
                 if record.get("median_s") is not None:
                     entry.samples.append(float(record["median_s"]))
+                    entry.by_round[index] = float(record["median_s"])
             else:
                 entry.samples.extend(float(s) for s in record.get("samples_s") or [])
     commits = {(p["run"].get("git") or {}).get("commit") for p in payloads}
@@ -208,9 +215,20 @@ def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> 
             continue
         results[name] = _case_result(name, "pending", threshold=t, threshold_source=source)
         tested.append(name)
+    unpaired = []
+    for name in tested:
+        b, c = base.cases[name], cand.cases[name]
+        common = sorted(set(b.by_round) & set(c.by_round))
+        if not (config.paired and len(common) >= config.min_samples):
+            unpaired.append(name)
+            continue
+        est = compare_paired([b.by_round[i] for i in common], [c.by_round[i] for i in common], config.confidence,
+                             config.n_boot, config.seed)
+        results[name].update(ratio=est.ratio, ci_low=est.ci_low, ci_high=est.ci_high, p_slower=est.p_slower,
+                             p_faster=est.p_faster, n_base=est.n_base, n_cand=est.n_cand, paired_rounds=len(common))
     # Cases with equal sample counts are estimated in one vectorized batch (see stats.compare_batch).
     groups: dict[tuple[int, int], list[str]] = {}
-    for name in tested:
+    for name in unpaired:
         groups.setdefault((len(base.cases[name].samples), len(cand.cases[name].samples)), []).append(name)
     for group in groups.values():
         estimates = compare_batch(np.array([base.cases[n].samples for n in group]),
@@ -279,7 +297,7 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
         "sample_unit": {"base": base.sample_unit, "cand": cand.sample_unit},
         "config": {"threshold": config.threshold, "overrides": [list(o) for o in config.overrides],
                    "alpha": config.alpha, "confidence": config.confidence, "aa_noise": config.aa_noise,
-                   "n_boot": config.n_boot, "min_samples": config.min_samples},
+                   "n_boot": config.n_boot, "min_samples": config.min_samples, "paired": config.paired},
         "counts": counts, "cases": cases, "notes": all_notes,
         "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
     }

@@ -77,6 +77,33 @@ def compare_batch(base: np.ndarray, cand: np.ndarray, confidence: float = 0.95, 
                           float(p_faster[i]), b.shape[1], c.shape[1]) for i in range(b.shape[0])]
 
 
+def compare_paired(base: list[float] | np.ndarray, cand: list[float] | np.ndarray, confidence: float = 0.95,
+                   n_boot: int = 2000, seed: int = 0) -> RatioEstimate:
+    """Paired comparison of rounds: ``base[i]`` and ``cand[i]`` were measured back to back in round ``i``.
+
+    The estimate is the median of the per-round ratios ``cand[i] / base[i]``, its interval a bootstrap over rounds,
+    and the p-values come from the one-sided Wilcoxon signed-rank test on the log ratios (the paired counterpart of
+    Mann-Whitney). Drift that both sides share within a round (a clock step, a neighbour on the host) cancels in
+    the ratio instead of widening the interval.
+    """
+    b, c = np.asarray(base, float), np.asarray(cand, float)
+    if b.shape != c.shape or b.size == 0:
+        raise ValueError(f"paired samples need equal, non-zero lengths; got {b.size} and {c.size}")
+    ratios = c / b
+    rng = np.random.default_rng(seed)
+    boot = np.median(rng.choice(ratios, size=(n_boot, ratios.size), replace=True), axis=1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    logs = np.log(ratios)
+    if not np.any(logs):  # identical rounds: no evidence either way
+        p_slower = p_faster = 1.0
+    else:
+        p_slower = float(sps.wilcoxon(logs, alternative="greater").pvalue)
+        p_faster = float(sps.wilcoxon(logs, alternative="less").pvalue)
+    return RatioEstimate(float(np.median(ratios)), float(lo), float(hi), confidence, p_slower, p_faster, b.size,
+                         c.size)
+
+
 def benjamini_hochberg(p_values: list[float]) -> list[float]:
     """Benjamini-Hochberg adjusted p-values (false discovery rate), in the input order."""
     return [float(p) for p in sps.false_discovery_control(np.asarray(p_values, float), method="bh")] \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from fp8bench.cli import main
@@ -220,3 +221,42 @@ def test_cli_compare_reports_but_exits_0(tmp_path, results_dir, capsys):
     assert main(["compare", str(b), str(c), "--results-dir", str(results_dir)]) == 0
     out = capsys.readouterr().out
     assert "slower" in out and json.loads(out.strip().splitlines()[-1])["would_gate"] == "regression"
+
+
+def drifting_rounds(prefix: str, seconds: float, factor: float, drift: list[float], seed: int) -> list[dict]:
+    """Rounds whose speed jumps (the whole machine, both sides alike) while each side adds 1% noise of its own."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r, d in enumerate(drift):
+        center = seconds * factor * d * float(np.exp(rng.normal(0, 0.01)))
+        out.append(payload(f"{prefix}-r{r:02d}", [record(64, "bf16", [center * f for f in (0.99, 1.0, 1.01)])]))
+    return out
+
+
+# A machine that runs at full speed for three rounds and at half speed afterwards (seen on shared CPUs).
+DRIFT = [1.0, 1.0, 1.0] + [2.0] * 7
+
+
+def test_paired_rounds_cancel_shared_drift():
+    base, head = drifting_rounds("b", 1e-3, 1.0, DRIFT, 1), drifting_rounds("h", 1e-3, 1.0, DRIFT, 2)
+    unpaired = gate(base, head)
+    assert unpaired["cases"][0]["verdict"] == "inconclusive"  # the drift swamps a 5% threshold
+    paired = gate(base, head, GateConfig(paired=True))
+    (case,) = paired["cases"]
+    assert case["verdict"] == "same" and case["paired_rounds"] == 10
+    assert 0.97 < case["ci_low"] <= case["ratio"] <= case["ci_high"] < 1.03
+    assert paired["config"]["paired"] is True and paired["exit_code"] == EXIT_PASS
+
+
+def test_paired_rounds_still_catch_a_slowdown_under_drift():
+    base, head = drifting_rounds("b", 1e-3, 1.0, DRIFT, 1), drifting_rounds("h", 1e-3, 1.10, DRIFT, 2)
+    (case,) = gate(base, head, GateConfig(paired=True))["cases"]
+    assert case["verdict"] == "slower" and 1.07 < case["ratio"] < 1.13
+    assert case["p_slower_adj"] < 0.01
+
+
+def test_paired_needs_matching_rounds_else_falls_back():
+    base = drifting_rounds("b", 1e-3, 1.0, DRIFT, 1)
+    single = drifting_rounds("h", 1e-3, 1.0, DRIFT[:1], 2)  # one run: raw samples, nothing to pair with
+    (case,) = gate(base, single, GateConfig(paired=True))["cases"]
+    assert "paired_rounds" not in case

@@ -55,7 +55,8 @@ def gate_config(args: argparse.Namespace) -> Any:
         except (OSError, json.JSONDecodeError, KeyError) as exc:
             raise ValueError(f"cannot read the A/A report {args.aa_report}: {exc}") from exc
     return GateConfig(threshold=args.threshold, overrides=tuple(parse_override(o) for o in args.override),
-                      alpha=args.alpha, confidence=args.confidence, aa_noise=aa)
+                      alpha=args.alpha, confidence=args.confidence, aa_noise=aa,
+                      paired=getattr(args, "paired", False))
 
 
 def harness_errors_exit_3(p: argparse.ArgumentParser) -> None:
@@ -74,6 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", help="base: run file, pytest-benchmark JSON, folder of rounds, or store run id(s)")
     p.add_argument("cand", help="candidate: same forms as BASE")
     add_gate_flags(p)
+    p.add_argument("--paired", action="store_true",
+                   help="BASE and CAND are folders of the same A/B rounds (round i of both ran back to back): "
+                        "compare round by round, so drift shared within a round cancels (`fp8bench ab` does this)")
     p.add_argument("--report-dir", type=Path, default=None,
                    help="where report.md and report.json go (default RESULTS/gate/REPORT_ID)")
     p.add_argument("--no-store-report", action="store_true", help="do not add the report to the store")

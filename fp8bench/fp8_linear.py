@@ -148,7 +148,7 @@ class Fp8Linear(nn.Module):
     def from_linear(cls, linear: nn.Linear, recipe: Fp8Recipe, **kwargs: Any) -> Fp8Linear:
         """An FP8 layer sharing ``linear``'s parameters (so an optimizer built later sees the same tensors)."""
         layer = cls(linear.in_features, linear.out_features, recipe, bias=False, device="meta", **kwargs)
-        layer.weight = linear.weight
+        layer.weight = linear.weight  # type: ignore[assignment]  # torch types nn.Linear.weight as Tensor
         layer.bias = linear.bias
         return layer
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from fp8bench.commands.common import (
     EXIT_OK,
@@ -45,7 +46,7 @@ def execute(args: argparse.Namespace) -> int:
             matrix[bname][wname] = {p: backend.unsupported_reason(wname, prec, device)
                                     for p, prec in PRECISIONS.items()}
     results_dir = default_results_dir()
-    report = {
+    report: dict[str, Any] = {
         "device": str(device), "device_name": caps.name, "compute_capability": caps.compute_capability,
         "cuda_available": torch.cuda.is_available(), "threads": torch.get_num_threads(),
         "software": software_versions(), "fp8_variant": caps.fp8_variant,

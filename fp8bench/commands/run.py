@@ -98,7 +98,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str
         overrides.update(suite.settings)
         entries = [(e.workload, e.shapes, names(args.precision, PRECISIONS.names(), e.precisions),
                     names(args.backend, BACKENDS.names(), e.backends)) for e in suite.entries]
-        spec = {"suite": suite.name, "suite_path": suite.path}
+        spec: dict[str, Any] = {"suite": suite.name, "suite_path": suite.path}
     else:
         shapes = shape_set(args.shape_set) if args.shape_set else (args.shape or ["1024x1024x1024"])
         entries = [(w, shapes, names(args.precision, PRECISIONS.names(), PRECISIONS.names()),
@@ -112,7 +112,7 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
     from fp8bench.runner import RunSettings
     from fp8bench.timing import SamplingPolicy
 
-    policy_fields = {k: overrides[k] for k in ("min_samples", "min_time_s", "max_time_s", "target_rse",
+    policy_fields: dict[str, Any] = {k: overrides[k] for k in ("min_samples", "min_time_s", "max_time_s", "target_rse",
                                                "max_samples") if k in overrides}
     for flag, key in (("min_samples", "min_samples"), ("target_rse", "target_rse"), ("max_time", "max_time_s")):
         if getattr(args, flag) is not None:

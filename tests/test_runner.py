@@ -38,7 +38,7 @@ def make_backend(name, make_output, sleep_s=0.0):
 
 
 @pytest.fixture
-def test_backends():
+def extra_backends():
     def crash(ctx):
         raise RuntimeError("kernel launch failed: illegal memory access")
 
@@ -98,7 +98,7 @@ def test_unsupported_and_misaligned_cases_are_skipped_with_reasons():
     assert odd.flops == 2 * 100**3  # a skipped record still says what the case was
 
 
-def test_crash_fails_the_case_and_nan_makes_it_invalid(test_backends):
+def test_crash_fails_the_case_and_nan_makes_it_invalid(extra_backends):
     measurer = CaseMeasurer(FAST, CPU)
     crashed = measurer.measure(cases(["32x32x32"], ["fp32"], ["test_crash"])[0])
     assert crashed.status == "failed" and "illegal memory access" in crashed.reason
@@ -107,7 +107,7 @@ def test_crash_fails_the_case_and_nan_makes_it_invalid(test_backends):
     assert nan.median_s is not None  # its timing is kept, but marked untrustworthy
 
 
-def test_over_budget_is_skipped_not_hung(test_backends):
+def test_over_budget_is_skipped_not_hung(extra_backends):
     settings = RunSettings(device="cpu", budget_s=1.0, policy=SamplingPolicy(min_samples=10), warmup_s=0.0)
     started = time.monotonic()
     record = CaseMeasurer(settings, CPU).measure(cases(["32x32x32"], ["fp32"], ["test_slow"])[0])
@@ -124,7 +124,7 @@ def test_big_case_is_skipped_from_a_probe_estimate():
     assert time.monotonic() - started < 10.0
 
 
-def test_run_streams_records_to_file_and_store_and_keeps_them_on_interrupt(results_dir, test_backends):
+def test_run_streams_records_to_file_and_store_and_keeps_them_on_interrupt(results_dir, extra_backends):
     store = open_store(results_dir)
     run_file = results_dir / "runs" / "r.json"
     planned = cases(["32x32x32"], ["fp32", "bf16"], ["torch", "test_crash"]) + cases(["64x64x64"], ["fp32"], ["torch"])

@@ -11,10 +11,13 @@ inconclusive cases are rerun once with fresh samples, as ``fp8bench ab`` does.
 Reported per CV: the false-alarm rate (share of A/A cases judged ``slower``) with its Wilson 95% upper bound, the
 share of A/A trials that pass outright (exit 0), and the detection rate of the slowdown (share of A/B cases
 judged ``slower``). With ``--aa-floor`` the threshold is also raised to 3x an A/A noise estimate drawn on the same
-simulated runner, as the gate does when given ``--aa-noise``.
+simulated runner, as the gate does when given ``--aa-noise``. ``--paired`` gates round by round, as ``fp8bench ab``
+does; ``--drift CV`` multiplies round ``r`` of *both* sides by one shared log-normal factor (a machine whose speed
+moves between rounds), the noise pairing is meant to cancel.
 
     python scripts/gate_quality.py                      # CV 1..5%, 10 rounds, 1,000 trials, 10% slowdown
     python scripts/gate_quality.py --trials 200 --json  # quicker, machine-readable
+    python scripts/gate_quality.py --paired --drift 0.2 # the fp8bench ab method on a drifting runner
 """
 
 from __future__ import annotations
@@ -43,18 +46,20 @@ def _key(i: int) -> ComparabilityKey:
 
 
 def _side(samples: np.ndarray, names: list[str]) -> Side:
-    cases = {n: SideCase(n, _key(i), list(map(float, samples[i]))) for i, n in enumerate(names)}
+    cases = {n: SideCase(n, _key(i), list(map(float, samples[i])), by_round=dict(enumerate(map(float, samples[i]))))
+             for i, n in enumerate(names)}
     return Side(["synthetic"], None, cases, "round medians")
 
 
 def one_trial(rng: np.random.Generator, cv: float, slowdown: float, n_cases: int, rounds: int,
-              config: GateConfig) -> list[str]:
+              config: GateConfig, drift: float = 0.0) -> list[str]:
     """Verdicts of one gate decision (with the once-only rerun of inconclusive cases)."""
     names = [f"case{i}" for i in range(n_cases)]
 
     def draw(subset: list[str]) -> tuple[Side, Side]:
-        base = lognormal(rng, cv, (len(subset), rounds))
-        cand = lognormal(rng, cv, (len(subset), rounds), 1 + slowdown)
+        shared = lognormal(rng, drift, (len(subset), rounds)) if drift else 1.0
+        base = shared * lognormal(rng, cv, (len(subset), rounds))
+        cand = shared * lognormal(rng, cv, (len(subset), rounds), 1 + slowdown)
         return _side(base, subset), _side(cand, subset)
 
     results = compare_sides(*draw(names), config)
@@ -77,7 +82,7 @@ def wilson_upper(k: int, n: int, z: float = 1.96) -> float:
 
 
 def measure(cv: float, args: argparse.Namespace, rng: np.random.Generator) -> dict[str, float]:
-    base_config = GateConfig(threshold=args.threshold, n_boot=args.n_boot)
+    base_config = GateConfig(threshold=args.threshold, n_boot=args.n_boot, paired=args.paired)
     aa_slower = aa_cases = aa_pass = ab_slower = ab_cases = 0
     aa_inconclusive = 0
     for _ in range(args.trials):
@@ -87,12 +92,12 @@ def measure(cv: float, args: argparse.Namespace, rng: np.random.Generator) -> di
             aa = build_report(_side(lognormal(rng, cv, (args.cases, args.rounds)), names),
                               _side(lognormal(rng, cv, (args.cases, args.rounds)), names), base_config)
             config = replace(base_config, aa_noise=aa_noise_of(aa))
-        aa_v = one_trial(rng, cv, 0.0, args.cases, args.rounds, config)
+        aa_v = one_trial(rng, cv, 0.0, args.cases, args.rounds, config, args.drift)
         aa_slower += sum(v == "slower" for v in aa_v)
         aa_inconclusive += sum(v == "inconclusive" for v in aa_v)
         aa_cases += len(aa_v)
         aa_pass += all(v in ("same", "faster") for v in aa_v)
-        ab_v = one_trial(rng, cv, args.slowdown, args.cases, args.rounds, config)
+        ab_v = one_trial(rng, cv, args.slowdown, args.cases, args.rounds, config, args.drift)
         ab_slower += sum(v == "slower" for v in ab_v)
         ab_cases += len(ab_v)
     return {"cv": cv, "false_alarm_rate": aa_slower / aa_cases, "false_alarm_upper95": wilson_upper(aa_slower, aa_cases),
@@ -110,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threshold", type=float, default=0.05)
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--aa-floor", action="store_true", help="raise T to 3x a simulated A/A noise estimate")
+    p.add_argument("--paired", action="store_true", help="gate round by round, as `fp8bench ab` does")
+    p.add_argument("--drift", type=float, default=0.0,
+                   help="CV of a per-round speed factor shared by both sides (a drifting runner)")
     p.add_argument("--seed", type=int, default=20261121)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -121,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"gate quality: {args.trials} trials x {args.cases} cases, {args.rounds} rounds, log-normal noise, "
           f"T={args.threshold:.0%}, slowdown {args.slowdown:.0%}, alpha 0.01 (BH), "
-          f"{'A/A noise floor on' if args.aa_floor else 'no A/A noise floor'}, seed {args.seed}")
+          f"{'A/A noise floor on' if args.aa_floor else 'no A/A noise floor'}, "
+          f"{'paired rounds' if args.paired else 'unpaired'}, shared drift CV {args.drift:.0%}, seed {args.seed}")
     print()
     print("| CV | A/A false alarms (cases) | upper 95% | A/A inconclusive after rerun | A/A trials passing "
           f"| {args.slowdown:.0%} slowdown detected |")

@@ -9,7 +9,8 @@ it *next to* the end-to-end one, never alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,23 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
 
 class Unsupported(Exception):
     """A backend refuses this case on this device; the message is the reason stored with the skipped record."""
+
+
+@contextmanager
+def refusals(prefix: str, errors: tuple[type[BaseException], ...] = (Exception,),
+             with_type: bool = False) -> Iterator[None]:
+    """Turn a vendor library's own exceptions inside the block into :class:`Unsupported` (``prefix: message``).
+
+    Vendor libraries refuse a layout or a recipe with assorted exception types; to the runner each is a skipped
+    case with the library's first line as the reason. ``with_type`` keeps the exception's class name in the reason.
+    """
+    try:
+        yield
+    except Unsupported:
+        raise
+    except errors as exc:
+        kind = f"{type(exc).__name__}: " if with_type else ""
+        raise Unsupported(f"{prefix}: {kind}{first_line(exc)}") from exc
 
 
 @dataclass

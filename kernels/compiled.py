@@ -37,7 +37,7 @@ from fp8bench.devices import Device
 from fp8bench.fp8_linear import Fp8Linear
 from fp8bench.kernels.torch_backend import _tf32, fp8_scaled_mm
 from fp8bench.kernels.torch_layers import torch_convert
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
 from fp8bench.quantize import Quantized, cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
@@ -205,13 +205,9 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
     def builder(ctx: BuildContext) -> Pipeline:
         reset_compiler()
         before = dynamo_compile_seconds()
-        try:  # the workload's build runs one full call: forward and backward graphs compile here, untimed
+        # The workload's build runs one full call: forward and backward graphs compile here, untimed.
+        with refusals(f"torch.compile could not build {ctx.precision.name} on {ctx.device}", with_type=True):
             pipeline = build(ctx, compiled_convert(ctx.precision, ctx.device))
-        except Unsupported:
-            raise
-        except Exception as exc:  # Dynamo/Inductor errors come in many types; the case is refused with the message
-            raise Unsupported(f"torch.compile could not build {ctx.precision.name} on {ctx.device}: "
-                              f"{type(exc).__name__}: {first_line(exc)}") from exc
         compile_s = dynamo_compile_seconds() - before
         pipeline.extra["compile_s"] = compile_s
         pipeline.notes.append(f"compiled: every Fp8Linear compiled (forward + backward), {compile_s:.1f} s of "

@@ -45,7 +45,7 @@ from torch import nn
 from fp8bench.capabilities import backend_reason, installed_version, parse_version
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
 from fp8bench.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
@@ -255,13 +255,8 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
                    ) -> Callable[[BuildContext], Pipeline]:
     def builder(ctx: BuildContext) -> Pipeline:
         convert = make_converter(ctx.precision, model_dims(ctx.workload, ctx.shape))
-        try:
+        with refusals(f"Transformer Engine refused {ctx.precision.name}", (RuntimeError, AssertionError, ValueError)):
             pipeline = build(ctx, convert)
-        except Unsupported:
-            raise
-        except (RuntimeError, AssertionError, ValueError) as exc:
-            raise Unsupported(f"Transformer Engine refused {ctx.precision.name}: "
-                              f"{first_line(exc)}") from exc
         spec = te_recipe_spec(ctx.precision)
         recipe = spec.cls if spec else "none (autocast disabled)"
         pipeline.notes.append(f"te.Linear for every projection, recipe {recipe}")

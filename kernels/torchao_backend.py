@@ -45,7 +45,7 @@ from torch import nn
 from fp8bench.capabilities import backend_reason, fp8_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
 from fp8bench.recipes import Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
@@ -151,13 +151,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     with torch.no_grad():
         linear.weight.copy_(b.to(torch.bfloat16))
     linear.weight.requires_grad_(False)
-    try:
+    with refusals(f"torchao refused {precision.name}", with_type=True):
         layer = convert(linear, precision, wgrad_hp)
-    except Unsupported:
-        raise
-    except Exception as exc:  # noqa: BLE001 - torchao's refusals come as assorted exception types
-        raise Unsupported(f"torchao refused {precision.name}: {type(exc).__name__}: "
-                          f"{first_line(exc)}") from exc
     if type(layer) is nn.Linear:
         raise Unsupported(f"torchao left a {n}x{k} weight in high precision (dimensions must be multiples of 16)")
 
@@ -203,13 +198,9 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
     def builder(ctx: BuildContext) -> Pipeline:
         wgrad_hp = bool(ctx.options.get("wgrad_hp", False))
         name = recipe_name(ctx.precision, wgrad_hp)
-        try:
+        with refusals(f"torchao {name} failed on {ctx.device}",
+                      (RuntimeError, NotImplementedError, AssertionError, TypeError)):
             pipeline = build(ctx, torchao_convert(ctx.precision, ctx.device, wgrad_hp))
-        except Unsupported:
-            raise
-        except (RuntimeError, NotImplementedError, AssertionError, TypeError) as exc:
-            raise Unsupported(f"torchao {name} failed on {ctx.device}: "
-                              f"{first_line(exc)}") from exc
         pipeline.notes.append(f"torchao {name}: every aligned nn.Linear is a Float8Linear")
         pipeline.extra["torchao_recipe"] = name
         return pipeline

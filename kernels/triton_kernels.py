@@ -37,8 +37,6 @@ raises :class:`RuntimeError` with that reason.
 from __future__ import annotations
 
 import math
-import os
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -49,11 +47,7 @@ from fp8bench.formats import Fp8Format
 from fp8bench.quantize import Quantized
 from fp8bench.recipes import Granularity
 
-# Triton fixes interpreted-or-compiled when ``triton.language`` is first imported (its own library functions are
-# decorated then), so the choice is per process: on a machine without CUDA, the interpreter is switched on before
-# that import unless the user set TRITON_INTERPRET explicitly.
-if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
+# Interpreted or compiled Triton was chosen when the fp8bench.kernels package loaded (see its docstring).
 
 try:  # Guarded: the triton backend reports itself unavailable instead of failing the import.
     import triton

@@ -97,3 +97,15 @@ def make_pynvml(gpu: FakeGpu) -> Any:
     nv.nvmlDeviceGetEnforcedPowerLimit.side_effect = lambda h: 700_000
     nv.nvmlDeviceGetTopologyCommonAncestor.side_effect = lambda a, b: N.NVML_TOPOLOGY_SYSTEM
     return nv
+
+
+def skip_if_driver_present() -> None:
+    """For tests of the no-driver path with the real nvidia-ml-py: skip where NVML actually starts."""
+    import pytest
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return
+    pynvml.nvmlShutdown()
+    pytest.skip("an NVIDIA driver is present")

@@ -5,7 +5,7 @@ import os
 
 import pynvml
 import pytest
-from fake_nvml import FakeGpu, make_pynvml
+from fake_nvml import FakeGpu, make_pynvml, skip_if_driver_present
 
 from fp8bench import environment
 from fp8bench.comparability import comparability_key
@@ -86,13 +86,7 @@ def test_partial_record_when_nvml_fails_midway(monkeypatch):
 
 
 def test_gpu_environment_without_a_driver_says_why():
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        pass
-    else:
-        pynvml.nvmlShutdown()
-        pytest.skip("an NVIDIA driver is present")
+    skip_if_driver_present()
     gpu = gpu_environment(GPU, smi=lambda uuid: None)
     assert gpu["available"] is True and "NVMLError_LibraryNotFound" in gpu["nvml_reason"]
     assert all(k in gpu for k in REQUIRED) and gpu["driver_version"] is None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from fake_nvml import FakeGpu, make_pynvml
+from fake_nvml import FakeGpu, make_pynvml, skip_if_driver_present
 
 from fp8bench import energy, environment, nvml
 
@@ -50,13 +50,7 @@ def test_every_pynvml_name_used_exists_in_nvidia_ml_py():
 
 def test_without_a_driver_open_device_says_why():
     """Real nvidia-ml-py on a machine without the NVIDIA driver: a clear reason, no crash."""
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        pass
-    else:
-        pynvml.nvmlShutdown()
-        pytest.skip("an NVIDIA driver is present")
+    skip_if_driver_present()
     with pytest.raises(nvml.NvmlUnavailable, match="NVML could not start: NVMLError_LibraryNotFound"):
         nvml.open_device(0)
 

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import skip_or_fail
 from tests.test_store import (  # noqa: F401 - collected again here, against PostgreSQL
+    EXPECTED_AFTER_RACE,
     concurrent_ingest,
     test_gate_reports_round_trip,
     test_ingest_is_idempotent_and_queries_return_frames,
@@ -105,7 +106,7 @@ def store_url(pg_server):
 @pytest.mark.slow
 def test_two_concurrent_ingest_processes_into_postgres(tmp_path, store_url):
     """Must-show: two `fp8bench ingest` processes of different runs into one new database, then a count."""
-    concurrent_ingest(tmp_path, store_url)
+    assert concurrent_ingest(tmp_path, store_url) == EXPECTED_AFTER_RACE
 
 
 def test_postgres_url_is_normalized_to_psycopg3(store_url):

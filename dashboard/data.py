@@ -24,7 +24,7 @@ import pandas as pd
 import sqlalchemy as sa
 import streamlit as st
 
-from fp8bench.commands.common import default_results_dir
+from fp8bench.paths import default_results_dir
 from fp8bench.store import Store, StoreError, normalize_url, open_store
 
 STORE_ENV = "FP8BENCH_DASHBOARD_STORE"

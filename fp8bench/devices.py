@@ -7,14 +7,37 @@ device kind except through them.
 
 from __future__ import annotations
 
+import functools
+import platform
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 
 class DeviceError(ValueError):
     """A device spec that is malformed or names hardware this machine lacks."""
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's brand string (``AMD EPYC 9654 96-Core Processor``), or the platform's processor name."""
+    try:
+        import cpuinfo
+
+        brand = cpuinfo.get_cpu_info().get("brand_raw")
+        if brand:
+            return str(brand)
+    except Exception:  # cpuinfo can fail inside odd containers; fall back below
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 @dataclass(frozen=True)
@@ -37,8 +60,6 @@ class Device:
         """Exact marketing name (``NVIDIA H100 80GB HBM3``) on CUDA; the CPU model string on the CPU."""
         if self.is_cuda:
             return torch.cuda.get_device_name(self.index or 0)
-        from fp8bench.environment import cpu_model
-
         return cpu_model()
 
     def synchronize(self) -> None:

@@ -36,9 +36,11 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from fp8bench.devices import Device
+from fp8bench.rapl import POWERCAP, RaplCounter, RaplUnavailable
 from fp8bench.telemetry import (
     DEFAULT_INTERVAL_S,
     Sample,
@@ -468,11 +470,19 @@ def _nvml_factory(device: Device) -> EnergyMeter | None:
 
 
 def _rapl_factory(device: Device) -> EnergyMeter | None:
-    if device.is_cuda:
-        return None
-    from fp8bench.rapl import rapl_meter
+    return None if device.is_cuda else rapl_meter()
 
-    return rapl_meter()
+
+def rapl_meter(root: Path = POWERCAP, policy: WindowPolicy | None = None) -> WindowMeter:
+    """A window meter on the CPU packages' RAPL counters (:mod:`fp8bench.rapl`); raises
+    :class:`MeterUnavailable` with the reason where none is readable."""
+    try:
+        counter = RaplCounter(root)
+    except RaplUnavailable as exc:
+        raise MeterUnavailable(str(exc)) from exc
+    names = ", ".join(f"{d.path.name} ({d.name})" for d in counter.domains)
+    return WindowMeter("rapl", counter=counter.read_j, policy=policy,
+                       note=f"RAPL package energy of {names}: includes everything else running on the socket")
 
 
 _BUILTIN_FACTORIES: tuple[Callable[[Device], EnergyMeter | None], ...] = (_nvml_factory, _rapl_factory)

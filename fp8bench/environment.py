@@ -15,7 +15,6 @@ policy) feed the comparability key (:mod:`fp8bench.comparability`); the rest exp
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.metadata
 import os
@@ -29,7 +28,7 @@ from typing import Any
 
 import torch
 
-from fp8bench.devices import Device
+from fp8bench.devices import Device, cpu_model
 
 # Environment variables that change which kernels run or how many threads they use.
 RELEVANT_ENV = (
@@ -45,26 +44,6 @@ RELEVANT_ENV = (
 CLOCK_POLICY_ENV = "FP8BENCH_CLOCK_POLICY"
 # nvidia-smi -q can take a few seconds on a many-GPU host; past this it is skipped, not waited for.
 NVIDIA_SMI_TIMEOUT_S = 30
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_model() -> str:
-    """The CPU's brand string (``AMD EPYC 9654 96-Core Processor``), or the platform's processor name."""
-    try:
-        import cpuinfo
-
-        brand = cpuinfo.get_cpu_info().get("brand_raw")
-        if brand:
-            return str(brand)
-    except Exception:  # cpuinfo can fail inside odd containers; fall back below
-        pass
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def host_alias() -> str:

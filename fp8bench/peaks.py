@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from fp8bench.devices import Device
-from fp8bench.environment import cpu_model, host_alias
+from fp8bench.devices import Device, cpu_model
+from fp8bench.environment import host_alias
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
 
 

@@ -10,6 +10,8 @@ Limits: the package domain counts everything running on the socket (other proces
 shared machine over-counts; since Linux 5.10 ``energy_uj`` is readable only by root (a side channel, CVE-2020-8694),
 and virtual machines and containers usually hide it. Where it cannot be read, the CPU has no meter and energy is
 ``null`` with the reason.
+
+This module only reads the counters; :func:`fp8bench.energy.rapl_meter` turns them into a window meter.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8bench.energy import MeterUnavailable, WindowMeter, WindowPolicy
-
 POWERCAP = Path("/sys/class/powercap")
 _PACKAGE = re.compile(r"^intel-rapl:\d+$")
+
+
+class RaplUnavailable(RuntimeError):
+    """No RAPL package counter can be read here; the message is the reason."""
 
 
 @dataclass
@@ -38,7 +42,7 @@ class RaplCounter:
 
     def __init__(self, root: Path = POWERCAP) -> None:
         if not root.is_dir():
-            raise MeterUnavailable(f"no CPU energy counter readable here (RAPL {root} absent)")
+            raise RaplUnavailable(f"no CPU energy counter readable here (RAPL {root} absent)")
         self.domains = []
         for d in sorted(p for p in root.iterdir() if _PACKAGE.match(p.name)):
             try:
@@ -46,13 +50,13 @@ class RaplCounter:
                 max_range = int((d / "max_energy_range_uj").read_text())
                 (d / "energy_uj").read_text()
             except PermissionError as exc:
-                raise MeterUnavailable(f"RAPL counter {d / 'energy_uj'} is not readable by this user "
+                raise RaplUnavailable(f"RAPL counter {d / 'energy_uj'} is not readable by this user "
                                        f"(root only since Linux 5.10)") from exc
             except (OSError, ValueError) as exc:
-                raise MeterUnavailable(f"RAPL domain {d} unreadable: {exc}") from exc
+                raise RaplUnavailable(f"RAPL domain {d} unreadable: {exc}") from exc
             self.domains.append(_Domain(d, name, max_range))
         if not self.domains:
-            raise MeterUnavailable(f"no CPU energy counter readable here (no RAPL package domain under {root})")
+            raise RaplUnavailable(f"no CPU energy counter readable here (no RAPL package domain under {root})")
 
     def read_j(self) -> float:
         """Joules counted by all packages since this counter was created (wrap-corrected)."""
@@ -65,10 +69,3 @@ class RaplCounter:
             total_uj += raw + d.wrapped_uj
         return total_uj / 1e6
 
-
-def rapl_meter(root: Path = POWERCAP, policy: WindowPolicy | None = None) -> WindowMeter:
-    """A window meter on the CPU packages' RAPL counters; raises :class:`MeterUnavailable` with the reason."""
-    counter = RaplCounter(root)
-    names = ", ".join(f"{d.path.name} ({d.name})" for d in counter.domains)
-    return WindowMeter("rapl", counter=counter.read_j, policy=policy,
-                       note=f"RAPL package energy of {names}: includes everything else running on the socket")

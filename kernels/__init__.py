@@ -5,6 +5,9 @@ decorated then), so the choice is per process, and more than one backend can tri
 backend itself, and ``torch.compile``'s Inductor (``compiled``). The choice is therefore made here, before any
 backend module loads: on a machine without CUDA the interpreter is switched on, unless the user set
 ``TRITON_INTERPRET`` explicitly or triton is already imported.
+
+Vendor import messages that only mean "no CUDA here" (torchao's CUDA extension libraries failing to load) are
+silenced here too, before any backend can import the vendor library (:mod:`fp8bench.vendor_logs`).
 """
 
 import os
@@ -12,5 +15,8 @@ import sys
 
 import torch
 
+from fp8bench.vendor_logs import quiet_vendor_imports
+
 if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
+quiet_vendor_imports(torch.cuda.is_available())

@@ -19,9 +19,10 @@ from fp8bench.energy import (
     measure_case_energy,
     meter_for,
     nvml_meter,
+    rapl_meter,
 )
 from fp8bench.pipeline import Pipeline
-from fp8bench.rapl import RaplCounter, rapl_meter
+from fp8bench.rapl import RaplCounter, RaplUnavailable
 from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
 from fp8bench.timing import SamplingPolicy
 
@@ -347,10 +348,12 @@ def test_rapl_meter_measures_a_window(tmp_path):
 
 
 def test_rapl_absent_or_unreadable_is_unavailable_with_reason(tmp_path):
-    with pytest.raises(MeterUnavailable, match="absent"):
+    with pytest.raises(RaplUnavailable, match="absent"):
         RaplCounter(tmp_path / "nope")
+    with pytest.raises(MeterUnavailable, match="absent"):
+        rapl_meter(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(MeterUnavailable, match="no RAPL package domain"):
+    with pytest.raises(RaplUnavailable, match="no RAPL package domain"):
         RaplCounter(tmp_path / "empty")
 
 
@@ -361,7 +364,7 @@ def test_rapl_unreadable_counter_is_unavailable_with_reason(tmp_path):
     try:
         counter.read_text()
     except PermissionError:
-        with pytest.raises(MeterUnavailable, match="not readable by this user"):
+        with pytest.raises(RaplUnavailable, match="not readable by this user"):
             RaplCounter(root)
     else:
         pytest.skip("running as root: file modes cannot make the counter unreadable")

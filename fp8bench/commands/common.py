@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from fp8bench.paths import default_results_dir as default_results_dir  # re-exported for the verbs
 
 EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
-
-
-def default_results_dir() -> Path:
-    """``$FP8BENCH_RESULTS_DIR`` or ``./results``."""
-    return Path(os.environ.get("FP8BENCH_RESULTS_DIR", "results"))
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

@@ -57,6 +57,7 @@ def execute(args: argparse.Namespace) -> int:
                       for name, st in ((n, library_status(n)) for n in MIN_VERSIONS)},
         "matrix": matrix, "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
         "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
+        "silenced_vendor_libraries": _silenced_vendor_libraries(torch.cuda.is_available()),
     }
     if args.json:
         print_json(report)
@@ -99,9 +100,29 @@ def execute(args: argparse.Namespace) -> int:
             console.print(f"  [dim]{b}: {r}[/]")
     console.print(f"[bold]energy[/] {meter.method}" + (f" - {report['energy']['reason']}" if meter.method == "none"
                                                      else ""))
+    if report["silenced_vendor_libraries"]:
+        console.print("[bold]torchao[/] CUDA extension libraries not loaded, as expected without CUDA: "
+                      f"{', '.join(report['silenced_vendor_libraries'])} (their load warnings are silenced)")
     console.print(f"[bold]results[/] {report['results_dir']} "
                   f"({'writable' if report['results_dir_writable'] else 'NOT writable'})")
     return EXIT_OK
+
+
+def _silenced_vendor_libraries(cuda_available: bool) -> list[str]:
+    """Import torchao (when installed and no CUDA is here) and name the CUDA libraries whose load warnings
+    :mod:`fp8bench.vendor_logs` silenced; said once here instead of on every run."""
+    import importlib
+
+    from fp8bench.capabilities import library_status
+    from fp8bench.vendor_logs import silenced
+
+    if cuda_available or library_status("torchao").reason:
+        return []
+    try:
+        importlib.import_module("torchao")
+    except Exception:  # noqa: BLE001 - a broken torchao is reported by the backend table, not here
+        return []
+    return silenced()
 
 
 def _writable(folder: Path) -> bool:

@@ -1,0 +1,55 @@
+"""torchao's "Failed to load ...so" warnings are silenced without CUDA, kept with it, and named by doctor."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fp8bench import vendor_logs
+
+MESSAGE = ("Failed to load /x/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: Could not load this "
+           "library: /x/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so")
+
+
+@pytest.fixture
+def torchao_logger(monkeypatch):
+    logger = logging.getLogger("torchao")
+    monkeypatch.setattr(logger, "filters", [])
+    monkeypatch.setattr(vendor_logs, "_silenced", [])
+    return logger
+
+
+def test_no_cuda_load_failures_are_dropped_and_remembered(torchao_logger, caplog):
+    vendor_logs.quiet_vendor_imports(cuda_available=False)
+    vendor_logs.quiet_vendor_imports(cuda_available=False)  # idempotent
+    assert torchao_logger.filters.count(vendor_logs._FILTER) == 1
+    with caplog.at_level(logging.WARNING, logger="torchao"):
+        torchao_logger.warning(MESSAGE)
+        torchao_logger.warning("something else went wrong")
+    assert [r.getMessage() for r in caplog.records] == ["something else went wrong"]
+    assert vendor_logs.silenced() == ["_C_mxfp8.cpython-310-x86_64-linux-gnu.so"]
+
+
+def test_with_cuda_a_failed_library_load_stays_loud(torchao_logger, caplog):
+    vendor_logs.quiet_vendor_imports(cuda_available=True)
+    with caplog.at_level(logging.WARNING, logger="torchao"):
+        torchao_logger.warning(MESSAGE)
+    assert [r.getMessage() for r in caplog.records] == [MESSAGE]
+    assert vendor_logs.silenced() == []
+
+
+def test_real_torchao_import_prints_no_library_failures_on_this_cpu():
+    import subprocess
+    import sys
+
+    pytest.importorskip("torchao")
+    code = "import torch, fp8bench.kernels, torchao; from fp8bench.vendor_logs import silenced; print(silenced())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: nothing is silenced")
+    assert "Failed to load" not in out.stderr
+    assert ".so" in out.stdout  # the silenced libraries are remembered for doctor

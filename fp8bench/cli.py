@@ -1,7 +1,10 @@
 """The ``fp8bench`` command line: one parser, one module per verb (:mod:`fp8bench.commands`).
 
-Every verb takes ``--json`` for machine-readable output. Bad input (an unknown name, an impossible shape, a missing
-device, an unreadable file) is one line on stderr naming the bad value and what is accepted, and exit code 2.
+Every verb takes ``--json`` for machine-readable output and ends its ``--help`` with its exit-code table and the
+document that explains it. Bad input (an unknown flag or name, a value that does not parse, an impossible shape, a
+missing device, an unreadable file) is one line on stderr naming the bad value and what is accepted, and the
+verb's bad-input exit code (2, or 3 for ``gate`` and ``ab``, where 2 is the "inconclusive" verdict). That holds
+for argparse's own errors too: each verb's parser exits with its own bad-input code.
 """
 
 from __future__ import annotations
@@ -10,14 +13,44 @@ import argparse
 import importlib
 import sys
 from types import ModuleType
+from typing import NoReturn
 
 from fp8bench.commands import VERB_MODULES
-from fp8bench.commands.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from fp8bench.commands.common import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    STANDARD_EXIT_CODES,
+    ExitCodes,
+    UsageError,
+    help_epilog,
+)
+
+GENERAL_DOC = "docs/cli.md"
 
 
 def _verbs() -> dict[str, ModuleType]:
     modules = [importlib.import_module(m) for m in VERB_MODULES]
     return {m.NAME: m for m in modules}
+
+
+def exit_codes_of(module: ModuleType) -> ExitCodes:
+    """A verb's exit-code table (``EXIT_CODES``; verbs without a verdict may rely on the standard one)."""
+    return getattr(module, "EXIT_CODES", STANDARD_EXIT_CODES)
+
+
+def doc_of(module: ModuleType) -> str:
+    """The document a verb's ``--help`` links (``DOC``, else the overview of every verb)."""
+    return getattr(module, "DOC", GENERAL_DOC)
+
+
+def _exit_with(parser: argparse.ArgumentParser, code: int) -> None:
+    """Make ``parser``'s usage errors exit with ``code`` (argparse always uses 2, and has no hook for it)."""
+
+    def error(message: str) -> NoReturn:
+        parser.print_usage(sys.stderr)
+        parser.exit(code, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error  # type: ignore[method-assign]
 
 
 def build_parser(verbs: dict[str, ModuleType] | None = None) -> argparse.ArgumentParser:
@@ -26,24 +59,41 @@ def build_parser(verbs: dict[str, ModuleType] | None = None) -> argparse.Argumen
         prog="fp8bench",
         description="Does FP8 pay off on this device, for these shapes, and at what cost in accuracy and energy? "
                     "Measure workloads in FP32/TF32/BF16/FP16 and FP8 recipes, store the results, compare them.",
-        epilog="Start with `fp8bench doctor`, then `fp8bench run --suite smoke`. Each verb has its own --help.",
+        epilog="Start with `fp8bench doctor`, then `fp8bench run --suite smoke`. Each verb has its own --help, "
+               f"which ends with its exit codes. docs: README.md and {GENERAL_DOC} in the fp8bench repository.",
     )
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for name, module in verbs.items():
+        codes = exit_codes_of(module)
         p = sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION,
+                           epilog=help_epilog(codes, doc_of(module)),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        _exit_with(p, codes.bad_input)
+        p.set_defaults(verb_parser=p)  # for flags only the top-level parse sees (see _parse)
         module.add_arguments(p)
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``; flags no verb knows are that verb's usage error (its bad-input code), not argparse's 2."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        getattr(args, "verb_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one verb; returns the process exit code (usage errors included, instead of raising SystemExit)."""
     # Every bad-input error of fp8bench (unknown name, bad shape, missing device, unreadable run file or suite) is
     # a ValueError; StoreError is the one exception. Importing only those keeps torch out of verbs that need none.
     from fp8bench.store import StoreError
 
     verbs = _verbs()
     parser = build_parser(verbs)
-    args = parser.parse_args(argv)
+    try:
+        args = _parse(parser, argv)
+    except SystemExit as exc:  # argparse's --help (0) and its usage errors (the verb's bad-input code)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     if not args.verb:
         parser.print_help()
         return EXIT_USAGE
@@ -51,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(verbs[args.verb].execute(args))
     except (UsageError, StoreError, ValueError) as exc:
         print(f"fp8bench {args.verb}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exit_codes_of(verbs[args.verb]).bad_input
     except KeyboardInterrupt:
         print(f"fp8bench {args.verb}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

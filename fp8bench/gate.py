@@ -23,7 +23,8 @@ Method (DESIGN, "Gate method"):
    slowdown beyond T is possible but not shown. ``broken`` when the base measured the case and the candidate
    failed, skipped or invalidated it.
 6. **Exit code:** 1 on any ``slower`` or ``broken`` case; else 2 on any ``inconclusive`` or ``incomparable`` case
-   (or when nothing could be compared); else 0. Harness errors are 3 (in :mod:`fp8bench.commands.gate`).
+   (or when nothing could be compared); else 0. ``fail_on="regression"`` (``--fail-on regression``) lets an
+   undecided outcome exit 0, its verdict still reported as such. Harness errors and bad input are 3.
    ``fp8bench ab`` reruns inconclusive cases once (:func:`merge_rerun`).
 """
 
@@ -39,16 +40,19 @@ from typing import Any
 import numpy as np
 
 from fp8bench.comparability import ComparabilityKey, comparability_key
+from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.records import case_key
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
-
-EXIT_PASS, EXIT_REGRESSION, EXIT_INCONCLUSIVE, EXIT_HARNESS_ERROR = 0, 1, 2, 3
+from fp8bench.units import parse_fraction
 
 # Case verdicts. Only the first group changes the exit code.
 REGRESSING = ("slower", "broken")
 UNDECIDED = ("inconclusive", "incomparable")
 INFORMATIONAL = ("faster", "same", "new", "removed", "not measured")
 VERDICT_ORDER = (*REGRESSING, *UNDECIDED, "faster", "same", "new", "removed", "not measured")
+
+# --fail-on: which outcomes fail the job. "inconclusive" (the default) fails on an undecided case as well.
+FAIL_ON = ("inconclusive", "regression")
 
 # The noise floor: T is never set under this multiple of the A/A noise measured on the same runner.
 AA_NOISE_MULTIPLE = 3.0
@@ -71,8 +75,11 @@ class GateConfig:
     min_samples: int = 3  # per side; fewer cannot show anything
     seed: int = 0
     paired: bool = False  # round i of both sides ran back to back: compare round by round
+    fail_on: str = "inconclusive"  # or "regression": an undecided outcome then exits 0 (see FAIL_ON)
 
     def __post_init__(self) -> None:
+        if self.fail_on not in FAIL_ON:
+            raise GateError(f"fail_on {self.fail_on!r}; accepted: {', '.join(FAIL_ON)}")
         for name, t in (("threshold", self.threshold), *((f"override {p!r}", v) for p, v in self.overrides)):
             if not 0 <= t < 1:
                 raise GateError(f"{name} must be a fraction in [0, 1) (0.05 means 5%), got {t}")
@@ -102,10 +109,9 @@ def parse_override(text: str) -> tuple[str, float]:
     if not sep or not pattern:
         raise GateError(f"threshold override {text!r} must look like PATTERN=T, e.g. 'gemm*fp8_rowwise*=0.08'")
     try:
-        t = float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
+        return pattern, parse_fraction(value, f"threshold override {text!r}:")
     except ValueError as exc:
-        raise GateError(f"threshold override {text!r}: {value!r} is not a number") from exc
-    return pattern, t
+        raise GateError(str(exc)) from exc
 
 
 # -- one side: runs -> per-case samples ---------------------------------------------------------------------------
@@ -261,7 +267,8 @@ def classify(ci_low: float, ci_high: float, p_slower_adj: float, p_faster_adj: f
     return "inconclusive", f"interval [{ci_low:.3f}, {ci_high:.3f}] straddles {up:.3f}"
 
 
-def exit_code_for(cases: Sequence[dict[str, Any]]) -> int:
+def overall_code(cases: Sequence[dict[str, Any]]) -> int:
+    """The outcome of a set of case verdicts: regression, else undecided (inconclusive), else pass."""
     verdicts = {c["verdict"] for c in cases}
     if verdicts & set(REGRESSING):
         return EXIT_REGRESSION
@@ -269,6 +276,12 @@ def exit_code_for(cases: Sequence[dict[str, Any]]) -> int:
     if verdicts & set(UNDECIDED) or not compared:
         return EXIT_INCONCLUSIVE
     return EXIT_PASS
+
+
+def exit_code_for(cases: Sequence[dict[str, Any]], fail_on: str = "inconclusive") -> int:
+    """The process exit code: the outcome, except that ``fail_on="regression"`` lets an undecided one pass."""
+    code = overall_code(cases)
+    return EXIT_PASS if code == EXIT_INCONCLUSIVE and fail_on == "regression" else code
 
 
 OVERALL = {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_INCONCLUSIVE: "inconclusive",
@@ -279,7 +292,7 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
                  cases: list[dict[str, Any]] | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
     """The whole gate outcome as one JSON-able dict (what the store keeps and the JSON report holds)."""
     cases = compare_sides(base, cand, config) if cases is None else cases
-    code = exit_code_for(cases)
+    outcome = overall_code(cases)
     counts = {v: sum(c["verdict"] == v for c in cases) for v in VERDICT_ORDER}
     all_notes = list(notes)
     if base.sample_unit == "raw samples" or cand.sample_unit == "raw samples":
@@ -292,12 +305,13 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
         "created_at": datetime.now(timezone.utc).isoformat(),
         "base_run_id": ",".join(base.run_ids), "cand_run_id": ",".join(cand.run_ids),
         "git_commit": cand.git_commit, "base_git_commit": base.git_commit,
-        "verdict": OVERALL[code], "exit_code": code,
+        "verdict": OVERALL[outcome], "exit_code": exit_code_for(cases, config.fail_on),
         "rounds": {"base": len(base.run_ids), "cand": len(cand.run_ids)},
         "sample_unit": {"base": base.sample_unit, "cand": cand.sample_unit},
         "config": {"threshold": config.threshold, "overrides": [list(o) for o in config.overrides],
                    "alpha": config.alpha, "confidence": config.confidence, "aa_noise": config.aa_noise,
-                   "n_boot": config.n_boot, "min_samples": config.min_samples, "paired": config.paired},
+                   "n_boot": config.n_boot, "min_samples": config.min_samples, "paired": config.paired,
+                   "fail_on": config.fail_on},
         "counts": counts, "cases": cases, "notes": all_notes,
         "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
     }
@@ -319,8 +333,9 @@ def merge_rerun(first: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
                 "verdict", "reason", "ratio", "ci_low", "ci_high")}})
         else:
             cases.append(c)
-    code = exit_code_for(cases)
-    merged = {**first, "cases": cases, "exit_code": code, "verdict": OVERALL[code],
+    fail_on = first["config"].get("fail_on", "inconclusive")
+    merged = {**first, "cases": cases, "exit_code": exit_code_for(cases, fail_on),
+              "verdict": OVERALL[overall_code(cases)],
               "counts": {v: sum(c["verdict"] == v for c in cases) for v in VERDICT_ORDER},
               "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
               "rerun": {"base_run_id": rerun["base_run_id"], "cand_run_id": rerun["cand_run_id"],
@@ -337,6 +352,10 @@ def aa_noise_of(report: dict[str, Any]) -> float:
 
 
 # -- Markdown -----------------------------------------------------------------------------------------------------
+# First line of every Markdown report, invisible when rendered: the CI workflow finds the comment it posted on a
+# pull request by this marker and updates it, instead of editing whichever bot comment came last.
+REPORT_MARKER = "<!-- fp8bench-gate-report -->"
+
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -344,7 +363,10 @@ def _fmt(value: float | None, spec: str) -> str:
 def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
     """The report as Markdown for a pull-request comment: verdict, counts, then cases (regressions first)."""
     counts = ", ".join(f"{n} {v}" for v, n in report["counts"].items() if n)
-    lines = [f"## fp8bench gate: **{report['verdict'].upper()}** (exit {report['exit_code']})", "",
+    fail_on = report["config"].get("fail_on", "inconclusive")
+    lenient = " under --fail-on regression" if fail_on == "regression" and report["verdict"] == "inconclusive" else ""
+    lines = [REPORT_MARKER,
+             f"## fp8bench gate: **{report['verdict'].upper()}** (exit {report['exit_code']}{lenient})", "",
              f"base `{report.get('base_git_commit') or '?'}` ({report['rounds']['base']} run(s)) vs candidate "
              f"`{report.get('git_commit') or '?'}` ({report['rounds']['cand']} run(s)); samples: "
              f"{report['sample_unit']['cand']}; {counts or 'no cases'}.", ""]

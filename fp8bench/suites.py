@@ -2,8 +2,9 @@
 
 A suite lists entries, each a workload with shapes (``shapes: [...]`` or ``shape_set: NAME``), precisions and
 backends (a list, or ``all``), and optional ``settings`` that override the run's defaults (``budget_s``,
-``min_samples``, ``min_time_s``, ``max_time_s``, ``target_rse``, ``max_samples``, ``warmup_s``). Command-line flags
-override suite settings.
+``min_samples``, ``min_time_s``, ``max_time_s``, ``target_rse``, ``max_samples``, ``warmup_s``). ``target_rse``, the
+sampling noise target, is a fraction (``0.005``) or a percentage string (``"0.5%"``). Command-line flags override
+suite settings.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import yaml
 
 from fp8bench.catalog import BACKENDS, load_all
 from fp8bench.recipes import PRECISIONS
+from fp8bench.units import parse_fraction
 
 SETTING_KEYS = ("budget_s", "min_samples", "min_time_s", "max_time_s", "target_rse", "max_samples", "warmup_s")
 
@@ -76,6 +78,11 @@ def load_suite(name_or_path: str) -> Suite:
     unknown = sorted(set(settings) - set(SETTING_KEYS))
     if unknown:
         raise SuiteError(f"suite {path}: unknown settings {', '.join(unknown)}; accepted: {', '.join(SETTING_KEYS)}")
+    if "target_rse" in settings:
+        try:
+            settings = {**settings, "target_rse": parse_fraction(settings["target_rse"], "target_rse")}
+        except ValueError as exc:
+            raise SuiteError(f"suite {path}: {exc}") from exc
     entries = []
     for i, raw in enumerate(data["cases"]):
         origin = f"suite {path}, case {i}"

@@ -83,12 +83,8 @@ def test_bad_invocations_are_harness_errors_not_inconclusive(tmp_path, capsys):
     assert main(["ab", "--base", str(ROOT), "--rounds", "1", *RUN_ARGS]) == 3
     assert main(["ab", "--base", str(ROOT), "--base-env", "NOEQUALS", *RUN_ARGS]) == 3
     assert "NOEQUALS" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exc:
-        main(["ab", "--base", str(ROOT), "--rounds", "ten", *RUN_ARGS])
-    assert exc.value.code == 3
-    with pytest.raises(SystemExit) as exc:
-        main(["gate", "only-one-argument"])
-    assert exc.value.code == 3
+    assert main(["ab", "--base", str(ROOT), "--rounds", "ten", *RUN_ARGS]) == 3
+    assert main(["gate", "only-one-argument"]) == 3
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """CLI verbs, one module each.
 
-A verb module defines ``NAME``, ``HELP``, ``DESCRIPTION``, ``add_arguments(parser)`` and ``execute(args) -> int``.
-Adding a verb is adding its module name to :data:`VERB_MODULES`.
+A verb module defines ``NAME``, ``HELP``, ``DESCRIPTION``, ``EXIT_CODES`` (its exit-code table, printed by
+``--help``), ``DOC`` (the document ``--help`` links), ``add_arguments(parser)`` and ``execute(args) -> int``.
+Adding a verb is adding its module name to :data:`VERB_MODULES`; ``tests/test_exit_codes.py`` then checks it.
 """
 
 VERB_MODULES = (

@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fp8bench.commands.common import (
+    EXIT_HARNESS_ERROR,
+    GATE_EXIT_CODES,
     UsageError,
     add_json_flag,
     add_store_flags,
@@ -29,14 +31,15 @@ examples:
   fp8bench ab --base ../main-checkout --head . -- --shape 256x256x256 --precision bf16 fp8_rowwise --backend torch
   fp8bench ab --base . --head . --head-env FP8BENCH_PLUGINS=my_slow_backend -- --suite smoke   (A/B of a plugin)
 
-exit codes: 0 pass; 1 regression; 2 inconclusive or incomparable; 3 harness error (bad input included).
-Reports are written first."""
+Reports are written first; with $GITHUB_STEP_SUMMARY set, the Markdown report is appended to the job summary."""
+
+EXIT_CODES = GATE_EXIT_CODES
+DOC = "docs/gate.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.commands.gate import add_gate_flags, harness_errors_exit_3
+    from fp8bench.commands.gate import add_gate_flags, add_verdict_flags
 
-    harness_errors_exit_3(p)
     p.add_argument("--base", required=True, help="base checkout folder or git ref")
     p.add_argument("--head", default=".", help="head checkout folder or git ref (default: this folder)")
     p.add_argument("--repo", type=Path, default=Path("."), help="git repository the refs belong to (default .)")
@@ -46,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE", help="environment of the head")
     p.add_argument("--out", type=Path, default=None, help="folder of round files and reports (default RESULTS/ab/TIME)")
     add_gate_flags(p)
+    add_verdict_flags(p)
     p.add_argument("--no-store-report", action="store_true", help="do not add the gate report to the store")
     add_store_flags(p)
     add_json_flag(p)
@@ -68,7 +72,7 @@ def _is_checkout(text: str) -> bool:
 
 def execute(args: argparse.Namespace) -> int:
     from fp8bench.ab import AbError, SideSpec, run_ab, temporary_checkouts
-    from fp8bench.commands.gate import EXIT_HARNESS_ERROR, gate_config, publish_report, write_report
+    from fp8bench.commands.gate import gate_config, publish_report, write_report
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     try:  # bad input is a harness error (3) here: 2 would read as "inconclusive"

@@ -1,19 +1,81 @@
-"""What every verb shares: exit codes, the usage error, JSON output and the results folder."""
+"""What every verb shares: exit codes and their tables, the usage error, JSON output and the results folder.
+
+Exit-code contract: every verb documents its codes in an :class:`ExitCodes` table (module attribute
+``EXIT_CODES``), printed at the end of its ``--help``. Bad input (an unknown flag, a value that does not parse, an
+unknown name, an unreadable file) exits with the table's ``bad_input`` code, which never shares a number with a
+verdict: for ``gate`` and ``ab``, 2 means "inconclusive", so their bad input is 3.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fp8bench.paths import default_results_dir as default_results_dir  # re-exported for the verbs
+# Re-exported for the verbs: they take every shared name from this module.
+from fp8bench.exit_codes import (  # noqa: F401
+    EXIT_CASE_FAILED,
+    EXIT_HARNESS_ERROR,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PASS,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+)
+from fp8bench.paths import default_results_dir  # noqa: F401
 
-EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+BAD_INPUT = "bad input: an unknown flag or name, a value that does not parse, an unreadable file (one line on stderr)"
+INTERRUPTED = "interrupted by Ctrl-C; everything finished before it is kept"
+
+
+@dataclass(frozen=True)
+class ExitCodes:
+    """One verb's exit codes: ``(code, meaning)`` rows, and the code its bad input exits with."""
+
+    rows: tuple[tuple[int, str], ...]
+    bad_input: int = EXIT_USAGE
+
+    def __post_init__(self) -> None:
+        codes = [code for code, _ in self.rows]
+        if len(set(codes)) != len(codes):
+            raise ValueError(f"exit-code table lists a code twice: {codes}")
+        if self.bad_input not in codes:
+            raise ValueError(f"the bad-input code {self.bad_input} is not in the table {codes}")
+
+    def meaning(self, code: int) -> str:
+        return dict(self.rows)[code]
+
+    def help_text(self, width: int = 100) -> str:
+        """The table as ``--help`` prints it: one code per row, meanings wrapped under themselves."""
+        rows = [textwrap.fill(meaning, width, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
+                for code, meaning in self.rows]
+        return "exit codes:\n" + "\n".join(rows)
+
+
+STANDARD_EXIT_CODES = ExitCodes(((EXIT_OK, "success"), (EXIT_USAGE, BAD_INPUT)))
+"""The table of a verb that has no verdict of its own."""
+
+GATE_EXIT_CODES = ExitCodes((
+    (EXIT_PASS, "pass: no case regressed (and none was inconclusive, unless --fail-on regression)"),
+    (EXIT_REGRESSION, "regression: a case is slower or worse beyond its threshold, or broke"),
+    (EXIT_INCONCLUSIVE, "inconclusive or incomparable: a case could be neither confirmed nor ruled out, or nothing "
+                        "could be compared (exits 0 instead under --fail-on regression)"),
+    (EXIT_HARNESS_ERROR, "harness error or bad input (argparse's own errors included): no verdict was reached"),
+), bad_input=EXIT_HARNESS_ERROR)
+"""``gate`` and ``ab``: a usage error must never read as a verdict."""
+
+
+def help_epilog(codes: ExitCodes, doc: str) -> str:
+    """What ends every verb's ``--help``: its exit-code table and the document that explains it."""
+    return f"{codes.help_text()}\n\ndocs: {doc} in the fp8bench repository"
 
 
 class UsageError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
+    """Bad input from the user: printed as one line; the verb exits with its bad-input code."""
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

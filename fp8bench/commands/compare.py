@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from fp8bench.commands.common import EXIT_OK, add_json_flag, add_store_flags, default_results_dir, print_json
+from fp8bench.commands.common import (
+    BAD_INPUT,
+    EXIT_OK,
+    EXIT_USAGE,
+    ExitCodes,
+    add_json_flag,
+    add_store_flags,
+    default_results_dir,
+    print_json,
+)
 
 NAME = "compare"
 HELP = "per-case ratio of medians with bootstrap interval and p-values (informational, exit 0)"
@@ -12,11 +21,14 @@ DESCRIPTION = """Compare two runs case by case: ratio median(cand)/median(base),
 one-sided Mann-Whitney p-values after Benjamini-Hochberg, and the verdict the gate would give.
 
 BASE and CAND are run files, pytest-benchmark JSON files, folders of rounds, or store run ids. Unlike `gate`
-this never fails on a slowdown: it exits 0 whenever the comparison ran (2 on bad input).
+this never fails on a slowdown: it exits 0 whenever the comparison ran.
 
 examples:
   fp8bench compare results/runs/A.json results/runs/B.json
   fp8bench compare RUN_ID_A RUN_ID_B --store postgresql://bench@db/fp8bench --json"""
+EXIT_CODES = ExitCodes(((EXIT_OK, "the comparison ran, whatever it found (use `gate` to fail on a regression)"),
+                        (EXIT_USAGE, BAD_INPUT)))
+DOC = "docs/gate.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,15 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from fp8bench.commands.common import (
+    BAD_INPUT,
     EXIT_CASE_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_USAGE,
+    INTERRUPTED,
+    ExitCodes,
     UsageError,
     add_json_flag,
     add_store_flags,
     default_results_dir,
     print_json,
 )
+from fp8bench.units import fraction_arg
 
 NAME = "converge"
 HELP = "convergence check: FP8 loss curves against BF16 on the same model and data"
@@ -28,10 +33,14 @@ record (workload transformer_step, per-step losses in extra.losses).
 examples:
   fp8bench converge --steps 200
   fp8bench converge --steps 50 --precision bf16 fp8_rowwise --backend torch
-  fp8bench converge --shape tiny,seq=32 --fp8-format hybrid --no-control
-
-exit codes: 0 no FP8 recipe diverged and the control was flagged; 1 a recipe diverged or the control was not
-flagged; 2 bad input; 130 interrupted (curves finished so far kept)."""
+  fp8bench converge --shape tiny,seq=32 --fp8-format hybrid --no-control"""
+EXIT_CODES = ExitCodes((
+    (EXIT_OK, "no FP8 recipe diverged, and the negative control was flagged"),
+    (EXIT_CASE_FAILED, "a recipe diverged, or the negative control was not flagged"),
+    (EXIT_USAGE, BAD_INPUT),
+    (EXIT_INTERRUPTED, INTERRUPTED + " (finished curves)"),
+))
+DOC = "docs/workloads.md"
 
 DEFAULT_PRECISIONS = ["bf16", "fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8"]
 
@@ -47,8 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fp8-format", default="e4m3", choices=["e4m3", "e5m2", "hybrid"], help="FP8 element format")
     p.add_argument("--no-control", action="store_true", help="skip the fp8_unscaled negative control")
     p.add_argument("--window", type=int, default=10, help="smoothing window in steps (default 10)")
-    p.add_argument("--tolerance", type=float, default=0.05, help="final relative gap counted as ok (default 0.05)")
-    p.add_argument("--diverge-gap", type=float, default=0.25, help="relative gap flagged as diverged (default 0.25)")
+    p.add_argument("--tolerance", type=fraction_arg("--tolerance"), default=0.05,
+                   help="final relative gap counted as ok: 5%% or 0.05 (default 5%%)")
+    p.add_argument("--diverge-gap", type=fraction_arg("--diverge-gap"), default=0.25,
+                   help="relative gap flagged as diverged: 25%% or 0.25 (default 25%%)")
     p.add_argument("--stats-every", type=int, default=25, help="sample FP8 cast statistics every N steps (0: off)")
     p.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")

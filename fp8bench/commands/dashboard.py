@@ -11,7 +11,11 @@ from importlib import resources
 from pathlib import Path
 
 from fp8bench.commands.common import (
+    BAD_INPUT,
+    EXIT_CASE_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
+    ExitCodes,
     UsageError,
     add_json_flag,
     add_store_flags,
@@ -30,6 +34,12 @@ examples:
   fp8bench dashboard --store postgresql://user@db/fp8bench --host 0.0.0.0   # reachable from other machines
 
 Needs the dashboard extra: pip install 'fp8bench[dashboard]'. Stop it with Ctrl-C."""
+EXIT_CODES = ExitCodes((
+    (EXIT_OK, "the server was stopped with Ctrl-C (or --print-command printed the command)"),
+    (EXIT_CASE_FAILED, "the Streamlit server stopped with an error (its message is above)"),
+    (EXIT_USAGE, BAD_INPUT + "; or the dashboard extra is not installed"),
+))
+DOC = "docs/dashboard.md"
 
 # The app reads its store from this variable (see fp8bench.dashboard.data.STORE_ENV; not imported here so that
 # `fp8bench --help` never needs streamlit).
@@ -76,6 +86,6 @@ def execute(args: argparse.Namespace) -> int:
     print(f"fp8bench dashboard: serving store {target} on http://{args.host}:{args.port}/ (Ctrl-C stops)",
           file=sys.stderr)
     try:
-        return subprocess.call(cmd, env=env)
+        return EXIT_OK if subprocess.call(cmd, env=env) == 0 else EXIT_CASE_FAILED
     except KeyboardInterrupt:
         return EXIT_OK

@@ -9,6 +9,7 @@ from typing import Any
 
 from fp8bench.commands.common import (
     EXIT_OK,
+    STANDARD_EXIT_CODES,
     add_json_flag,
     default_results_dir,
     print_json,
@@ -18,6 +19,8 @@ NAME = "doctor"
 HELP = "what this machine can run, and why not"
 DESCRIPTION = ("Report the device, library versions, the FP8 capability matrix, backend availability per "
                "precision, the energy meter and the results location.")
+EXIT_CODES = STANDARD_EXIT_CODES
+DOC = "docs/backends.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

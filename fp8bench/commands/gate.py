@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from fp8bench.commands.common import add_json_flag, add_store_flags, default_results_dir, print_json
+from fp8bench.commands.common import (
+    EXIT_HARNESS_ERROR,
+    GATE_EXIT_CODES,
+    add_json_flag,
+    add_store_flags,
+    default_results_dir,
+    print_json,
+)
+from fp8bench.units import fraction_arg
 
 NAME = "gate"
 HELP = "fail on a real slowdown: ratio of medians, bootstrap CI, Mann-Whitney U, Benjamini-Hochberg"
@@ -24,23 +33,28 @@ devices, drivers, CUDA, torch, power limits or clock policies are `incomparable`
 
 examples:
   fp8bench gate results/ab/base results/ab/head
-  fp8bench gate base.json cand.json --threshold 0.05 --override 'gemm*fp8_rowwise*=8%' --aa-noise 0.01
+  fp8bench gate base.json cand.json --threshold 5% --override 'gemm*fp8_rowwise*=8%' --aa-noise 1%
+  fp8bench gate base cand --fail-on regression      # an inconclusive case does not fail the job
 
-exit codes: 0 pass; 1 regression (a slower or broken case); 2 inconclusive or incomparable; 3 harness error.
-The Markdown and JSON reports are written before exiting."""
+The Markdown and JSON reports are written before exiting; with $GITHUB_STEP_SUMMARY set, the Markdown report is
+appended to the job summary too."""
 
-EXIT_HARNESS_ERROR = 3
+EXIT_CODES = GATE_EXIT_CODES
+DOC = "docs/gate.md"
+# GitHub Actions sets this to a file whose Markdown is shown on the run's summary page.
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
 def add_gate_flags(p: argparse.ArgumentParser) -> None:
     """The gate's statistical settings (shared with `fp8bench ab`)."""
-    p.add_argument("--threshold", type=float, default=0.05, help="slowdown that matters, as a fraction (default 0.05)")
+    p.add_argument("--threshold", type=fraction_arg("--threshold"), default=0.05,
+                   help="slowdown that matters: 5%% or 0.05 (default 5%%)")
     p.add_argument("--override", action="append", default=[], metavar="PATTERN=T",
-                   help="per-case threshold: fnmatch pattern on the case key = fraction or percent (repeatable)")
+                   help="per-case threshold: fnmatch pattern on the case key = 8%% or 0.08 (repeatable)")
     p.add_argument("--alpha", type=float, default=0.01, help="significance after Benjamini-Hochberg (default 0.01)")
     p.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval confidence (default 0.95)")
-    p.add_argument("--aa-noise", type=float, default=None,
-                   help="A/A noise of this runner (typical |ratio-1|); T is never below 3x this")
+    p.add_argument("--aa-noise", type=fraction_arg("--aa-noise"), default=None,
+                   help="A/A noise of this runner (typical |ratio-1|, 1%% or 0.01); T is never below 3x this")
     p.add_argument("--aa-report", type=Path, default=None,
                    help="an A/A gate report (JSON) to take the A/A noise from")
 
@@ -56,25 +70,21 @@ def gate_config(args: argparse.Namespace) -> Any:
             raise ValueError(f"cannot read the A/A report {args.aa_report}: {exc}") from exc
     return GateConfig(threshold=args.threshold, overrides=tuple(parse_override(o) for o in args.override),
                       alpha=args.alpha, confidence=args.confidence, aa_noise=aa,
-                      paired=getattr(args, "paired", False))
+                      paired=getattr(args, "paired", False), fail_on=getattr(args, "fail_on", "inconclusive"))
 
 
-def harness_errors_exit_3(p: argparse.ArgumentParser) -> None:
-    """Make this verb's own usage errors exit 3 (harness error): for the gate, 2 means "inconclusive", and a CI
-    step that tolerates an inconclusive verdict must not also tolerate a mistyped flag."""
-
-    def error(message: str) -> NoReturn:
-        p.print_usage(sys.stderr)
-        p.exit(EXIT_HARNESS_ERROR, f"{p.prog}: error: {message}\n")
-
-    p.error = error  # type: ignore[method-assign]  # argparse has no hook for the exit code
+def add_verdict_flags(p: argparse.ArgumentParser) -> None:
+    """What fails the job (``gate`` and ``ab``; ``compare`` never fails)."""
+    p.add_argument("--fail-on", choices=("inconclusive", "regression"), default="inconclusive",
+                   help="inconclusive (default): an inconclusive or incomparable outcome exits 2, a regression 1; "
+                        "regression: only a regression fails, an undecided outcome exits 0 (still reported)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    harness_errors_exit_3(p)
     p.add_argument("base", help="base: run file, pytest-benchmark JSON, folder of rounds, or store run id(s)")
     p.add_argument("cand", help="candidate: same forms as BASE")
     add_gate_flags(p)
+    add_verdict_flags(p)
     p.add_argument("--paired", action="store_true",
                    help="BASE and CAND are folders of the same A/B rounds (round i of both ran back to back): "
                         "compare round by round, so drift shared within a round cancels (`fp8bench ab` does this)")
@@ -149,6 +159,9 @@ def publish_report(report: dict[str, Any], md: Path, js: Path, args: argparse.Na
         store_error = store_report(report, store)
         if store_error:
             print(f"fp8bench {verb}: report not stored ({store_error}); it is in {js}", file=sys.stderr)
+    summary_error = append_step_summary(md)
+    if summary_error:
+        print(f"fp8bench {verb}: {summary_error}", file=sys.stderr)
     if args.json:
         print_json({**report, "report_md": str(md), "report_json": str(js), "store_error": store_error})
     else:
@@ -156,3 +169,17 @@ def publish_report(report: dict[str, Any], md: Path, js: Path, args: argparse.Na
         print_json({"verdict": report["verdict"], "exit_code": report["exit_code"],
                     "slower_cases": report["slower_cases"], "report_md": str(md), **summary})
     return int(report["exit_code"])
+
+
+def append_step_summary(report_md: Path) -> str | None:
+    """Append the Markdown report to ``$GITHUB_STEP_SUMMARY`` when it is set; returns an error text, never raises
+    (the verdict stands, and the report is on disk)."""
+    target = os.environ.get(STEP_SUMMARY_ENV)
+    if not target:
+        return None
+    try:
+        with open(target, "a", encoding="utf-8") as summary:
+            summary.write(report_md.read_text(encoding="utf-8") + "\n")
+    except OSError as exc:
+        return f"cannot append the report to ${STEP_SUMMARY_ENV} ({target}): {exc}"
+    return None

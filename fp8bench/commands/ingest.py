@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 from fp8bench.commands.common import (
+    BAD_INPUT,
     EXIT_OK,
     EXIT_USAGE,
+    ExitCodes,
     add_json_flag,
     add_store_flags,
     print_json,
@@ -24,9 +26,12 @@ skipped; the others are still ingested.
 
 examples:
   fp8bench ingest results/runs/*.json
-  fp8bench ingest bench.json --store postgresql://bench@db.example/fp8bench
-
-exit codes: 0 every file ingested; 2 a file could not be read or the store could not be opened."""
+  fp8bench ingest bench.json --store postgresql://bench@db.example/fp8bench"""
+EXIT_CODES = ExitCodes((
+    (EXIT_OK, "every file ingested (or already stored)"),
+    (EXIT_USAGE, BAD_INPUT + "; a file that cannot be read is named and skipped, the others are still ingested"),
+))
+DOC = "docs/gate.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from fp8bench.commands.common import (
     EXIT_OK,
+    STANDARD_EXIT_CODES,
     add_json_flag,
     print_json,
 )
@@ -14,6 +15,8 @@ from fp8bench.commands.common import (
 NAME = "list"
 HELP = "workloads, precisions, backends, suites and shape sets"
 DESCRIPTION = "List every registered name the other verbs accept."
+EXIT_CODES = STANDARD_EXIT_CODES
+DOC = "docs/cli.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,15 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from fp8bench.commands.common import (
+    BAD_INPUT,
     EXIT_CASE_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_USAGE,
+    INTERRUPTED,
+    ExitCodes,
     UsageError,
     add_json_flag,
     add_store_flags,
     default_results_dir,
     print_json,
 )
+from fp8bench.units import fraction_arg, percent_arg
 
 NAME = "run"
 HELP = "measure cases: table, run file, store rows"
@@ -28,9 +33,14 @@ examples:
 
 Unsupported combinations are recorded as skipped with the reason. The table shows the end-to-end time
 (quantization included) and the pre-quantized GEMM time, the speedup of each against the baseline precision,
-the phase split, and numerics against an FP64 reference. The last stdout line is one JSON object.
-
-exit codes: 0 all cases ok or skipped; 1 a case failed or is invalid; 2 bad input; 130 interrupted (records kept)."""
+the phase split, and numerics against an FP64 reference. The last stdout line is one JSON object."""
+EXIT_CODES = ExitCodes((
+    (EXIT_OK, "every case ok or skipped (a skipped case carries its reason)"),
+    (EXIT_CASE_FAILED, "a case failed or came out invalid (NaN/Inf output, throttled device)"),
+    (EXIT_USAGE, BAD_INPUT + "; nothing is measured"),
+    (EXIT_INTERRUPTED, INTERRUPTED + " in the run file and the store"),
+))
+DOC = "docs/method.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,8 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--amax-history-len", type=int, default=None, help="delayed scaling: amax history length")
     p.add_argument("--margin", type=int, default=None, help="delayed scaling: headroom in powers of two")
     p.add_argument("--min-samples", type=int, default=None, help="minimum timed samples per function (default 10)")
-    p.add_argument("--target-rse", type=float, default=None,
-                   help="stop sampling when the median's relative standard error is below this (default 0.005)")
+    p.add_argument("--max-noise", dest="target_rse", type=percent_arg("--max-noise"), default=None,
+                   metavar="PERCENT",
+                   help="stop sampling once the median's relative standard error is under this many percent "
+                        "(default 0.5, as nvbench's --max-noise)")
+    p.add_argument("--target-rse", dest="target_rse", type=fraction_arg("--target-rse"), default=None,
+                   metavar="FRACTION", help="the same target as a fraction (0.005) or a percentage (0.5%%)")
     p.add_argument("--max-time", type=float, default=None, help="most measured seconds per timed function")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
@@ -67,9 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure idle power this long before the cases; report energy above idle beside the raw")
     p.add_argument("--cooldown", type=float, default=None, metavar="SECONDS",
                    help="pause this long before each case after the first (lets the device cool)")
-    p.add_argument("--clock-floor", type=float, default=None,
+    p.add_argument("--clock-floor", type=fraction_arg("--clock-floor"), default=None,
                    help="a window whose median SM clock is under this fraction of the default clock is throttled "
-                        "(default 0.9)")
+                        "(90%% or 0.9, the default)")
     p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
     add_store_flags(p)
     p.add_argument("--no-store", action="store_true", help="write the run file only")

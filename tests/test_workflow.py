@@ -118,3 +118,17 @@ def test_paths_the_workflow_uses_exist(workflow):
     assert (ROOT / "workloads" / "suites" / "ci_bench").is_dir() and "workloads/suites/ci_bench" in text
     for suite in re.findall(r"--suite (\w+)", text):
         assert (ROOT / "workloads" / "suites" / f"{suite}.yaml").is_file(), suite
+
+
+def test_the_report_comment_is_found_by_its_marker_not_by_edit_last(workflow):
+    from fp8bench.gate import REPORT_MARKER
+
+    (post,) = [s for _j, _job, s in _steps(workflow) if s["name"] == "Post the report on the pull request"]
+    assert post["env"]["MARKER"] == REPORT_MARKER
+    assert "--edit-last" not in WORKFLOW.read_text()
+    assert "--method PATCH" in post["run"] and "startswith(env.MARKER)" in post["run"]
+
+
+def test_aa_step_tolerates_inconclusive_by_flag_not_by_exit_code_arithmetic(workflow):
+    (aa,) = [s for _j, _job, s in _steps(workflow) if s["name"] == "A/A noise of this runner"]
+    assert "--fail-on regression" in aa["run"] and "set +e" not in aa["run"]

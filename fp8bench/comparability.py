@@ -66,6 +66,8 @@ def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
     definition = {
         "workload": record["workload"], "shape": record["shape"], "precision": record["precision"],
         "fp8_format": record.get("fp8_format"), "backend": record["backend"],
+        # Accumulation changes the kernel that runs; recorded since schema 1 runs lacked it (then: the default).
+        "accumulation": record.get("accumulation") or ("fast_forward" if record.get("fp8_format") else None),
         "settings": {k: settings.get(k) for k in DEFINITION_SETTINGS},
         # A pytest-benchmark case may carry its own definition (e.g. a parametrization that is not a shape).
         "case_definition": extra.get("case_definition"),

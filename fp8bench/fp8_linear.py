@@ -23,9 +23,16 @@ the recipe's granularity:
   operand is quantized afresh along the dimension its GEMM reduces over (torchao's rowwise recipe does the same).
   The high-precision ``x`` is therefore kept for the backward pass.
 
-Gradients (``dy``) use the recipe's backward format: E5M2 under ``hybrid``, else the forward format. Outputs: the
-forward and dgrad GEMMs write the activation dtype (BF16), the wgrad GEMM writes FP32 into the master weight's
-gradient. The quantizers are the shared ones in :mod:`fp8bench.quantize`; nothing here re-implements scaling.
+Block recipes tile the weight 128x128 (forward and dgrad) and every activation or gradient 1x128 along the GEMM's
+reduction dimension, the wgrad GEMM's ``x^T`` included, as Transformer Engine's ``Float8BlockScaling`` and
+DeepSeek-V3's recipe do.
+
+Gradients (``dy``) use the recipe's backward format: E5M2 under ``hybrid``, else the forward format. Outputs: all
+three GEMMs write BF16 (the activation dtype); the weight gradient is then cast to the master weight's dtype (FP32),
+as torchao does. BF16 is also the one output CUTLASS's per-row kernels wrote in PyTorch builds before mid-2026.
+Accumulation: the forward GEMM uses the recipe's ``fast_accum`` switch, both gradient GEMMs always accumulate in
+full precision (the vendors' split, see :mod:`fp8bench.recipes`). The quantizers are the shared ones in
+:mod:`fp8bench.quantize`; nothing here re-implements scaling.
 
 The GEMM itself is pluggable: :data:`NATIVE` calls PyTorch's scaled matmul (real FP8 kernels), :data:`EMULATED`
 dequantizes and multiplies in FP32, which runs every recipe on any device with the same numbers up to accumulation
@@ -48,7 +55,7 @@ from fp8bench.quantize import Quantized, Quantizer, cast_stats, quantize_tensorw
 from fp8bench.recipes import Fp8Recipe, Granularity
 from fp8bench.scaled_gemm import emulated_scaled_mm, fp8_scaled_mm
 
-GemmFn = Callable[[Quantized, Quantized, torch.dtype], torch.Tensor]
+GemmFn = Callable[[Quantized, Quantized, torch.dtype, bool], torch.Tensor]  # (lhs, rhs, out dtype, fast_accum)
 NATIVE: GemmFn = fp8_scaled_mm
 EMULATED: GemmFn = emulated_scaled_mm
 
@@ -77,7 +84,7 @@ class _Operands:
         if not self.reuse_transposes:
             self.w_t = quantizer_for(recipe, "rhs", fwd)  # W^T [K, N] in dgrad
             self.grad_t = quantizer_for(recipe, "lhs", bwd)  # dy^T [N, M] in wgrad
-            self.x_t = quantizer_for(recipe, "rhs", fwd)  # x^T [K, M] in wgrad
+            self.x_t = quantizer_for(recipe, "lhs", fwd)  # x^T [K, M] in wgrad: an activation, 1x128 blocks
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
@@ -87,7 +94,7 @@ class _Fp8LinearFunction(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, layer: Fp8Linear) -> torch.Tensor:
         ops = layer.operands
         qx, qw = ops.x(x), ops.w(weight)
-        y = layer.gemm(qx, qw, x.dtype)
+        y = layer.gemm(qx, qw, x.dtype, layer.recipe.fast_accum)
         if layer.sample_stats:
             layer.note_stats("input", x, qx)
             layer.note_stats("weight", weight, qw)
@@ -111,13 +118,13 @@ class _Fp8LinearFunction(torch.autograd.Function):
         dx = dw = None
         if ctx.needs_input_grad[0]:
             qw_t = _transposed(qw) if ops.reuse_transposes else ops.w_t(weight.t().contiguous())
-            dx = layer.gemm(qg, qw_t, ctx.x_dtype)
+            dx = layer.gemm(qg, qw_t, ctx.x_dtype, False)
         if ctx.needs_input_grad[1]:
             if ops.reuse_transposes:
                 qg_t, qx_t = _transposed(qg), _transposed(qx)
             else:
                 qg_t, qx_t = ops.grad_t(dy.t().contiguous()), ops.x_t(x.t().contiguous())
-            dw = layer.gemm(qg_t, qx_t, torch.float32).to(weight.dtype)
+            dw = layer.gemm(qg_t, qx_t, torch.bfloat16, False).to(weight.dtype)
         return dx, dw, None
 
 
@@ -174,6 +181,30 @@ class Fp8Linear(nn.Module):
         scaling = "no scaling" if self.disable_scaling else self.recipe.describe()
         gemm = "native" if self.gemm is NATIVE else "emulated"
         return f"in_features={self.in_features}, out_features={self.out_features}, {scaling}, {gemm} GEMM"
+
+
+def alignment_reason(recipe: Fp8Recipe, tokens: int, layers: dict[str, tuple[int, int]],
+                     backward: bool = True) -> str | None:
+    """Why FP8 linear layers of these sizes cannot run under ``recipe`` (``None``: every GEMM is aligned).
+
+    ``layers`` maps a name to ``(in_features, out_features)``. Each GEMM's ``(M, N, K)`` must meet the recipe's
+    :meth:`~fp8bench.recipes.Fp8Recipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also dgrad
+    ``(tokens, in, out)`` and wgrad ``(out, in, tokens)``, whose reduction runs over the tokens.
+    """
+    need = recipe.gemm_alignment()
+    bad: list[str] = []
+    for name, (fan_in, fan_out) in layers.items():
+        gemms = {"forward": (tokens, fan_out, fan_in)}
+        if backward:
+            gemms.update(dgrad=(tokens, fan_in, fan_out), wgrad=(fan_out, fan_in, tokens))
+        for gemm, dims in gemms.items():
+            off = [f"{axis}={v} (multiple of {d})" for axis, v, d in zip("MNK", dims, need, strict=True) if v % d]
+            if off:
+                bad.append(f"{name} {gemm} GEMM {', '.join(off)}")
+    if not bad:
+        return None
+    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+    return f"{recipe.name} GEMMs need aligned dimensions: " + "; ".join(bad[:3]) + more
 
 
 def swap_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> nn.Module:

@@ -19,7 +19,16 @@ that is what ``torch._scaled_mm`` consumes. Recipes differ in how many values sh
   reduction dimension. Power-of-two scales make rescaling exact; hardware support starts at compute capability 10.0.
 
 FP8 element format: ``e4m3`` (default), ``e5m2``, or ``hybrid`` (E4M3 in the forward pass, E5M2 for gradients, the
-usual training setup). The high-precision baselines ``fp32``, ``tf32``, ``bf16`` and ``fp16`` are precisions too, so
+usual training setup).
+
+Accumulation: Hopper's FP8 tensor cores can accumulate a GEMM's products in a reduced-precision register ("fast
+accumulation", ``use_fast_accum`` in PyTorch, ``use_split_accumulator=False`` in Transformer Engine) or promote them
+to full FP32 at intervals. The vendors' FP8 training recipes use fast accumulation in the forward GEMM only and
+full precision in both gradient GEMMs, where small contributions add up over many tokens (torchao:
+``Float8LinearConfig.gemm_config_output`` vs ``gemm_config_grad_input/grad_weight``; Transformer Engine: its
+recipes' ``fp8_gemm_fprop`` vs ``fp8_gemm_dgrad/wgrad``). ``fast_accum`` on a recipe is that forward switch (on by
+default, as the vendors have it); the backward GEMMs always accumulate in full precision. Kernels without the mode
+(CPU, MX block scaling, the emulated reference) accumulate in FP32 either way. The high-precision baselines ``fp32``, ``tf32``, ``bf16`` and ``fp16`` are precisions too, so
 every case in a run is addressed the same way.
 """
 
@@ -99,6 +108,7 @@ class Fp8Recipe:
     activation_block: tuple[int, int] = (1, 128)  # blockwise tile of the left operand (rows x cols)
     weight_block: tuple[int, int] = (128, 128)  # blockwise tile of the right operand
     mx_block: int = 32  # elements per E8M0 scale along the reduction dimension (OCP MX spec)
+    fast_accum: bool = True  # forward GEMM in fast (reduced-precision) accumulation; backward GEMMs never
 
     is_fp8 = True
 
@@ -149,6 +159,11 @@ class Fp8Recipe:
             return (16, 16, max(16, self.mx_block))
         return (16, 16, 16)
 
+    @property
+    def accumulation(self) -> str:
+        """The record's name for the accumulation mode: ``fast_forward`` (the vendors' default) or ``full``."""
+        return "fast_forward" if self.fast_accum else "full"
+
     def with_options(self, **changes: object) -> Fp8Recipe:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
@@ -158,7 +173,8 @@ class Fp8Recipe:
                f"{self.weight_block[0]}x{self.weight_block[1]} block",
                Granularity.MX: f"{self.mx_block}-element E8M0"}[self.granularity]
         scaling = f"delayed (history {self.amax_history_len}, margin {self.margin})" if self.delayed else "current"
-        return f"{self.name}: {self.fp8_format.value}, {how} scales, {scaling} scaling"
+        accum = "fast accumulation in the forward GEMM" if self.fast_accum else "full-precision accumulation"
+        return f"{self.name}: {self.fp8_format.value}, {how} scales, {scaling} scaling, {accum}"
 
 
 Precision = FloatPrecision | Fp8Recipe
@@ -179,7 +195,7 @@ for _p in (
 
 
 def resolve_precision(name: str, fp8_format: str = "e4m3", amax_history_len: int | None = None,
-                      margin: int | None = None) -> Precision:
+                      margin: int | None = None, fast_accum: bool | None = None) -> Precision:
     """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones)."""
     precision = PRECISIONS.get(name)
     if not isinstance(precision, Fp8Recipe):
@@ -194,4 +210,6 @@ def resolve_precision(name: str, fp8_format: str = "e4m3", amax_history_len: int
         changes["amax_history_len"] = amax_history_len
     if margin is not None:
         changes["margin"] = margin
+    if fast_accum is not None:
+        changes["fast_accum"] = fast_accum
     return precision.with_options(**changes)

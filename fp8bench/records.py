@@ -25,6 +25,7 @@ class Record:
     status: str
     reason: str | None = None
     fp8_format: str | None = None
+    accumulation: str | None = None  # FP8 only: fast_forward (fast accumulation in the forward GEMM) | full
     samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
     median_s: float | None = None  # end-to-end median, seconds
     iqr_s: float | None = None
@@ -69,7 +70,9 @@ class Record:
 
 
 def case_key(record: dict[str, Any]) -> str:
-    """Identity of a case across runs: workload, shape, precision (+format), backend, device."""
+    """Identity of a case across runs: workload, shape, precision (+format, + full accumulation when not the
+    default fast-forward one), backend, device."""
     shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
     fmt = f"/{record['fp8_format']}" if record.get("fp8_format") else ""
-    return f"{record['workload']}[{shape}] {record['precision']}{fmt} {record['backend']} {record['device']}"
+    accum = "/full-accum" if record.get("accumulation") == "full" else ""
+    return f"{record['workload']}[{shape}] {record['precision']}{fmt}{accum} {record['backend']} {record['device']}"

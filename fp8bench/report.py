@@ -74,7 +74,8 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
         ovf = num.get("overflow_frac")
         unf = num.get("underflow_frac")
         table.add_row(
-            r["workload"], _shape_text(r["shape"]), r["precision"], r["backend"], status,
+            r["workload"], _shape_text(r["shape"]),
+            r["precision"] + (" (full acc)" if r.get("accumulation") == "full" else ""), r["backend"], status,
             _fmt(r.get("median_s") and r["median_s"] * 1e3, ".3f"),
             _fmt(r.get("prequant_median_s") and r["prequant_median_s"] * 1e3, ".3f"),
             _fmt(r.get("tflops") and r["tflops"], ".3g"), _fmt(r.get("pct_of_peak"), ".1f"),

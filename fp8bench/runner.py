@@ -61,6 +61,7 @@ class RunSettings:
     seed: int = 0
     threads: int | None = None
     fp8_format: str = "e4m3"
+    fast_accum: tuple[bool, ...] = (True,)  # FP8 forward accumulation modes to sweep (True: fast, the default)
     amax_history_len: int | None = None
     margin: int | None = None
     flush_l2: bool = True
@@ -82,6 +83,8 @@ class RunSettings:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
         if not self.energy_window_s > 0:
             raise ValueError(f"energy window must be positive seconds, got {self.energy_window_s}")
+        if not self.fast_accum or any(not isinstance(v, bool) for v in self.fast_accum):
+            raise ValueError(f"fast_accum must list one or more of True/False, got {self.fast_accum!r}")
         if not 0 <= self.clock_floor <= 1:
             raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
 
@@ -94,15 +97,21 @@ class Case:
     backend: str
 
     def describe(self) -> str:
-        return f"{self.workload}[{label(self.shape)}] {self.precision.name} {self.backend}"
+        accum = " full-accum" if isinstance(self.precision, Fp8Recipe) and not self.precision.fast_accum else ""
+        return f"{self.workload}[{label(self.shape)}] {self.precision.name}{accum} {self.backend}"
 
 
 def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[str], backends: list[str],
                  settings: RunSettings) -> list[Case]:
-    """Every combination of (workload, shape) x precision x backend. Raises on unknown names or bad shapes."""
+    """Every combination of (workload, shape) x precision (x accumulation mode, for FP8) x backend. Raises on
+    unknown names or bad shapes."""
     load_all()
-    resolved = [resolve_precision(p, settings.fp8_format, settings.amax_history_len, settings.margin)
-                for p in precisions]
+    resolved: list[Precision] = []
+    for p in precisions:
+        for fast in settings.fast_accum:
+            precision = resolve_precision(p, settings.fp8_format, settings.amax_history_len, settings.margin, fast)
+            if precision not in resolved:  # float precisions have no accumulation switch: once each
+                resolved.append(precision)
     for b in backends:
         BACKENDS.get(b)
     cases = []
@@ -149,10 +158,11 @@ class CaseMeasurer:
 
     def _base(self, case: Case, seq: int, status: str, reason: str | None = None, **fields: Any) -> Record:
         workload = WORKLOADS.get(case.workload)
-        fmt = case.precision.fp8_format.value if isinstance(case.precision, Fp8Recipe) else None
+        fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
         fields.setdefault("energy", not_metered(self.meter, status))
         return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
-                      backend=case.backend, device=str(self.device), status=status, reason=reason, fp8_format=fmt,
+                      backend=case.backend, device=str(self.device), status=status, reason=reason,
+                      fp8_format=fp8.fp8_format.value if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
                       flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
                       seq=seq, **fields)
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.capabilities import backend_reason, fp8_gemm_reason
+from fp8bench.capabilities import backend_reason, recipe_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.fp8_linear import Fp8Linear
@@ -60,7 +60,7 @@ def precision_support(precision: Precision, device: Device) -> str | None:
     if precision.delayed:
         return ("delayed scaling keeps a Python-side amax history that changes every call; "
                 "compiled runs current-scaling recipes")
-    return fp8_gemm_reason(device, precision.granularity)
+    return recipe_gemm_reason(device, precision)
 
 
 def compile_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -114,7 +114,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
 
     def eager_e2e(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         da, sa, db, sb = eager_quantize(a, b)
-        return fp8_scaled_mm(to_quantized(da, sa, "lhs"), to_quantized(db, sb, "rhs"), out_dtype)
+        return fp8_scaled_mm(to_quantized(da, sa, "lhs"), to_quantized(db, sb, "rhs"), out_dtype,
+                             precision.fast_accum)
 
     quantize_c = compile_fn(eager_quantize)
     e2e_c = compile_fn(eager_e2e)
@@ -125,7 +126,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
 
     def gemm() -> torch.Tensor:
         da, sa, db, sb = state["q"]
-        return fp8_scaled_mm(to_quantized(da, sa, "lhs"), to_quantized(db, sb, "rhs"), out_dtype)
+        return fp8_scaled_mm(to_quantized(da, sa, "lhs"), to_quantized(db, sb, "rhs"), out_dtype,
+                             precision.fast_accum)
 
     def end_to_end() -> torch.Tensor:
         return e2e_c(a, b)
@@ -176,7 +178,7 @@ def model_support(precision: Precision, device: Device) -> str | None:
     if isinstance(precision, FloatPrecision):
         return ("compiled fuses FP8 quantization into the linear layers; float layers have nothing to fuse "
                 "(their GEMMs are the torch backend's)")
-    return precision_support(precision, device)
+    return precision_support(precision, device) or recipe_gemm_reason(device, precision, backward=True)
 
 
 def compiled_convert(precision: Precision, device: Device) -> Callable[[nn.Module], nn.Module]:

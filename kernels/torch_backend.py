@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from fp8bench.capabilities import capabilities_for
+from fp8bench.capabilities import recipe_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
@@ -34,7 +34,8 @@ def _gemm_support(precision: Precision, device: Device) -> str | None:
         if precision.tf32 and not device.is_cuda:
             return "TF32 is a CUDA tensor-core mode; torch.matmul on the CPU would run plain FP32"
         return None
-    return capabilities_for(device).fp8_reason(precision.granularity)
+    assert isinstance(precision, Fp8Recipe)
+    return recipe_gemm_reason(device, precision)
 
 
 
@@ -63,7 +64,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         state["qa"], state["qb"] = quant_a(a), quant_b(b)
 
     def gemm() -> torch.Tensor:
-        return fp8_scaled_mm(state["qa"], state["qb"], out_dtype)
+        return fp8_scaled_mm(state["qa"], state["qb"], out_dtype, precision.fast_accum)
 
     def end_to_end() -> torch.Tensor:
         quantize()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from fp8bench.capabilities import capabilities_for
+from fp8bench.capabilities import recipe_gemm_reason
 from fp8bench.devices import Device
 from fp8bench.fp8_linear import NATIVE, Fp8Linear, swap_linears
 from fp8bench.kernels.torch_backend import TORCH
@@ -31,7 +31,10 @@ def layer_support(precision: Precision, device: Device) -> str | None:
         if precision.tf32 and not device.is_cuda:
             return "TF32 is a CUDA tensor-core mode; on the CPU the GEMMs would run plain FP32"
         return None
-    return capabilities_for(device).fp8_reason(precision.granularity)
+    assert isinstance(precision, Fp8Recipe)
+    # Every FP8 projection runs its forward, dgrad and wgrad GEMMs (the attention block's forward-only mode too is
+    # judged by all three: one rule for the workload, whatever its flags).
+    return recipe_gemm_reason(device, precision, backward=True)
 
 
 def torch_convert(precision: Precision, device: Device) -> Callable[[nn.Module], nn.Module]:

@@ -12,21 +12,30 @@ CUDA = Device("cuda", 0)
 CPU = Device("cpu")
 
 
-@pytest.mark.parametrize(("cc", "tensorwise", "blockwise", "mx"), [
-    ((8, 0), False, False, False),  # A100: no FP8 tensor cores
-    ((8, 9), True, False, False),  # L4 / L40S / RTX 4090
-    ((9, 0), True, True, False),  # H100 / H200
-    ((10, 0), True, True, True),  # B200
+@pytest.mark.parametrize(("cc", "cuda", "tensorwise", "blockwise", "mx"), [
+    ((8, 0), (12, 9), False, False, False),  # A100: no FP8 tensor cores
+    ((8, 9), (12, 9), True, False, False),  # L4 / L40S / RTX 4090
+    ((9, 0), (12, 9), True, True, False),  # H100 / H200
+    ((9, 0), (12, 4), True, False, False),  # H100 with a torch built before cuBLASLt's block scales
+    ((10, 0), (12, 9), True, False, True),  # B200: MX, but no 1x128/128x128 kernels (Hopper only)
+    ((12, 0), (12, 9), True, False, False),  # RTX 50: neither block kind through PyTorch
 ])
-def test_cuda_rules_follow_compute_capability(cc, tensorwise, blockwise, mx) -> None:
-    c = caps.capabilities_for(CUDA, name="test GPU", cc=cc, rocm=False)
+def test_cuda_rules_follow_compute_capability_and_cuda(cc, cuda, tensorwise, blockwise, mx) -> None:
+    c = caps.capabilities_for(CUDA, target=caps.CudaTarget("test GPU", cc, cuda, (2, 13)))
     assert (c.fp8_reason(Granularity.TENSORWISE) is None) is tensorwise
     assert (c.fp8_reason(Granularity.ROWWISE) is None) is tensorwise
     assert (c.fp8_reason(Granularity.BLOCKWISE) is None) is blockwise
     assert (c.fp8_reason(Granularity.MX) is None) is mx
     assert c.fp8_variant == "ocp"
     if not mx:
-        assert f"{cc[0]}.{cc[1]}" in c.fp8_reason(Granularity.MX) and "10.0" in c.fp8_reason(Granularity.MX)
+        assert f"{cc[0]}.{cc[1]}" in c.fp8_reason(Granularity.MX)
+
+
+def test_live_cuda_target_reads_torch_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(caps.torch.version, "cuda", "12.8")
+    t = caps.CudaTarget.of(CUDA, name="test GPU", cc=(9, 0))
+    assert (t.cc, t.cuda) == ((9, 0), (12, 8)) and t.torch == caps.parse_version(caps.torch.__version__)
+    assert "cuBLASLt 12.9" in caps.capabilities_for(CUDA, target=t).fp8_reason(Granularity.BLOCKWISE)
 
 
 def test_mi300_uses_fnuz_formats_and_has_no_mx() -> None:

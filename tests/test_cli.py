@@ -124,3 +124,22 @@ def test_ctrl_c_keeps_finished_records(tmp_path):
     assert len(data["records"]) >= 2 and all(r["status"] == "ok" for r in data["records"][:2])
     assert json.loads(out.strip().splitlines()[-1])["interrupted"] is True
     assert "interrupted" in err
+
+
+def test_fast_accum_sweep_runs_each_fp8_case_in_both_modes(capsys, results_dir):
+    code, out, err = run_cli(capsys, "run", "--shape", "64x64x64", "--precision", "bf16", "fp8_rowwise",
+                             "--fast-accum", "on", "off", "--budget", "5", "--device", "cpu", "--no-store",
+                             "--results-dir", str(results_dir), "--json")
+    assert code == 0, err
+    records = json.loads(out.strip().splitlines()[-1])["records"]
+    modes = sorted((r["precision"], r["accumulation"]) for r in records)
+    assert modes == [("bf16", None), ("fp8_rowwise", "fast_forward"), ("fp8_rowwise", "full")]
+    from fp8bench.records import case_key
+
+    assert len({case_key(r) for r in records}) == 3 and any("/full-accum" in case_key(r) for r in records)
+
+
+def test_fast_accum_rejects_unknown_values(capsys, results_dir):
+    with pytest.raises(SystemExit):
+        main(["run", "--fast-accum", "maybe", "--results-dir", str(results_dir)])
+    assert "invalid choice: 'maybe'" in capsys.readouterr().err

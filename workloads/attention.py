@@ -36,6 +36,7 @@ from torch import nn
 
 from fp8bench.catalog import WORKLOADS, Workload
 from fp8bench.devices import Device
+from fp8bench.fp8_linear import alignment_reason
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
 from fp8bench.quantize import quantize_tensorwise
 from fp8bench.recipes import Fp8Recipe, Precision
@@ -145,6 +146,9 @@ class AttentionBlock(Workload):
                 bad.append(f"tokens b*s = {tokens} (multiple of {need_k} for the weight-gradient GEMM)")
             if bad:
                 return f"{precision.name} projections need aligned GEMM dimensions: " + ", ".join(bad)
+            # The same rule GEMM by GEMM (catches, e.g., a dgrad GEMM reducing over the qkv features).
+            return alignment_reason(precision, tokens, {"qkv projection": (width, qkv), "output projection": (
+                width, width)}, backward=bool(shape["backward"]))
         return None
 
     def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:

@@ -41,8 +41,9 @@ from torch import nn
 
 from fp8bench.catalog import WORKLOADS, Workload
 from fp8bench.devices import Device
+from fp8bench.fp8_linear import alignment_reason
 from fp8bench.pipeline import BuildContext, Pipeline
-from fp8bench.recipes import FloatPrecision, Precision
+from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.shapes import Shape, ShapeError
 from fp8bench.workloads.corpus import SyntheticCorpus
 from fp8bench.workloads.memory import available_bytes, peak_memory
@@ -112,6 +113,16 @@ class TransformerStep(Workload):
         cfg = config_from_inputs(inputs)
         model = build_decoder(cfg, _params(inputs), inputs["tokens"].device, torch.float64)
         return loss_and_gradients(model, inputs["tokens"])
+
+    def shape_reason(self, shape: Shape, precision: Precision) -> str | None:
+        """FP8 recipes: every projection's forward, dgrad and wgrad GEMM must meet the recipe's alignment."""
+        if not isinstance(precision, Fp8Recipe):
+            return None
+        cfg = config_of(shape)
+        qkv = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim
+        return alignment_reason(precision, cfg.tokens, {
+            "attn.qkv": (cfg.width, qkv), "attn.out": (cfg.heads * cfg.head_dim, cfg.width),
+            "mlp.gate_up": (cfg.width, 2 * cfg.ffn), "mlp.down": (cfg.ffn, cfg.width)})
 
     def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
         need, have = training_memory_bytes(config_of(shape)), available_bytes(device)

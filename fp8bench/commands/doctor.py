@@ -17,26 +17,37 @@ from fp8bench.commands.common import (
 
 NAME = "doctor"
 HELP = "what this machine can run, and why not"
-DESCRIPTION = ("Report the device, library versions, the FP8 capability matrix, backend availability per "
-               "precision, the energy meter and the results location.")
+DESCRIPTION = ("Report the device, library versions, the FP8 capability matrix (per scaling and per recipe and "
+               "element format, with the reason for each refusal), backend availability per precision, the energy "
+               "meter and the results location. --rules lists the CUDA scaled-GEMM rules behind the matrix, each "
+               "with the CUDA source that enforces it.")
 EXIT_CODES = STANDARD_EXIT_CODES
 DOC = "docs/backends.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument("--rules", action="store_true",
+                   help="also list the CUDA scaled-GEMM rules (architecture, CUDA/torch versions, dtypes) and "
+                        "their sources")
     add_json_flag(p)
 
 
 def execute(args: argparse.Namespace) -> int:
     import torch
 
-    from fp8bench.capabilities import MIN_VERSIONS, backend_note, capabilities_for, library_status
+    from fp8bench.capabilities import (
+        MIN_VERSIONS,
+        SCALED_GEMM_RULES,
+        backend_note,
+        capabilities_for,
+        library_status,
+    )
     from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
     from fp8bench.devices import resolve_device
     from fp8bench.energy import meter_for
     from fp8bench.environment import software_versions
-    from fp8bench.recipes import PRECISIONS
+    from fp8bench.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
 
     load_all()
     device = resolve_device(args.device)
@@ -48,12 +59,18 @@ def execute(args: argparse.Namespace) -> int:
         for wname in WORKLOADS:
             matrix[bname][wname] = {p: backend.unsupported_reason(wname, prec, device)
                                     for p, prec in PRECISIONS.items()}
+    recipes = {name: {fmt.value: caps.recipe_reason(resolve_precision(name, fmt.value), backward=True)  # type: ignore[arg-type]
+                      for fmt in Fp8FormatChoice}
+               for name, prec in PRECISIONS.items() if isinstance(prec, Fp8Recipe)}
     results_dir = default_results_dir()
     report: dict[str, Any] = {
         "device": str(device), "device_name": caps.name, "compute_capability": caps.compute_capability,
         "cuda_available": torch.cuda.is_available(), "threads": torch.get_num_threads(),
         "software": software_versions(), "fp8_variant": caps.fp8_variant,
         "fp8_gemm": {g: r for g, r in caps.fp8_reasons.items()},
+        "fp8_training_gemms": recipes,  # recipe -> element format -> why its forward/dgrad/wgrad GEMMs cannot run
+        "cuda_target": caps.target.describe() if caps.target else None,
+        "scaled_gemm_rules": [{"name": r.name, "source": r.source} for r in SCALED_GEMM_RULES],
         "backends": {b: BACKENDS.get(b).availability(device) for b in BACKENDS},
         "backend_kinds": {b: BACKENDS.get(b).kind for b in BACKENDS},
         "libraries": {name: {"version": st.version, "reason": st.reason}
@@ -81,6 +98,28 @@ def execute(args: argparse.Namespace) -> int:
     for g, text in caps.as_rows():
         t.add_row(g, text)
     console.print(t)
+    t = Table(title="FP8 recipes in training (forward, dgrad and wgrad GEMMs) by element format", header_style="bold")
+    t.add_column("recipe")
+    for fmt in Fp8FormatChoice:
+        t.add_column(fmt.value)
+    notes: list[str] = []
+    for name, by_fmt in recipes.items():
+        cells = []
+        for why in by_fmt.values():
+            if why is not None and why not in notes:
+                notes.append(why)
+            cells.append("yes" if why is None else f"[dim]no ({notes.index(why) + 1})[/]")
+        t.add_row(name, *cells)
+    console.print(t)
+    for i, why in enumerate(notes, 1):
+        console.print(f"  [dim]({i}) {why}[/]")
+    if args.rules:
+        t = Table(title="CUDA scaled-GEMM rules (beyond PyTorch's meta checks)", header_style="bold")
+        t.add_column("rule")
+        t.add_column("enforced by")
+        for rule in SCALED_GEMM_RULES:
+            t.add_row(rule.name, rule.source)
+        console.print(t)
     t = Table(title="backends on this device", header_style="bold")
     for col in ("backend", "kind", "available"):
         t.add_column(col)

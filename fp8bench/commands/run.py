@@ -58,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=float, default=None, help="wall-clock seconds per case (default 30)")
     p.add_argument("--fp8-format", default="e4m3", choices=["e4m3", "e5m2", "hybrid"],
                    help="FP8 element format: e4m3 (default), e5m2, or hybrid (E4M3 forward, E5M2 gradients)")
+    p.add_argument("--fast-accum", nargs="+", choices=["on", "off"], default=["on"],
+                   help="FP8 forward-GEMM accumulation: on (fast accumulation in the forward GEMM, full precision in "
+                        "the gradient GEMMs: torchao's and Transformer Engine's default), off (full precision "
+                        "everywhere); give both to sweep (default: on)")
     p.add_argument("--amax-history-len", type=int, default=None, help="delayed scaling: amax history length")
     p.add_argument("--margin", type=int, default=None, help="delayed scaling: headroom in powers of two")
     p.add_argument("--min-samples", type=int, default=None, help="minimum timed samples per function (default 10)")
@@ -135,6 +139,7 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
     return RunSettings(device=args.device, budget_s=float(budget), policy=SamplingPolicy(**policy_fields),
                        warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed, threads=args.threads,
                        fp8_format=args.fp8_format, amax_history_len=args.amax_history_len, margin=args.margin,
+                       fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        flush_l2=not args.no_l2_flush, phases=not args.no_phases, **_energy_settings(args, overrides))
 
 

@@ -1,0 +1,280 @@
+"""CUDA conformance without a GPU: every scaled GEMM fp8bench issues, replayed against CUDA's rules on the CPU.
+
+A scaled GEMM that CUDA refuses only fails on a GPU, so a suite run on CPU machines could accept a call that the
+first H100 rejects. Two sources of truth close that gap:
+
+1. **PyTorch's meta functions.** ``torch._scaled_mm`` and ``torch.nn.functional.scaled_mm`` (which dispatches to
+   ``aten._scaled_mm_v2``) have meta implementations that check what CUDA checks about layouts and shapes:
+   ``a`` row-major and ``b`` column-major, dimensions multiple of 16, the scale dtypes, shapes and strides of each
+   scaling type, and the swizzle of block scales. The CPU build of torch creates *fake* CUDA tensors under
+   ``FakeTensorMode``, and calling the op on them runs exactly those checks. Fake tensors carry shape, stride and
+   dtype only, so the real computation runs on small CPU tensors and each scaled GEMM's arguments are replayed as
+   fakes (``torch.empty_strided(shape, stride, dtype, device="cuda")``).
+2. **The rules the meta functions lack** (architecture, CUDA and torch versions, operand dtypes per kernel, output
+   dtypes): :data:`fp8bench.capabilities.SCALED_GEMM_RULES`, each with the CUDA source that enforces it, judged
+   against a :class:`~fp8bench.capabilities.CudaTarget` (an H100 with CUDA 12.9, a B200, an L4 ...).
+
+:class:`CudaConformance` is a ``TorchDispatchMode``: torch's dispatcher is the one interception point, so every
+caller is covered (fp8bench's :mod:`fp8bench.scaled_gemm` and FP8 linear layer, and vendor libraries such as
+torchao that call ``torch._scaled_mm`` themselves). For each scaled GEMM it records the call, replays it on fake
+CUDA tensors, applies the rules, and then behaves like the target GPU would: a refused call raises the error type
+PyTorch raises (``RuntimeError`` from a meta check, ``NotImplementedError`` for an architecture, ``ValueError`` for
+a dtype rule), an accepted one returns zeros of the output's shape and dtype (the values are not the point, and no
+slow CPU kernel runs). Everything else runs on the CPU as usual.
+
+:func:`emulating` also makes :func:`fp8bench.capabilities.capabilities_for` answer for the target, so backends'
+support checks, builders and the replay all see one simulated GPU.
+
+What this cannot see: code that Inductor generates (under a dispatch mode Dynamo runs the eager path, so the
+``compiled`` backend's calls are checked as its Python code builds them, not with strides Inductor might pick),
+kernels that do not go through PyTorch's scaled-GEMM ops (Transformer Engine's own cuBLAS calls, Triton kernels),
+numerical results, and anything about a real GPU's speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fp8bench import capabilities
+from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, scaled_gemm_reason
+
+_aten = torch.ops.aten
+# The dispatcher ops behind torch._scaled_mm and torch.nn.functional.scaled_mm.
+SCALED_GEMM_OPS = {_aten._scaled_mm.default: "_scaled_mm", _aten._scaled_mm_v2.default: "_scaled_mm_v2"}
+
+# ``ScalingType`` values of aten._scaled_mm_v2 (torch.nn.functional.ScalingType) and the layouts they name.
+_V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 3: ScaleLayout.MX_1X32,
+               4: ScaleLayout.BLOCK_1X128, 5: ScaleLayout.BLOCK_128X128}
+
+# Frames of these packages are the call sites worth naming (fp8bench's own code, its kernels and workloads, and the
+# vendor libraries it drives); the funnel every fp8bench call goes through is skipped, so a site names who asked.
+_SITE_ROOTS = ("fp8bench", "torchao")
+_FUNNELS = ("conformance.py", "scaled_gemm.py")
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """What a fake tensor needs: shape, stride and dtype."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> TensorMeta:
+        return cls(tuple(t.shape), tuple(t.stride()), t.dtype)
+
+    def fake_cuda(self) -> torch.Tensor:
+        """An empty CUDA tensor with this layout; call inside ``FakeTensorMode``."""
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device="cuda")
+
+    def __str__(self) -> str:
+        return f"{str(self.dtype).removeprefix('torch.')}{list(self.shape)} stride {list(self.stride)}"
+
+
+def _meta_tree(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return TensorMeta.of(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_meta_tree(v) for v in value)
+    return value
+
+
+def _fake_tree(value: Any) -> Any:
+    if isinstance(value, TensorMeta):
+        return value.fake_cuda()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fake_tree(v) for v in value)
+    return value
+
+
+def _bind(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The op's arguments by schema name (positional ones named, defaults filled in)."""
+    bound: dict[str, Any] = {}
+    for i, arg in enumerate(op._schema.arguments):
+        if i < len(args):
+            bound[arg.name] = args[i]
+        elif arg.name in kwargs:
+            bound[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            bound[arg.name] = arg.default_value
+    return bound
+
+
+def _v1_layout(scale: TensorMeta, rows: int, k: int) -> ScaleLayout:
+    """How ``torch._scaled_mm`` reads a scale of an operand with ``rows`` rows and reduction length ``k``."""
+    if scale.dtype == torch.float8_e8m0fnu:
+        return ScaleLayout.MX_1X32
+    n = 1
+    for d in scale.shape:
+        n *= d
+    if n == 1:
+        return ScaleLayout.TENSORWISE
+    if scale.shape == (rows, 1) or scale.shape == (1, rows):
+        return ScaleLayout.ROWWISE
+    if len(scale.shape) == 2 and -(-rows // 128) in scale.shape and rows not in scale.shape:
+        return ScaleLayout.BLOCK_128X128
+    return ScaleLayout.BLOCK_1X128
+
+
+def gemm_spec(op_name: str, bound: dict[str, Any]) -> ScaledGemmSpec:
+    """The :class:`ScaledGemmSpec` of one recorded call (its arguments as :class:`TensorMeta`)."""
+    a, b = bound["self"], bound["mat2"]
+    m, k = a.shape
+    n = b.shape[1]
+    out = bound.get("out_dtype") or a.dtype
+    if op_name == "_scaled_mm":
+        layout_a = _v1_layout(bound["scale_a"], m, k)
+        layout_b = _v1_layout(bound["scale_b"], n, k)
+    else:  # aten::_scaled_mm_v2(self, mat2, scale_a[], recipe_a[], swizzle_a[], scale_b[], recipe_b[], ...)
+        layout_a = _V2_LAYOUTS[int(bound["recipe_a"][0])]
+        layout_b = _V2_LAYOUTS[int(bound["recipe_b"][0])]
+    return ScaledGemmSpec(a.dtype, b.dtype, layout_a, layout_b, out, bool(bound.get("use_fast_accum", False)))
+
+
+def _call_site() -> str:
+    """The innermost frame of fp8bench (or a vendor library) that asked for this GEMM: ``file.py:line in function``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        name = Path(frame.f_code.co_filename).name
+        if module.split(".")[0] in _SITE_ROOTS and name not in _FUNNELS:
+            return f"{name}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "unknown"
+
+
+@dataclass
+class ReplayedCall:
+    """One scaled GEMM: where it came from, its arguments, and whether the target CUDA device accepts it."""
+
+    op: str
+    site: str
+    args: dict[str, Any]
+    spec: ScaledGemmSpec | None
+    refusal: str | None = None  # why the target refuses it (a meta check's message or a rule's)
+    refused_by: str | None = None  # "meta" or the name of the rule
+
+    @property
+    def accepted(self) -> bool:
+        return self.refusal is None
+
+    def describe(self) -> str:
+        tensors = ", ".join(f"{k}={v}" for k, v in self.args.items() if isinstance(v, TensorMeta))
+        what = self.spec.describe() if self.spec else self.op
+        verdict = "accepted" if self.accepted else f"REFUSED by {self.refused_by}: {self.refusal}"
+        return f"{self.op} at {self.site}: {what} [{tensors}] -> {verdict}"
+
+
+class CudaRefusal(RuntimeError):
+    """Raised where CUDA would raise; ``call`` says which call and why. Subclasses carry torch's error types."""
+
+    def __init__(self, call: ReplayedCall) -> None:
+        super().__init__(f"CUDA would refuse {call.describe()}")
+        self.call = call
+
+
+class CudaArchRefusal(CudaRefusal, NotImplementedError):
+    """An architecture or library-version rule (torch raises ``NotImplementedError`` for these)."""
+
+
+class CudaValueRefusal(CudaRefusal, ValueError):
+    """A dtype or value rule (torch raises ``ValueError`` for these)."""
+
+
+_ARCH_RULES = ("architecture", "1x128/128x128 blocks", "MXFP8")
+
+
+class CudaConformance(TorchDispatchMode):
+    """Replays every scaled GEMM on fake CUDA tensors for ``target`` and acts as that GPU would (see module doc)."""
+
+    def __init__(self, target: CudaTarget) -> None:
+        super().__init__()
+        self.target = target
+        self.calls: list[ReplayedCall] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func not in SCALED_GEMM_OPS:
+            if any(t is not torch.Tensor and t is not torch.nn.Parameter for t in types):
+                # A tensor subclass (torchao's FP8 tensors) implements this op itself and calls the scaled GEMM
+                # from inside; handing the op back lets its __torch_dispatch__ run with this mode still active.
+                return NotImplemented
+            return func(*args, **kwargs)
+        op_name = SCALED_GEMM_OPS[func]
+        bound = {k: _meta_tree(v) for k, v in _bind(func, args, kwargs).items()}
+        call = ReplayedCall(op_name, _call_site(), bound, None)
+        self.calls.append(call)
+        out = self._replay_meta(func, bound, call)
+        try:
+            call.spec = gemm_spec(op_name, bound)
+        except (KeyError, ValueError) as exc:  # a scaling type the rules do not know: refuse, naming it
+            call.refusal, call.refused_by = f"unclassified scaled GEMM: {exc}", "fp8bench"
+            raise CudaRefusal(call) from exc
+        why = scaled_gemm_reason(call.spec, self.target)
+        if why:
+            call.refusal = why
+            call.refused_by = next(r.name for r in capabilities.SCALED_GEMM_RULES if r.check(call.spec, self.target))
+            raise (CudaArchRefusal if call.refused_by in _ARCH_RULES else CudaValueRefusal)(call)
+        assert out is not None
+        return torch.zeros(out.shape, dtype=out.dtype, device=args[0].device)
+
+    @staticmethod
+    def _replay_meta(func: Any, bound: dict[str, Any], call: ReplayedCall) -> Any:
+        """Run the op's meta function on fake CUDA tensors; return the (fake) output, or raise as CUDA would."""
+        with FakeTensorMode():
+            positional, keywords = [], {}
+            for arg in func._schema.arguments:
+                if arg.name in bound:
+                    value = _fake_tree(bound[arg.name])
+                    if arg.kwarg_only:
+                        keywords[arg.name] = value
+                    else:
+                        positional.append(value)
+            try:
+                return func(*positional, **keywords)
+            except (RuntimeError, ValueError, NotImplementedError, TypeError) as exc:
+                call.refusal, call.refused_by = str(exc).strip().splitlines()[0], "meta"
+                raise CudaRefusal(call) from exc
+
+
+@dataclass
+class Emulation:
+    """What :func:`emulating` yields: the target and every scaled GEMM replayed so far."""
+
+    target: CudaTarget
+    mode: CudaConformance = field(repr=False)
+
+    @property
+    def calls(self) -> list[ReplayedCall]:
+        return self.mode.calls
+
+
+@contextlib.contextmanager
+def emulating(target: CudaTarget) -> Iterator[Emulation]:
+    """Within the block, scaled GEMMs are judged as ``target`` would judge them, and the capability matrix
+    answers for ``target`` whenever a CUDA device is asked about (its support checks and refusals)."""
+    mode = CudaConformance(target)
+    with capabilities.simulated_cuda_target(target), mode:
+        yield Emulation(target, mode)
+
+
+# Devices the conformance tests judge every call site against: the first GPUs users bring. Versions are those of
+# current releases and of the oldest a runner may still have (CUDA 12.4 predates cuBLASLt's block scales).
+TARGETS: dict[str, CudaTarget] = {
+    "h100-cuda12.9": CudaTarget("NVIDIA H100 80GB HBM3", (9, 0), (12, 9), (2, 13)),
+    "h100-cuda12.4-torch2.9": CudaTarget("NVIDIA H100 80GB HBM3", (9, 0), (12, 4), (2, 9)),
+    "b200-cuda12.9": CudaTarget("NVIDIA B200", (10, 0), (12, 9), (2, 13)),
+    "b200-cuda12.9-torch2.9": CudaTarget("NVIDIA B200", (10, 0), (12, 9), (2, 9)),
+    "l4-cuda12.4": CudaTarget("NVIDIA L4", (8, 9), (12, 4), (2, 13)),
+    "a100-cuda12.4": CudaTarget("NVIDIA A100-SXM4-80GB", (8, 0), (12, 4), (2, 13)),
+}

@@ -1,0 +1,218 @@
+"""CUDA conformance: every scaled GEMM of every FP8 path, replayed on fake CUDA tensors for real target GPUs.
+
+For each case (workload x FP8 recipe x element format x backend) and each target in
+:data:`fp8bench.conformance.TARGETS`, the capability matrix decides whether fp8bench runs the case there. Then:
+
+* a case fp8bench runs must build on the simulated target with every scaled GEMM accepted by torch's meta
+  functions and by the CUDA rules of :mod:`fp8bench.capabilities`, and it must issue at least one scaled GEMM;
+* a case the capability matrix refuses for a GEMM rule must really be refused when replayed (no refusal is made
+  up), and the skip reason names the rule.
+
+The same replays run the FP8 linear layer's three GEMMs (forward, dgrad, wgrad) in the attention block (with its
+backward pass) and the training step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fp8bench import capabilities
+from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, scaled_gemm_reason
+from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+from fp8bench.conformance import TARGETS, CudaRefusal, Emulation, emulating
+from fp8bench.devices import Device
+from fp8bench.pipeline import BuildContext, Unsupported
+from fp8bench.recipes import Fp8Recipe, resolve_precision
+
+load_all()
+
+CPU, CUDA = Device("cpu"), Device("cuda", 0)
+RECIPES = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8")
+FORMATS = ("e4m3", "hybrid", "e5m2")
+BACKENDS_REPLAYED = ("torch", "compiled")
+# Small shapes that still exercise every padding rule: K/128 = 3 pads to 4 block columns, M = 192 pads to 256
+# rows of MX scales, K/32 = 12 MX blocks.
+SHAPES = {"gemm": "192x256x384", "attention": "b=2,h=2,s=64,d=64,kv_heads=1,backward=1",
+          "transformer_step": "tiny,layers=1,batch=2,seq=64"}
+
+
+def _replay(workload: str, recipe: str, fmt: str, backend: str, target: CudaTarget,
+            fast_accum: bool | None = None) -> tuple[str | None, Emulation, BaseException | None]:
+    """(skip reason on the target, the emulation with its calls, the build's error if any)."""
+    precision = resolve_precision(recipe, fmt, fast_accum=fast_accum)
+    wl = WORKLOADS.get(workload)
+    shape = wl.parse_shape(SHAPES[workload])
+    inputs = wl.make_inputs(shape, CPU, 0)
+    error: BaseException | None = None
+    with emulating(target) as emulation:
+        why = BACKENDS.get(backend).unsupported_reason(workload, precision, CUDA) or wl.shape_reason(shape, precision)
+        if why is None:
+            try:
+                BACKENDS.get(backend).build(BuildContext(workload, shape, precision, CPU, inputs))
+            except (Unsupported, CudaRefusal) as exc:
+                error = exc
+        else:
+            try:  # replay the refused case too: a refusal for a GEMM rule must be one CUDA really makes
+                BACKENDS.get("torch").build(BuildContext(workload, shape, precision, CPU, inputs))
+            except (Unsupported, CudaRefusal, NotImplementedError, RuntimeError, ValueError) as exc:
+                error = exc
+    return why, emulation, error
+
+
+def _report(emulation: Emulation) -> str:
+    return "\n".join(c.describe() for c in emulation.calls)
+
+
+def _check(workload: str, recipe: str, fmt: str, backend: str, target_name: str) -> None:
+    target = TARGETS[target_name]
+    why, emulation, error = _replay(workload, recipe, fmt, backend, target)
+    if why is None:
+        assert error is None, f"fp8bench runs this case on {target.describe()}, but CUDA would refuse it: " \
+                              f"{error}\ncalls:\n{_report(emulation)}"
+        assert emulation.calls, "an FP8 case issued no scaled GEMM"
+        assert all(c.accepted for c in emulation.calls), _report(emulation)
+        return
+    gemm_rule = capabilities.capabilities_for(CUDA, target=target).recipe_reason(
+        resolve_precision(recipe, fmt), backward=workload != "gemm")
+    if gemm_rule and gemm_rule in why:
+        refused = [c for c in emulation.calls if not c.accepted]
+        assert refused, f"skipped for a GEMM rule ({why}) that no replayed call breaks:\n{_report(emulation)}"
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("backend", BACKENDS_REPLAYED)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_gemm_workload_conforms(recipe: str, fmt: str, backend: str, target: str) -> None:
+    _check("gemm", recipe, fmt, backend, target)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("fmt", ("e4m3", "hybrid"))
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("workload", ("attention", "transformer_step"))
+def test_fp8_layers_conform_forward_and_backward(workload: str, recipe: str, fmt: str, target: str) -> None:
+    _check(workload, recipe, fmt, "torch", target)
+
+
+@pytest.mark.parametrize("target", ("h100-cuda12.9", "b200-cuda12.9-torch2.9", "l4-cuda12.4"))
+@pytest.mark.parametrize("recipe", ("fp8_tensorwise", "fp8_rowwise"))
+@pytest.mark.parametrize("workload", ("gemm", "attention", "transformer_step"))
+def test_torchao_calls_conform(workload: str, recipe: str, target: str) -> None:
+    """torchao issues its own ``torch._scaled_mm`` calls from inside its FP8 tensor subclass: replayed too."""
+    pytest.importorskip("torchao.float8")
+    why, emulation, error = _replay(workload, recipe, "e4m3", "torchao", TARGETS[target])
+    assert why is None and error is None, why or error
+    assert emulation.calls and all(c.accepted for c in emulation.calls), _report(emulation)
+    assert all(c.site.startswith("float8_ops.py") for c in emulation.calls), {c.site for c in emulation.calls}
+    # torchao's Float8LinearConfig: fast accumulation in the output (forward) GEMM, full in both gradient GEMMs.
+    flags = {c.spec.fast_accum for c in emulation.calls if c.spec}
+    assert flags == ({True} if workload == "gemm" else {True, False}), flags
+
+
+@pytest.mark.parametrize("workload", ("attention", "transformer_step"))
+def test_compiled_layers_conform_on_h100(workload: str) -> None:
+    for recipe in ("fp8_tensorwise", "fp8_rowwise", "fp8_blockwise"):
+        _check(workload, recipe, "e4m3", "compiled", "h100-cuda12.9")
+
+
+def test_fp8_linear_replays_forward_dgrad_and_wgrad_per_layer() -> None:
+    """One training step of the attention block issues three GEMMs per FP8 projection, each from its own site."""
+    _, emulation, error = _replay("attention", "fp8_blockwise", "e4m3", "torch", TARGETS["h100-cuda12.9"])
+    assert error is None, error
+    sites = [c.site for c in emulation.calls]
+    # qkv and output projections: forward in the build's forward pass, dgrad and wgrad in its backward pass.
+    assert sum("in forward" in s for s in sites) >= 2 and sum("in backward" in s for s in sites) >= 4, sites
+    layouts = {(c.spec.scale_a, c.spec.scale_b) for c in emulation.calls if c.spec}
+    assert layouts == {(ScaleLayout.BLOCK_1X128, ScaleLayout.BLOCK_128X128),
+                       (ScaleLayout.BLOCK_1X128, ScaleLayout.BLOCK_1X128)}, layouts
+
+
+def test_accumulation_follows_the_vendors_default_and_can_be_turned_off() -> None:
+    """Fast accumulation in the forward GEMM only (torchao, Transformer Engine); ``fast_accum=False``: none."""
+    for fast, expected in ((None, {True, False}), (False, {False})):
+        _, emulation, error = _replay("attention", "fp8_rowwise", "e4m3", "torch", TARGETS["h100-cuda12.9"], fast)
+        assert error is None, error
+        by_site = {(c.site.split(" in ")[-1], c.spec.fast_accum) for c in emulation.calls if c.spec}
+        assert {fast for _, fast in by_site} == expected
+        assert all(not fast for site, fast in by_site if site == "backward"), by_site
+
+
+# --- the replay machinery itself --------------------------------------------------------------------------------
+
+H100 = TARGETS["h100-cuda12.9"]
+
+
+def _emulated_mm(target: CudaTarget, a: torch.Tensor, b: torch.Tensor, *scales: torch.Tensor, **kw) -> Emulation:
+    with emulating(target) as emulation:
+        torch._scaled_mm(a, b, *scales, **kw)
+    return emulation
+
+
+def test_meta_refusals_reach_the_caller_as_cuda_would_raise_them() -> None:
+    a = torch.zeros(64, 256, dtype=torch.float8_e4m3fn)
+    w = torch.zeros(128, 256, dtype=torch.float8_e4m3fn)
+    one = torch.ones(())
+    assert _emulated_mm(H100, a, w.t(), one, one, out_dtype=torch.bfloat16).calls[0].accepted
+    with pytest.raises(CudaRefusal, match="mat2 must be col_major") as info:  # row-major B: what cuBLASLt refuses
+        _emulated_mm(H100, a, w.t().contiguous(), one, one, out_dtype=torch.bfloat16)
+    assert info.value.call.refused_by == "meta"
+    with pytest.raises(CudaRefusal, match="divisible by 16"):
+        _emulated_mm(H100, a[:, :200], w[:, :200].t(), one, one, out_dtype=torch.bfloat16)
+
+
+def test_rules_the_meta_functions_lack_are_applied() -> None:
+    a = torch.zeros(64, 256, dtype=torch.float8_e5m2)
+    w = torch.zeros(128, 256, dtype=torch.float8_e5m2)
+    one = torch.ones(())
+    with pytest.raises(ValueError, match="E5M2 x E5M2"):
+        _emulated_mm(H100, a, w.t(), one, one, out_dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="8.9 or 9.0"):
+        _emulated_mm(TARGETS["a100-cuda12.4"], a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn).t(), one, one,
+                     out_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize(("target", "spec", "refused"), [
+    ("h100-cuda12.9", ScaledGemmSpec(torch.float8_e4m3fn, torch.float8_e4m3fn, ScaleLayout.BLOCK_1X128,
+                                     ScaleLayout.BLOCK_128X128, torch.bfloat16), None),
+    ("b200-cuda12.9", ScaledGemmSpec(torch.float8_e4m3fn, torch.float8_e4m3fn, ScaleLayout.BLOCK_1X128,
+                                     ScaleLayout.BLOCK_128X128, torch.bfloat16), "compute capability 9.x only"),
+    ("h100-cuda12.4-torch2.9", ScaledGemmSpec(torch.float8_e4m3fn, torch.float8_e4m3fn, ScaleLayout.BLOCK_1X128,
+                                              ScaleLayout.BLOCK_128X128, torch.bfloat16), "cuBLASLt 12.9"),
+    ("h100-cuda12.9", ScaledGemmSpec(torch.float8_e5m2, torch.float8_e4m3fn, ScaleLayout.BLOCK_1X128,
+                                     ScaleLayout.BLOCK_1X128, torch.bfloat16), "E4M3 operands only"),
+    ("h100-cuda12.9", ScaledGemmSpec(torch.float8_e4m3fn, torch.float8_e4m3fn, ScaleLayout.MX_1X32,
+                                     ScaleLayout.MX_1X32, torch.bfloat16), "10.x"),
+    ("b200-cuda12.9", ScaledGemmSpec(torch.float8_e4m3fn, torch.float8_e4m3fn, ScaleLayout.MX_1X32,
+                                     ScaleLayout.MX_1X32, torch.bfloat16), None),
+    ("b200-cuda12.9-torch2.9", ScaledGemmSpec(torch.float8_e5m2, torch.float8_e4m3fn, ScaleLayout.ROWWISE,
+                                              ScaleLayout.ROWWISE, torch.float32), "BF16 only"),
+    ("b200-cuda12.9-torch2.9", ScaledGemmSpec(torch.float8_e5m2, torch.float8_e4m3fn, ScaleLayout.ROWWISE,
+                                              ScaleLayout.ROWWISE, torch.bfloat16), None),
+    ("h100-cuda12.9", ScaledGemmSpec(torch.float8_e5m2, torch.float8_e4m3fn, ScaleLayout.ROWWISE,
+                                     ScaleLayout.ROWWISE, torch.float32), None),  # cuBLASLt's own rowwise kernel
+    ("l4-cuda12.4", ScaledGemmSpec(torch.float8_e4m3fn, torch.float8_e4m3fn, ScaleLayout.TENSORWISE,
+                                   ScaleLayout.TENSORWISE, torch.float32), None),
+])
+def test_scaled_gemm_rules(target: str, spec: ScaledGemmSpec, refused: str | None) -> None:
+    why = scaled_gemm_reason(spec, TARGETS[target])
+    assert (why is None) if refused is None else (why is not None and refused in why), why
+
+
+def test_every_rule_names_its_cuda_source() -> None:
+    for rule in capabilities.SCALED_GEMM_RULES:
+        assert ".cpp" in rule.source or ".py" in rule.source or "cuBLASLt" in rule.source, rule
+
+
+def test_capability_matrix_and_recipes_read_the_same_rules() -> None:
+    h100 = capabilities.capabilities_for(CUDA, target=H100)
+    b200 = capabilities.capabilities_for(CUDA, target=TARGETS["b200-cuda12.9"])
+    blockwise = resolve_precision("fp8_blockwise")
+    assert h100.recipe_reason(blockwise) is None and "9.x only" in b200.recipe_reason(blockwise)
+    # Hybrid training sends E5M2 gradients into the backward GEMMs, which block-scaled kernels refuse.
+    hybrid = resolve_precision("fp8_blockwise", "hybrid")
+    assert h100.recipe_reason(hybrid) is None
+    assert "dgrad GEMM" in h100.recipe_reason(hybrid, backward=True)
+    assert "E5M2 x E5M2" in h100.recipe_reason(resolve_precision("fp8_rowwise", "e5m2"))
+    assert isinstance(hybrid, Fp8Recipe)

@@ -66,12 +66,14 @@ def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
     definition = {
         "workload": record["workload"], "shape": record["shape"], "precision": record["precision"],
         "fp8_format": record.get("fp8_format"), "backend": record["backend"],
-        # Accumulation changes the kernel that runs; recorded since schema 1 runs lacked it (then: the default).
-        "accumulation": record.get("accumulation") or ("fast_forward" if record.get("fp8_format") else None),
         "settings": {k: settings.get(k) for k in DEFINITION_SETTINGS},
         # A pytest-benchmark case may carry its own definition (e.g. a parametrization that is not a shape).
         "case_definition": extra.get("case_definition"),
     }
+    if record.get("accumulation") == "full":
+        # Full-precision accumulation runs another kernel. Only the non-default mode enters the hash, so keys of
+        # records made before accumulation was recorded (all in the default mode) stay what they were.
+        definition["accumulation"] = "full"
     text = json.dumps(definition, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -1,0 +1,23 @@
+"""The comparability key: which two measurements of a case may be compared at all."""
+
+from fp8bench.comparability import comparability_key
+from fp8bench.records import case_key
+
+RUN = {"device": {"name": "NVIDIA H100 80GB HBM3"}, "software": {"torch": "2.13.0", "cuda_runtime": "12.9"},
+       "settings": {"flush_l2": True, "seed": 0, "threads": None}}
+FP8 = {"workload": "gemm", "shape": {"m": 256, "n": 256, "k": 256}, "precision": "fp8_rowwise",
+       "fp8_format": "e4m3", "backend": "torch", "device": "cuda:0"}
+
+
+def test_accumulation_modes_are_never_compared() -> None:
+    fast = {**FP8, "accumulation": "fast_forward"}
+    full = {**FP8, "accumulation": "full"}
+    differences = comparability_key(full, RUN).differences(comparability_key(fast, RUN))
+    assert set(differences) == {"case", "definition_hash"}
+    assert case_key(full).endswith("fp8_rowwise/e4m3/full-accum torch cuda:0")
+
+
+def test_records_from_before_accumulation_was_recorded_keep_their_keys() -> None:
+    """Every earlier record ran the default mode: its key equals a default-mode record's today."""
+    assert comparability_key(FP8, RUN) == comparability_key({**FP8, "accumulation": "fast_forward"}, RUN)
+    assert case_key(FP8) == case_key({**FP8, "accumulation": "fast_forward"})

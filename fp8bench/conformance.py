@@ -268,6 +268,58 @@ def emulating(target: CudaTarget) -> Iterator[Emulation]:
         yield Emulation(target, mode)
 
 
+@dataclass
+class CaseReplay:
+    """One case replayed for one target: fp8bench's own verdict, the calls, and what the build raised."""
+
+    target: CudaTarget
+    skip_reason: str | None  # why fp8bench skips the case on the target (None: it runs it)
+    calls: list[ReplayedCall]
+    error: BaseException | None  # the build's refusal, if the replay refused a call
+
+    @property
+    def conforms(self) -> bool:
+        """A case fp8bench runs issues scaled GEMMs and the target accepts every one."""
+        return self.skip_reason is None and self.error is None and all(c.accepted for c in self.calls)
+
+    @property
+    def refused(self) -> bool:
+        return self.error is not None or any(not c.accepted for c in self.calls)
+
+
+def replay_case(workload: str, shape_text: str, precision: Any, backend: str, target: CudaTarget,
+                builder_backend: str | None = None) -> CaseReplay:
+    """Build one case on CPU tensors as if on ``target``: its skip verdict there, and every scaled GEMM replayed.
+
+    A case fp8bench skips is still built (with ``builder_backend``, default: the ``torch`` backend, which issues
+    the same scaled GEMMs as the others that go through :mod:`fp8bench.scaled_gemm`), so that a refusal can be
+    confirmed as one CUDA really makes.
+    """
+    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+    from fp8bench.devices import Device
+    from fp8bench.pipeline import BuildContext, Unsupported
+
+    load_all()
+    cpu = Device("cpu")
+    wl = WORKLOADS.get(workload)
+    shape = wl.parse_shape(shape_text)
+    inputs = wl.make_inputs(shape, cpu, 0)
+    error: BaseException | None = None
+    with emulating(target) as emulation:
+        why = BACKENDS.get(backend).unsupported_reason(workload, precision, Device("cuda", 0))
+        why = why or wl.shape_reason(shape, precision)
+        build_with = backend if why is None else (builder_backend or "torch")
+        try:
+            BACKENDS.get(build_with).build(BuildContext(workload, shape, precision, cpu, inputs))
+        except (Unsupported, CudaRefusal) as exc:
+            error = exc
+        except (NotImplementedError, RuntimeError, ValueError) as exc:
+            if why is None:
+                raise
+            error = exc
+    return CaseReplay(target, why, list(emulation.calls), error)
+
+
 # Devices the conformance tests judge every call site against: the first GPUs users bring. Versions are those of
 # current releases and of the oldest a runner may still have (CUDA 12.4 predates cuBLASLt's block scales).
 TARGETS: dict[str, CudaTarget] = {

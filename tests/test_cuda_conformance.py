@@ -19,15 +19,11 @@ import torch
 
 from fp8bench import capabilities
 from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, scaled_gemm_reason
-from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-from fp8bench.conformance import TARGETS, CudaRefusal, Emulation, emulating
+from fp8bench.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Unsupported
 from fp8bench.recipes import Fp8Recipe, resolve_precision
 
-load_all()
-
-CPU, CUDA = Device("cpu"), Device("cuda", 0)
+CUDA = Device("cuda", 0)
 RECIPES = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8")
 FORMATS = ("e4m3", "hybrid", "e5m2")
 BACKENDS_REPLAYED = ("torch", "compiled")
@@ -38,46 +34,29 @@ SHAPES = {"gemm": "192x256x384", "attention": "b=2,h=2,s=64,d=64,kv_heads=1,back
 
 
 def _replay(workload: str, recipe: str, fmt: str, backend: str, target: CudaTarget,
-            fast_accum: bool | None = None) -> tuple[str | None, Emulation, BaseException | None]:
-    """(skip reason on the target, the emulation with its calls, the build's error if any)."""
-    precision = resolve_precision(recipe, fmt, fast_accum=fast_accum)
-    wl = WORKLOADS.get(workload)
-    shape = wl.parse_shape(SHAPES[workload])
-    inputs = wl.make_inputs(shape, CPU, 0)
-    error: BaseException | None = None
-    with emulating(target) as emulation:
-        why = BACKENDS.get(backend).unsupported_reason(workload, precision, CUDA) or wl.shape_reason(shape, precision)
-        if why is None:
-            try:
-                BACKENDS.get(backend).build(BuildContext(workload, shape, precision, CPU, inputs))
-            except (Unsupported, CudaRefusal) as exc:
-                error = exc
-        else:
-            try:  # replay the refused case too: a refusal for a GEMM rule must be one CUDA really makes
-                BACKENDS.get("torch").build(BuildContext(workload, shape, precision, CPU, inputs))
-            except (Unsupported, CudaRefusal, NotImplementedError, RuntimeError, ValueError) as exc:
-                error = exc
-    return why, emulation, error
+            fast_accum: bool | None = None) -> CaseReplay:
+    return replay_case(workload, SHAPES[workload], resolve_precision(recipe, fmt, fast_accum=fast_accum), backend,
+                       target)
 
 
-def _report(emulation: Emulation) -> str:
-    return "\n".join(c.describe() for c in emulation.calls)
+def _report(replay: CaseReplay | Emulation) -> str:
+    return "\n".join(c.describe() for c in replay.calls)
 
 
 def _check(workload: str, recipe: str, fmt: str, backend: str, target_name: str) -> None:
     target = TARGETS[target_name]
-    why, emulation, error = _replay(workload, recipe, fmt, backend, target)
-    if why is None:
-        assert error is None, f"fp8bench runs this case on {target.describe()}, but CUDA would refuse it: " \
-                              f"{error}\ncalls:\n{_report(emulation)}"
-        assert emulation.calls, "an FP8 case issued no scaled GEMM"
-        assert all(c.accepted for c in emulation.calls), _report(emulation)
+    replay = _replay(workload, recipe, fmt, backend, target)
+    if replay.skip_reason is None:
+        assert replay.error is None, f"fp8bench runs this case on {target.describe()}, but CUDA would refuse it: " \
+                                     f"{replay.error}\ncalls:\n{_report(replay)}"
+        assert replay.calls, "an FP8 case issued no scaled GEMM"
+        assert replay.conforms, _report(replay)
         return
     gemm_rule = capabilities.capabilities_for(CUDA, target=target).recipe_reason(
         resolve_precision(recipe, fmt), backward=workload != "gemm")
-    if gemm_rule and gemm_rule in why:
-        refused = [c for c in emulation.calls if not c.accepted]
-        assert refused, f"skipped for a GEMM rule ({why}) that no replayed call breaks:\n{_report(emulation)}"
+    if gemm_rule and gemm_rule in replay.skip_reason:
+        assert replay.refused, f"skipped for a GEMM rule ({replay.skip_reason}) that no replayed call breaks:\n" \
+                               f"{_report(replay)}"
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
@@ -102,12 +81,11 @@ def test_fp8_layers_conform_forward_and_backward(workload: str, recipe: str, fmt
 def test_torchao_calls_conform(workload: str, recipe: str, target: str) -> None:
     """torchao issues its own ``torch._scaled_mm`` calls from inside its FP8 tensor subclass: replayed too."""
     pytest.importorskip("torchao.float8")
-    why, emulation, error = _replay(workload, recipe, "e4m3", "torchao", TARGETS[target])
-    assert why is None and error is None, why or error
-    assert emulation.calls and all(c.accepted for c in emulation.calls), _report(emulation)
-    assert all(c.site.startswith("float8_ops.py") for c in emulation.calls), {c.site for c in emulation.calls}
+    replay = _replay(workload, recipe, "e4m3", "torchao", TARGETS[target])
+    assert replay.skip_reason is None and replay.calls and replay.conforms, replay.skip_reason or _report(replay)
+    assert all(c.site.startswith("float8_ops.py") for c in replay.calls), {c.site for c in replay.calls}
     # torchao's Float8LinearConfig: fast accumulation in the output (forward) GEMM, full in both gradient GEMMs.
-    flags = {c.spec.fast_accum for c in emulation.calls if c.spec}
+    flags = {c.spec.fast_accum for c in replay.calls if c.spec}
     assert flags == ({True} if workload == "gemm" else {True, False}), flags
 
 
@@ -119,12 +97,12 @@ def test_compiled_layers_conform_on_h100(workload: str) -> None:
 
 def test_fp8_linear_replays_forward_dgrad_and_wgrad_per_layer() -> None:
     """One training step of the attention block issues three GEMMs per FP8 projection, each from its own site."""
-    _, emulation, error = _replay("attention", "fp8_blockwise", "e4m3", "torch", TARGETS["h100-cuda12.9"])
-    assert error is None, error
-    sites = [c.site for c in emulation.calls]
+    replay = _replay("attention", "fp8_blockwise", "e4m3", "torch", TARGETS["h100-cuda12.9"])
+    assert replay.conforms, replay.error
+    sites = [c.site for c in replay.calls]
     # qkv and output projections: forward in the build's forward pass, dgrad and wgrad in its backward pass.
     assert sum("in forward" in s for s in sites) >= 2 and sum("in backward" in s for s in sites) >= 4, sites
-    layouts = {(c.spec.scale_a, c.spec.scale_b) for c in emulation.calls if c.spec}
+    layouts = {(c.spec.scale_a, c.spec.scale_b) for c in replay.calls if c.spec}
     assert layouts == {(ScaleLayout.BLOCK_1X128, ScaleLayout.BLOCK_128X128),
                        (ScaleLayout.BLOCK_1X128, ScaleLayout.BLOCK_1X128)}, layouts
 
@@ -132,9 +110,9 @@ def test_fp8_linear_replays_forward_dgrad_and_wgrad_per_layer() -> None:
 def test_accumulation_follows_the_vendors_default_and_can_be_turned_off() -> None:
     """Fast accumulation in the forward GEMM only (torchao, Transformer Engine); ``fast_accum=False``: none."""
     for fast, expected in ((None, {True, False}), (False, {False})):
-        _, emulation, error = _replay("attention", "fp8_rowwise", "e4m3", "torch", TARGETS["h100-cuda12.9"], fast)
-        assert error is None, error
-        by_site = {(c.site.split(" in ")[-1], c.spec.fast_accum) for c in emulation.calls if c.spec}
+        replay = _replay("attention", "fp8_rowwise", "e4m3", "torch", TARGETS["h100-cuda12.9"], fast)
+        assert replay.conforms, replay.error
+        by_site = {(c.site.split(" in ")[-1], c.spec.fast_accum) for c in replay.calls if c.spec}
         assert {fast for _, fast in by_site} == expected
         assert all(not fast for site, fast in by_site if site == "backward"), by_site
 

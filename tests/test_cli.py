@@ -140,6 +140,5 @@ def test_fast_accum_sweep_runs_each_fp8_case_in_both_modes(capsys, results_dir):
 
 
 def test_fast_accum_rejects_unknown_values(capsys, results_dir):
-    with pytest.raises(SystemExit):
-        main(["run", "--fast-accum", "maybe", "--results-dir", str(results_dir)])
-    assert "invalid choice: 'maybe'" in capsys.readouterr().err
+    code, _, err = run_cli(capsys, "run", "--fast-accum", "maybe", "--results-dir", str(results_dir))
+    assert code == 2 and "invalid choice: 'maybe'" in err

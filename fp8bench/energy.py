@@ -445,11 +445,8 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
     except nvml.NvmlUnavailable as exc:
         raise MeterUnavailable(str(exc)) from exc
 
-    def decode(mask: int) -> list[str]:
-        return nvml.decode_reasons(mask, dev.nv)
-
     reference, _source = dev.reference_sm_clock_mhz()
-    common: dict[str, Any] = {"telemetry": dev.sample, "violations": dev.violation_ns, "decode": decode,
+    common: dict[str, Any] = {"telemetry": dev.sample, "violations": dev.violation_ns, "decode": nvml.decode_reasons,
                               "reference_clock_mhz": reference, "policy": policy, "throttle": throttle,
                               "close": dev.close}
     why = dev.energy_counter_reason()

@@ -20,8 +20,11 @@ NVML is the driver's own view of a GPU. fp8bench reads four kinds of facts throu
 NVML numbers devices in PCI bus order and ignores ``CUDA_VISIBLE_DEVICES``; a CUDA device is therefore matched by
 UUID, never by index alone. Functions a given driver lacks raise ``NVMLError_FunctionNotFound`` when called (not at
 import), and features a GPU lacks raise ``NVMLError_NotSupported``: both become ``None`` in what this module returns.
-Every name used on ``nv`` below exists in nvidia-ml-py's ``pynvml`` (a test checks this against the installed
-package), and tests drive this module with an autospec of that real module.
+Across nvidia-ml-py releases: every name used as ``nv.X`` below exists in the oldest release ``pyproject.toml``
+allows (12.535.77, the first with the "clocks event reasons" spelling) and in the newest; names that only newer
+releases define are listed in :data:`NEWER_NAMES` and read with ``getattr(nv, name, None)`` and a fallback. Tests
+check both against the recorded surface of the floor release and the installed one, and drive this module with
+autospecs of each.
 """
 
 from __future__ import annotations
@@ -37,21 +40,34 @@ from fp8bench.telemetry import Sample
 
 T = TypeVar("T")
 
-# Bits of the clocks event (throttle) reasons mask, named as in pynvml. The Event spelling lacks the two highest
-# bits, so those come from the deprecated Throttle spelling (same values).
-REASON_ATTRS: tuple[tuple[str, str], ...] = (
-    ("gpu_idle", "nvmlClocksEventReasonGpuIdle"),
-    ("applications_clocks_setting", "nvmlClocksEventReasonApplicationsClocksSetting"),
-    ("sw_power_cap", "nvmlClocksEventReasonSwPowerCap"),
-    ("hw_slowdown", "nvmlClocksEventReasonHwSlowdown"),
-    ("sync_boost", "nvmlClocksEventReasonSyncBoost"),
-    ("sw_thermal_slowdown", "nvmlClocksEventReasonSwThermalSlowdown"),
-    ("hw_thermal_slowdown", "nvmlClocksEventReasonHwThermalSlowdown"),
-    ("hw_power_brake_slowdown", "nvmlClocksEventReasonHwPowerBrakeSlowdown"),
-    ("display_clock_setting", "nvmlClocksEventReasonDisplayClockSetting"),
-    ("board_limit", "nvmlClocksThrottleReasonBoardLimit"),
-    ("reliability", "nvmlClocksThrottleReasonReliability"),
+# Bits of the clocks event (throttle) reasons mask: (name used in records, pynvml's name, bit). The bits are the
+# driver's (the mask is a uint64 from nvmlDeviceGetCurrentClocksEventReasons) and the same in every release; the
+# names are not: nvidia-ml-py defines the two highest only from 13.615.71 (`nvmlClocksThrottleReasonBoardLimit =
+# 0x200`, `nvmlClocksThrottleReasonReliability = 0x400`), so decoding uses these values, and a test checks them
+# against every release that names them.
+REASON_BITS: tuple[tuple[str, str, int], ...] = (
+    ("gpu_idle", "nvmlClocksEventReasonGpuIdle", 0x001),
+    ("applications_clocks_setting", "nvmlClocksEventReasonApplicationsClocksSetting", 0x002),
+    ("sw_power_cap", "nvmlClocksEventReasonSwPowerCap", 0x004),
+    ("hw_slowdown", "nvmlClocksEventReasonHwSlowdown", 0x008),
+    ("sync_boost", "nvmlClocksEventReasonSyncBoost", 0x010),
+    ("sw_thermal_slowdown", "nvmlClocksEventReasonSwThermalSlowdown", 0x020),
+    ("hw_thermal_slowdown", "nvmlClocksEventReasonHwThermalSlowdown", 0x040),
+    ("hw_power_brake_slowdown", "nvmlClocksEventReasonHwPowerBrakeSlowdown", 0x080),
+    ("display_clock_setting", "nvmlClocksEventReasonDisplayClockSetting", 0x100),
+    ("board_limit", "nvmlClocksThrottleReasonBoardLimit", 0x200),
+    ("reliability", "nvmlClocksThrottleReasonReliability", 0x400),
 )
+
+# pynvml functions newer than the oldest supported release, with the first release that has them. Each is read
+# with getattr(nv, name, None) and has a fallback for older releases.
+NEWER_NAMES: dict[str, str] = {
+    "nvmlDeviceGetTemperatureV": "12.570.86",  # before it: nvmlDeviceGetTemperature (deprecated since, same value)
+}
+
+
+class _FallBack(Exception):
+    """The driver lacks a newer NVML function: use the older one."""
 
 
 class NvmlUnavailable(RuntimeError):
@@ -93,13 +109,17 @@ class NvmlDevice:
         self._closed = False
 
     # -- plumbing ------------------------------------------------------------------------------------------------
-    def _optional(self, call: Callable[[], T]) -> T | None:
-        """``call()``, or ``None`` when the GPU or driver does not support it."""
+    def _optional(self, call: Callable[[], T], fallback: bool = False) -> T | None:
+        """``call()``, or ``None`` when the GPU or driver does not support it. With ``fallback``, a driver that
+        lacks the function raises :class:`_FallBack` instead, so the caller can try the older call."""
         nv = self.nv
         try:
             return call()
-        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound, nv.NVMLError_NoPermission,
-                nv.NVMLError_InvalidArgument):
+        except nv.NVMLError_FunctionNotFound:
+            if fallback:
+                raise _FallBack() from None
+            return None
+        except (nv.NVMLError_NotSupported, nv.NVMLError_NoPermission, nv.NVMLError_InvalidArgument):
             return None
 
     def close(self) -> None:
@@ -146,12 +166,16 @@ class NvmlDevice:
             return int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(self.handle))
 
     def temperature_c(self) -> int | None:
-        """GPU die temperature in degrees C (the V form where the driver has it)."""
+        """GPU die temperature in degrees C: the V form where both the bindings and the driver have it, else the
+        older call (deprecated in newer releases, still answered by drivers that lack the V form)."""
         nv = self.nv
-        try:
-            return int(nv.nvmlDeviceGetTemperatureV(self.handle, nv.NVML_TEMPERATURE_GPU))
-        except nv.NVMLError_FunctionNotFound:
-            return self._optional(lambda: int(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)))
+        v_form = getattr(nv, "nvmlDeviceGetTemperatureV", None)
+        if v_form is not None:
+            try:
+                return self._optional(lambda: int(v_form(self.handle, nv.NVML_TEMPERATURE_GPU)), fallback=True)
+            except _FallBack:
+                pass
+        return self._optional(lambda: int(nv.nvmlDeviceGetTemperature(self.handle, nv.NVML_TEMPERATURE_GPU)))
 
     def sample(self) -> Sample:
         """One snapshot of clocks, temperature, power and throttle reasons. Raises on NVML errors other than
@@ -243,9 +267,9 @@ class NvmlDevice:
     def topology(self, others: list[NvmlDevice]) -> dict[str, str | None]:
         """Common PCIe/NVLink ancestor level between this GPU and each other one, keyed by the other's UUID."""
         nv = self.nv
-        levels = {getattr(nv, name): name.removeprefix("NVML_TOPOLOGY_").lower() for name in (
-            "NVML_TOPOLOGY_INTERNAL", "NVML_TOPOLOGY_SINGLE", "NVML_TOPOLOGY_MULTIPLE", "NVML_TOPOLOGY_HOSTBRIDGE",
-            "NVML_TOPOLOGY_NODE", "NVML_TOPOLOGY_SYSTEM")}
+        levels = {nv.NVML_TOPOLOGY_INTERNAL: "internal", nv.NVML_TOPOLOGY_SINGLE: "single",
+                  nv.NVML_TOPOLOGY_MULTIPLE: "multiple", nv.NVML_TOPOLOGY_HOSTBRIDGE: "hostbridge",
+                  nv.NVML_TOPOLOGY_NODE: "node", nv.NVML_TOPOLOGY_SYSTEM: "system"}
         out: dict[str, str | None] = {}
         for other in others:
             level = self._optional(functools.partial(nv.nvmlDeviceGetTopologyCommonAncestor, self.handle, other.handle))
@@ -306,11 +330,11 @@ def _count_once(nv: ModuleType) -> int:
         nv.nvmlShutdown()
 
 
-def decode_reasons(mask: int, nv: ModuleType) -> list[str]:
-    """Names of the bits set in a clocks event reasons ``mask`` (unknown bits as hex)."""
+def decode_reasons(mask: int) -> list[str]:
+    """Names of the bits set in a clocks event reasons ``mask`` (unknown bits as hex). The bits are the driver's
+    and the same in every nvidia-ml-py release (:data:`REASON_BITS`)."""
     names, known = [], 0
-    for name, attr in REASON_ATTRS:
-        bit = int(getattr(nv, attr))
+    for name, _attr, bit in REASON_BITS:
         known |= bit
         if mask & bit:
             names.append(name)

@@ -31,7 +31,7 @@ from typing import Any
 # every 20-100 ms, so faster polling only burns a CPU core the benchmark may need.
 DEFAULT_INTERVAL_S = 0.05
 
-# Reason bits (names from :data:`fp8bench.nvml.REASON_ATTRS`) that make a window invalid, with the words used in
+# Reason bits (names from :data:`fp8bench.nvml.REASON_BITS`) that make a window invalid, with the words used in
 # the record's reasons.
 THROTTLE_REASONS = {
     "sw_thermal_slowdown": "thermal slowdown (software)",

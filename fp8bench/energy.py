@@ -24,7 +24,8 @@ Methods, best first
 * ``none``: no meter; joules are ``null`` and ``reason`` says why.
 
 Every window also samples telemetry (:mod:`fp8bench.telemetry`) where the device has it; a window during which the
-device throttled keeps its numbers but is marked ``valid: false`` with the reasons. An idle baseline (power with
+device throttled keeps its numbers but is marked ``valid: false`` with the reasons. Power capping alone is the
+normal state of a GPU at full load: it is recorded in ``clock_notes`` and invalidates only with ``--strict-clocks``. An idle baseline (power with
 nothing running, measured once before the cases) can be subtracted; the raw figure stays the headline and the
 above-idle figure is reported beside it.
 """
@@ -76,6 +77,7 @@ class EnergyReading:
     idle_power_w: float | None = None  # baseline measured before the run, if asked for
     joules_above_idle_per_iter: float | None = None  # joules_per_iter minus idle power x time per iteration
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-phase readings, each phase looped alone
+    clock_notes: tuple[str, ...] = ()  # limiters seen that do not invalidate (power capping, unless strict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -254,7 +256,7 @@ class WindowMeter:
             time.sleep(seconds)
         assert w.reading is not None
         # Idle clocks are low by design: the throttle rule describes loaded windows and does not apply here.
-        return replace(w.reading, joules_per_iter=None, iterations=0, valid=True, invalid_reasons=())
+        return replace(w.reading, joules_per_iter=None, iterations=0, valid=True, invalid_reasons=(), clock_notes=())
 
 
 @dataclass
@@ -312,10 +314,13 @@ class _Span:
             return replace(base, reason=f"{m.method}: energy meter failed mid-window ({_describe(self.error)}); "
                                         f"energy not reported for this window")
         window_j, reason = m._window_joules(self.e0, self.e1, self.samples, self.t0, self.t1, window_s)
-        invalid = m.throttle.assess(telemetry, m.reference_clock_mhz, _growth(self.v0, self.v1)) if telemetry else []
+        growth = _growth(self.v0, self.v1)
+        invalid = m.throttle.assess(telemetry, m.reference_clock_mhz, growth) if telemetry else []
+        notes = m.throttle.observe(telemetry, growth) if telemetry else []
         if telemetry:
             telemetry["reference_sm_clock_mhz"] = m.reference_clock_mhz
-        base = replace(base, reason=reason, valid=not invalid, invalid_reasons=tuple(invalid))
+        base = replace(base, reason=reason, valid=not invalid, invalid_reasons=tuple(invalid),
+                       clock_notes=tuple(notes))
         if window_j is None or not iterations or not window_s > 0:
             return base
         return replace(base, joules_per_iter=window_j / iterations, avg_power_w=window_j / window_s,
@@ -342,12 +347,14 @@ def _growth(before: dict[str, int | None] | None, after: dict[str, int | None] |
             for k, b in before.items()}
 
 
-def configure_meter(meter: EnergyMeter, min_window_s: float, clock_floor: float) -> EnergyMeter:
-    """Apply a run's window length (seconds) and clock floor (fraction) to a window meter; others pass through."""
+def configure_meter(meter: EnergyMeter, min_window_s: float, clock_floor: float,
+                    strict_clocks: bool = False) -> EnergyMeter:
+    """Apply a run's window length (seconds), clock floor (fraction) and ``--strict-clocks`` (power capping
+    invalidates) to a window meter; others pass through."""
     if isinstance(meter, WindowMeter):
         meter.policy = replace(meter.policy, min_window_s=min_window_s,
                                max_window_s=max(meter.policy.max_window_s, min_window_s))
-        meter.throttle = replace(meter.throttle, clock_floor=clock_floor)
+        meter.throttle = replace(meter.throttle, clock_floor=clock_floor, power_cap_invalid=strict_clocks)
     return meter
 
 
@@ -379,12 +386,14 @@ def measure_case_energy(meter: EnergyMeter, pipeline: Any, device: Device, secon
     if not per_phase or not pipeline.phases:
         return reading
     phases: dict[str, dict[str, Any]] = {}
-    invalid = list(reading.invalid_reasons)
+    invalid, notes = list(reading.invalid_reasons), list(reading.clock_notes)
     for name, fn in pipeline.phases.items():
         phase = meter.measure(fn, device, phase_seconds.get(name, 0.0), name=name).with_idle(idle_w)
         phases[name] = {**phase.to_dict(), "method_note": PHASE_ENERGY_METHOD}
         invalid += [f"phase {name}: {r}" for r in phase.invalid_reasons]
-    return replace(reading, phases=phases, valid=not invalid, invalid_reasons=tuple(invalid))
+        notes += [f"phase {name}: {n}" for n in phase.clock_notes]
+    return replace(reading, phases=phases, valid=not invalid, invalid_reasons=tuple(invalid),
+                   clock_notes=tuple(notes))
 
 
 def not_metered(meter: EnergyMeter, status: str) -> dict[str, Any]:

@@ -21,7 +21,8 @@ Method (DESIGN, "Gate method"):
    ``faster`` when its upper bound is under ``1 / (1 + T)`` and the adjusted p for "faster" < ``alpha``; ``same``
    when the upper bound is at most ``1 + T`` (a slowdown beyond T is implausible); otherwise ``inconclusive``: a
    slowdown beyond T is possible but not shown. ``broken`` when the base measured the case and the candidate
-   failed, skipped or invalidated it.
+   failed, skipped or invalidated it. Power capping alone never breaks a case (it is how a GPU runs a large GEMM),
+   even in run files from fp8bench versions that marked it invalid, unless the run used ``--strict-clocks``.
 6. **Exit code:** 1 on any ``slower`` or ``broken`` case; else 2 on any ``inconclusive`` or ``incomparable`` case
    (or when nothing could be compared); else 0. ``fail_on="regression"`` (``--fail-on regression``) lets an
    undecided outcome exit 0, its verdict still reported as such. Harness errors and bad input are 3.
@@ -43,6 +44,7 @@ from fp8bench.comparability import ComparabilityKey, comparability_key
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.records import case_key
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
+from fp8bench.telemetry import only_power_capped
 from fp8bench.units import parse_fraction
 
 # Case verdicts. Only the first group changes the exit code.
@@ -136,6 +138,17 @@ class Side:
     sample_unit: str  # "round medians" | "raw samples"
 
 
+def measured(record: dict[str, Any], run: dict[str, Any]) -> bool:
+    """Whether a record's timings count. An ``ok`` record does; so does one that an older fp8bench marked invalid
+    for power capping alone (the normal state of a GPU at full load, recorded but no longer invalidating), unless
+    its run asked for ``--strict-clocks``."""
+    if record.get("status") == "ok" and record.get("valid", True):
+        return True
+    strict = bool((run.get("settings") or {}).get("strict_clocks"))
+    reasons = list((record.get("energy") or {}).get("invalid_reasons") or [])
+    return record.get("status") == "invalid" and not strict and only_power_capped(reasons)
+
+
 def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
     """Per-case samples of one side: per-round medians with >= 2 runs, else the single run's raw samples."""
     if not payloads:
@@ -150,7 +163,7 @@ def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
             entry = cases.setdefault(name, SideCase(name, key))
             if key != entry.key and entry.key_conflict is None:
                 entry.key_conflict = entry.key.differences(key)
-            if record.get("status") != "ok" or not record.get("valid", True):
+            if not measured(record, run):
                 if entry.status == "ok":
                     entry.status, entry.reason = record.get("status", "failed"), record.get("reason")
                 continue

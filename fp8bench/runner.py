@@ -72,6 +72,7 @@ class RunSettings:
     idle_baseline_s: float = 0.0  # >0: measure idle power this long before the cases and report energy above it
     cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
     clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
+    strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
 
     def __post_init__(self) -> None:
         if not self.budget_s > 0:
@@ -136,7 +137,8 @@ class CaseMeasurer:
         self.settings, self.device = settings, device
         self.timer = timer_for(device, settings.flush_l2)
         self.peaks = peaks
-        self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor)
+        self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
+                                     settings.strict_clocks)
         # Idle power is measured once, before any case runs, so that no case's heat is in it.
         self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
@@ -305,6 +307,8 @@ class CaseMeasurer:
         if energy is not None and not energy.valid:
             status, valid = "invalid", False
             reason = "; ".join(filter(None, [reason, *energy.invalid_reasons]))
+        if energy is not None:
+            notes += energy.clock_notes
         if pipeline.interpreted:
             notes.append("interpreted: timings are not comparable and never gate anything")
         joules = energy.joules_per_iter if energy else None

@@ -7,12 +7,18 @@ the cooling and the power limit of that machine at that moment, not the kernel, 
 background thread through every energy window and marks the measurement ``valid: false`` when
 
 * a thermal, hardware-slowdown, power-brake, board-limit or reliability reason bit was set in any sample,
-* the power-cap bit was set in any sample (at sustained full load this is common; it still means the clocks the
-  kernel ran at were chosen by the power limit, so the number is kept but flagged),
-* the cumulative power or thermal violation counters grew during the window (they catch a throttle that fell
-  between two snapshots), or
+* the cumulative thermal violation counter grew during the window (it catches a throttle that fell between two
+  snapshots), or
 * the median SM clock sat below a fraction (:attr:`ThrottlePolicy.clock_floor`, 0.9 by default) of the reference
   clock (the default application clock, else the maximum SM clock).
+
+Power capping is different. A large FP8 GEMM on an H100 draws the board's whole power limit and the driver trims
+clocks to stay under it: the power-cap bit and the power violation counter are the normal state of that kernel at
+full load, and the number measured is what the kernel does on that board. Power capping alone is therefore
+recorded (the reason bit in the telemetry and a ``power-capped: ...`` note with the time held) and leaves the
+window valid, unless the run asks for clocks free of every limiter (``fp8bench run --strict-clocks``,
+:attr:`ThrottlePolicy.power_cap_invalid`). A power-capped window whose median clock fell under the floor is
+invalid by the clock rule all the same.
 
 Idle, application-clock and display bits are not throttling: the loop's gaps between kernels set ``gpu_idle``, and
 a clock locked by the operator is policy, recorded in the environment.
@@ -150,12 +156,17 @@ def integrate_power_j(samples: list[Sample], t0: float, t1: float) -> float | No
     return sum((tb - ta) * (pa + pb) / 2 for (ta, pa), (tb, pb) in pairwise(points))
 
 
+POWER_CAP = "sw_power_cap"
+STRICT_FLAG = "--strict-clocks"
+
+
 @dataclass(frozen=True)
 class ThrottlePolicy:
-    """When a window counts as throttled. ``clock_floor`` is a fraction of the reference SM clock."""
+    """When a window counts as throttled. ``clock_floor`` is a fraction of the reference SM clock;
+    ``power_cap_invalid`` (``--strict-clocks``) makes power capping invalidate a window too."""
 
     clock_floor: float = 0.9
-    power_cap_invalid: bool = True  # the issue's rule: a power-capped window is flagged, its numbers kept
+    power_cap_invalid: bool = False
     ignored_reasons: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -170,19 +181,41 @@ class ThrottlePolicy:
         """Reasons this window is throttled (empty when it is clean). ``violations_ns`` is the growth of the
         cumulative power/thermal violation counters over the window, in nanoseconds."""
         reasons = []
-        ignored = set(self.ignored_reasons) | (set() if self.power_cap_invalid else {"sw_power_cap"})
+        ignored = set(self.ignored_reasons) | (set() if self.power_cap_invalid else {POWER_CAP})
+        strict = f" ({STRICT_FLAG})"
         for bit in summary.get("reasons", []):
             if bit in THROTTLE_REASONS and bit not in ignored:
-                reasons.append(f"throttled: {THROTTLE_REASONS[bit]} ({bit}) during the energy window")
+                reasons.append(f"throttled: {THROTTLE_REASONS[bit]} ({bit}) during the energy window"
+                               + (strict if bit == POWER_CAP else ""))
         for key, grown in (violations_ns or {}).items():
-            if grown and grown > 0 and not (key == "power" and "sw_power_cap" in ignored):
+            if grown and grown > 0 and not (key == "power" and POWER_CAP in ignored):
                 what = "power cap" if key == "power" else "thermal limit"
                 if not any(what in r for r in reasons):
                     reasons.append(f"throttled: clocks held by the {what} for {grown / 1e6:.1f} ms of the window "
-                                   f"(NVML violation counter)")
+                                   f"(NVML violation counter{', ' + STRICT_FLAG if key == 'power' else ''})")
         sm = summary.get("sm_clock_mhz")
         if sm and reference_clock_mhz and sm["median"] < self.clock_floor * reference_clock_mhz:
             reasons.append(f"throttled: median SM clock {sm['median']:.0f} MHz is under {self.clock_floor:.0%} of "
                            f"the reference {reference_clock_mhz} MHz")
         return reasons
 
+    def observe(self, summary: dict[str, Any], violations_ns: dict[str, int | None] | None = None) -> list[str]:
+        """What the window saw that does not invalidate it under this policy: power capping (the reason bit, or
+        growth of the power violation counter, in nanoseconds), described for the record's notes."""
+        if self.power_cap_invalid:
+            return []
+        held = (violations_ns or {}).get("power") or 0
+        if POWER_CAP not in summary.get("reasons", []) and held <= 0:
+            return []
+        how = f" for {held / 1e6:.1f} ms of the window" if held > 0 else " during the window"
+        bit = f" ({POWER_CAP})" if POWER_CAP in summary.get("reasons", []) else ""
+        return [f"power-capped: clocks held by the power limit{bit}{how}; recorded, not invalidating "
+                f"({STRICT_FLAG} invalidates it)"]
+
+
+def only_power_capped(invalid_reasons: list[str]) -> bool:
+    """Whether a window was invalidated by power capping alone, as fp8bench versions before the power-cap rule
+    (and runs with ``--strict-clocks``) word it. Lets readers of older run files apply today's rule."""
+    return bool(invalid_reasons) and all(
+        r.startswith(("throttled: power cap (sw_power_cap)", "throttled: clocks held by the power cap "))
+        for r in invalid_reasons)

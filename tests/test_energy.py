@@ -1,6 +1,7 @@
 """Energy windows: the NVML counter path, its failure paths and the power-sampling fallback (against an autospec of
 the real ``pynvml``), RAPL over a sysfs tree, and energy on this CPU (``null`` with the reason, run complete)."""
 
+import dataclasses
 import time
 
 import pynvml
@@ -16,6 +17,7 @@ from fp8bench.energy import (
     NullMeter,
     WindowMeter,
     WindowPolicy,
+    configure_meter,
     measure_case_energy,
     meter_for,
     nvml_meter,
@@ -166,11 +168,41 @@ def test_low_clock_and_violation_growth_make_the_reading_invalid():
     m = meter(gpu)
 
     def heat():
-        gpu.violation_ns[pynvml.NVML_PERF_POLICY_POWER] = gpu.violation_ns.get(pynvml.NVML_PERF_POLICY_POWER, 0) + 10
+        policy = pynvml.NVML_PERF_POLICY_THERMAL
+        gpu.violation_ns[policy] = gpu.violation_ns.get(policy, 0) + 10
         return work()
 
     reading = m.measure(heat, CPU, 1e-4)
-    assert not reading.valid and "power cap" in reading.invalid_reasons[0]
+    assert not reading.valid and "thermal limit" in reading.invalid_reasons[0]
+
+
+def _power_capped_gpu():
+    """An H100 at its power limit: the power-cap bit set and the power violation counter growing while it works."""
+    gpu = FakeGpu(power_w=700.0, sm_clock_mhz=1710, reasons=pynvml.nvmlClocksEventReasonSwPowerCap)
+
+    def capped_work():
+        policy = pynvml.NVML_PERF_POLICY_POWER
+        gpu.violation_ns[policy] = gpu.violation_ns.get(policy, 0) + 1000
+        return work()
+
+    return gpu, capped_work
+
+
+def test_power_capping_is_recorded_and_the_window_stays_valid():
+    gpu, capped_work = _power_capped_gpu()
+    reading = meter(gpu).measure(capped_work, CPU, 1e-4)
+    assert reading.valid and reading.invalid_reasons == () and reading.joules_per_iter is not None
+    assert reading.telemetry["reasons"] == ["sw_power_cap"]
+    assert len(reading.clock_notes) == 1 and reading.clock_notes[0].startswith("power-capped: clocks held by the "
+                                                                               "power limit (sw_power_cap) for ")
+
+
+def test_strict_clocks_make_a_power_capped_window_invalid():
+    gpu, capped_work = _power_capped_gpu()
+    m = configure_meter(meter(gpu), SHORT.min_window_s, 0.9, strict_clocks=True)
+    reading = m.measure(capped_work, CPU, 1e-4)
+    assert not reading.valid and reading.invalid_reasons[0].startswith("throttled: power cap (sw_power_cap)")
+    assert reading.clock_notes == ()
 
 
 def test_named_window_around_arbitrary_code():
@@ -265,6 +297,22 @@ def test_runner_marks_a_throttled_case_invalid(monkeypatch):
     assert "thermal slowdown (software)" in record.reason
     assert record.energy_j is not None and record.median_s is not None  # numbers kept
     assert record.telemetry["reasons"] == ["sw_thermal_slowdown"]
+
+
+def test_runner_records_power_capping_without_invalidating(monkeypatch):
+    gpu, _ = _power_capped_gpu()
+    record = _measurer_with(meter(gpu), monkeypatch).measure(_case())
+    assert record.status == "ok" and record.valid is True and record.reason is None
+    assert record.telemetry["reasons"] == ["sw_power_cap"]
+    assert any(n.startswith("power-capped: clocks held by the power limit") for n in record.notes)
+
+
+def test_runner_with_strict_clocks_marks_power_capping_invalid(monkeypatch):
+    gpu, _ = _power_capped_gpu()
+    strict = dataclasses.replace(SETTINGS, strict_clocks=True)
+    record = _measurer_with(meter(gpu), monkeypatch, strict).measure(_case())
+    assert record.status == "invalid" and record.valid is False
+    assert "power cap (sw_power_cap)" in record.reason and "--strict-clocks" in record.reason
 
 
 def test_runner_continues_after_an_nvml_error(monkeypatch):
@@ -391,6 +439,7 @@ def test_energy_flags_reach_the_run_settings():
     assert (defaults.energy, defaults.energy_window_s, defaults.idle_baseline_s, defaults.cooldown_s) == (
         True, 1.0, 0.0, 0.0)
     assert _run_settings(["--no-energy"]).energy is False
+    assert defaults.strict_clocks is False and _run_settings(["--strict-clocks"]).strict_clocks is True
     assert _run_settings([], {"energy_window_s": 4, "cooldown_s": 1}).energy_window_s == 4.0  # from a suite file
     with pytest.raises(ValueError, match="clock floor .* got 1.2"):
         _run_settings(["--clock-floor", "1.2"])

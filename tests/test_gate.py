@@ -260,3 +260,35 @@ def test_paired_needs_matching_rounds_else_falls_back():
     single = drifting_rounds("h", 1e-3, 1.0, DRIFT[:1], 2)  # one run: raw samples, nothing to pair with
     (case,) = gate(base, single, GateConfig(paired=True))["cases"]
     assert "paired_rounds" not in case
+
+
+def _capped(rec: dict, strict: bool = False) -> dict:
+    """``rec`` as measured at the power limit: by an older fp8bench that invalidated it, or with --strict-clocks."""
+    why = "throttled: power cap (sw_power_cap) during the energy window" + (" (--strict-clocks)" if strict else "")
+    return {**rec, "status": "invalid", "valid": False, "reason": why,
+            "energy": {"invalid_reasons": [why]}, "telemetry": {"reasons": ["sw_power_cap"]}}
+
+
+def test_power_capping_alone_never_breaks_a_case():
+    """A power-capped H100 record compares like any measured one, even from a run that marked it invalid; thermal
+    slowdown, or power capping under --strict-clocks, still breaks the case."""
+    base = rounds("b", CASES, seed=1)
+    cand = rounds("h", CASES, seed=2)
+    for p in cand:
+        p["records"][1] = {**_capped(p["records"][1]), "seq": 1}
+    v = verdicts(gate(base, cand))
+    assert v["gemm[m=64,n=64,k=64] fp32"] == "same"
+
+    strict = rounds("h", CASES, seed=2)
+    for p in strict:
+        p["run"]["settings"]["strict_clocks"] = True
+        p["records"][1] = {**_capped(p["records"][1], strict=True), "seq": 1}
+    assert verdicts(gate(base, strict))["gemm[m=64,n=64,k=64] fp32"] == "broken"
+
+    hot = rounds("h", CASES, seed=2)
+    why = "throttled: thermal slowdown (hardware) (hw_thermal_slowdown) during the energy window"
+    for p in hot:
+        p["records"][1] = {**p["records"][1], "status": "invalid", "valid": False, "reason": why,
+                           "energy": {"invalid_reasons": [
+                               "throttled: power cap (sw_power_cap) during the energy window", why]}}
+    assert verdicts(gate(base, hot))["gemm[m=64,n=64,k=64] fp32"] == "broken"

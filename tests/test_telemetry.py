@@ -84,23 +84,43 @@ def test_clean_window_is_valid():
 
 @pytest.mark.parametrize("bit,words", [("hw_thermal_slowdown", "thermal slowdown (hardware)"),
                                        ("sw_thermal_slowdown", "thermal slowdown (software)"),
-                                       ("sw_power_cap", "power cap"), ("hw_slowdown", "hardware slowdown")])
+                                       ("hw_slowdown", "hardware slowdown"),
+                                       ("hw_power_brake_slowdown", "external power brake")])
 def test_throttle_bits_invalidate(bit, words):
     reasons = ThrottlePolicy().assess(_summary([bit]), 1755)
     assert len(reasons) == 1 and words in reasons[0] and bit in reasons[0]
 
 
-def test_power_cap_can_be_accepted_but_thermal_cannot():
-    policy = ThrottlePolicy(power_cap_invalid=False)
-    assert policy.assess(_summary(["sw_power_cap"]), 1755, {"power": 10**9}) == []
-    assert policy.assess(_summary(["hw_thermal_slowdown"]), 1755) != []
+def test_power_cap_alone_is_recorded_not_invalid():
+    """A large FP8 GEMM on an H100 runs at its power limit: the bit and the power violation counter are its normal
+    state. The window stays valid; the observation says what was seen."""
+    policy = ThrottlePolicy()
+    summary = _summary(["sw_power_cap", "gpu_idle"], sm_median=1700)
+    assert policy.assess(summary, 1755, {"power": 800_000_000, "thermal": 0}) == []
+    assert policy.observe(summary, {"power": 800_000_000, "thermal": 0}) == [
+        "power-capped: clocks held by the power limit (sw_power_cap) for 800.0 ms of the window; recorded, not "
+        "invalidating (--strict-clocks invalidates it)"]
+    assert policy.observe(_summary(), {"power": 0, "thermal": 0}) == []
+    # Still invalid when something else slowed the clocks in the same window.
+    assert policy.assess(_summary(["sw_power_cap", "hw_thermal_slowdown"]), 1755) != []
+    assert policy.assess(_summary(["sw_power_cap"], sm_median=1400), 1755) != []  # clock under the floor
+
+
+def test_strict_clocks_invalidates_power_capping():
+    strict = ThrottlePolicy(power_cap_invalid=True)
+    assert strict.assess(_summary(["sw_power_cap"]), 1755) == [
+        "throttled: power cap (sw_power_cap) during the energy window (--strict-clocks)"]
+    assert strict.assess(_summary(), 1755, {"power": 10**6, "thermal": 0}) == [
+        "throttled: clocks held by the power cap for 1.0 ms of the window (NVML violation counter, --strict-clocks)"]
+    assert strict.observe(_summary(["sw_power_cap"]), None) == []  # said once, as the invalid reason
 
 
 def test_violation_counter_growth_invalidates_without_a_bit():
     reasons = ThrottlePolicy().assess(_summary(), 1755, {"power": 0, "thermal": 25_000_000})
     assert reasons == ["throttled: clocks held by the thermal limit for 25.0 ms of the window (NVML violation counter)"]
     # The bit and the counter describe one event: reported once.
-    assert len(ThrottlePolicy().assess(_summary(["sw_power_cap"]), 1755, {"power": 10**6})) == 1
+    strict = ThrottlePolicy(power_cap_invalid=True)
+    assert len(strict.assess(_summary(["sw_power_cap"]), 1755, {"power": 10**6})) == 1
 
 
 def test_clock_under_floor_invalidates():

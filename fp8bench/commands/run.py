@@ -88,6 +88,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock-floor", type=fraction_arg("--clock-floor"), default=None,
                    help="a window whose median SM clock is under this fraction of the default clock is throttled "
                         "(90%% or 0.9, the default)")
+    p.add_argument("--strict-clocks", action="store_true",
+                   help="also mark a case invalid when the GPU held its clocks at the power limit during the energy "
+                        "window (by default power capping, the normal state of a large GEMM, is recorded in the "
+                        "telemetry and notes; thermal or hardware slowdown and a clock under the floor always "
+                        "invalidate)")
     p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
     add_store_flags(p)
     p.add_argument("--no-store", action="store_true", help="write the run file only")
@@ -146,7 +151,8 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
 def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:
     """Energy options from flags, else from the suite's settings, else RunSettings' defaults."""
     out: dict[str, Any] = {"energy": not args.no_energy and overrides.get("energy", True),
-                           "energy_phases": args.energy_phases or bool(overrides.get("energy_phases", False))}
+                           "energy_phases": args.energy_phases or bool(overrides.get("energy_phases", False)),
+                           "strict_clocks": args.strict_clocks or bool(overrides.get("strict_clocks", False))}
     for flag, key in (("energy_window", "energy_window_s"), ("idle_baseline", "idle_baseline_s"),
                       ("cooldown", "cooldown_s"), ("clock_floor", "clock_floor")):
         value = getattr(args, flag) if getattr(args, flag) is not None else overrides.get(key)

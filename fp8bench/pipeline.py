@@ -34,19 +34,42 @@ class Unsupported(Exception):
     """A backend refuses this case on this device; the message is the reason stored with the skipped record."""
 
 
-@contextmanager
-def refusals(prefix: str, errors: tuple[type[BaseException], ...] = (Exception,),
-             with_type: bool = False) -> Iterator[None]:
-    """Turn a vendor library's own exceptions inside the block into :class:`Unsupported` (``prefix: message``).
+# CUDA's message for cudaErrorMemoryAllocation is "out of memory"; libraries that call CUDA themselves (rather than
+# allocating through torch's caching allocator, which raises torch.OutOfMemoryError) put it in a RuntimeError.
+_OOM_TEXT = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 
-    Vendor libraries refuse a layout or a recipe with assorted exception types; to the runner each is a skipped
-    case with the library's first line as the reason. ``with_type`` keeps the exception's class name in the reason.
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device ran out of memory: ``torch.cuda.OutOfMemoryError``, or a ``RuntimeError``
+    carrying CUDA's or cuBLAS's allocation-failure text."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(t.lower() in str(exc).lower() for t in _OOM_TEXT)
+
+
+@contextmanager
+def refusals(prefix: str, errors: tuple[type[BaseException], ...] = (Exception,), with_type: bool = False,
+             when: Callable[[BaseException], bool] | None = None) -> Iterator[None]:
+    """The one error rule of every backend's vendor call: a library's documented refusal inside the block becomes
+    :class:`Unsupported` (``prefix: first line of the message``), i.e. a ``skipped`` record with the library's
+    reason.
+
+    * ``errors`` are the exception types the library refuses with (ATen: ``ValueError``, ``NotImplementedError``,
+      ``RuntimeError`` from ``TORCH_CHECK``; Transformer Engine: ``AssertionError``, ``RuntimeError``,
+      ``ValueError``); ``when`` narrows them further (for example to messages naming the refusing kernel).
+    * Running out of device memory is never a refusal, whatever ``errors`` says: it propagates, and the runner
+      records ``failed: out of memory``, empties the allocator's cache and goes on (:func:`is_out_of_memory`).
+    * Anything else propagates unchanged and the runner records ``failed`` with the error.
+
+    ``with_type`` keeps the exception's class name in the reason.
     """
     try:
         yield
     except Unsupported:
         raise
     except errors as exc:
+        if is_out_of_memory(exc) or (when is not None and not when(exc)):
+            raise
         kind = f"{type(exc).__name__}: " if with_type else ""
         raise Unsupported(f"{prefix}: {kind}{first_line(exc)}") from exc
 

@@ -35,7 +35,7 @@ from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import compare, worst
 from fp8bench.peaks import Peaks
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
 from fp8bench.recipes import Fp8Recipe, Precision, resolve_precision
 from fp8bench.records import Record
 from fp8bench.runfile import RunFileWriter
@@ -180,10 +180,10 @@ class CaseMeasurer:
             raise
         except Unsupported as exc:
             return self._base(case, seq, "skipped", str(exc))
-        except torch.cuda.OutOfMemoryError as exc:
-            torch.cuda.empty_cache()
-            return self._base(case, seq, "failed", f"out of memory on {self.device}: {first_line(exc)}")
         except Exception as exc:  # a crashing kernel fails its case, never the run
+            if is_out_of_memory(exc):  # free what the failed case cached, so the next case has the memory
+                torch.cuda.empty_cache()
+                return self._base(case, seq, "failed", f"out of memory on {self.device}: {first_line(exc)}")
             tb = traceback.extract_tb(exc.__traceback__)[-1]
             return self._base(case, seq, "failed", f"{type(exc).__name__}: {exc} "
                               f"(at {Path(tb.filename).name}:{tb.lineno})")

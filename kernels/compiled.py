@@ -37,7 +37,7 @@ from fp8bench.devices import Device
 from fp8bench.fp8_linear import Fp8Linear
 from fp8bench.kernels.torch_backend import _tf32, fp8_scaled_mm
 from fp8bench.kernels.torch_layers import torch_convert
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.quantize import Quantized, cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
@@ -132,12 +132,10 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     def end_to_end() -> torch.Tensor:
         return e2e_c(a, b)
 
-    try:
+    # Dynamo/Inductor errors come in many types; the case is refused with the message.
+    with refusals(f"torch.compile could not build {precision.name} on {ctx.device}", with_type=True):
         compile_s = timed_first_calls(ctx.device, quantize, end_to_end)
         gemm()
-    except Exception as exc:  # Dynamo/Inductor errors come in many types; the case is refused with the message
-        raise Unsupported(f"torch.compile could not build {precision.name} on {ctx.device}: "
-                          f"{type(exc).__name__}: {first_line(exc)}") from exc
 
     def stats() -> dict[str, Any]:
         da, sa, db, sb = state["q"]
@@ -162,11 +160,8 @@ def _build_float_gemm(ctx: BuildContext, precision: FloatPrecision) -> Pipeline:
         with _tf32(precision.tf32):  # Dynamo guards on the switch: the same value at compile and run time
             return compiled(a, b)
 
-    try:
+    with refusals(f"torch.compile could not build {precision.name} on {ctx.device}", with_type=True):
         compile_s = timed_first_calls(ctx.device, gemm)
-    except Exception as exc:
-        raise Unsupported(f"torch.compile could not build {precision.name} on {ctx.device}: "
-                          f"{type(exc).__name__}: {first_line(exc)}") from exc
     return Pipeline(end_to_end=gemm, phases={"gemm": gemm}, output=gemm, prequantized_phases=("gemm",),
                     notes=[f"compile time {compile_s:.2f} s, not timed"], extra={"compile_s": compile_s})
 

@@ -45,10 +45,14 @@ from torch import nn
 from fp8bench.capabilities import backend_reason, installed_version, parse_version
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
+
+# What Transformer Engine raises to refuse a recipe or a shape: RuntimeError (check_recipe_support), AssertionError
+# (the autocast's is_fp8_available assertion, recipe __post_init__ checks), ValueError (assert_dim_for_fp8_exec).
+TE_REFUSALS: tuple[type[BaseException], ...] = (RuntimeError, AssertionError, ValueError)
 
 TE = BACKENDS.add("te", Backend(
     name="te", kind="vendor",
@@ -255,7 +259,7 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
                    ) -> Callable[[BuildContext], Pipeline]:
     def builder(ctx: BuildContext) -> Pipeline:
         convert = make_converter(ctx.precision, model_dims(ctx.workload, ctx.shape))
-        with refusals(f"Transformer Engine refused {ctx.precision.name}", (RuntimeError, AssertionError, ValueError)):
+        with refusals(f"Transformer Engine refused {ctx.precision.name}", TE_REFUSALS):
             pipeline = build(ctx, convert)
         spec = te_recipe_spec(ctx.precision)
         recipe = spec.cls if spec else "none (autocast disabled)"
@@ -288,11 +292,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         with plan.region():
             return layer(a)
 
-    try:
+    with refusals(f"Transformer Engine refused {precision.name}", TE_REFUSALS):
         forward()
-    except (RuntimeError, AssertionError, ValueError) as exc:  # TE's recipe checks raise these (see reference)
-        raise Unsupported(f"Transformer Engine refused {precision.name}: {first_line(exc)}"
-                          ) from exc
     recipe = plan.spec.cls if plan.spec else "none (autocast disabled)"
     return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),
                     notes=[f"te.Linear forward, recipe {recipe}; TE quantizes inside the module, so only the "

@@ -17,11 +17,16 @@ import torch
 from fp8bench.capabilities import recipe_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
+from fp8bench.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.quantize import cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.scaled_gemm import fp8_scaled_mm  # noqa: F401  (re-exported: other backends import it from here)
 from fp8bench.workloads.gemm import output_dtype
+
+# What ATen raises when it refuses a scaled GEMM: ValueError (TORCH_CHECK_VALUE, e.g. "Invalid scaling
+# configuration."), RuntimeError (TORCH_CHECK on shapes, strides, scale dtypes), NotImplementedError (no kernel for
+# the device or dtype), TypeError (an argument the binding does not take on this build).
+ATEN_REFUSALS: tuple[type[BaseException], ...] = (ValueError, RuntimeError, NotImplementedError, TypeError)
 
 TORCH = BACKENDS.add("torch", Backend(
     name="torch", kind="vendor",
@@ -70,10 +75,9 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         quantize()
         return gemm()
 
-    try:  # Let PyTorch itself accept or refuse this scaling layout before anything is timed.
+    # Let PyTorch itself accept or refuse this scaling layout before anything is timed.
+    with refusals(f"torch refused {precision.name} on {ctx.device}", ATEN_REFUSALS):
         end_to_end()
-    except (RuntimeError, ValueError, NotImplementedError, TypeError) as exc:
-        raise Unsupported(f"torch refused {precision.name} on {ctx.device}: {first_line(exc)}") from exc
 
     def stats() -> dict[str, Any]:
         return {"a": cast_stats(a, state["qa"]), "b": cast_stats(b, state["qb"])}

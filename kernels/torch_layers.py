@@ -19,8 +19,8 @@ from torch import nn
 from fp8bench.capabilities import recipe_gemm_reason
 from fp8bench.devices import Device
 from fp8bench.fp8_linear import NATIVE, Fp8Linear, swap_linears
-from fp8bench.kernels.torch_backend import TORCH
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
+from fp8bench.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
@@ -44,21 +44,17 @@ def torch_convert(precision: Precision, device: Device) -> Callable[[nn.Module],
     return lambda module: module
 
 
-def _refusal(ctx: BuildContext, exc: BaseException) -> Unsupported:
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    return Unsupported(f"torch refused {ctx.precision.name} on {ctx.device}: {first}")
+def _aten_refusal(exc: BaseException) -> bool:
+    """A refusal of the scaled GEMM, not a failure elsewhere in the layer: every type but RuntimeError is ATen's
+    refusal as raised (see :data:`ATEN_REFUSALS`); a RuntimeError counts when it names the scaled-GEMM kernel."""
+    return not isinstance(exc, RuntimeError) or "scaled_mm" in str(exc).lower()
 
 
 def _guarded(build: Callable[[BuildContext, Callable[[nn.Module], nn.Module]], Pipeline],
              ctx: BuildContext) -> Pipeline:
-    try:  # builders run the case once: PyTorch accepts or refuses the scaling layout before anything is timed
+    # Builders run the case once: PyTorch accepts or refuses the scaling layout before anything is timed.
+    with refusals(f"torch refused {ctx.precision.name} on {ctx.device}", ATEN_REFUSALS, when=_aten_refusal):
         return build(ctx, torch_convert(ctx.precision, ctx.device))
-    except (NotImplementedError, TypeError) as exc:
-        raise _refusal(ctx, exc) from exc
-    except RuntimeError as exc:
-        if isinstance(ctx.precision, Fp8Recipe) and "scaled_mm" in str(exc).lower():
-            raise _refusal(ctx, exc) from exc
-        raise
 
 
 @TORCH.builder("attention", supports=layer_support)

@@ -45,7 +45,7 @@ from torch import nn
 from fp8bench.capabilities import backend_reason, fp8_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.recipes import Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
@@ -160,11 +160,9 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     def forward() -> torch.Tensor:
         return layer(a)
 
-    try:
+    with refusals(f"torchao {recipe_name(precision, wgrad_hp)} failed on {ctx.device}",
+                  (RuntimeError, ValueError, NotImplementedError, AssertionError)):
         forward()
-    except (RuntimeError, ValueError, NotImplementedError, AssertionError) as exc:
-        raise Unsupported(f"torchao {recipe_name(precision, wgrad_hp)} failed on {ctx.device}: "
-                          f"{first_line(exc)}") from exc
     return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),
                     notes=[f"torchao {recipe_name(precision, wgrad_hp)} Float8Linear forward; it quantizes "
                            "inside forward, so no separate quantize or pre-quantized GEMM time"],

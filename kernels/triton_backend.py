@@ -23,7 +23,7 @@ from fp8bench.capabilities import backend_reason, fp8_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.kernels import triton_kernels as tk
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line
+from fp8bench.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.quantize import AmaxHistory, Quantized, cast_stats
 from fp8bench.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.gemm import output_dtype
@@ -103,12 +103,9 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
 
     # First call: Triton compiles every kernel and autotunes the GEMM (CUDA). It stays out of the timed samples.
     t0 = time.perf_counter()
-    try:
+    with refusals(f"triton kernels refused {precision.name} on {ctx.device}", (RuntimeError, ValueError)):
         end_to_end()
         ctx.device.synchronize()
-    except (RuntimeError, ValueError) as exc:
-        raise Unsupported(f"triton kernels refused {precision.name} on {ctx.device}: "
-                          f"{first_line(exc)}") from exc
     first_call_s = time.perf_counter() - t0
 
     extra: dict[str, Any] = {"persistent": persistent}

@@ -267,6 +267,16 @@ def _decorate() -> _KernelSet:
         return _KERNELS
 
 
+def best_config() -> dict[str, int] | None:
+    """The tiles Triton's autotuner chose for the GEMM it last launched (CUDA): its ``BLOCK_*``/``GROUP_M``
+    meta-parameters with ``num_warps`` and ``num_stages``. ``None`` before any tuned launch, and under the
+    interpreter (fixed tiles, no autotuner). ``Autotuner.run`` keeps its choice in ``best_config``."""
+    chosen = getattr(_KERNELS.scaled_mm, "best_config", None) if _KERNELS is not None else None
+    if chosen is None:
+        return None
+    return {**chosen.kwargs, "num_warps": chosen.num_warps, "num_stages": chosen.num_stages}
+
+
 def device_reason(device: torch.device) -> str | None:
     """Why the kernels cannot run on tensors of ``device`` in this process (``None``: they can)."""
     if TRITON_IMPORT_ERROR is not None:

@@ -178,3 +178,37 @@ def test_cuda_gemm_autotunes_and_matches_reference() -> None:
     expected = _emulated_product(qa, qb)
     assert tk.best_config() is not None
     assert ((out.float() - expected.float()).norm() / expected.float().norm()).item() < 2.0**-7
+
+
+def test_the_backend_uses_only_what_the_kernels_module_defines() -> None:
+    """Every ``tk.X`` the backend reads exists: the compiled-Triton branch never runs on a CPU machine, so a
+    missing name there would only show on the first GPU."""
+    import ast
+    from pathlib import Path
+
+    from fp8bench.kernels import triton_backend
+
+    tree = ast.parse(Path(triton_backend.__file__).read_text())
+    used = {n.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "tk"}
+    assert {"scaled_mm", "INTERPRETED", "best_config"} <= used  # the scan sees the compiled branch
+    assert sorted(n for n in used if not hasattr(tk, n)) == []
+
+
+def test_best_config_reads_the_choice_of_tritons_own_autotuner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GEMM is wrapped in Triton's real ``Autotuner``; after a tuned launch it holds the winner in
+    ``best_config`` (set by ``Autotuner.run``). Nothing tuned yet: ``None``."""
+    import triton
+
+    tuned = triton.autotune(configs=[triton.Config(dict(c), num_warps=4, num_stages=3)
+                                     for c in ({"BLOCK_M": 64}, {"BLOCK_M": 128})], key=["M"])(
+        triton.jit(tk._scaled_mm))
+    kernels = tk._KernelSet(None, None, None, None, tuned)
+    monkeypatch.setattr(tk, "_KERNELS", kernels)
+    assert tk.best_config() is None
+    tuned.best_config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8},
+                                      num_warps=8, num_stages=3)  # what Autotuner.run leaves after a launch
+    assert tk.best_config() == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8,
+                                "num_stages": 3}
+    monkeypatch.setattr(tk, "_KERNELS", None)
+    assert tk.best_config() is None  # nothing decorated yet

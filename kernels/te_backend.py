@@ -19,7 +19,21 @@ fp8bench           TE recipe                   notes
 =================  ==========================  ===================================================================
 
 Element formats: ``e4m3`` -> ``Format.E4M3``, ``hybrid`` -> ``Format.HYBRID``; pure ``e5m2`` is refused (every TE
-recipe rejects it). Float precisions run the same TE modules with the autocast disabled.
+recipe rejects it). Float precisions run the same TE modules with the autocast disabled. TE runs a GEMM whose
+operands and output are all FP32 with ``CUBLAS_COMPUTE_32F_FAST_TF32`` (``transformer_engine/common/gemm/
+cublaslt_gemm.cu``, ``cublas_gemm``: "Use TF32 only for pure FP32 GEMM"), so FP32 parameters measure a TF32 GEMM:
+that case is the ``tf32`` precision here (against the TF32 peak), and ``fp32`` is refused with that reason.
+
+The timed forward runs with autograd's grad mode on and no parameter or input requiring a gradient. TE updates
+DelayedScaling's amax history and scales only when the outermost autocast region exits with grad mode on
+(TE 2.9+ ``pytorch/quantization.py`` ``FP8GlobalStateManager.autocast_exit``; 2.8 ``pytorch/fp8.py``
+``fp8_autocast_exit``), so a forward under ``torch.no_grad()`` would keep the initial scale of 1.0 forever; with
+nothing requiring a gradient, TE casts nothing for a backward pass (``module/linear.py``: the transposed casts are
+made only for tensors whose gradient is needed).
+
+Two API shapes are supported, detected by name: TE 2.9 and newer (``te.autocast(recipe=...)``, the
+``te.is_*_available`` checks) and TE 2.0-2.8 (``te.fp8_autocast(fp8_recipe=...)``, the checks in
+``transformer_engine.pytorch.fp8``). The record's ``te_api`` says which one ran.
 
 Availability is layered: :func:`fp8bench.capabilities.backend_reason` says whether TE can be used at all (CUDA, an
 installed TE 2.0+, read from package metadata without importing it); :class:`TEApi` then imports it, and per case
@@ -105,10 +119,15 @@ def te_recipe_spec(precision: Precision) -> TERecipeSpec | None:
     raise Unsupported("Transformer Engine has no per-row (rowwise) scaling recipe")
 
 
+# Why fp32 is not a TE precision (see the module docstring).
+FP32_IS_TF32 = ("Transformer Engine runs all-FP32 GEMMs with CUBLAS_COMPUTE_32F_FAST_TF32 (TF32 tensor cores), "
+                "so an fp32 case would report a TF32 GEMM; use --precision tf32 on te")
+
+
 def precision_support(precision: Precision, device: Device) -> str | None:
     """Why TE cannot run ``precision`` (before importing TE: mapping, version); ``None`` if it may."""
-    if isinstance(precision, FloatPrecision) and precision.tf32:
-        return "TE modules take FP32/BF16/FP16 params; TF32 is not a TE precision"
+    if isinstance(precision, FloatPrecision) and precision.dtype == torch.float32 and not precision.tf32:
+        return FP32_IS_TF32
     try:
         spec = te_recipe_spec(precision)
     except Unsupported as exc:
@@ -150,8 +169,16 @@ class TEApi:
         ok, reason = getattr(te_fp8, legacy)()
         return None if ok else (reason or f"{legacy} returned False")
 
+    @property
+    def shape(self) -> str:
+        """Which of TE's two API shapes is installed (recorded as ``te_api``)."""
+        if hasattr(self.te, "autocast"):
+            return "autocast (Transformer Engine >= 2.9)"
+        return "fp8_autocast (Transformer Engine <= 2.8)"
+
     def autocast(self, recipe: Any, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
-        if hasattr(self.te, "autocast"):  # 2.9+
+        """A new region each call: since 2.16 one ``autocast`` instance cannot be entered twice at once."""
+        if hasattr(self.te, "autocast"):  # 2.9+; fp8_autocast still exists there but warns
             return self.te.autocast(enabled=enabled, recipe=recipe)
         return self.te.fp8_autocast(enabled=enabled, fp8_recipe=recipe)
 
@@ -264,7 +291,7 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
         spec = te_recipe_spec(ctx.precision)
         recipe = spec.cls if spec else "none (autocast disabled)"
         pipeline.notes.append(f"te.Linear for every projection, recipe {recipe}")
-        pipeline.extra["te_recipe"] = recipe
+        pipeline.extra.update(te_recipe=recipe, te_api=te_api().shape)
         return pipeline
 
     return builder
@@ -285,9 +312,10 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     layer = plan.api.linear(k, n, bias=False, dtype=dtype, device=ctx.device.torch)
     with torch.no_grad():
         layer.weight.copy_(b_src.to(dtype))
+    layer.weight.requires_grad_(False)  # nothing needs a gradient: TE makes no backward-only casts
     a = a_src.to(dtype)
 
-    @torch.no_grad()
+    @torch.enable_grad()  # TE updates DelayedScaling's scales at the autocast's exit only with grad mode on
     def forward() -> torch.Tensor:
         with plan.region():
             return layer(a)
@@ -295,7 +323,12 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     with refusals(f"Transformer Engine refused {precision.name}", TE_REFUSALS):
         forward()
     recipe = plan.spec.cls if plan.spec else "none (autocast disabled)"
-    return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),
-                    notes=[f"te.Linear forward, recipe {recipe}; TE quantizes inside the module, so only the "
-                           "end-to-end time exists"],
-                    extra={"te_recipe": recipe})
+    notes = [f"te.Linear forward, recipe {recipe}; TE quantizes inside the module, so only the end-to-end time "
+             "exists"]
+    if plan.spec is not None and plan.spec.cls == "DelayedScaling":
+        notes.append("DelayedScaling: amax and scale update at each autocast exit (grad mode on, no gradient "
+                     "needed), timed with the forward as in training")
+    if isinstance(precision, FloatPrecision) and precision.tf32:
+        notes.append("tf32: FP32 parameters, which TE's cuBLASLt GEMM runs as TF32 (CUBLAS_COMPUTE_32F_FAST_TF32)")
+    return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(), notes=notes,
+                    extra={"te_recipe": recipe, "te_api": plan.api.shape})

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 from fp8bench.catalog import BACKENDS, Backend, load_all
 from fp8bench.devices import Device
@@ -159,22 +158,12 @@ def _compiled_gemm(monkeypatch, error):
 
 
 def _te_gemm(monkeypatch, error):
-    from test_te_backend import FakeTE
+    from fake_te import install
 
     from fp8bench.kernels import te_backend
 
-    class Failing(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            raise error
-
-    class FailingTE(FakeTE):
-        def linear(self, in_features: int, out_features: int, **kwargs: Any) -> nn.Module:
-            layer = nn.Linear(in_features, out_features, bias=False)
-            layer.forward = Failing().forward  # type: ignore[method-assign]
-            return layer
-
-    fake = FailingTE()
-    monkeypatch.setattr(te_backend, "_API_FACTORY", lambda: fake)
+    fake = install(monkeypatch)
+    monkeypatch.setattr(fake.te.Linear, "forward", _raiser(error))
     return te_backend.build_gemm(_gemm_ctx("fp8_delayed", "hybrid"))
 
 

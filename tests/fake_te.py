@@ -1,0 +1,438 @@
+"""Fakes of Transformer Engine's PyTorch API, in both of its shapes, for machines without CUDA.
+
+Transformer Engine (TE) cannot be imported without CUDA, so fp8bench's TE boundary (``kernels/te_backend.py``
+``TEApi``) is tested against modules installed under TE's own names (``transformer_engine.pytorch``,
+``transformer_engine.common.recipe``, ``transformer_engine.pytorch.fp8``) in ``sys.modules``. Two API shapes exist:
+
+* **TE <= 2.8** (modelled on the ``transformer-engine==2.8.0`` wheel): the autocast is
+  ``fp8_autocast(enabled, calibrating, fp8_recipe, fp8_group, _graph)`` in ``pytorch/fp8.py``, a generator context
+  manager; the availability checks are ``transformer_engine.pytorch.fp8.check_*_support() -> (bool, str)``; TE
+  refuses with ``AssertionError`` (``check_recipe_support`` asserts; ``utils.assert_dim_for_fp8_exec`` asserts).
+* **TE >= 2.9** (modelled on the ``transformer-engine==2.20.2`` wheel): ``autocast(enabled, calibrating, recipe,
+  amax_reduction_group, _graph)`` in ``pytorch/quantization.py``, a class since 2.16 that refuses to be entered
+  twice at once; ``fp8_autocast`` still exists but warns (``DeprecationWarning``) and forwards; the checks are
+  exported at the top level as ``is_*_available(return_reason=False)``; ``check_recipe_support`` raises
+  ``RuntimeError`` and ``assert_dim_for_fp8_exec`` raises ``ValueError``.
+
+Every rule the fakes enforce names the TE source it mirrors (paths inside the wheel, ``transformer_engine/...``).
+What they do not model: kernels (the GEMM is computed by dequantizing the FP8-rounded operands and multiplying in
+FP32), TE's own "needs CUDA" check (``module/base.py`` ``prepare_forward`` raises ``RuntimeError`` for a CPU input;
+the CPU stands in for the GPU here), recipes other than DelayedScaling beyond their construction rules (their
+forward uses per-tensor current scaling), attention, and the backward pass (autograd through the dequantized
+product).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import math
+import sys
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+OLD, NEW = "2.8.0", "2.20.2"  # the two API shapes, named by the release each is modelled on
+
+
+@dataclass
+class FakeGpu:
+    """What TE's checks read: compute capability and the CUDA version torch was built with."""
+
+    compute_capability: tuple[int, int] = (9, 0)
+    cuda: str = "12.9"
+
+
+# -- transformer_engine.common.recipe -----------------------------------------------------------------------------
+
+class _FormatHelper(NamedTuple):
+    max_fwd: float
+    max_bwd: float
+
+
+class Format(enum.Enum):
+    """``common/recipe/__init__.py`` ``Format``: largest finite value forward and backward."""
+
+    E4M3 = _FormatHelper(448, 448)
+    E5M2 = _FormatHelper(57344, 57344)
+    HYBRID = _FormatHelper(448, 57344)
+
+
+def _no_pure_e5m2(recipe: Any) -> None:
+    # common/recipe/__init__.py: every recipe's __post_init__ asserts this (2.8.0 and 2.20.2 alike).
+    assert recipe.fp8_format != Format.E5M2, "Pure E5M2 training is not supported."
+
+
+class Recipe:
+    def delayed(self) -> bool:
+        return isinstance(self, DelayedScaling)
+
+
+@dataclass(repr=False)
+class DelayedScaling(Recipe):
+    """Fields and defaults of ``DelayedScaling`` (``interval`` was removed in 2.2: passing it is a TypeError)."""
+
+    margin: int = 0
+    fp8_format: Format = Format.HYBRID
+    amax_history_len: int = 1024
+    amax_compute_algo: Any = "max"
+    scaling_factor_compute_algo: Any = None
+    reduce_amax: bool = True
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+
+    def __post_init__(self) -> None:
+        _no_pure_e5m2(self)
+
+
+@dataclass(repr=False)
+class Float8CurrentScaling(Recipe):
+    fp8_format: Format = Format.HYBRID
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+
+    def __post_init__(self) -> None:
+        _no_pure_e5m2(self)
+
+
+@dataclass(repr=False)
+class MXFP8BlockScaling(Recipe):
+    margin: int = 0
+    fp8_format: Format = Format.E4M3
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+
+    def __post_init__(self) -> None:
+        _no_pure_e5m2(self)
+
+
+@dataclass(repr=False)
+class Float8BlockScaling(Recipe):
+    fp8_format: Format = Format.E4M3
+    x_block_scaling_dim: int = 1
+    w_block_scaling_dim: int = 2
+    grad_block_scaling_dim: int = 1
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+
+    def __post_init__(self) -> None:
+        # common/recipe/__init__.py Float8BlockScaling.__post_init__
+        for dim in (self.x_block_scaling_dim, self.w_block_scaling_dim, self.grad_block_scaling_dim):
+            assert dim in [1, 2], "Only 1D or 2D blocks supported"
+        dims = (self.x_block_scaling_dim, self.w_block_scaling_dim, self.grad_block_scaling_dim)
+        assert sum(d == 2 for d in dims) < 2, "2D by 2D block gemm not supported."
+        assert not self.fp8_dpa and not self.fp8_mha, "FP8 attention is not supported for Float8BlockScaling."
+        _no_pure_e5m2(self)
+
+
+# -- the checks (pytorch/fp8.py in <= 2.8, pytorch/quantization.py since 2.9) ------------------------------------
+
+class _Checks:
+    """``check_*_support() -> (bool, reason)`` as TE computes them from the device (messages are TE's)."""
+
+    def __init__(self, gpu: FakeGpu, version: str) -> None:
+        self.gpu, self.version = gpu, version
+
+    def check_fp8_support(self) -> tuple[bool, str]:
+        cc = self.gpu.compute_capability
+        if cc >= (9, 0):
+            return True, ""
+        if cc < (8, 9):
+            return False, "Device compute capability 8.9 or higher required for FP8 execution."
+        return True, ""
+
+    def check_mxfp8_support(self) -> tuple[bool, str]:
+        cc = self.gpu.compute_capability
+        if cc >= (12, 0):
+            return False, "MXFP8 (for all gemm layouts) is not supported on 12.0+ architectures yet."
+        if cc >= (10, 0):
+            return True, ""
+        return False, "Device compute capability 10.0 or higher required for MXFP8 execution."
+
+    def check_fp8_block_scaling_support(self) -> tuple[bool, str]:
+        cc, cuda = self.gpu.compute_capability, float(self.gpu.cuda)
+        if self.version == OLD:  # 2.8.0 pytorch/fp8.py: Hopper only
+            ok = (9, 0) <= cc < (10, 0) and cuda >= 12.9
+            return (True, "") if ok else (False, "FP8 block scaled GEMM requires Hopper and CUDA >= 12.9.")
+        ok = cc >= (9, 0) and cuda >= 12.9  # 2.20.2 pytorch/quantization.py _compute_fp8_block_scaling_support
+        return (True, "") if ok else (
+            False, "FP8 block scaled GEMM requires compute capability 9.0 or higher and CUDA >= 12.9.")
+
+    def check_recipe_support(self, recipe: Any) -> None:
+        """2.8.0 ``fp8.py``: ``assert recipe_supported, reason``; 2.20.2 ``quantization.py``: ``RuntimeError``."""
+        ok, why = True, ""
+        if isinstance(recipe, (DelayedScaling, Float8CurrentScaling)):
+            ok, why = self.check_fp8_support()
+        elif isinstance(recipe, Float8BlockScaling):
+            ok, why = self.check_fp8_block_scaling_support()
+        elif isinstance(recipe, MXFP8BlockScaling):
+            ok, why = self.check_mxfp8_support()
+        if not ok:
+            if self.version == OLD:
+                raise AssertionError(why)
+            raise RuntimeError(why)
+
+    def autocast_enter_asserts(self, recipe: Any) -> None:
+        """``FP8GlobalStateManager.(fp8_)autocast_enter``: asserts FP8 itself for every recipe (``None`` too),
+        then the recipe's own check."""
+        ok, why = self.check_fp8_support()
+        assert ok, why
+        if isinstance(recipe, MXFP8BlockScaling):
+            ok, why = self.check_mxfp8_support()
+            assert ok, why
+        if isinstance(recipe, Float8BlockScaling):
+            ok, why = self.check_fp8_block_scaling_support()
+            assert ok, why
+
+
+# -- global autocast state and delayed scaling --------------------------------------------------------------------
+
+@dataclass
+class _State:
+    depth: int = 0
+    recipe: Any = None
+    enabled: bool = False
+    delayed_modules: list[Any] = field(default_factory=list)  # modules registered in this region (global buffer)
+    regions: list[tuple[str, Any, bool]] = field(default_factory=list)  # (entry point, recipe, enabled) per entry
+    scale_updates: int = 0
+    linears: list[Any] = field(default_factory=list)  # every te.Linear made, in order
+
+
+def _update_delayed_scales(state: _State) -> None:
+    """``reduce_and_update_fp8_tensors(forward=True)``: amax from the history ("max" or "most_recent"), then
+    ``scale = (fp8_max / amax) / 2**margin`` (``quantization.py`` ``_default_sf_compute``), per tensor."""
+    for module in state.delayed_modules:
+        meta = module.fp8_meta["scaling_fwd"]
+        recipe = module.fp8_meta["recipe"]
+        amax = meta.amax_history.max(dim=0).values if recipe.amax_compute_algo == "max" else meta.amax_history[0]
+        fp8_max = recipe.fp8_format.value.max_fwd
+        new = torch.where(amax > 0, (fp8_max / amax) / 2 ** recipe.margin, meta.scale)
+        meta.scale.copy_(torch.where(torch.isfinite(new), new, meta.scale))
+        meta.amax_history.copy_(torch.roll(meta.amax_history, -1, 0))
+        meta.amax_history[0].zero_()
+        state.scale_updates += 1
+    state.delayed_modules.clear()
+
+
+def _make_region(state: _State, checks: _Checks, version: str) -> Callable[..., contextlib.AbstractContextManager[Any]]:
+    @contextlib.contextmanager
+    def region(entry: str, enabled: bool, recipe: Any, _graph: bool) -> Iterator[None]:
+        if enabled:
+            checks.check_recipe_support(recipe)
+            checks.autocast_enter_asserts(recipe)
+        saved = (state.recipe, state.enabled)
+        state.regions.append((entry, recipe, enabled))
+        state.depth += 1
+        state.recipe, state.enabled = (recipe if recipe is not None else DelayedScaling()), enabled
+        try:
+            yield
+        finally:
+            state.depth -= 1
+            state.recipe, state.enabled = saved
+            # 2.20.2 quantization.py FP8GlobalStateManager.autocast_exit / 2.8.0 fp8.py fp8_autocast_exit: the
+            # delayed-scaling amax reduction and scale update run only here, and only with grad enabled.
+            if enabled and state.depth == 0 and not _graph and torch.is_grad_enabled():
+                _update_delayed_scales(state)
+
+    return region
+
+
+# -- te.Linear ------------------------------------------------------------------------------------------------------
+
+def _assert_dim_for_fp8_exec(version: str, *tensors: torch.Tensor) -> None:
+    """``pytorch/utils.py`` ``assert_dim_for_fp8_exec`` (called by ``module/linear.py`` in FP8): the product of all
+    dims but the last divisible by 8, the last by 16. An ``assert`` in 2.8.0, a ``ValueError`` in 2.20.2."""
+    for t in tensors:
+        lead = math.prod(t.shape[:-1])
+        if lead % 8 != 0 or t.shape[-1] % 16 != 0:
+            message = (f"FP8 execution requires the product of all dimensions except the last to be divisible by 8 "
+                       f"and the last dimension to be divisible by 16, but got tensor with dims={list(t.shape)}")
+            if version == OLD:
+                raise AssertionError(message)
+            raise ValueError(message)
+
+
+def _fp8_round(x: torch.Tensor, scale: torch.Tensor, fmt: torch.dtype, fp8_max: float) -> torch.Tensor:
+    """``x`` scaled, saturated to the format, rounded to FP8 and scaled back (what the FP8 GEMM multiplies)."""
+    return ((x.float() * scale).clamp(-fp8_max, fp8_max).to(fmt).float()) / scale
+
+
+def _make_linear(state: _State, version: str) -> type[nn.Module]:
+    class Linear(nn.Module):
+        """``module/linear.py`` ``Linear``: the parameters up to ``device`` in TE's order (the third positional one
+        is ``sequence_parallel``, not ``bias``), the rest keyword arguments TE also takes."""
+
+        def __init__(self, in_features: int, out_features: int, sequence_parallel: bool = False,
+                     fuse_wgrad_accumulation: bool = False, tp_group: Any = None, tp_size: int = 1,
+                     get_rng_state_tracker: Any = None, rng_tracker_name: Any = None, init_method: Any = None,
+                     bias: bool = True, return_bias: bool = False, params_dtype: torch.dtype | None = None,
+                     parallel_mode: Any = None, parameters_split: Any = None,
+                     device: torch.device | str = "cuda", ub_overlap_ag: bool = False, ub_overlap_rs: bool = False,
+                     ub_overlap_rs_dgrad: bool = False, ub_bulk_dgrad: bool = False, ub_bulk_wgrad: bool = False,
+                     ub_name: str | None = None, delay_wgrad_compute: bool = False, symmetric_ar_type: Any = None,
+                     name: str | None = None) -> None:
+            super().__init__()
+            dtype = params_dtype if params_dtype is not None else torch.get_default_dtype()
+            self.in_features, self.out_features = in_features, out_features
+            self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=dtype, device=device))
+            nn.init.normal_(self.weight, 0.0, 0.023)
+            self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device)) if bias else None
+            self.fp8_meta: dict[str, Any] = {}
+            state.linears.append(self)
+
+        def _delayed_meta(self, recipe: DelayedScaling) -> Any:
+            meta = self.fp8_meta.get("scaling_fwd")
+            if meta is None or self.fp8_meta.get("recipe") is not recipe:
+                # One scale and one amax history per forward tensor (input, weight); scales start at 1.
+                meta = types.SimpleNamespace(scale=torch.ones(2),
+                                             amax_history=torch.zeros(recipe.amax_history_len, 2))
+                self.fp8_meta.update(scaling_fwd=meta, recipe=recipe)
+            return meta
+
+        def forward(self, inp: torch.Tensor, is_first_microbatch: bool | None = None, fp8_output: bool = False,
+                    fp8_grad: bool = False) -> torch.Tensor:
+            if not (state.enabled and state.depth > 0):
+                out = inp @ self.weight.t()
+                return out + self.bias if self.bias is not None else out
+            x2d = inp.reshape(-1, inp.shape[-1])
+            _assert_dim_for_fp8_exec(version, x2d, self.weight)
+            recipe = state.recipe
+            fmt = torch.float8_e4m3fn
+            fp8_max = recipe.fp8_format.value.max_fwd
+            w = self.weight
+            if recipe.delayed():
+                # module/base.py prepare_forward: add_fp8_tensors_to_global_buffer (every forward, any grad mode);
+                # the amax is recorded now, the scale used is the one the last update left.
+                meta = self._delayed_meta(recipe)
+                if self not in state.delayed_modules:
+                    state.delayed_modules.append(self)
+                meta.amax_history[0] = torch.stack([x2d.detach().abs().max().float(),
+                                                    w.detach().abs().max().float()])
+                sx, sw = meta.scale[0].clone(), meta.scale[1].clone()  # the update happens in place later
+            else:  # current scaling stand-in for every other recipe
+                sx = fp8_max / x2d.detach().abs().max().float().clamp_min(1e-12)
+                sw = fp8_max / w.detach().abs().max().float().clamp_min(1e-12)
+            out = _fp8_round(x2d, sx, fmt, fp8_max) @ _fp8_round(w, sw, fmt, fp8_max).t()
+            out = out.to(inp.dtype).reshape(*inp.shape[:-1], self.out_features)
+            return out + self.bias if self.bias is not None else out
+
+    return Linear
+
+
+# -- assembling the modules -----------------------------------------------------------------------------------------
+
+@dataclass
+class FakeTE:
+    """The installed fake: its modules, shared state and GPU (tests read ``state`` and may change ``gpu``)."""
+
+    version: str
+    gpu: FakeGpu
+    state: _State
+    modules: dict[str, types.ModuleType]
+
+    @property
+    def te(self) -> types.ModuleType:
+        return self.modules["transformer_engine.pytorch"]
+
+
+def make_te(version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
+    """The modules of TE ``version`` (:data:`OLD` or :data:`NEW` shape) on ``gpu``, keyed by import name."""
+    assert version in (OLD, NEW), f"modelled API shapes: {OLD}, {NEW}"
+    gpu = gpu or FakeGpu()
+    state, checks = _State(), _Checks(gpu, version)
+    region = _make_region(state, checks, version)
+
+    recipe_mod = types.ModuleType("transformer_engine.common.recipe")
+    for obj in (Format, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling):
+        setattr(recipe_mod, obj.__name__, obj)
+    common = types.ModuleType("transformer_engine.common")
+    common.recipe = recipe_mod  # type: ignore[attr-defined]
+
+    te = types.ModuleType("transformer_engine.pytorch")
+    te.Linear = _make_linear(state, version)  # type: ignore[attr-defined]
+    fp8 = types.ModuleType("transformer_engine.pytorch.fp8")
+    for name in ("check_fp8_support", "check_mxfp8_support", "check_fp8_block_scaling_support",
+                 "check_recipe_support"):
+        setattr(fp8, name, getattr(checks, name))
+
+    if version == OLD:
+        def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: Any = None,
+                         fp8_group: Any = None, _graph: bool = False) -> contextlib.AbstractContextManager[Any]:
+            return region("fp8_autocast", enabled, fp8_recipe, _graph)
+
+        te.fp8_autocast = fp8_autocast  # type: ignore[attr-defined]
+        fp8.fp8_autocast = fp8_autocast  # type: ignore[attr-defined]
+        te.fp8 = fp8  # type: ignore[attr-defined]
+    else:
+        class autocast:  # noqa: N801 - TE's name
+            """2.16+ ``quantization.py`` ``autocast``: one instance cannot be entered twice at the same time."""
+
+            def __init__(self, enabled: bool = True, calibrating: bool = False, recipe: Any = None,
+                         amax_reduction_group: Any = None, _graph: bool = False) -> None:
+                self._args = (enabled, recipe, _graph)
+                self._active: contextlib.AbstractContextManager[Any] | None = None
+
+            def __enter__(self) -> autocast:
+                if self._active is not None:
+                    raise RuntimeError("autocast context manager cannot be entered more than once concurrently")
+                enabled, recipe, graph = self._args
+                self._active = region("autocast", enabled, recipe, graph)
+                self._active.__enter__()
+                return self
+
+            def __exit__(self, *exc: Any) -> None:
+                active, self._active = self._active, None
+                assert active is not None
+                active.__exit__(*exc)
+
+        def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: Any = None,
+                         fp8_group: Any = None, _graph: bool = False) -> autocast:
+            warnings.warn("fp8_autocast is deprecated and will be removed in a future release. Use autocast(...) "
+                          "instead.", category=DeprecationWarning, stacklevel=2)
+            return autocast(enabled=enabled, calibrating=calibrating, recipe=fp8_recipe,
+                            amax_reduction_group=fp8_group, _graph=_graph)
+
+        def available(check: Callable[[], tuple[bool, str]]) -> Callable[..., Any]:
+            def is_available(return_reason: bool = False) -> Any:
+                return check() if return_reason else check()[0]
+            return is_available
+
+        te.autocast = autocast  # type: ignore[attr-defined]
+        te.fp8_autocast = fp8_autocast  # type: ignore[attr-defined]
+        te.is_fp8_available = available(checks.check_fp8_support)  # type: ignore[attr-defined]
+        te.is_mxfp8_available = available(checks.check_mxfp8_support)  # type: ignore[attr-defined]
+        te.is_fp8_block_scaling_available = available(  # type: ignore[attr-defined]
+            checks.check_fp8_block_scaling_support)
+
+        def fp8_getattr(name: str) -> Any:
+            # Since 2.9 pytorch/fp8.py is a shim that warns on import; fp8bench must not need it.
+            if name.startswith("__"):
+                raise AttributeError(name)
+            raise AssertionError(f"transformer_engine.pytorch.fp8.{name} used with TE {version}")
+
+        fp8 = types.ModuleType("transformer_engine.pytorch.fp8")
+        fp8.__getattr__ = fp8_getattr  # type: ignore[attr-defined]
+
+    package = types.ModuleType("transformer_engine")
+    package.pytorch, package.common = te, common  # type: ignore[attr-defined]
+    package.__version__ = version  # type: ignore[attr-defined]
+    modules = {"transformer_engine": package, "transformer_engine.pytorch": te,
+               "transformer_engine.pytorch.fp8": fp8, "transformer_engine.common": common,
+               "transformer_engine.common.recipe": recipe_mod}
+    return FakeTE(version, gpu, state, modules)
+
+
+def install(monkeypatch: Any, version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
+    """Put a fake TE in ``sys.modules`` (undone after the test) and report its version as installed."""
+    fake = make_te(version, gpu)
+    for name, module in fake.modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    from fp8bench.kernels import te_backend
+
+    monkeypatch.setattr(te_backend, "installed_version", lambda dist: version)
+    return fake

@@ -12,9 +12,20 @@ fp8bench precision            torchao ``Float8LinearConfig``
 ``fp8_tensorwise`` e4m3/e5m2  ``tensorwise`` with every cast retargeted to that element format
 ``fp8_rowwise`` e4m3          recipe ``rowwise``: per-row scales rounded down to powers of two, E4M3 everywhere
 ``fp8_rowwise`` + wgrad_hp    recipe ``rowwise_with_gw_hp``: as rowwise, but the weight-gradient GEMM runs in BF16
-``mxfp8``                     torchao's prototype MXFP8 training (``MXFP8TrainingOpConfig``), compute
-                              capability 10.0+ only
+``mxfp8``                     torchao's prototype MXFP8 training, compute capability 10.0+ only (:func:`mx_api`)
 ============================  ===================================================================================
+
+torchao's MXFP8 training API moved between releases; both shapes are supported, detected by import:
+
+* **0.17 and newer**: ``MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_RCEIL)`` from
+  ``torchao.prototype.moe_training.config``; ``quantize_`` keeps each ``nn.Linear`` and wraps its weight in
+  ``MXFP8TrainingWeightWrapperTensor`` (``_moe_training_transform`` -> ``_swap_params``), so conversion is seen
+  in the weight's tensor class, not the module's type.
+* **0.10 to 0.16**: ``MXLinearConfig.from_recipe_name("mxfp8_cublas_rceil")`` (``"mxfp8_cublas"`` before 0.14, which
+  lacks the RCEIL recipe) from ``torchao.prototype.mx_formats``; ``quantize_`` turns each ``nn.Linear`` into an
+  ``MXLinear`` in place (``MXLinear.from_float`` swaps ``__class__``).
+
+The record's ``torchao_api`` says which one ran.
 
 Refused, with the reason: ``fp8_delayed`` (torchao's float8 training only has dynamic scaling), ``fp8_blockwise``
 (no 1x128/128x128 recipe in ``torchao.float8``), ``fp8_rowwise`` in E5M2 or hybrid (the rowwise recipes are E4M3),
@@ -36,7 +47,9 @@ very slow reference path (seconds for a 512^3 GEMM) while rowwise scales run fas
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,7 +58,7 @@ from torch import nn
 from fp8bench.capabilities import backend_reason, fp8_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
 from fp8bench.recipes import Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
@@ -84,12 +97,12 @@ def recipe_name(precision: Precision, wgrad_hp: bool = False) -> str:
 
 
 def torchao_config(precision: Precision, wgrad_hp: bool = False) -> Any:
-    """The ``Float8LinearConfig`` for ``precision`` (not for ``mxfp8``, which uses :func:`mx_config`)."""
+    """The ``Float8LinearConfig`` for ``precision`` (not for ``mxfp8``, which uses :func:`mx_api`)."""
     from torchao.float8 import CastConfig, Float8LinearConfig
 
     name = recipe_name(precision, wgrad_hp)
     if name == "mxfp8":
-        raise ValueError("mxfp8 is configured by mx_config(), not Float8LinearConfig")
+        raise ValueError("mxfp8 is configured by mx_api(), not Float8LinearConfig")
     config = Float8LinearConfig.from_recipe_name(name)
     assert isinstance(precision, Fp8Recipe)
     if name != "tensorwise" or precision.fp8_format is Fp8FormatChoice.HYBRID:
@@ -101,13 +114,37 @@ def torchao_config(precision: Precision, wgrad_hp: bool = False) -> Any:
     return dataclasses.replace(config, **casts)
 
 
-def mx_config() -> Any:
-    """torchao's MXFP8 training config (0.17+: ``MXFP8TrainingOpConfig``), or :class:`Unsupported` why not."""
+@dataclass(frozen=True)
+class MXApi:
+    """torchao's MXFP8 training in the shape the installed release has (see the module docstring)."""
+
+    shape: str  # recorded as ``torchao_api``
+    recipe: str  # torchao's recipe name
+    config: Any  # what ``torchao.quantization.quantize_`` takes
+    converted: Callable[[nn.Module], bool]  # whether quantize_ turned this linear layer into MXFP8
+
+
+def mx_api() -> MXApi:
+    """The installed torchao's MXFP8 training config, or :class:`Unsupported` saying neither shape is there."""
     try:
-        from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
-    except Exception as exc:  # noqa: BLE001 - a missing prototype module is a refusal, with its message
-        raise Unsupported(f"torchao has no MXFP8TrainingOpConfig here: {type(exc).__name__}: {exc}") from exc
-    return MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_RCEIL)
+        config = importlib.import_module("torchao.prototype.moe_training.config")
+        tensor = importlib.import_module("torchao.prototype.moe_training.tensor")
+        op_config, recipes = config.MXFP8TrainingOpConfig, config.MXFP8TrainingRecipe
+        wrapper = tensor.MXFP8TrainingWeightWrapperTensor
+    except (ImportError, AttributeError) as new_exc:
+        try:
+            mx = importlib.import_module("torchao.prototype.mx_formats")
+            mx_linear = importlib.import_module("torchao.prototype.mx_formats.mx_linear").MXLinear
+            names = {r.value for r in mx.MXLinearRecipeName}
+        except (ImportError, AttributeError) as old_exc:
+            raise Unsupported(f"torchao has no MXFP8 training API here (neither MXFP8TrainingOpConfig: "
+                              f"{first_line(new_exc)}; nor MXLinearConfig: {first_line(old_exc)})") from old_exc
+        name = "mxfp8_cublas_rceil" if "mxfp8_cublas_rceil" in names else "mxfp8_cublas"
+        return MXApi("MXLinearConfig (torchao <= 0.16)", name, mx.MXLinearConfig.from_recipe_name(name),
+                     lambda layer: isinstance(layer, mx_linear))
+    return MXApi("MXFP8TrainingOpConfig (torchao >= 0.17)", recipes.MXFP8_RCEIL.value,
+                 op_config.from_recipe(recipes.MXFP8_RCEIL),
+                 lambda layer: isinstance(getattr(layer, "weight", None), wrapper))
 
 
 def convert(module: nn.Module, precision: Precision, wgrad_hp: bool = False) -> nn.Module:
@@ -118,9 +155,8 @@ def convert(module: nn.Module, precision: Precision, wgrad_hp: bool = False) -> 
     """
     name = recipe_name(precision, wgrad_hp)
     if name == "mxfp8":
-        from torchao.quantization import quantize_
-
-        quantize_(module, mx_config())
+        quantize_ = importlib.import_module("torchao.quantization").quantize_
+        quantize_(module, mx_api().config)
         return module
     from torchao.float8 import convert_to_float8_training
 
@@ -153,7 +189,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     linear.weight.requires_grad_(False)
     with refusals(f"torchao refused {precision.name}", with_type=True):
         layer = convert(linear, precision, wgrad_hp)
-    if type(layer) is nn.Linear:
+    if low_precision_layers(layer, precision, wgrad_hp) == 0:
         raise Unsupported(f"torchao left a {n}x{k} weight in high precision (dimensions must be multiples of 16)")
 
     @torch.no_grad()
@@ -163,16 +199,26 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     with refusals(f"torchao {recipe_name(precision, wgrad_hp)} failed on {ctx.device}",
                   (RuntimeError, ValueError, NotImplementedError, AssertionError)):
         forward()
+    name = recipe_name(precision, wgrad_hp)
     return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),
-                    notes=[f"torchao {recipe_name(precision, wgrad_hp)} Float8Linear forward; it quantizes "
-                           "inside forward, so no separate quantize or pre-quantized GEMM time"],
-                    extra={"torchao_recipe": recipe_name(precision, wgrad_hp)})
+                    notes=[f"torchao {name} forward; it quantizes inside forward, so no separate quantize or "
+                           "pre-quantized GEMM time"],
+                    extra={"torchao_recipe": name, "torchao_api": api_shape(name)})
 
 
 # --- model workloads: the attention block and the training step, with their linears swapped for Float8Linear ----
 
-def float8_layer_count(module: nn.Module) -> int:
-    """How many of ``module``'s layers torchao converted."""
+def api_shape(name: str) -> str:
+    """The torchao API a recipe runs through (recorded as ``torchao_api``)."""
+    return mx_api().shape if name == "mxfp8" else "Float8LinearConfig + convert_to_float8_training"
+
+
+def low_precision_layers(module: nn.Module, precision: Precision, wgrad_hp: bool = False) -> int:
+    """How many of ``module``'s linear layers torchao converted: ``Float8Linear`` modules for the float8 recipes;
+    for MXFP8, what the installed API's conversion leaves (:attr:`MXApi.converted`)."""
+    if recipe_name(precision, wgrad_hp) == "mxfp8":
+        converted = mx_api().converted
+        return sum(converted(m) for m in module.modules() if isinstance(m, nn.Linear))
     from torchao.float8.float8_linear import Float8Linear
 
     return sum(isinstance(m, Float8Linear) for m in module.modules())
@@ -183,7 +229,7 @@ def torchao_convert(precision: Precision, device: Device, wgrad_hp: bool = False
 
     def convert_module(module: nn.Module) -> nn.Module:
         converted = convert(module, precision, wgrad_hp)
-        if recipe_name(precision, wgrad_hp) != "mxfp8" and float8_layer_count(converted) == 0:
+        if low_precision_layers(converted, precision, wgrad_hp) == 0:
             raise Unsupported("torchao converted no layer (every linear has a dimension that is not a multiple "
                               "of 16)")
         return converted
@@ -199,8 +245,8 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
         with refusals(f"torchao {name} failed on {ctx.device}",
                       (RuntimeError, NotImplementedError, AssertionError, TypeError)):
             pipeline = build(ctx, torchao_convert(ctx.precision, ctx.device, wgrad_hp))
-        pipeline.notes.append(f"torchao {name}: every aligned nn.Linear is a Float8Linear")
-        pipeline.extra["torchao_recipe"] = name
+        pipeline.notes.append(f"torchao {name}: every aligned nn.Linear converted")
+        pipeline.extra.update(torchao_recipe=name, torchao_api=api_shape(name))
         return pipeline
 
     return builder

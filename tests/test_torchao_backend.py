@@ -1,7 +1,11 @@
-"""torchao backend: recipe mapping to Float8LinearConfig and real Float8Linear runs on the CPU."""
+"""torchao backend: recipe mapping to Float8LinearConfig and real Float8Linear runs on the CPU; MXFP8 training through
+the installed torchao (>= 0.17) and through a fake of the older API (tests/fake_torchao.py)."""
 
 from __future__ import annotations
 
+import sys
+
+import fake_torchao
 import pytest
 import torch
 from torch import nn
@@ -87,3 +91,65 @@ def test_gemm_as_a_float8_linear_is_as_accurate_as_e4m3_allows(precision: str) -
 def test_mxfp8_is_refused_on_the_cpu_by_the_capability_matrix() -> None:
     why = tab.TORCHAO.unsupported_reason("gemm", resolve_precision("mxfp8"), Device("cpu"))
     assert why and "tensorwise and rowwise" in why
+
+
+# -- MXFP8 training: torchao >= 0.17 (the installed release, for real) and <= 0.16 (tests/fake_torchao.py) --------
+
+def _mx_ctx(shape: str = "64x96x128") -> BuildContext:
+    sh = GEMM.parse_shape(shape)
+    return BuildContext("gemm", sh, resolve_precision("mxfp8"), Device("cpu"), GEMM.make_inputs(sh, Device("cpu"), 0))
+
+
+def test_mxfp8_conversion_is_recognised_by_the_weights_tensor_class() -> None:
+    """torchao >= 0.17 keeps the ``nn.Linear`` and wraps its weight in ``MXFP8TrainingWeightWrapperTensor``
+    (``prototype/moe_training/config.py`` ``_moe_training_transform`` -> ``_swap_params``): the backend must see
+    the conversion and reach the forward, where torchao itself refuses the CPU."""
+    with pytest.raises(Unsupported) as refused:
+        tab.build_gemm(_mx_ctx())
+    assert "left a 96x128 weight in high precision" not in str(refused.value)
+    assert str(refused.value).startswith("torchao mxfp8 failed on cpu: ")  # torchao's own refusal, from forward
+    api = tab.mx_api()
+    assert api.shape == "MXFP8TrainingOpConfig (torchao >= 0.17)" and api.recipe == "mxfp8_rceil"
+    layer = nn.Linear(128, 96, bias=False, dtype=torch.bfloat16)
+    assert not api.converted(layer)
+    converted = tab.convert(layer, resolve_precision("mxfp8"))
+    assert type(converted) is nn.Linear and type(converted.weight).__name__ == "MXFP8TrainingWeightWrapperTensor"
+    assert api.converted(converted)
+
+
+@pytest.mark.parametrize(("version", "recipe"), [(fake_torchao.OLD, "mxfp8_cublas_rceil"),
+                                                 (fake_torchao.OLDEST, "mxfp8_cublas")])
+def test_mxfp8_through_the_older_mxlinearconfig_api(monkeypatch, version, recipe) -> None:
+    """torchao <= 0.16: MXLinearConfig; quantize_ turns the nn.Linear into an MXLinear in place. The backend finds
+    the API, picks the RCEIL recipe where it exists, sees the conversion, and reaches torch._scaled_mm with E8M0
+    block scales, which this CPU refuses with ATen's own message."""
+    modules = fake_torchao.install(monkeypatch, version)
+    api = tab.mx_api()
+    assert (api.shape, api.recipe) == ("MXLinearConfig (torchao <= 0.16)", recipe)
+    layer = tab.convert(nn.Linear(128, 96, bias=False, dtype=torch.bfloat16), resolve_precision("mxfp8"))
+    assert type(layer) is modules["torchao.prototype.mx_formats.mx_linear"].MXLinear and api.converted(layer)
+    with pytest.raises(Unsupported, match="^torchao mxfp8 failed on cpu: Invalid scaling configuration"):
+        tab.build_gemm(_mx_ctx())
+
+
+def test_the_older_mx_fake_rejects_what_torchao_rejects(monkeypatch) -> None:
+    modules = fake_torchao.install(monkeypatch, fake_torchao.OLDEST)
+    config_cls = modules["torchao.prototype.mx_formats"].MXLinearConfig
+    with pytest.raises(AssertionError, match="not in valid names"):
+        config_cls.from_recipe_name("mxfp8_cublas_rceil")  # added in 0.14
+    with pytest.raises(TypeError):
+        config_cls(scale_calculation_mode="rceil")  # not a field of this release
+    layer = tab.convert(nn.Linear(40, 32, bias=False, dtype=torch.bfloat16), resolve_precision("mxfp8"))
+    with pytest.raises(AssertionError, match="must be divisible by block_size 32"):
+        layer(torch.randn(8, 40, dtype=torch.bfloat16))
+    emulated = modules["torchao.prototype.mx_formats.mx_linear"].MXLinear.from_float(
+        nn.Linear(64, 32, bias=False, dtype=torch.bfloat16), config_cls.from_recipe_name("mxfp8_emulated"))
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    assert compare(emulated(x), x.float() @ emulated.weight.detach().float().t()).sqnr_db > 20
+
+
+def test_no_mxfp8_api_at_all_is_a_refusal_naming_both(monkeypatch) -> None:
+    for name in ("torchao.prototype.moe_training.config", "torchao.prototype.mx_formats"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(Unsupported, match="neither MXFP8TrainingOpConfig.*nor MXLinearConfig"):
+        tab.mx_api()

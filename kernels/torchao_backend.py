@@ -21,7 +21,7 @@ torchao's MXFP8 training API moved between releases; both shapes are supported, 
   ``torchao.prototype.moe_training.config``; ``quantize_`` keeps each ``nn.Linear`` and wraps its weight in
   ``MXFP8TrainingWeightWrapperTensor`` (``_moe_training_transform`` -> ``_swap_params``), so conversion is seen
   in the weight's tensor class, not the module's type.
-* **0.10 to 0.16**: ``MXLinearConfig.from_recipe_name("mxfp8_cublas_rceil")`` (``"mxfp8_cublas"`` before 0.14, which
+* **0.10 to 0.16**: ``MXLinearConfig.from_recipe_name("mxfp8_cublas_rceil")`` (``"mxfp8_cublas"`` before 0.13, which
   lacks the RCEIL recipe) from ``torchao.prototype.mx_formats``; ``quantize_`` turns each ``nn.Linear`` into an
   ``MXLinear`` in place (``MXLinear.from_float`` swaps ``__class__``).
 

@@ -7,7 +7,7 @@ modules hidden, so that fp8bench's detection, recipe choice and conversion check
 inside ``torchao/prototype/mx_formats/``. Rules enforced, each as torchao enforces it:
 
 * ``config.py`` ``MXLinearConfig.from_recipe_name``: a name outside ``MXLinearRecipeName`` is an
-  ``AssertionError``; 0.10 has ``mxfp8_emulated``, ``mxfp8_cublas``, ``mxfp8_cutlass`` (no RCEIL recipe), 0.14-0.16
+  ``AssertionError``; 0.10 has ``mxfp8_emulated``, ``mxfp8_cublas``, ``mxfp8_cutlass`` (no RCEIL recipe; 0.12.0 neither), 0.13-0.16
   ``mxfp8_emulated``, ``mxfp8_cublas``, ``mxfp8_cublas_rceil``; both have ``mxfp4_emulated``, ``mxfp4_cutlass``.
 * ``MXLinearConfig`` is a dataclass: an unknown field is a ``TypeError``; ``_validate_kernel_preference``: the
   AUTO (cuBLAS) kernel takes 32-element blocks only.

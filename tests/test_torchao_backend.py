@@ -136,7 +136,7 @@ def test_the_older_mx_fake_rejects_what_torchao_rejects(monkeypatch) -> None:
     modules = fake_torchao.install(monkeypatch, fake_torchao.OLDEST)
     config_cls = modules["torchao.prototype.mx_formats"].MXLinearConfig
     with pytest.raises(AssertionError, match="not in valid names"):
-        config_cls.from_recipe_name("mxfp8_cublas_rceil")  # added in 0.14
+        config_cls.from_recipe_name("mxfp8_cublas_rceil")  # added in 0.13
     with pytest.raises(TypeError):
         config_cls(scale_calculation_mode="rceil")  # not a field of this release
     layer = tab.convert(nn.Linear(40, 32, bias=False, dtype=torch.bfloat16), resolve_precision("mxfp8"))

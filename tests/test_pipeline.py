@@ -194,8 +194,9 @@ def test_every_backend_skips_a_documented_refusal_with_the_librarys_message(monk
 
 
 def test_torch_layers_refuse_what_aten_refuses_with_a_value_error():
-    """ATen refuses MX block scales on the CPU with ``ValueError('Invalid scaling configuration.')``: the layer
-    workloads skip the case with that message instead of failing it."""
+    """ATen refuses MX block scales on the CPU with a ``ValueError`` (TORCH_CHECK_VALUE: "Invalid scaling
+    configuration." or, for swizzled scales, "CPU does not support swizzle."): the layer workloads skip the case
+    with ATen's message instead of failing it."""
     from fp8bench.kernels import torch_layers
     from fp8bench.workloads.attention import ATTENTION
 
@@ -203,5 +204,8 @@ def test_torch_layers_refuse_what_aten_refuses_with_a_value_error():
     ctx = BuildContext("attention", shape, resolve_precision("mxfp8"), CPU, ATTENTION.make_inputs(shape, CPU, seed=0))
     assert torch_layers.layer_support(ctx.precision, CPU)  # the runner asks the capability matrix first; the
     # builder is called here directly so that the kernel's own refusal is what is tested
-    with pytest.raises(Unsupported, match="Invalid scaling configuration"):
+    with pytest.raises(Unsupported) as refused:
         torch_layers.build_attention(ctx)
+    cause = refused.value.__cause__
+    assert isinstance(cause, ValueError)
+    assert str(refused.value) == f"torch refused mxfp8 on cpu: {str(cause).splitlines()[0]}"

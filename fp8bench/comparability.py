@@ -24,7 +24,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fp8bench.records import case_key
+from fp8bench.records import case_key, full_accum_variant
 
 # Run settings that change what one sample measures (see the module docstring).
 DEFINITION_SETTINGS = ("flush_l2", "seed", "threads")
@@ -70,7 +70,7 @@ def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
         # A pytest-benchmark case may carry its own definition (e.g. a parametrization that is not a shape).
         "case_definition": extra.get("case_definition"),
     }
-    if record.get("accumulation") == "full":
+    if full_accum_variant(record):
         # Full-precision accumulation runs another kernel. Only the non-default mode enters the hash, so keys of
         # records made before accumulation was recorded (all in the default mode) stay what they were.
         definition["accumulation"] = "full"

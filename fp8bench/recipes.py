@@ -27,8 +27,12 @@ to full FP32 at intervals. The vendors' FP8 training recipes use fast accumulati
 full precision in both gradient GEMMs, where small contributions add up over many tokens (torchao:
 ``Float8LinearConfig.gemm_config_output`` vs ``gemm_config_grad_input/grad_weight``; Transformer Engine: its
 recipes' ``fp8_gemm_fprop`` vs ``fp8_gemm_dgrad/wgrad``). ``fast_accum`` on a recipe is that forward switch (on by
-default, as the vendors have it); the backward GEMMs always accumulate in full precision. Kernels without the mode
-(CPU, MX block scaling, the emulated reference) accumulate in FP32 either way. The high-precision baselines ``fp32``, ``tf32``, ``bf16`` and ``fp16`` are precisions too, so
+default, as the vendors have it); the backward GEMMs always accumulate in full precision. Block-scaled recipes
+accumulate in full precision throughout, so their ``fast_accum`` is always off: Transformer Engine's
+``Float8BlockScaling`` asserts split accumulation in all three GEMMs (``common/recipe/__init__.py``), DeepSeek-V3's
+recipe promotes partial sums to FP32 every 128 elements, and PyTorch's MX kernel ignores the flag
+(``ScaledBlas.cpp``: ``_scaled_mxfp8_mxfp8``). Kernels without the mode (the CPU, the emulated reference)
+accumulate in FP32 either way; the record still carries the recipe's setting. The high-precision baselines ``fp32``, ``tf32``, ``bf16`` and ``fp16`` are precisions too, so
 every case in a run is addressed the same way.
 """
 
@@ -115,6 +119,8 @@ class Fp8Recipe:
     def __post_init__(self) -> None:
         object.__setattr__(self, "granularity", Granularity(self.granularity))
         object.__setattr__(self, "fp8_format", Fp8FormatChoice(self.fp8_format))
+        if self.granularity in (Granularity.BLOCKWISE, Granularity.MX):
+            object.__setattr__(self, "fast_accum", False)  # block-scaled kernels accumulate in full precision
         if self.delayed and self.granularity is not Granularity.TENSORWISE:
             raise ValueError(f"{self.name}: delayed scaling is defined per tensor only")
         if self.amax_history_len < 1:

@@ -69,10 +69,21 @@ class Record:
         return case_key(self.to_dict())
 
 
+# Precisions whose default is fast accumulation in the forward GEMM (``Fp8Recipe.fast_accum``); block-scaled
+# recipes always accumulate in full precision, so "full" is their default and not a variant. A test keeps this list
+# equal to the registry's (this module stays free of torch).
+FAST_ACCUM_BY_DEFAULT = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise")
+
+
+def full_accum_variant(record: dict[str, Any]) -> bool:
+    """Whether ``record`` ran in full-precision accumulation where its recipe's default is fast accumulation."""
+    return record.get("accumulation") == "full" and record.get("precision") in FAST_ACCUM_BY_DEFAULT
+
+
 def case_key(record: dict[str, Any]) -> str:
     """Identity of a case across runs: workload, shape, precision (+format, + full accumulation when not the
     default fast-forward one), backend, device."""
     shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
     fmt = f"/{record['fp8_format']}" if record.get("fp8_format") else ""
-    accum = "/full-accum" if record.get("accumulation") == "full" else ""
+    accum = "/full-accum" if full_accum_variant(record) else ""
     return f"{record['workload']}[{shape}] {record['precision']}{fmt}{accum} {record['backend']} {record['device']}"

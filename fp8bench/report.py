@@ -13,6 +13,8 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
+from fp8bench.records import full_accum_variant
+
 
 def _shape_text(shape: dict[str, int]) -> str:
     if set(shape) == {"m", "n", "k"}:
@@ -75,7 +77,7 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
         unf = num.get("underflow_frac")
         table.add_row(
             r["workload"], _shape_text(r["shape"]),
-            r["precision"] + (" (full acc)" if r.get("accumulation") == "full" else ""), r["backend"], status,
+            r["precision"] + (" (full acc)" if full_accum_variant(r) else ""), r["backend"], status,
             _fmt(r.get("median_s") and r["median_s"] * 1e3, ".3f"),
             _fmt(r.get("prequant_median_s") and r["prequant_median_s"] * 1e3, ".3f"),
             _fmt(r.get("tflops") and r["tflops"], ".3g"), _fmt(r.get("pct_of_peak"), ".1f"),

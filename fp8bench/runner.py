@@ -37,7 +37,7 @@ from fp8bench.numerics import compare, worst
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
 from fp8bench.recipes import Fp8Recipe, Precision, resolve_precision
-from fp8bench.records import Record
+from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.runfile import RunFileWriter
 from fp8bench.shapes import Shape, label
 from fp8bench.timing import Samples, SamplingPolicy, sample, timer_for
@@ -98,7 +98,8 @@ class Case:
     backend: str
 
     def describe(self) -> str:
-        accum = " full-accum" if isinstance(self.precision, Fp8Recipe) and not self.precision.fast_accum else ""
+        p = self.precision
+        accum = " full-accum" if isinstance(p, Fp8Recipe) and p.name in FAST_ACCUM_BY_DEFAULT and not p.fast_accum else ""
         return f"{self.workload}[{label(self.shape)}] {self.precision.name}{accum} {self.backend}"
 
 

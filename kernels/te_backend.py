@@ -81,7 +81,7 @@ class TERecipeSpec:
     """A TE recipe described without TE: class name, constructor keywords, the TE check that gates it."""
 
     cls: str  # DelayedScaling | Float8CurrentScaling | Float8BlockScaling | MXFP8BlockScaling
-    kwargs: dict[str, Any] = field(default_factory=dict)  # fp8_format as the Format member's name
+    kwargs: dict[str, Any] = field(default_factory=dict)  # fp8_format as the Format member's name, MMParams as dicts
     check: str = "is_fp8_available"  # te.<check>(return_reason=True)
     min_version: tuple[int, ...] = (2, 0)
     alignment: int = 16  # tokens and features must be multiples of this
@@ -100,11 +100,17 @@ def te_recipe_spec(precision: Precision) -> TERecipeSpec | None:
     fmt = {"fp8_format": precision.fp8_format.value.upper()}  # E4M3 | HYBRID
     g = precision.granularity
     if g is Granularity.TENSORWISE and precision.delayed:
+        if not precision.fast_accum:
+            raise Unsupported("Transformer Engine's DelayedScaling takes its GEMM accumulation from module constants "
+                              "(pytorch/module/base.py: _2X_ACC_FPROP = False, fast accumulation in fprop); no "
+                              "recipe field turns it off")
         return TERecipeSpec("DelayedScaling", {**fmt, "margin": precision.margin,
                                                "amax_history_len": precision.amax_history_len,
                                                "amax_compute_algo": "max"})
     if g is Granularity.TENSORWISE:
-        return TERecipeSpec("Float8CurrentScaling", fmt, min_version=(2, 2))
+        # fp8_gemm_fprop's use_split_accumulator=False is TE's fast accumulation (its default in this recipe).
+        accum = {} if precision.fast_accum else {"fp8_gemm_fprop": {"use_split_accumulator": True}}
+        return TERecipeSpec("Float8CurrentScaling", {**fmt, **accum}, min_version=(2, 2))
     if g is Granularity.BLOCKWISE:
         if precision.activation_block != (1, 128) or precision.weight_block != (128, 128):
             raise Unsupported(f"TE's Float8BlockScaling tiles are 1x128 and 128x128; got "
@@ -154,6 +160,9 @@ class TEApi:
         kwargs = dict(spec.kwargs)
         if "fp8_format" in kwargs:
             kwargs["fp8_format"] = getattr(self.recipe_module.Format, kwargs["fp8_format"])
+        for gemm in ("fp8_gemm_fprop", "fp8_gemm_dgrad", "fp8_gemm_wgrad"):
+            if gemm in kwargs:
+                kwargs[gemm] = self.recipe_module.MMParams(**kwargs[gemm])
         return getattr(self.recipe_module, spec.cls)(**kwargs)
 
     def support_reason(self, spec: TERecipeSpec) -> str | None:

@@ -98,13 +98,16 @@ def recipe_name(precision: Precision, wgrad_hp: bool = False) -> str:
 
 def torchao_config(precision: Precision, wgrad_hp: bool = False) -> Any:
     """The ``Float8LinearConfig`` for ``precision`` (not for ``mxfp8``, which uses :func:`mx_api`)."""
-    from torchao.float8 import CastConfig, Float8LinearConfig
+    from torchao.float8 import CastConfig, Float8GemmConfig, Float8LinearConfig
 
     name = recipe_name(precision, wgrad_hp)
     if name == "mxfp8":
         raise ValueError("mxfp8 is configured by mx_api(), not Float8LinearConfig")
     config = Float8LinearConfig.from_recipe_name(name)
     assert isinstance(precision, Fp8Recipe)
+    if not precision.fast_accum:
+        # torchao's recipes use fast accumulation in the output (forward) GEMM only: gemm_config_output.
+        config = dataclasses.replace(config, gemm_config_output=Float8GemmConfig(use_fast_accum=False))
     if name != "tensorwise" or precision.fp8_format is Fp8FormatChoice.HYBRID:
         return config
     # Tensorwise with one element format for every cast (torchao's recipe is hybrid: E5M2 gradients).

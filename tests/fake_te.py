@@ -73,6 +73,17 @@ class Recipe:
         return isinstance(self, DelayedScaling)
 
 
+@dataclass(frozen=True)
+class MMParams:
+    """``common/recipe/__init__.py`` ``MMParams``: ``use_split_accumulator`` False is cuBLASLt's fast accumulation."""
+
+    use_split_accumulator: bool = True
+
+
+def _gemm_params(fprop: bool) -> Any:
+    return field(default_factory=lambda: MMParams(use_split_accumulator=fprop))
+
+
 @dataclass(repr=False)
 class DelayedScaling(Recipe):
     """Fields and defaults of ``DelayedScaling`` (``interval`` was removed in 2.2: passing it is a TypeError)."""
@@ -92,7 +103,12 @@ class DelayedScaling(Recipe):
 
 @dataclass(repr=False)
 class Float8CurrentScaling(Recipe):
+    """2.2+: fast accumulation in fprop, split (full) accumulation in dgrad and wgrad by default."""
+
     fp8_format: Format = Format.HYBRID
+    fp8_gemm_fprop: MMParams = _gemm_params(False)
+    fp8_gemm_dgrad: MMParams = _gemm_params(True)
+    fp8_gemm_wgrad: MMParams = _gemm_params(True)
     fp8_dpa: bool = False
     fp8_mha: bool = False
 
@@ -117,6 +133,9 @@ class Float8BlockScaling(Recipe):
     x_block_scaling_dim: int = 1
     w_block_scaling_dim: int = 2
     grad_block_scaling_dim: int = 1
+    fp8_gemm_fprop: MMParams = _gemm_params(True)
+    fp8_gemm_dgrad: MMParams = _gemm_params(True)
+    fp8_gemm_wgrad: MMParams = _gemm_params(True)
     fp8_dpa: bool = False
     fp8_mha: bool = False
 
@@ -124,6 +143,9 @@ class Float8BlockScaling(Recipe):
         # common/recipe/__init__.py Float8BlockScaling.__post_init__
         for dim in (self.x_block_scaling_dim, self.w_block_scaling_dim, self.grad_block_scaling_dim):
             assert dim in [1, 2], "Only 1D or 2D blocks supported"
+        for name, gemm in (("fprop", self.fp8_gemm_fprop), ("dgrad", self.fp8_gemm_dgrad),
+                           ("wgrad", self.fp8_gemm_wgrad)):
+            assert gemm.use_split_accumulator, f"Split accumulator required for {name}."
         dims = (self.x_block_scaling_dim, self.w_block_scaling_dim, self.grad_block_scaling_dim)
         assert sum(d == 2 for d in dims) < 2, "2D by 2D block gemm not supported."
         assert not self.fp8_dpa and not self.fp8_mha, "FP8 attention is not supported for Float8BlockScaling."
@@ -348,7 +370,7 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
     region = _make_region(state, checks, version)
 
     recipe_mod = types.ModuleType("transformer_engine.common.recipe")
-    for obj in (Format, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling):
+    for obj in (Format, MMParams, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling):
         setattr(recipe_mod, obj.__name__, obj)
     common = types.ModuleType("transformer_engine.common")
     common.recipe = recipe_mod  # type: ignore[attr-defined]

@@ -21,3 +21,17 @@ def test_records_from_before_accumulation_was_recorded_keep_their_keys() -> None
     """Every earlier record ran the default mode: its key equals a default-mode record's today."""
     assert comparability_key(FP8, RUN) == comparability_key({**FP8, "accumulation": "fast_forward"}, RUN)
     assert case_key(FP8) == case_key({**FP8, "accumulation": "fast_forward"})
+
+
+def test_fast_accumulation_defaults_match_the_recipe_registry() -> None:
+    from fp8bench.records import FAST_ACCUM_BY_DEFAULT
+    from fp8bench.recipes import PRECISIONS, Fp8Recipe
+
+    assert FAST_ACCUM_BY_DEFAULT == tuple(name for name, p in PRECISIONS.items()
+                                          if isinstance(p, Fp8Recipe) and p.fast_accum)
+
+
+def test_block_recipes_key_their_only_accumulation_mode_as_before() -> None:
+    block = {**FP8, "precision": "fp8_blockwise", "accumulation": "full"}
+    assert "/full-accum" not in case_key(block)
+    assert comparability_key(block, RUN) == comparability_key({**block, "accumulation": None}, RUN)

@@ -87,6 +87,8 @@ def test_torchao_calls_conform(workload: str, recipe: str, target: str) -> None:
     # torchao's Float8LinearConfig: fast accumulation in the output (forward) GEMM, full in both gradient GEMMs.
     flags = {c.spec.fast_accum for c in replay.calls if c.spec}
     assert flags == ({True} if workload == "gemm" else {True, False}), flags
+    full = _replay(workload, recipe, "e4m3", "torchao", TARGETS[target], fast_accum=False)
+    assert full.conforms and {c.spec.fast_accum for c in full.calls if c.spec} == {False}
 
 
 @pytest.mark.parametrize("workload", ("attention", "transformer_step"))

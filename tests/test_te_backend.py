@@ -248,3 +248,21 @@ def test_real_te_linear_on_cuda_matches_the_reference() -> None:
     from fp8bench.numerics import compare
 
     assert compare(pipeline.output(), GEMM.reference(inputs)).sqnr_db > 20.0
+
+
+def test_accumulation_switch_maps_to_tes_fprop_split_accumulator(te: FakeTE) -> None:
+    """TE's fast accumulation is ``use_split_accumulator=False``; only Float8CurrentScaling has a recipe field."""
+    default = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_tensorwise", "hybrid")))
+    assert default.fp8_gemm_fprop.use_split_accumulator is False  # TE's own default: fast in fprop
+    full = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_tensorwise", "hybrid",
+                                                                        fast_accum=False)))
+    assert full.fp8_gemm_fprop.use_split_accumulator is True
+    assert full.fp8_gemm_dgrad.use_split_accumulator and full.fp8_gemm_wgrad.use_split_accumulator
+    with pytest.raises(Unsupported, match="_2X_ACC_FPROP"):
+        teb.te_recipe_spec(resolve_precision("fp8_delayed", "hybrid", fast_accum=False))
+    # Block scaling accumulates in full precision whatever is asked (TE asserts it); the fake enforces it too.
+    block = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_blockwise", fast_accum=True)))
+    assert block.fp8_gemm_fprop.use_split_accumulator
+    recipe = te.modules["transformer_engine.common.recipe"]
+    with pytest.raises(AssertionError, match="Split accumulator required for fprop"):
+        recipe.Float8BlockScaling(fp8_gemm_fprop=recipe.MMParams(use_split_accumulator=False))

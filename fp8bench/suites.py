@@ -20,7 +20,10 @@ from fp8bench.catalog import BACKENDS, load_all
 from fp8bench.recipes import PRECISIONS
 from fp8bench.units import parse_fraction
 
-SETTING_KEYS = ("budget_s", "min_samples", "min_time_s", "max_time_s", "target_rse", "max_samples", "warmup_s")
+SETTING_KEYS = ("budget_s", "min_samples", "min_time_s", "max_time_s", "target_rse", "max_samples", "warmup_s",
+                # energy and telemetry settings `fp8bench run` takes from a suite when no flag overrides them
+                "energy", "energy_phases", "strict_clocks", "energy_window_s", "idle_baseline_s", "cooldown_s",
+                "clock_floor")
 
 
 class SuiteError(ValueError):

@@ -34,3 +34,24 @@ def test_bad_suites_are_explained(tmp_path):
     bad.write_text("cases: [")
     with pytest.raises(SuiteError, match="cannot read suite"):
         load_suite(str(bad))
+
+
+def test_energy_settings_of_a_suite_reach_the_run(tmp_path):
+    """The energy and clock settings `run` reads from a suite are accepted by the suite loader."""
+    import argparse
+
+    from fp8bench.commands import run as run_verb
+
+    suite = tmp_path / "energy.yaml"
+    suite.write_text("name: energy\nsettings: {budget_s: 2, energy: false, clock_floor: 0.8, strict_clocks: true,"
+                     " cooldown_s: 0.5}\ncases:\n  - {workload: gemm, shapes: [64x64x64], precisions: [bf16],"
+                     " backends: [torch]}\n")
+    loaded = load_suite(str(suite))
+    assert loaded.settings["clock_floor"] == 0.8 and loaded.settings["energy"] is False
+    parser = argparse.ArgumentParser()
+    run_verb.add_arguments(parser)
+    args = parser.parse_args(["--suite", str(suite)])
+    _, overrides, _ = run_verb._plan(args)
+    settings = run_verb._settings(args, overrides)
+    assert (settings.energy, settings.clock_floor, settings.strict_clocks, settings.cooldown_s) == (False, 0.8, True,
+                                                                                                   0.5)

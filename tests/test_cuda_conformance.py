@@ -19,10 +19,12 @@ import torch
 
 from fp8bench import capabilities
 from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, scaled_gemm_reason
+from fp8bench.catalog import load_all
 from fp8bench.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
 from fp8bench.devices import Device
 from fp8bench.recipes import Fp8Recipe, resolve_precision
 
+load_all()  # registries in their canonical order before any test imports one backend module on its own
 CUDA = Device("cuda", 0)
 RECIPES = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8")
 FORMATS = ("e4m3", "hybrid", "e5m2")

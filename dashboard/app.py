@@ -12,7 +12,14 @@ from pathlib import Path
 import plotly.express as px
 import streamlit as st
 
-from fp8bench.dashboard.data import FILL_COMMAND, StoreProblem, clear_caches, load_snapshot, store_target
+from fp8bench.dashboard.data import (
+    FILL_COMMAND,
+    StoreProblem,
+    clear_caches,
+    load_records,
+    load_snapshot,
+    store_target,
+)
 from fp8bench.dashboard.filters import render_filters
 from fp8bench.dashboard.widgets import View, clear_view, set_view
 
@@ -26,6 +33,8 @@ PAGES = (
     ("energy.py", "Energy", ":material/bolt:"),
     ("numerics.py", "Numerics", ":material/functions:"),
     ("history.py", "History", ":material/history:"),
+    ("regressions.py", "Regressions", ":material/trending_up:"),
+    ("payoff.py", "Payoff", ":material/paid:"),
     ("compare.py", "Compare", ":material/compare_arrows:"),
     ("environment.py", "Environment", ":material/memory:"),
 )
@@ -56,8 +65,14 @@ def main() -> None:
         st.code(FILL_COMMAND, language="bash")
         st.caption("or pick another store: `fp8bench dashboard --store PATH_OR_URL`")
         st.stop()
-    filters = render_filters(snapshot.records, snapshot.runs)
-    set_view(View(snapshot, filters, filters.apply(snapshot.records)))
+    filters = render_filters(snapshot.options, snapshot.runs)
+    query = filters.query()
+    try:
+        records = load_records(snapshot, query)
+    except StoreProblem as exc:
+        st.error(str(exc))
+        st.stop()
+    set_view(View(snapshot, filters, query, records))
     page.run()
 
 

@@ -1,14 +1,15 @@
 """Data access for the dashboard: the only module that talks to the store, and only through its public API.
 
-The store hands back one row per record with the full record JSON in a ``data`` column. The dashboard never
-needs the raw timing samples of 100,000 records at once, so :func:`slim_records` flattens each record into plain
-columns (phases, numerics, ceilings, energy reason, loss curve) and drops the JSON. That slim frame is what
-``st.cache_data`` keeps: a cache hit copies it (Streamlit pickles cached values), and a frame of scalars copies
-in milliseconds where one holding every sample list would not. Raw samples are fetched per run, on demand, for
-the Compare page (:func:`load_run_payload`).
+A store of a year of nightly runs holds about a million records; the dashboard never reads them all. It reads the
+filter choices and the run list once per store state (:func:`load_snapshot`), then asks the database for what a
+page draws, with the sidebar's filters as SQL (:mod:`fp8bench.store_queries`): the latest record of each case
+per device (:func:`load_records`, what most pages show), counts per group, or one case's history. Every query
+reads the store's typed columns, never the record JSON; raw samples and loss curves are fetched per run or per
+record, on demand (:func:`load_run_payload`). Results are kept by ``st.cache_data`` (a cache hit copies a small
+frame of scalars: milliseconds).
 
-Cache keys include a cheap fingerprint of the store (record and gate-report counts), so a new run shows up
-on the next rerun without a manual refresh, while an unchanged store is read once.
+Cache keys include a cheap fingerprint of the store (highest record id, run and gate-report counts), so a new run
+shows up on the next rerun without a manual refresh, while an unchanged store is read once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,17 +26,23 @@ import pandas as pd
 import sqlalchemy as sa
 import streamlit as st
 
+from fp8bench import store_queries
+from fp8bench.commits import checkout_remote, url_template
 from fp8bench.paths import default_results_dir
+from fp8bench.shapes import shape_label
 from fp8bench.store import Store, StoreError, normalize_url, open_store
+from fp8bench.store_queries import RecordFilter
+
+# Named record subsets a page may count or list (SQL conditions on typed columns).
+SUBSETS = {"all": sa.true(), "measured": store_queries.R.status.in_(store_queries.MEASURED),
+           "not_ok": store_queries.R.status != "ok", "speed": store_queries.speed_comparable()}
 
 STORE_ENV = "FP8BENCH_DASHBOARD_STORE"
+REPO_URL_ENV = "FP8BENCH_REPO_URL"  # commit link template or repository address (`fp8bench dashboard --repo-url`)
 FILL_COMMAND = "fp8bench run --suite smoke"
-
-# Record fields copied as-is from the record JSON (the store has no column for them).
-_DATA_FIELDS = ("flops", "bytes", "gbps", "peak_tflops", "peak_source", "peak_mem_tbps", "avg_power_w", "n",
-                "iqr_s", "rsd")
-_NUMERICS_FIELDS = ("max_abs_err", "overflow_frac", "underflow_frac")
-PHASE_PREFIX = "phase:"
+PHASE_PREFIX = store_queries.PHASE_PREFIX
+# Rows a page lists at most from a long history (the newest first); the CSV download has the same rows.
+LIST_LIMIT = 2000
 
 
 class StoreProblem(Exception):
@@ -43,20 +51,17 @@ class StoreProblem(Exception):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything the pages read, loaded once per store state."""
+    """What every page needs whatever the filters: the filter choices, the runs and the gate reports."""
 
     target: str
-    records: pd.DataFrame  # slim: one row per record, no raw samples
+    fingerprint: tuple[int, int, int]
+    options: pd.DataFrame  # distinct device_label x workload x backend x precision x git_branch, with counts
     runs: pd.DataFrame  # one row per run, environment flattened
     gate_reports: pd.DataFrame
 
     @property
     def empty(self) -> bool:
-        return self.records.empty
-
-    @property
-    def phase_columns(self) -> list[str]:
-        return [c for c in self.records.columns if c.startswith(PHASE_PREFIX)]
+        return self.options.empty
 
 
 def store_target() -> str:
@@ -70,6 +75,27 @@ def store_target() -> str:
     return str(target)
 
 
+def commit_url_template(runs: pd.DataFrame) -> str | None:
+    """The link template of a commit page (with ``{commit}``): ``--repo-url`` after ``--`` on the streamlit
+    command line or ``$FP8BENCH_REPO_URL``, else the remote recorded by the newest run that has one, else the
+    ``origin`` remote of the checkout the dashboard runs in; ``None`` when none is known."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--repo-url")
+    args, _ = parser.parse_known_args(sys.argv[1:])
+    given = args.repo_url or os.environ.get(REPO_URL_ENV)
+    if given:
+        return url_template(given)
+    recorded = runs.sort_values("started_at")["remote"].dropna() if "remote" in runs else pd.Series(dtype=object)
+    if not recorded.empty:
+        return url_template(str(recorded.iloc[-1]))
+    return url_template(_checkout_remote())
+
+
+@st.cache_resource(show_spinner=False)
+def _checkout_remote() -> str | None:
+    return checkout_remote()
+
+
 def _sqlite_file(target: str) -> Path | None:
     url = normalize_url(target)
     return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
@@ -78,6 +104,14 @@ def _sqlite_file(target: str) -> Path | None:
 @st.cache_resource(show_spinner=False)
 def _store(target: str) -> Store:
     return open_store(target)
+
+
+def open_for_page(target: str) -> Store:
+    """The (cached) store of a page's own cached query; :class:`StoreProblem` when it cannot be opened."""
+    try:
+        return _store(target)
+    except StoreError as exc:
+        raise StoreProblem(str(exc)) from exc
 
 
 def _open(target: str) -> Store | None:
@@ -91,36 +125,22 @@ def _open(target: str) -> Store | None:
         raise StoreProblem(str(exc)) from exc
 
 
-def _fingerprint(store: Store) -> tuple[int, int]:
-    """Counts that change whenever a record or a gate report is added (a run shows once it has records)."""
-    return store.count_records(), len(store.gate_reports_frame())
+def phase_columns(records: pd.DataFrame) -> list[str]:
+    """The ``phase:NAME`` columns of a records frame."""
+    return [c for c in records.columns if str(c).startswith(PHASE_PREFIX)]
 
 
-def slim_records(frame: pd.DataFrame) -> pd.DataFrame:
-    """Flatten ``records_frame(with_data=True)`` into scalar columns and drop the record JSON."""
-    data = frame["data"].map(lambda d: d if isinstance(d, dict) else {})
-    out = frame.drop(columns=["data"]).copy()
-    for name in _DATA_FIELDS:
-        out[name] = data.map(lambda d, name=name: d.get(name))
-    numerics = data.map(lambda d: d.get("numerics") or {})
-    for name in _NUMERICS_FIELDS:
-        out[name] = numerics.map(lambda d, name=name: d.get(name))
-    energy = data.map(lambda d: d.get("energy") or {})
-    out["energy_method"] = energy.map(lambda e: e.get("method"))
-    out["energy_reason"] = energy.map(lambda e: e.get("reason") or "; ".join(e.get("invalid_reasons") or []) or None)
-    phases = pd.DataFrame.from_records(data.map(lambda d: d.get("phases") or {}).tolist(), index=out.index)
-    for name in phases.columns:
-        out[PHASE_PREFIX + name] = phases[name]
-    out["losses"] = data.map(loss_curve)
-    verdicts = data.map(convergence_verdict)
-    for name in ("verdict", "final_gap", "max_gap", "max_gap_step", "window"):
-        out["conv_" + name] = verdicts.map(lambda v, name=name: v.get(name))
+def enrich(frame: pd.DataFrame, losses: dict[int, list[float] | None] | None = None) -> pd.DataFrame:
+    """Derived columns the pages share: labels, short commit, arithmetic intensity, loss curves."""
+    out = frame.copy()
+    out["started_at"] = out["run_started_at"]
     out["shape_label"] = out["shape"].map(shape_label)
     out["device_label"] = out["device_name"].fillna(out["device"]).astype(str)
-    out["commit"] = out["git_commit"].fillna("").str.slice(0, 7)
+    out["commit"] = out["git_commit"].fillna("").astype(str).str.slice(0, 7)
     out["intensity"] = pd.to_numeric(out["flops"], errors="coerce") / pd.to_numeric(out["bytes"], errors="coerce")
-    for col in ("valid", "interpreted"):
-        out[col] = out[col].fillna(col == "valid").astype(bool)
+    for col in ("valid", "interpreted", "has_losses"):
+        out[col] = out[col].astype("boolean").fillna(col == "valid").astype(bool)
+    out["losses"] = out["id"].map(lambda i: (losses or {}).get(int(i)))
     return out
 
 
@@ -133,20 +153,6 @@ def loss_curve(record: dict[str, Any]) -> list[float] | None:
     if not all(v is None or isinstance(v, (int, float)) for v in value):
         return None
     return [float("nan") if v is None else float(v) for v in value]
-
-
-def convergence_verdict(record: dict[str, Any]) -> dict[str, Any]:
-    """The stored verdict of a convergence record (``extra.convergence``), or an empty dict."""
-    value = (record.get("extra") or {}).get("convergence")
-    return value if isinstance(value, dict) else {}
-
-
-def shape_label(shape: str) -> str:
-    """``m=128,n=256,k=64`` as ``128x256x64``; any other shape string unchanged."""
-    parts = dict(p.split("=", 1) for p in shape.split(",") if "=" in p) if isinstance(shape, str) else {}
-    if set(parts) == {"m", "n", "k"}:
-        return f"{parts['m']}x{parts['n']}x{parts['k']}"
-    return str(shape)
 
 
 def shape_dict(shape: str) -> dict[str, int]:
@@ -167,30 +173,86 @@ def _flatten_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["budget_s"] = data.map(lambda d: (d.get("settings") or {}).get("budget_s"))
     out["suite"] = data.map(lambda d: (d.get("spec") or {}).get("suite"))
     out["n_records"] = data.map(lambda d: d.get("n_records"))
+    out["remote"] = data.map(lambda d: (d.get("git") or {}).get("remote"))
     out["commit"] = out["git_commit"].fillna("").str.slice(0, 7)
     return out
 
 
+def _problem(store: Store, exc: Exception) -> StoreProblem:
+    return StoreProblem(f"cannot read store {store.url}: {getattr(exc, 'orig', None) or exc}")
+
+
 @st.cache_data(show_spinner="Reading the store...", max_entries=4)
-def _load(target: str, fingerprint: tuple[int, int]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def _catalog(target: str, fingerprint: tuple[int, int, int]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     store = _store(target)
-    records = slim_records(store.records_frame(with_data=True))
+    options = store_queries.filter_options(store)
     runs = _flatten_runs(store.runs_frame())
-    return records, runs, store.gate_reports_frame().drop(columns=["data"])
+    return options, runs, store.gate_reports_frame().drop(columns=["data"])
 
 
 def load_snapshot(target: str) -> Snapshot:
-    """The store's current content; raises :class:`StoreProblem` with a readable message when it cannot."""
+    """The store's filter choices, runs and gate reports; raises :class:`StoreProblem` with a readable message."""
     store = _open(target)
     if store is None:
         empty = pd.DataFrame(columns=["run_id"])
-        return Snapshot(target, empty, empty, empty)
+        return Snapshot(target, (0, 0, 0), pd.DataFrame(), empty, empty)
     try:
-        fingerprint = _fingerprint(store)
-        records, runs, reports = _load(target, fingerprint)
+        fingerprint = store_queries.store_fingerprint(store)
+        options, runs, reports = _catalog(target, fingerprint)
     except (StoreError, sa.exc.SQLAlchemyError) as exc:
-        raise StoreProblem(f"cannot read store {store.url}: {getattr(exc, 'orig', None) or exc}") from exc
-    return Snapshot(target, records, runs, reports)
+        raise _problem(store, exc) from exc
+    return Snapshot(target, fingerprint, options, runs, reports)
+
+
+def _query(snapshot: Snapshot, read: Callable[[Store], pd.DataFrame]) -> pd.DataFrame:
+    store = _store(snapshot.target)
+    try:
+        return read(store)
+    except (StoreError, sa.exc.SQLAlchemyError) as exc:
+        raise _problem(store, exc) from exc
+
+
+@st.cache_data(show_spinner="Reading the latest records...", max_entries=16)
+def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter) -> pd.DataFrame:
+    store = _store(target)
+    frame = store_queries.latest_records(store, flt)
+    curves = frame.loc[frame["has_losses"].fillna(False).astype(bool), "id"].tolist()
+    losses = {i: loss_curve(r) for i, r in store_queries.record_json(store, curves).items()}
+    return enrich(frame, losses)
+
+
+def load_records(snapshot: Snapshot, flt: RecordFilter) -> pd.DataFrame:
+    """The latest record of each case per device label under the filter (overall, and among the speed-comparable,
+    metered, numerics and loss-curve records), oldest first, with derived columns (:func:`enrich`)."""
+    return _query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _counts(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter, groups: tuple[str, ...],
+            subset: str) -> pd.DataFrame:
+    return store_queries.count_records_by(_store(target), flt, *groups, where=[SUBSETS[subset]])
+
+
+def count_records(snapshot: Snapshot, flt: RecordFilter, *groups: str, subset: str = "all") -> pd.DataFrame:
+    """Record counts per group under the filter; ``subset`` names one of :data:`SUBSETS`."""
+    return _query(snapshot, lambda _store: _counts(snapshot.target, snapshot.fingerprint, flt, groups, subset))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _listed(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter, subset: str,
+            columns: tuple[str, ...] | None, limit: int | None, cases: tuple[str, ...]) -> pd.DataFrame:
+    where = [SUBSETS[subset]]
+    if cases:
+        where.append(store_queries.R.case_key.in_(list(cases)))
+    frame = store_queries.select_records(_store(target), flt, columns, where, limit, newest_first=limit is not None)
+    return frame.iloc[::-1].reset_index(drop=True) if limit is not None else frame
+
+
+def list_records(snapshot: Snapshot, flt: RecordFilter, subset: str = "all", columns: tuple[str, ...] | None = None,
+                 limit: int | None = LIST_LIMIT, cases: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Records under the filter in run order (the newest ``limit`` when given), typed columns only."""
+    return _query(snapshot, lambda _store: _listed(snapshot.target, snapshot.fingerprint, flt, subset, columns,
+                                                   limit, cases))
 
 
 @st.cache_data(show_spinner="Reading run samples...", max_entries=16)
@@ -205,6 +267,16 @@ def load_run_payload(target: str, run_id: str) -> dict[str, Any]:
         raise StoreProblem(str(exc)) from exc
 
 
+def cached(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``st.cache_data`` for a page's own derived table, registered so that "Reload store" clears it too."""
+    wrapped = st.cache_data(show_spinner=False, max_entries=8)(fn)
+    _PAGE_CACHES.append(wrapped)
+    return wrapped
+
+
+_PAGE_CACHES: list[Any] = []
+
+
 def clear_caches() -> None:
-    _load.clear()
-    load_run_payload.clear()
+    for fn in (_catalog, _latest, _counts, _listed, load_run_payload, *_PAGE_CACHES):
+        fn.clear()

@@ -1,6 +1,7 @@
 """The sidebar filters, kept in the page URL so that a view can be shared by copying the address.
 
-URL form: ``?device=NVIDIA H100 80GB HBM3&precision=bf16,fp8_rowwise&runs=RUN_A..RUN_B``. Lists are comma-joined;
+URL form: ``?device=NVIDIA H100 80GB HBM3&precision=bf16,fp8_rowwise&branch=main&runs=RUN_A..RUN_B``. Lists are
+comma-joined;
 an absent key means "everything". A value in the URL that matches nothing in the store is dropped with a warning
 naming it and the accepted values, so a stale link degrades to a wider view instead of an empty one.
 """
@@ -12,8 +13,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 import streamlit as st
 
-# URL key -> slim-frame column filtered on.
-LIST_FILTERS = {"device": "device_label", "workload": "workload", "backend": "backend", "precision": "precision"}
+from fp8bench.store_queries import RecordFilter
+
+# URL key -> column of the store's filter choices (``Snapshot.options``).
+LIST_FILTERS = {"device": "device_label", "workload": "workload", "backend": "backend", "precision": "precision",
+                "branch": "git_branch"}
 RUNS_KEY = "runs"
 _STATE_PREFIX = "filter_"
 
@@ -26,17 +30,15 @@ class Filters:
     workload: tuple[str, ...] = ()
     backend: tuple[str, ...] = ()
     precision: tuple[str, ...] = ()
+    branch: tuple[str, ...] = ()
     run_ids: tuple[str, ...] = field(default=())  # the runs inside the chosen range, () = all
+    run_starts: tuple[str, str] | None = None  # start times of the range's first and last run
 
-    def apply(self, records: pd.DataFrame) -> pd.DataFrame:
-        mask = pd.Series(True, index=records.index)
-        for key, column in LIST_FILTERS.items():
-            chosen = getattr(self, key)
-            if chosen:
-                mask &= records[column].isin(chosen)
-        if self.run_ids:
-            mask &= records["run_id"].isin(self.run_ids)
-        return records[mask]
+    def query(self) -> RecordFilter:
+        """The same choice as a store query filter (the run range as run start times)."""
+        lo, hi = self.run_starts or (None, None)
+        return RecordFilter(device=self.device, workload=self.workload, backend=self.backend,
+                            precision=self.precision, branch=self.branch, started_from=lo, started_to=hi)
 
 
 def _split(value: str | None) -> list[str]:
@@ -78,12 +80,14 @@ def _run_range(runs: pd.DataFrame) -> tuple[str, ...]:
     return tuple(ids[lo:hi + 1]) if (lo, hi) != (0, len(ids) - 1) else ()
 
 
-def render_filters(records: pd.DataFrame, runs: pd.DataFrame) -> Filters:
-    """Draw the sidebar filters and mirror them into the URL."""
+def render_filters(options_frame: pd.DataFrame, runs: pd.DataFrame) -> Filters:
+    """Draw the sidebar filters from the store's filter choices and mirror them into the URL."""
     st.sidebar.subheader("Filters")
     chosen: dict[str, tuple[str, ...]] = {}
     for key, column in LIST_FILTERS.items():
-        options = sorted(str(v) for v in records[column].dropna().unique())
+        options = sorted(str(v) for v in options_frame[column].dropna().unique())
+        if key == "branch" and not options:
+            continue  # runs recorded no branch: no filter to offer
         state_key = _STATE_PREFIX + key
         if state_key not in st.session_state:
             st.session_state[state_key] = _initial(key, options)
@@ -91,7 +95,11 @@ def render_filters(records: pd.DataFrame, runs: pd.DataFrame) -> Filters:
                                                    placeholder="all"))
     run_ids = _run_range(runs)
     _write_url(chosen, (run_ids[0], run_ids[-1]) if run_ids else None)
-    return Filters(**chosen, run_ids=run_ids)
+    starts = None
+    if run_ids:
+        when = runs.set_index("run_id")["started_at"]
+        starts = (str(when[run_ids[0]]), str(when[run_ids[-1]]))
+    return Filters(**chosen, run_ids=run_ids, run_starts=starts)
 
 
 def _write_url(chosen: dict[str, tuple[str, ...]], run_ends: tuple[str, str] | None) -> None:

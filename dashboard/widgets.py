@@ -10,6 +10,7 @@ import streamlit as st
 
 from fp8bench.dashboard.data import FILL_COMMAND, Snapshot
 from fp8bench.dashboard.filters import Filters
+from fp8bench.store_queries import RecordFilter
 
 _VIEW_KEY = "fp8bench_view"
 
@@ -20,7 +21,8 @@ class View:
 
     snapshot: Snapshot
     filters: Filters
-    records: pd.DataFrame  # filtered slim records
+    query: RecordFilter  # the filters as a store query, for pages that read more than the latest records
+    records: pd.DataFrame  # the latest record of each case per device (overall and per subset), filtered
 
 
 def set_view(view: View) -> None:

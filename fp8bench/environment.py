@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from fp8bench.commits import web_url
 from fp8bench.devices import Device, cpu_model
 
 # Environment variables that change which kernels run or how many threads they use.
@@ -55,7 +56,15 @@ def host_alias() -> str:
 
 
 def git_info(path: Path | None = None) -> dict[str, Any]:
-    """Commit, branch and dirty flag of the repository at ``path`` (the working directory by default)."""
+    """Where the measured code came from: commit, branch, dirty flag, and what orders commits on a branch.
+
+    ``first_parent_depth`` is the number of commits on the first-parent chain up to HEAD (``git rev-list --count
+    --first-parent HEAD``): along one branch it grows by one per commit, so it orders nightly runs by commit without
+    trusting clocks; it is ``None`` in a shallow clone, where the count would be wrong. ``commit_time`` is the
+    committer date (ISO 8601), the fallback order. ``remote`` is the ``origin`` URL as a web address with any user
+    name or token removed, for links to the commit. A detached HEAD (CI checkouts) takes its branch from
+    ``$FP8BENCH_GIT_BRANCH`` or the CI's branch variables when set.
+    """
     cwd = str(path or Path.cwd())
 
     def git(*args: str) -> str | None:
@@ -69,7 +78,20 @@ def git_info(path: Path | None = None) -> dict[str, Any]:
     if commit is None:
         return {"commit": None, "branch": None, "dirty": None}
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "branch": git("rev-parse", "--abbrev-ref", "HEAD"), "dirty": bool(status)}
+    branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    if branch in (None, "HEAD"):
+        branch = next((os.environ[v] for v in BRANCH_ENV if os.environ.get(v)), branch)
+    depth = None
+    if git("rev-parse", "--is-shallow-repository") == "false":
+        count = git("rev-list", "--count", "--first-parent", "HEAD")
+        depth = int(count) if count and count.isdigit() else None
+    return {"commit": commit, "branch": branch, "dirty": bool(status), "first_parent_depth": depth,
+            "commit_time": git("show", "-s", "--format=%cI", "HEAD"),
+            "remote": web_url(git("remote", "get-url", "origin"))}
+
+
+# Where CI systems put the branch of a detached checkout (GitHub Actions: HEAD_REF on pull requests).
+BRANCH_ENV = ("FP8BENCH_GIT_BRANCH", "GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BRANCH_NAME")
 
 
 def _version(dist: str) -> str | None:

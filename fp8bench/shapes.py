@@ -41,3 +41,11 @@ def parse_positive(value: str, what: str) -> int:
 def label(shape: Shape) -> str:
     """Canonical text of a shape: ``m=4096,n=4096,k=4096`` (stable, used in keys and tables)."""
     return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def shape_label(shape: str) -> str:
+    """The store's shape text for people: ``m=128,n=256,k=64`` as ``128x256x64``; any other shape unchanged."""
+    parts = dict(p.split("=", 1) for p in shape.split(",") if "=" in p) if isinstance(shape, str) else {}
+    if set(parts) == {"m", "n", "k"}:
+        return f"{parts['m']}x{parts['n']}x{parts['k']}"
+    return str(shape)

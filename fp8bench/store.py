@@ -16,6 +16,12 @@ Schema history:
 * 1: ``meta``, ``runs``, ``records``, ``gate_reports``.
 * 2: ``records.comparability_key`` (:func:`fp8bench.comparability.key_string`), so that the gate and the dashboard
   can select comparable measurements in SQL; filled in for existing records by the migration.
+* 3: typed columns for every record field that is read (:mod:`fp8bench.store_columns`: commit, branch and commit
+  order, timing mode, accumulation, work and ceilings, energy, numerics, convergence verdict), the
+  ``record_phases`` side table (one row per record and phase), ``runs.git_branch``, ``runs.commit_depth`` and
+  ``runs.commit_time``, and indexes for the dashboard's filters and per-case history; back-filled from the record
+  JSON by the migration. The record JSON (raw samples included, kilobytes per record) moves from ``records.data``
+  to its own table, ``record_data``: a scan of the typed columns no longer reads past every record's JSON.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from fp8bench.records import SCHEMA_VERSION, case_key
+from fp8bench.store_columns import RECORD_COLUMNS, phase_rows, record_column_values
 
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
 DEFAULT_DB_NAME = "fp8bench.sqlite"
 
 
@@ -60,6 +67,9 @@ runs_table = sa.Table(
     sa.Column("source", sa.String(32)),  # fp8bench | pytest-benchmark
     sa.Column("schema_version", sa.Integer),
     sa.Column("data", sa.JSON),
+    sa.Column("git_branch", sa.String(200), index=True),  # schema 3
+    sa.Column("commit_depth", sa.Integer),  # schema 3: first-parent depth of git_commit
+    sa.Column("commit_time", sa.String(40)),  # schema 3
 )
 
 records_table = sa.Table(
@@ -88,9 +98,41 @@ records_table = sa.Table(
     sa.Column("rel_err", sa.Float),
     sa.Column("valid", sa.Boolean),
     sa.Column("interpreted", sa.Boolean),
-    sa.Column("data", sa.JSON),
     sa.Column("comparability_key", sa.String(32), index=True),  # schema 2
+    *[sa.Column(c.name, c.type) for c in RECORD_COLUMNS],  # schema 3
     sa.UniqueConstraint("run_id", "seq", name="uq_records_run_seq"),
+)
+
+# Schema 3 indexes: a case's history in time order, covering what the latest-record-per-case query reads (so that
+# query scans the index, not the table: fp8bench.store_queries.latest_records), the run-range filter, and the
+# sidebar's list filters.
+RECORD_INDEXES = {
+    "ix_records_case_history": ("case_key", "device_name", "device", "run_started_at", "seq", "status", "valid",
+                                "interpreted", "median_s", "energy_j", "sqnr_db", "rel_err", "has_losses",
+                                "workload", "backend", "precision", "git_branch"),
+    "ix_records_run_started_at": ("run_started_at",),
+    "ix_records_git_branch": ("git_branch",),
+    "ix_records_workload_precision": ("workload", "precision"),
+}
+for _name, _cols in RECORD_INDEXES.items():
+    sa.Index(_name, *[records_table.c[c] for c in _cols])
+
+# Schema 3: the whole record as JSON (raw samples, telemetry, loss curves), read per run or per record on demand.
+# Schemas 1 and 2 kept it in ``records.data``, where every scan of the records had to step over it.
+record_data_table = sa.Table(
+    "record_data", metadata,
+    sa.Column("record_id", sa.Integer, sa.ForeignKey("records.id"), primary_key=True),
+    sa.Column("data", sa.JSON, nullable=False),
+)
+# The records table as schemas 1 and 2 had it, for the migrations that read its JSON column.
+legacy_records = sa.table("records", sa.column("id", sa.Integer), sa.column("run_id", sa.String),
+                          sa.column("data", sa.JSON), sa.column("comparability_key", sa.String))
+
+record_phases_table = sa.Table(
+    "record_phases", metadata,  # schema 3: one row per record and timed phase
+    sa.Column("record_id", sa.Integer, sa.ForeignKey("records.id"), primary_key=True),
+    sa.Column("phase", sa.String(64), primary_key=True),
+    sa.Column("median_s", sa.Float),  # the phase's median time per call, seconds
 )
 
 gate_reports_table = sa.Table(
@@ -172,17 +214,7 @@ class Store:
                        keys: list[str]) -> int:
         if not rows:
             return 0
-        stmt: Any
-        if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            stmt = pg_insert(table).on_conflict_do_nothing(index_elements=keys)
-        elif conn.dialect.name == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-            stmt = sqlite_insert(table).on_conflict_do_nothing(index_elements=keys)
-        else:  # pragma: no cover - other databases are not supported targets
-            raise StoreError(f"unsupported database dialect {conn.dialect.name}")
+        stmt = _insert_or_skip(conn, table, keys)
         result = conn.execute(stmt.returning(*[table.c[k] for k in keys]), rows)
         return len(result.fetchall())
 
@@ -191,6 +223,8 @@ class Store:
         git = run.get("git") or {}
         row = {"run_id": run["run_id"], "started_at": run.get("started_at"), "finished_at": run.get("finished_at"),
                "status": run.get("status"), "git_commit": git.get("commit"), "git_dirty": git.get("dirty"),
+               "git_branch": git.get("branch"), "commit_depth": git.get("first_parent_depth"),
+               "commit_time": git.get("commit_time"),
                "host": (run.get("host") or {}).get("alias"), "device": run.get("device_spec"),
                "device_name": (run.get("device") or {}).get("name"), "source": source,
                "schema_version": run.get("schema_version", SCHEMA_VERSION), "data": run}
@@ -211,7 +245,23 @@ class Store:
                 stored = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run_id)).scalar()
                 run = _as_dict(stored) if stored is not None else {}
             rows = [_record_row(run_id, r, device_name, run) for r in records]
-            return self._insert_ignore(conn, records_table, rows, ["run_id", "seq"])
+            if not rows:
+                return 0
+            inserted = self._insert_new_records(conn, rows)
+            by_seq = {r.get("seq", 0): r for r in records}
+            if inserted:
+                conn.execute(record_data_table.insert(), [{"record_id": rec_id, "data": by_seq[seq]}
+                                                          for rec_id, seq in inserted])
+            phases = [p for rec_id, seq in inserted for p in phase_rows(rec_id, by_seq[seq])]
+            if phases:
+                conn.execute(record_phases_table.insert(), phases)
+            return len(inserted)
+
+    def _insert_new_records(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
+        """Insert record rows, skipping those already stored; ``(id, seq)`` of each new one."""
+        stmt = _insert_or_skip(conn, records_table, ["run_id", "seq"])
+        result = conn.execute(stmt.returning(records_table.c.id, records_table.c.seq), rows)
+        return [(int(i), int(q)) for i, q in result.fetchall()]
 
     def ingest_run(self, payload: dict[str, Any], source: str = "fp8bench") -> tuple[bool, int]:
         """Store a whole run file's content; returns (run was new, records added). Idempotent."""
@@ -246,10 +296,14 @@ class Store:
 
     def records_frame(self, run_ids: list[str] | None = None, with_data: bool = False,
                       **equals: Any) -> pd.DataFrame:
-        """Records as a DataFrame; filter by run ids and by column equality (``workload="gemm"``)."""
-        cols = [c for c in records_table.columns if with_data or c.name != "data"]
-        stmt = sa.select(*cols, runs_table.c.started_at, runs_table.c.git_commit, runs_table.c.host).join(
-            runs_table, runs_table.c.run_id == records_table.c.run_id)
+        """Records as a DataFrame; filter by run ids and by column equality (``workload="gemm"``). With
+        ``with_data``, a ``data`` column holds each record's whole JSON (raw samples included: slow on many)."""
+        cols: list[Any] = list(records_table.columns)
+        source: Any = records_table.join(runs_table, runs_table.c.run_id == records_table.c.run_id)
+        if with_data:
+            cols.append(record_data_table.c.data)
+            source = source.outerjoin(record_data_table, record_data_table.c.record_id == records_table.c.id)
+        stmt = sa.select(*cols, runs_table.c.started_at, runs_table.c.host).select_from(source)
         if run_ids:
             stmt = stmt.where(records_table.c.run_id.in_(run_ids))
         for name, value in equals.items():
@@ -259,8 +313,7 @@ class Store:
         stmt = stmt.order_by(runs_table.c.started_at, records_table.c.seq)
         with self.engine.connect() as conn:
             rows = conn.execute(stmt).mappings().all()
-        return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in cols] + ["started_at", "git_commit",
-                                                                                        "host"])
+        return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in cols] + ["started_at", "host"])
 
     def gate_reports_frame(self) -> pd.DataFrame:
         with self.engine.connect() as conn:
@@ -273,9 +326,23 @@ class Store:
             run = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run_id)).scalar_one_or_none()
             if run is None:
                 raise StoreError(f"no run {run_id!r} in store {self.url}")
-            recs = conn.execute(sa.select(records_table.c.data).where(records_table.c.run_id == run_id)
-                                .order_by(records_table.c.seq)).scalars().all()
+            recs = conn.execute(sa.select(record_data_table.c.data).join(
+                records_table, records_table.c.id == record_data_table.c.record_id)
+                .where(records_table.c.run_id == run_id).order_by(records_table.c.seq)).scalars().all()
         return {"schema_version": SCHEMA_VERSION, "run": _as_dict(run), "records": [_as_dict(r) for r in recs]}
+
+
+def _insert_or_skip(conn: sa.Connection, table: sa.Table, keys: list[str]) -> Any:
+    """``INSERT ... ON CONFLICT (keys) DO NOTHING`` in the connection's dialect."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing(index_elements=keys)
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing(index_elements=keys)
+    raise StoreError(f"unsupported database dialect {conn.dialect.name}")  # pragma: no cover
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -295,8 +362,8 @@ def _record_row(run_id: str, r: dict[str, Any], device_name: str | None, run: di
             "pct_of_peak": r.get("pct_of_peak"), "energy_j": r.get("energy_j"),
             "tflops_per_w": r.get("tflops_per_w"), "sqnr_db": numerics.get("sqnr_db"),
             "rel_err": numerics.get("rel_err"), "valid": r.get("valid", True),
-            "interpreted": r.get("interpreted", False), "data": r,
-            "comparability_key": key_string(comparability_key(r, run))}
+            "interpreted": r.get("interpreted", False),
+            "comparability_key": key_string(comparability_key(r, run)), **record_column_values(r, run)}
 
 
 # Any fixed 64-bit number: the advisory lock that serializes schema setup across fp8bench processes.
@@ -317,14 +384,70 @@ def _migrate_1_to_2(conn: sa.Connection) -> None:
         conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_records_comparability_key "
                              "ON records (comparability_key)"))
     runs = {rid: _as_dict(data) for rid, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data))}
-    rows = conn.execute(sa.select(records_table.c.id, records_table.c.run_id, records_table.c.data)).all()
+    rows = conn.execute(sa.select(legacy_records.c.id, legacy_records.c.run_id, legacy_records.c.data)).all()
     for rec_id, run_id, data in rows:
         key = key_string(comparability_key(_as_dict(data), runs.get(run_id) or {}))
-        conn.execute(records_table.update().where(records_table.c.id == rec_id).values(comparability_key=key))
+        conn.execute(legacy_records.update().where(legacy_records.c.id == rec_id).values(comparability_key=key))
+
+
+def add_missing_columns(conn: sa.Connection, table: sa.Table) -> list[str]:
+    """``ALTER TABLE ... ADD COLUMN`` for every column of ``table``'s definition the database lacks; their names."""
+    have = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
+    added = []
+    for column in table.columns:
+        if column.name not in have:
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+            added.append(column.name)
+    return added
+
+
+# Rows back-filled per statement by the migration: bounded memory on a store of millions of records.
+_MIGRATION_BATCH = 5000
+
+
+def _migrate_2_to_3(conn: sa.Connection) -> None:
+    """Add the typed record columns, the run columns and the phases table, fill them from the record JSON, and
+    move the JSON from ``records.data`` to ``record_data``."""
+    add_missing_columns(conn, runs_table)
+    add_missing_columns(conn, records_table)
+    record_phases_table.create(conn, checkfirst=True)
+    record_data_table.create(conn, checkfirst=True)
+    for index in records_table.indexes:
+        index.create(conn, checkfirst=True)
+    runs: dict[str, dict[str, Any]] = {}
+    for run_id, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data)).all():
+        runs[run_id] = run = _as_dict(data) or {}
+        git = run.get("git") or {}
+        conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(
+            git_branch=git.get("branch"), commit_depth=git.get("first_parent_depth"),
+            commit_time=git.get("commit_time")))
+    update = records_table.update().where(records_table.c.id == sa.bindparam("record_id")).values(
+        {c.name: sa.bindparam(c.name) for c in RECORD_COLUMNS})
+    last_id = -1
+    while True:
+        batch = conn.execute(sa.select(legacy_records.c.id, legacy_records.c.run_id, legacy_records.c.data)
+                             .where(legacy_records.c.id > last_id).order_by(legacy_records.c.id)
+                             .limit(_MIGRATION_BATCH)).all()
+        if not batch:
+            break
+        values, phases = [], []
+        for rec_id, run_id, data in batch:
+            record = _as_dict(data) or {}
+            values.append({"record_id": rec_id, **record_column_values(record, runs.get(run_id) or {})})
+            phases.extend(phase_rows(rec_id, record))
+        conn.execute(update, values)
+        if phases:
+            conn.execute(_insert_or_skip(conn, record_phases_table, ["record_id", "phase"]), phases)
+        last_id = batch[-1][0]
+    conn.execute(record_data_table.insert().from_select(["record_id", "data"],
+                                                        sa.select(legacy_records.c.id, legacy_records.c.data)))
+    # SQLite rewrites the table without the column (3.35 and later), PostgreSQL drops it in place.
+    conn.execute(sa.text("ALTER TABLE records DROP COLUMN data"))
 
 
 # MIGRATIONS[n] takes a database from schema n to n + 1.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
 
 
 def _readable(url: str, exc: sa.exc.DatabaseError) -> str:

@@ -26,7 +26,8 @@ from fp8bench.store import open_store  # noqa: E402
 
 APP = Path(fp8bench.dashboard.__file__).parent / "app.py"
 TITLES = {"overview": "Overview: does FP8 pay off?", "roofline": "Roofline", "phases": "Phases", "energy": "Energy",
-          "numerics": "Numerics", "history": "History", "compare": "Compare two runs",
+          "numerics": "Numerics", "history": "History by commit", "payoff": "Where FP8 pays off",
+          "compare": "Compare two runs",
           "environment": "Environment"}
 
 
@@ -193,6 +194,38 @@ def test_history_marks_the_gate_verdict(monkeypatch, cpu_run_store):
     assert f"gate: {cpu_run_store['gate_verdict']}" in spec
     reports = at.dataframe[-1].value
     assert list(reports["verdict"]) == [cpu_run_store["gate_verdict"]]
+
+
+def test_history_is_in_commit_order_with_links_and_regressions_lists_the_step(monkeypatch, tmp_path):
+    from tests.test_changes import commit_of, nightly_store
+
+    nightly_store(tmp_path / "store", n=24, slow_from=16)
+    monkeypatch.setenv("FP8BENCH_REPO_URL", "https://git.example.com/fp8bench")
+    at = open_app(monkeypatch, tmp_path / "store", "history")
+    at.selectbox[0].select("median time (s, end-to-end)").run()
+    no_failures(at)
+    points = at.dataframe[0].value
+    assert list(points["position"]) == sorted(points["position"]) and points["position"].max() == 23
+    assert points["commit_url"].iloc[0] == f"https://git.example.com/fp8bench/commit/{commit_of(0)}"
+    ticks = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["xaxis"]["ticktext"]
+    assert ticks[0] == f"<a href='https://git.example.com/fp8bench/commit/{commit_of(0)}'>{commit_of(0)[:7]}</a>"
+    at = open_app(monkeypatch, tmp_path / "store", "regressions")
+    no_failures(at)
+    [change] = at.dataframe[0].value.to_dict("records")
+    assert change["first_bad_commit"] == commit_of(16) and change["last_good_commit"] == commit_of(15)
+    assert change["open"] and change["kind"] == "regression" and change["size"] == pytest.approx(0.3, abs=0.03)
+    assert change["first_bad_link"] == f"https://git.example.com/fp8bench/commit/{commit_of(16)}"
+    assert len(at.get("plotly_chart")) == 1
+
+
+@pytest.mark.slow
+def test_payoff_page_is_the_payoff_verb(monkeypatch, cpu_run_store):
+    at = open_app(monkeypatch, cpu_run_store["dir"], "payoff")
+    no_failures(at)
+    shown = at.dataframe[0].value
+    verb = pd.DataFrame(json.loads(run_cli("payoff", "--results-dir", cpu_run_store["dir"], "--json").stdout)["payoff"])
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True), verb[list(shown.columns)], check_dtype=False)
+    assert set(shown["precision"]) == {"fp8_rowwise"}
 
 
 @pytest.mark.slow

@@ -103,14 +103,15 @@ def _create_v1(url: str) -> None:
 def test_old_schema_is_migrated_forward(store_url):
     _create_v1(store_url)
     store = open_store(store_url)
-    assert store.schema_version == STORE_SCHEMA_VERSION == 2
+    assert store.schema_version == STORE_SCHEMA_VERSION == 3
     frame = store.records_frame(run_ids=["old-run"])
     assert len(frame) == 2 and frame["comparability_key"].notna().all()
     # Migrated keys equal the keys a fresh ingest of the same run computes.
     store.ingest_run({**make_run("old-run-again", n=2)})
     fresh = store.records_frame(run_ids=["old-run-again"])
     assert list(frame["comparability_key"]) == list(fresh["comparability_key"])
-    assert open_store(store_url).schema_version == 2  # reopening does not migrate again
+    assert list(frame["git_commit"]) == ["c0ffee"] * 2 and list(frame["n"]) == [3, 3]  # schema 3, back-filled
+    assert open_store(store_url).schema_version == 3  # reopening does not migrate again
 
 
 def _set_version(url: str, version: int) -> None:
@@ -193,3 +194,76 @@ def test_ingest_cli_refuses_newer_and_corrupt_files_but_keeps_the_rest(tmp_path,
 def test_bad_store_url_is_a_clear_error():
     with pytest.raises(StoreError, match="cannot open store"):
         open_store("nosuchdb://x/y")
+
+
+# A schema-2 store written by fp8bench before schema 3 (two `fp8bench run`s of 128^3 and 256^3 GEMMs in bf16,
+# fp8_rowwise and mxfp8 on the torch and emulated backends, an `fp8bench converge` and an `fp8bench gate`, all
+# on a CPU), kept as made.
+SCHEMA2_STORE = Path(__file__).parent / "data" / "store_schema2.sqlite"
+
+
+def copy_store(source: Path, url: str) -> None:
+    """Copy every table of an SQLite store, as it is (its schema and rows), into the database at ``url``."""
+    from fp8bench.store import normalize_url
+
+    src = sa.create_engine(f"sqlite:///{source}")
+    tables = sa.MetaData()
+    tables.reflect(src)
+    dst = sa.create_engine(normalize_url(url))
+    if dst.dialect.name == "sqlite":
+        Path(dst.url.database).parent.mkdir(parents=True, exist_ok=True)
+    tables.create_all(dst)
+    with src.connect() as read, dst.begin() as write:
+        for table in tables.sorted_tables:
+            rows = [dict(r) for r in read.execute(sa.select(table)).mappings()]
+            if rows:
+                write.execute(table.insert(), rows)
+        if dst.dialect.name == "postgresql":  # rows came with their ids: move the id sequence past them
+            write.execute(sa.text("SELECT setval(pg_get_serial_sequence('records', 'id'), "
+                                  "(SELECT MAX(id) FROM records))"))
+    src.dispose()
+    dst.dispose()
+
+
+def _counts(url: str) -> dict[str, int]:
+    from fp8bench.store import normalize_url
+
+    engine = sa.create_engine(normalize_url(url))
+    with engine.connect() as conn:
+        out = {t: int(conn.execute(sa.text(f"SELECT COUNT(*) FROM {t}")).scalar_one())
+               for t in ("runs", "records", "gate_reports")}
+        out["version"] = int(conn.execute(sa.text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar_one())
+    engine.dispose()
+    return out
+
+
+def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(store_url):
+    from fp8bench.store_columns import RECORD_COLUMNS, record_column_values
+
+    copy_store(SCHEMA2_STORE, store_url)
+    before = _counts(store_url)
+    assert before == {"runs": 3, "records": 26, "gate_reports": 1, "version": 2}
+    store = open_store(store_url)
+    assert store.schema_version == 3
+    assert _counts(store_url) == {**before, "version": 3}
+    frame = store.records_frame(with_data=True)
+    runs = {r.run_id: (json.loads(r.data) if isinstance(r.data, str) else r.data) for r in store.runs_frame().itertuples()}
+    for row in frame.itertuples():
+        record = json.loads(row.data) if isinstance(row.data, str) else row.data
+        expected = record_column_values(record, runs[row.run_id])
+        got = {c.name: getattr(row, c.name) for c in RECORD_COLUMNS}
+        for name, value in expected.items():
+            if value is None:
+                assert got[name] is None or got[name] != got[name], name  # None or NaN
+            else:
+                assert got[name] == pytest.approx(value) if isinstance(value, float) else got[name] == value, name
+    assert set(frame["git_branch"]) == {"main"} and frame["run_started_at"].notna().all()
+    assert frame["has_losses"].sum() == 2 and set(frame.loc[frame["has_losses"], "conv_verdict"]) == {"baseline", "ok"}
+    with store.engine.connect() as conn:
+        phases = conn.execute(sa.text("SELECT COUNT(*) FROM record_phases")).scalar_one()
+    stored = [json.loads(d) if isinstance(d, str) else d for d in frame["data"]]
+    assert phases == sum(len(r.get("phases") or {}) for r in stored) > 0
+    # The migrated store takes new runs, and their typed columns come from the same code.
+    store.ingest_run(make_run("after-migration", n=2))
+    assert _counts(store_url)["records"] == before["records"] + 2
+    assert open_store(store_url).schema_version == 3

@@ -23,10 +23,17 @@ from tests.conftest import skip_or_fail
 from tests.test_store import (  # noqa: F401 - collected again here, against PostgreSQL
     EXPECTED_AFTER_RACE,
     concurrent_ingest,
+    test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record,
     test_gate_reports_round_trip,
     test_ingest_is_idempotent_and_queries_return_frames,
     test_newer_schema_is_refused_with_both_versions,
     test_old_schema_is_migrated_forward,
+)
+from tests.test_store_queries import (  # noqa: F401 - collected again here, against PostgreSQL
+    store,
+    test_filters_counts_and_options,
+    test_fingerprint_moves_with_every_new_run,
+    test_latest_per_class_matches_pandas,
 )
 
 pytestmark = pytest.mark.postgres
@@ -112,6 +119,6 @@ def test_two_concurrent_ingest_processes_into_postgres(tmp_path, store_url):
 def test_postgres_url_is_normalized_to_psycopg3(store_url):
     from fp8bench.store import open_store
 
-    store = open_store(store_url)
-    assert store.engine.dialect.name == "postgresql" and store.engine.dialect.driver == "psycopg"
-    assert "postgresql+psycopg://" in store.url
+    opened = open_store(store_url)
+    assert opened.engine.dialect.name == "postgresql" and opened.engine.dialect.driver == "psycopg"
+    assert "postgresql+psycopg://" in opened.url

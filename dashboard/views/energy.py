@@ -13,17 +13,23 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
+from fp8bench.dashboard.data import count_records
 from fp8bench.dashboard.widgets import current_view, latest_per_case, nothing_selected, table
 
 
-def coverage(records: pd.DataFrame) -> pd.DataFrame:
-    """Records per device by energy outcome: measured, measured but invalid, or not metered (with the reason)."""
-    measured = records["energy_j"].notna()
-    outcome = pd.Series("not metered: " + records["energy_reason"].fillna("no reason stored"), index=records.index)
-    outcome[measured & records["valid"]] = "measured"
-    outcome[measured & ~records["valid"]] = "measured, excluded (invalid)"
-    return (records.assign(outcome=outcome).groupby(["device_label", "outcome"]).size()
-            .rename("records").reset_index())
+def coverage(counts: pd.DataFrame) -> pd.DataFrame:
+    """Records per device by energy outcome: measured, measured but invalid, or not metered (with the reason).
+
+    ``counts`` has one row per (device_label, energy_measured, valid, energy_reason) with its ``records`` count."""
+    if counts.empty:
+        return pd.DataFrame(columns=["device_label", "outcome", "records"])
+    measured = counts["energy_measured"].astype(bool)
+    valid = counts["valid"].astype(bool)
+    outcome = pd.Series("not metered: " + counts["energy_reason"].fillna("no reason stored"), index=counts.index)
+    outcome[measured & valid] = "measured"
+    outcome[measured & ~valid] = "measured, excluded (invalid)"
+    return (counts.assign(outcome=outcome).groupby(["device_label", "outcome"])["records"].sum()
+            .reset_index())
 
 
 def main() -> None:
@@ -33,7 +39,8 @@ def main() -> None:
     if records.empty:
         nothing_selected("measured records")
         return
-    cov = coverage(records)
+    cov = coverage(count_records(view.snapshot, view.query, "device_label", "energy_measured", "valid",
+                                 "energy_reason", subset="measured"))
     fig = px.bar(cov, x="device_label", y="records", color="outcome", labels={"device_label": "device"},
                  title="Energy coverage")
     fig.update_layout(height=320, legend={"orientation": "h", "y": -0.3})

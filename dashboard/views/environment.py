@@ -10,6 +10,7 @@ from __future__ import annotations
 import plotly.express as px
 import streamlit as st
 
+from fp8bench.dashboard.data import LIST_LIMIT, count_records, list_records
 from fp8bench.dashboard.widgets import current_view, nothing_selected, table
 
 STATUS_COLOURS = {"ok": "seagreen", "skipped": "lightgrey", "failed": "crimson", "invalid": "orange"}
@@ -24,7 +25,7 @@ def main() -> None:
     if runs.empty:
         nothing_selected("runs")
         return
-    outcomes = view.records.groupby(["run_id", "status"]).size().rename("records").reset_index()
+    outcomes = count_records(view.snapshot, view.query, "run_id", "status")
     if not outcomes.empty:
         fig = px.bar(outcomes, x="run_id", y="records", color="status", color_discrete_map=STATUS_COLOURS,
                      title="Case outcomes per run")
@@ -34,10 +35,13 @@ def main() -> None:
                 "device_name", "threads", "torch", "cuda_runtime", "python", "triton", "transformer_engine",
                 "torchao", "fp8bench", "os", "energy_method", "suite", "budget_s", "n_records", "source"]], "runs")
     st.subheader("Records that were not measured")
-    not_ok = view.records[view.records["status"] != "ok"]
+    not_ok = list_records(view.snapshot, view.query, subset="not_ok", columns=("run_id", "case_key", "status",
+                                                                                 "reason"))
     if not_ok.empty:
         st.caption("Every selected record was measured.")
     else:
+        if len(not_ok) >= LIST_LIMIT:
+            st.caption(f"The newest {LIST_LIMIT:,} of them; narrow the filters or the run range to see older ones.")
         table(not_ok[["run_id", "case_key", "status", "reason"]], "not_measured")
     run_id = st.selectbox("Full run header", runs["run_id"].tolist()[::-1])
     st.json(runs.set_index("run_id").at[run_id, "header"], expanded=False)

@@ -1,17 +1,24 @@
-"""History: one metric per commit per device, with the regression gate's verdicts marked.
+"""History: one metric per commit along a branch, per device and case, with the gate's verdicts marked.
 
-Each point is a record of one case in one run, placed at the run's start time and labelled with its commit. The
-gate (``fp8bench gate``) compares a candidate run against a base run; its verdict is drawn as a vertical line at
-the candidate run: green pass, red regression, grey inconclusive, black harness error.
+The x-axis is commit order on the chosen branch (first-parent order, :mod:`fp8bench.commits`), not wall-clock
+time: a rerun of an old commit lands on that commit, and nights without a new commit add no gap. Several runs of
+one commit stack at its position. Each tick and each row of the table links to the commit's page (``--repo-url``,
+or the git remote the runs recorded). Long histories are thinned for drawing only: per case, at most
+:data:`MAX_POINTS` points, keeping each stretch's minimum and maximum so that spikes and steps stay visible; the
+table and the CSV keep every point. The regression gate (``fp8bench gate``) draws its verdict at the candidate
+run's commit: green pass, red regression, grey inconclusive, black harness error.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.commits import commit_link, commit_order
+from fp8bench.dashboard.data import commit_url_template, count_records, list_records
 from fp8bench.dashboard.widgets import current_view, nothing_selected, table
 
 METRICS = {"achieved TFLOP/s (end-to-end)": "tflops", "median time (s, end-to-end)": "median_s",
@@ -19,56 +26,106 @@ METRICS = {"achieved TFLOP/s (end-to-end)": "tflops", "median time (s, end-to-en
            "joules per iteration": "energy_j", "TFLOPS per watt": "tflops_per_w"}
 VERDICT_COLOURS = {"pass": "green", "regression": "red", "inconclusive": "grey", "error": "black"}
 SPEED_METRICS = {"tflops", "median_s", "prequant_median_s", "pct_of_peak", "energy_j", "tflops_per_w"}
+POINT_COLUMNS = ("id", "run_id", "seq", "case_key", "device_name", "device", "git_commit", "git_branch",
+                 "commit_depth", "commit_time", "run_started_at", "status", "valid", "interpreted", "backend")
+MAX_POINTS = 600  # per case on the chart: more than a screen's width of markers says nothing more
 _DEFAULT_CASES = 4
+_NO_BRANCH = "(no branch recorded)"
 
 
-def gate_marks(reports: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """Gate reports placed at their candidate run's start time (or, failing that, the report's time)."""
-    if reports.empty:
-        return reports.assign(x=pd.Series(dtype="object"))
-    starts = runs.set_index("run_id")["started_at"]
-    x = reports["cand_run_id"].map(starts).fillna(reports["created_at"])
-    return reports.assign(x=pd.to_datetime(x, utc=True, format="ISO8601"))
+def downsample(points: pd.DataFrame, x: str, y: str, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """At most about ``max_points`` rows: the rows are cut into ``max_points // 2`` stretches along ``x`` and each
+    keeps its lowest and highest ``y`` (min-max decimation: steps and spikes survive, flat noise is thinned)."""
+    if len(points) <= max_points:
+        return points
+    ordered = points.sort_values(x, kind="stable").reset_index(drop=True)
+    bucket = np.arange(len(ordered)) * (max_points // 2) // len(ordered)
+    values = ordered[y].to_numpy(dtype=float)
+    keep = set()
+    for b in np.unique(bucket):
+        idx = np.flatnonzero(bucket == b)
+        finite = idx[np.isfinite(values[idx])]
+        if finite.size:
+            keep.update((int(finite[np.argmin(values[finite])]), int(finite[np.argmax(values[finite])])))
+    return ordered.loc[sorted(keep)]
 
 
-def history_figure(points: pd.DataFrame, metric: str, label: str, marks: pd.DataFrame) -> go.Figure:
-    fig = px.line(points, x="when", y=metric, color="case", line_dash="device_label", markers=True,
-                  hover_data=["commit", "run_id", "backend"], labels={metric: label, "when": "run start"})
+def gate_marks(reports: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Gate reports placed at their candidate run's commit position (reports of runs not shown are dropped)."""
+    if reports.empty or points.empty:
+        return reports.iloc[0:0].assign(x=pd.Series(dtype="float"))
+    where = points.drop_duplicates("run_id").set_index("run_id")["position"]
+    placed = reports.assign(x=reports["cand_run_id"].map(where))
+    return placed[placed["x"].notna()]
+
+
+def history_figure(points: pd.DataFrame, metric: str, label: str, marks: pd.DataFrame,
+                   ticks: pd.DataFrame) -> go.Figure:
+    fig = px.line(points, x="position", y=metric, color="case", line_dash="device_label", markers=True,
+                  hover_data=["commit", "run_id", "backend", "device_label"],
+                  labels={metric: label, "position": "commit (first-parent order on the branch)"})
     for mark in marks.itertuples():
         colour = VERDICT_COLOURS.get(str(mark.verdict), "grey")
         fig.add_vline(x=mark.x, line_color=colour, line_dash="dot")
         fig.add_annotation(x=mark.x, y=1.02, yref="paper", text=f"gate: {mark.verdict}", showarrow=False,
                            font={"color": colour}, textangle=-30)
-    fig.update_layout(height=480, margin={"l": 10, "r": 10, "t": 60, "b": 10}, legend={"orientation": "h",
-                                                                                         "y": -0.25})
+    # Tick labels are the short hashes, each a link to the commit's page when a template is known.
+    step = max(1, len(ticks) // 40)
+    shown = ticks.iloc[::step]
+    fig.update_xaxes(tickmode="array", tickvals=shown["position"].tolist(), ticktext=shown["tick"].tolist(),
+                     tickangle=-45)
+    fig.update_layout(height=520, margin={"l": 10, "r": 10, "t": 60, "b": 10},
+                      legend={"orientation": "h", "y": -0.35})
     return fig
 
 
 def main() -> None:
     view = current_view()
-    st.title("History")
-    label = st.selectbox("Metric", list(METRICS))
+    st.title("History by commit")
+    c1, c2 = st.columns([2, 1])
+    label = c1.selectbox("Metric", list(METRICS))
     metric = METRICS[label]
-    records = view.records[view.records["status"].isin(["ok", "invalid"]) & view.records[metric].notna()]
-    if metric in SPEED_METRICS:  # interpreted and invalid timings are never tracked as speed
-        records = records[records["valid"] & ~records["interpreted"]]
-    if records.empty:
+    subset = "speed" if metric in SPEED_METRICS else "measured"  # interpreted or invalid timings are not speed
+    branches = count_records(view.snapshot, view.query, "git_branch", subset=subset)
+    if branches.empty:
         nothing_selected(f"records with {metric}")
         return
-    counts = records.groupby("case_key").size().sort_values(ascending=False)
-    cases = st.multiselect("Cases", list(counts.index), default=list(counts.index[:_DEFAULT_CASES]))
-    points = records[records["case_key"].isin(cases)].assign(
-        when=lambda f: pd.to_datetime(f["started_at"], utc=True, format="ISO8601"), case=lambda f: f["case_key"])
-    reports = view.snapshot.gate_reports
-    marks = gate_marks(reports, view.snapshot.runs)
-    if view.filters.run_ids and not marks.empty:
-        marks = marks[marks["cand_run_id"].isin(view.filters.run_ids)]
-    if points.empty:
+    branches = branches.assign(name=branches["git_branch"].fillna(_NO_BRANCH)).sort_values("records",
+                                                                                             ascending=False)
+    names = branches["name"].tolist()
+    branch = c2.selectbox("Branch", names, index=names.index("main") if "main" in names else 0)
+    counts = count_records(view.snapshot, view.query, "case_key", "git_branch", subset=subset)
+    counts = counts[counts["git_branch"].fillna(_NO_BRANCH) == branch].sort_values("records", ascending=False)
+    cases = st.multiselect("Cases", counts["case_key"].tolist(), default=counts["case_key"].tolist()[:_DEFAULT_CASES])
+    if not cases:
         nothing_selected("cases")
-    else:
-        st.plotly_chart(history_figure(points, metric, label, marks), key="history_chart")
-        table(points[["started_at", "commit", "device_label", "case_key", metric, "run_id"]], "history")
+        return
+    on_branch = list_records(view.snapshot, view.query, subset=subset, columns=(*POINT_COLUMNS, metric),
+                             limit=None, cases=tuple(cases))
+    on_branch = on_branch[on_branch["git_branch"].fillna(_NO_BRANCH) == branch]
+    points = on_branch[on_branch[metric].notna()].copy()
+    if points.empty:
+        nothing_selected(f"records with {metric} on {branch}")
+        return
+    points["position"] = commit_order(points)
+    points["case"] = points["case_key"]
+    points["commit"] = points["git_commit"].fillna("").astype(str).str.slice(0, 7)
+    template = commit_url_template(view.snapshot.runs)
+    points["commit_url"] = points["git_commit"].map(lambda c: commit_link(template, c))
+    ticks = points.drop_duplicates("position").sort_values("position")[["position", "commit", "commit_url"]]
+    ticks["tick"] = [f"<a href='{u}'>{c or '?'}</a>" if u else (c or "?")
+                     for c, u in zip(ticks["commit"], ticks["commit_url"], strict=True)]
+    drawn = pd.concat([downsample(g, "position", metric) for _, g in points.groupby(["case", "device_label"])])
+    marks = gate_marks(view.snapshot.gate_reports, points)
+    st.plotly_chart(history_figure(drawn.sort_values("position"), metric, label, marks, ticks), key="history_chart")
+    if len(drawn) < len(points):
+        st.caption(f"{len(points):,} points, {len(drawn):,} drawn (each stretch's minimum and maximum kept); "
+                   "the table has them all.")
+    table(points[["position", "commit", "commit_url", "run_started_at", "device_label", "case_key", metric,
+                  "run_id"]].sort_values(["position", "run_started_at"]), "history",
+          commit_url=st.column_config.LinkColumn("commit page", display_text="open"))
     st.subheader("Gate verdicts")
+    reports = view.snapshot.gate_reports
     if reports.empty:
         st.caption("No gate reports stored yet (`fp8bench gate` writes them).")
     else:

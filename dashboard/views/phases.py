@@ -13,7 +13,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from fp8bench.dashboard.data import PHASE_PREFIX
+from fp8bench.dashboard.data import PHASE_PREFIX, phase_columns
 from fp8bench.dashboard.widgets import (
     current_view,
     latest_per_case,
@@ -41,7 +41,7 @@ def main() -> None:
     view = current_view()
     st.title("Phases")
     records = speed_comparable(view.records)
-    phase_cols = [c for c in view.snapshot.phase_columns if records[c].notna().any()] if not records.empty else []
+    phase_cols = [c for c in phase_columns(records) if records[c].notna().any()] if not records.empty else []
     if not phase_cols:
         nothing_selected("measured records with phase timings")
         return

@@ -15,4 +15,6 @@ VERB_MODULES = (
     "fp8bench.commands.compare",
     "fp8bench.commands.ab",
     "fp8bench.commands.dashboard",
+    "fp8bench.commands.changes",
+    "fp8bench.commands.payoff",
 )

@@ -25,13 +25,15 @@ from fp8bench.commands.common import (
 
 NAME = "dashboard"
 HELP = "serve the Streamlit dashboard on a store (127.0.0.1 by default)"
-DESCRIPTION = """Serve the dashboard: speedups per device, roofline, phases, energy, numerics, history with the
-gate's verdicts, run-to-run comparison and environments, read from a store.
+DESCRIPTION = """Serve the dashboard: speedups per device, roofline, phases, energy, numerics, history by commit
+with the gate's verdicts, regressions (change points, newest first), where FP8 pays off, run-to-run comparison and
+environments, read from a store.
 
 examples:
   fp8bench dashboard                                   # ./results/fp8bench.sqlite on http://127.0.0.1:8501
   fp8bench dashboard --results-dir /data/fp8 --port 8600
   fp8bench dashboard --store postgresql://user@db/fp8bench --host 0.0.0.0   # reachable from other machines
+  fp8bench dashboard --repo-url https://github.com/org/repo           # commit links on History and Regressions
 
 Needs the dashboard extra: pip install 'fp8bench[dashboard]'. Stop it with Ctrl-C."""
 EXIT_CODES = ExitCodes((
@@ -44,6 +46,7 @@ DOC = "docs/dashboard.md"
 # The app reads its store from this variable (see fp8bench.dashboard.data.STORE_ENV; not imported here so that
 # `fp8bench --help` never needs streamlit).
 STORE_ENV = "FP8BENCH_DASHBOARD_STORE"
+REPO_URL_ENV = "FP8BENCH_REPO_URL"  # fp8bench.dashboard.data.REPO_URL_ENV
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
     p.add_argument("--port", type=int, default=8501, help="TCP port (default 8501)")
+    p.add_argument("--repo-url", default=None,
+                   help="commit links: a template with {commit} (https://git.example.com/fp8/commit/{commit}) or a "
+                        "repository address (/commit/HASH is appended); default: the git remote the runs recorded")
     p.add_argument("--print-command", action="store_true",
                    help="print the streamlit command line and environment instead of starting the server")
     add_json_flag(p)
@@ -73,12 +79,13 @@ def streamlit_command(args: argparse.Namespace) -> list[str]:
 def execute(args: argparse.Namespace) -> int:
     cmd = streamlit_command(args)
     target = str(store_target(args))
-    env = {**os.environ, STORE_ENV: target}
+    app_env = {STORE_ENV: target, **({REPO_URL_ENV: args.repo_url} if args.repo_url else {})}
+    env = {**os.environ, **app_env}
     if args.print_command or args.json:
         if args.json:
-            print_json({"command": cmd, "env": {STORE_ENV: target}, "url": f"http://{args.host}:{args.port}/"})
+            print_json({"command": cmd, "env": app_env, "url": f"http://{args.host}:{args.port}/"})
         else:
-            print(f"{STORE_ENV}={target} " + " ".join(cmd))
+            print(" ".join(f"{k}={v}" for k, v in app_env.items()) + " " + " ".join(cmd))
         if args.print_command:
             return EXIT_OK
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:

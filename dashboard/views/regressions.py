@@ -1,0 +1,95 @@
+"""Regressions: the commits at which a case's nightly measurements stepped, newest first (``fp8bench changes``).
+
+Each case's history, per environment and branch, in commit order, is cut by PELT (``ruptures``) where the level of
+log(time) changes; a cut is kept when the medians on either side differ by at least the threshold with a bootstrap
+interval excluding 1 and a Mann-Whitney p-value under alpha (:mod:`fp8bench.changes`). A regression is *open*
+while the latest commits are still worse than before it. The chart shows the chosen change's case around it: the
+dashed line falls between the last good and the first bad commit.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from fp8bench.changes import METRICS, ChangeConfig, changes_frame, history_records, store_changes
+from fp8bench.commits import commit_order
+from fp8bench.dashboard.data import cached, commit_url_template, open_for_page
+from fp8bench.dashboard.widgets import current_view, table
+from fp8bench.store_queries import RecordFilter
+
+
+@cached
+def _changes(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter, config: ChangeConfig) -> pd.DataFrame:
+    return changes_frame(store_changes(open_for_page(target), flt, config))
+
+
+@cached
+def _series(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter, key: str,
+            metric: str) -> pd.DataFrame:
+    history = history_records(open_for_page(target), flt, (metric,))
+    history = history.assign(position=commit_order(history))
+    return history[history["comparability_key"] == key]
+
+
+def change_figure(points: pd.DataFrame, change: pd.Series, link: str | None) -> go.Figure:
+    metric = str(change["metric"])
+    per_commit = points.groupby("position").agg(value=(metric, "median"), commit=("git_commit", "first"))
+    fig = go.Figure(go.Scatter(x=per_commit.index, y=per_commit["value"], mode="lines+markers",
+                               text=per_commit["commit"].astype(str).str.slice(0, 7),
+                               hovertemplate="commit %{text}<br>%{y:.4g}<extra></extra>", name=metric))
+    cut = int(change["position"]) - 0.5
+    fig.add_vline(x=cut, line_dash="dash", line_color="crimson" if change["kind"] == "regression" else "seagreen")
+    for start, end, level in ((per_commit.index.min(), cut, change["before"]), (cut, per_commit.index.max(),
+                                                                                  change["after"])):
+        fig.add_trace(go.Scatter(x=[start, end], y=[level, level], mode="lines", showlegend=False,
+                                 line={"color": "grey", "width": 1}))
+    title = f"{change['case_key']} · {change['device']}"
+    fig.update_layout(height=380, title=title, xaxis_title="commit (first-parent order)",
+                      yaxis_title=f"{metric} ({METRICS[metric].unit})", margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    if link:
+        fig.add_annotation(x=cut, y=1.05, yref="paper", showarrow=False,
+                           text=f"<a href='{link}'>first bad {str(change['first_bad_commit'])[:7]}</a>")
+    return fig
+
+
+def main() -> None:
+    view = current_view()
+    st.title("Regressions")
+    c1, c2, c3 = st.columns(3)
+    metric = c1.selectbox("Metric", list(METRICS), index=0)
+    threshold = c2.number_input("Smallest change (fraction)", min_value=0.01, max_value=0.9, value=0.05, step=0.01)
+    show_all = c3.toggle("Also closed regressions and improvements", value=False)
+    config = ChangeConfig(metrics=(metric,), threshold=float(threshold))
+    found = _changes(view.snapshot.target, view.snapshot.fingerprint, view.query, config)
+    shown = found if show_all else found[(found["kind"] == "regression") & found["open"]]
+    template = commit_url_template(view.snapshot.runs)
+    if shown.empty:
+        st.success("No open regression in this selection." if not show_all else "No change in this selection.")
+        st.caption(f"{len(found)} change(s) in all; a change needs {config.min_size} commits on each side, "
+                   f"a step of at least {threshold:.0%} and p < {config.alpha}.")
+        return
+    shown = shown.assign(first_bad_link=shown["first_bad_commit"].map(
+        lambda c: template.replace("{commit}", str(c)) if template and c else None))
+    st.metric("Open regressions", int(((found["kind"] == "regression") & found["open"]).sum()))
+    table(shown[["case_key", "device", "size", "first_bad_commit", "first_bad_link", "last_good_commit", "ci_low",
+                 "ci_high", "p_value", "metric", "branch", "kind", "open", "first_bad_run", "first_bad_started_at"]],
+          "regressions", size=st.column_config.NumberColumn("change", format="percent"),
+          first_bad_commit=st.column_config.TextColumn("first bad", width="small"),
+          last_good_commit=st.column_config.TextColumn("last good", width="small"),
+          first_bad_link=st.column_config.LinkColumn("commit page", display_text="open"),
+          ci_low=st.column_config.NumberColumn("ratio low", format="%.3f"),
+          ci_high=st.column_config.NumberColumn("ratio high", format="%.3f"),
+          p_value=st.column_config.NumberColumn("p", format="%.2g"))
+    labels = [f"{r.first_bad_commit and str(r.first_bad_commit)[:7]} · {r.case_key} · {r.device}"
+              for r in shown.itertuples()]
+    chosen = st.selectbox("Show", range(len(shown)), format_func=lambda i: labels[i])
+    change = shown.iloc[int(chosen)]
+    points = _series(view.snapshot.target, view.snapshot.fingerprint, view.query, change["comparability_key"],
+                     metric)
+    link = change["first_bad_link"] if isinstance(change["first_bad_link"], str) else None
+    st.plotly_chart(change_figure(points, change, link), key="regressions_chart")
+
+
+main()

@@ -1,0 +1,128 @@
+"""`fp8bench changes`: the commits at which a case's nightly measurements stepped, newest first."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fp8bench.commands.common import (
+    BAD_INPUT,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    ExitCodes,
+    UsageError,
+    add_json_flag,
+    add_store_flags,
+    print_json,
+    store_target,
+)
+
+NAME = "changes"
+HELP = "change points in the nightly history: regressions and improvements by commit, newest first"
+DESCRIPTION = """Find the commits at which a case's measurements stepped up or down, per case and environment,
+along each branch (commits in first-parent order), and list them newest first: open regressions by default.
+
+Each series is cut with PELT (the `ruptures` library) on log(metric), then a cut is kept when the medians before
+and after it differ by at least --threshold, with a bootstrap interval that excludes 1 and a one-sided
+Mann-Whitney p-value under --alpha. A regression is open while the latest commits are still worse than the level
+before it. Each change names the last good and the first bad commit. A change needs --min-size commits on each
+side, so one slow night is never reported.
+
+examples:
+  fp8bench changes                                            # open regressions in ./results
+  fp8bench changes --store postgresql://bench@db/fp8bench --branch main --all
+  fp8bench changes --metric median_s energy_j --fail-on-new RUN_ID   # nightly CI: fail on a new regression"""
+EXIT_CODES = ExitCodes((
+    (EXIT_OK, "listed (with --fail-on-new: no open regression first measured after that run)"),
+    (EXIT_REGRESSION, "--fail-on-new found an open regression first measured after that run"),
+    (EXIT_USAGE, BAD_INPUT + "; or the store cannot be read"),
+))
+DOC = "docs/history-and-changes.md"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from fp8bench.changes import DEFAULT_METRICS, METRICS, ChangeConfig
+    from fp8bench.units import fraction_arg
+
+    defaults = ChangeConfig()
+    p.add_argument("--metric", nargs="+", default=list(DEFAULT_METRICS), choices=list(METRICS),
+                   help="metrics to track (default median_s, the end-to-end time)")
+    p.add_argument("--branch", nargs="+", default=[], help="only these branches (default: every branch)")
+    for name in ("device", "workload", "backend", "precision"):
+        p.add_argument(f"--{name}", nargs="+", default=[], help=f"only these {name}s")
+    p.add_argument("--threshold", type=fraction_arg("--threshold"), default=defaults.threshold,
+                   help=f"smallest change reported: 5%% or 0.05 (default {defaults.threshold:.0%})")
+    p.add_argument("--threshold-db", type=float, default=defaults.threshold_db,
+                   help=f"smallest SQNR change reported, dB (default {defaults.threshold_db})")
+    p.add_argument("--alpha", type=float, default=defaults.alpha,
+                   help=f"Mann-Whitney p-value a change must be under (default {defaults.alpha})")
+    p.add_argument("--min-size", type=int, default=defaults.min_size,
+                   help=f"fewest commits on each side of a change (default {defaults.min_size})")
+    p.add_argument("--penalty", type=float, default=defaults.penalty,
+                   help=f"PELT penalty in units of noise^2 x log(n); higher finds fewer (default {defaults.penalty})")
+    p.add_argument("--all", action="store_true", help="also list closed regressions and improvements")
+    p.add_argument("--fail-on-new", metavar="RUN_ID", default=None,
+                   help="exit 1 if an open regression was first measured after this run")
+    add_store_flags(p)
+    add_json_flag(p)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from fp8bench.changes import ChangeConfig
+
+    return ChangeConfig(metrics=tuple(args.metric), threshold=args.threshold, threshold_db=args.threshold_db,
+                        alpha=args.alpha, min_size=args.min_size, penalty=args.penalty)
+
+
+def _since(store: Any, run_id: str) -> str:
+    runs = store.runs_frame()
+    match = runs[runs["run_id"] == run_id]
+    if match.empty:
+        raise UsageError(f"--fail-on-new {run_id}: no such run in store {store.url}")
+    return str(match.iloc[0]["started_at"])
+
+
+def render(changes: list[Any], title: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in ("first bad", "last good", "case", "device", "metric", "change", "interval", "p", "state"):
+        table.add_column(name, overflow="fold")
+    for c in changes:
+        state = "open regression" if c.open else ("regression, fixed since" if c.kind == "regression"
+                                                   else "improvement")
+        unit = "dB" if c.metric == "sqnr_db" else ""
+        size = f"{c.size:+.2f} {unit}" if unit else f"{c.size:+.1%}"
+        table.add_row((c.first_bad_commit or "-")[:10], (c.last_good_commit or "-")[:10], escape(c.case_key), escape(c.device),
+                      c.metric, size, f"[{c.ci_low:.3f}, {c.ci_high:.3f}]", f"{c.p_value:.2g}", state)
+    Console(width=200).print(table)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from fp8bench.changes import new_since, store_changes
+    from fp8bench.store import open_store
+    from fp8bench.store_queries import RecordFilter
+
+    config = _config(args)
+    store = open_store(store_target(args))
+    since = _since(store, args.fail_on_new) if args.fail_on_new else None
+    flt = RecordFilter(device=tuple(args.device), workload=tuple(args.workload), backend=tuple(args.backend),
+                       precision=tuple(args.precision), branch=tuple(args.branch))
+    found = store_changes(store, flt, config)
+    shown = found if args.all else [c for c in found if c.kind == "regression" and c.open]
+    new = new_since(found, since) if since is not None else []
+    summary = {"store": store.url, "changes": len(found), "open_regressions": sum(
+        c.kind == "regression" and c.open for c in found), "shown": len(shown),
+        "new_since": args.fail_on_new, "new_regressions": len(new)}
+    if args.json:
+        print_json({**summary, "list": [c.to_dict() for c in shown], "new": [c.to_dict() for c in new]})
+    else:
+        if shown:
+            render(shown, "Changes, newest first" if args.all else "Open regressions, newest first")
+        else:
+            print("No " + ("change" if args.all else "open regression") + " found.")
+        print_json(summary)
+    return EXIT_REGRESSION if new else EXIT_OK

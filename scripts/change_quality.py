@@ -1,0 +1,100 @@
+#!/usr/bin/env python
+"""Change-point detection quality on synthetic nightly histories with known steps.
+
+Each history is ``--commits`` nightly points of one case, log-normal around 1 ms with the given coefficient of
+variation (the noise levels of the gate study, ``scripts/gate_quality.py``: CV 1% to 5%). A *step* history is
+slower by ``--step`` (10% by default) from a random commit on (at least ``--min-size`` commits from either end);
+a *flat* history never changes. Every history goes through the real detector (:func:`fp8bench.changes.find_changes`:
+PELT from ``ruptures``, then the size, interval and Mann-Whitney filters), as ``fp8bench changes`` runs it.
+
+Reported per CV:
+
+* **detected**: share of step histories where a regression is reported within ``--tolerance`` commits of the
+  true step (its first bad commit);
+* **exact**: share where the first bad commit is exactly the first slowed commit;
+* **false positives**: share of flat histories with any reported change (with a Wilson 95% upper bound), and the
+  extra changes reported in step histories away from the true step, per history.
+
+    python scripts/change_quality.py                        # 60 commits, 10% step, 500 histories per CV
+    python scripts/change_quality.py --step 0.05 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+from gate_quality import lognormal, wilson_upper  # the gate study's noise model and interval
+
+from fp8bench.changes import ChangeConfig, find_changes
+
+
+def history(values: np.ndarray, name: str) -> pd.DataFrame:
+    """One case's history as the store's typed columns would return it (one run per commit)."""
+    n = values.size
+    return pd.DataFrame({
+        "id": range(n), "run_id": [f"{name}-r{i:03d}" for i in range(n)], "seq": 0, "case_key": name,
+        "comparability_key": name, "device_name": "synthetic", "device": "cpu", "device_label": "synthetic",
+        "git_commit": [f"{name}-c{i:03d}" for i in range(n)], "git_branch": "main", "commit_depth": range(1, n + 1),
+        "commit_time": [f"2026-01-01T00:00:{i:02d}" if i < 60 else f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}"
+                        for i in range(n)],
+        "run_started_at": [f"2026-{1 + i // 28:02d}-{1 + i % 28:02d}T02:00:00+00:00" for i in range(n)],
+        "median_s": values})
+
+
+def evaluate(cv: float, args: argparse.Namespace, config: ChangeConfig, rng: np.random.Generator) -> dict:
+    detected = exact = extra = flat_hits = 0
+    for _ in range(args.histories):
+        at = int(rng.integers(config.min_size, args.commits - config.min_size + 1))
+        values = lognormal(rng, cv, (args.commits,), 1e-3)
+        values[at:] *= 1 + args.step
+        found = find_changes(history(values, "step"), config)
+        near = [c for c in found if c.kind == "regression" and abs(c.position - at) <= args.tolerance]
+        detected += bool(near)
+        exact += any(c.position == at for c in near)
+        extra += len(found) - (1 if near else 0)
+        flat_hits += bool(find_changes(history(lognormal(rng, cv, (args.commits,), 1e-3), "flat"), config))
+    n = args.histories
+    return {"cv": cv, "histories": n, "detected": detected / n, "exact": exact / n,
+            "false_positive_flat": flat_hits / n, "false_positive_flat_upper95": wilson_upper(flat_hits, n),
+            "extra_changes_per_step_history": extra / n}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cv", type=float, nargs="+", default=[0.01, 0.02, 0.03, 0.04, 0.05])
+    parser.add_argument("--commits", type=int, default=60, help="commits per history (default 60)")
+    parser.add_argument("--step", type=float, default=0.10, help="relative slowdown of a step (default 0.10)")
+    parser.add_argument("--histories", type=int, default=500, help="histories of each kind per CV (default 500)")
+    parser.add_argument("--tolerance", type=int, default=1, help="commits a detection may be off by (default 1)")
+    parser.add_argument("--threshold", type=float, default=ChangeConfig().threshold)
+    parser.add_argument("--penalty", type=float, default=ChangeConfig().penalty)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    config = ChangeConfig(threshold=args.threshold, penalty=args.penalty)
+    rng = np.random.default_rng(args.seed)
+    started = time.perf_counter()
+    rows = [evaluate(cv, args, config, rng) for cv in args.cv]
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"config": vars(args), "rows": rows, "elapsed_s": round(elapsed, 1)}))
+        return 0
+    print(f"{args.histories} step and {args.histories} flat histories per CV, {args.commits} commits, "
+          f"{args.step:.0%} step, threshold {config.threshold:.0%}, penalty {config.penalty}, "
+          f"min size {config.min_size}, alpha {config.alpha} ({elapsed:.0f} s)")
+    print(f"| CV | detected (within ±{args.tolerance}) | exact commit | false positives (flat histories) | "
+          "upper 95% | extra changes per step history |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['cv']:.0%} | {r['detected']:.1%} | {r['exact']:.1%} | {r['false_positive_flat']:.2%} | "
+              f"{r['false_positive_flat_upper95']:.2%} | {r['extra_changes_per_step_history']:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

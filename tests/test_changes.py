@@ -1,0 +1,157 @@
+"""Change points on constructed nightly histories, and the `fp8bench changes` verb on a store."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fp8bench.changes import ChangeConfig, find_changes, new_since, noise_sigma
+from fp8bench.cli import main
+from fp8bench.store import open_store
+from tests.gate_fixtures import record
+
+
+def history(values, name="gemm[m=64,n=64,k=64] bf16 torch cpu", metric="median_s", branch="main"):
+    n = len(values)
+    return pd.DataFrame({
+        "id": range(n), "run_id": [f"r{i:03d}" for i in range(n)], "seq": 0, "case_key": name,
+        "comparability_key": "key-" + name, "device_name": "Test CPU", "device": "cpu", "device_label": "Test CPU",
+        "git_commit": [f"c{i:03d}" for i in range(n)], "git_branch": branch, "commit_depth": range(1, n + 1),
+        "commit_time": [f"2026-01-{1 + i % 28:02d}T00:00:00+00:00" for i in range(n)],
+        "run_started_at": [f"2026-{1 + i // 28:02d}-{1 + i % 28:02d}T02:00:00+00:00" for i in range(n)],
+        metric: values})
+
+
+def noisy(n, cv=0.01, seed=0, level=1e-3):
+    return level * np.exp(np.random.default_rng(seed).normal(0, cv, n))
+
+
+def test_a_step_is_found_at_its_commit_with_its_size_and_interval():
+    values = noisy(30)
+    values[18:] *= 1.2
+    [change] = find_changes(history(values))
+    assert change.kind == "regression" and change.open
+    assert change.first_bad_commit == "c018" and change.last_good_commit == "c017" and change.position == 18
+    assert change.size == pytest.approx(0.2, abs=0.02)
+    assert change.ci_low > 1.1 and change.ci_high < 1.3 and change.p_value < 0.01
+    assert (change.n_before, change.n_after) == (18, 12) and change.first_bad_run == "r018"
+
+
+def test_flat_noise_reports_nothing_and_a_single_slow_night_is_not_a_change():
+    assert find_changes(history(noisy(40, cv=0.03, seed=1))) == []
+    spike = noisy(40, seed=2)
+    spike[20] *= 3
+    assert find_changes(history(spike)) == []
+
+
+def test_a_step_under_the_threshold_is_not_reported():
+    values = noisy(40, cv=0.002, seed=3)
+    values[20:] *= 1.03
+    assert find_changes(history(values)) == []
+    assert len(find_changes(history(values), ChangeConfig(threshold=0.02))) == 1
+
+
+def test_a_fixed_regression_is_closed_and_a_speedup_is_an_improvement():
+    values = noisy(36, seed=4)
+    values[12:24] *= 1.3
+    changes = find_changes(history(values))
+    assert [(c.kind, c.open, c.position) for c in changes] == [("improvement", False, 24),
+                                                              ("regression", False, 12)]  # newest first
+
+
+def test_sqnr_drop_is_a_regression_in_db():
+    values = 30 + np.random.default_rng(5).normal(0, 0.1, 30)
+    values[15:] -= 3
+    [change] = find_changes(history(values, metric="sqnr_db"), ChangeConfig(metrics=("sqnr_db",)))
+    assert change.kind == "regression" and change.size == pytest.approx(-3, abs=0.3)
+
+
+def test_commit_order_not_run_time_orders_the_history():
+    values = noisy(30, seed=6)
+    values[15:] *= 1.25
+    frame = history(values)
+    # The runs of the slow commits ran first (a backfill), the fast ones later: commit depth still orders them.
+    frame["run_started_at"] = frame["run_started_at"].iloc[::-1].to_numpy()
+    [change] = find_changes(frame)
+    assert change.first_bad_commit == "c015" and change.kind == "regression"
+
+
+def test_series_are_per_branch_and_comparability_key():
+    values = noisy(30, seed=7)
+    values[15:] *= 1.25
+    other = history(noisy(30, seed=8), branch="feature")
+    both = pd.concat([history(values), other], ignore_index=True)
+    [change] = find_changes(both)
+    assert change.branch == "main"
+
+
+def test_new_since_keeps_open_regressions_measured_after_a_run():
+    values = noisy(30, seed=9)
+    values[20:] *= 1.3
+    changes = find_changes(history(values))
+    assert new_since(changes, "2026-01-20T02:00:00+00:00") == changes  # commit 20 ran on 2026-01-21
+    assert new_since(changes, "2026-01-22T02:00:00+00:00") == []
+
+
+def test_noise_estimate_ignores_a_step():
+    y = np.log(noisy(200, cv=0.02, seed=10))
+    stepped = y.copy()
+    stepped[100:] += np.log(1.5)
+    assert noise_sigma(stepped) == pytest.approx(noise_sigma(y), rel=0.05)
+    assert noise_sigma(y) == pytest.approx(0.02, rel=0.2)
+
+
+def test_bad_settings_are_refused_with_the_accepted_values():
+    with pytest.raises(ValueError, match="unknown metric speed; accepted: median_s"):
+        ChangeConfig(metrics=("speed",))
+    with pytest.raises(ValueError, match="min_size 1"):
+        ChangeConfig(min_size=1)
+
+
+def commit_of(night: int) -> str:
+    """A distinct 40-digit commit hash per night (its 7-digit short form differs too)."""
+    return f"{night:07x}" + "0" * 33
+
+
+def nightly_store(path, n=24, slow_from=16, factor=1.3):
+    """A store of ``n`` nightly runs on one branch, one commit each; bf16 slows down from ``slow_from``."""
+    store = open_store(path)
+    rng = np.random.default_rng(11)
+    run_ids = []
+    for i in range(n):
+        run_id = f"night{i:02d}"
+        records = []
+        for seq, (precision, base) in enumerate((("bf16", 1e-3), ("fp32", 2e-3))):
+            level = base * (factor if precision == "bf16" and i >= slow_from else 1)
+            rec = record(64, precision, list(level * np.exp(rng.normal(0, 0.01, 5))))
+            records.append({**rec, "seq": seq})
+        run = {"run_id": run_id, "started_at": f"2026-03-{1 + i:02d}T02:00:00+00:00", "status": "complete",
+               "git": {"commit": commit_of(i), "branch": "main", "dirty": False, "first_parent_depth": 100 + i},
+               "host": {"alias": "h"}, "device": {"name": "Test CPU"}, "device_spec": "cpu",
+               "software": {"torch": "2.13.0"}, "settings": {}}
+        store.ingest_run({"schema_version": 1, "run": run, "records": records})
+        run_ids.append(run_id)
+    return run_ids
+
+
+def test_changes_verb_lists_the_regression_and_fails_on_new(tmp_path, capsys):
+    runs = nightly_store(tmp_path / "store")
+    store = str(tmp_path / "store")
+    assert main(["changes", "--store", store, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["open_regressions"] == 1 and out["shown"] == 1
+    [change] = out["list"]
+    assert change["first_bad_commit"] == commit_of(16) and change["last_good_commit"] == commit_of(15)
+    assert change["case_key"].startswith("gemm[m=64,n=64,k=64] bf16") and change["size"] == pytest.approx(0.3, abs=0.03)
+    assert main(["changes", "--store", store, "--fail-on-new", runs[15]]) == 1
+    printed = capsys.readouterr().out
+    assert "open regression" in printed and commit_of(16)[:10] in printed
+    assert main(["changes", "--store", store, "--fail-on-new", runs[16]]) == 0
+    capsys.readouterr()
+    assert main(["changes", "--store", store, "--fail-on-new", "no-such-run"]) == 2
+    assert "no such run" in capsys.readouterr().err
+    assert main(["changes", "--store", store, "--precision", "fp32", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["changes"] == 0

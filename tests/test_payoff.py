@@ -1,0 +1,76 @@
+"""Where FP8 pays off: the crossover shape, speedups, SQNR cost and energy, and the `fp8bench payoff` verb."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from fp8bench.cli import main
+from fp8bench.payoff import NEVER, payoff_table
+from fp8bench.store import open_store
+from tests.gate_fixtures import payload, record
+
+SIZES = (256, 512, 1024, 2048)
+
+
+def rows(times: dict[str, list[float]], backend="torch", sqnr=None, energy=None, device="GPU X"):
+    out = []
+    for precision, seconds in times.items():
+        for m, t in zip(SIZES, seconds, strict=True):
+            out.append({"device_label": device, "workload": "gemm", "shape": f"m={m},n={m},k={m}",
+                        "shape_label": f"{m}x{m}x{m}", "precision": precision, "backend": backend, "median_s": t,
+                        "flops": 2.0 * m**3, "sqnr_db": (sqnr or {}).get(precision),
+                        "energy_j": (energy or {}).get(precision), "energy_reason": None if energy else "no meter"})
+    return pd.DataFrame(out)
+
+
+def test_pays_off_from_the_smallest_shape_after_which_it_always_wins():
+    # Wins at 256 by luck, loses at 512, wins from 1024 on: the payoff starts at 1024.
+    frame = rows({"bf16": [1.0, 2.0, 4.0, 8.0], "fp8_rowwise": [0.9, 2.5, 3.0, 4.0]},
+                 sqnr={"bf16": 50.0, "fp8_rowwise": 28.5}, energy={"bf16": 2.0, "fp8_rowwise": 1.5})
+    [row] = payoff_table(frame).to_dict("records")
+    assert row["pays_off_from"] == "1024x1024x1024" and row["speedup_there"] == pytest.approx(4 / 3)
+    assert row["largest_shape"] == "2048x2048x2048" and row["speedup_at_largest"] == pytest.approx(2.0)
+    assert row["sqnr_cost_db"] == pytest.approx(21.5) and row["energy_ratio"] == pytest.approx(0.75)
+    assert row["shapes"] == 4 and row["energy_note"] is None
+
+
+def test_never_within_the_measured_shapes_reads_cost_at_the_largest_shape():
+    frame = rows({"bf16": [1.0, 2.0, 4.0, 8.0], "fp8_rowwise": [2.0, 3.0, 9.0, 16.0]},
+                 sqnr={"bf16": 50.0, "fp8_rowwise": 30.0})
+    [row] = payoff_table(frame).to_dict("records")
+    assert row["pays_off_from"] == NEVER and row["speedup_there"] is None
+    assert row["speedup_at_largest"] == pytest.approx(0.5) and row["measured_at"] == "2048x2048x2048"
+    assert row["energy_ratio"] is None and row["energy_note"] == "no energy measurement: no meter"
+
+
+def test_fastest_backend_per_cell_and_the_reference_backend_is_left_out():
+    frame = pd.concat([rows({"bf16": [1, 2, 4, 8], "fp8_rowwise": [2, 3, 5, 9]}),
+                       rows({"fp8_rowwise": [0.5, 1, 2, 4]}, backend="emulated"),
+                       rows({"fp8_rowwise": [2, 3, 3, 7]}, backend="triton")], ignore_index=True)
+    [row] = payoff_table(frame).to_dict("records")
+    assert row["pays_off_from"] == "1024x1024x1024" and row["backend_there"] == "triton"
+
+
+def test_unscaled_precisions_are_not_recipes_and_unpaired_shapes_are_skipped():
+    frame = rows({"bf16": [1, 2, 4, 8], "fp32": [2, 4, 8, 16]})
+    assert payoff_table(frame).empty
+    only_fp8 = rows({"fp8_rowwise": [1, 2, 3, 4]})
+    assert payoff_table(only_fp8).empty
+
+
+def test_payoff_verb_reads_the_latest_valid_records(tmp_path, capsys):
+    store = open_store(tmp_path / "store")
+    recs = []
+    for m, (bf16, fp8) in zip((64, 128), ((1e-3, 2e-3), (4e-3, 3e-3)), strict=True):
+        recs += [record(m, "bf16", [bf16] * 3), record(m, "fp8_rowwise", [fp8] * 3)]
+    store.ingest_run(payload("r1", recs))
+    assert main(["payoff", "--store", str(tmp_path / "store"), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)["payoff"]
+    assert row["pays_off_from"] == "128x128x128" and row["speedup_there"] == pytest.approx(4 / 3)
+    assert row["device"] == "Test CPU" and row["workload"] == "gemm"
+    assert main(["payoff", "--store", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "128x128x128" in out and json.loads(out.strip().splitlines()[-1])["paying_off"] == 1

@@ -67,14 +67,6 @@ def _timing_mode(r: dict[str, Any], _run: dict[str, Any]) -> str | None:
     return r.get("timing_mode") or (r.get("timing") or {}).get("mode")
 
 
-def _accumulation(r: dict[str, Any], _run: dict[str, Any]) -> str | None:
-    """The FP8 GEMM's accumulation (``fp32`` or ``fast``: cuBLASLt's faster, less exact split accumulation)."""
-    if r.get("accumulation") is not None:
-        return str(r["accumulation"])
-    fast = r.get("fast_accum", (r.get("extra") or {}).get("fast_accum"))
-    return None if fast is None else ("fast" if fast else "fp32")
-
-
 def _as_float(read: Reader) -> Reader:
     """Counts that can pass 2**63 (FLOPs of a large training step) are stored as floats."""
     def wrapped(r: dict[str, Any], run: dict[str, Any]) -> float | None:
@@ -96,7 +88,8 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
     RecordColumn("commit_time", sa.String(40), _git("commit_time"), "committer date, ISO 8601"),
     # How it was timed.
     RecordColumn("timing_mode", sa.String(32), _timing_mode, "eager, cuda_graph, ..."),
-    RecordColumn("accumulation", sa.String(16), _accumulation, "FP8 GEMM accumulation: fp32 or fast"),
+    RecordColumn("accumulation", sa.String(16), _field("accumulation"),
+                 "FP8 accumulation: fast_forward (fast accumulation in the forward GEMM) or full"),
     RecordColumn("n", sa.Integer, _field("n"), "samples taken"),
     RecordColumn("iqr_s", sa.Float, _field("iqr_s"), "interquartile range of the samples, s"),
     RecordColumn("rsd", sa.Float, _field("rsd"), "relative spread of the median"),

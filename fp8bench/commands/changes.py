@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for name in ("device", "workload", "backend", "precision"):
         p.add_argument(f"--{name}", nargs="+", default=[], help=f"only these {name}s")
     p.add_argument("--threshold", type=fraction_arg("--threshold"), default=defaults.threshold,
-                   help=f"smallest change reported: 5%% or 0.05 (default {defaults.threshold:.0%})")
+                   help=f"smallest change reported: 5%% or 0.05 (default {defaults.threshold * 100:g}%%)")
     p.add_argument("--threshold-db", type=float, default=defaults.threshold_db,
                    help=f"smallest SQNR change reported, dB (default {defaults.threshold_db})")
     p.add_argument("--alpha", type=float, default=defaults.alpha,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -13,6 +14,7 @@ from fp8bench.dashboard.filters import Filters
 from fp8bench.store_queries import RecordFilter
 
 _VIEW_KEY = "fp8bench_view"
+MAX_POINTS = 600  # per series on a chart: more than a screen's width of markers says nothing more
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,20 @@ def latest_per_case(records: pd.DataFrame) -> pd.DataFrame:
     """The most recent record of each case on each device model (records arrive ordered by run start, then
     position in the run; the case key names the device kind, ``cuda``, so the model name is added)."""
     return records.drop_duplicates(["device_label", "case_key"], keep="last")
+
+
+def downsample(points: pd.DataFrame, x: str, y: str, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """At most about ``max_points`` rows: the rows are cut into ``max_points // 2`` stretches along ``x`` and each
+    keeps its lowest and highest ``y`` (min-max decimation: steps and spikes survive, flat noise is thinned)."""
+    if len(points) <= max_points:
+        return points
+    ordered = points.sort_values(x, kind="stable").reset_index(drop=True)
+    bucket = np.arange(len(ordered)) * (max_points // 2) // len(ordered)
+    values = ordered[y].to_numpy(dtype=float)
+    keep = set()
+    for b in np.unique(bucket):
+        idx = np.flatnonzero(bucket == b)
+        finite = idx[np.isfinite(values[idx])]
+        if finite.size:
+            keep.update((int(finite[np.argmin(values[finite])]), int(finite[np.argmax(values[finite])])))
+    return ordered.loc[sorted(keep)]

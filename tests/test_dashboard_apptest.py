@@ -313,3 +313,16 @@ def test_dashboard_verb_serves_the_app_on_loopback_by_default(tmp_path):
     assert plan["env"] == {STORE_ENV: str(tmp_path)}
     bad = run_cli("dashboard", "--print-command", "--port", "70000", check=False)
     assert bad.returncode == 2 and "--port 70000" in bad.stderr and "1..65535" in bad.stderr
+
+
+def test_downsample_keeps_each_stretchs_extremes_and_the_step():
+    from fp8bench.dashboard.widgets import downsample
+
+    y = [1.0] * 5000 + [2.0] * 5000
+    y[1234] = 9.0  # a spike
+    frame = pd.DataFrame({"position": range(10_000), "median_s": y})
+    drawn = downsample(frame, "position", "median_s", max_points=200)
+    assert len(drawn) <= 200 and drawn["median_s"].max() == 9.0 and set(drawn["median_s"]) == {1.0, 2.0, 9.0}
+    assert list(drawn["position"]) == sorted(drawn["position"])
+    small = frame.iloc[:50]
+    assert downsample(small, "position", "median_s", max_points=200) is small

@@ -11,7 +11,6 @@ run's commit: green pass, red regression, grey inconclusive, black harness error
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
@@ -19,7 +18,7 @@ import streamlit as st
 
 from fp8bench.commits import commit_link, commit_order
 from fp8bench.dashboard.data import commit_url_template, count_records, list_records
-from fp8bench.dashboard.widgets import current_view, nothing_selected, table
+from fp8bench.dashboard.widgets import current_view, downsample, nothing_selected, table
 
 METRICS = {"achieved TFLOP/s (end-to-end)": "tflops", "median time (s, end-to-end)": "median_s",
            "pre-quantized median (s)": "prequant_median_s", "% of peak": "pct_of_peak", "SQNR (dB)": "sqnr_db",
@@ -28,26 +27,8 @@ VERDICT_COLOURS = {"pass": "green", "regression": "red", "inconclusive": "grey",
 SPEED_METRICS = {"tflops", "median_s", "prequant_median_s", "pct_of_peak", "energy_j", "tflops_per_w"}
 POINT_COLUMNS = ("id", "run_id", "seq", "case_key", "device_name", "device", "git_commit", "git_branch",
                  "commit_depth", "commit_time", "run_started_at", "status", "valid", "interpreted", "backend")
-MAX_POINTS = 600  # per case on the chart: more than a screen's width of markers says nothing more
 _DEFAULT_CASES = 4
 _NO_BRANCH = "(no branch recorded)"
-
-
-def downsample(points: pd.DataFrame, x: str, y: str, max_points: int = MAX_POINTS) -> pd.DataFrame:
-    """At most about ``max_points`` rows: the rows are cut into ``max_points // 2`` stretches along ``x`` and each
-    keeps its lowest and highest ``y`` (min-max decimation: steps and spikes survive, flat noise is thinned)."""
-    if len(points) <= max_points:
-        return points
-    ordered = points.sort_values(x, kind="stable").reset_index(drop=True)
-    bucket = np.arange(len(ordered)) * (max_points // 2) // len(ordered)
-    values = ordered[y].to_numpy(dtype=float)
-    keep = set()
-    for b in np.unique(bucket):
-        idx = np.flatnonzero(bucket == b)
-        finite = idx[np.isfinite(values[idx])]
-        if finite.size:
-            keep.update((int(finite[np.argmin(values[finite])]), int(finite[np.argmax(values[finite])])))
-    return ordered.loc[sorted(keep)]
 
 
 def gate_marks(reports: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:

@@ -23,11 +23,17 @@ from fp8bench.shapes import Shape
 
 
 class Workload(ABC):
-    """A computation benchmarked in every precision: its shapes, FLOPs, bytes, inputs and exact reference."""
+    """A computation benchmarked in every precision: its shapes, FLOPs, bytes, inputs and exact reference.
+
+    ``default_shape`` is the shape string measured when the user names the workload without a shape (it must parse
+    with :meth:`parse_shape`; ``fp8bench list workloads`` shows it). Defaults are sized for a CPU: every workload's
+    default finishes in seconds to a minute on two cores.
+    """
 
     name: str
     phases: tuple[str, ...]
     description: str
+    default_shape: str
 
     @abstractmethod
     def parse_shape(self, text: str) -> Shape:
@@ -61,6 +67,11 @@ class Workload(ABC):
         """A smaller shape of the same kind for estimating a big case's cost, or ``None`` if ``shape`` is small."""
         return None
 
+    def trains(self, shape: Shape) -> bool:
+        """Whether a call of ``shape`` runs a backward pass (gradients exist, so FP8 recipes may use E5M2 for
+        them: Transformer Engine's ``HYBRID`` format)."""
+        return False
+
 
 Builder = Callable[[BuildContext], Pipeline]
 SupportCheck = Callable[[Precision, Device], "str | None"]
@@ -68,12 +79,17 @@ SupportCheck = Callable[[Precision, Device], "str | None"]
 
 @dataclass
 class Backend:
-    """A family of kernels. ``availability`` says why it cannot run on a device at all (``None``: it can)."""
+    """A family of kernels. ``availability`` says why it cannot run on a device at all (``None``: it can).
+
+    ``interpreted`` says whether the kernels run under an interpreter on a device (Triton's on the CPU): such a case
+    is checked for correctness only, its pipeline run once, and its timing fields stay empty.
+    """
 
     name: str
     kind: str  # vendor | custom | reference
     description: str
     availability: Callable[[Device], str | None] = lambda device: None
+    interpreted: Callable[[Device], bool] = lambda device: False
     builders: dict[str, tuple[Builder, SupportCheck]] = field(default_factory=dict)
 
     def builder(self, workload: str, supports: SupportCheck | None = None) -> Callable[[Builder], Builder]:

@@ -53,6 +53,9 @@ UNDECIDED = ("inconclusive", "incomparable")
 INFORMATIONAL = ("faster", "same", "new", "removed", "not measured")
 VERDICT_ORDER = (*REGRESSING, *UNDECIDED, "faster", "same", "new", "removed", "not measured")
 
+# The status a side's case takes when it ran under an interpreter (Triton on the CPU): never compared on time.
+INTERPRETED = "interpreted"
+
 # --fail-on: which outcomes fail the job. "inconclusive" (the default) fails on an undecided case as well.
 FAIL_ON = ("inconclusive", "regression")
 
@@ -163,6 +166,10 @@ def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
             entry = cases.setdefault(name, SideCase(name, key))
             if key != entry.key and entry.key_conflict is None:
                 entry.key_conflict = entry.key.differences(key)
+            if record.get("interpreted"):  # an interpreter's timings (if any were kept) are never compared
+                if entry.status == "ok":
+                    entry.status, entry.reason = INTERPRETED, "interpreted: not timed"
+                continue
             if not measured(record, run):
                 if entry.status == "ok":
                     entry.status, entry.reason = record.get("status", "failed"), record.get("reason")
@@ -191,6 +198,12 @@ def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None) -> dic
         return _case_result(case, "removed", "not in the candidate")
     if base is None:
         return _case_result(case, "new", "not in the base")
+    interpreted = [side for side, entry in (("base", base), ("candidate", cand)) if entry.status == INTERPRETED]
+    if len(interpreted) == 2:
+        return _case_result(case, "not measured", "interpreted on both sides: interpreter timings are never compared")
+    if interpreted:
+        return _case_result(case, "incomparable", f"interpreted on the {interpreted[0]} side only: an interpreter's "
+                            "run is checked for correctness, never compared on time")
     for side, entry in (("base", base), ("candidate", cand)):
         if entry.key_conflict:
             return _case_result(case, "incomparable", f"the {side}'s rounds disagree on "

@@ -13,6 +13,11 @@ Per case (see DESIGN, "Measurement method"):
 4. **Check numerics** against the FP64 reference, outside any timed region.
 5. **Meter energy** over a window of repeated calls where a meter exists.
 
+An **interpreted** case (a backend whose kernels run under an interpreter on this device, such as Triton's on the
+CPU) is there to check correctness: its pipeline runs once, at the smallest legal shape of the workload when the
+case's shape is over :data:`INTERPRETED_MAX_FLOPS`, its numerics are recorded, and it ends ``ok`` with every timing
+field empty and the reason :data:`INTERPRETED_REASON`. Its times would be meaningless, so none are taken.
+
 Ctrl-C stops the run between or inside cases; every record finished before it stays in the run file and store.
 """
 
@@ -33,7 +38,7 @@ from fp8bench import environment
 from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
 from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
-from fp8bench.numerics import compare, worst
+from fp8bench.numerics import Numerics, compare, worst
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
 from fp8bench.recipes import Fp8Recipe, Precision, resolve_precision
@@ -49,6 +54,10 @@ PROBE_FLOPS_LEVELS = (2e7, 2e8, 2e9)
 PROBE_BUDGET_SHARE = 0.1
 # The end-to-end samples may use this share of a case's budget; the phases share the rest.
 END_TO_END_BUDGET_SHARE = 0.5
+# An interpreted case over this many FLOPs checks its numerics at the workload's smallest legal shape instead: Triton's
+# CPU interpreter took 4 to 8 s per 256^3 FP8 GEMM on a loaded 2-core machine, and grows with the tile count.
+INTERPRETED_MAX_FLOPS = 2 * 256**3
+INTERPRETED_REASON = "interpreted: not timed"
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,37 @@ class CaseMeasurer:
                 return estimate
         return estimate
 
+    def _numerics(self, case: Case, shape: Shape, pipeline: Pipeline) -> Numerics:
+        """Numerics of a fresh output against the FP64 reference at ``shape`` (outside any timed region)."""
+        output = pipeline.output()
+        self.device.synchronize()
+        stats = pipeline.cast_stats()
+        return compare(output, self._reference_for(case.workload, shape),
+                       worst(*(c.overflow_frac for c in stats.values())),
+                       worst(*(c.underflow_frac for c in stats.values())))
+
+    def _check_interpreted(self, case: Case, seq: int, started: float) -> Record:
+        """Run an interpreted case's pipeline once and record its numerics, with no timing at all."""
+        workload = WORKLOADS.get(case.workload)
+        shape = case.shape
+        if workload.flops(shape) > INTERPRETED_MAX_FLOPS:
+            shape = workload.probe_shape(shape, 0) or shape  # the smallest shape every recipe's tiles accept
+        pipeline = self._build(case, shape, self._inputs_for(case.workload, shape))
+        num = self._numerics(case, shape, pipeline)
+        status, reason, valid = "ok", INTERPRETED_REASON, True
+        notes = list(pipeline.notes)
+        extra = dict(pipeline.extra)
+        if shape != case.shape:
+            notes.append(f"interpreted: numerics checked at {label(shape)}, the smallest legal shape, because "
+                         f"{label(case.shape)} is over the interpreter's limit")
+            extra["numerics_shape"] = dict(shape)
+        if not num.finite:
+            status, valid = "invalid", False
+            reason = f"{reason}; non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf"
+        return self._base(case, seq, status, reason, numerics=num.to_dict(), valid=valid, interpreted=True,
+                          notes=notes, extra=extra, timing={"check_s": time.monotonic() - started},
+                          energy={"method": None, "joules_per_iter": None, "reason": INTERPRETED_REASON})
+
     def _measure(self, case: Case, seq: int, started: float) -> Record:
         s = self.settings
         workload = WORKLOADS.get(case.workload)
@@ -230,6 +270,8 @@ class CaseMeasurer:
         oom = workload.memory_reason(case.shape, case.precision, self.device)
         if oom:  # refused before allocating: on the CPU a real out-of-memory kills the whole process
             return self._base(case, seq, "failed", oom)
+        if backend.interpreted(self.device):
+            return self._check_interpreted(case, seq, started)
         deadline = started + s.budget_s
         min_needed = s.policy.min_samples + s.warmup_iters
 
@@ -285,12 +327,7 @@ class CaseMeasurer:
             prequant = sum(phases[p] for p in pipeline.prequantized_phases)
 
         numerics_started = time.monotonic()
-        output = pipeline.output()
-        self.device.synchronize()
-        stats = pipeline.cast_stats()
-        num = compare(output, self._reference_for(case.workload, case.shape),
-                      worst(*(c.overflow_frac for c in stats.values())),
-                      worst(*(c.underflow_frac for c in stats.values())))
+        num = self._numerics(case, case.shape, pipeline)
         timing["numerics_s"] = time.monotonic() - numerics_started
 
         energy = measure_case_energy(self.meter, pipeline, self.device, e2e.median_s or 0.0, phases,

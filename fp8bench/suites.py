@@ -1,6 +1,7 @@
 """Suite files: named, versioned sets of cases in YAML (``workloads/suites/*.yaml``, or any path).
 
-A suite lists entries, each a workload with shapes (``shapes: [...]`` or ``shape_set: NAME``), precisions and
+A suite lists entries, each a workload with shapes (``shapes: [...]``, ``shape_set: NAME``, or neither for the
+workload's default shape), precisions and
 backends (a list, or ``all``), and optional ``settings`` that override the run's defaults (``budget_s``,
 ``min_samples``, ``min_time_s``, ``max_time_s``, ``target_rse``, ``max_samples``, ``warmup_s``). ``target_rse``, the
 sampling noise target, is a fraction (``0.005``) or a percentage string (``"0.5%"``). Command-line flags override
@@ -16,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from fp8bench.catalog import BACKENDS, load_all
+from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
 from fp8bench.recipes import PRECISIONS
 from fp8bench.units import parse_fraction
 
@@ -93,10 +94,16 @@ def load_suite(name_or_path: str) -> Suite:
             raise SuiteError(f"{origin}: needs a 'workload'")
         if "shape_set" in raw:
             shapes = shape_set(raw["shape_set"])
+        elif "shapes" not in raw:
+            if raw["workload"] not in WORKLOADS:
+                raise SuiteError(f"{origin}: unknown workload {raw['workload']!r}; accepted: "
+                                 f"{', '.join(WORKLOADS.names())}")
+            shapes = [WORKLOADS.get(raw["workload"]).default_shape]
         else:
             shapes = raw.get("shapes")
             if not isinstance(shapes, list) or not shapes:
-                raise SuiteError(f"{origin}: needs 'shapes' (a list) or 'shape_set'")
+                raise SuiteError(f"{origin}: 'shapes' must be a non-empty list (or leave it out for the "
+                                 "workload's default shape)")
         entries.append(SuiteEntry(raw["workload"], [str(s) for s in shapes],
                                   _names(raw.get("precisions"), PRECISIONS.names(), "precisions", origin),
                                   _names(raw.get("backends"), BACKENDS.names(), "backends", origin)))

@@ -33,6 +33,7 @@ TRITON = BACKENDS.add("triton", Backend(
     description="fp8bench's Triton kernels: fused amax/scale/cast quantizers and a scaled FP8 GEMM "
                 "(CUDA: compiled and autotuned; CPU: Triton interpreter, correctness only)",
     availability=lambda device: backend_reason("triton", device),
+    interpreted=lambda device: tk.INTERPRETED,
 ))
 
 GEMM_GRANULARITIES = (Granularity.TENSORWISE, Granularity.ROWWISE, Granularity.BLOCKWISE)
@@ -104,14 +105,14 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     # First call: Triton compiles every kernel and autotunes the GEMM (CUDA). It stays out of the timed samples.
     t0 = time.perf_counter()
     with refusals(f"triton kernels refused {precision.name} on {ctx.device}", (RuntimeError, ValueError)):
-        end_to_end()
+        first_output = end_to_end()
         ctx.device.synchronize()
     first_call_s = time.perf_counter() - t0
 
     extra: dict[str, Any] = {"persistent": persistent}
     notes = ["triton: fused amax/scale/cast quantizers + scaled FP8 GEMM, FP32 accumulate, BF16 out"]
     if tk.INTERPRETED:
-        notes.append("interpreted: Triton's CPU interpreter runs the kernels for correctness; times meaningless")
+        notes.append("interpreted: Triton's CPU interpreter runs the kernels for correctness only")
     else:
         extra["autotune_s"] = first_call_s  # compile + autotune of every kernel, from the first call
         extra["gemm_config"] = tk.best_config()
@@ -119,6 +120,9 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     def stats() -> dict[str, Any]:
         return {"a": cast_stats(a, state["qa"]), "b": cast_stats(b, state["qb"])}
 
-    return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm}, output=end_to_end,
+    # Interpreted, one call costs seconds and checks correctness only: the first call's output is the numerics
+    # output (the runner calls it once), so the case runs its pipeline once.
+    output = (lambda: first_output) if tk.INTERPRETED else end_to_end
+    return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm}, output=output,
                     prequantized_phases=("gemm",), cast_stats=stats, notes=notes, interpreted=tk.INTERPRETED,
                     extra=extra)

@@ -28,8 +28,11 @@ def test_bad_suites_are_explained(tmp_path):
     bad.write_text("name: bad\nsettings: {budget: 3}\ncases: []\n")
     with pytest.raises(SuiteError, match="unknown settings budget; accepted: budget_s"):
         load_suite(str(bad))
-    bad.write_text("cases:\n  - workload: gemm\n")
-    with pytest.raises(SuiteError, match="needs 'shapes'"):
+    bad.write_text("cases:\n  - workload: gemm\n    shapes: []\n")
+    with pytest.raises(SuiteError, match="'shapes' must be a non-empty list"):
+        load_suite(str(bad))
+    bad.write_text("cases:\n  - workload: conv\n")
+    with pytest.raises(SuiteError, match="unknown workload 'conv'; accepted: gemm"):
         load_suite(str(bad))
     bad.write_text("cases: [")
     with pytest.raises(SuiteError, match="cannot read suite"):
@@ -55,3 +58,10 @@ def test_energy_settings_of_a_suite_reach_the_run(tmp_path):
     settings = run_verb._settings(args, overrides)
     assert (settings.energy, settings.clock_floor, settings.strict_clocks, settings.cooldown_s) == (False, 0.8, True,
                                                                                                    0.5)
+
+
+def test_an_entry_without_shapes_runs_the_workloads_default(tmp_path):
+    path = tmp_path / "defaults.yaml"
+    path.write_text("cases:\n  - workload: gemm\n  - workload: transformer_step\n    precisions: [bf16]\n")
+    gemm, step = load_suite(str(path)).entries
+    assert gemm.shapes == ["1024x1024x1024"] and step.shapes == ["tiny"]

@@ -86,6 +86,7 @@ class AttentionBlock(Workload):
     name = "attention"
     phases = ("qkv_proj", "attention", "out_proj", "out_proj_bwd", "attention_bwd", "qkv_proj_bwd")
     description = "x -> fused QKV projection -> scaled-dot-product attention (GQA, causal) -> output projection"
+    default_shape = "tiny"
 
     def parse_shape(self, text: str) -> Shape:
         first = text.split(",")[0].strip()
@@ -111,6 +112,9 @@ class AttentionBlock(Workload):
         values.setdefault("backward", 0)
         values.setdefault("fp8_attn", 0)
         return {k: values[k] for k in _META_KEYS}
+
+    def trains(self, shape: Shape) -> bool:
+        return bool(shape["backward"])
 
     def flops(self, shape: Shape) -> int:
         b, h, s, d, kv = (shape[k] for k in SHAPE_KEYS)

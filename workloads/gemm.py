@@ -36,6 +36,7 @@ class Gemm(Workload):
     name = "gemm"
     phases = ("quantize", "gemm", "epilogue")
     description = "Y = A @ B^T with A [M,K] activations and B [N,K] weights"
+    default_shape = "1024x1024x1024"
 
     def parse_shape(self, text: str) -> Shape:
         m = _MNK.match(text)

@@ -89,12 +89,16 @@ class TransformerStep(Workload):
     name = "transformer_step"
     phases = ("forward", "backward", "optimizer")
     description = "one training step of a GPT-style decoder: forward, loss, backward, clipped AdamW"
+    default_shape = "tiny"
 
     def parse_shape(self, text: str) -> Shape:
         presets = {name: asdict(cfg) for name, cfg in PRESETS.items()}
         _, values = parse_preset_shape(text, presets, "tiny", CONFIG_KEYS, what="transformer_step shape")
         config_of(values)  # validates divisibility and the context limit
         return {k: values[k] for k in CONFIG_KEYS}
+
+    def trains(self, shape: Shape) -> bool:
+        return True
 
     def flops(self, shape: Shape) -> int:
         return model_flops(config_of(shape), backward=True)

@@ -33,7 +33,8 @@ def execute(args: argparse.Namespace) -> int:
 
     load_all()
     data: dict[str, Any] = {
-        "workloads": {n: {"phases": list(w.phases), "description": w.description} for n, w in WORKLOADS.items()},
+        "workloads": {n: {"default_shape": w.default_shape, "phases": list(w.phases), "description": w.description}
+                      for n, w in WORKLOADS.items()},
         "precisions": {n: p.describe() for n, p in PRECISIONS.items()},
         "backends": {n: {"kind": b.kind, "description": b.description, "workloads": list(b.builders)}
                      for n, b in BACKENDS.items()},

@@ -45,9 +45,12 @@ DOC = "docs/method.md"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", help="a built-in suite name (see `fp8bench list suites`) or a path to a YAML file")
-    p.add_argument("--workload", nargs="+", default=None, help="workload name(s) (default: gemm)")
+    p.add_argument("--workload", nargs="+", default=None,
+                   help="workload name(s) (default: gemm); each runs its own default shape unless --shape is given")
     p.add_argument("--shape", nargs="+", default=None,
-                   help="shape(s): MxNxK for gemm or key=value,... (default: 1024x1024x1024)")
+                   help="shape(s) for every workload named: MxNxK or m=..,n=..,k=.. for gemm (B is N x K), "
+                        "key=value,... or a preset for the others (default: each workload's own, see "
+                        "`fp8bench list workloads`)")
     p.add_argument("--shape-set", default=None, help="a named shape set instead of --shape (see `list shape-sets`)")
     p.add_argument("--precision", nargs="+", default=None,
                    help="precision names or 'all' (default: all). See `fp8bench list precisions`")
@@ -101,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Cases, settings overrides and the spec (for the run header) from a suite and/or flags."""
-    from fp8bench.catalog import BACKENDS, load_all
+    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
     from fp8bench.recipes import PRECISIONS
     from fp8bench.suites import load_suite
     from fp8bench.workloads.shape_sets import shape_set
@@ -123,8 +126,9 @@ def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str
                     names(args.backend, BACKENDS.names(), e.backends)) for e in suite.entries]
         spec: dict[str, Any] = {"suite": suite.name, "suite_path": suite.path}
     else:
-        shapes = shape_set(args.shape_set) if args.shape_set else (args.shape or ["1024x1024x1024"])
-        entries = [(w, shapes, names(args.precision, PRECISIONS.names(), PRECISIONS.names()),
+        shapes = shape_set(args.shape_set) if args.shape_set else args.shape
+        entries = [(w, shapes or [WORKLOADS.get(w).default_shape],
+                    names(args.precision, PRECISIONS.names(), PRECISIONS.names()),
                     names(args.backend, BACKENDS.names(), ["torch"])) for w in (args.workload or ["gemm"])]
         spec = {"suite": None}
     spec["entries"] = [{"workload": w, "shapes": s, "precisions": p, "backends": b} for w, s, p, b in entries]

@@ -9,8 +9,9 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
 * CUDA runtime torch was built with and the torch version (``run.software``);
 * power limit in watts and clock policy (``run.gpu``: a locked-clock run and a boost-clock run differ by design);
 * the case itself (workload, shape, precision with its FP8 format, device kind) and its backend;
-* a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, and
-  the run settings that change the measured region: L2 flushing, the input seed and the CPU thread count).
+* a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, its
+  delayed-scaling settings if any, and the run settings that change the measured region: L2 flushing, the input
+  seed and the CPU thread count).
 
 Fields such as the host name, the git commit, the date or the sampling policy are deliberately left out: the gate
 compares commits, possibly on different runners of one pool, and a sampling policy changes how many samples are
@@ -74,6 +75,8 @@ def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
         # Full-precision accumulation runs another kernel. Only the non-default mode enters the hash, so keys of
         # records made before accumulation was recorded (all in the default mode) stay what they were.
         definition["accumulation"] = "full"
+    if record.get("delayed_scaling"):  # history, amax algorithm and margin change what a delayed case computes
+        definition["delayed_scaling"] = record["delayed_scaling"]
     text = json.dumps(definition, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

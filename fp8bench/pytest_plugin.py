@@ -105,7 +105,7 @@ def fp8bench_case(request: pytest.FixtureRequest) -> Callable[..., dict[str, Any
     quick = bench is None or bool(getattr(bench, "disabled", True))
     used: list[bool] = []
 
-    def measure(workload: str, shape: str, precision: str, backend: str = "torch", fp8_format: str = "e4m3",
+    def measure(workload: str, shape: str, precision: str, backend: str = "torch", fp8_format: str | None = None,
                 **extra: Any) -> dict[str, Any]:
         from fp8bench.runner import expand_cases
 

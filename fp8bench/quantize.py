@@ -116,18 +116,28 @@ def quantize_mx(x: torch.Tensor, fmt: Fp8Format, block_size: int = 32) -> Quanti
 class AmaxHistory:
     """Delayed-scaling state for one tensor: a ring of the last ``length`` amaxes.
 
-    The scale for iteration ``t`` comes from ``max(history)`` over iterations ``< t``; the current amax is pushed
-    afterwards. Before the first push there is no history, so the first call falls back to current scaling (the
-    warm-up iterations of a benchmark fill the history before timing starts).
+    The scale for iteration ``t`` comes from the amaxes of iterations ``< t``: their maximum (``algo="max"``,
+    Transformer Engine's default) or the latest one (``"most_recent"``); the current amax is pushed afterwards.
+    Before the first push there is no history, so the first call falls back to current scaling (the warm-up
+    iterations of a benchmark fill the history before timing starts).
     """
 
-    def __init__(self, length: int, margin: int = 0) -> None:
+    def __init__(self, length: int, margin: int = 0, algo: str = "max") -> None:
+        if algo not in ("max", "most_recent"):
+            raise ValueError(f"amax algorithm {algo!r}; accepted: max, most_recent")
         self.history = torch.zeros(length)
         self.margin = margin
+        self.algo = algo
         self.count = 0
 
+    def amax(self) -> torch.Tensor:
+        """The amax the next scale is derived from (call only after a push)."""
+        if self.algo == "most_recent":
+            return self.history[(self.count - 1) % len(self.history)]
+        return self.history.max()
+
     def scale(self, fmt: Fp8Format) -> torch.Tensor | None:
-        return None if self.count == 0 else scale_from_amax(self.history.max(), fmt, self.margin)
+        return None if self.count == 0 else scale_from_amax(self.amax(), fmt, self.margin)
 
     def push(self, amax: torch.Tensor) -> None:
         self.history = self.history.to(amax.device)
@@ -159,7 +169,7 @@ def quantizer_for(recipe: Fp8Recipe, role: str, fmt: Fp8Format | None = None) ->
     fmt = fmt or recipe.forward_format
     g = recipe.granularity
     if g is Granularity.TENSORWISE and recipe.delayed:
-        history = AmaxHistory(recipe.amax_history_len, recipe.margin)
+        history = AmaxHistory(recipe.amax_history_len, recipe.margin, recipe.amax_compute_algo)
         return lambda x: quantize_delayed(x, fmt, history)
     if g is Granularity.TENSORWISE:
         return lambda x: quantize_tensorwise(x, fmt)

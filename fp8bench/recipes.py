@@ -9,8 +9,10 @@ that is what ``torch._scaled_mm`` consumes. Recipes differ in how many values sh
   Cheap, but one outlier shrinks the resolution of every other value.
 * ``fp8_delayed``: one scale per tensor from the *history* of amaxes seen on earlier iterations (Transformer
   Engine's default). The amax reduction leaves the critical path, but the scale lags: a tensor whose range jumps
-  overflows until the history catches up. ``amax_history_len`` and ``margin`` (extra headroom, in powers of two)
-  tune that trade.
+  overflows until the history catches up. ``amax_history_len``, ``amax_compute_algo`` (``max`` of the history, or
+  its ``most_recent`` entry) and ``margin`` (extra headroom, in powers of two) tune that trade. Their defaults are
+  Transformer Engine's ``DelayedScaling`` defaults (:data:`TE_DELAYED_SCALING_DEFAULTS`), and so is the format:
+  ``HYBRID`` (E4M3 forward, E5M2 gradients) on workloads that train, E4M3 on forward-only ones.
 * ``fp8_rowwise``: one scale per row of the activation and per output column of the weight (DeepSeek-V3,
   torchao's rowwise recipe).
 * ``fp8_blockwise``: one scale per 1x128 tile of activations and per 128x128 tile of weights (DeepSeek-V3's recipe;
@@ -99,6 +101,15 @@ class FloatPrecision:
         return f"{self.name}: {'TF32 tensor-core' if self.tf32 else self.dtype_name} GEMM"
 
 
+# Transformer Engine's DelayedScaling defaults (transformer_engine/common/recipe/__init__.py, class DelayedScaling:
+# margin: int = 0, fp8_format: Format = Format.HYBRID, amax_history_len: int = 1024,
+# amax_compute_algo = "max"; the same in TE 1.x and 2.x). fp8_delayed follows them unless told otherwise.
+TE_DELAYED_SCALING_DEFAULTS: dict[str, object] = {
+    "amax_history_len": 1024, "amax_compute_algo": "max", "margin": 0, "fp8_format": "hybrid"}
+# TE's own choices for amax_compute_algo (a callable is TE-only).
+AMAX_COMPUTE_ALGOS = ("max", "most_recent")
+
+
 @dataclass(frozen=True)
 class Fp8Recipe:
     """An FP8 scaling recipe. Frozen: a run's recipe cannot change under it; use :meth:`with_options`."""
@@ -107,8 +118,9 @@ class Fp8Recipe:
     granularity: Granularity
     fp8_format: Fp8FormatChoice = Fp8FormatChoice.E4M3
     delayed: bool = False
-    amax_history_len: int = 16  # iterations remembered by delayed scaling (TE's default is 1024; 16 lags less)
-    margin: int = 0  # extra headroom for delayed scaling: scale grows by 2**margin
+    amax_history_len: int = 1024  # iterations remembered by delayed scaling (TE's DelayedScaling default)
+    amax_compute_algo: str = "max"  # "max" of the history or its "most_recent" entry (TE's default: max)
+    margin: int = 0  # extra headroom for delayed scaling: scale grows by 2**margin (TE's default: 0)
     activation_block: tuple[int, int] = (1, 128)  # blockwise tile of the left operand (rows x cols)
     weight_block: tuple[int, int] = (128, 128)  # blockwise tile of the right operand
     mx_block: int = 32  # elements per E8M0 scale along the reduction dimension (OCP MX spec)
@@ -125,6 +137,9 @@ class Fp8Recipe:
             raise ValueError(f"{self.name}: delayed scaling is defined per tensor only")
         if self.amax_history_len < 1:
             raise ValueError(f"{self.name}: amax_history_len must be >= 1, got {self.amax_history_len}")
+        if self.amax_compute_algo not in AMAX_COMPUTE_ALGOS:
+            raise ValueError(f"{self.name}: amax_compute_algo {self.amax_compute_algo!r}; accepted: "
+                             f"{', '.join(AMAX_COMPUTE_ALGOS)}")
         if not -8 <= self.margin <= 8:
             raise ValueError(f"{self.name}: margin is a power-of-two headroom in [-8, 8], got {self.margin}")
         for block in (self.activation_block, self.weight_block):
@@ -178,7 +193,8 @@ class Fp8Recipe:
                Granularity.BLOCKWISE: f"{self.activation_block[0]}x{self.activation_block[1]} / "
                f"{self.weight_block[0]}x{self.weight_block[1]} block",
                Granularity.MX: f"{self.mx_block}-element E8M0"}[self.granularity]
-        scaling = f"delayed (history {self.amax_history_len}, margin {self.margin})" if self.delayed else "current"
+        scaling = (f"delayed (history {self.amax_history_len}, amax {self.amax_compute_algo}, margin {self.margin})"
+                   if self.delayed else "current")
         accum = "fast accumulation in the forward GEMM" if self.fast_accum else "full-precision accumulation"
         return f"{self.name}: {self.fp8_format.value}, {how} scales, {scaling} scaling, {accum}"
 
@@ -200,12 +216,26 @@ for _p in (
     PRECISIONS.add(_p.name, _p)
 
 
-def resolve_precision(name: str, fp8_format: str = "e4m3", amax_history_len: int | None = None,
-                      margin: int | None = None, fast_accum: bool | None = None) -> Precision:
-    """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones)."""
+def default_fp8_format(recipe: Fp8Recipe, trains: bool) -> str:
+    """The FP8 format a recipe takes when the user names none: Transformer Engine's ``DelayedScaling`` default,
+    ``hybrid``, for delayed scaling on a workload with a backward pass (elsewhere hybrid and E4M3 are the same
+    forward format, and E4M3 is what is recorded); E4M3 for every other recipe, as before."""
+    return str(TE_DELAYED_SCALING_DEFAULTS["fp8_format"]) if recipe.delayed and trains else "e4m3"
+
+
+def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_len: int | None = None,
+                      margin: int | None = None, fast_accum: bool | None = None, amax_compute_algo: str | None = None,
+                      trains: bool = False) -> Precision:
+    """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones).
+
+    ``fp8_format=None`` takes the recipe's default (:func:`default_fp8_format`, which depends on ``trains``:
+    whether the workload runs a backward pass).
+    """
     precision = PRECISIONS.get(name)
     if not isinstance(precision, Fp8Recipe):
         return precision
+    if fp8_format is None:
+        fp8_format = default_fp8_format(precision, trains)
     try:
         choice = Fp8FormatChoice(fp8_format)
     except ValueError:
@@ -218,4 +248,15 @@ def resolve_precision(name: str, fp8_format: str = "e4m3", amax_history_len: int
         changes["margin"] = margin
     if fast_accum is not None:
         changes["fast_accum"] = fast_accum
+    if amax_compute_algo is not None:
+        changes["amax_compute_algo"] = amax_compute_algo
     return precision.with_options(**changes)
+
+
+def delayed_scaling_settings(precision: Precision) -> dict[str, object]:
+    """What a record keeps of a delayed-scaling recipe: history length (iterations), amax algorithm, margin
+    (powers of two). Empty for every other precision."""
+    if not isinstance(precision, Fp8Recipe) or not precision.delayed:
+        return {}
+    return {"amax_history_len": precision.amax_history_len, "amax_compute_algo": precision.amax_compute_algo,
+            "margin": precision.margin}

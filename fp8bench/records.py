@@ -26,6 +26,9 @@ class Record:
     reason: str | None = None
     fp8_format: str | None = None
     accumulation: str | None = None  # FP8 only: fast_forward (fast accumulation in the forward GEMM) | full
+    # fp8_delayed only: the delayed-scaling settings the record was measured with: amax_history_len (iterations),
+    # amax_compute_algo ("max" | "most_recent"), margin (powers of two of headroom). Empty for other precisions.
+    delayed_scaling: dict[str, Any] = field(default_factory=dict)
     samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
     median_s: float | None = None  # end-to-end median, seconds
     iqr_s: float | None = None

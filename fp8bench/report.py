@@ -59,8 +59,30 @@ def phase_split(record: dict[str, Any]) -> str:
     return " ".join(f"{short.get(k, k)}{100 * v / total:.0f}%" for k, v in phases.items())
 
 
+def delayed_scaling_header(records: list[dict[str, Any]]) -> str | None:
+    """One line naming the delayed-scaling settings and FP8 formats the run's ``fp8_delayed`` records used, or
+    ``None`` when there are none: those settings change the numbers, so the table says them up front."""
+    from fp8bench.recipes import TE_DELAYED_SCALING_DEFAULTS
+
+    delayed = [r for r in records if r.get("delayed_scaling")]
+    if not delayed:
+        return None
+    settings = sorted({tuple(sorted(r["delayed_scaling"].items())) for r in delayed})
+    texts = [f"amax history {d['amax_history_len']}, amax {d['amax_compute_algo']}, margin {d['margin']}"
+             for d in map(dict, settings)]
+    te = all(TE_DELAYED_SCALING_DEFAULTS[k] == v for s in settings for k, v in s)
+    formats: dict[str, set[str]] = {}
+    for r in delayed:
+        formats.setdefault(str(r.get("fp8_format")), set()).add(r["workload"])
+    where = ", ".join(f"{fmt} on {', '.join(sorted(ws))}" for fmt, ws in sorted(formats.items()))
+    return (f"fp8_delayed: {'; '.join(texts)}{' (Transformer Engine DelayedScaling defaults)' if te else ''}; "
+            f"format {where}")
+
+
 def render_table(records: list[dict[str, Any]], baseline: str, console: Console, title: str = "") -> None:
     index = baseline_index(records, baseline)
+    header = delayed_scaling_header(records)
+    title = "\n".join(filter(None, [title, header]))
     table = Table(title=title or None, show_lines=False, header_style="bold")
     columns: tuple[tuple[str, Literal["left", "right"]], ...] = (("workload", "left"), ("shape", "left"), ("precision", "left"), ("backend", "left"),
                          ("status", "left"), ("e2e ms", "right"), ("pre-q ms", "right"), ("TFLOP/s", "right"),

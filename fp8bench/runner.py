@@ -41,7 +41,7 @@ from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy,
 from fp8bench.numerics import Numerics, compare, worst
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
-from fp8bench.recipes import Fp8Recipe, Precision, resolve_precision
+from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, resolve_precision
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.runfile import RunFileWriter
 from fp8bench.shapes import Shape, label
@@ -69,10 +69,11 @@ class RunSettings:
     warmup_iters: int = 2
     seed: int = 0
     threads: int | None = None
-    fp8_format: str = "e4m3"
+    fp8_format: str | None = None  # None: each recipe's default (recipes.default_fp8_format)
     fast_accum: tuple[bool, ...] = (True,)  # FP8 forward accumulation modes to sweep (True: fast, the default)
-    amax_history_len: int | None = None
+    amax_history_len: int | None = None  # None: the recipe's (TE's DelayedScaling defaults, see recipes.py)
     margin: int | None = None
+    amax_compute_algo: str | None = None
     flush_l2: bool = True
     phases: bool = True
     energy: bool = True
@@ -117,12 +118,6 @@ def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[
     """Every combination of (workload, shape) x precision (x accumulation mode, for FP8) x backend. Raises on
     unknown names or bad shapes."""
     load_all()
-    resolved: list[Precision] = []
-    for p in precisions:
-        for fast in settings.fast_accum:
-            precision = resolve_precision(p, settings.fp8_format, settings.amax_history_len, settings.margin, fast)
-            if precision not in resolved:  # float precisions have no accumulation switch: once each
-                resolved.append(precision)
     for b in backends:
         BACKENDS.get(b)
     cases = []
@@ -130,6 +125,15 @@ def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[
         workload = WORKLOADS.get(workload_name)
         shapes = [workload.parse_shape(s) for s in shape_texts]
         for shape in shapes:
+            # A recipe's default FP8 format depends on whether the workload trains (recipes.default_fp8_format).
+            resolved: list[Precision] = []
+            for p in precisions:
+                for fast in settings.fast_accum:
+                    precision = resolve_precision(p, settings.fp8_format, settings.amax_history_len,
+                                                  settings.margin, fast, settings.amax_compute_algo,
+                                                  workload.trains(shape))
+                    if precision not in resolved:  # float precisions have no accumulation switch: once each
+                        resolved.append(precision)
             for precision in resolved:
                 for backend in backends:
                     cases.append(Case(workload_name, shape, precision, backend))
@@ -175,6 +179,7 @@ class CaseMeasurer:
         return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
                       backend=case.backend, device=str(self.device), status=status, reason=reason,
                       fp8_format=fp8.fp8_format.value if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
+                      delayed_scaling=delayed_scaling_settings(case.precision),
                       flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
                       seq=seq, **fields)
 

@@ -10,8 +10,8 @@ workload's own, so every backend computes the same model). fp8bench precisions m
 =================  ==========================  ===================================================================
 fp8bench           TE recipe                   notes
 =================  ==========================  ===================================================================
-``fp8_delayed``    ``DelayedScaling``          ``amax_history_len`` and ``margin`` from the precision,
-                                               ``amax_compute_algo="max"``
+``fp8_delayed``    ``DelayedScaling``          ``amax_history_len``, ``amax_compute_algo`` and ``margin`` from the
+                                               precision (TE's own defaults unless overridden)
 ``fp8_tensorwise`` ``Float8CurrentScaling``    per-tensor scale from the current amax (TE 2.2+)
 ``fp8_blockwise``  ``Float8BlockScaling``      1x128 activations, 128x128 weights (TE 2.3+, Hopper, CUDA 12.9+)
 ``mxfp8``          ``MXFP8BlockScaling``       32-element E8M0 blocks (TE 2.0+, compute capability 10.x-11.x)
@@ -106,7 +106,7 @@ def te_recipe_spec(precision: Precision) -> TERecipeSpec | None:
                               "recipe field turns it off")
         return TERecipeSpec("DelayedScaling", {**fmt, "margin": precision.margin,
                                                "amax_history_len": precision.amax_history_len,
-                                               "amax_compute_algo": "max"})
+                                               "amax_compute_algo": precision.amax_compute_algo})
     if g is Granularity.TENSORWISE:
         # fp8_gemm_fprop's use_split_accumulator=False is TE's fast accumulation (its default in this recipe).
         accum = {} if precision.fast_accum else {"fp8_gemm_fprop": {"use_split_accumulator": True}}

@@ -69,7 +69,7 @@ def operand_quantizer(recipe: Fp8Recipe, role: str = "lhs") -> Any:
         block = recipe.activation_block if role == "lhs" else recipe.weight_block
         return lambda x: tk.quantize_blockwise(x, fmt, block)
     if recipe.delayed:
-        history = AmaxHistory(recipe.amax_history_len, recipe.margin)
+        history = AmaxHistory(recipe.amax_history_len, recipe.margin, recipe.amax_compute_algo)
 
         def delayed(x: torch.Tensor) -> Quantized:
             # Before the first push there is no history: current scaling with the margin, as the shared quantizer.

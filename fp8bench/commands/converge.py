@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="emulated",
                    help="backend whose layers train: emulated (default; any recipe, any device) or torch (native "
                         "FP8 GEMMs; on the CPU only rowwise is fast)")
-    p.add_argument("--fp8-format", default="e4m3", choices=["e4m3", "e5m2", "hybrid"], help="FP8 element format")
+    p.add_argument("--fp8-format", default=None, choices=["e4m3", "e5m2", "hybrid"],
+                   help="FP8 element format (default: each recipe's; fp8_delayed trains in hybrid, TE's default)")
     p.add_argument("--no-control", action="store_true", help="skip the fp8_unscaled negative control")
     p.add_argument("--window", type=int, default=10, help="smoothing window in steps (default 10)")
     p.add_argument("--tolerance", type=fraction_arg("--tolerance"), default=0.05,
@@ -103,7 +104,7 @@ def execute(args: argparse.Namespace) -> int:
         raise UsageError(f"backend {args.backend!r} cannot train the decoder; accepted: {', '.join(LAYER_CONVERTERS)}")
     shape = WORKLOADS.get("transformer_step").parse_shape(args.shape)
     names = [BASELINE, *[p for p in (args.precision or DEFAULT_PRECISIONS) if p != BASELINE]]
-    precisions = [resolve_precision(n, args.fp8_format) for n in names]
+    precisions = [resolve_precision(n, args.fp8_format, trains=True) for n in names]
     device = resolve_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -144,7 +145,8 @@ def execute(args: argparse.Namespace) -> int:
             verdict = baseline_verdict(curve, settings) if baseline is None else assess(curve, baseline, settings)
             if baseline is None:
                 baseline = curve
-            fmt = args.fp8_format if isinstance(precision, Fp8Recipe) else ("e4m3" if name == BROKEN else None)
+            fmt = precision.fp8_format.value if isinstance(precision, Fp8Recipe) else (
+                "e4m3" if name == BROKEN else None)
             record = curve_record(curve, verdict, shape, device, settings, seq, fmt)
             records.append(record)
             writer.append(record)

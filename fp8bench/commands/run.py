@@ -59,14 +59,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default="bf16", help="precision the speedups are relative to (default bf16)")
     p.add_argument("--device", default="auto", help="auto (default: cuda:0 if present, else cpu), cpu, cuda, cuda:N")
     p.add_argument("--budget", type=float, default=None, help="wall-clock seconds per case (default 30)")
-    p.add_argument("--fp8-format", default="e4m3", choices=["e4m3", "e5m2", "hybrid"],
-                   help="FP8 element format: e4m3 (default), e5m2, or hybrid (E4M3 forward, E5M2 gradients)")
+    p.add_argument("--fp8-format", default=None, choices=["e4m3", "e5m2", "hybrid"],
+                   help="FP8 element format: e4m3, e5m2, or hybrid (E4M3 forward, E5M2 gradients). Default: e4m3, "
+                        "except fp8_delayed on a workload that trains: hybrid (Transformer Engine's DelayedScaling)")
     p.add_argument("--fast-accum", nargs="+", choices=["on", "off"], default=["on"],
                    help="FP8 forward-GEMM accumulation: on (fast accumulation in the forward GEMM, full precision in "
                         "the gradient GEMMs: torchao's and Transformer Engine's default), off (full precision "
                         "everywhere); give both to sweep (default: on)")
-    p.add_argument("--amax-history-len", type=int, default=None, help="delayed scaling: amax history length")
-    p.add_argument("--margin", type=int, default=None, help="delayed scaling: headroom in powers of two")
+    p.add_argument("--amax-history-len", type=int, default=None,
+                   help="delayed scaling: amax history length in iterations (default 1024, as TE's DelayedScaling)")
+    p.add_argument("--amax-compute-algo", choices=["max", "most_recent"], default=None,
+                   help="delayed scaling: scale from the max of the history or its most recent amax (default max, "
+                        "as TE)")
+    p.add_argument("--margin", type=int, default=None,
+                   help="delayed scaling: headroom in powers of two (default 0, as TE)")
     p.add_argument("--min-samples", type=int, default=None, help="minimum timed samples per function (default 10)")
     p.add_argument("--max-noise", dest="target_rse", type=percent_arg("--max-noise"), default=None,
                    metavar="PERCENT",
@@ -149,6 +155,7 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
                        warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed, threads=args.threads,
                        fp8_format=args.fp8_format, amax_history_len=args.amax_history_len, margin=args.margin,
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
+                       amax_compute_algo=args.amax_compute_algo,
                        flush_l2=not args.no_l2_flush, phases=not args.no_phases, **_energy_settings(args, overrides))
 
 

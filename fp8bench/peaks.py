@@ -60,7 +60,7 @@ def table_peak(device_name: str, key: str) -> Peak | None:
 
 # --- measured CPU ceilings -------------------------------------------------------------------------------------
 
-_CEILING_N = 2048  # big enough to leave the cache and reach the matmul's steady rate on a server core
+CEILING_N = 2048  # big enough to leave the cache and reach the matmul's steady rate on a server core
 _COPY_BYTES = 256 * 2**20  # far above any CPU's last-level cache
 
 
@@ -76,7 +76,7 @@ def _best_seconds(fn: Any, repeats: int = 5) -> float:
 
 def measure_cpu_ceilings() -> dict[str, Any]:
     """Best-of-5 FP32 and BF16 matmul TFLOP/s at 2048^3 and copy bandwidth (TB/s, read + write)."""
-    n = _CEILING_N
+    n = CEILING_N
     out: dict[str, Any] = {}
     for key, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)

@@ -45,7 +45,7 @@ from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, res
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.runfile import RunFileWriter
 from fp8bench.shapes import Shape, label
-from fp8bench.timing import Samples, SamplingPolicy, sample, timer_for
+from fp8bench.timing import Samples, SamplingPolicy, Timer, sample, timer_for
 
 # Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
 # CPU kernel seen (FP16 matmul); the larger levels refine estimates for kernels that are slow only on small shapes.
@@ -147,9 +147,11 @@ def new_run_id() -> str:
 class CaseMeasurer:
     """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
 
-    def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None) -> None:
+    def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None,
+                 timer: Timer | None = None) -> None:
         self.settings, self.device = settings, device
-        self.timer = timer_for(device, settings.flush_l2)
+        # ``timer`` replaces the device's own (the selfcheck passes the probe's, so its fakes reach every sample).
+        self.timer = timer or timer_for(device, settings.flush_l2)
         self.peaks = peaks
         self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
                                      settings.strict_clocks)

@@ -17,4 +17,5 @@ VERB_MODULES = (
     "fp8bench.commands.dashboard",
     "fp8bench.commands.changes",
     "fp8bench.commands.payoff",
+    "fp8bench.commands.selfcheck",
 )

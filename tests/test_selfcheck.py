@@ -276,16 +276,20 @@ def test_cpu_subset_end_to_end(tmp_path):
         r.measured["backend"] == "emulated" for r in out.results if r.check == "sqnr")
 
 
-@pytest.mark.slow
 def test_cli_on_the_cpu_prints_a_table_and_ends_in_json(tmp_path, capsys):
     out_file = tmp_path / "sc.json"
-    rc = main(["selfcheck", "--device", "cpu", "--backend", "torch", "emulated", "--out", str(out_file)])
+    rc = main(["selfcheck", "--device", "cpu", "--check", "gemm_peak", "energy", "backend", "--backend", "torch",
+               "te", "--out", str(out_file)])
     stdout = capsys.readouterr().out
     summary = json.loads(stdout.strip().splitlines()[-1])
-    assert "needs a GPU" in stdout and "sqnr" in stdout
-    assert summary["run_file"] == str(out_file) and out_file.exists()
-    assert rc == {"PASS": 0, "FAIL": 1}[summary["verdict"]]
-    assert summary["counts"]["needs a GPU"] == 3
+    assert "needs a GPU" in stdout and "unavailable: Transformer Engine" in stdout
+    assert summary["run_file"] == str(out_file) and read_run_file(out_file)["run"]["status"] == "complete"
+    assert summary["counts"] == {"PASS": 1, "FAIL": 0, "ERROR": 0, "needs a GPU": 3, "not run": 1}
+    assert rc == 0 and summary["verdict"] == "PASS"
+    assert main(["selfcheck", "--device", "cpu", "--check", "backend", "--backend", "torch", "--json",
+                 "--out", str(out_file)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [c["check"] for c in report["checks"]] == ["backend"] and report["device"] == "cpu"
 
 
 def test_cli_bad_input_exits_3(tmp_path, capsys):

@@ -55,8 +55,8 @@ from fp8bench.runner import Case, CaseMeasurer, RunSettings, new_run_id, run_hea
 from fp8bench.shapes import Shape, label
 from fp8bench.timing import SamplingPolicy, Timer, timer_for
 
-# A healthy vendor GEMM at 8192^3 reaches 60-80 % of the dense datasheet peak; under half means something is wrong
-# (the issue that asked for this check set the bar at 50 %).
+# A vendor GEMM this large is compute-bound and should run well above half the dense datasheet peak; under half
+# means something is wrong. The bar is deliberately loose: it catches broken setups, not tuning gaps.
 PEAK_FRACTION = 0.5
 # Datasheet peaks are quoted at the boost clock; a sustained GEMM above them means the timer or the table is
 # wrong. The margin leaves room for the table's rounding and for boards that hold clocks above the quoted boost.
@@ -67,10 +67,11 @@ TIMER_TOLERANCE = 0.05
 TIMER_LOOP_S = 1.0
 TIMER_REPEATS = 3
 # The prediction matches the shared quantizers within 0.05 dB on the CPU; 2 dB leaves room for a GPU kernel's own
-# accumulation order and rounding, and is still a third of one mantissa bit (6 dB).
+# accumulation (fast FP8 accumulation is not in the prediction) and is still a third of one mantissa bit (6 dB).
 SQNR_TOLERANCE_DB = 2.0
-# NVML power is a ~1 s running average sampled every 50 ms, and the counter steps every ~100 ms: over a 3 s loaded
-# window after a 1 s warm-up they agree within a few percent; 20 % is the bar the issue set.
+# The counter steps about every 100 ms (3 % of a 3 s window); NVML power is a ~1 s running average on Ampere and
+# newer, so a 1 s warm-up lets it settle on the load before the window opens. 20 % leaves room for power that still
+# wobbles at a steady load, and catches a counter or power reading that is wrong for the board.
 ENERGY_TOLERANCE = 0.20
 ENERGY_WINDOW_S = 3.0
 ENERGY_WARMUP_S = 1.0

@@ -135,7 +135,7 @@ def enrich(frame: pd.DataFrame, losses: dict[int, list[float] | None] | None = N
     out = frame.copy()
     out["started_at"] = out["run_started_at"]
     out["shape_label"] = out["shape"].map(shape_label)
-    out["device_label"] = out["device_name"].fillna(out["device"]).astype(str)
+    out["device_label"] = store_queries.device_labels(out)
     out["commit"] = out["git_commit"].fillna("").astype(str).str.slice(0, 7)
     out["intensity"] = pd.to_numeric(out["flops"], errors="coerce") / pd.to_numeric(out["bytes"], errors="coerce")
     for col in ("valid", "interpreted", "has_losses"):

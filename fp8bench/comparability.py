@@ -10,8 +10,14 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
 * power limit in watts and clock policy (``run.gpu``: a locked-clock run and a boost-clock run differ by design);
 * the case itself (workload, shape, precision with its FP8 format, device kind) and its backend;
 * a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, its
-  delayed-scaling settings if any, and the run settings that change the measured region: L2 flushing, the input
-  seed and the CPU thread count).
+  delayed-scaling settings if any, the run settings that change the measured region: L2 flushing, the input seed and
+  the CPU thread count, and the timing mode when it is ``cuda_graph``).
+
+Graph replays and eager calls measure different things (a replay has no launch gaps; see :mod:`fp8bench.timing`), so
+a ``cuda_graph`` record never shares a key with an eager one: its case names the mode
+(:func:`fp8bench.records.case_key`) and the mode enters its definition hash. Both happen only for graph records: the
+key of every eager record, and of every record written before the mode was recorded (all eager), is unchanged, so
+keys already in a store stay valid.
 
 Fields such as the host name, the git commit, the date or the sampling policy are deliberately left out: the gate
 compares commits, possibly on different runners of one pool, and a sampling policy changes how many samples are
@@ -77,6 +83,8 @@ def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
         definition["accumulation"] = "full"
     if record.get("delayed_scaling"):  # history, amax algorithm and margin change what a delayed case computes
         definition["delayed_scaling"] = record["delayed_scaling"]
+    if record.get("timing_mode") == "cuda_graph":  # only then: eager hashes stay as they were (module docstring)
+        definition["timing_mode"] = "cuda_graph"
     text = json.dumps(definition, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -1,17 +1,30 @@
 """Devices: ``auto``, ``cpu``, ``cuda`` and ``cuda:N``.
 
 The CPU is a first-class device and the default when no GPU is present. CUDA specifics (synchronization, device
-properties) stay in this module and :mod:`fp8bench.timing`, so the rest of the harness never branches on the
-device kind except through them.
+properties, which GPU is *current*) stay in this module and :mod:`fp8bench.timing`, so the rest of the harness
+never branches on the device kind except through them.
+
+The current CUDA device
+-----------------------
+CUDA calls that name no device act on the thread's *current* device, which is ``cuda:0`` until something changes
+it: ``torch.cuda.current_stream()`` (where an unbound ``torch.cuda.Event.record()`` records), ``torch.empty(...,
+device="cuda")``, ``torch.cuda.synchronize()``, and the stream and graph a capture uses. A tensor on ``cuda:1`` runs
+its kernels on cuda:1's current stream whatever the current device is, so with ``--device cuda:1`` and no guard the
+work runs on cuda:1 while events record on cuda:0's idle stream and time nothing. :meth:`Device.guard` makes the
+case's GPU current for the duration of a block (``torch.cuda.device``, restored on exit, unlike the process-wide
+``torch.cuda.set_device``); the runner measures every case under it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,6 +74,18 @@ class Device:
         if self.is_cuda:
             return torch.cuda.get_device_name(self.index or 0)
         return cpu_model()
+
+    @property
+    def cuda_index(self) -> int:
+        """The CUDA ordinal (``cuda`` without an index means ``cuda:0``, as :func:`resolve_device` resolves it)."""
+        if not self.is_cuda:
+            raise ValueError(f"device {self} is not a CUDA device")
+        return self.index or 0
+
+    def guard(self) -> AbstractContextManager[Any]:
+        """Make this GPU the current CUDA device inside a ``with`` block (see the module docstring); on the CPU a
+        no-op."""
+        return torch.cuda.device(self.cuda_index) if self.is_cuda else contextlib.nullcontext()
 
     def synchronize(self) -> None:
         if self.is_cuda:

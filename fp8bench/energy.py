@@ -186,25 +186,27 @@ class WindowMeter:
         """Loop ``fn`` for at least the policy's minimum window and return joules per call.
 
         Never raises for a meter failure: a counter or telemetry error mid-window yields ``joules_per_iter=None``
-        with the reason. Errors raised by ``fn`` itself propagate.
+        with the reason. Errors raised by ``fn`` itself propagate. ``fn`` runs with ``device`` current (its device
+        guard), so work that names no device lands on the metered GPU.
         """
-        chunk = self._chunk(fn, device, seconds_per_call)
         span = _Span(self, device)
         iterations = 0
-        try:
-            span.begin()
-            while iterations < self.policy.max_iterations:
-                for _ in range(chunk):
-                    fn()
-                iterations += chunk
-                elapsed, moved = span.mark()
-                if elapsed >= self.policy.max_window_s or (elapsed >= self.policy.min_window_s and moved):
-                    break
-            span.end()
-        except _MeterError as exc:  # a meter failure costs this window's energy, never the case or the run
-            span.error = exc.__cause__
-        finally:
-            span.stop()
+        with device.guard():
+            chunk = self._chunk(fn, device, seconds_per_call)
+            try:
+                span.begin()
+                while iterations < self.policy.max_iterations:
+                    for _ in range(chunk):
+                        fn()
+                    iterations += chunk
+                    elapsed, moved = span.mark()
+                    if elapsed >= self.policy.max_window_s or (elapsed >= self.policy.min_window_s and moved):
+                        break
+                span.end()
+            except _MeterError as exc:  # a meter failure costs this window's energy, never the case or the run
+                span.error = exc.__cause__
+            finally:
+                span.stop()
         return span.reading(name, iterations)
 
     @contextlib.contextmanager
@@ -224,7 +226,8 @@ class WindowMeter:
         except _MeterError as exc:
             span.error = exc.__cause__
         try:
-            yield handle
+            with device.guard():
+                yield handle
             if span.error is None:
                 try:
                     span.mark()

@@ -13,6 +13,8 @@ from typing import Any
 SCHEMA_VERSION = 1
 
 STATUSES = ("ok", "failed", "skipped", "invalid")
+# Values of ``Record.timing_mode`` (fp8bench.timing.TimingMode, kept free of torch here).
+TIMING_MODES = ("cpu", "cuda_events", "cuda_graph")
 
 
 @dataclass(frozen=True)
@@ -57,12 +59,22 @@ class Record:
     interpreted: bool = False
     notes: list[str] = field(default_factory=list)
     timing: dict[str, Any] = field(default_factory=dict)  # warm-up, overhead, sampling policy outcome
+    # The timer that produced every figure of this record (samples, phases, energy per iteration), or that the run
+    # used, for a record without figures: ``cpu`` (host clock), ``cuda_events`` (events around eager calls: launch
+    # gaps included) or ``cuda_graph`` (events around replays of a captured CUDA graph: no launch gaps); see
+    # fp8bench.timing. ``None`` in records written before it.
+    timing_mode: str | None = None
+    # Whether the device's L2 cache was flushed before each sample (outside the timed region; CUDA only, so always
+    # False on the CPU). ``None`` in records written before it.
+    l2_flushed: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     seq: int = 0  # position in the run
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"record status {self.status!r}; accepted: {', '.join(STATUSES)}")
+        if self.timing_mode is not None and self.timing_mode not in TIMING_MODES:
+            raise ValueError(f"record timing mode {self.timing_mode!r}; accepted: {', '.join(TIMING_MODES)}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,8 +97,12 @@ def full_accum_variant(record: dict[str, Any]) -> bool:
 
 def case_key(record: dict[str, Any]) -> str:
     """Identity of a case across runs: workload, shape, precision (+format, + full accumulation when not the
-    default fast-forward one), backend, device."""
+    default fast-forward one), backend, device (+ ``cuda_graph`` when timed as CUDA-graph replays: a different
+    measurement, never compared with eager timings; eager keys, and keys of records that predate the mode, are
+    unchanged)."""
     shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
     fmt = f"/{record['fp8_format']}" if record.get("fp8_format") else ""
     accum = "/full-accum" if full_accum_variant(record) else ""
-    return f"{record['workload']}[{shape}] {record['precision']}{fmt}{accum} {record['backend']} {record['device']}"
+    graph = " cuda_graph" if record.get("timing_mode") == "cuda_graph" else ""
+    return (f"{record['workload']}[{shape}] {record['precision']}{fmt}{accum} {record['backend']} "
+            f"{record['device']}{graph}")

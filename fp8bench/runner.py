@@ -9,7 +9,8 @@ Per case (see DESIGN, "Measurement method"):
    the full call's cost extrapolated by FLOPs; a case whose minimum sampling would overrun the budget is skipped as
    ``over budget`` before it can hang the run (FP16 GEMMs on some CPUs run at 0.4 GFLOP/s).
 3. **Warm up** (compilation, autotuning, allocator, thread pools), then **sample** the end-to-end call and each
-   phase adaptively (:mod:`fp8bench.timing`).
+   phase adaptively (:mod:`fp8bench.timing`): eagerly, or as replays of a CUDA graph captured from each call
+   (``cuda_graph``, :mod:`fp8bench.cuda_graphs`; a call that cannot be captured is skipped with the reason).
 4. **Check numerics** against the FP64 reference, outside any timed region.
 5. **Meter energy** over a window of repeated calls where a meter exists.
 
@@ -17,6 +18,9 @@ An **interpreted** case (a backend whose kernels run under an interpreter on thi
 CPU) is there to check correctness: its pipeline runs once, at the smallest legal shape of the workload when the
 case's shape is over :data:`INTERPRETED_MAX_FLOPS`, its numerics are recorded, and it ends ``ok`` with every timing
 field empty and the reason :data:`INTERPRETED_REASON`. Its times would be meaningless, so none are taken.
+
+Every case runs under its GPU's device guard (:meth:`fp8bench.devices.Device.guard`): inputs, kernels, the timer's
+events and L2 flush, graph captures and energy windows all act on the case's device, whichever GPU was current.
 
 Ctrl-C stops the run between or inside cases; every record finished before it stays in the run file and store.
 """
@@ -36,6 +40,7 @@ import torch
 
 from fp8bench import environment
 from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import Numerics, compare, worst
@@ -45,7 +50,7 @@ from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, res
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.runfile import RunFileWriter
 from fp8bench.shapes import Shape, label
-from fp8bench.timing import Samples, SamplingPolicy, Timer, sample, timer_for
+from fp8bench.timing import Samples, SamplingPolicy, Timer, sample, timer_for, timing_mode_for
 
 # Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
 # CPU kernel seen (FP16 matmul); the larger levels refine estimates for kernels that are slow only on small shapes.
@@ -75,6 +80,7 @@ class RunSettings:
     margin: int | None = None
     amax_compute_algo: str | None = None
     flush_l2: bool = True
+    cuda_graph: bool = False  # CUDA: time replays of a CUDA graph of each call instead of eager calls (timing.py)
     phases: bool = True
     energy: bool = True
     energy_window_s: float = 1.0  # minimum energy window: ~10 updates of NVML's ~100 ms counter
@@ -150,13 +156,17 @@ class CaseMeasurer:
     def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None,
                  timer: Timer | None = None) -> None:
         self.settings, self.device = settings, device
-        # ``timer`` replaces the device's own (the selfcheck passes the probe's, so its fakes reach every sample).
-        self.timer = timer or timer_for(device, settings.flush_l2)
+        self.timing_mode = timing_mode_for(device, settings.cuda_graph)
+        self.l2_flushed = device.is_cuda and settings.flush_l2
         self.peaks = peaks
-        self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
-                                     settings.strict_clocks)
-        # Idle power is measured once, before any case runs, so that no case's heat is in it.
-        self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
+        with device.guard():
+            # ``timer`` replaces the device's own (the selfcheck passes the probe's, so its fakes reach every sample).
+            self.timer = timer or timer_for(device, settings.flush_l2)
+            self.graphs = GraphCapturer(device) if settings.cuda_graph else None
+            self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
+                                         settings.strict_clocks)
+            # Idle power is measured once, before any case runs, so that no case's heat is in it.
+            self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
         self._refs: dict[tuple[str, str], torch.Tensor] = {}
 
@@ -178,6 +188,8 @@ class CaseMeasurer:
         workload = WORKLOADS.get(case.workload)
         fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
         fields.setdefault("energy", not_metered(self.meter, status))
+        fields.setdefault("timing_mode", self.timing_mode.value)
+        fields.setdefault("l2_flushed", self.l2_flushed)
         return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
                       backend=case.backend, device=str(self.device), status=status, reason=reason,
                       fp8_format=fp8.fp8_format.value if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
@@ -187,8 +199,18 @@ class CaseMeasurer:
 
     def measure(self, case: Case, seq: int = 0) -> Record:
         started = time.monotonic()
-        record = self._measure_or_explain(case, seq, started)
+        with self.device.guard():
+            try:
+                record = self._measure_or_explain(case, seq, started)
+            finally:
+                if self.graphs is not None:
+                    self.graphs.release()
         return replace(record, timing={**record.timing, "case_wall_s": time.monotonic() - started})
+
+    def _timed_call(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """What the timer samples for ``fn``: the eager call, or the replay of a CUDA graph captured from it
+        (raises :class:`fp8bench.cuda_graphs.CaptureRefused` with the reason when it cannot be captured)."""
+        return self.graphs.capture(name, fn).replay if self.graphs is not None else fn
 
     def _measure_or_explain(self, case: Case, seq: int, started: float) -> Record:
         try:
@@ -311,7 +333,8 @@ class CaseMeasurer:
         warmup_s = time.monotonic() - warm_start
 
         e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
-        e2e = sample(pipeline.end_to_end, self.timer, s.policy, e2e_deadline)
+        e2e_call = self._timed_call("end_to_end", pipeline.end_to_end)
+        e2e = sample(e2e_call, self.timer, s.policy, e2e_deadline)
         timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
             f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
         if e2e.over_budget:
@@ -319,13 +342,19 @@ class CaseMeasurer:
                               f"the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
 
         phase_samples: dict[str, Samples] = {}
+        phase_calls: dict[str, Callable[[], Any]] = {}
         notes = list(pipeline.notes)
         if s.phases and len(pipeline.phases) > 0:
             for name, fn in pipeline.phases.items():
                 if fn is pipeline.end_to_end:  # a one-phase pipeline: its phase was just measured
-                    phase_samples[name] = e2e
+                    phase_samples[name], phase_calls[name] = e2e, e2e_call
                     continue
-                phase_samples[name] = sample(fn, self.timer, s.policy, deadline)
+                try:
+                    phase_calls[name] = self._timed_call(name, fn)
+                except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
+                    notes.append(f"phase {name} not timed: {exc}")
+                    continue
+                phase_samples[name] = sample(phase_calls[name], self.timer, s.policy, deadline)
                 if phase_samples[name].n == 0:
                     notes.append(f"phase {name} not timed: budget spent")
         phases = {k: v.median_s for k, v in phase_samples.items() if v.median_s is not None}
@@ -337,7 +366,9 @@ class CaseMeasurer:
         num = self._numerics(case, case.shape, pipeline)
         timing["numerics_s"] = time.monotonic() - numerics_started
 
-        energy = measure_case_energy(self.meter, pipeline, self.device, e2e.median_s or 0.0, phases,
+        # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work.
+        metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=e2e_call, phases=phase_calls)
+        energy = measure_case_energy(self.meter, metered, self.device, e2e.median_s or 0.0, phases,
                                      s.energy_phases, self.idle) if s.energy else None
 
         flops = workload.flops(case.shape)
@@ -359,6 +390,8 @@ class CaseMeasurer:
         joules = energy.joules_per_iter if energy else None
         timed = sum(e2e.samples_s) + sum(sum(v.samples_s) for v in phase_samples.values() if v is not e2e)
         timing["timed_s"] = timed
+        if self.graphs is not None:
+            timing["graph_capture_s"] = sum(c.capture_s for c in self.graphs.captured)
         timing["overhead_s"] = time.monotonic() - started - timed - warmup_s
         return self._base(
             case, seq, status, reason,

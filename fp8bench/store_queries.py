@@ -26,8 +26,13 @@ import sqlalchemy as sa
 from fp8bench.store import Store, record_data_table, record_phases_table, records_table, runs_table
 
 R = records_table.c
-# The device as people name it: the model (``NVIDIA H100 80GB HBM3``, the CPU's brand) or, failing that, the kind.
-DEVICE_LABEL = sa.func.coalesce(R.device_name, R.device).label("device_label")
+# Appended to the device label of records timed as CUDA-graph replays: every page groups and compares by device
+# label, so graph figures (no launch gaps, fp8bench.timing) are never set against eager ones of the same GPU.
+GRAPH_LABEL = " · CUDA graph"
+# The device as people name it: the model (``NVIDIA H100 80GB HBM3``, the CPU's brand) or, failing that, the kind;
+# with GRAPH_LABEL for CUDA-graph records. :func:`device_labels` is the same rule on a frame.
+DEVICE_LABEL = sa.func.coalesce(R.device_name, R.device, type_=sa.String).concat(
+    sa.case((R.timing_mode == "cuda_graph", GRAPH_LABEL), else_="")).label("device_label")
 # Every typed column (the record JSON lives in record_data).
 SLIM_COLUMNS = list(records_table.columns)
 MEASURED = ("ok", "invalid")
@@ -59,6 +64,14 @@ class RecordFilter:
         if self.started_to is not None:
             out.append(R.run_started_at <= self.started_to)
         return out
+
+
+def device_labels(frame: pd.DataFrame) -> pd.Series:
+    """:data:`DEVICE_LABEL` of each row of a frame with ``device_name``, ``device`` and (if read) ``timing_mode``."""
+    labels = frame["device_name"].where(frame["device_name"].notna(), frame["device"]).astype(str)
+    if "timing_mode" in frame:
+        labels = labels.where(frame["timing_mode"] != "cuda_graph", labels + GRAPH_LABEL)
+    return labels
 
 
 def _valid() -> sa.ColumnElement[bool]:
@@ -117,10 +130,12 @@ def latest_records(store: Store, flt: RecordFilter = RecordFilter(),
         return empty
     latest = [sa.func.max(sa.case((LATEST_CLASSES[n], R.run_started_at))).label(f"t_{n}") for n in names]
     # Grouped by the stored columns, not the label, so that the scan walks the covering index in order.
-    groups = _frame(store, sa.select(R.case_key, R.device_name, R.device, *latest).where(*flt.conditions())
+    # A case key names the CUDA-graph mode (fp8bench.records.case_key), so one group has one timing mode.
+    groups = _frame(store, sa.select(R.case_key, R.device_name, R.device, sa.func.max(R.timing_mode)
+                                     .label("timing_mode"), *latest).where(*flt.conditions())
                     .group_by(R.case_key, R.device_name, R.device))
     if not groups.empty:
-        groups["device_label"] = groups["device_name"].where(groups["device_name"].notna(), groups["device"])
+        groups["device_label"] = device_labels(groups)
         if groups.duplicated(["case_key", "device_label"]).any():  # a model name equal to another row's kind
             groups = groups.groupby(["case_key", "device_label"], as_index=False)[[f"t_{n}" for n in names]].max()
     starts = sorted({str(t) for n in names for t in groups[f"t_{n}"].dropna()}) if not groups.empty else []

@@ -1,16 +1,46 @@
-"""Timing: device timers and adaptive sampling with a time budget.
+"""Timing: device timers, timing modes and adaptive sampling with a time budget.
 
 Method (after nvbench and ``torch.utils.benchmark``):
 
-* **Timers.** On the CPU, ``time.perf_counter_ns`` around one call. On CUDA, a pair of CUDA events around the call,
-  read after a synchronize, so that only device time between the events is counted, not the launch queue.
+* **Timers.** On the CPU, ``time.perf_counter_ns`` around one call. On CUDA, a pair of CUDA events around the call on
+  the case's device's current stream, read after a synchronize, so that device time between the events is counted.
 * **Cold cache on CUDA.** Before each sample the L2 cache is flushed by writing a buffer twice its size (read from
-  the device's properties, not a fixed 256 MB), so every sample pays its own loads from HBM.
+  the device's properties, not a fixed 256 MB), so every sample pays its own loads from HBM. The flush kernel is
+  enqueued *before* the start event: it is never part of a sample.
 * **Adaptive sampling.** At least ``min_samples`` samples and ``min_time_s`` of measured time, then stop when the
   relative standard error of the median falls under ``target_rse`` (nvbench uses 0.5 %), when ``max_samples`` is
   reached, or when the case's deadline passes. Raw samples are kept; the result says whether the target was met.
 * **Budget.** A case has a deadline. Sampling never starts a sample after it; if the minimum sample count could not
   be reached in time the result says ``over_budget``, and the runner records the case as skipped.
+
+Timing modes (:class:`TimingMode`; every record says which one produced its figures, in ``timing_mode``, and whether
+the L2 was flushed, in ``l2_flushed``):
+
+``cpu``
+    Host wall-clock time of one call (``perf_counter_ns``). Includes everything the call does: Python, dispatch,
+    allocation, the kernels. Caches stay as the previous sample left them (nothing is flushed on the CPU).
+``cuda_events``
+    GPU time between two events recorded around one *eager* call. Includes every kernel of the call and the GPU idle
+    time between them while Python dispatches and launches the next kernel (launch gaps): a call of many short
+    kernels is launch-bound and this mode says so, which is what an eager user experiences. Excludes host work
+    before the first launch and after the last one, and the L2 flush. But the host keeps launching while the GPU
+    still flushes, so the launches that fit in the flush's duration (tens of microseconds for a ~100 MB buffer at
+    HBM speed) are hidden: a call's launch gaps show in full only beyond them. Without a flush (``--no-l2-flush``)
+    the GPU sits idle from the start event until the first kernel arrives, one launch latency (microseconds) that
+    is then part of the sample.
+``cuda_graph``
+    GPU time between two events around one replay of a CUDA graph captured from the call (``--cuda-graph``; see
+    :mod:`fp8bench.cuda_graphs`). The replay submits every kernel with one launch, so the figure is the kernels'
+    own time back to back, without launch gaps or host overhead: the best case an application that uses CUDA graphs
+    (or ``torch.compile(mode="reduce-overhead")``) can reach. Excludes the L2 flush (enqueued before the start
+    event, outside the graph) and the one graph launch (hidden behind the flush; without a flush, one launch latency
+    is in the sample, as above). Host work inside the call is not captured and does not replay, and every replay
+    runs the kernels of the captured call with the same arguments: the figure describes the GPU work of one call;
+    numerics always come from an eager call. A call that cannot be captured (it synchronizes with the host, for
+    example) is refused with the reason, never timed eagerly in its place.
+
+Figures from different modes measure different things: the comparability key (:mod:`fp8bench.comparability`) keeps
+graph figures apart from eager ones, so neither the gate nor the dashboard compares them.
 """
 
 from __future__ import annotations
@@ -20,6 +50,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,6 +62,24 @@ from fp8bench.devices import Device
 _MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
 # For normal data the IQR spans 1.349 standard deviations; IQR/1.349 is a robust sigma that ignores outliers.
 _IQR_PER_SIGMA = 1.349
+
+
+class TimingMode(str, Enum):
+    """How a figure was timed (module docstring); the values are what records store."""
+
+    CPU = "cpu"
+    CUDA_EVENTS = "cuda_events"
+    CUDA_GRAPH = "cuda_graph"
+
+
+def timing_mode_for(device: Device, cuda_graph: bool) -> TimingMode:
+    """The mode a run on ``device`` uses; raises ``ValueError`` when CUDA graphs are asked of a non-CUDA device."""
+    if not device.is_cuda:
+        if cuda_graph:
+            raise ValueError(f"CUDA-graph timing needs a CUDA device; this run is on {device} "
+                             "(use --device cuda or cuda:N, or drop --cuda-graph)")
+        return TimingMode.CPU
+    return TimingMode.CUDA_GRAPH if cuda_graph else TimingMode.CUDA_EVENTS
 
 
 class Timer(Protocol):
@@ -54,25 +103,38 @@ def l2_flush_bytes(l2_cache_bytes: int) -> int:
 
 
 class CudaTimer:
-    """CUDA events around the call; optional L2 flush before each sample (outside the events)."""
+    """CUDA events around the call on one device; optional L2 flush before each sample (outside the events).
+
+    Everything is bound to the device, not to whichever GPU happens to be current: the L2 size comes from its
+    properties, the flush buffer lives in its memory, the events record on its current stream, and each sample runs
+    under its device guard, so work that names no device (``device="cuda"``) lands there too.
+    """
 
     def __init__(self, device: Device, flush_l2: bool = True) -> None:
         self.device = device
+        self.index = device.cuda_index
         self._flush: torch.Tensor | None = None
         if flush_l2:
-            l2 = int(torch.cuda.get_device_properties(device.index or 0).L2_cache_size)
-            self._flush = torch.empty(l2_flush_bytes(l2), dtype=torch.uint8, device=device.torch)
+            with device.guard():
+                l2 = int(torch.cuda.get_device_properties(self.index).L2_cache_size)
+                self._flush = torch.empty(l2_flush_bytes(l2), dtype=torch.uint8, device=device.torch)
+
+    @property
+    def flushes_l2(self) -> bool:
+        return self._flush is not None
 
     def time(self, fn: Callable[[], Any]) -> float:
-        if self._flush is not None:
-            self._flush.zero_()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
+        with self.device.guard():
+            stream = torch.cuda.current_stream(self.index)
+            if self._flush is not None:
+                self._flush.zero_()  # enqueued on ``stream`` (the buffer's device's current stream), before ``start``
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
 
 def timer_for(device: Device, flush_l2: bool = True) -> Timer:

@@ -137,7 +137,8 @@ def execute(args: argparse.Namespace) -> int:
             if not args.json:
                 err.print(f"training {name} on {args.backend} ({args.steps} steps) ...")
             try:
-                curve = train_curve(shape, precision, args.backend, device, settings)
+                with device.guard():  # the model, its optimizer and every synchronize act on this GPU
+                    curve = train_curve(shape, precision, args.backend, device, settings)
             except Exception as exc:  # one recipe failing to train must not cost the others
                 err.print(f"[red]{name} failed:[/] {type(exc).__name__}: {exc}")
                 records.append({"precision": name, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"})

@@ -30,6 +30,7 @@ examples:
   fp8bench run --suite smoke
   fp8bench run --workload gemm --shape 4096x4096x4096 --precision bf16 fp8_tensorwise fp8_rowwise
   fp8bench run --shape 1024x1024x1024 --precision all --backend torch emulated --budget 10   # with the reference
+  fp8bench run --device cuda:1 --shape 2048x2048x2048 --precision bf16 fp8_rowwise --cuda-graph   # no launch gaps
 
 Unsupported combinations are recorded as skipped with the reason. The table shows the end-to-end time
 (quantization included) and the pre-quantized GEMM time, the speedup of each against the baseline precision,
@@ -85,6 +86,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
     p.add_argument("--no-phases", action="store_true", help="time only the end-to-end call")
     p.add_argument("--no-l2-flush", action="store_true", help="CUDA: keep the L2 warm between samples")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="CUDA: capture each call (end to end, and each phase) in a CUDA graph after warm-up and time "
+                        "its replays: kernels back to back, without the launch gaps of eager calls. A call that "
+                        "cannot be captured (it synchronizes with the host, say) is skipped with the reason. Records "
+                        "say timing_mode cuda_graph and are never compared with eager ones (docs/timing-modes.md)")
     p.add_argument("--no-energy", action="store_true", help="skip the energy window of each case")
     p.add_argument("--energy-window", type=float, default=None,
                    help="minimum seconds per energy window (default 1: ~10 updates of NVML's ~100 ms counter)")
@@ -156,7 +162,8 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
                        fp8_format=args.fp8_format, amax_history_len=args.amax_history_len, margin=args.margin,
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        amax_compute_algo=args.amax_compute_algo,
-                       flush_l2=not args.no_l2_flush, phases=not args.no_phases, **_energy_settings(args, overrides))
+                       flush_l2=not args.no_l2_flush, cuda_graph=args.cuda_graph, phases=not args.no_phases,
+                       **_energy_settings(args, overrides))
 
 
 def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -182,6 +189,7 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.runfile import check_writable
     from fp8bench.runner import expand_cases, new_run_id, run_cases
     from fp8bench.store import open_store
+    from fp8bench.timing import timing_mode_for
 
     entries, overrides, spec = _plan(args)
     settings = _settings(args, overrides)
@@ -190,6 +198,7 @@ def execute(args: argparse.Namespace) -> int:
     for workload, shapes, precisions, backends in entries:
         cases += expand_cases([(workload, shapes)], precisions, backends, settings)
     device = resolve_device(args.device)
+    timing_mode = timing_mode_for(device, settings.cuda_graph)  # refuses --cuda-graph on the CPU, before any write
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
     run_file = args.out or results_dir / "runs" / f"{run_id}.json"
@@ -210,14 +219,15 @@ def execute(args: argparse.Namespace) -> int:
             on_record=lambda i, case, rec: progress.advance(task))
     counts = summary_counts(outcome.records)
     summary = {"run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
-               "device": str(device), "counts": counts, "n_cases": len(cases),
+               "device": str(device), "timing_mode": timing_mode.value, "counts": counts, "n_cases": len(cases),
                "interrupted": outcome.interrupted, "wall_s": round(outcome.wall_s, 3),
                "store_errors": outcome.store_errors}
     if args.json:
         print_json({**summary, "records": outcome.records})
     else:
         console = Console(width=max(Console().width, 200))
-        render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {device}")
+        timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
+        render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {device}{timed}")
         if outcome.interrupted:
             err.print(f"[yellow]interrupted:[/] {len(outcome.records)} of {len(cases)} cases kept in {run_file}")
         for e in outcome.store_errors:

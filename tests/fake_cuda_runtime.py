@@ -1,0 +1,437 @@
+"""A fake CUDA runtime under ``torch.cuda``'s Python API, with a simulated clock, for CPU tests of the CUDA paths.
+
+What stays real and what is faked
+---------------------------------
+torch 2.13's own Python orchestration runs unchanged on top of the fake: ``torch.cuda.graph`` (the capture context
+manager: synchronize, side stream, ``capture_begin``/``capture_end``, and its failure to restore the stream when
+``capture_end`` raises), ``torch.cuda.stream``/``StreamContext`` and ``torch.cuda.device``. The fake replaces the layer
+below them, the one a CPU build lacks (``torch._C``'s CUDA bindings, the caching allocator, the driver): device
+selection, streams, events, ``CUDAGraph``, ``synchronize``, device properties, and device allocations made with
+``torch.empty(..., device="cuda...")`` (intercepted by a ``TorchFunctionMode``).
+
+Every rule encoded here is the vendor's, with its source:
+
+* torch/csrc/cuda/Module.cpp, ``THCPModule_setStream_wrap``: setting a stream also makes its device current.
+* torch/cuda/streams.py, ``Event.record``: no stream given means ``torch.cuda.current_stream()``, the *current
+  device's* current stream. c10/cuda/CUDAEvent.h, ``CUDAEvent::record``: an event takes the device of the first stream
+  that records it; a later stream of another device raises ``RuntimeError("Event device X does not match recording
+  stream's device Y.")``. ``CUDAEvent::elapsed_time``: ``ValueError`` unless both events have ``enable_timing`` and
+  were recorded; ``RuntimeError`` unless both completed.
+* aten/src/ATen/cuda/CUDAGraph.cpp: ``capture_begin`` refuses the default stream ("CUDA graphs must be captured on a
+  non-default stream. ...") and a graph that already owns one; ``capture_end`` must end on the stream it began on,
+  fails with the CUDA error when the capture was invalidated, and *warns* (``TORCH_WARN``, a ``UserWarning``) when the
+  graph has no nodes; ``replay`` requires a successful capture and launches on the capture device's current stream.
+* torch/csrc/cuda/Graph.cpp: ``capture_error_mode`` must be ``global``, ``thread_local`` or ``relaxed``.
+* CUDA runtime (stream capture; PyTorch ``docs/source/notes/cuda.rst``, "Constraints": "Ops that synchronize the CPU
+  with the GPU (e.g., .item() calls) are prohibited"): a device or stream synchronize, or a device-to-host copy, while
+  the stream captures fails with ``cudaErrorStreamCaptureUnsupported`` (900) and invalidates the capture; work launched
+  into an invalidated capture, and ``cudaStreamEndCapture`` on it, fail with ``cudaErrorStreamCaptureInvalidated``
+  (901); waiting on or querying an event recorded during a capture fails with ``cudaErrorCapturedEvent`` (907). Work on
+  another stream is not captured: torch's streams are created ``cudaStreamNonBlocking`` (c10/cuda/CUDAStream.cpp,
+  ``kDefaultFlags``), so they take no implicit dependency on a capturing stream.
+* c10/cuda/CUDAException.cpp, ``c10_cuda_check_implementation``, and c10/cuda/CUDAMiscFunctions.cpp: a failing CUDA
+  call raises ``torch.AcceleratorError`` (a ``RuntimeError``) whose message starts ``CUDA error: <cudaGetErrorString>``
+  and whose ``error_code`` is the ``cudaError_t`` (torch/csrc/Exceptions.cpp, ``_new_accelerator_error_object``).
+
+The simulated clock
+-------------------
+One host clock and, per stream, the time its queued work completes. An eager kernel launch costs the host
+:data:`LAUNCH_S`; the kernel starts when both its stream is free and the host has launched it. A graph replay costs
+the host one :data:`GRAPH_LAUNCH_S` and runs its captured kernels back to back. An event completes when its stream
+reaches it. Costs are illustrative orders of magnitude (microseconds per launch), not measurements; tests assert
+relations they imply (launch gaps in eager timing, none in replays), never the constants themselves. Anything this
+fake does not model raises :class:`Unmodelled` rather than pretend.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+LAUNCH_S = 5e-6  # host seconds per eager kernel launch (Python dispatch + cudaLaunchKernel)
+GRAPH_LAUNCH_S = 5e-6  # host seconds per cudaGraphLaunch
+EVENT_RECORD_S = 1e-6  # host seconds per cudaEventRecord
+FLUSH_BYTES_PER_S = 3e12  # bytes per second the L2-flush kernel writes (HBM3 class)
+H100_L2_BYTES = 50 * 2**20  # NVIDIA H100 SXM5: 50 MB L2
+
+# cudaError_t -> (cudaGetErrorName, cudaGetErrorString) for the errors this fake raises.
+_CUDA_ERRORS = {
+    101: ("cudaErrorInvalidDevice", "invalid device ordinal"),
+    900: ("cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"),
+    901: ("cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"),
+    907: ("cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream"),
+}
+CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED, CAPTURED_EVENT, INVALID_DEVICE = 900, 901, 907, 101
+
+
+class Unmodelled(AssertionError):
+    """The code under test did something this fake does not model: extend the fake, from the vendor's source."""
+
+
+def cuda_error(code: int) -> torch.AcceleratorError:
+    """The exception torch raises for a failing CUDA call (module docstring, last rule)."""
+    name, text = _CUDA_ERRORS[code]
+    help_text = ("\nGPU device may be out of range, do you have enough GPUs?" if code == INVALID_DEVICE else
+                 f"\nSearch for `{name}' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
+                 "for more information.")
+    exc = torch.AcceleratorError(f"CUDA error: {text}{help_text}\nFor more detailed error information, run with "
+                                 "CUDA_LOG_FILE=stderr\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+                                 "assertions.\n")
+    exc.error_code = code  # type: ignore[attr-defined]
+    return exc
+
+
+@dataclass
+class Op:
+    """One entry of the fake's log: what ran (or was captured) where, and when on the simulated clock."""
+
+    kind: str  # kernel | captured | replay | event | sync | capture_begin | capture_end
+    device: int
+    stream: int  # stream id; 0 is the device's default stream
+    name: str = ""
+    start_s: float = 0.0
+    end_s: float = 0.0
+
+
+class FakeStream:
+    _cuda: FakeCuda
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self._setup(self._cuda.index(device), self._cuda.new_stream_id())
+
+    def _setup(self, index: int, stream_id: int) -> None:
+        self.device_index, self.stream_id, self.device_type = index, stream_id, 1
+        self.device = torch.device("cuda", index)
+        self.ready_s = 0.0  # simulated time at which the work queued on this stream completes
+        self.capture: FakeGraph | None = None
+        self._cuda.streams.append(self)
+
+    @property
+    def is_default(self) -> bool:
+        return self.stream_id == 0
+
+    def wait_stream(self, other: FakeStream) -> None:
+        if other.capture is not None or self.capture is not None:
+            raise Unmodelled("cross-stream dependencies during a capture")
+        self.ready_s = max(self.ready_s, other.ready_s)
+
+    def synchronize(self) -> None:
+        if self.capture is not None:
+            self.capture.invalidated = True
+            raise cuda_error(CAPTURE_UNSUPPORTED)
+        self._cuda.host_s = max(self._cuda.host_s, self.ready_s)
+
+    def query(self) -> bool:
+        if self.capture is not None:
+            self.capture.invalidated = True
+            raise cuda_error(CAPTURE_UNSUPPORTED)
+        return self.ready_s <= self._cuda.host_s
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FakeStream) and (other.device_index, other.stream_id) == (self.device_index,
+                                                                                            self.stream_id)
+
+    def __hash__(self) -> int:
+        return hash((self.device_index, self.stream_id))
+
+    def __repr__(self) -> str:
+        return f"<fake Stream device=cuda:{self.device_index} id={self.stream_id}>"
+
+
+class FakeEvent:
+    _cuda: FakeCuda
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 external: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self.device_index: int | None = None  # set by the first recording stream (CUDAEvent::createEvent)
+        self.time_s: float | None = None
+        self.in_capture = False
+
+    def record(self, stream: FakeStream | None = None) -> None:
+        if stream is None:
+            stream = torch.cuda.current_stream()  # torch/cuda/streams.py, Event.record
+        if self.device_index is None:
+            self.device_index = stream.device_index
+        if self.device_index != stream.device_index:
+            raise RuntimeError(f"Event device {self.device_index} does not match recording stream's device "
+                               f"{stream.device_index}.")
+        cuda = self._cuda
+        cuda.host_s += EVENT_RECORD_S
+        if stream.capture is not None:
+            self.in_capture, self.time_s = True, None
+            stream.capture.nodes.append(("event_record", 0.0))
+            return
+        self.in_capture = False
+        self.time_s = max(stream.ready_s, cuda.host_s)
+        stream.ready_s = self.time_s
+        cuda.log.append(Op("event", stream.device_index, stream.stream_id, start_s=self.time_s, end_s=self.time_s))
+
+    def query(self) -> bool:
+        if self.in_capture:
+            raise cuda_error(CAPTURED_EVENT)
+        return self.time_s is None or self.time_s <= self._cuda.host_s
+
+    def synchronize(self) -> None:
+        if self.in_capture:
+            raise cuda_error(CAPTURED_EVENT)
+        if self.time_s is not None:
+            self._cuda.host_s = max(self._cuda.host_s, self.time_s)
+
+    def elapsed_time(self, end_event: FakeEvent) -> float:
+        """Milliseconds from this event to ``end_event`` (CUDAEvent::elapsed_time's checks, in its order)."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        if self.device_index is None or end_event.device_index is None:
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
+        if not (self.query() and end_event.query()):
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
+        assert self.time_s is not None and end_event.time_s is not None
+        return (end_event.time_s - self.time_s) * 1e3
+
+
+class FakeGraph:
+    _cuda: FakeCuda
+
+    def __init__(self, keep_graph: bool = False) -> None:
+        self.nodes: list[tuple[str, float]] = []  # (kernel name, seconds) in capture order
+        self.stream: FakeStream | None = None
+        self.device: int | None = None
+        self.mode: str | None = None
+        self.invalidated = False
+        self.has_exec = False
+        self.replays = 0
+
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global",
+                      check_input_liveness: bool = False) -> None:
+        if capture_error_mode not in ("global", "thread_local", "relaxed"):
+            raise RuntimeError("Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, got "
+                               f"{capture_error_mode}")
+        if self.has_exec:
+            raise RuntimeError("This CUDAGraph instance already owns a captured graph. To capture a new graph, "
+                               "create a new instance.")
+        cuda = self._cuda
+        stream = cuda.currents[cuda.current]
+        if stream.is_default:
+            raise RuntimeError("CUDA graphs must be captured on a non-default stream. (However, after capture, "
+                               "it's ok to replay them on the default stream.)")
+        if cuda.capturing is not None:
+            raise Unmodelled("a second capture while one is underway")
+        self.stream, self.device, self.mode = stream, cuda.current, capture_error_mode
+        stream.capture, cuda.capturing = self, self
+        cuda.log.append(Op("capture_begin", cuda.current, stream.stream_id))
+
+    def capture_end(self) -> None:
+        cuda = self._cuda
+        stream = cuda.currents[cuda.current]
+        if stream is not self.stream:
+            raise RuntimeError("Capture must end on the same stream it began on.")
+        stream.capture, cuda.capturing = None, None
+        cuda.log.append(Op("capture_end", cuda.current, stream.stream_id))
+        if self.invalidated:
+            raise cuda_error(CAPTURE_INVALIDATED)
+        if not self.nodes:
+            warnings.warn("The CUDA Graph is empty. This usually means that the graph was attempted to be captured "
+                          "on wrong device or stream.", UserWarning, stacklevel=2)
+        self.has_exec = True
+
+    def replay(self) -> None:
+        if not self.has_exec:
+            raise RuntimeError("Called CUDAGraph::replay without a preceding successful capture.")
+        cuda = self._cuda
+        assert self.device is not None
+        stream = cuda.currents[self.device]  # device guard to the capture device, then its current stream
+        if stream.capture is not None:
+            raise Unmodelled("replaying a graph into a capture")
+        cuda.host_s += GRAPH_LAUNCH_S
+        start = max(stream.ready_s, cuda.host_s)
+        stream.ready_s = start + sum(seconds for _, seconds in self.nodes)
+        self.replays += 1
+        cuda.log.append(Op("replay", self.device, stream.stream_id, "+".join(n for n, _ in self.nodes), start,
+                           stream.ready_s))
+
+    def reset(self) -> None:
+        self.has_exec, self.nodes = False, []
+        self._cuda.graphs_reset += 1
+
+
+class DeviceBuffer:
+    """What ``torch.empty(..., device="cuda:N")`` returns under the fake: device memory whose ``zero_()`` is a kernel
+    on the device's current stream, as torch runs an op on a tensor (on its device's current stream)."""
+
+    def __init__(self, cuda: FakeCuda, index: int, nbytes: int) -> None:
+        self._cuda, self.device, self.nbytes = cuda, torch.device("cuda", index), nbytes
+
+    def zero_(self) -> DeviceBuffer:
+        self._cuda.kernel(self.nbytes / FLUSH_BYTES_PER_S, device=self.device.index, name="zero_")
+        return self
+
+
+class _DeviceAllocations(TorchFunctionMode):
+    """Routes ``torch.empty(..., device=<cuda>)`` to :class:`DeviceBuffer`; every other call runs as usual."""
+
+    def __init__(self, cuda: FakeCuda) -> None:
+        super().__init__()
+        self.cuda = cuda
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if func is torch.empty and device is not None and torch.device(device).type == "cuda":
+            sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
+            numel = 1
+            for s in sizes:
+                numel *= int(s)
+            dtype = kwargs.get("dtype") or torch.get_default_dtype()
+            return DeviceBuffer(self.cuda, self.cuda.index(device), numel * dtype.itemsize)
+        return func(*args, **kwargs)
+
+
+@dataclass
+class FakeCuda:
+    """The fake runtime: ``device_count`` GPUs (H100-like properties), one host thread."""
+
+    device_count: int = 2
+    l2_bytes: int = H100_L2_BYTES
+    name: str = "NVIDIA H100 80GB HBM3"
+    host_s: float = 0.0
+    current: int = 0
+    log: list[Op] = field(default_factory=list)
+    streams: list[FakeStream] = field(default_factory=list)
+    properties_read: list[int] = field(default_factory=list)  # device indices whose properties were queried
+    graphs_reset: int = 0
+    capturing: FakeGraph | None = None
+
+    def __post_init__(self) -> None:
+        self._next_id = 1
+        self.Stream = type("Stream", (FakeStream,), {"_cuda": self})
+        self.Event = type("Event", (FakeEvent,), {"_cuda": self})
+        self.CUDAGraph = type("CUDAGraph", (FakeGraph,), {"_cuda": self})
+        self.defaults = []
+        for i in range(self.device_count):
+            stream = self.Stream.__new__(self.Stream)
+            stream._setup(i, 0)
+            self.defaults.append(stream)
+        self.currents: list[FakeStream] = list(self.defaults)
+
+    # -- what torch.cuda exposes ------------------------------------------------------------------------------
+    def index(self, device: Any) -> int:
+        """A device argument as torch resolves it (``None`` or ``cuda`` without an index: the current device)."""
+        if device is None:
+            return self.current
+        if isinstance(device, str):
+            device = torch.device(device)
+        if isinstance(device, torch.device):
+            if device.type != "cuda":
+                raise ValueError(f"Expected a cuda device, but got: {device}")
+            device = self.current if device.index is None else device.index
+        index = int(device)
+        if not 0 <= index < self.device_count:
+            raise cuda_error(INVALID_DEVICE)
+        return index
+
+    def new_stream_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def exchange_device(self, index: int) -> int:
+        """``torch.cuda._exchange_device``: make ``index`` current, return the previous one (-1 is a no-op)."""
+        if index < 0:
+            return -1
+        previous, self.current = self.current, self.index(index)
+        return previous
+
+    def set_device(self, device: Any) -> None:
+        self.exchange_device(self.index(device))
+
+    def current_stream(self, device: Any = None) -> FakeStream:
+        return self.currents[self.index(device)]
+
+    def default_stream(self, device: Any = None) -> FakeStream:
+        return self.defaults[self.index(device)]
+
+    def set_stream(self, stream: FakeStream | None) -> None:
+        if stream is None:
+            return
+        self.current = stream.device_index  # THCPModule_setStream_wrap also sets the device
+        self.currents[stream.device_index] = stream
+
+    def synchronize(self, device: Any = None) -> None:
+        """``cudaDeviceSynchronize`` on ``device``: refused while a stream of that device captures."""
+        index = self.index(device)
+        if self.capturing is not None and self.capturing.device == index:
+            self.capturing.invalidated = True
+            raise cuda_error(CAPTURE_UNSUPPORTED)
+        self.host_s = max([self.host_s] + [s.ready_s for s in self.streams if s.device_index == index])
+        self.log.append(Op("sync", index, -1, start_s=self.host_s, end_s=self.host_s))
+
+    def get_device_properties(self, device: Any = None) -> SimpleNamespace:
+        index = self.index(device)
+        self.properties_read.append(index)
+        return SimpleNamespace(name=self.name, L2_cache_size=self.l2_bytes, total_memory=80 * 2**30, major=9,
+                               minor=0, multi_processor_count=132, uuid=f"fake-uuid-{index}")
+
+    # -- what tests call for the work a pipeline does -----------------------------------------------------------
+    def kernel(self, seconds: float, device: Any = None, name: str = "kernel") -> None:
+        """One op on a tensor of ``device`` (``None``: the current device, as ``device="cuda"`` tensors are): a
+        kernel on that device's current stream, or a node of the capture running on it."""
+        index = self.index(device)
+        stream = self.currents[index]
+        self.host_s += LAUNCH_S
+        if stream.capture is not None:
+            if stream.capture.invalidated:
+                raise cuda_error(CAPTURE_INVALIDATED)
+            stream.capture.nodes.append((name, seconds))
+            self.log.append(Op("captured", index, stream.stream_id, name))
+            return
+        start = max(stream.ready_s, self.host_s)
+        stream.ready_s = start + seconds
+        self.log.append(Op("kernel", index, stream.stream_id, name, start, stream.ready_s))
+
+    def item(self, device: Any = None) -> float:
+        """``Tensor.item()`` of a CUDA tensor (aten/src/ATen/native/cuda/CUDAScalar.cu, ``_local_scalar_dense_cuda``):
+        a pinned host buffer, then ``at::cuda::memcpy_and_sync``, a copy and a synchronize of the current stream;
+        the synchronize is what CUDA refuses during a capture."""
+        stream = self.currents[self.index(device)]
+        if stream.capture is not None:
+            stream.capture.invalidated = True
+            raise cuda_error(CAPTURE_UNSUPPORTED)
+        self.host_s = max(self.host_s, stream.ready_s)
+        return 0.0
+
+    def ops(self, kind: str) -> list[Op]:
+        return [op for op in self.log if op.kind == kind]
+
+    # -- installing it --------------------------------------------------------------------------------------------
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> _DeviceAllocations:
+        """Put the fake under ``torch.cuda``; returns the allocation mode, which the caller enters."""
+        patches: dict[str, Any] = {
+            "is_available": lambda: True,
+            "device_count": lambda: self.device_count,
+            "current_device": lambda: self.current,
+            "set_device": self.set_device,
+            "_exchange_device": self.exchange_device,
+            "_maybe_exchange_device": self.exchange_device,
+            "current_stream": self.current_stream,
+            "default_stream": self.default_stream,
+            "set_stream": self.set_stream,
+            "synchronize": self.synchronize,
+            "empty_cache": lambda: None,
+            "get_device_properties": self.get_device_properties,
+            "get_device_name": lambda device=None: self.name,
+            "get_device_capability": lambda device=None: (9, 0),
+            "Stream": self.Stream,
+            "Event": self.Event,
+            "CUDAGraph": self.CUDAGraph,
+        }
+        for name, value in patches.items():
+            monkeypatch.setattr(torch.cuda, name, value)
+        # torch.cuda.graph.__enter__ empties the pinned-host cache too; the CPU build has no such binding.
+        monkeypatch.setattr(torch._C, "_host_emptyCache", lambda: None, raising=False)
+        return _DeviceAllocations(self)

@@ -21,6 +21,8 @@ from fp8bench.dashboard.data import (
     store_target,
 )
 from fp8bench.dashboard.filters import render_filters
+from fp8bench.dashboard.login import require_login
+from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import View, clear_view, set_view
 
 # Not named `pages/`: Streamlit would treat that folder as an automatic multipage app beside st.navigation.
@@ -44,24 +46,25 @@ def main() -> None:
     # Distinct hues for precisions and backends (the default sequence puts several blues side by side).
     px.defaults.color_discrete_sequence = px.colors.qualitative.Bold
     st.set_page_config(page_title="fp8bench", page_icon=":material/speed:", layout="wide")
+    require_login()  # only where Streamlit's [auth] is configured; see docs/security.md
     page = st.navigation([st.Page(PAGES_DIR / f, title=t, icon=i, default=n == 0)
                           for n, (f, t, i) in enumerate(PAGES)])
     clear_view()  # a page must never see the view of a previous rerun
     target = store_target()
-    st.sidebar.caption(f"Store: `{target}`")
+    st.sidebar.caption(f"Store: {md_text(target)}")
     if st.sidebar.button("Reload store", icon=":material/refresh:"):
         clear_caches()
     try:
         snapshot = load_snapshot(target)
     except StoreProblem as exc:
         st.title(page.title)
-        st.error(f"The store could not be read, so there is nothing to show.\n\n{exc}\n\n"
+        st.error(f"The store could not be read, so there is nothing to show.\n\n{md_text(exc)}\n\n"
                  "Point the dashboard at a valid store (`fp8bench dashboard --store PATH_OR_URL`), or move the "
                  f"damaged file aside and fill a new one with `{FILL_COMMAND}`.")
         st.stop()
     if snapshot.empty:
         st.title(page.title)
-        st.info(f"The store `{target}` holds no records yet. Fill it with:")
+        st.info(f"The store {md_text(target)} holds no records yet. Fill it with:")
         st.code(FILL_COMMAND, language="bash")
         st.caption("or pick another store: `fp8bench dashboard --store PATH_OR_URL`")
         st.stop()

@@ -29,6 +29,7 @@ import streamlit as st
 from fp8bench import store_queries
 from fp8bench.commits import checkout_remote, url_template
 from fp8bench.paths import default_results_dir
+from fp8bench.redact import error_line, redact
 from fp8bench.shapes import shape_label
 from fp8bench.store import Store, StoreError, normalize_url, open_store
 from fp8bench.store_queries import RecordFilter
@@ -179,7 +180,7 @@ def _flatten_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _problem(store: Store, exc: Exception) -> StoreProblem:
-    return StoreProblem(f"cannot read store {store.url}: {getattr(exc, 'orig', None) or exc}")
+    return StoreProblem(f"cannot read store {store.url}: {error_line(exc)}")
 
 
 @st.cache_data(show_spinner="Reading the store...", max_entries=4)
@@ -260,11 +261,11 @@ def load_run_payload(target: str, run_id: str) -> dict[str, Any]:
     """A stored run with every record and its raw samples (for the Compare page)."""
     store = _open(target)
     if store is None:
-        raise StoreProblem(f"no store at {target}")
+        raise StoreProblem(redact(f"no store at {target}"))
     try:
         return store.run_payload(run_id)
     except (StoreError, sa.exc.SQLAlchemyError) as exc:
-        raise StoreProblem(str(exc)) from exc
+        raise StoreProblem(error_line(exc) if isinstance(exc, sa.exc.SQLAlchemyError) else str(exc)) from exc
 
 
 def cached(fn: Callable[..., Any]) -> Callable[..., Any]:

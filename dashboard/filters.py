@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 import streamlit as st
 
+from fp8bench.dashboard.safe_text import md_join, md_text
 from fp8bench.store_queries import RecordFilter
 
 # URL key -> column of the store's filter choices (``Snapshot.options``).
@@ -50,8 +51,8 @@ def _initial(key: str, options: list[str]) -> list[str]:
     wanted = _split(st.query_params.get(key))
     unknown = [v for v in wanted if v not in options]
     if unknown:
-        st.sidebar.warning(f"URL filter {key}={','.join(unknown)} matches no record; "
-                           f"accepted: {', '.join(options) or 'none'}")
+        st.sidebar.warning(f"URL filter {key}={md_join(unknown, ',')} matches no record; "
+                           f"accepted: {md_join(options) or 'none'}")
     return [v for v in wanted if v in options]
 
 
@@ -70,7 +71,7 @@ def _run_range(runs: pd.DataFrame) -> tuple[str, ...]:
     if len(ends) == 2 and all(e in ids for e in ends):
         default = (ends[0], ends[1])
     elif st.query_params.get(RUNS_KEY) and _STATE_PREFIX + RUNS_KEY not in st.session_state:
-        st.sidebar.warning(f"URL filter runs={st.query_params.get(RUNS_KEY)} names unknown runs; "
+        st.sidebar.warning(f"URL filter runs={md_text(st.query_params.get(RUNS_KEY))} names unknown runs; "
                            "accepted: FIRST_RUN_ID..LAST_RUN_ID")
     labels = _run_label(runs)
     # value= makes it a range slider; after the first run the widget's own state wins.

@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.dashboard.data import FILL_COMMAND, Snapshot
 from fp8bench.dashboard.filters import Filters
+from fp8bench.dashboard.safe_text import safe_figure
 from fp8bench.store_queries import RecordFilter
 
 _VIEW_KEY = "fp8bench_view"
@@ -41,6 +43,11 @@ def current_view() -> View:
     if view is None:
         st.stop()
     return view
+
+
+def chart(fig: go.Figure, key: str) -> None:
+    """Draw a plotly figure, its stored strings shown as text, never as plotly's HTML (links)."""
+    st.plotly_chart(safe_figure(fig), key=key)
 
 
 def table(frame: pd.DataFrame, name: str, **column_config: Any) -> None:

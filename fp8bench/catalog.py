@@ -59,9 +59,11 @@ class Workload(ABC):
         """Why ``precision`` cannot run ``shape`` (alignment rules), or ``None``."""
         return None
 
+    @abstractmethod
     def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
-        """Why ``shape`` cannot fit in ``device``'s free memory (checked before anything is allocated), or ``None``."""
-        return None
+        """Why ``shape`` cannot fit in ``device``'s free memory, or ``None``. The runner asks before allocating
+        anything, so every workload must estimate its memory in closed form (``fp8bench.workloads.memory.refusal``
+        words the answer) rather than let a huge shape reach the allocator."""
 
     def probe_shape(self, shape: Shape, max_flops: float) -> Shape | None:
         """A smaller shape of the same kind for estimating a big case's cost, or ``None`` if ``shape`` is small."""

@@ -24,6 +24,7 @@ from fp8bench.commands.common import (
     UsageError,
     help_epilog,
 )
+from fp8bench.redact import redact
 
 GENERAL_DOC = "docs/cli.md"
 
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one verb; returns the process exit code (usage errors included, instead of raising SystemExit)."""
     # Every bad-input error of fp8bench (unknown name, bad shape, missing device, unreadable run file or suite) is
     # a ValueError; StoreError is the one exception. Importing only those keeps torch out of verbs that need none.
+    from fp8bench.interrupts import signals_interrupt
     from fp8bench.store import StoreError
 
     verbs = _verbs()
@@ -98,12 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(verbs[args.verb].execute(args))
+        with signals_interrupt():  # SIGTERM and SIGHUP end a verb the way Ctrl-C does
+            return int(verbs[args.verb].execute(args))
     except (UsageError, StoreError, ValueError) as exc:
-        print(f"fp8bench {args.verb}: error: {exc}", file=sys.stderr)
+        print(f"fp8bench {args.verb}: error: {redact(exc)}", file=sys.stderr)
         return exit_codes_of(verbs[args.verb]).bad_input
-    except KeyboardInterrupt:
-        print(f"fp8bench {args.verb}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"fp8bench {args.verb}: interrupted ({getattr(exc, 'signal_name', 'SIGINT')})", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

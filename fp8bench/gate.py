@@ -21,12 +21,20 @@ Method (DESIGN, "Gate method"):
    ``faster`` when its upper bound is under ``1 / (1 + T)`` and the adjusted p for "faster" < ``alpha``; ``same``
    when the upper bound is at most ``1 + T`` (a slowdown beyond T is implausible); otherwise ``inconclusive``: a
    slowdown beyond T is possible but not shown. ``broken`` when the base measured the case and the candidate
-   failed, skipped or invalidated it. Power capping alone never breaks a case (it is how a GPU runs a large GEMM),
-   even in run files from fp8bench versions that marked it invalid, unless the run used ``--strict-clocks``.
-6. **Exit code:** 1 on any ``slower`` or ``broken`` case; else 2 on any ``inconclusive`` or ``incomparable`` case
-   (or when nothing could be compared); else 0. ``fail_on="regression"`` (``--fail-on regression``) lets an
-   undecided outcome exit 0, its verdict still reported as such. Harness errors and bad input are 3.
+   failed, skipped or invalidated it; ``missing`` when the candidate has no record of a case the base has (a
+   candidate killed part-way looks like this), unless ``--allow-missing`` makes such cases ``removed``. Power
+   capping alone never breaks a case (it is how a GPU runs a large GEMM), even in run files from fp8bench versions
+   that marked it invalid, unless the run used ``--strict-clocks``.
+6. **Exit code:** 1 on any ``slower``, ``broken`` or ``missing`` case; else 2 on any ``inconclusive`` or
+   ``incomparable`` case (or when nothing could be compared); else 0. ``fail_on="regression"`` (``--fail-on
+   regression``) lets an undecided outcome exit 0, its verdict still reported as such. Harness errors and bad
+   input are 3.
    ``fp8bench ab`` reruns inconclusive cases once (:func:`merge_rerun`).
+
+What the gate refuses to judge (a harness error, never a pass): a timing sample that is not a finite positive
+number of seconds (the file and case are named), and a run that did not finish (status ``interrupted``,
+``running`` or ``failed: ...``) unless ``--allow-partial``. Comparing a run with itself is allowed (it is how
+an A/A check is read by hand) but the report says so: every case is then ``same`` by construction.
 """
 
 from __future__ import annotations
@@ -43,12 +51,13 @@ import numpy as np
 from fp8bench.comparability import ComparabilityKey, comparability_key
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.records import case_key
+from fp8bench.runfile import check_seconds
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.telemetry import only_power_capped
 from fp8bench.units import parse_fraction
 
 # Case verdicts. Only the first group changes the exit code.
-REGRESSING = ("slower", "broken")
+REGRESSING = ("slower", "broken", "missing")
 UNDECIDED = ("inconclusive", "incomparable")
 INFORMATIONAL = ("faster", "same", "new", "removed", "not measured")
 VERDICT_ORDER = (*REGRESSING, *UNDECIDED, "faster", "same", "new", "removed", "not measured")
@@ -81,6 +90,8 @@ class GateConfig:
     seed: int = 0
     paired: bool = False  # round i of both sides ran back to back: compare round by round
     fail_on: str = "inconclusive"  # or "regression": an undecided outcome then exits 0 (see FAIL_ON)
+    allow_missing: bool = False  # a base case absent from the candidate is "removed" (informational), not "missing"
+    allow_partial: bool = False  # accept runs that did not finish (interrupted, running, failed)
 
     def __post_init__(self) -> None:
         if self.fail_on not in FAIL_ON:
@@ -152,14 +163,38 @@ def measured(record: dict[str, Any], run: dict[str, Any]) -> bool:
     return record.get("status") == "invalid" and not strict and only_power_capped(reasons)
 
 
+def origin_of(payload: dict[str, Any]) -> str:
+    """Where a run payload came from, for messages: its file (set by :func:`fp8bench.ingest.load_side`) or run id."""
+    return str(payload.get("origin") or f"run {payload['run'].get('run_id')}")
+
+
+FINISHED_STATUSES = ("complete",)
+
+
+def check_finished(payloads: Sequence[dict[str, Any]], side: str) -> None:
+    """Refuse runs that did not finish: their absent cases would read as removed and pass."""
+    for payload in payloads:
+        run = payload["run"]
+        status = run.get("status")
+        if status is None or status in FINISHED_STATUSES:
+            continue  # a file from before statuses were written cannot say; its cases speak for themselves
+        done = (f" after {run['n_records']} of {run['n_cases']} cases"
+                if run.get("n_records") is not None and run.get("n_cases") else "")
+        raise GateError(f"the {side} {origin_of(payload)} did not finish (status {status!r}{done}); the cases it "
+                        "lacks cannot be judged. Rerun it, or pass --allow-partial to gate the cases it has")
+
+
 def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
-    """Per-case samples of one side: per-round medians with >= 2 runs, else the single run's raw samples."""
+    """Per-case samples of one side: per-round medians with >= 2 runs, else the single run's raw samples.
+    Raises :class:`fp8bench.runfile.RunFileError` on a timing value that is not finite positive seconds (payloads
+    read from files were checked on reading; a store's were not)."""
     if not payloads:
         raise GateError("a side of the comparison has no runs")
     rounds = len(payloads) >= 2
     cases: dict[str, SideCase] = {}
     for index, payload in enumerate(payloads):
         run = payload["run"]
+        origin = origin_of(payload)
         for record in payload["records"]:
             name = case_key(record)
             key = comparability_key(record, run)
@@ -176,10 +211,16 @@ def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
                 continue
             if rounds:
                 if record.get("median_s") is not None:
-                    entry.samples.append(float(record["median_s"]))
-                    entry.by_round[index] = float(record["median_s"])
+                    median = check_seconds(record["median_s"], f"{origin}: case {name}: median_s")
+                    entry.samples.append(median)
+                    entry.by_round[index] = median
             else:
-                entry.samples.extend(float(s) for s in record.get("samples_s") or [])
+                samples = record.get("samples_s") or []
+                if not isinstance(samples, list):
+                    raise GateError(f"{origin}: case {name}: samples_s must be a list of seconds, got "
+                                    f"{type(samples).__name__}")
+                entry.samples.extend(check_seconds(v, f"{origin}: case {name}: sample {i}")
+                                     for i, v in enumerate(samples))
     commits = {(p["run"].get("git") or {}).get("commit") for p in payloads}
     return Side([p["run"]["run_id"] for p in payloads], commits.pop() if len(commits) == 1 else None, cases,
                 "round medians" if rounds else "raw samples")
@@ -192,10 +233,14 @@ def _case_result(case: str, verdict: str, reason: str | None = None, **fields: A
             "threshold_source": None, "n_base": 0, "n_cand": 0, "differences": None, **fields}
 
 
-def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None) -> dict[str, Any] | None:
+def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None,
+                 allow_missing: bool = False) -> dict[str, Any] | None:
     """A verdict that needs no statistics (missing, unmeasured, broken, incomparable), or ``None``."""
     if cand is None:
-        return _case_result(case, "removed", "not in the candidate")
+        if allow_missing:
+            return _case_result(case, "removed", "not in the candidate (allowed by --allow-missing)")
+        return _case_result(case, "missing", "in the base but not in the candidate; pass --allow-missing if it "
+                            "was dropped on purpose")
     if base is None:
         return _case_result(case, "new", "not in the base")
     interpreted = [side for side, entry in (("base", base), ("candidate", cand)) if entry.status == INTERPRETED]
@@ -233,7 +278,7 @@ def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> 
     tested: list[str] = []
     for name in names:
         b, c = base.cases.get(name), cand.cases.get(name)
-        pre = _pre_verdict(name, b, c)
+        pre = _pre_verdict(name, b, c, config.allow_missing)
         if pre is not None:
             results[name] = pre
             continue
@@ -326,6 +371,9 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
                          "confidence; interleaved rounds (`fp8bench ab`) are the reliable method")
     if not any(c["verdict"] in ("slower", "faster", "same", "inconclusive") for c in cases):
         all_notes.append("no case could be compared")
+    shared = same_runs(base, cand)
+    if shared:
+        all_notes.append(SAME_RUN_NOTE.format(runs=", ".join(shared)))
     return {
         "report_id": uuid.uuid4().hex[:16],
         "created_at": datetime.now(timezone.utc).isoformat(),
@@ -337,15 +385,29 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
         "config": {"threshold": config.threshold, "overrides": [list(o) for o in config.overrides],
                    "alpha": config.alpha, "confidence": config.confidence, "aa_noise": config.aa_noise,
                    "n_boot": config.n_boot, "min_samples": config.min_samples, "paired": config.paired,
-                   "fail_on": config.fail_on},
+                   "fail_on": config.fail_on, "allow_missing": config.allow_missing,
+                   "allow_partial": config.allow_partial},
         "counts": counts, "cases": cases, "notes": all_notes,
         "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
     }
 
 
+SAME_RUN_NOTE = ("base and candidate share run(s) {runs}: those cases are compared with themselves, so the verdict "
+                 "says nothing about a change (for an A/A noise check, measure the same code twice)")
+
+
+def same_runs(base: Side, cand: Side) -> list[str]:
+    """Run ids on both sides of a comparison (``gate A A``)."""
+    return [r for r in base.run_ids if r in set(cand.run_ids)]
+
+
 def gate(base_payloads: Sequence[dict[str, Any]], cand_payloads: Sequence[dict[str, Any]],
          config: GateConfig = GateConfig()) -> dict[str, Any]:
-    """Compare run payloads of the base and the candidate; returns the report."""
+    """Compare run payloads of the base and the candidate; returns the report. Raises :class:`GateError` on
+    input it cannot judge (see the module docstring)."""
+    if not config.allow_partial:
+        check_finished(base_payloads, "base")
+        check_finished(cand_payloads, "candidate")
     return build_report(collect_side(base_payloads), collect_side(cand_payloads), config)
 
 

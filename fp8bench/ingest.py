@@ -12,6 +12,10 @@ benchmark becomes a record of workload ``pytest`` and backend ``pytest-benchmark
 
 A pytest-benchmark file has no run id, so one is derived from its content (start time, machine, commit and test
 ids): ingesting the same file twice stores it once.
+
+:func:`ingest_file` stores one file in its own transaction: a file that cannot be read (binary, not JSON, a record
+missing a field, a sample that is not finite positive seconds) or that the store refuses (a value too long for its
+column) is reported with its name and what is wrong, stores nothing, and does not stop the files after it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8bench.records import SCHEMA_VERSION
-from fp8bench.runfile import RunFileError, load_json, validate_run
+from fp8bench.runfile import RunFileError, load_json, validate_records, validate_run
 
 SOURCE_FP8BENCH = "fp8bench"
 SOURCE_PYTEST_BENCHMARK = "pytest-benchmark"
@@ -37,7 +41,9 @@ def read_results_file(path: str | Path) -> tuple[dict[str, Any], str]:
     path = Path(path)
     data = load_json(path, "results file")
     if is_pytest_benchmark(data):
-        return from_pytest_benchmark(data, str(path)), SOURCE_PYTEST_BENCHMARK
+        payload = from_pytest_benchmark(data, str(path))
+        validate_records(payload["records"], str(path))
+        return payload, SOURCE_PYTEST_BENCHMARK
     if isinstance(data, dict) and "benchmarks" in data:
         raise RunFileError(f"{path} looks like pytest-benchmark JSON but has no machine_info")
     return validate_run(data, str(path)), SOURCE_FP8BENCH
@@ -101,6 +107,35 @@ def from_pytest_benchmark(data: dict[str, Any], origin: str = "pytest-benchmark 
     return {"schema_version": SCHEMA_VERSION, "run": run, "records": records}
 
 
+def _with_origin(path: Path) -> dict[str, Any]:
+    """A results file's payload, with ``origin`` (its path) for messages that must name the file."""
+    return {**read_results_file(path)[0], "origin": str(path)}
+
+
+def ingest_file(store: Any, path: Path) -> dict[str, Any]:
+    """Read one results file and store it in one transaction. Returns what happened (``file``, ``run_id``,
+    ``source``, ``new_run``, ``records_added``, ``records_in_file``), or ``{"file", "error"}`` with a one-line
+    error naming the file; never raises for a bad file or a refused write."""
+    import sqlalchemy as sa
+
+    from fp8bench.redact import error_line
+    from fp8bench.store import StoreError
+
+    try:
+        payload, source = read_results_file(path)
+    except RunFileError as exc:
+        return {"file": str(path), "error": str(exc)}
+    run_id = payload["run"]["run_id"]
+    try:
+        new_run, added = store.ingest_run(payload, source)
+    except StoreError as exc:
+        return {"file": str(path), "error": f"{path}: run {run_id} not stored: {exc}"}
+    except sa.exc.SQLAlchemyError as exc:
+        return {"file": str(path), "error": f"{path}: run {run_id} not stored: {error_line(exc)}"}
+    return {"file": str(path), "run_id": run_id, "source": source, "new_run": new_run, "records_added": added,
+            "records_in_file": len(payload["records"])}
+
+
 def load_side(spec: str, store: Any | None = None) -> list[dict[str, Any]]:
     """Run payloads for one side of a comparison.
 
@@ -109,12 +144,12 @@ def load_side(spec: str, store: Any | None = None) -> list[dict[str, Any]]:
     """
     path = Path(spec)
     if path.is_file():
-        return [read_results_file(path)[0]]
+        return [_with_origin(path)]
     if path.is_dir():
         files = sorted(p for p in path.glob("*.json") if not p.name.startswith("."))
         if not files:
             raise RunFileError(f"folder {path} has no *.json results files")
-        return [read_results_file(p)[0] for p in files]
+        return [_with_origin(p) for p in files]
     if spec.endswith(".json") or "/" in spec:
         raise RunFileError(f"no such results file or folder: {spec}")
     if store is not None:

@@ -3,7 +3,15 @@
 Layout: ``{"schema_version", "run": {run_id, started_at, finished_at, status, git, host, device, software,
 settings, ...}, "records": [...]}``. After every finished case the whole file is rewritten to a temporary file in
 the same folder and renamed over the old one (``os.replace`` is atomic on POSIX), so a run killed at any moment
-leaves either the previous complete file or the new one, never half a file, and keeps every finished record.
+leaves either the previous complete file or the new one, never half a file, and keeps every finished record. The
+file gets the permissions of any new file (``0666`` less the umask), not the ``0600`` of a temporary file.
+
+A rename replaces whatever has the name, so :func:`check_writable` refuses, before anything runs, a path that
+exists and is not a regular file (a device node such as ``/dev/full``, a FIFO, a symbolic link, a folder), and
+an existing run file unless overwriting was asked for.
+
+Reading checks what the store and the gate rely on: every record an object with its identifying fields, and
+every timing sample a finite positive number of seconds; the error names the file and the first bad record.
 """
 
 from __future__ import annotations
@@ -11,34 +19,43 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from fp8bench.records import SCHEMA_VERSION
+from fp8bench.records import SCHEMA_VERSION, STATUSES, case_key
 
 
 class RunFileError(ValueError):
     """A run file that cannot be read: missing, corrupt, not a run, or from a newer schema."""
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no NaN or infinity; store them as null rather than write a file strict readers reject."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
+
+
+def _new_file_mode() -> int:
+    """``0666`` less the process's umask: what ``open(path, "w")`` would create (mkstemp makes ``0600``)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def atomic_write_json(path: Path, payload: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _new_file_mode())
         with os.fdopen(fd, "w") as fh:
-            json.dump(_clean(payload), fh, indent=1, allow_nan=False)
+            json.dump(json_safe(payload), fh, indent=1, allow_nan=False)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -71,8 +88,29 @@ class RunFileWriter:
         atomic_write_json(self.path, self.payload())
 
 
-def check_writable(path: Path) -> None:
-    """Fail early, before any case runs, if ``path``'s folder cannot take the run file."""
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_writable(path: Path, overwrite: bool = False) -> None:
+    """Fail early, before any case runs, if ``path`` must not be replaced or its folder cannot take the run file.
+
+    Refused: anything at ``path`` that is not a regular file (the run file is renamed over it, which would
+    replace a device node, a FIFO or a symbolic link itself), and an existing file unless ``overwrite``."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise RunFileError(f"cannot write the run file {path}: {exc.strerror or exc}") from exc
+    if mode is not None:
+        kind = next((name for test, name in _KINDS if test(mode)), None)
+        if kind is not None or not stat.S_ISREG(mode):
+            raise RunFileError(f"refusing to write the run file over {path}: it is {kind or 'not a regular file'}; "
+                               "give --out a path to a new file")
+        if not overwrite:
+            raise RunFileError(f"{path} exists (an earlier run?); refusing to overwrite it: give --out a new path, "
+                               "or --force to replace it")
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -81,16 +119,17 @@ def check_writable(path: Path) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise RunFileError(f"cannot write the run file {path}: {exc.strerror or exc}") from exc
-    if path.is_dir():
-        raise RunFileError(f"cannot write the run file {path}: it is a directory")
 
 
 def load_json(path: Path | str, what: str) -> Any:
     """Parse a JSON file; raises :class:`RunFileError` naming the file (``what``: "run file", ...) and the fault."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise RunFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RunFileError(f"{what} {path} is not a JSON text file (byte {exc.start} is not UTF-8 text); is it "
+                           "a binary or compressed file?") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -107,11 +146,49 @@ def validate_run(data: Any, origin: str) -> dict[str, Any]:
     if not isinstance(data, dict) or "schema_version" not in data or "records" not in data or "run" not in data:
         raise RunFileError(f"{origin} is not an fp8bench run file (needs schema_version, run and records)")
     version = data["schema_version"]
-    if not isinstance(version, int):
-        raise RunFileError(f"{origin}: schema_version must be an integer, got {version!r}")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise RunFileError(f"{origin}: schema_version must be an integer from 1 to {SCHEMA_VERSION}, got {version!r}")
     if version > SCHEMA_VERSION:
         raise RunFileError(f"{origin} has schema version {version}, newer than this fp8bench understands "
                            f"({SCHEMA_VERSION}); upgrade fp8bench to read it")
-    if not isinstance(data["records"], list) or not isinstance(data["run"], dict) or "run_id" not in data["run"]:
-        raise RunFileError(f"{origin}: 'run' must be an object with a run_id and 'records' a list")
+    run = data["run"]
+    if not isinstance(data["records"], list) or not isinstance(run, dict) or not isinstance(run.get("run_id"), str):
+        raise RunFileError(f"{origin}: 'run' must be an object with a run_id (text) and 'records' a list")
+    validate_records(data["records"], origin)
     return data
+
+
+# Fields every record needs to be identified (its case key) and stored, and their JSON types.
+REQUIRED_FIELDS = {"workload": str, "shape": dict, "precision": str, "backend": str, "device": str, "status": str}
+
+
+def check_seconds(value: Any, where: str) -> float:
+    """A timing value as float seconds; :class:`RunFileError` naming ``where`` unless finite and positive."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise RunFileError(f"{where} is {value!r}; timing samples must be finite positive seconds (the file is "
+                           "damaged or was not written by a timer)")
+    return float(value)
+
+
+def validate_records(records: list[Any], origin: str) -> None:
+    """Raise :class:`RunFileError` at the first record that is not an object with the required fields, or whose
+    samples or median are not finite positive seconds, naming its index."""
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            raise RunFileError(f"{origin}: record {i} is not an object (got {type(rec).__name__})")
+        for name, kind in REQUIRED_FIELDS.items():
+            if not isinstance(rec.get(name), kind):
+                got = "missing" if name not in rec else f"{type(rec[name]).__name__} {rec[name]!r}"
+                raise RunFileError(f"{origin}: record {i}: field {name!r} must be {kind.__name__}, got {got}")
+        if rec["status"] not in STATUSES:
+            raise RunFileError(f"{origin}: record {i}: status {rec['status']!r}; accepted: {', '.join(STATUSES)}")
+        samples = rec.get("samples_s")
+        if samples is None:
+            samples = []
+        if not isinstance(samples, list):
+            raise RunFileError(f"{origin}: record {i}: samples_s must be a list of seconds")
+        where = f"{origin}: record {i} ({case_key(rec)})"
+        for j, value in enumerate(samples):
+            check_seconds(value, f"{where}: sample {j}")
+        if rec.get("median_s") is not None:
+            check_seconds(rec["median_s"], f"{where}: median_s")

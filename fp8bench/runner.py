@@ -22,11 +22,15 @@ field empty and the reason :data:`INTERPRETED_REASON`. Its times would be meanin
 Every case runs under its GPU's device guard (:meth:`fp8bench.devices.Device.guard`): inputs, kernels, the timer's
 events and L2 flush, graph captures and energy windows all act on the case's device, whichever GPU was current.
 
-Ctrl-C stops the run between or inside cases; every record finished before it stays in the run file and store.
+Ctrl-C (and SIGTERM or SIGHUP, which the command line turns into the same interrupt) stops the run between or
+inside cases; every record finished before it stays in the run file and store. A full disk stops the run too,
+with status ``failed: disk full`` (:mod:`fp8bench.record_stream`).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import time
 import traceback
 import uuid
@@ -47,8 +51,8 @@ from fp8bench.numerics import Numerics, compare, worst
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
 from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, resolve_precision
+from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
-from fp8bench.runfile import RunFileWriter
 from fp8bench.shapes import Shape, label
 from fp8bench.timing import Samples, SamplingPolicy, Timer, sample, timer_for, timing_mode_for
 
@@ -91,15 +95,17 @@ class RunSettings:
     strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
 
     def __post_init__(self) -> None:
-        if not self.budget_s > 0:
-            raise ValueError(f"budget must be positive seconds, got {self.budget_s}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        # A budget of inf (or a cooldown of inf) would let one case hang the run: every time must be finite.
+        if not (math.isfinite(self.budget_s) and self.budget_s > 0):
+            raise ValueError(f"budget must be positive, finite seconds, got {self.budget_s}")
+        cpus = os.cpu_count() or 1
+        if self.threads is not None and not 1 <= self.threads <= cpus:
+            raise ValueError(f"threads must be between 1 and this machine's {cpus} CPUs, got {self.threads}")
         for name in ("idle_baseline_s", "cooldown_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
-        if not self.energy_window_s > 0:
-            raise ValueError(f"energy window must be positive seconds, got {self.energy_window_s}")
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be finite seconds >= 0, got {getattr(self, name)}")
+        if not (math.isfinite(self.energy_window_s) and self.energy_window_s > 0):
+            raise ValueError(f"energy window must be finite positive seconds, got {self.energy_window_s}")
         if not self.fast_accum or any(not isinstance(v, bool) for v in self.fast_accum):
             raise ValueError(f"fast_accum must list one or more of True/False, got {self.fast_accum!r}")
         if not 0 <= self.clock_floor <= 1:
@@ -427,6 +433,9 @@ class RunOutcome:
     store_url: str | None
     store_errors: list[str]
     wall_s: float
+    disk_full: str | None = None  # what failed when the run file's disk filled; the run stopped there
+    run_file_complete: bool = True  # the run file on disk holds every record (False only after a full disk)
+    interrupted_by: str | None = None  # SIGINT (Ctrl-C), SIGTERM or SIGHUP
 
 
 def run_header(run_id: str, device: Device, device_spec: str, settings: RunSettings, spec: dict[str, Any]) -> dict[str, Any]:
@@ -452,21 +461,10 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     run_id = run_id or new_run_id()
     started = time.monotonic()
     header = run_header(run_id, device, settings.device, settings, spec or {})
-    writer = RunFileWriter(run_file, header) if run_file else None
-    store_errors: list[str] = []
-
-    def to_store(method: str, *args: Any) -> None:
-        if store is None:
-            return
-        try:
-            getattr(store, method)(*args)
-        except Exception as exc:  # the store must never cost a measurement
-            store_errors.append(f"{type(exc).__name__}: {exc}")
-
-    to_store("add_run", header)
+    stream = RecordStream(run_file, header, store)
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir))
-    records: list[dict[str, Any]] = []
-    interrupted = False
+    interrupted_by: str | None = None
+    disk_full = False
     try:
         for i, case in enumerate(cases):
             if settings.cooldown_s and i > 0:
@@ -474,23 +472,19 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
             if on_start:
                 on_start(i, case)
             record = measurer.measure(case, seq=i).to_dict()
-            records.append(record)
-            if writer:
-                writer.append(record)
-            to_store("add_records", run_id, [record], header["device"]["name"])
+            stream.add(record)
             if on_record:
                 on_record(i, case, record)
-    except KeyboardInterrupt:
-        interrupted = True
-    final = {"status": "interrupted" if interrupted else "complete",
-             "finished_at": datetime.now(timezone.utc).isoformat(), "n_records": len(records),
-             "n_cases": len(cases)}
-    header.update(final)
-    if writer:
-        writer.finish(**final)
-    to_store("update_run", header)
-    return RunOutcome(run_id, records, interrupted, run_file, getattr(store, "url", None), store_errors,
-                      time.monotonic() - started)
+    except KeyboardInterrupt as exc:
+        interrupted_by = getattr(exc, "signal_name", "SIGINT")
+    except DiskFull:
+        disk_full = True
+    status = STATUS_DISK_FULL if disk_full else "interrupted" if interrupted_by else "complete"
+    stream.finish(status=status, finished_at=datetime.now(timezone.utc).isoformat(),
+                  n_records=len(stream.records), n_cases=len(cases))
+    return RunOutcome(run_id, stream.records, interrupted_by is not None, run_file, getattr(store, "url", None),
+                      stream.store_errors, time.monotonic() - started, stream.disk_error,
+                      stream.file_complete or run_file is None, interrupted_by)
 
 
 def with_policy(settings: RunSettings, **changes: Any) -> RunSettings:

@@ -6,6 +6,11 @@
   independent and may differ in count, so the two-sample percentile bootstrap is done here with NumPy).
 * **One-sided Mann-Whitney U**: is a candidate sample stochastically larger (slower) than a base sample? It makes
   no normality assumption, which matters for timing samples with long right tails.
+
+Memory: a bootstrap of ``B`` resamples of ``n`` samples touches ``B * n`` values. Drawn at once, 2000 resamples of
+a 100,000-sample case are 1.6 GB of indices and as much again of gathered values; :func:`bootstrap_medians` draws
+them in chunks of at most :data:`BOOTSTRAP_CHUNK_VALUES`, so memory stays bounded whatever the sample count while
+the statistic is the same exact percentile bootstrap.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as sps
+
+# Most sample values one resampling chunk gathers: 2**22 float64 values (32 MiB) plus as many int64 indices.
+BOOTSTRAP_CHUNK_VALUES = 2**22
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,25 @@ class RatioEstimate:
     n_cand: int
 
 
+def bootstrap_medians(values: np.ndarray, n_boot: int, rng: np.random.Generator,
+                      chunk_values: int = BOOTSTRAP_CHUNK_VALUES) -> np.ndarray:
+    """Medians of ``n_boot`` resamples (with replacement) of each row of ``values`` (cases x n); returns
+    cases x n_boot. Rows and resamples are drawn in blocks of at most ``chunk_values`` values (at least one
+    resample of one row), so memory does not grow with ``n_boot`` or the number of cases."""
+    cases, n = values.shape
+    out = np.empty((cases, n_boot))
+    rows_per_block = max(1, min(cases, chunk_values // max(n, 1)))
+    for r0 in range(0, cases, rows_per_block):
+        block = values[r0:r0 + rows_per_block]
+        rows = np.arange(block.shape[0])[:, None, None]
+        per_chunk = max(1, chunk_values // (block.shape[0] * n))
+        for b0 in range(0, n_boot, per_chunk):
+            b1 = min(n_boot, b0 + per_chunk)
+            index = rng.integers(0, n, size=(block.shape[0], b1 - b0, n))
+            out[r0:r0 + block.shape[0], b0:b1] = np.median(block[rows, index], axis=2)
+    return out
+
+
 def bootstrap_ratio_ci(base: np.ndarray, cand: np.ndarray, confidence: float = 0.95, n_boot: int = 2000,
                        seed: int = 0) -> tuple[float, float]:
     """Percentile-bootstrap interval of ``median(cand) / median(base)`` from independent resamples of each side."""
@@ -35,9 +62,7 @@ def bootstrap_ratio_ci(base: np.ndarray, cand: np.ndarray, confidence: float = 0
     if base.size == 0 or cand.size == 0:
         raise ValueError("both sides need at least one sample")
     rng = np.random.default_rng(seed)
-    b = np.median(rng.choice(base, size=(n_boot, base.size), replace=True), axis=1)
-    c = np.median(rng.choice(cand, size=(n_boot, cand.size), replace=True), axis=1)
-    ratios = c / b
+    ratios = bootstrap_medians(cand[None, :], n_boot, rng)[0] / bootstrap_medians(base[None, :], n_boot, rng)[0]
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(ratios, [alpha, 1 - alpha])
     return float(lo), float(hi)
@@ -64,10 +89,8 @@ def compare_batch(base: np.ndarray, cand: np.ndarray, confidence: float = 0.95, 
     if b.shape[1] == 0 or c.shape[1] == 0:
         raise ValueError("both sides need at least one sample")
     rng = np.random.default_rng(seed)
-    rows = np.arange(b.shape[0])[:, None, None]
-    bi = rng.integers(0, b.shape[1], size=(b.shape[0], n_boot, b.shape[1]))
-    ci = rng.integers(0, c.shape[1], size=(c.shape[0], n_boot, c.shape[1]))
-    ratios = np.median(c[rows, ci], axis=2) / np.median(b[rows, bi], axis=2)
+    base_medians = bootstrap_medians(b, n_boot, rng)
+    ratios = bootstrap_medians(c, n_boot, rng) / base_medians
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(ratios, [alpha, 1 - alpha], axis=1)
     p_slower = np.atleast_1d(sps.mannwhitneyu(c, b, alternative="greater", axis=1).pvalue)
@@ -90,8 +113,7 @@ def compare_paired(base: list[float] | np.ndarray, cand: list[float] | np.ndarra
     if b.shape != c.shape or b.size == 0:
         raise ValueError(f"paired samples need equal, non-zero lengths; got {b.size} and {c.size}")
     ratios = c / b
-    rng = np.random.default_rng(seed)
-    boot = np.median(rng.choice(ratios, size=(n_boot, ratios.size), replace=True), axis=1)
+    boot = bootstrap_medians(ratios[None, :], n_boot, np.random.default_rng(seed))[0]
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(boot, [alpha, 1 - alpha])
     logs = np.log(ratios)

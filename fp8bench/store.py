@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from fp8bench.records import SCHEMA_VERSION, case_key
+from fp8bench.redact import redact
+from fp8bench.runfile import json_safe
 from fp8bench.store_columns import RECORD_COLUMNS, phase_rows, record_column_values
 
 STORE_SCHEMA_VERSION = 3
@@ -166,7 +169,9 @@ class Store:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.url = engine.url.render_as_string(hide_password=True)
+        # For messages: the password hidden; an SQLite file by its plain name (the URL form percent-encodes it).
+        self.url = (f"sqlite:///{engine.url.database}" if engine.dialect.name == "sqlite"
+                    else engine.url.render_as_string(hide_password=True))
 
     # -- schema ------------------------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
@@ -174,6 +179,8 @@ class Store:
         try:
             with self._schema_lock(), self.engine.begin() as conn:
                 if conn.dialect.name == "postgresql":
+                    # A migration of a large store may outlast the statement timeout writes get (open_store).
+                    conn.execute(sa.text(f"SET LOCAL statement_timeout = {PG_SCHEMA_TIMEOUT_MS}"))
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
                 metadata.create_all(conn)
                 row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
@@ -214,12 +221,17 @@ class Store:
                        keys: list[str]) -> int:
         if not rows:
             return 0
+        _check_lengths(table, rows)
         stmt = _insert_or_skip(conn, table, keys)
         result = conn.execute(stmt.returning(*[table.c[k] for k in keys]), rows)
         return len(result.fetchall())
 
     def add_run(self, run: dict[str, Any], source: str = "fp8bench") -> bool:
         """Insert a run header; ``False`` if that run_id is already stored."""
+        with self.engine.begin() as conn:
+            return self._add_run(conn, run, source)
+
+    def _add_run(self, conn: sa.Connection, run: dict[str, Any], source: str) -> bool:
         git = run.get("git") or {}
         row = {"run_id": run["run_id"], "started_at": run.get("started_at"), "finished_at": run.get("finished_at"),
                "status": run.get("status"), "git_commit": git.get("commit"), "git_dirty": git.get("dirty"),
@@ -228,48 +240,58 @@ class Store:
                "host": (run.get("host") or {}).get("alias"), "device": run.get("device_spec"),
                "device_name": (run.get("device") or {}).get("name"), "source": source,
                "schema_version": run.get("schema_version", SCHEMA_VERSION), "data": run}
-        with self.engine.begin() as conn:
-            return self._insert_ignore(conn, runs_table, [row], ["run_id"]) == 1
+        return self._insert_ignore(conn, runs_table, [row], ["run_id"]) == 1
 
     def update_run(self, run: dict[str, Any]) -> None:
         with self.engine.begin() as conn:
-            conn.execute(runs_table.update().where(runs_table.c.run_id == run["run_id"]).values(
-                finished_at=run.get("finished_at"), status=run.get("status"), data=run))
+            self._update_run(conn, run)
+
+    def _update_run(self, conn: sa.Connection, run: dict[str, Any]) -> None:
+        conn.execute(runs_table.update().where(runs_table.c.run_id == run["run_id"]).values(
+            finished_at=run.get("finished_at"), status=run.get("status"), data=run))
 
     def add_records(self, run_id: str, records: list[dict[str, Any]], device_name: str | None = None,
                     run: dict[str, Any] | None = None) -> int:
         """Insert records of one run; returns how many were new. ``run`` (the header) is read from the store when
         not given: the comparability key needs it."""
         with self.engine.begin() as conn:
-            if run is None:
-                stored = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run_id)).scalar()
-                run = _as_dict(stored) if stored is not None else {}
-            rows = [_record_row(run_id, r, device_name, run) for r in records]
-            if not rows:
-                return 0
-            inserted = self._insert_new_records(conn, rows)
-            by_seq = {r.get("seq", 0): r for r in records}
-            if inserted:
-                conn.execute(record_data_table.insert(), [{"record_id": rec_id, "data": by_seq[seq]}
-                                                          for rec_id, seq in inserted])
-            phases = [p for rec_id, seq in inserted for p in phase_rows(rec_id, by_seq[seq])]
-            if phases:
-                conn.execute(record_phases_table.insert(), phases)
-            return len(inserted)
+            return self._add_records(conn, run_id, records, device_name, run)
+
+    def _add_records(self, conn: sa.Connection, run_id: str, records: list[dict[str, Any]],
+                     device_name: str | None, run: dict[str, Any] | None) -> int:
+        if run is None:
+            stored = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run_id)).scalar()
+            run = _as_dict(stored) if stored is not None else {}
+        rows = [_record_row(run_id, r, device_name, run) for r in records]
+        if not rows:
+            return 0
+        inserted = self._insert_new_records(conn, rows)
+        by_seq = {r.get("seq", 0): r for r in records}
+        if inserted:
+            conn.execute(record_data_table.insert(), [{"record_id": rec_id, "data": by_seq[seq]}
+                                                      for rec_id, seq in inserted])
+        phases = [p for rec_id, seq in inserted for p in phase_rows(rec_id, by_seq[seq])]
+        if phases:
+            conn.execute(record_phases_table.insert(), phases)
+        return len(inserted)
 
     def _insert_new_records(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
         """Insert record rows, skipping those already stored; ``(id, seq)`` of each new one."""
+        _check_lengths(records_table, rows)
         stmt = _insert_or_skip(conn, records_table, ["run_id", "seq"])
         result = conn.execute(stmt.returning(records_table.c.id, records_table.c.seq), rows)
         return [(int(i), int(q)) for i, q in result.fetchall()]
 
     def ingest_run(self, payload: dict[str, Any], source: str = "fp8bench") -> tuple[bool, int]:
-        """Store a whole run file's content; returns (run was new, records added). Idempotent."""
+        """Store a whole run file's content in one transaction (all of it or, on any error, none of it: no run row
+        without its records); returns (run was new, records added). Idempotent."""
         run = payload["run"]
-        new_run = self.add_run({**run, "schema_version": payload.get("schema_version")}, source)
-        if not new_run:
-            self.update_run(run)
-        added = self.add_records(run["run_id"], payload["records"], (run.get("device") or {}).get("name"), run)
+        with self.engine.begin() as conn:
+            new_run = self._add_run(conn, {**run, "schema_version": payload.get("schema_version")}, source)
+            if not new_run:
+                self._update_run(conn, run)
+            added = self._add_records(conn, run["run_id"], payload["records"],
+                                      (run.get("device") or {}).get("name"), run)
         return new_run, added
 
     def add_gate_report(self, report: dict[str, Any]) -> bool:
@@ -277,7 +299,9 @@ class Store:
         exit_code, plus anything else); ``False`` if that report_id is already stored."""
         row = {k: report.get(k) for k in ("report_id", "created_at", "base_run_id", "cand_run_id", "git_commit",
                                           "verdict", "exit_code")}
-        row["data"] = report
+        for side in ("base_run_id", "cand_run_id"):  # the rounds of `fp8bench ab`: ten ids do not fit the column
+            row[side] = _run_id_range(row[side], getattr(gate_reports_table.c[side].type, "length", None) or 64)
+        row["data"] = report  # every run id, in full
         with self.engine.begin() as conn:
             return self._insert_ignore(conn, gate_reports_table, [row], ["report_id"]) == 1
 
@@ -343,6 +367,29 @@ def _insert_or_skip(conn: sa.Connection, table: sa.Table, keys: list[str]) -> An
 
         return sqlite_insert(table).on_conflict_do_nothing(index_elements=keys)
     raise StoreError(f"unsupported database dialect {conn.dialect.name}")  # pragma: no cover
+
+
+def _run_id_range(ids: str | None, limit: int) -> str | None:
+    """Comma-joined run ids as stored in a report column: as they are when they fit, else ``FIRST..LAST`` (the
+    dashboard's run-range form; run ids sort by start time)."""
+    if ids is None or len(ids) <= limit:
+        return ids
+    parts = ids.split(",")
+    return f"{parts[0]}..{parts[-1]}"
+
+
+def _check_lengths(table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """Refuse a text longer than its column, naming the column, on every database alike (PostgreSQL would refuse
+    it with a parameter dump, SQLite would keep it)."""
+    for column in table.columns:
+        limit = getattr(column.type, "length", None)
+        if not limit:
+            continue
+        for row in rows:
+            value = row.get(column.name)
+            if isinstance(value, str) and len(value) > limit:
+                raise StoreError(f"{table.name}.{column.name} {value[:40]!r}... is {len(value)} characters long; the "
+                                 f"store keeps at most {limit}")
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -451,22 +498,59 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2, 2:
 
 
 def _readable(url: str, exc: sa.exc.DatabaseError) -> str:
-    text = str(exc.orig or exc).strip().splitlines()[0]
+    text = redact(str(exc.orig or exc).strip().splitlines()[0])
     if "file is not a database" in text or "database disk image is malformed" in text:
         return (f"cannot open store {url}: the file is not a readable SQLite database ({text}); it may be "
                 "corrupt or another kind of file. Move it aside to start a new store, or give another --store")
     return f"cannot open store {url}: {text}"
 
 
+# PostgreSQL defaults that keep a stalled server (one that accepts connections but never answers, or a statement
+# stuck behind a lock) from hanging a run or an ingest forever. libpq's own settings win: `connect_timeout` or
+# `options` in the URL's query, or $PGCONNECT_TIMEOUT / $PGOPTIONS in the environment.
+PG_CONNECT_TIMEOUT_S = 10
+PG_STATEMENT_TIMEOUT_MS = 60_000
+# Schema setup (creating, or migrating a large store forward, or waiting for another process doing so) gets longer.
+PG_SCHEMA_TIMEOUT_MS = 600_000
+
+
+def postgres_timeouts(url: sa.engine.URL) -> dict[str, Any]:
+    """``connect_args`` adding the default connect and statement timeouts where the user set none."""
+    args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query and "PGCONNECT_TIMEOUT" not in os.environ:
+        args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    options = str(url.query.get("options", os.environ.get("PGOPTIONS", "")))
+    if "statement_timeout" not in options:
+        # Passed explicitly, `options` replaces $PGOPTIONS, so the user's own options are kept in it.
+        args["options"] = f"{options} -c statement_timeout={PG_STATEMENT_TIMEOUT_MS}".strip()
+    return args
+
+
+def _json_text(value: Any) -> str:
+    """JSON columns' serializer: NaN and infinity become null, as in run files (PostgreSQL's json type refuses
+    them, which would lose a whole run's records over one non-finite statistic)."""
+    return json.dumps(json_safe(value), allow_nan=False)
+
+
+def _engine_url(target: str | Path) -> sa.engine.URL:
+    """The SQLAlchemy URL of a store target. A plain path is built into the URL as a file name, so characters
+    that mean something in a URL (``?``, ``#``, ``%``) stay part of the name."""
+    url = normalize_url(target)
+    if "://" in str(target) or not url.startswith("sqlite:///"):
+        return sa.engine.make_url(url)
+    path = Path(url.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return sa.engine.URL.create("sqlite", database=str(path))
+
+
 def open_store(target: str | Path) -> Store:
     """Open (creating if needed) the store at a path, folder or database URL."""
-    url = normalize_url(target)
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
-        engine = sa.create_engine(url, future=True)
-    except (sa.exc.ArgumentError, ImportError) as exc:
-        raise StoreError(f"cannot open store {target!r}: {exc}") from exc
+        url = _engine_url(target)
+        connect_args = postgres_timeouts(url) if url.get_backend_name() == "postgresql" else {}
+        engine = sa.create_engine(url, future=True, connect_args=connect_args, json_serializer=_json_text)
+    except (sa.exc.ArgumentError, ImportError, ValueError) as exc:  # ValueError: a URL's port is not a number
+        raise StoreError(redact(f"cannot open store {str(target)!r}: {exc}")) from exc
     if engine.dialect.name == "sqlite":
         # WAL lets readers (the dashboard) run while a benchmark writes; the busy timeout serializes writers.
         @sa.event.listens_for(engine, "connect")

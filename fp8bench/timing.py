@@ -156,6 +156,10 @@ class SamplingPolicy:
             raise ValueError(f"max_samples ({self.max_samples}) < min_samples ({self.min_samples})")
         if not 0 < self.target_rse < 1:
             raise ValueError(f"target_rse must be in (0, 1), got {self.target_rse}")
+        for name in ("min_time_s", "max_time_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite seconds >= 0, got {value}")
 
 
 @dataclass

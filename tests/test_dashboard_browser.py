@@ -8,13 +8,16 @@ package; without them the tests skip, or fail where CI requires every service.
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,3 +183,61 @@ def test_corrupted_store_is_a_message_in_the_browser(browser, tmp_path, shots):
     finally:
         page.close()
         stop(proc)
+
+
+class _PixelHandler(http.server.BaseHTTPRequestHandler):
+    """Counts requests: an image rendered from hostile Markdown would make the browser fetch from here."""
+
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
+        type(self).hits.append(self.path)
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+LINK_TARGETS = """() => Array.from(document.querySelectorAll('a'))
+    .map(a => a.getAttribute('href') || a.getAttribute('xlink:href') || '')"""
+
+
+def test_url_parameters_and_stored_names_render_as_text_not_markup(browser, tmp_path):
+    """The probes: `?backend=[Session expired](http://evil.example)` once showed a live link, `![x](http://host/
+    pixel)` made the browser fetch it, and a stored device name did the same through the filter warning; the
+    same name in plotly's HTML (`<a href>`) became a link on the heatmap."""
+    from fp8bench.store import open_store
+    from tests.gate_fixtures import payload, record
+
+    pixel = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PixelHandler)
+    threading.Thread(target=pixel.serve_forever, daemon=True).start()
+    host = f"http://127.0.0.1:{pixel.server_address[1]}"
+    stored_name = (f"![d]({host}/px) [Login](http://evil.example/d) :red[x] "  # within the 128-character column
+                   '<a href="http://evil.example/c">chart link</a>')
+    run = payload("hostile", [record(128, "bf16", [1e-3, 1.1e-3, 0.9e-3]),
+                              record(128, "fp8_rowwise", [0.8e-3, 0.9e-3, 0.7e-3])])
+    run["run"]["device"]["name"] = stored_name
+    open_store(tmp_path).ingest_run(run)
+    typed_backend = "[Session expired](http://evil.example/url) :red[typed]"
+    typed_device = f"![x]({host}/pixel-url)"
+    proc, base = serve(tmp_path)
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    try:
+        page.goto(f"{base}/?" + urllib.parse.urlencode({"backend": typed_backend, "device": typed_device}))
+        page.get_by_text("matches no record").nth(1).wait_for(timeout=RENDER_TIMEOUT_MS)
+        page.wait_for_timeout(1000)  # give any image a moment to be requested
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        text = sidebar.inner_text().replace("\u2060", "")  # the invisible joiners that stop GFM autolinks
+        assert typed_backend in text and typed_device in text and stored_name in text
+        assert not [t for t in page.evaluate(LINK_TARGETS) if "evil" in t]
+        assert page.locator(f'img[src^="{host}"]').count() == 0
+        page.goto(base)  # no filter: the stored name labels the heatmap's row
+        wait_rendered(page, PAGES["overview"])
+        assert page.locator(".js-plotly-plot").get_by_text("chart link", exact=False).count() >= 1
+        assert not [t for t in page.evaluate(LINK_TARGETS) if "evil" in t]
+        assert _PixelHandler.hits == []
+    finally:
+        page.close()
+        stop(proc)
+        pixel.shutdown()

@@ -108,7 +108,7 @@ def test_gpu_power_limit_and_driver_major_in_key():
     assert report["cases"][0]["differences"] == {"power_limit_w": [700.0, 500.0]}
 
 
-def test_broken_new_and_removed_cases():
+def test_broken_new_and_missing_cases():
     base = rounds("b", CASES, seed=1)
     cand = rounds("h", {(64, "bf16"): 1e-3, (64, "fp32"): 2e-3, (256, "bf16"): 9e-3}, seed=2)
     for p in cand:
@@ -116,9 +116,11 @@ def test_broken_new_and_removed_cases():
     report = gate(base, cand)
     v = verdicts(report)
     assert v["gemm[m=64,n=64,k=64] fp32"] == "broken"
-    assert v["gemm[m=128,n=128,k=128] bf16"] == "removed" and v["gemm[m=256,n=256,k=256] bf16"] == "new"
+    assert v["gemm[m=128,n=128,k=128] bf16"] == "missing" and v["gemm[m=256,n=256,k=256] bf16"] == "new"
     assert report["exit_code"] == EXIT_REGRESSION
     assert "boom" in next(c["reason"] for c in report["cases"] if c["verdict"] == "broken")
+    allowed = verdicts(gate(base, cand, GateConfig(allow_missing=True)))
+    assert allowed["gemm[m=128,n=128,k=128] bf16"] == "removed"
 
 
 def test_single_run_uses_raw_samples_with_a_note():

@@ -10,10 +10,12 @@ def test_writer_rewrites_a_complete_file_after_each_record(tmp_path):
     path = tmp_path / "runs" / "x.json"
     writer = RunFileWriter(path, {"run_id": "x"})
     assert read_run_file(path)["records"] == []
-    writer.append({"seq": 0, "value": float("inf")})
+    case = {"workload": "gemm", "shape": {"m": 8, "n": 8, "k": 8}, "precision": "bf16", "backend": "torch",
+            "device": "cpu", "status": "failed"}
+    writer.append({**case, "seq": 0, "value": float("inf")})
     data = read_run_file(path)
     assert data["schema_version"] == SCHEMA_VERSION
-    assert data["records"] == [{"seq": 0, "value": None}]  # JSON has no infinity
+    assert data["records"] == [{**case, "seq": 0, "value": None}]  # JSON has no infinity
     writer.finish(status="complete")
     assert read_run_file(path)["run"]["status"] == "complete"
     assert [p.name for p in path.parent.iterdir()] == ["x.json"]  # no temporary files left behind

@@ -14,12 +14,20 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import skip_or_fail
+from tests.test_ingest_files import (  # noqa: F401 - collected again here, against PostgreSQL
+    test_a_non_finite_statistic_outside_the_samples_is_stored_as_null,
+    test_bad_files_are_named_and_skipped_and_the_rest_are_ingested,
+    test_gate_report_of_many_rounds_is_stored_with_its_run_range,
+    test_nan_and_infinite_samples_are_one_line_errors_naming_the_record,
+    test_over_long_ids_are_refused_in_one_line_naming_the_column,
+)
 from tests.test_store import (  # noqa: F401 - collected again here, against PostgreSQL
     EXPECTED_AFTER_RACE,
     concurrent_ingest,
@@ -37,6 +45,9 @@ from tests.test_store_queries import (  # noqa: F401 - collected again here, aga
 )
 
 pytestmark = pytest.mark.postgres
+
+# A role the test server authenticates by password (scram-sha-256); see pg_server.
+PASSWORD_ROLE = "fp8bench_pw"
 
 
 def _free_port() -> int:
@@ -80,6 +91,9 @@ def pg_server():
     try:
         subprocess.run(_as_server_user([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
                                         "--no-sync", "-E", "UTF8"]), check=True, capture_output=True, timeout=120)
+        # One role must prove its password (the credential tests); every other role is trusted on loopback.
+        hba = data / "pg_hba.conf"
+        hba.write_text(f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
         subprocess.run(_as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
                                         "-o", f"-p {port} -c listen_addresses=127.0.0.1 -k {tmp} -c fsync=off",
                                         "start"]), check=True, capture_output=True, timeout=120)
@@ -122,3 +136,76 @@ def test_postgres_url_is_normalized_to_psycopg3(store_url):
     opened = open_store(store_url)
     assert opened.engine.dialect.name == "postgresql" and opened.engine.dialect.driver == "psycopg"
     assert "postgresql+psycopg://" in opened.url
+
+
+@pytest.fixture
+def password_store(pg_server, store_url):
+    """(URL without a password, the password) of a database owned by a role that must authenticate."""
+    import psycopg
+
+    if os.environ.get("FP8BENCH_TEST_POSTGRES_URL"):
+        pytest.skip("an external test server: its authentication rules are not set up here")
+    secret = "S3cret-" + uuid.uuid4().hex[:8]
+    db = store_url.rsplit("/", 1)[1]
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP ROLE IF EXISTS {PASSWORD_ROLE}")
+        conn.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN PASSWORD '{secret}'")
+        conn.execute(f'ALTER DATABASE "{db}" OWNER TO {PASSWORD_ROLE}')
+    url = store_url.replace("postgres@", f"{PASSWORD_ROLE}@")
+    yield url, secret
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')  # its tables belong to the role
+        conn.execute(f"DROP ROLE IF EXISTS {PASSWORD_ROLE}")
+
+
+def test_password_comes_from_pgpass_or_environment_and_never_shows(password_store, tmp_path, monkeypatch):
+    """libpq's conventions: ~/.pgpass (or $PGPASSFILE, mode 0600) and $PGPASSWORD; a URL password is masked."""
+    from fp8bench.store import StoreError, open_store
+
+    url, secret = password_store
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+    with pytest.raises(StoreError) as refused:
+        open_store(url)
+    assert "password" in str(refused.value) and secret not in str(refused.value)
+
+    host, port, db = url.split("@", 1)[1].replace("/", ":").split(":")
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"{host}:{port}:{db}:{PASSWORD_ROLE}:{secret}\n")
+    pgpass.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(pgpass))
+    assert open_store(url).count_records() == 0
+
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+    monkeypatch.setenv("PGPASSWORD", secret)
+    assert open_store(url).count_records() == 0
+
+    monkeypatch.delenv("PGPASSWORD")
+    in_url = url.replace(f"{PASSWORD_ROLE}@", f"{PASSWORD_ROLE}:{secret}@")
+    opened = open_store(in_url)
+    assert secret not in opened.url and "***" in opened.url
+    with pytest.raises(StoreError) as wrong:
+        open_store(in_url.replace(secret, secret + "-wrong"))
+    assert secret not in str(wrong.value)
+
+
+def test_a_statement_stuck_behind_a_lock_times_out_into_a_store_error_line(store_url, tmp_path, capsys):
+    """A store that answers the connection but not the statement: the run measures, stores what it can, and ends
+    with one line naming the timeout and the ingest hint, instead of hanging."""
+    import psycopg
+
+    from fp8bench.cli import main
+    from fp8bench.store import open_store
+
+    open_store(store_url)  # create the schema
+    fast = store_url + "?options=-c%20statement_timeout%3D1000"
+    with psycopg.connect(store_url) as blocker:
+        blocker.execute("LOCK TABLE records IN ACCESS EXCLUSIVE MODE")  # held until the block ends
+        started = time.monotonic()
+        code = main(["run", "--shape", "64x64x64", "--precision", "bf16", "--budget", "1", "--max-time", "0.05",
+                     "--no-energy", "--store", fast, "--results-dir", str(tmp_path)])
+        elapsed = time.monotonic() - started
+    _, err = capsys.readouterr()
+    assert code == 0 and elapsed < 60
+    assert "store write failed" in err and "statement timeout" in err and "fp8bench ingest" in err
+    assert "[SQL:" not in err and "parameters" not in err

@@ -41,7 +41,7 @@ from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
 from fp8bench.quantize import quantize_tensorwise
 from fp8bench.recipes import Fp8Recipe, Precision
 from fp8bench.shapes import Shape, ShapeError
-from fp8bench.workloads.memory import available_bytes
+from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.model import (
     Attention,
     attention_core_flops,
@@ -162,11 +162,8 @@ class AttentionBlock(Workload):
         # PyTorch's math attention kernel materializes (the fused kernels do not; this is the worst case).
         need = 4 * (2 * tokens * width + ((h + 2 * kv) * d + h * d) * width) + 8 * tokens * width * 4 \
             + 4 * b * h * s * s * (2 if shape["backward"] else 1)
-        have = available_bytes(device)
-        if have is not None and need > have:
-            return (f"out of memory on {device}: this attention case needs about {need / 2**30:.1f} GiB, "
-                    f"{have / 2**30:.1f} GiB available")
-        return None
+        return refusal(device, need, "this attention case", "FP32 inputs and weights, activations kept for the "
+                       "backward pass, the math kernel's score matrix")
 
     def probe_shape(self, shape: Shape, max_flops: float) -> Shape | None:
         if self.flops(shape) <= PROBE_MIN_RATIO * max_flops:  # see TransformerStep.probe_shape

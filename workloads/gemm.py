@@ -8,6 +8,8 @@ Closed forms, per call:
 * FLOPs ``= 2*M*N*K`` (one multiply and one add per term).
 * Minimum bytes ``= (M*K + N*K) * in_bytes + M*N * out_bytes``: each operand read once in the GEMM's input
   element size and the output written once (FP8 recipes: 1-byte inputs, BF16 output; scales are negligible).
+* Memory held at once (:func:`memory_bytes`), refused before anything is allocated when it does not fit: see
+  :data:`OPERAND_BYTES` and :data:`OUTPUT_BYTES`.
 
 Phases: ``quantize`` (amax, scale and cast of both operands), ``gemm`` (the kernel on operands already in its input
 format), ``epilogue`` (turning the accumulator into the output dtype where the kernel does not do it itself).
@@ -23,8 +25,17 @@ from fp8bench.catalog import WORKLOADS, Workload
 from fp8bench.devices import Device
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.shapes import Shape, ShapeError, parse_keyvalue, parse_positive
+from fp8bench.workloads.memory import refusal
 
 _MNK = re.compile(r"^\s*([^x]+)x([^x]+)x([^x]+)\s*$", re.IGNORECASE)
+
+# Bytes per operand element (A and B) alive at the peak, when the FP64 reference is computed while the measured
+# pipeline and its output still exist: the FP32 sources (4), the backend's working copies, counted at FP32 (4:
+# an emulated recipe dequantizes to FP32), and the reference's FP64 copies of A and B (8).
+OPERAND_BYTES = 4 + 4 + 8
+# Bytes per output element on the device: the output (4 at most) and the FP64 reference (8); on the CPU also the
+# numerics check's FP64 temporaries (output as FP64, the error and its square: 3 x 8).
+OUTPUT_BYTES = {"device": 4 + 8, "cpu": 4 + 8 + 3 * 8}
 
 
 def output_dtype(precision: Precision) -> torch.dtype:
@@ -64,6 +75,16 @@ class Gemm(Workload):
 
     def reference(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         return inputs["a"].double() @ inputs["b"].double().t()
+
+    def memory_bytes(self, shape: Shape, device: Device) -> int:
+        """Bytes one case holds at its peak on ``device`` (see :data:`OPERAND_BYTES`)."""
+        m, n, k = shape["m"], shape["n"], shape["k"]
+        per_output = OUTPUT_BYTES["device" if device.is_cuda else "cpu"]
+        return OPERAND_BYTES * (m * k + n * k) + per_output * m * n
+
+    def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
+        return refusal(device, self.memory_bytes(shape, device), "this GEMM",
+                       "FP32 A and B, the kernel's working copies, the output and the FP64 reference")
 
     def shape_reason(self, shape: Shape, precision: Precision) -> str | None:
         if isinstance(precision, FloatPrecision):

@@ -1,8 +1,9 @@
 """Device memory for the layer workloads: what is free before a case, and the high-water mark during a call.
 
-A training step's memory is known in closed form well enough to refuse a case that cannot fit *before* allocating
-it (:func:`available_bytes` against a workload's estimate): on the CPU an allocation larger than RAM does not fail
-cleanly, the kernel's out-of-memory killer ends the whole process and every later case with it.
+Every workload's memory is known in closed form well enough to refuse a case that cannot fit *before* allocating
+it (:func:`refusal`: a workload's estimate against :func:`available_bytes`): on the CPU an allocation larger than
+RAM does not fail cleanly, the kernel's out-of-memory killer ends the whole process and every later case with it,
+and on a GPU a 40 GB request would fail only after the run had spent its time building the case.
 
 Peak memory comes from PyTorch's CUDA caching allocator (``torch.cuda.max_memory_allocated``). The CPU allocator
 keeps no such statistics, so on the CPU the peak is reported as unknown with that reason, never guessed.
@@ -33,6 +34,16 @@ def available_bytes(device: Device) -> int | None:
     except OSError:
         return None
     return None
+
+
+def refusal(device: Device, need_bytes: int, subject: str, contents: str, bound: str = "about") -> str | None:
+    """The out-of-memory refusal of a case needing ``need_bytes`` on ``device`` (``None`` when it fits or free
+    memory cannot be read): ``subject`` needs ``bound`` N GiB (``contents``), M GiB available."""
+    have = available_bytes(device)
+    if have is None or need_bytes <= have:
+        return None
+    return (f"out of memory on {device}: {subject} needs {bound} {need_bytes / 2**30:.1f} GiB ({contents}), "
+            f"{have / 2**30:.1f} GiB available")
 
 
 @dataclass

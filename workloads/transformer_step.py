@@ -46,7 +46,7 @@ from fp8bench.pipeline import BuildContext, Pipeline
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.shapes import Shape, ShapeError
 from fp8bench.workloads.corpus import SyntheticCorpus
-from fp8bench.workloads.memory import available_bytes, peak_memory
+from fp8bench.workloads.memory import peak_memory, refusal
 from fp8bench.workloads.model import (
     PRESETS,
     Decoder,
@@ -129,11 +129,8 @@ class TransformerStep(Workload):
             "mlp.gate_up": (cfg.width, 2 * cfg.ffn), "mlp.down": (cfg.ffn, cfg.width)})
 
     def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
-        need, have = training_memory_bytes(config_of(shape)), available_bytes(device)
-        if have is not None and need > have:
-            return (f"out of memory on {device}: a training step needs at least {need / 2**30:.1f} GiB (weights, "
-                    f"gradients, AdamW state, activations), {have / 2**30:.1f} GiB available")
-        return None
+        return refusal(device, training_memory_bytes(config_of(shape)), "a training step",
+                       "weights, gradients, AdamW state, activations", bound="at least")
 
     def probe_shape(self, shape: Shape, max_flops: float) -> Shape | None:
         # A small step is dominated by per-call overheads, so extrapolating it from an even smaller one by FLOPs

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.dashboard.data import StoreProblem, load_run_payload
-from fp8bench.dashboard.widgets import current_view, table
+from fp8bench.dashboard.safe_text import md_text
+from fp8bench.dashboard.widgets import chart, current_view, table
 from fp8bench.records import case_key
 from fp8bench.stats import compare_samples
 
@@ -88,13 +89,13 @@ def main() -> None:
         base = load_run_payload(view.snapshot.target, base_id)
         cand = load_run_payload(view.snapshot.target, cand_id)
     except StoreProblem as exc:
-        st.error(str(exc))
+        st.error(md_text(exc))
         return
     result, skipped = compare_runs(base, cand)
     if result.empty:
         st.info("These runs share no case that both measured validly; see the list below.")
     else:
-        st.plotly_chart(forest_figure(result), key="compare_chart")
+        chart(forest_figure(result), key="compare_chart")
         conf = 95
         st.caption(f"Bootstrap {conf}% interval of the ratio of medians; one-sided Mann-Whitney p-values.")
         table(result, "compare", ratio=st.column_config.NumberColumn(format="%.4f"),

@@ -14,7 +14,8 @@ import plotly.express as px
 import streamlit as st
 
 from fp8bench.dashboard.data import count_records
-from fp8bench.dashboard.widgets import current_view, latest_per_case, nothing_selected, table
+from fp8bench.dashboard.safe_text import md_join
+from fp8bench.dashboard.widgets import chart, current_view, latest_per_case, nothing_selected, table
 
 
 def coverage(counts: pd.DataFrame) -> pd.DataFrame:
@@ -44,13 +45,13 @@ def main() -> None:
     fig = px.bar(cov, x="device_label", y="records", color="outcome", labels={"device_label": "device"},
                  title="Energy coverage")
     fig.update_layout(height=320, legend={"orientation": "h", "y": -0.3})
-    st.plotly_chart(fig, key="energy_coverage")
+    chart(fig, key="energy_coverage")
     table(cov, "energy_coverage")
     measured = latest_per_case(records[records["energy_j"].notna() & ~records["interpreted"]]).copy()
     if measured.empty:
         reasons = sorted(records["energy_reason"].dropna().unique())
         st.info("No record in this selection has an energy measurement. "
-                + ("Reason stored: " + "; ".join(reasons) if reasons else ""))
+                + ("Reason stored: " + md_join(reasons, "; ") if reasons else ""))
         return
     measured["case"] = measured["workload"] + " " + measured["shape_label"] + " · " + measured["backend"]
     measured["included"] = measured["valid"].map({True: "valid", False: "excluded: invalid (throttled)"})
@@ -60,11 +61,11 @@ def main() -> None:
                      facet_row="device_label" if measured["device_label"].nunique() > 1 else None,
                      labels={metric: label}, hover_data=["energy_reason", "avg_power_w", "run_id"])
         fig.update_layout(height=420)
-        st.plotly_chart(fig, key=f"energy_{metric}")
+        chart(fig, key=f"energy_{metric}")
     excluded = measured[~measured["valid"]]
     if not excluded.empty:
         st.warning(f"{len(excluded)} measurement(s) excluded as invalid (hatched above); reasons: "
-                   + "; ".join(sorted(excluded["energy_reason"].dropna().unique())))
+                   + md_join(sorted(excluded["energy_reason"].dropna().unique()), "; "))
     table(measured[["device_label", "workload", "shape_label", "precision", "backend", "energy_j", "avg_power_w",
                     "tflops_per_w", "valid", "energy_reason", "run_id"]], "energy")
 

@@ -11,7 +11,7 @@ import plotly.express as px
 import streamlit as st
 
 from fp8bench.dashboard.data import LIST_LIMIT, count_records, list_records
-from fp8bench.dashboard.widgets import current_view, nothing_selected, table
+from fp8bench.dashboard.widgets import chart, current_view, nothing_selected, table
 
 STATUS_COLOURS = {"ok": "seagreen", "skipped": "lightgrey", "failed": "crimson", "invalid": "orange"}
 
@@ -30,7 +30,7 @@ def main() -> None:
         fig = px.bar(outcomes, x="run_id", y="records", color="status", color_discrete_map=STATUS_COLOURS,
                      title="Case outcomes per run")
         fig.update_layout(height=320)
-        st.plotly_chart(fig, key="environment_outcomes")
+        chart(fig, key="environment_outcomes")
     table(runs[["run_id", "started_at", "finished_at", "status", "commit", "git_dirty", "host", "device",
                 "device_name", "threads", "torch", "cuda_runtime", "python", "triton", "transformer_engine",
                 "torchao", "fp8bench", "os", "energy_method", "suite", "budget_s", "n_records", "source"]], "runs")

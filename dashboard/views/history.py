@@ -18,7 +18,8 @@ import streamlit as st
 
 from fp8bench.commits import commit_link, commit_order
 from fp8bench.dashboard.data import commit_url_template, count_records, list_records
-from fp8bench.dashboard.widgets import current_view, downsample, nothing_selected, table
+from fp8bench.dashboard.safe_text import plot_link
+from fp8bench.dashboard.widgets import chart, current_view, downsample, nothing_selected, table
 
 METRICS = {"achieved TFLOP/s (end-to-end)": "tflops", "median time (s, end-to-end)": "median_s",
            "pre-quantized median (s)": "prequant_median_s", "% of peak": "pct_of_peak", "SQNR (dB)": "sqnr_db",
@@ -94,11 +95,10 @@ def main() -> None:
     template = commit_url_template(view.snapshot.runs)
     points["commit_url"] = points["git_commit"].map(lambda c: commit_link(template, c))
     ticks = points.drop_duplicates("position").sort_values("position")[["position", "commit", "commit_url"]]
-    ticks["tick"] = [f"<a href='{u}'>{c or '?'}</a>" if u else (c or "?")
-                     for c, u in zip(ticks["commit"], ticks["commit_url"], strict=True)]
+    ticks["tick"] = [plot_link(u, c or "?") for c, u in zip(ticks["commit"], ticks["commit_url"], strict=True)]
     drawn = pd.concat([downsample(g, "position", metric) for _, g in points.groupby(["case", "device_label"])])
     marks = gate_marks(view.snapshot.gate_reports, points)
-    st.plotly_chart(history_figure(drawn.sort_values("position"), metric, label, marks, ticks), key="history_chart")
+    chart(history_figure(drawn.sort_values("position"), metric, label, marks, ticks), key="history_chart")
     if len(drawn) < len(points):
         st.caption(f"{len(points):,} points, {len(drawn):,} drawn (each stretch's minimum and maximum kept); "
                    "the table has them all.")

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from fp8bench.dashboard.widgets import current_view, latest_per_case, nothing_selected, table
+from fp8bench.dashboard.widgets import chart, current_view, latest_per_case, nothing_selected, table
 
 METRICS = {"SQNR (dB, higher is better)": "sqnr_db", "relative error (lower is better)": "rel_err"}
 BASELINE_CURVE = "bf16"
@@ -68,7 +68,7 @@ def loss_curves(records: pd.DataFrame) -> None:
     curves["group"] = curves["device_label"] + " · " + curves["workload"] + " " + curves["shape_label"]
     group_name = st.selectbox("Training case", sorted(curves["group"].unique()))
     group = curves[curves["group"] == group_name].sort_values("precision")
-    st.plotly_chart(loss_figure(group), key="numerics_losses")
+    chart(loss_figure(group), key="numerics_losses")
     if not (group["precision"] == BASELINE_CURVE).any():
         st.caption(f"No {BASELINE_CURVE} curve for this case, so no gap can be shown.")
     table(group[["precision", "backend", "conv_verdict", "conv_final_gap", "conv_max_gap", "conv_max_gap_step",
@@ -93,7 +93,7 @@ def main() -> None:
                      hover_data=["workload", "fp8_format", "overflow_frac", "underflow_frac", "run_id"],
                      labels={"shape_label": "shape", metric: label})
         fig.update_layout(height=440)
-        st.plotly_chart(fig, key="numerics_chart")
+        chart(fig, key="numerics_chart")
         table(measured[["device_label", "workload", "shape_label", "precision", "fp8_format", "backend", "sqnr_db",
                         "rel_err", "max_abs_err", "overflow_frac", "underflow_frac", "run_id"]], "numerics")
     loss_curves(records)

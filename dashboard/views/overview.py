@@ -13,8 +13,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.speedup import speedup_frame
 from fp8bench.dashboard.widgets import (
+    chart,
     current_view,
     latest_per_case,
     nothing_selected,
@@ -71,7 +73,7 @@ def main() -> None:
     speeds = speedup_frame(latest_per_case(comparable), baseline)
     best = best_cells(speeds, column)
     if best.empty:
-        st.info(f"No case has a {baseline} baseline to compare against; choose another baseline precision.")
+        st.info(f"No case has a {md_text(baseline)} baseline to compare against; choose another baseline precision.")
         return
     fp8 = best[best["precision"].str.contains("fp8")]
     if not fp8.empty:
@@ -80,9 +82,9 @@ def main() -> None:
         m1, m2, m3 = st.columns(3)
         for col, label, cell in ((m1, "Best FP8 cell", top), (m2, "Worst FP8 cell", worst)):
             where = f"{cell['precision']} {cell['backend']} · {cell['row'].replace('<br>', ' · ')}"
-            col.metric(label, f"{cell[column]:.2f}x", where, delta_color="off", delta_arrow="off")
-        m3.metric("FP8 cells faster than " + baseline, f"{int((fp8[column] > 1).sum())} of {len(fp8)}")
-    st.plotly_chart(heatmap(best, column, baseline), key="overview_heatmap")
+            col.metric(label, f"{cell[column]:.2f}x", md_text(where), delta_color="off", delta_arrow="off")
+        m3.metric("FP8 cells faster than " + md_text(baseline), f"{int((fp8[column] > 1).sum())} of {len(fp8)}")
+    chart(heatmap(best, column, baseline), key="overview_heatmap")
     excluded = len(latest_per_case(view.records)) - len(latest_per_case(comparable))
     st.caption(f"Latest record per case; fastest backend per cell. {excluded} case(s) not compared on speed "
                "(skipped, failed, invalid or interpreted): see the table on the Environment page or the run table.")

@@ -14,7 +14,9 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
+    chart,
     current_view,
     latest_per_case,
     nothing_selected,
@@ -61,8 +63,8 @@ def main() -> None:
     baseline = st.selectbox("Baseline", precisions, index=precisions.index(BASELINE) if BASELINE in precisions else 0)
     summary = payoff_table(records, baseline)
     if summary.empty:
-        st.info(f"No recipe has both its own and a {baseline} measurement of the same shape in this selection: "
-                f"run the same shapes in {baseline} and an FP8 recipe.")
+        st.info(f"No recipe has both its own and a {md_text(baseline)} measurement of the same shape in this "
+                f"selection: run the same shapes in {md_text(baseline)} and an FP8 recipe.")
         return
     paying = summary[summary["pays_off_from"] != NEVER]
     m1, m2 = st.columns(2)
@@ -70,7 +72,7 @@ def main() -> None:
     if not paying.empty:
         best = paying.loc[paying["speedup_at_largest"].idxmax()]
         m2.metric("Best speedup at the largest shape", f"{best['speedup_at_largest']:.2f}x",
-                  f"{best['precision']} · {best['device']} · {best['workload']}", delta_color="off",
+                  md_text(f"{best['precision']} · {best['device']} · {best['workload']}"), delta_color="off",
                   delta_arrow="off")
     else:
         m2.metric("Best speedup at the largest shape", f"{summary['speedup_at_largest'].max():.2f}x",
@@ -81,7 +83,7 @@ def main() -> None:
           energy_ratio=st.column_config.NumberColumn("energy vs baseline", format="%.2fx"))
     st.caption("Pays off from: the smallest shape from which the recipe wins at every larger measured shape. "
                "SQNR cost and energy are read at that shape, or at the largest shape when it never pays off.")
-    st.plotly_chart(curves_figure(speedup_curves(records, baseline), baseline), key="payoff_chart")
+    chart(curves_figure(speedup_curves(records, baseline), baseline), key="payoff_chart")
 
 
 main()

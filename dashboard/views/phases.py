@@ -15,6 +15,7 @@ import streamlit as st
 
 from fp8bench.dashboard.data import PHASE_PREFIX, phase_columns
 from fp8bench.dashboard.widgets import (
+    chart,
     current_view,
     latest_per_case,
     nothing_selected,
@@ -49,7 +50,7 @@ def main() -> None:
     records["case"] = records["device_label"] + " · " + records["workload"] + " " + records["shape_label"]
     case_name = st.selectbox("Case", sorted(records["case"].unique()))
     case = records[records["case"] == case_name].sort_values(["precision", "backend"])
-    st.plotly_chart(phase_figure(case, phase_cols), key="phases_chart")
+    chart(phase_figure(case, phase_cols), key="phases_chart")
     shown = case[["precision", "backend", "median_s", "prequant_median_s", *phase_cols, "run_id"]].copy()
     quantize = PHASE_PREFIX + "quantize"
     if quantize in shown:

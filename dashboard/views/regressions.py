@@ -16,7 +16,8 @@ import streamlit as st
 from fp8bench.changes import METRICS, ChangeConfig, changes_frame, history_records, store_changes
 from fp8bench.commits import commit_order
 from fp8bench.dashboard.data import cached, commit_url_template, open_for_page
-from fp8bench.dashboard.widgets import current_view, table
+from fp8bench.dashboard.safe_text import plot_link
+from fp8bench.dashboard.widgets import chart, current_view, table
 from fp8bench.store_queries import RecordFilter
 
 
@@ -50,7 +51,7 @@ def change_figure(points: pd.DataFrame, change: pd.Series, link: str | None) -> 
                       yaxis_title=f"{metric} ({METRICS[metric].unit})", margin={"l": 10, "r": 10, "t": 50, "b": 10})
     if link:
         fig.add_annotation(x=cut, y=1.05, yref="paper", showarrow=False,
-                           text=f"<a href='{link}'>first bad {str(change['first_bad_commit'])[:7]}</a>")
+                           text=plot_link(link, f"first bad {str(change['first_bad_commit'])[:7]}"))
     return fig
 
 
@@ -89,7 +90,7 @@ def main() -> None:
     points = _series(view.snapshot.target, view.snapshot.fingerprint, view.query, change["comparability_key"],
                      metric)
     link = change["first_bad_link"] if isinstance(change["first_bad_link"], str) else None
-    st.plotly_chart(change_figure(points, change, link), key="regressions_chart")
+    chart(change_figure(points, change, link), key="regressions_chart")
 
 
 main()

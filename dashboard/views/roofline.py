@@ -15,7 +15,9 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
+    chart,
     current_view,
     latest_per_case,
     nothing_selected,
@@ -64,10 +66,10 @@ def main() -> None:
     device = st.selectbox("Device", devices)
     points = latest_per_case(points[points["device_label"] == device])
     bw, bw_source = bandwidth_tbps(points, device)
-    st.plotly_chart(roofline_figure(points, bw), key="roofline_chart")
+    chart(roofline_figure(points, bw), key="roofline_chart")
     bw_text = f"{bw:.3g} TB/s ({bw_source})" if bw else bw_source
     sources = "; ".join(sorted(points["peak_source"].dropna().unique())) or "none stored"
-    st.caption(f"Bandwidth ceiling: {bw_text}. Compute ceilings: {sources}. Latest record per case.")
+    st.caption(f"Bandwidth ceiling: {md_text(bw_text)}. Compute ceilings: {md_text(sources)}. Latest record per case.")
     table(points[["workload", "shape_label", "precision", "backend", "flops", "bytes", "intensity", "tflops",
                   "gbps", "peak_tflops", "pct_of_peak", "run_id"]], "roofline")
 

@@ -18,6 +18,7 @@ from typing import Any
 # Re-exported for the verbs: they take every shared name from this module.
 from fp8bench.exit_codes import (  # noqa: F401
     EXIT_CASE_FAILED,
+    EXIT_DISK_FULL,
     EXIT_HARNESS_ERROR,
     EXIT_INCONCLUSIVE,
     EXIT_INTERRUPTED,
@@ -29,7 +30,7 @@ from fp8bench.exit_codes import (  # noqa: F401
 from fp8bench.paths import default_results_dir  # noqa: F401
 
 BAD_INPUT = "bad input: an unknown flag or name, a value that does not parse, an unreadable file (one line on stderr)"
-INTERRUPTED = "interrupted by Ctrl-C; everything finished before it is kept"
+INTERRUPTED = "interrupted by Ctrl-C, SIGTERM or SIGHUP; everything finished before it is kept"
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,13 @@ STANDARD_EXIT_CODES = ExitCodes(((EXIT_OK, "success"), (EXIT_USAGE, BAD_INPUT)))
 
 GATE_EXIT_CODES = ExitCodes((
     (EXIT_PASS, "pass: no case regressed (and none was inconclusive, unless --fail-on regression)"),
-    (EXIT_REGRESSION, "regression: a case is slower or worse beyond its threshold, or broke"),
+    (EXIT_REGRESSION, "regression: a case is slower or worse beyond its threshold, broke, or is missing from the "
+                      "candidate (unless --allow-missing)"),
     (EXIT_INCONCLUSIVE, "inconclusive or incomparable: a case could be neither confirmed nor ruled out, or nothing "
                         "could be compared (exits 0 instead under --fail-on regression)"),
-    (EXIT_HARNESS_ERROR, "harness error or bad input (argparse's own errors included): no verdict was reached"),
+    (EXIT_HARNESS_ERROR, "harness error or bad input (argparse's own errors included; a timing sample that is not "
+                         "finite positive seconds; a run that did not finish, unless --allow-partial): no verdict "
+                         "was reached"),
 ), bad_input=EXIT_HARNESS_ERROR)
 """``gate`` and ``ab``: a usage error must never read as a verdict."""
 

@@ -9,6 +9,7 @@ from typing import Any
 from fp8bench.commands.common import (
     BAD_INPUT,
     EXIT_CASE_FAILED,
+    EXIT_DISK_FULL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
@@ -38,6 +39,7 @@ EXIT_CODES = ExitCodes((
     (EXIT_OK, "no FP8 recipe diverged, and the negative control was flagged"),
     (EXIT_CASE_FAILED, "a recipe diverged, or the negative control was not flagged"),
     (EXIT_USAGE, BAD_INPUT),
+    (EXIT_DISK_FULL, "the disk filled: the curves written before are kept in the run file"),
     (EXIT_INTERRUPTED, INTERRUPTED + " (finished curves)"),
 ))
 DOC = "docs/workloads.md"
@@ -66,6 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
+    p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
     add_store_flags(p)
     p.add_argument("--no-store", action="store_true", help="write the run file only")
     add_json_flag(p)
@@ -88,7 +91,8 @@ def execute(args: argparse.Namespace) -> int:
     )
     from fp8bench.devices import resolve_device
     from fp8bench.recipes import Fp8Recipe, resolve_precision
-    from fp8bench.runfile import RunFileWriter, check_writable
+    from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
+    from fp8bench.runfile import check_writable
     from fp8bench.runner import RunSettings, new_run_id, run_header
     from fp8bench.store import open_store
     from fp8bench.workloads.transformer_step import LAYER_CONVERTERS
@@ -106,31 +110,29 @@ def execute(args: argparse.Namespace) -> int:
     names = [BASELINE, *[p for p in (args.precision or DEFAULT_PRECISIONS) if p != BASELINE]]
     precisions = [resolve_precision(n, args.fp8_format, trains=True) for n in names]
     device = resolve_device(args.device)
+    run_settings = RunSettings(device=args.device, seed=args.seed, fp8_format=args.fp8_format, threads=args.threads)
     if args.threads:
         torch.set_num_threads(args.threads)
 
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
     run_file = args.out or results_dir / "runs" / f"{run_id}.json"
-    check_writable(run_file)
+    check_writable(run_file, overwrite=args.force)
     spec = {"suite": None, "mode": "convergence", "shape": args.shape, "steps": args.steps, "backend": args.backend,
             "precisions": names, "control": not args.no_control}
-    header = run_header(run_id, device, args.device, RunSettings(device=args.device, seed=args.seed,
-                                                                 fp8_format=args.fp8_format), spec)
-    writer = RunFileWriter(run_file, header)
-    store, store_errors = None, []
-    if not args.no_store:
-        store = open_store(args.store or results_dir)
-        try:
-            store.add_run(header)
-        except Exception as exc:  # the run file is the record of truth; the store can ingest it later
-            store_errors.append(f"{type(exc).__name__}: {exc}")
-
+    header = run_header(run_id, device, args.device, run_settings, spec)
+    store = None if args.no_store else open_store(args.store or results_dir)
     err = Console(stderr=True)
+    try:
+        stream = RecordStream(run_file, header, store)
+    except DiskFull as exc:
+        err.print(f"fp8bench converge: error: disk full: {exc}; nothing was trained", markup=False,
+                  soft_wrap=True)
+        return EXIT_DISK_FULL
     todo: list[Any] = [*precisions, *([] if args.no_control else [BROKEN])]
     records: list[dict[str, Any]] = []
     baseline = None
-    interrupted = False
+    interrupted, disk_full = False, False
     try:
         for seq, precision in enumerate(todo):
             name = precision if isinstance(precision, str) else precision.name
@@ -150,22 +152,14 @@ def execute(args: argparse.Namespace) -> int:
                 "e4m3" if name == BROKEN else None)
             record = curve_record(curve, verdict, shape, device, settings, seq, fmt)
             records.append(record)
-            writer.append(record)
-            if store is not None:
-                try:
-                    store.add_records(run_id, [record], header["device"]["name"])
-                except Exception as exc:
-                    store_errors.append(f"{type(exc).__name__}: {exc}")
+            stream.add(record)
     except KeyboardInterrupt:
         interrupted = True
-    final = {"status": "interrupted" if interrupted else "complete", "n_records": len(records)}
-    header.update(final)
-    writer.finish(**final)
-    if store is not None:
-        try:
-            store.update_run(header)
-        except Exception as exc:
-            store_errors.append(f"{type(exc).__name__}: {exc}")
+    except DiskFull:
+        disk_full = True
+    stream.finish(status=STATUS_DISK_FULL if disk_full else "interrupted" if interrupted else "complete",
+                  n_records=len(stream.records))
+    store_errors = stream.store_errors
 
     rows = [_row(r) for r in records]
     control = next((r for r in rows if r["precision"] == BROKEN), None)
@@ -188,6 +182,10 @@ def execute(args: argparse.Namespace) -> int:
         if control and not control_flagged:
             err.print("[red]the negative control was not flagged: the check is not sensitive enough here[/]")
     print_json(summary)
+    if disk_full:
+        err.print(f"fp8bench converge: error: disk full ({stream.disk_error}); the curves written before are in "
+                  f"{run_file}", markup=False, soft_wrap=True)
+        return EXIT_DISK_FULL
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_CASE_FAILED if diverged or not control_flagged else EXIT_OK

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
+import ipaddress
 import os
 import subprocess
 import sys
@@ -35,13 +37,22 @@ examples:
   fp8bench dashboard --store postgresql://user@db/fp8bench --host 0.0.0.0   # reachable from other machines
   fp8bench dashboard --repo-url https://github.com/org/repo           # commit links on History and Regressions
 
-Needs the dashboard extra: pip install 'fp8bench[dashboard]'. Stop it with Ctrl-C."""
+The dashboard has no login: anyone who can reach the address reads every stored result. Any --host other than
+loopback prints a warning; docs/security.md shows how to put it behind authentication (Streamlit's st.login
+with an OIDC provider, or a reverse proxy). Give a PostgreSQL password through $PGPASSWORD or ~/.pgpass, not in
+the URL; a password in a URL is masked wherever it is shown.
+
+Needs the dashboard extra: pip install 'fp8bench[dashboard]'. Stop it with Ctrl-C, SIGTERM or SIGHUP; the
+Streamlit server stops with it."""
 EXIT_CODES = ExitCodes((
-    (EXIT_OK, "the server was stopped with Ctrl-C (or --print-command printed the command)"),
+    (EXIT_OK, "the server was stopped with Ctrl-C, SIGTERM or SIGHUP (or --print-command printed the command)"),
     (EXIT_CASE_FAILED, "the Streamlit server stopped with an error (its message is above)"),
     (EXIT_USAGE, BAD_INPUT + "; or the dashboard extra is not installed"),
 ))
 DOC = "docs/dashboard.md"
+
+# Seconds Streamlit gets to stop after SIGTERM before it is killed.
+STOP_GRACE_S = 10.0
 
 # The app reads its store from this variable (see fp8bench.dashboard.data.STORE_ENV; not imported here so that
 # `fp8bench --help` never needs streamlit).
@@ -76,23 +87,58 @@ def streamlit_command(args: argparse.Namespace) -> list[str]:
             "--client.toolbarMode", "viewer"]
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the server on this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+NO_LOGIN_WARNING = ("fp8bench dashboard: warning: --host {host} makes the dashboard reachable from other machines, "
+                    "and it has no login: anyone who can reach it reads every stored result. Put it behind "
+                    "authentication (docs/security.md: Streamlit's st.login with OIDC, or a reverse proxy)")
+
+
+def serve(cmd: list[str], env: dict[str, str]) -> int:
+    """Run Streamlit until it exits or this process is asked to stop; the server never outlives this process
+    (it stops on Ctrl-C, SIGTERM or SIGHUP here, and Linux signals it if this process is killed outright)."""
+    from fp8bench.interrupts import die_with_parent
+
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=functools.partial(die_with_parent, os.getpid()))
+    try:
+        return EXIT_OK if proc.wait() == 0 else EXIT_CASE_FAILED
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return EXIT_OK
+
+
 def execute(args: argparse.Namespace) -> int:
+    from fp8bench.redact import redact
+
     cmd = streamlit_command(args)
     target = str(store_target(args))
     app_env = {STORE_ENV: target, **({REPO_URL_ENV: args.repo_url} if args.repo_url else {})}
     env = {**os.environ, **app_env}
+    shown_env = {k: redact(v) for k, v in app_env.items()}
+    if not is_loopback(args.host):
+        print(NO_LOGIN_WARNING.format(host=args.host), file=sys.stderr)
     if args.print_command or args.json:
         if args.json:
-            print_json({"command": cmd, "env": app_env, "url": f"http://{args.host}:{args.port}/"})
+            print_json({"command": cmd, "env": shown_env, "url": f"http://{args.host}:{args.port}/"})
         else:
-            print(" ".join(f"{k}={v}" for k, v in app_env.items()) + " " + " ".join(cmd))
+            print(" ".join(f"{k}={v}" for k, v in shown_env.items()) + " " + " ".join(cmd))
         if args.print_command:
             return EXIT_OK
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
         raise UsageError("the dashboard needs streamlit and plotly: pip install 'fp8bench[dashboard]'")
-    print(f"fp8bench dashboard: serving store {target} on http://{args.host}:{args.port}/ (Ctrl-C stops)",
+    print(f"fp8bench dashboard: serving store {shown_env[STORE_ENV]} on http://{args.host}:{args.port}/ (Ctrl-C stops)",
           file=sys.stderr)
-    try:
-        return EXIT_OK if subprocess.call(cmd, env=env) == 0 else EXIT_CASE_FAILED
-    except KeyboardInterrupt:
-        return EXIT_OK
+    return serve(cmd, env)

@@ -29,7 +29,10 @@ written by `fp8bench ab`: per-round medians are the samples), or run ids in the 
 
 A case is `slower` when the bootstrap interval of median(cand)/median(base) lies above 1+T and the one-sided
 Mann-Whitney p-value, adjusted by Benjamini-Hochberg across cases, is under alpha. Cases run under different
-devices, drivers, CUDA, torch, power limits or clock policies are `incomparable`, never compared.
+devices, drivers, CUDA, torch, power limits or clock policies are `incomparable`, never compared. A case of the
+base that the candidate lacks is `missing` and fails the gate (--allow-missing accepts it). A run that did not
+finish (interrupted, running, failed) is refused (--allow-partial accepts it), and so is a timing sample that is
+not a finite positive number of seconds. Gating a run against itself warns: it can only pass.
 
 examples:
   fp8bench gate results/ab/base results/ab/head
@@ -57,6 +60,11 @@ def add_gate_flags(p: argparse.ArgumentParser) -> None:
                    help="A/A noise of this runner (typical |ratio-1|, 1%% or 0.01); T is never below 3x this")
     p.add_argument("--aa-report", type=Path, default=None,
                    help="an A/A gate report (JSON) to take the A/A noise from")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="a case the base has and the candidate lacks is 'removed' (informational) instead of "
+                        "'missing', which fails the gate")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="accept runs that did not finish (interrupted, running, failed); refused by default")
 
 
 def gate_config(args: argparse.Namespace) -> Any:
@@ -70,7 +78,8 @@ def gate_config(args: argparse.Namespace) -> Any:
             raise ValueError(f"cannot read the A/A report {args.aa_report}: {exc}") from exc
     return GateConfig(threshold=args.threshold, overrides=tuple(parse_override(o) for o in args.override),
                       alpha=args.alpha, confidence=args.confidence, aa_noise=aa,
-                      paired=getattr(args, "paired", False), fail_on=getattr(args, "fail_on", "inconclusive"))
+                      paired=getattr(args, "paired", False), fail_on=getattr(args, "fail_on", "inconclusive"),
+                      allow_missing=args.allow_missing, allow_partial=args.allow_partial)
 
 
 def add_verdict_flags(p: argparse.ArgumentParser) -> None:
@@ -93,6 +102,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-store-report", action="store_true", help="do not add the report to the store")
     add_store_flags(p)
     add_json_flag(p)
+
+
+def warn_same_runs(report: dict[str, Any]) -> None:
+    """Say on stderr when both sides are the same run(s): such a gate can only pass."""
+    from fp8bench.gate import SAME_RUN_NOTE
+
+    prefix = SAME_RUN_NOTE.split("{", 1)[0]
+    for note in report.get("notes", []):
+        if note.startswith(prefix):
+            print(f"fp8bench gate: warning: {note}", file=sys.stderr)
 
 
 def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
@@ -136,6 +155,7 @@ def execute(args: argparse.Namespace) -> int:
         if not isinstance(exc, ValueError | OSError | RuntimeError):
             traceback.print_exc(file=sys.stderr)
         return EXIT_HARNESS_ERROR
+    warn_same_runs(report)
     folder = args.report_dir or (args.results_dir or default_results_dir()) / "gate" / report["report_id"]
     try:
         md, js = write_report(report, folder)

@@ -21,8 +21,10 @@ NAME = "ingest"
 HELP = "add fp8bench run files and pytest-benchmark JSON to a store (idempotent)"
 DESCRIPTION = """Add results files to the store: fp8bench run files, or pytest-benchmark JSON
 (`pytest --benchmark-json=FILE`). Ingesting the same run twice stores it once; several ingest processes may write
-to one store at once. A file that cannot be read (corrupt, not a results file, from a newer schema) is reported and
-skipped; the others are still ingested.
+to one store at once. Each file is stored in its own transaction, all of it or nothing: a file that cannot be
+read (corrupt, binary, not a results file, from a newer schema, a record missing a field or with a sample that is
+not finite positive seconds) or that the store refuses is reported with its name and its first bad record, and the
+others are still ingested.
 
 examples:
   fp8bench ingest results/runs/*.json
@@ -41,25 +43,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.ingest import read_results_file
-    from fp8bench.runfile import RunFileError
+    from fp8bench.ingest import ingest_file
     from fp8bench.store import open_store
 
     store = open_store(store_target(args))
     results, errors = [], []
     for path in args.files:
-        try:
-            payload, source = read_results_file(path)
-        except RunFileError as exc:
-            errors.append({"file": str(path), "error": str(exc)})
-            print(f"fp8bench ingest: skipped {path}: {exc}", file=sys.stderr)
+        done = ingest_file(store, path)
+        if "error" in done:
+            errors.append(done)
+            print(f"fp8bench ingest: skipped: {done['error']}", file=sys.stderr)
             continue
-        new_run, added = store.ingest_run(payload, source)
-        run_id = payload["run"]["run_id"]
-        results.append({"file": str(path), "run_id": run_id, "source": source, "new_run": new_run,
-                        "records_added": added, "records_in_file": len(payload["records"])})
+        results.append(done)
         if not args.json:
-            print(f"{path}: {source} run {run_id} {'added' if new_run else 'already stored'}, "
-                  f"{added} new record(s) of {len(payload['records'])}")
+            print(f"{path}: {done['source']} run {done['run_id']} {'added' if done['new_run'] else 'already stored'}, "
+                  f"{done['records_added']} new record(s) of {done['records_in_file']}")
     print_json({"store": store.url, "ingested": results, "errors": errors})
     return EXIT_USAGE if errors else EXIT_OK

@@ -9,6 +9,7 @@ from typing import Any
 from fp8bench.commands.common import (
     BAD_INPUT,
     EXIT_CASE_FAILED,
+    EXIT_DISK_FULL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
@@ -34,11 +35,16 @@ examples:
 
 Unsupported combinations are recorded as skipped with the reason. The table shows the end-to-end time
 (quantization included) and the pre-quantized GEMM time, the speedup of each against the baseline precision,
-the phase split, and numerics against an FP64 reference. The last stdout line is one JSON object."""
+the phase split, and numerics against an FP64 reference. The last stdout line is one JSON object.
+
+--out never replaces an existing file unless --force, and never anything that is not a regular file (a device,
+a FIFO, a symbolic link, a folder). SIGTERM and SIGHUP stop a run like Ctrl-C."""
 EXIT_CODES = ExitCodes((
     (EXIT_OK, "every case ok or skipped (a skipped case carries its reason)"),
     (EXIT_CASE_FAILED, "a case failed or came out invalid (NaN/Inf output, throttled device)"),
     (EXIT_USAGE, BAD_INPUT + "; nothing is measured"),
+    (EXIT_DISK_FULL, "the disk filled: the run stopped, status 'failed: disk full'; the run file keeps every record "
+                     "written before, the last one is retried once"),
     (EXIT_INTERRUPTED, INTERRUPTED + " in the run file and the store"),
 ))
 DOC = "docs/method.md"
@@ -109,6 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "telemetry and notes; thermal or hardware slowdown and a clock under the floor always "
                         "invalidate)")
     p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
+    p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
     add_store_flags(p)
     p.add_argument("--no-store", action="store_true", help="write the run file only")
     add_json_flag(p)
@@ -179,12 +186,23 @@ def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dic
     return out
 
 
+def _kept(outcome: Any, run_file: Path) -> str:
+    """Where the records of a run stopped by a full disk are (one clause for the error line)."""
+    n = len(outcome.records)
+    if outcome.run_file_complete:
+        return f"all {n} measured record(s) are in {run_file} (status failed: disk full)"
+    last = "the store" if outcome.store_url and not outcome.store_errors else "the JSON summary only"
+    return f"{run_file} keeps the {n - 1} record(s) written before; the last one is in {last}"
+
+
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fp8bench.devices import resolve_device
     from fp8bench.recipes import PRECISIONS
+    from fp8bench.record_stream import DiskFull
     from fp8bench.report import render_table, summary_counts
     from fp8bench.runfile import check_writable
     from fp8bench.runner import expand_cases, new_run_id, run_cases
@@ -202,26 +220,33 @@ def execute(args: argparse.Namespace) -> int:
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
     run_file = args.out or results_dir / "runs" / f"{run_id}.json"
-    check_writable(run_file)
+    check_writable(run_file, overwrite=args.force)
     store = None
     if not args.no_store:
         store = open_store(args.store or results_dir)
+    # The results folder also caches the CPU's measured ceilings; `--no-store --out FILE` leaves it untouched.
+    cache_dir = None if (args.no_store and args.out and not args.results_dir) else results_dir
 
     err = Console(stderr=True)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, transient=True, disable=args.json or not err.is_terminal)
     with progress:
         task = progress.add_task("starting", total=len(cases))
-        outcome = run_cases(
-            cases, settings, device, run_file=run_file, store=store, spec=spec, results_dir=results_dir,
-            run_id=run_id,
-            on_start=lambda i, case: progress.update(task, description=case.describe()),
-            on_record=lambda i, case, rec: progress.advance(task))
+        try:
+            outcome = run_cases(
+                cases, settings, device, run_file=run_file, store=store, spec=spec, results_dir=cache_dir,
+                run_id=run_id,
+                on_start=lambda i, case: progress.update(task, description=case.describe()),
+                on_record=lambda i, case, rec: progress.advance(task))
+        except DiskFull as exc:  # before any case: the run file could not even be started
+            err.print(f"fp8bench run: error: disk full: {exc}; nothing was measured", markup=False, soft_wrap=True)
+            return EXIT_DISK_FULL
     counts = summary_counts(outcome.records)
     summary = {"run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
                "device": str(device), "timing_mode": timing_mode.value, "counts": counts, "n_cases": len(cases),
-               "interrupted": outcome.interrupted, "wall_s": round(outcome.wall_s, 3),
-               "store_errors": outcome.store_errors}
+               "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
+               "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
+               "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors}
     if args.json:
         print_json({**summary, "records": outcome.records})
     else:
@@ -229,10 +254,16 @@ def execute(args: argparse.Namespace) -> int:
         timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
         render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {device}{timed}")
         if outcome.interrupted:
-            err.print(f"[yellow]interrupted:[/] {len(outcome.records)} of {len(cases)} cases kept in {run_file}")
+            err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of {len(cases)} "
+                      f"cases kept in {run_file}")
         for e in outcome.store_errors:
-            err.print(f"[red]store write failed[/] ({e}); the run file is complete: `fp8bench ingest {run_file}`")
+            err.print(f"[red]store write failed[/] ({escape(e)}); later records went to the run file only: "
+                      f"`fp8bench ingest {run_file}`", soft_wrap=True)
         print_json(summary)
+    if outcome.disk_full:
+        err.print(f"fp8bench run: error: disk full ({outcome.disk_full}); {_kept(outcome, run_file)}",
+                  markup=False, highlight=False, soft_wrap=True)
+        return EXIT_DISK_FULL
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK

@@ -24,7 +24,7 @@ from fp8bench.commands.common import (
     UsageError,
     help_epilog,
 )
-from fp8bench.redact import redact
+from fp8bench.redact import has_password, redact
 
 GENERAL_DOC = "docs/cli.md"
 
@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verb:
         parser.print_help()
         return EXIT_USAGE
+    if isinstance(getattr(args, "store", None), str) and has_password(args.store):
+        print(f"fp8bench {args.verb}: warning: the store URL carries a password, which shell history and process "
+              "lists keep; give it through $PGPASSWORD or ~/.pgpass instead (docs/security.md)", file=sys.stderr)
     try:
         with signals_interrupt():  # SIGTERM and SIGHUP end a verb the way Ctrl-C does
             return int(verbs[args.verb].execute(args))

@@ -56,6 +56,7 @@ def test_mistyped_scheme_and_refused_connection_never_echo_the_password(tmp_path
         code, out, err = run_cli(capsys, "ingest", run, "--store", store)
         assert code == 2 and "cannot open store" in err
         assert SECRET not in out + err and "***" in err
+        assert "warning: the store URL carries a password" in err and "~/.pgpass" in err
     code, out, err = run_cli(capsys, "run", "--shape", "64x64x64", "--precision", "bf16", "--store", REFUSING,
                              "--results-dir", tmp_path)
     assert code == 2 and SECRET not in out + err

@@ -102,10 +102,13 @@ class RunSettings:
         if self.threads is not None and not 1 <= self.threads <= cpus:
             raise ValueError(f"threads must be between 1 and this machine's {cpus} CPUs, got {self.threads}")
         for name in ("idle_baseline_s", "cooldown_s"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
-                raise ValueError(f"{name} must be finite seconds >= 0, got {getattr(self, name)}")
-        if not (math.isfinite(self.energy_window_s) and self.energy_window_s > 0):
-            raise ValueError(f"energy window must be finite positive seconds, got {self.energy_window_s}")
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+        if not self.energy_window_s > 0:
+            raise ValueError(f"energy window must be positive seconds, got {self.energy_window_s}")
+        for name in ("idle_baseline_s", "cooldown_s", "energy_window_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number of seconds, got {getattr(self, name)}")
         if not self.fast_accum or any(not isinstance(v, bool) for v in self.fast_accum):
             raise ValueError(f"fast_accum must list one or more of True/False, got {self.fast_accum!r}")
         if not 0 <= self.clock_floor <= 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,12 @@ RUN_ARGS = ["run", "--shape", "128x128x128", "--precision", "bf16", "fp8_rowwise
 # A one-layer decoder on short sequences: a few seconds per curve on the CPU, still a real training loop.
 CONVERGE_ARGS = ["converge", "--shape", "tiny,seq=16,batch=2,layers=1", "--steps", "8", "--window", "2",
                  "--precision", "bf16", "fp8_rowwise", "--no-control", "--stats-every", "0", "--json"]
+
+
+def as_read(markdown: str) -> str:
+    """Markdown source as the reader sees it: the page escapes every stored or typed string (backslash before
+    each punctuation character, an invisible word joiner to stop autolinks), so tests compare against this."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")
 
 
 @dataclass

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from dashboard_support import as_read, shared_store
 from dashboard_support import fp8bench as run_cli
-from dashboard_support import shared_store
 
 pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
@@ -102,7 +102,7 @@ def test_phases_and_roofline_show_the_stored_phase_times_and_ceilings(monkeypatc
     no_failures(at)
     bandwidth = by_case[("bf16", "torch")]["peak_mem_tbps"]
     assert bandwidth > 0  # the runner stores the device's measured copy bandwidth with each record
-    assert f"Bandwidth ceiling: {bandwidth:.3g} TB/s (stored with the records)" in at.caption[0].value
+    assert f"Bandwidth ceiling: {bandwidth:.3g} TB/s (stored with the records)" in as_read(at.caption[0].value)
     roof = at.dataframe[0].value.set_index(["precision", "backend"])
     for key, rec in by_case.items():
         if rec["workload"] == "gemm":
@@ -142,7 +142,7 @@ def test_energy_page_plots_metered_records_and_excludes_throttled_ones(monkeypat
     no_failures(at)
     assert len(at.get("plotly_chart")) == 3  # coverage, joules per iteration, TFLOPS per watt
     assert "1 measurement(s) excluded as invalid" in at.warning[0].value
-    assert "throttled: sw power cap" in at.warning[0].value
+    assert "throttled: sw power cap" in as_read(at.warning[0].value)
     shown = at.dataframe[-1].value.set_index(["precision", "backend"])
     for r in metered:
         key = (r["precision"], r["backend"])
@@ -253,7 +253,7 @@ def test_run_range_in_the_url_selects_those_runs(monkeypatch, cpu_run_store):
 def test_unknown_url_filter_value_is_named_with_the_accepted_ones(monkeypatch, cpu_run_store):
     at = open_app(monkeypatch, cpu_run_store["dir"], query={"precision": "fp9"})
     no_failures(at)
-    warning = " ".join(w.value for w in at.warning)
+    warning = " ".join(as_read(w.value) for w in at.warning)
     assert "precision=fp9" in warning and "accepted: bf16, fp8_rowwise, mxfp8" in warning
 
 
@@ -291,7 +291,7 @@ def test_corrupted_store_is_a_readable_message(monkeypatch, tmp_path, page):
     db.write_bytes(b"this is not a database " * 200)
     at = open_app(monkeypatch, tmp_path, page)
     assert not at.exception, [e.value for e in at.exception]
-    message = at.error[0].value
+    message = as_read(at.error[0].value)
     assert "could not be read" in message and str(db) in message and "file is not a database" in message
 
 

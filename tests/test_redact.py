@@ -81,6 +81,7 @@ def test_loopback_hosts(host, loopback):
 def test_dashboard_sidebar_and_error_show_no_password(monkeypatch):
     pytest.importorskip("streamlit")
     pytest.importorskip("plotly")
+    from dashboard_support import as_read
     from streamlit.testing.v1 import AppTest
 
     import fp8bench.dashboard
@@ -89,7 +90,6 @@ def test_dashboard_sidebar_and_error_show_no_password(monkeypatch):
     monkeypatch.setenv(STORE_ENV, REFUSING)
     at = AppTest.from_file(str(Path(fp8bench.dashboard.__file__).parent / "app.py"), default_timeout=120)
     at.run()
-    # As the reader sees it: Markdown escapes removed (the page escapes every stored or typed string).
-    shown = [v.replace("\\", "") for v in [c.value for c in at.sidebar.caption] + [e.value for e in at.error]]
+    shown = [as_read(v) for v in [c.value for c in at.sidebar.caption] + [e.value for e in at.error]]
     assert any("127.0.0.1" in s for s in shown) and at.error  # the store and why it failed are shown...
     assert not any(SECRET in s for s in shown)  # ...without the password

@@ -287,7 +287,7 @@ def test_cli_on_the_cpu_prints_a_table_and_ends_in_json(tmp_path, capsys):
     assert summary["counts"] == {"PASS": 1, "FAIL": 0, "ERROR": 0, "needs a GPU": 3, "not run": 1}
     assert rc == 0 and summary["verdict"] == "PASS"
     assert main(["selfcheck", "--device", "cpu", "--check", "backend", "--backend", "torch", "--json",
-                 "--out", str(out_file)]) == 0
+                 "--out", str(out_file), "--force"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [c["check"] for c in report["checks"]] == ["backend"] and report["device"] == "cpu"
 

@@ -61,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "backend")
     p.add_argument("--out", type=Path, default=None,
                    help="run file path (default RESULTS/selfcheck/RUN_ID.json)")
+    p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
     p.add_argument("--results-dir", type=Path, default=None,
                    help="results folder (default ./results or $FP8BENCH_RESULTS_DIR)")
     add_json_flag(p)
@@ -82,7 +83,7 @@ def execute(args: argparse.Namespace) -> int:
         run_file = args.out or (args.results_dir or default_results_dir()) / "selfcheck" / f"{run_id}.json"
         config = SelfcheckConfig(backends=tuple(args.backend) if args.backend else None,
                                  checks=tuple(args.check) if args.check else None)
-        check_writable(run_file)
+        check_writable(run_file, overwrite=args.force)
         probe = probe_for(device)
     except (UsageError, ValueError, RuntimeError) as exc:  # bad input, or a device that cannot be probed
         print(f"fp8bench selfcheck: error: {exc}", file=sys.stderr)

@@ -214,6 +214,7 @@ def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, s
     return Record(
         workload="transformer_step", shape=dict(shape), precision=curve.precision, backend=curve.backend,
         device=str(device), status=status, reason=reason, fp8_format=fp8_format, samples_s=timed, median_s=med,
+        timing_mode="cpu",  # host wall clock of whole steps (each reads its loss back, so the device has finished)
         n=len(timed), flops=flops, tflops=flops / med / 1e12 if med else None, valid=status == "ok", notes=notes,
         extra={"mode": "convergence", "steps": len(curve.losses), "seed": settings.seed, "losses": losses,
                "convergence": {**verdict.to_dict(), "baseline": BASELINE, "window": settings.window,

@@ -50,20 +50,24 @@ import numpy as np
 
 from fp8bench.comparability import ComparabilityKey, comparability_key
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
+from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
 from fp8bench.records import case_key
 from fp8bench.runfile import check_seconds
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.telemetry import only_power_capped
 from fp8bench.units import parse_fraction
 
-# Case verdicts. Only the first group changes the exit code.
-REGRESSING = ("slower", "broken", "missing")
+# Case verdicts. Only the first group changes the exit code. Time regresses "slower"; energy and accuracy "worse".
+REGRESSING = ("slower", "worse", "broken", "missing")
 UNDECIDED = ("inconclusive", "incomparable")
-INFORMATIONAL = ("faster", "same", "new", "removed", "not measured")
-VERDICT_ORDER = (*REGRESSING, *UNDECIDED, "faster", "same", "new", "removed", "not measured")
+INFORMATIONAL = ("faster", "better", "same", "new", "removed", "not measured")
+VERDICT_ORDER = (*REGRESSING, *UNDECIDED, "faster", "better", "same", "new", "removed", "not measured")
+COMPARED = ("slower", "worse", "faster", "better", "same", "inconclusive")
 
-# The status a side's case takes when it ran under an interpreter (Triton on the CPU): never compared on time.
+# Statuses a side's case takes when it has nothing to compare: it ran under an interpreter (Triton on the CPU),
+# whose timings are never compared, or its record lacks the gated metric (no energy meter, no SQNR).
 INTERPRETED = "interpreted"
+NO_VALUE = "no value"
 
 # --fail-on: which outcomes fail the job. "inconclusive" (the default) fails on an undecided case as well.
 FAIL_ON = ("inconclusive", "regression")
@@ -92,8 +96,15 @@ class GateConfig:
     fail_on: str = "inconclusive"  # or "regression": an undecided outcome then exits 0 (see FAIL_ON)
     allow_missing: bool = False  # a base case absent from the candidate is "removed" (informational), not "missing"
     allow_partial: bool = False  # accept runs that did not finish (interrupted, running, failed)
+    metric: str = "median_s"  # what is compared: a key of gate_metrics.METRICS
+    sqnr_tolerance_db: float = DEFAULT_SQNR_TOLERANCE_DB  # sqnr_db: a larger drop is a regression
+    sqnr_floors: tuple[tuple[str, float], ...] = ()  # sqnr_db: (fnmatch pattern on the precision, dB); last wins
 
     def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise GateError(f"metric {self.metric!r}; accepted: {', '.join(METRICS)}")
+        if not self.sqnr_tolerance_db >= 0:
+            raise GateError(f"SQNR tolerance must be >= 0 dB, got {self.sqnr_tolerance_db}")
         if self.fail_on not in FAIL_ON:
             raise GateError(f"fail_on {self.fail_on!r}; accepted: {', '.join(FAIL_ON)}")
         for name, t in (("threshold", self.threshold), *((f"override {p!r}", v) for p, v in self.overrides)):
@@ -137,6 +148,7 @@ class SideCase:
 
     case: str
     key: ComparabilityKey
+    precision: str | None = None
     samples: list[float] = field(default_factory=list)
     by_round: dict[int, float] = field(default_factory=dict)  # run index -> that round's median
     status: str = "ok"
@@ -184,10 +196,14 @@ def check_finished(payloads: Sequence[dict[str, Any]], side: str) -> None:
                         "lacks cannot be judged. Rerun it, or pass --allow-partial to gate the cases it has")
 
 
-def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
+def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -> Side:
     """Per-case samples of one side: per-round medians with >= 2 runs, else the single run's raw samples.
     Raises :class:`fp8bench.runfile.RunFileError` on a timing value that is not finite positive seconds (payloads
-    read from files were checked on reading; a store's were not)."""
+    read from files were checked on reading; a store's were not).
+
+    For another ``metric`` than time each record holds one value (energy per iteration, SQNR), so the samples are
+    one value per run.
+    """
     if not payloads:
         raise GateError("a side of the comparison has no runs")
     rounds = len(payloads) >= 2
@@ -198,7 +214,7 @@ def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
         for record in payload["records"]:
             name = case_key(record)
             key = comparability_key(record, run)
-            entry = cases.setdefault(name, SideCase(name, key))
+            entry = cases.setdefault(name, SideCase(name, key, record.get("precision")))
             if key != entry.key and entry.key_conflict is None:
                 entry.key_conflict = entry.key.differences(key)
             if record.get("interpreted"):  # an interpreter's timings (if any were kept) are never compared
@@ -209,7 +225,15 @@ def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
                 if entry.status == "ok":
                     entry.status, entry.reason = record.get("status", "failed"), record.get("reason")
                 continue
-            if rounds:
+            if metric != "median_s":
+                value = metric_value(record, metric)
+                if value is None:
+                    if entry.status == "ok":
+                        entry.status, entry.reason = NO_VALUE, f"no {metric} in the record"
+                    continue
+                entry.samples.append(value)
+                entry.by_round[index] = value
+            elif rounds:
                 if record.get("median_s") is not None:
                     median = check_seconds(record["median_s"], f"{origin}: case {name}: median_s")
                     entry.samples.append(median)
@@ -222,8 +246,8 @@ def collect_side(payloads: Sequence[dict[str, Any]]) -> Side:
                 entry.samples.extend(check_seconds(v, f"{origin}: case {name}: sample {i}")
                                      for i, v in enumerate(samples))
     commits = {(p["run"].get("git") or {}).get("commit") for p in payloads}
-    return Side([p["run"]["run_id"] for p in payloads], commits.pop() if len(commits) == 1 else None, cases,
-                "round medians" if rounds else "raw samples")
+    unit = ("round medians" if rounds else "raw samples") if metric == "median_s" else "one value per run"
+    return Side([p["run"]["run_id"] for p in payloads], commits.pop() if len(commits) == 1 else None, cases, unit)
 
 
 # -- the comparison -----------------------------------------------------------------------------------------------
@@ -249,6 +273,12 @@ def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None,
     if interpreted:
         return _case_result(case, "incomparable", f"interpreted on the {interpreted[0]} side only: an interpreter's "
                             "run is checked for correctness, never compared on time")
+    valueless = [side for side, entry in (("base", base), ("candidate", cand)) if entry.status == NO_VALUE]
+    if len(valueless) == 2:
+        return _case_result(case, "not measured", f"{base.reason} on either side")
+    if valueless:
+        return _case_result(case, "incomparable", f"{(base if base.status == NO_VALUE else cand).reason} of the "
+                            f"{valueless[0]} only")
     for side, entry in (("base", base), ("candidate", cand)):
         if entry.key_conflict:
             return _case_result(case, "incomparable", f"the {side}'s rounds disagree on "
@@ -273,6 +303,8 @@ def _jsonable(diff: dict[str, tuple[Any, Any]]) -> dict[str, list[Any]]:
 
 def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> list[dict[str, Any]]:
     """Per-case results (dicts, see :func:`_case_result`) in a stable order: base's cases, then new ones."""
+    if not METRICS[config.metric].statistical:
+        return compare_values(base, cand, config)
     names = list(base.cases) + [c for c in cand.cases if c not in base.cases]
     results: dict[str, dict[str, Any]] = {}
     tested: list[str] = []
@@ -320,7 +352,34 @@ def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> 
         r = results[name]
         r["p_slower_adj"], r["p_faster_adj"] = ps, pf
         r["verdict"], r["reason"] = classify(r["ci_low"], r["ci_high"], ps, pf, r["threshold"], config.alpha)
+        if config.metric != "median_s":  # more joules is "worse", not "slower"
+            r["verdict"] = {"slower": "worse", "faster": "better"}.get(r["verdict"], r["verdict"])
     return [results[n] for n in names]
+
+
+def compare_values(base: Side, cand: Side, config: GateConfig) -> list[dict[str, Any]]:
+    """Per-case results for a deterministic metric (SQNR): the median of each side's values, compared against
+    the tolerance and the candidate's floor (:func:`fp8bench.gate_metrics.sqnr_verdict`)."""
+    names = list(base.cases) + [c for c in cand.cases if c not in base.cases]
+    results = []
+    for name in names:
+        b, c = base.cases.get(name), cand.cases.get(name)
+        pre = _pre_verdict(name, b, c, config.allow_missing)
+        if pre is not None:
+            results.append(pre)
+            continue
+        assert b is not None and c is not None
+        if not b.samples or not c.samples:
+            results.append(_case_result(name, "not measured", f"no {config.metric} on either side"))
+            continue
+        base_value, cand_value = float(np.median(b.samples)), float(np.median(c.samples))
+        floor = floor_for(c.precision, config.sqnr_floors)
+        verdict, reason = sqnr_verdict(base_value, cand_value, config.sqnr_tolerance_db, floor)
+        results.append(_case_result(name, verdict, reason, base_value=base_value, cand_value=cand_value,
+                                    threshold=config.sqnr_tolerance_db, threshold_source="SQNR tolerance (dB)",
+                                    floor_db=floor[0] if floor else None, n_base=len(b.samples),
+                                    n_cand=len(c.samples)))
+    return results
 
 
 def classify(ci_low: float, ci_high: float, p_slower_adj: float, p_faster_adj: float, threshold: float,
@@ -343,7 +402,7 @@ def overall_code(cases: Sequence[dict[str, Any]]) -> int:
     verdicts = {c["verdict"] for c in cases}
     if verdicts & set(REGRESSING):
         return EXIT_REGRESSION
-    compared = verdicts & {"slower", "faster", "same", "inconclusive"}
+    compared = verdicts & set(COMPARED)
     if verdicts & set(UNDECIDED) or not compared:
         return EXIT_INCONCLUSIVE
     return EXIT_PASS
@@ -369,7 +428,7 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
     if base.sample_unit == "raw samples" or cand.sample_unit == "raw samples":
         all_notes.append("one run per side: raw samples of one run are treated as independent, which overstates "
                          "confidence; interleaved rounds (`fp8bench ab`) are the reliable method")
-    if not any(c["verdict"] in ("slower", "faster", "same", "inconclusive") for c in cases):
+    if not any(c["verdict"] in COMPARED for c in cases):
         all_notes.append("no case could be compared")
     shared = same_runs(base, cand)
     if shared:
@@ -386,7 +445,9 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
                    "alpha": config.alpha, "confidence": config.confidence, "aa_noise": config.aa_noise,
                    "n_boot": config.n_boot, "min_samples": config.min_samples, "paired": config.paired,
                    "fail_on": config.fail_on, "allow_missing": config.allow_missing,
-                   "allow_partial": config.allow_partial},
+                   "allow_partial": config.allow_partial, "metric": config.metric,
+                   "sqnr_tolerance_db": config.sqnr_tolerance_db,
+                   "sqnr_floors": [list(f) for f in config.sqnr_floors]},
         "counts": counts, "cases": cases, "notes": all_notes,
         "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
     }
@@ -408,7 +469,7 @@ def gate(base_payloads: Sequence[dict[str, Any]], cand_payloads: Sequence[dict[s
     if not config.allow_partial:
         check_finished(base_payloads, "base")
         check_finished(cand_payloads, "candidate")
-    return build_report(collect_side(base_payloads), collect_side(cand_payloads), config)
+    return build_report(collect_side(base_payloads, config.metric), collect_side(cand_payloads, config.metric), config)
 
 
 def merge_rerun(first: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
@@ -453,27 +514,46 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
     counts = ", ".join(f"{n} {v}" for v, n in report["counts"].items() if n)
     fail_on = report["config"].get("fail_on", "inconclusive")
     lenient = " under --fail-on regression" if fail_on == "regression" and report["verdict"] == "inconclusive" else ""
+    cfg = report["config"]
+    metric = METRICS[cfg.get("metric", "median_s")]
+    named = "" if metric.name == "median_s" else f" on {metric.name}"
     lines = [REPORT_MARKER,
-             f"## fp8bench gate: **{report['verdict'].upper()}** (exit {report['exit_code']}{lenient})", "",
+             f"## fp8bench gate{named}: **{report['verdict'].upper()}** (exit {report['exit_code']}{lenient})", "",
              f"base `{report.get('base_git_commit') or '?'}` ({report['rounds']['base']} run(s)) vs candidate "
              f"`{report.get('git_commit') or '?'}` ({report['rounds']['cand']} run(s)); samples: "
              f"{report['sample_unit']['cand']}; {counts or 'no cases'}.", ""]
     if report.get("slower_cases"):
-        lines += ["Slower or broken: " + ", ".join(f"`{c}`" for c in report["slower_cases"]), ""]
-    cfg = report["config"]
-    lines += [f"Threshold {cfg['threshold']:.1%} (per-case below), alpha {cfg['alpha']:g} after "
-              f"Benjamini-Hochberg, {cfg['confidence']:.0%} bootstrap interval of median(cand)/median(base)."
-              + (f" A/A noise {cfg['aa_noise']:.2%}." if cfg.get("aa_noise") is not None else ""), "",
-              "| case | verdict | ratio | interval | p slower (BH) | T | n base/cand | why |",
-              "|---|---|---|---|---|---|---|---|"]
+        lines += ["Regressed or broken: " + ", ".join(f"`{c}`" for c in report["slower_cases"]), ""]
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
     rows = sorted(report["cases"], key=lambda c: (order.get(c["verdict"], 99), -(c["ratio"] or 0)))
+    if metric.statistical:
+        lines += [f"Metric: {metric.description} ({metric.unit}, lower is better). Threshold {cfg['threshold']:.1%} "
+                  f"(per-case below), alpha {cfg['alpha']:g} after Benjamini-Hochberg, {cfg['confidence']:.0%} "
+                  "bootstrap interval of median(cand)/median(base)."
+                  + (f" A/A noise {cfg['aa_noise']:.2%}." if cfg.get("aa_noise") is not None else ""), "",
+                  "| case | verdict | ratio | interval | p worse (BH) | T | n base/cand | why |",
+                  "|---|---|---|---|---|---|---|---|"]
+    else:
+        floors = ", ".join(f"{p}: {db:g} dB" for p, db in cfg.get("sqnr_floors") or []) or "none"
+        lines += [f"Metric: {metric.description} ({metric.unit}, higher is better). A drop of more than "
+                  f"{cfg['sqnr_tolerance_db']:g} dB, or a value under its precision's floor ({floors}), is a "
+                  "regression.", "",
+                  "| case | verdict | base dB | candidate dB | change dB | floor dB | n base/cand | why |",
+                  "|---|---|---|---|---|---|---|---|"]
     for c in rows[:max_rows]:
-        interval = "-" if c["ci_low"] is None else f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
         why = (c.get("reason") or "").replace("|", "\\|")
-        lines.append(f"| `{c['case']}` | {c['verdict']}{' (rerun)' if c.get('rerun') else ''} | "
-                     f"{_fmt(c['ratio'], '.3f')} | {interval} | {_fmt(c['p_slower_adj'], '.2g')} | "
-                     f"{_fmt(c['threshold'], '.1%')} | {c['n_base']}/{c['n_cand']} | {why} |")
+        verdict = f"{c['verdict']}{' (rerun)' if c.get('rerun') else ''}"
+        if metric.statistical:
+            interval = "-" if c["ci_low"] is None else f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
+            lines.append(f"| `{c['case']}` | {verdict} | {_fmt(c['ratio'], '.3f')} | {interval} | "
+                         f"{_fmt(c['p_slower_adj'], '.2g')} | {_fmt(c['threshold'], '.1%')} | "
+                         f"{c['n_base']}/{c['n_cand']} | {why} |")
+        else:
+            base, cand = c.get("base_value"), c.get("cand_value")
+            change = None if base is None or cand is None else cand - base
+            lines.append(f"| `{c['case']}` | {verdict} | {_fmt(base, '.2f')} | {_fmt(cand, '.2f')} | "
+                         f"{_fmt(change, '+.2f')} | {_fmt(c.get('floor_db'), 'g')} | {c['n_base']}/{c['n_cand']} | "
+                         f"{why} |")
     if len(rows) > max_rows:
         lines.append(f"| ... {len(rows) - max_rows} more case(s) in the JSON report | | | | | | | |")
     if report.get("notes"):

@@ -50,12 +50,18 @@ def _new_file_mode() -> int:
 
 
 def atomic_write_json(path: Path, payload: Any) -> None:
+    atomic_write_bytes(path, json.dumps(json_safe(payload), indent=1, allow_nan=False).encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: a reader sees the old file
+    or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, _new_file_mode())
-        with os.fdopen(fd, "w") as fh:
-            json.dump(json_safe(payload), fh, indent=1, allow_nan=False)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

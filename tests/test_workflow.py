@@ -132,3 +132,13 @@ def test_the_report_comment_is_found_by_its_marker_not_by_edit_last(workflow):
 def test_aa_step_tolerates_inconclusive_by_flag_not_by_exit_code_arithmetic(workflow):
     (aa,) = [s for _j, _job, s in _steps(workflow) if s["name"] == "A/A noise of this runner"]
     assert "--fail-on regression" in aa["run"] and "set +e" not in aa["run"]
+
+
+def test_ci_suite_sqnr_floors_are_gated_not_asserted(workflow):
+    (numerics,) = [s for _j, _job, s in _steps(workflow) if s.get("id") == "numerics"]
+    assert "--metric sqnr_db" in numerics["run"] and "--sqnr-floor bf16=35" in numerics["run"]
+    assert "--sqnr-floor 'fp8_*=20'" in numerics["run"] and "--paired" in numerics["run"]
+    suite = (ROOT / "workloads" / "suites" / "ci_bench" / "test_gemm_ci.py").read_text()
+    assert "sqnr_db\"] >=" not in suite and "SQNR_FLOOR" not in suite
+    (verdict,) = [s for _j, _job, s in _steps(workflow) if s["name"].startswith("Verdict")]
+    assert "NUMERICS_CODE" in verdict["run"]

@@ -18,4 +18,5 @@ VERB_MODULES = (
     "fp8bench.commands.changes",
     "fp8bench.commands.payoff",
     "fp8bench.commands.selfcheck",
+    "fp8bench.commands.export",
 )

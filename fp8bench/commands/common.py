@@ -62,8 +62,8 @@ STANDARD_EXIT_CODES = ExitCodes(((EXIT_OK, "success"), (EXIT_USAGE, BAD_INPUT)))
 
 GATE_EXIT_CODES = ExitCodes((
     (EXIT_PASS, "pass: no case regressed (and none was inconclusive, unless --fail-on regression)"),
-    (EXIT_REGRESSION, "regression: a case is slower or worse beyond its threshold, broke, or is missing from the "
-                      "candidate (unless --allow-missing)"),
+    (EXIT_REGRESSION, "regression: a case is slower (or, with --metric, uses more energy or lost accuracy) beyond "
+                      "its threshold, broke, or is missing from the candidate (unless --allow-missing)"),
     (EXIT_INCONCLUSIVE, "inconclusive or incomparable: a case could be neither confirmed nor ruled out, or nothing "
                         "could be compared (exits 0 instead under --fail-on regression)"),
     (EXIT_HARNESS_ERROR, "harness error or bad input (argparse's own errors included; a timing sample that is not "

@@ -18,11 +18,13 @@ from fp8bench.commands.common import (
     default_results_dir,
     print_json,
 )
+from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS
 from fp8bench.units import fraction_arg
 
 NAME = "gate"
-HELP = "fail on a real slowdown: ratio of medians, bootstrap CI, Mann-Whitney U, Benjamini-Hochberg"
-DESCRIPTION = """Compare a candidate against its base, case by case, and fail on a real slowdown.
+HELP = "fail on a real regression in time, energy or accuracy: ratio of medians, bootstrap CI, Benjamini-Hochberg"
+DESCRIPTION = """Compare a candidate against its base, case by case, and fail on a real regression: slower, more
+energy per iteration, or less accurate (--metric median_s|energy_j|sqnr_db).
 
 BASE and CAND are each a run file, a pytest-benchmark JSON file, a folder of run files (the interleaved rounds
 written by `fp8bench ab`: per-round medians are the samples), or run ids in the store (comma-separated).
@@ -32,12 +34,15 @@ Mann-Whitney p-value, adjusted by Benjamini-Hochberg across cases, is under alph
 devices, drivers, CUDA, torch, power limits or clock policies are `incomparable`, never compared. A case of the
 base that the candidate lacks is `missing` and fails the gate (--allow-missing accepts it). A run that did not
 finish (interrupted, running, failed) is refused (--allow-partial accepts it), and so is a timing sample that is
-not a finite positive number of seconds. Gating a run against itself warns: it can only pass.
+not a finite positive number of seconds. Gating a run against itself warns: it can only pass. Energy is gated the
+same way as time, on per-round values (it needs rounds, as `fp8bench ab` writes). SQNR is deterministic: a case is
+`worse` when it drops more than --sqnr-tolerance dB or falls under its precision's --sqnr-floor.
 
 examples:
   fp8bench gate results/ab/base results/ab/head
   fp8bench gate base.json cand.json --threshold 5% --override 'gemm*fp8_rowwise*=8%' --aa-noise 1%
   fp8bench gate base cand --fail-on regression      # an inconclusive case does not fail the job
+  fp8bench gate --paired --metric sqnr_db --sqnr-floor bf16=35 --sqnr-floor 'fp8_*=20' results/ab/base results/ab/head
 
 The Markdown and JSON reports are written before exiting; with $GITHUB_STEP_SUMMARY set, the Markdown report is
 appended to the job summary too."""
@@ -65,10 +70,20 @@ def add_gate_flags(p: argparse.ArgumentParser) -> None:
                         "'missing', which fails the gate")
     p.add_argument("--allow-partial", action="store_true",
                    help="accept runs that did not finish (interrupted, running, failed); refused by default")
+    p.add_argument("--metric", choices=list(METRICS), default="median_s",
+                   help="what is compared: median_s (time, default), energy_j (joules per iteration, needs rounds) "
+                        "or sqnr_db (accuracy; a drop is a regression)")
+    p.add_argument("--sqnr-tolerance", type=float, default=DEFAULT_SQNR_TOLERANCE_DB, metavar="DB",
+                   help=f"--metric sqnr_db: a drop of more than this many dB is a regression "
+                        f"(default {DEFAULT_SQNR_TOLERANCE_DB:g})")
+    p.add_argument("--sqnr-floor", action="append", default=[], metavar="PRECISION=DB",
+                   help="--metric sqnr_db: a candidate under this SQNR is a regression whatever the base did; "
+                        "PRECISION is an fnmatch pattern (fp8_*=20); repeatable, the last match wins")
 
 
 def gate_config(args: argparse.Namespace) -> Any:
     from fp8bench.gate import GateConfig, aa_noise_of, parse_override
+    from fp8bench.gate_metrics import parse_sqnr_floor
 
     aa = args.aa_noise
     if args.aa_report is not None:
@@ -79,7 +94,9 @@ def gate_config(args: argparse.Namespace) -> Any:
     return GateConfig(threshold=args.threshold, overrides=tuple(parse_override(o) for o in args.override),
                       alpha=args.alpha, confidence=args.confidence, aa_noise=aa,
                       paired=getattr(args, "paired", False), fail_on=getattr(args, "fail_on", "inconclusive"),
-                      allow_missing=args.allow_missing, allow_partial=args.allow_partial)
+                      allow_missing=args.allow_missing, allow_partial=args.allow_partial,
+                      metric=args.metric, sqnr_tolerance_db=args.sqnr_tolerance,
+                      sqnr_floors=tuple(parse_sqnr_floor(f) for f in args.sqnr_floor))
 
 
 def add_verdict_flags(p: argparse.ArgumentParser) -> None:

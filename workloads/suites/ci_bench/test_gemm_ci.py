@@ -20,9 +20,10 @@ import pytest
 GPU_SHAPES = ("1024x1024x1024", "2048x2048x2048")
 CPU_SHAPES = ("128x128x128", "256x256x256")
 PRECISIONS = ("bf16", "fp8_rowwise", "fp8_tensorwise")
-# SQNR floors in dB, well under what each format reaches on Gaussian inputs (BF16 ~50 dB; E4M3 with scaling ~30 dB):
-# a floor catches a broken kernel or scale, not a normal rounding difference.
-SQNR_FLOOR_DB = {"bf16": 35.0, "fp8_rowwise": 20.0, "fp8_tensorwise": 20.0}
+# Accuracy is judged by the gate, not here: `fp8bench gate --metric sqnr_db --sqnr-floor bf16=35 --sqnr-floor
+# 'fp8_*=20'` (the CI workflow's numerics step) fails a case whose SQNR falls under its floor or drops more than 1 dB
+# against the base. The floors sit well under what each format reaches on Gaussian inputs (BF16 ~50 dB; E4M3 with
+# scaling ~30 dB): they catch a broken kernel or scale, not a normal rounding difference.
 
 
 def _on_gpu(config: pytest.Config) -> bool:
@@ -51,4 +52,3 @@ def test_gemm(fp8bench_case, shape: str, precision: str) -> None:
     if record["status"] == "ok":
         assert record["valid"], record["notes"]
         assert record["n"] >= 3 and record["median_s"] > 0
-        assert record["numerics"]["sqnr_db"] >= SQNR_FLOOR_DB[precision], record["numerics"]

@@ -33,7 +33,7 @@ EXIT_CODES = ExitCodes((
     (EXIT_OK, "every file ingested (or already stored)"),
     (EXIT_USAGE, BAD_INPUT + "; a file that cannot be read is named and skipped, the others are still ingested"),
 ))
-DOC = "docs/gate.md"
+DOC = "docs/store.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -31,27 +31,24 @@ def parse_percent(text: str | float, what: str = "value") -> float:
     return parse_fraction(raw if raw.endswith("%") else f"{raw}%", what)
 
 
-def fraction_arg(flag: str) -> Callable[[str], float]:
-    """An argparse ``type=`` for a fraction flag: accepts ``0.05`` and ``5%``."""
+def _argparse_type(parse: Callable[[str, str], float], flag: str, name: str) -> Callable[[str], float]:
+    """An argparse ``type=`` that parses with ``parse`` and turns its ``ValueError`` into argparse's error."""
 
     def convert(text: str) -> float:
         try:
-            return parse_fraction(text, flag)
+            return parse(text, flag)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
-    convert.__name__ = "fraction"  # argparse names the type in its error message
+    convert.__name__ = name  # argparse names the type in its error message
     return convert
+
+
+def fraction_arg(flag: str) -> Callable[[str], float]:
+    """An argparse ``type=`` for a fraction flag: accepts ``0.05`` and ``5%``."""
+    return _argparse_type(parse_fraction, flag, "fraction")
 
 
 def percent_arg(flag: str) -> Callable[[str], float]:
     """An argparse ``type=`` for a percentage flag (a bare number is percent); returns a fraction."""
-
-    def convert(text: str) -> float:
-        try:
-            return parse_percent(text, flag)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = "percentage"
-    return convert
+    return _argparse_type(parse_percent, flag, "percentage")

@@ -153,7 +153,8 @@ def validate_run(data: Any, origin: str) -> dict[str, Any]:
         raise RunFileError(f"{origin} is not an fp8bench run file (needs schema_version, run and records)")
     version = data["schema_version"]
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise RunFileError(f"{origin}: schema_version must be an integer from 1 to {SCHEMA_VERSION}, got {version!r}")
+        raise RunFileError(f"{origin}: schema_version must be a positive integer (this fp8bench reads 1 to "
+                           f"{SCHEMA_VERSION}), got {version!r}")
     if version > SCHEMA_VERSION:
         raise RunFileError(f"{origin} has schema version {version}, newer than this fp8bench understands "
                            f"({SCHEMA_VERSION}); upgrade fp8bench to read it")

@@ -107,7 +107,7 @@ def test_schema_version_below_one_is_refused(tmp_path, store_url, capsys):
     for version in (0, -3, True):
         bad = {**good_run(f"v{version}"), "schema_version": version}
         code, summary, _ = ingest(capsys, store_url, write(tmp_path / "v.json", bad))
-        assert code == EXIT_USAGE and "schema_version must be an integer from 1" in summary["errors"][0]["error"]
+        assert code == EXIT_USAGE and "schema_version must be a positive integer" in summary["errors"][0]["error"]
 
 
 def test_store_path_with_a_question_mark_is_a_file_name(tmp_path, capsys):

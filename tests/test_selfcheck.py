@@ -100,7 +100,7 @@ def test_a_healthy_gpu_passes_every_check(healthy):
         assert subject["size"] == 256 and subject["tflops"] / subject["peak_tflops"] == pytest.approx(0.7, rel=0.1)
     energy = next(r for r in healthy.results if r.check == "energy")
     assert energy.subject == "nvml_counter"
-    assert energy.measured["median_power_w"] == pytest.approx(300.0)
+    assert energy.measured["mean_power_w"] == pytest.approx(300.0)
 
 
 def test_a_slow_gemm_fails_the_peak_check():
@@ -213,7 +213,7 @@ def test_timer_sqnr_and_case_rules():
 
 
 def test_energy_rules():
-    base = EnergyReading("nvml_counter", 2.0, 200.0, 1.0, 100, telemetry={"power_w": {"median": 200.0}})
+    base = EnergyReading("nvml_counter", 2.0, 200.0, 1.0, 100, telemetry={"power_w": {"median": 150.0, "mean": 200.0}})
     assert judge_energy(base)[0] is Verdict.PASS  # 200 W x 10 ms = 2 J
     assert judge_energy(replace(base, joules_per_iter=2.5))[0] is Verdict.FAIL
     assert judge_energy(replace(base, method="nvml_power"))[0] is Verdict.FAIL

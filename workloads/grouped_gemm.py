@@ -134,6 +134,10 @@ def routing(shape: Shape) -> Routing:
 
 def _parse_value(text: str, key: str, raw: str) -> Any:
     what = f"grouped_gemm shape {text!r}: {key}"
+    if key == "seed":  # any non-negative integer; 0 is the default
+        if not raw.isdigit():
+            raise ShapeError(f"{what} = {raw!r} must be a non-negative integer")
+        return int(raw)
     if key in INT_KEYS:
         return parse_positive(raw, what)
     if key == "route":

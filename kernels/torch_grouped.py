@@ -63,7 +63,8 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
 
     if isinstance(precision, FloatPrecision):
         a, w = a_src.to(precision.dtype), w_src.to(precision.dtype)
-        out = torch.empty(a.shape[0], n, dtype=precision.dtype, device=a.device)
+        # The loop writes every group into one output, as the grouped kernel does (no concatenation copy).
+        out = torch.empty(0 if grouped else a.shape[0], n, dtype=precision.dtype, device=a.device)
 
         def grouped_mm() -> torch.Tensor:
             return torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)

@@ -109,6 +109,9 @@ def zipf_probabilities(g: int, alpha: float) -> torch.Tensor:
     return weights / weights.sum()
 
 
+_ROUTE_CHUNK = 16384  # tokens routed per multinomial draw
+
+
 @functools.lru_cache(maxsize=64)
 def route_counts(g: int, tokens: int, top_k: int, route: str, alpha: float, seed: int) -> tuple[int, ...]:
     """Rows each expert receives (before padding); they sum to ``tokens * top_k``. See the module docstring."""
@@ -120,8 +123,13 @@ def route_counts(g: int, tokens: int, top_k: int, route: str, alpha: float, seed
     gen = torch.Generator().manual_seed(seed)
     holder = torch.randperm(g, generator=gen)  # holder[r] is the expert with popularity rank r + 1
     probs = zipf_probabilities(g, alpha).float()
-    ranks = torch.multinomial(probs.expand(tokens, g), top_k, replacement=False, generator=gen)
-    return tuple(torch.bincount(holder[ranks].reshape(-1), minlength=g).tolist())
+    counts = torch.zeros(g, dtype=torch.int64)
+    # Tokens are drawn in chunks so that a million tokens over 256 experts never holds a [tokens, g] matrix.
+    for start in range(0, tokens, _ROUTE_CHUNK):
+        rows = min(_ROUTE_CHUNK, tokens - start)
+        ranks = torch.multinomial(probs.expand(rows, g), top_k, replacement=False, generator=gen)
+        counts += torch.bincount(holder[ranks].reshape(-1), minlength=g)
+    return tuple(counts.tolist())
 
 
 def routing(shape: Shape) -> Routing:

@@ -48,6 +48,20 @@ class Quantized:
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return (self.data.to(dtype) * expand_scale(self.scale, self.block, self.data.shape).to(dtype))
 
+    def rows(self, start: int, end: int) -> Quantized:
+        """Rows ``start:end`` with their scales (views, no copy): one expert's token group or weight.
+
+        Per-tensor scales are shared; per-row, MX and 1-row block scales are sliced with their rows. A slice of
+        a multi-row block tile would split scales, so it is refused unless it falls on tile boundaries.
+        """
+        if self.granularity is Granularity.TENSORWISE:
+            return Quantized(self.data[start:end], self.scale, self.fmt, self.granularity, self.block)
+        br = self.block[0]
+        if start % br or end % br:
+            raise ValueError(f"rows {start}:{end} split {br}-row scale tiles")
+        return Quantized(self.data[start:end], self.scale[start // br:end // br], self.fmt, self.granularity,
+                         self.block)
+
 
 def expand_scale(scale: torch.Tensor, block: tuple[int, int], shape: torch.Size) -> torch.Tensor:
     """Broadcast a per-group scale to the element grid (a no-op for tensorwise and rowwise scales)."""

@@ -111,6 +111,41 @@ def fp8_scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype, fast_acc
                        swizzle_b=swizzled, output_dtype=out_dtype)
 
 
+def fp8_scaled_grouped_mm(qa: Quantized, qw: Quantized, experts: int, offs: torch.Tensor,
+                          bounds: list[tuple[int, int, int]], out_dtype: torch.dtype,
+                          fast_accum: bool = False) -> torch.Tensor:
+    """``torch._scaled_grouped_mm``: row group ``e`` of ``qa`` ``[M, K]`` times expert ``e``'s weight, for every
+    expert at once.
+
+    ``qw`` is the expert weights quantized as one ``[G*N, K]`` stack (rows ``e*N:(e+1)*N`` are expert ``e``);
+    ``offs`` the int32 group ends and ``bounds`` the same groups as ``(expert, first row, end row)`` (known when the
+    case is built, so no device-to-host copy happens per call). Layouts (checked on fake CUDA tensors by
+    :mod:`fp8bench.conformance`; rules in :mod:`fp8bench.grouped_rules`):
+
+    * ``A`` row-major ``[M, K]``; ``B`` the ``[G, N, K]`` stack transposed: column-major ``[G, K, N]``;
+    * **rowwise**: FP32 scales ``[M]`` for ``A`` and ``[G, N]`` for ``B``;
+    * **MX**: E8M0 scales in cuBLAS's blocked layout (:func:`to_blocked_scales`), per group: ``A``'s groups each
+      padded to whole 128-row tiles and stacked (``[sum round_up(m_e, 128), round_up(K/32, 4)]``, as torchao's
+      ``triton_mx_block_rearrange_2d_M_groups`` lays them out); ``B``'s as ``[G, round_up(N, 128) *
+      round_up(K/32, 4)]``, one flattened blocked tile set per expert. Fast accumulation is not sent (MX kernels
+      accumulate in full precision).
+    """
+    rows_w, k = qw.data.shape
+    n = rows_w // experts
+    mat_b = qw.data.reshape(experts, n, k).transpose(-2, -1)
+    if qa.granularity is Granularity.ROWWISE:
+        return torch._scaled_grouped_mm(qa.data, mat_b, qa.scale.reshape(-1), qw.scale.reshape(experts, n),
+                                        offs=offs, out_dtype=out_dtype, use_fast_accum=fast_accum)
+    if qa.granularity is not Granularity.MX:
+        raise ValueError(f"no grouped kernel takes {qa.granularity.value} scales; accepted: rowwise, mx")
+    e8m0 = torch.float8_e8m0fnu
+    cols = _round_up(qa.scale.shape[1], BLOCKED_COLS)
+    scale_a = torch.cat([to_blocked_scales(qa.scale[start:end].to(e8m0)).reshape(-1, cols)
+                         for _e, start, end in bounds])
+    scale_b = torch.stack([to_blocked_scales(qw.scale[e * n:(e + 1) * n].to(e8m0)) for e in range(experts)])
+    return torch._scaled_grouped_mm(qa.data, mat_b, scale_a, scale_b, offs=offs, out_dtype=out_dtype)
+
+
 def emulated_scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
     """The same product computed by dequantizing both operands and multiplying in FP32 (any device, any recipe).
 

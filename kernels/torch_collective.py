@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 
 from fp8bench.capabilities import recipe_gemm_reason
-from fp8bench.catalog import BACKENDS  # noqa: F401  (the torch backend is registered by torch_backend)
 from fp8bench.devices import Device
 from fp8bench.distributed import world
 from fp8bench.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack

@@ -57,6 +57,7 @@ class LaunchEnv:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int | None = None  # ranks on this node (torchrun's LOCAL_WORLD_SIZE)
 
     @property
     def is_main(self) -> bool:
@@ -81,7 +82,14 @@ def launch_env(environ: dict[str, str] | None = None) -> LaunchEnv | None:
                           ) from exc
     if not (world >= 1 and 0 <= rank < world and local >= 0):
         raise LaunchError(f"RANK={rank} must lie in 0..WORLD_SIZE-1 (WORLD_SIZE={world}), LOCAL_RANK={local} >= 0")
-    return LaunchEnv(rank, world, local)
+    per_node = env.get("LOCAL_WORLD_SIZE", "")
+    return LaunchEnv(rank, world, local, int(per_node) if per_node.isdigit() else None)
+
+
+def run_spec(launch: LaunchEnv, device: Device) -> dict[str, Any]:
+    """What the run header says about the ranks (``spec.distributed``; part of every record's comparability key)."""
+    return {"world_size": launch.world_size, "ranks_per_node": launch.local_world_size,
+            "backend": backend_for(device), "launcher": "torchrun"}
 
 
 def device_spec_for(spec: str, launch: LaunchEnv) -> str:

@@ -76,7 +76,8 @@ def test_only_rank_zero_writes_and_prints(torchrun_run):
     stdout, run = torchrun_run
     json_lines = [line for line in stdout.splitlines() if line.startswith("{")]
     assert len(json_lines) == 1 and stdout.strip().splitlines()[-1] == json_lines[0]
-    assert run["run"]["spec"]["distributed"] == {"world_size": 2, "backend": "gloo", "launcher": "torchrun"}
+    assert run["run"]["spec"]["distributed"] == {"world_size": 2, "ranks_per_node": 2, "backend": "gloo",
+                                                 "launcher": "torchrun"}
     assert len(run["records"]) == 3 * 4
 
 

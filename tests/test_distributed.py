@@ -12,13 +12,14 @@ from fp8bench.devices import Device
 from fp8bench.distributed import LaunchEnv, LaunchError, LockstepTimer, device_spec_for, launch_env
 from fp8bench.timing import CpuTimer, SamplingPolicy, agreed, sample
 
-TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29500"}
 
 
 def test_launch_env_reads_torchruns_variables():
     assert launch_env({}) is None
     env = launch_env(TORCHRUN)
-    assert env == LaunchEnv(rank=1, world_size=2, local_rank=1) and not env.is_main
+    assert env == LaunchEnv(rank=1, world_size=2, local_rank=1, local_world_size=2) and not env.is_main
 
 
 @pytest.mark.parametrize("environ,message", [

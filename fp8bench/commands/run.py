@@ -223,8 +223,7 @@ def execute(args: argparse.Namespace) -> int:
                              "collectives on its own; drop --cuda-graph")
         distributed.init(device, distributed.collective_timeout_s(settings.budget_s))
         timer = distributed.LockstepTimer(timer_for(device, settings.flush_l2), device)
-        spec["distributed"] = {"world_size": launch.world_size, "backend": distributed.backend_for(device),
-                               "launcher": "torchrun"}
+        spec["distributed"] = distributed.run_spec(launch, device)
         if not launch.is_main:  # the other ranks measure in step with rank 0 and write nothing
             try:
                 outcome = run_cases(cases, settings, device, run_file=None, spec=spec, results_dir=None, timer=timer)

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -56,10 +55,11 @@ SHAPES = ["op=all_gather,m=256,n=128", "op=reduce_scatter,m=256,n=128", "op=tp_l
 def torchrun_run(tmp_path_factory):
     """One two-rank run of every op in BF16, FP8 tensorwise and FP8 rowwise, launched as users launch it."""
     out = tmp_path_factory.mktemp("collective") / "run.json"
-    torchrun = Path(sys.executable).with_name("torchrun")
+    # `python -m torch.distributed.run` is the torchrun console script itself, found without relying on PATH.
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "fp8bench", "run", "--workload",
+        [*torchrun, "--standalone", "--nproc-per-node", "2", "-m", "fp8bench", "run", "--workload",
          "collective", "--shape", *SHAPES, "--precision", "bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise",
          "--budget", "6", "--min-samples", "5", "--max-time", "0.2", "--no-store", "--out", str(out)],
         capture_output=True, text=True, timeout=TORCHRUN_TIMEOUT_S, env=env)

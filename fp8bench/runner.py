@@ -396,7 +396,7 @@ class CaseMeasurer:
         flops = workload.flops(case.shape)
         nbytes = workload.min_bytes(case.shape, case.precision)
         median = e2e.median_s
-        tflops = flops / median / 1e12 if median else None
+        tflops = flops / median / 1e12 if median and flops else None  # a pure collective does no arithmetic
         peak = self.peaks.compute(case.precision) if self.peaks else None
         bandwidth = self.peaks.bandwidth() if self.peaks else None
         status, reason, valid = "ok", None, True
@@ -419,7 +419,7 @@ class CaseMeasurer:
             case, seq, status, reason,
             samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
             target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
-            prequant_tflops=flops / prequant / 1e12 if prequant else None,
+            prequant_tflops=flops / prequant / 1e12 if prequant and flops else None,
             gbps=nbytes / median / 1e9 if median else None,
             pct_of_peak=100 * tflops / peak.value if (tflops and peak) else None,
             peak_tflops=peak.value if peak else None, peak_source=peak.source if peak else None,

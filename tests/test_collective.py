@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from rich.console import Console
 
 from fp8bench.cli import main
+from fp8bench.report import render_bandwidths
 from fp8bench.runfile import read_run_file
 from fp8bench.shapes import ShapeError
 from fp8bench.workloads.collective import COLLECTIVE
@@ -36,6 +38,13 @@ def test_bad_shapes_say_what_is_accepted(text, message):
 def test_pure_collectives_count_no_flops_and_tp_linear_counts_its_gemm():
     assert COLLECTIVE.flops(COLLECTIVE.parse_shape("op=all_gather,m=256,n=64")) == 0
     assert COLLECTIVE.flops(COLLECTIVE.parse_shape("op=tp_linear,m=32,n=64,k=16")) == 2 * 32 * 64 * 16
+
+
+def test_runs_without_collectives_print_no_bandwidth_table():
+    console = Console(record=True, width=200)
+    render_bandwidths([{"workload": "gemm", "shape": {"m": 8, "n": 8, "k": 8}, "precision": "bf16",
+                        "backend": "torch", "status": "ok", "extra": {}}], "bf16", console)
+    assert console.export_text() == ""
 
 
 def test_outside_torchrun_every_case_is_skipped_with_the_launch_command(capsys, tmp_path):
@@ -79,6 +88,9 @@ def test_only_rank_zero_writes_and_prints(torchrun_run):
     assert run["run"]["spec"]["distributed"] == {"world_size": 2, "ranks_per_node": 2, "backend": "gloo",
                                                  "launcher": "torchrun"}
     assert len(run["records"]) == 3 * 4
+    # The bandwidth table follows the main one, one row per measured case.
+    assert "busbw GB/s" in stdout and stdout.count("op=all_gather,m=256,n=128") == 2 * 3 + 1  # + blockwise skipped
+    assert all(r["tflops"] is None for r in run["records"] if r["shape"]["op"] != "tp_linear")
 
 
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "tp_linear"])

@@ -246,7 +246,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fp8bench.record_stream import DiskFull
-    from fp8bench.report import render_table, summary_counts
+    from fp8bench.report import render_bandwidths, render_table, summary_counts
     from fp8bench.runfile import check_writable
     from fp8bench.runner import new_run_id, run_cases
     from fp8bench.store import open_store
@@ -287,6 +287,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
         console = Console(width=max(Console().width, 200))
         timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
         render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {device}{timed}")
+        render_bandwidths(outcome.records, args.baseline, console)
         if outcome.interrupted:
             err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of {len(cases)} "
                       f"cases kept in {run_file}")

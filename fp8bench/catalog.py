@@ -134,6 +134,8 @@ _PLUGIN_MODULES = (
     "fp8bench.kernels.compiled",
     "fp8bench.kernels.torchao_backend",
     "fp8bench.kernels.te_backend",
+    "fp8bench.workloads.collective",
+    "fp8bench.kernels.torch_collective",
 )
 _EXTRA_MODULES: list[str] = []
 

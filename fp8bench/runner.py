@@ -54,7 +54,7 @@ from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, res
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.shapes import Shape, label
-from fp8bench.timing import Samples, SamplingPolicy, Timer, sample, timer_for, timing_mode_for
+from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 
 # Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
 # CPU kernel seen (FP16 matmul); the larger levels refine estimates for kernels that are slow only on small shapes.
@@ -70,6 +70,10 @@ END_TO_END_BUDGET_SHARE = 0.5
 # CPU interpreter took 4 to 8 s per 256^3 FP8 GEMM on a loaded 2-core machine, and grows with the tile count.
 INTERPRETED_MAX_FLOPS = 2 * 256**3
 INTERPRETED_REASON = "interpreted: not timed"
+# An energy window loops a call for as long as the meter needs, a count each rank would choose on its own clock:
+# in a distributed run the ranks' collectives would stop matching, so no window runs.
+NOT_METERED_LOCKSTEP = ("not metered in a distributed run: each rank's energy window would loop a different number "
+                        "of collective calls")
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,8 @@ class CaseMeasurer:
                                          settings.strict_clocks)
             # Idle power is measured once, before any case runs, so that no case's heat is in it.
             self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
+        # A timer shared by several processes (fp8bench.distributed.LockstepTimer) makes every decision together.
+        self.lockstep = hasattr(self.timer, "agree")
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
         self._refs: dict[tuple[str, str], torch.Tensor] = {}
 
@@ -195,6 +201,12 @@ class CaseMeasurer:
         if key not in self._refs:
             self._refs[key] = WORKLOADS.get(workload).reference(self._inputs_for(workload, shape))
         return self._refs[key]
+
+    def _agree_reason(self, reason: str | None) -> str | None:
+        """A refusal on any rank of a distributed run is every rank's (each would otherwise wait for the others
+        in the case's first collective); on one process, the reason itself."""
+        agree_reason = getattr(self.timer, "agree_reason", None)
+        return agree_reason(reason) if agree_reason is not None else reason
 
     def _base(self, case: Case, seq: int, status: str, reason: str | None = None, **fields: Any) -> Record:
         workload = WORKLOADS.get(case.workload)
@@ -313,10 +325,10 @@ class CaseMeasurer:
         workload = WORKLOADS.get(case.workload)
         backend = BACKENDS.get(case.backend)
         why = backend.unsupported_reason(case.workload, case.precision, self.device)
-        why = why or workload.shape_reason(case.shape, case.precision)
+        why = self._agree_reason(why or workload.shape_reason(case.shape, case.precision))
         if why:
             return self._base(case, seq, "skipped", why)
-        oom = workload.memory_reason(case.shape, case.precision, self.device)
+        oom = self._agree_reason(workload.memory_reason(case.shape, case.precision, self.device))
         if oom:  # refused before allocating: on the CPU a real out-of-memory kills the whole process
             return self._base(case, seq, "failed", oom)
         if backend.interpreted(self.device):
@@ -339,14 +351,15 @@ class CaseMeasurer:
         # Warm-up: at least warmup_iters calls and warmup_s seconds, stopping early if one call is too slow.
         warm_start = time.monotonic()
         warm_calls, last_call = 0, 0.0
-        while warm_calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s:
+        # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
+        while agreed(self.timer, warm_calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s):
             t0 = time.monotonic()
             pipeline.end_to_end()
             self.device.synchronize()
             last_call = time.monotonic() - t0
             warm_calls += 1
             remaining = deadline - time.monotonic()
-            if last_call * s.policy.min_samples > remaining:
+            if agreed(self.timer, last_call * s.policy.min_samples > remaining):
                 return self._base(case, seq, "skipped", f"over budget: one call takes {last_call:.3g} s, "
                                   f"{s.policy.min_samples} samples exceed the {s.budget_s:g} s budget",
                                   timing={"warmup_calls": warm_calls, "last_call_s": last_call})
@@ -389,12 +402,12 @@ class CaseMeasurer:
         # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work.
         metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=e2e_call, phases=phase_calls)
         energy = measure_case_energy(self.meter, metered, self.device, e2e.median_s or 0.0, phases,
-                                     s.energy_phases, self.idle) if s.energy else None
+                                     s.energy_phases, self.idle) if s.energy and not self.lockstep else None
 
         flops = workload.flops(case.shape)
         nbytes = workload.min_bytes(case.shape, case.precision)
         median = e2e.median_s
-        tflops = flops / median / 1e12 if median else None
+        tflops = flops / median / 1e12 if median and flops else None  # a pure collective does no arithmetic
         peak = self.peaks.compute(case.precision) if self.peaks else None
         bandwidth = self.peaks.bandwidth() if self.peaks else None
         status, reason, valid = "ok", None, True
@@ -417,7 +430,7 @@ class CaseMeasurer:
             case, seq, status, reason,
             samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
             target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
-            prequant_tflops=flops / prequant / 1e12 if prequant else None,
+            prequant_tflops=flops / prequant / 1e12 if prequant and flops else None,
             gbps=nbytes / median / 1e9 if median else None,
             pct_of_peak=100 * tflops / peak.value if (tflops and peak) else None,
             peak_tflops=peak.value if peak else None, peak_source=peak.source if peak else None,
@@ -425,16 +438,24 @@ class CaseMeasurer:
             phases=phases, phase_stats={k: v.summary() for k, v in phase_samples.items()},
             energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
             tflops_per_w=(flops / joules / 1e12) if joules else None,
-            energy=energy.to_dict() if energy else {"reason": "energy metering disabled"},
+            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (s.energy and self.lockstep)
+                                                    else "energy metering disabled"},
             numerics=num.to_dict(), telemetry=energy.telemetry if energy else {}, valid=valid,
-            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median))
+            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases))
 
 
-def _extra(pipeline: Pipeline, median_s: float | None) -> dict[str, Any]:
-    """The pipeline's record extras, with throughput in tokens/s where it states its tokens per call."""
+def _extra(pipeline: Pipeline, median_s: float | None, phases: dict[str, float]) -> dict[str, Any]:
+    """The pipeline's record extras, with throughput in tokens/s where it states its tokens per call, and the
+    bandwidths of a collective where it states its bytes (``comm_bytes``, nccl-tests' size S) and the bus factor of
+    its operation: ``algbw = S / t`` and ``busbw = algbw * bus_factor``, ``t`` the median of its ``communicate``
+    phase (the collective alone, as nccl-tests times it), in GB/s."""
     extra = dict(pipeline.extra)
     if extra.get("tokens_per_step") and median_s:
         extra["tokens_per_s"] = extra["tokens_per_step"] / median_s
+    comm_s = phases.get("communicate")
+    if "comm_bytes" in extra and "bus_factor" in extra and comm_s:
+        extra["algbw_gbps"] = extra["comm_bytes"] / comm_s / 1e9
+        extra["busbw_gbps"] = extra["algbw_gbps"] * extra["bus_factor"]
     return extra
 
 
@@ -463,12 +484,14 @@ def run_header(run_id: str, device: Device, device_spec: str, settings: RunSetti
 def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_file: Path | None,
               store: Any | None = None, spec: dict[str, Any] | None = None, results_dir: Path | None = None,
               on_record: Callable[[int, Case, dict[str, Any]], None] | None = None,
-              on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None) -> RunOutcome:
+              on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None,
+              timer: Timer | None = None) -> RunOutcome:
     """Measure ``cases`` in order, streaming each record to ``run_file`` and ``store``.
 
     A ``KeyboardInterrupt`` ends the loop; the run is marked ``interrupted`` and everything already measured is
     kept. Store write errors are collected, not raised: the run file is the record of truth and can be ingested
-    later.
+    later. ``timer`` replaces the device's own (a distributed run passes a
+    :class:`fp8bench.distributed.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
     """
     if settings.threads:
         torch.set_num_threads(settings.threads)
@@ -476,7 +499,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     started = time.monotonic()
     header = run_header(run_id, device, settings.device, settings, spec or {})
     stream = RecordStream(run_file, header, store)
-    measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir))
+    measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer)
     interrupted_by: str | None = None
     disk_full = False
     try:

@@ -37,6 +37,10 @@ Unsupported combinations are recorded as skipped with the reason. The table show
 (quantization included) and the pre-quantized GEMM time, the speedup of each against the baseline precision,
 the phase split, and numerics against an FP64 reference. The last stdout line is one JSON object.
 
+Under torchrun (`torchrun --nproc-per-node N -m fp8bench run --workload collective ...`) every rank measures on its
+own device (auto/cuda: cuda:LOCAL_RANK; NCCL between GPUs, gloo on the CPU) in step with the others, each sample
+the slowest rank's time, and rank 0 alone writes the table, the run file and the store (docs/distributed.md).
+
 --out never replaces an existing file unless --force, and never anything that is not a regular file (a device,
 a FIFO, a symbolic link, a folder). SIGTERM and SIGHUP stop a run like Ctrl-C."""
 EXIT_CODES = ExitCodes((
@@ -196,27 +200,57 @@ def _kept(outcome: Any, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from fp8bench import distributed
     from fp8bench.devices import resolve_device
     from fp8bench.recipes import PRECISIONS
-    from fp8bench.record_stream import DiskFull
-    from fp8bench.report import render_table, summary_counts
-    from fp8bench.runfile import check_writable
-    from fp8bench.runner import expand_cases, new_run_id, run_cases
-    from fp8bench.store import open_store
-    from fp8bench.timing import timing_mode_for
+    from fp8bench.report import summary_counts
+    from fp8bench.runner import expand_cases, run_cases
+    from fp8bench.timing import Timer, timer_for, timing_mode_for
 
+    launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)
     settings = _settings(args, overrides)
     PRECISIONS.get(args.baseline)
     cases = []
     for workload, shapes, precisions, backends in entries:
         cases += expand_cases([(workload, shapes)], precisions, backends, settings)
-    device = resolve_device(args.device)
+    device = resolve_device(distributed.device_spec_for(args.device, launch) if launch else args.device)
     timing_mode = timing_mode_for(device, settings.cuda_graph)  # refuses --cuda-graph on the CPU, before any write
+    timer: Timer | None = None
+    if launch:
+        if settings.cuda_graph:
+            raise UsageError("--cuda-graph is not supported under torchrun: each rank would capture and replay its "
+                             "collectives on its own; drop --cuda-graph")
+        distributed.init(device, distributed.collective_timeout_s(settings.budget_s))
+        timer = distributed.LockstepTimer(timer_for(device, settings.flush_l2), device)
+        spec["distributed"] = distributed.run_spec(launch, device)
+        if not launch.is_main:  # the other ranks measure in step with rank 0 and write nothing
+            try:
+                outcome = run_cases(cases, settings, device, run_file=None, spec=spec, results_dir=None, timer=timer)
+            finally:
+                distributed.shutdown()
+            counts = summary_counts(outcome.records)
+            return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
+    try:
+        return _measure_and_report(args, cases, settings, device, timing_mode, spec, timer)
+    finally:
+        if launch:
+            distributed.shutdown()
+
+
+def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: Any, device: Any, timing_mode: Any,
+                        spec: dict[str, Any], timer: Any) -> int:
+    """Measure ``cases`` and write the table, run file and store (a distributed run: on rank 0)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fp8bench.record_stream import DiskFull
+    from fp8bench.report import render_bandwidths, render_table, summary_counts
+    from fp8bench.runfile import check_writable
+    from fp8bench.runner import new_run_id, run_cases
+    from fp8bench.store import open_store
+
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
     run_file = args.out or results_dir / "runs" / f"{run_id}.json"
@@ -235,7 +269,7 @@ def execute(args: argparse.Namespace) -> int:
         try:
             outcome = run_cases(
                 cases, settings, device, run_file=run_file, store=store, spec=spec, results_dir=cache_dir,
-                run_id=run_id,
+                run_id=run_id, timer=timer,
                 on_start=lambda i, case: progress.update(task, description=case.describe()),
                 on_record=lambda i, case, rec: progress.advance(task))
         except DiskFull as exc:  # before any case: the run file could not even be started
@@ -253,6 +287,7 @@ def execute(args: argparse.Namespace) -> int:
         console = Console(width=max(Console().width, 200))
         timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
         render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {device}{timed}")
+        render_bandwidths(outcome.records, args.baseline, console)
         if outcome.interrupted:
             err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of {len(cases)} "
                       f"cases kept in {run_file}")

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fp8bench.devices import Device
+from fp8bench.paths import TRACE_SUFFIX
 from fp8bench.pipeline import Pipeline, first_line
 from fp8bench.recipes import Fp8Recipe
 from fp8bench.records import Record
@@ -63,7 +64,6 @@ PROFILE_ITERATIONS = 3
 # The most seconds of calls (by the record's medians) one pass spends, beyond a first iteration that always runs.
 PROFILE_BUDGET_S = 5.0
 TOP_OPS = 10  # operators or kernels kept in the record, by self time
-TRACE_SUFFIX = ".pt.trace.json"  # torch.profiler's own suffix (tensorboard_trace_handler): tools recognize it
 # Nsight Systems' profile switches (User Guide, "CLI Profile Command Switch Options",
 # https://docs.nvidia.com/nsight-systems/UserGuide/index.html): trace CUDA API and kernels, NVTX ranges and OS
 # runtime calls; record only between cudaProfilerStart and cudaProfilerStop, and end the capture at the stop.
@@ -78,12 +78,6 @@ def profile_mode(value: str | None) -> str | None:
         return value
     raise ValueError(f"unknown --profile value {value!r}; accepted: {', '.join(PROFILE_MODES)} "
                      f"(a bare --profile is {BARE_PROFILE_MODE})")
-
-
-def profile_dir(runs: Path, run_id: str) -> Path:
-    """The folder of one run's traces in ``runs``, the run file's folder: ``runs/RUN_ID.profile/`` (not ``*.json``,
-    so that ``fp8bench ingest runs/`` never takes it for a run file)."""
-    return runs / f"{run_id}.profile"
 
 
 def case_stem(seq: int, case: Case) -> str:

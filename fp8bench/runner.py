@@ -50,10 +50,10 @@ from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import Numerics, compare, worst
-from fp8bench.paths import default_results_dir
+from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
-from fp8bench.profiling import CaseProfiler, profile_dir, profile_mode
+from fp8bench.profiling import CaseProfiler, profile_mode
 from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, resolve_precision
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record

@@ -6,9 +6,10 @@ the profiler's overhead (hooks on every operator, kernel-activity buffers) never
 figures are exactly those of a run without ``--profile``.
 
 The pass calls the pipeline's end-to-end function and then each phase (``quantize``, ``gemm``, ``epilogue``;
-``forward``, ``backward``, ``optimizer``...; :mod:`fp8bench.pipeline`) in the runner's order, a few times each
-(:func:`profile_iterations`), each call inside a range named ``fp8bench/<phase>``. Phases are called eagerly, also
-in a run timed as CUDA-graph replays. Modes (``--profile MODE``; a bare ``--profile`` is ``torch``):
+``forward``, ``backward``, ``optimizer``...; :mod:`fp8bench.pipeline`) in the runner's order, a few rounds
+(:func:`profile_iterations`, after one round the profiler warms up on and does not record), each call inside a
+range named ``fp8bench/<phase>``. Calls are eager, also in a run timed as CUDA-graph replays. Modes
+(``--profile MODE``; a bare ``--profile`` is ``torch``):
 
 ``torch``
     ``torch.profiler`` records the pass (CPU operators; on CUDA also the kernels, through CUPTI), each call inside a
@@ -61,7 +62,8 @@ END_TO_END = "end_to_end"
 # Calls of each function in the pass: the first one after sampling can still differ (allocator, caches), three show
 # whether it does; fewer when the calls are slow (PROFILE_BUDGET_S).
 PROFILE_ITERATIONS = 3
-# The most seconds of calls (by the record's medians) one pass spends, beyond a first iteration that always runs.
+# The most seconds of recorded calls (by the record's medians) one pass spends, beyond a first recorded round that
+# always runs (and the warm-up round before it).
 PROFILE_BUDGET_S = 5.0
 TOP_OPS = 10  # operators or kernels kept in the record, by self time
 # Nsight Systems' profile switches (User Guide, "CLI Profile Command Switch Options",
@@ -111,7 +113,7 @@ def top_ops(averages: Any, on_device: bool, n: int = TOP_OPS) -> list[TopOp]:
     CPU time otherwise), the pass's own ranges left out. Profiler times are microseconds; these are seconds."""
     out = []
     for avg in averages:
-        if str(avg.key).startswith(RANGE_PREFIX):
+        if str(avg.key).startswith((RANGE_PREFIX, "ProfilerStep")):  # the pass's own ranges, not operators
             continue
         self_us = float(avg.self_device_time_total if on_device else avg.self_cpu_time_total)
         if self_us > 0:
@@ -136,14 +138,17 @@ def profiled_calls(pipeline: Pipeline) -> dict[str, Callable[[], Any]]:
     return {END_TO_END: pipeline.end_to_end, **pipeline.phases}
 
 
-def run_pass(pipeline: Pipeline, device: Device, iterations: int, torch_ranges: bool) -> None:
-    """``iterations`` rounds of every profiled call, each in its range, the device synchronized after each round."""
+def run_pass(pipeline: Pipeline, device: Device, iterations: int, torch_ranges: bool,
+             step: Callable[[], Any] = lambda: None) -> None:
+    """``iterations`` rounds of every profiled call, each in its range, the device synchronized and ``step`` called
+    after each round."""
     calls = profiled_calls(pipeline)
     for _ in range(iterations):
         for name, fn in calls.items():
             with phase_range(name, device, torch_ranges):
                 fn()
         device.synchronize()
+        step()
 
 
 def torch_profile(pipeline: Pipeline, device: Device, trace: Path, iterations: int) -> dict[str, Any]:
@@ -152,8 +157,11 @@ def torch_profile(pipeline: Pipeline, device: Device, trace: Path, iterations: i
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.is_cuda else [])
     trace.parent.mkdir(parents=True, exist_ok=True)
-    with profile(activities=activities) as prof:
-        run_pass(pipeline, device, iterations, torch_ranges=True)
+    # One warm-up round, recorded by nobody: the profiler's own start-up (CUPTI's initialization on CUDA, its
+    # buffers) lands in the first round it watches, and would be read as the case's time.
+    warmup = torch.profiler.schedule(wait=0, warmup=1, active=iterations, repeat=1)
+    with profile(activities=activities, schedule=warmup) as prof:
+        run_pass(pipeline, device, iterations + 1, torch_ranges=True, step=prof.step)
     prof.export_chrome_trace(str(trace))
     return {"tool": "torch.profiler", "trace": str(trace.resolve()),
             "self_time": "device" if device.is_cuda else "cpu",

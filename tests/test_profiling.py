@@ -13,12 +13,16 @@ import torch
 from fp8bench.cli import build_parser, main
 from fp8bench.commands import run as run_command
 from fp8bench.devices import Device
+from fp8bench.pipeline import Pipeline
 from fp8bench.profiling import (
     NSYS_PROFILE_FLAGS,
     RANGE_PREFIX,
     CaseProfiler,
     nsys_command,
+    nvtx_profile,
+    phase_range,
     profile_iterations,
+    top_ops,
 )
 from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases, with_policy
 from fp8bench.store import open_store
@@ -176,3 +180,69 @@ def test_bad_profile_value_is_one_line_and_the_bad_input_code(capsys, results_di
     assert code == 2
     assert f"unknown --profile value {value!r}; accepted: torch, nvtx, nsys" in err and err.count("\n") == 1
     assert not (results_dir / "runs").exists() or not any((results_dir / "runs").iterdir())
+
+
+def _recording_cuda(monkeypatch) -> list[tuple[str, ...]]:
+    """torch's CUDA boundary as the profiled pass meets it on a GPU, recorded: NVTX push/pop (what
+    ``torch.cuda.nvtx.range`` calls), cudaProfilerStart/Stop (``torch.cuda.profiler``), and synchronize."""
+    log: list[tuple[str, ...]] = []
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda msg: log.append(("push", msg)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: log.append(("pop",)))
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: log.append(("cudaProfilerStart",)))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: log.append(("cudaProfilerStop",)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append(("sync",)))
+    return log
+
+
+def _logging_pipeline(log: list[tuple[str, ...]]) -> Pipeline:
+    def call(name: str):
+        return lambda: log.append(("call", name))
+    return Pipeline(end_to_end=call("e2e"), phases={"quantize": call("quantize"), "gemm": call("gemm")},
+                    output=lambda: torch.zeros(1))
+
+
+def test_nvtx_mode_on_cuda_brackets_one_range_per_call_with_the_profiler_api(monkeypatch):
+    log = _recording_cuda(monkeypatch)
+    info = nvtx_profile(_logging_pipeline(log), Device("cuda", 0), iterations=2)
+    assert info == {"tool": "nvtx"}
+    one_round = [("push", "fp8bench/end_to_end"), ("call", "e2e"), ("pop",),
+                 ("push", "fp8bench/quantize"), ("call", "quantize"), ("pop",),
+                 ("push", "fp8bench/gemm"), ("call", "gemm"), ("pop",), ("sync",)]
+    assert log == [("cudaProfilerStart",), *one_round, *one_round, ("cudaProfilerStop",)]
+
+
+def test_nvtx_capture_is_closed_when_a_call_raises(monkeypatch):
+    log = _recording_cuda(monkeypatch)
+    pipeline = _logging_pipeline(log)
+    pipeline.phases["gemm"] = lambda: (_ for _ in ()).throw(RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED"))
+    with pytest.raises(RuntimeError):
+        nvtx_profile(pipeline, Device("cuda", 0), iterations=1)
+    assert log[0] == ("cudaProfilerStart",) and log[-1] == ("cudaProfilerStop",) and log[-2] == ("pop",)
+
+
+def test_torch_mode_on_cuda_opens_an_nvtx_range_inside_each_record_function(monkeypatch):
+    log = _recording_cuda(monkeypatch)
+    with phase_range("gemm", Device("cuda", 0), torch_range=True):
+        log.append(("call",))
+    assert log == [("push", "fp8bench/gemm"), ("call",), ("pop",)]
+    with phase_range("gemm", CPU, torch_range=True):  # the CPU: record_function only, no NVTX
+        pass
+    assert len(log) == 3
+
+
+class Avg:
+    """The attributes of torch.profiler's FunctionEventAvg that top_ops reads (times in microseconds)."""
+
+    def __init__(self, key: str, count: int, cpu_us: float, device_us: float) -> None:
+        self.key, self.count, self.self_cpu_time_total, self.self_device_time_total = key, count, cpu_us, device_us
+
+
+def test_top_ops_rank_kernels_by_device_self_time_on_cuda_and_ops_by_cpu_self_time_elsewhere():
+    averages = [Avg("fp8bench/gemm", 3, 900.0, 0.0), Avg("ProfilerStep*", 3, 50.0, 0.0),
+                Avg("aten::_scaled_mm", 3, 40.0, 0.0), Avg("sm90_xmma_gemm_e4m3", 3, 0.0, 300.0),
+                Avg("cudaLaunchKernel", 9, 120.0, 0.0), Avg("amax_kernel", 6, 0.0, 30.0)]
+    on_gpu = [op.to_dict() for op in top_ops(averages, on_device=True)]
+    assert on_gpu == [{"name": "sm90_xmma_gemm_e4m3", "self_s": pytest.approx(3e-4), "calls": 3},
+                      {"name": "amax_kernel", "self_s": pytest.approx(3e-5), "calls": 6}]
+    assert [op.name for op in top_ops(averages, on_device=False)] == ["cudaLaunchKernel", "aten::_scaled_mm"]
+    assert len(top_ops([Avg(f"op{i}", 1, 1.0 + i, 0.0) for i in range(30)], on_device=False)) == 10

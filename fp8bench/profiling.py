@@ -233,6 +233,7 @@ class CaseProfiler:
         """``record`` with ``extra["profile"]``; a profile that cannot be taken is a note, never a failed case."""
         stem = self.folder / case_stem(record.seq, case)
         if self.mode == "nsys":
+            self.folder.mkdir(parents=True, exist_ok=True)  # where the command writes: it must exist before nsys runs
             info: dict[str, Any] = {"tool": "nsys", "command": nsys_command(case, settings, device, stem),
                                     "report": f"{stem}.nsys-rep"}
             return replace(record, extra={**record.extra, "profile": info})

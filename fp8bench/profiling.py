@@ -41,19 +41,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from fp8bench.devices import Device
 from fp8bench.paths import TRACE_SUFFIX
 from fp8bench.pipeline import Pipeline, first_line
-from fp8bench.recipes import Fp8Recipe
+from fp8bench.recipes import Fp8Recipe, Precision
 from fp8bench.records import Record
-from fp8bench.shapes import label
-
-if TYPE_CHECKING:
-    from fp8bench.runner import Case, RunSettings
+from fp8bench.shapes import Shape, label
+from fp8bench.timing import SamplingPolicy
 
 PROFILE_MODES = ("torch", "nvtx", "nsys")
 BARE_PROFILE_MODE = "torch"  # what a bare ``--profile`` means
@@ -71,6 +69,40 @@ TOP_OPS = 10  # operators or kernels kept in the record, by self time
 # runtime calls; record only between cudaProfilerStart and cudaProfilerStop, and end the capture at the stop.
 NSYS_PROFILE_FLAGS = ("--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
                       "--force-overwrite=true")
+
+
+class Case(Protocol):
+    """What profiling reads of a case (:class:`fp8bench.runner.Case`; the runner imports this module, not the
+    other way round)."""
+
+    @property
+    def workload(self) -> str: ...
+    @property
+    def shape(self) -> Shape: ...
+    @property
+    def precision(self) -> Precision: ...
+    @property
+    def backend(self) -> str: ...
+    def describe(self) -> str: ...
+
+
+class RunSettings(Protocol):
+    """What a rerun repeats of the run's settings (:class:`fp8bench.runner.RunSettings`)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def threads(self) -> int | None: ...
+    @property
+    def budget_s(self) -> float: ...
+    @property
+    def policy(self) -> SamplingPolicy: ...
+    @property
+    def cuda_graph(self) -> bool: ...
+    @property
+    def flush_l2(self) -> bool: ...
+    @property
+    def phases(self) -> bool: ...
 
 
 def profile_mode(value: str | None) -> str | None:

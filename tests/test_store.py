@@ -283,3 +283,47 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
     store.ingest_run(make_run("after-migration", n=2))
     assert _counts(store_url)["records"] == before["records"] + 2
     assert open_store(store_url).schema_version == 4
+
+
+# -- PostgreSQL timeouts: a stalled server never hangs a run or an ingest -------------------------------------------
+def test_postgres_gets_default_timeouts_unless_the_url_or_environment_sets_its_own(monkeypatch):
+    from fp8bench.store import PG_CONNECT_TIMEOUT_S, PG_STATEMENT_TIMEOUT_MS, postgres_timeouts
+
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    url = sa.engine.make_url
+    assert postgres_timeouts(url("postgresql://u@h/db")) == {
+        "connect_timeout": PG_CONNECT_TIMEOUT_S, "options": f"-c statement_timeout={PG_STATEMENT_TIMEOUT_MS}"}
+    # the URL's own settings win; other options the user passed are kept
+    assert postgres_timeouts(url("postgresql://u@h/db?connect_timeout=3&options=-c%20statement_timeout%3D500")) == {}
+    assert postgres_timeouts(url("postgresql://u@h/db?options=-c%20work_mem%3D64MB")) == {
+        "connect_timeout": PG_CONNECT_TIMEOUT_S,
+        "options": f"-c work_mem=64MB -c statement_timeout={PG_STATEMENT_TIMEOUT_MS}"}
+    # so do libpq's environment variables
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "5")
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=2000")
+    assert postgres_timeouts(url("postgresql://u@h/db")) == {}
+
+
+def test_a_server_that_accepts_but_never_answers_is_a_store_error_within_the_connect_timeout(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """The kernel completes the TCP handshake on a listening socket that nobody reads: libpq waits for the server's
+    first message until the default connect timeout (10 s; libpq's own default is to wait forever), and ingest ends
+    with the store error instead of hanging."""
+    import socket
+    import time
+
+    pytest.importorskip("psycopg")
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(make_run("stalled")))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"postgresql://bench@127.0.0.1:{listener.getsockname()[1]}/fp8bench"
+        started = time.monotonic()
+        code = main(["ingest", str(run), "--store", url])
+        took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot open store" in err
+    assert took < 40, f"ingest took {took:.1f} s against a 10 s connect timeout"

@@ -13,6 +13,8 @@ Per case (see DESIGN, "Measurement method"):
    (``cuda_graph``, :mod:`fp8bench.cuda_graphs`; a call that cannot be captured is skipped with the reason).
 4. **Check numerics** against the FP64 reference, outside any timed region.
 5. **Meter energy** over a window of repeated calls where a meter exists.
+6. **Profile** (``profile``, :mod:`fp8bench.profiling`): one more pass of the calls under a profiler, after every
+   figure of the record is taken, so no profiling overhead enters a timed sample.
 
 An **interpreted** case (a backend whose kernels run under an interpreter on this device, such as Triton's on the
 CPU) is there to check correctness: its pipeline runs once, at the smallest legal shape of the workload when the
@@ -48,8 +50,10 @@ from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import Numerics, compare, worst
+from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
+from fp8bench.profiling import CaseProfiler, profile_mode
 from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, resolve_precision
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
@@ -100,6 +104,7 @@ class RunSettings:
     cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
     clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
     strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
+    profile: str | None = None  # a profiled pass after the measurement: torch | nvtx | nsys (fp8bench.profiling)
 
     def __post_init__(self) -> None:
         # A budget of inf (or a cooldown of inf) would let one case hang the run: every time must be finite.
@@ -120,6 +125,7 @@ class RunSettings:
             raise ValueError(f"fast_accum must list one or more of True/False, got {self.fast_accum!r}")
         if not 0 <= self.clock_floor <= 1:
             raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
+        profile_mode(self.profile)
 
 
 @dataclass(frozen=True)
@@ -170,8 +176,9 @@ class CaseMeasurer:
     """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
 
     def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None,
-                 timer: Timer | None = None) -> None:
+                 timer: Timer | None = None, profiler: CaseProfiler | None = None) -> None:
         self.settings, self.device = settings, device
+        self.profiler = profiler  # adds a profile to each measured record, after its figures are taken
         self.timing_mode = timing_mode_for(device, settings.cuda_graph)
         self.l2_flushed = device.is_cuda and settings.flush_l2
         self.peaks = peaks
@@ -426,7 +433,7 @@ class CaseMeasurer:
         if self.graphs is not None:
             timing["graph_capture_s"] = sum(c.capture_s for c in self.graphs.captured)
         timing["overhead_s"] = time.monotonic() - started - timed - warmup_s
-        return self._base(
+        record = self._base(
             case, seq, status, reason,
             samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
             target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
@@ -442,6 +449,7 @@ class CaseMeasurer:
                                                     else "energy metering disabled"},
             numerics=num.to_dict(), telemetry=energy.telemetry if energy else {}, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases))
+        return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
 
 
 def _extra(pipeline: Pipeline, median_s: float | None, phases: dict[str, float]) -> dict[str, Any]:
@@ -499,7 +507,12 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     started = time.monotonic()
     header = run_header(run_id, device, settings.device, settings, spec or {})
     stream = RecordStream(run_file, header, store)
-    measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer)
+    profiler = None
+    if settings.profile:
+        runs = run_file.parent if run_file else (results_dir or default_results_dir()) / "runs"
+        profiler = CaseProfiler(settings.profile, profile_dir(runs, run_id))
+    measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
+                            profiler=profiler)
     interrupted_by: str | None = None
     disk_full = False
     try:

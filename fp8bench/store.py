@@ -41,9 +41,9 @@ from sqlalchemy.engine import Engine
 from fp8bench.records import SCHEMA_VERSION, case_key
 from fp8bench.redact import redact
 from fp8bench.runfile import json_safe
-from fp8bench.store_columns import RECORD_COLUMNS, phase_rows, record_column_values
+from fp8bench.store_columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
 
-STORE_SCHEMA_VERSION = 3
+STORE_SCHEMA_VERSION = 4
 DEFAULT_DB_NAME = "fp8bench.sqlite"
 
 
@@ -102,7 +102,7 @@ records_table = sa.Table(
     sa.Column("valid", sa.Boolean),
     sa.Column("interpreted", sa.Boolean),
     sa.Column("comparability_key", sa.String(32), index=True),  # schema 2
-    *[sa.Column(c.name, c.type) for c in RECORD_COLUMNS],  # schema 3
+    *[sa.Column(c.name, c.type) for c in RECORD_COLUMNS],  # schema 3 (profile_trace: schema 4)
     sa.UniqueConstraint("run_id", "seq", name="uq_records_run_seq"),
 )
 
@@ -493,8 +493,22 @@ def _migrate_2_to_3(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE records DROP COLUMN data"))
 
 
+def _migrate_3_to_4(conn: sa.Connection) -> None:
+    """Add ``records.profile_trace`` and fill it for the records whose JSON carries a profile. Only a record with
+    ``extra.profile`` can have one, so the JSON is searched as text in SQL and only those records are decoded."""
+    add_missing_columns(conn, records_table)
+    text = sa.cast(record_data_table.c.data, sa.Text)
+    rows = conn.execute(sa.select(record_data_table.c.record_id, record_data_table.c.data)
+                        .where(text.like('%"profile"%'))).all()
+    for rec_id, data in rows:
+        value = profile_trace_of(_as_dict(data) or {})
+        if value is not None:
+            conn.execute(records_table.update().where(records_table.c.id == rec_id).values(profile_trace=value))
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3,
+                                                          3: _migrate_3_to_4}
 
 
 def _readable(url: str, exc: sa.exc.DatabaseError) -> str:

@@ -118,6 +118,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "window (by default power capping, the normal state of a large GEMM, is recorded in the "
                         "telemetry and notes; thermal or hardware slowdown and a clock under the floor always "
                         "invalidate)")
+    p.add_argument("--profile", nargs="?", const="torch", default=None, metavar="MODE",
+                   help="after each case's measurement, profile one more pass of its phases (never inside a timed "
+                        "sample): torch (the default of a bare --profile) writes a torch.profiler trace per case to "
+                        "RESULTS/runs/RUN_ID.profile/ (open it in https://ui.perfetto.dev) and keeps its top ops in "
+                        "the record; nvtx emits NVTX ranges inside cudaProfilerStart/Stop (CUDA) for an outside "
+                        "profiler; nsys prints the `nsys profile` command that reruns one case (docs/profiling.md)")
     p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
     p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
     add_store_flags(p)
@@ -174,6 +180,7 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        amax_compute_algo=args.amax_compute_algo,
                        flush_l2=not args.no_l2_flush, cuda_graph=args.cuda_graph, phases=not args.no_phases,
+                       profile=args.profile,
                        **_energy_settings(args, overrides))
 
 
@@ -202,6 +209,7 @@ def _kept(outcome: Any, run_file: Path) -> str:
 def execute(args: argparse.Namespace) -> int:
     from fp8bench import distributed
     from fp8bench.devices import resolve_device
+    from fp8bench.profiling import summary_rows
     from fp8bench.recipes import PRECISIONS
     from fp8bench.report import summary_counts
     from fp8bench.runner import expand_cases, run_cases
@@ -276,11 +284,15 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
             err.print(f"fp8bench run: error: disk full: {exc}; nothing was measured", markup=False, soft_wrap=True)
             return EXIT_DISK_FULL
     counts = summary_counts(outcome.records)
-    summary = {"run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
-               "device": str(device), "timing_mode": timing_mode.value, "counts": counts, "n_cases": len(cases),
-               "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
-               "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
-               "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors}
+    summary: dict[str, Any] = {
+        "run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
+        "device": str(device), "timing_mode": timing_mode.value, "counts": counts, "n_cases": len(cases),
+        "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
+        "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
+        "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors}
+    profile_rows = summary_rows(outcome.records) if settings.profile else []
+    if settings.profile:
+        summary["profiles"] = profile_rows
     if args.json:
         print_json({**summary, "records": outcome.records})
     else:
@@ -288,6 +300,8 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
         timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
         render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {device}{timed}")
         render_bandwidths(outcome.records, args.baseline, console)
+        if settings.profile:
+            print_profiles(profile_rows, console)
         if outcome.interrupted:
             err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of {len(cases)} "
                       f"cases kept in {run_file}")
@@ -302,3 +316,10 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
+
+
+def print_profiles(rows: list[dict[str, Any]], console: Any) -> None:
+    """One line per profiled case: its trace, or the command that profiles it under Nsight Systems."""
+    for row in rows:
+        where = row["trace"] or row["command"] or "not taken (see the record's notes)"
+        console.print(f"profile {row['case']}: {where}", markup=False, highlight=False, soft_wrap=True)

@@ -209,7 +209,6 @@ def _kept(outcome: Any, run_file: Path) -> str:
 def execute(args: argparse.Namespace) -> int:
     from fp8bench import distributed
     from fp8bench.devices import resolve_device
-    from fp8bench.profiling import summary_rows
     from fp8bench.recipes import PRECISIONS
     from fp8bench.report import summary_counts
     from fp8bench.runner import expand_cases, run_cases
@@ -253,6 +252,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from fp8bench.profiling import summary_rows
     from fp8bench.record_stream import DiskFull
     from fp8bench.report import render_bandwidths, render_table, summary_counts
     from fp8bench.runfile import check_writable

@@ -142,3 +142,11 @@ def test_ci_suite_sqnr_floors_are_gated_not_asserted(workflow):
     assert "sqnr_db\"] >=" not in suite and "SQNR_FLOOR" not in suite
     (verdict,) = [s for _j, _job, s in _steps(workflow) if s["name"].startswith("Verdict")]
     assert "NUMERICS_CODE" in verdict["run"]
+
+
+def test_nightly_sees_the_whole_history_and_fails_on_a_new_regression(workflow):
+    steps = {s["name"]: s for job_name, _job, s in _steps(workflow) if job_name == "nightly"}
+    assert steps["Check out main"]["with"]["fetch-depth"] == 0  # History orders by first-parent depth
+    assert steps["Latest run in the store before tonight's"]["id"] == "before"
+    new = steps["New regressions since last night"]
+    assert "--fail-on-new" in new["run"] and new["env"]["SINCE"] == "${{ steps.before.outputs.run_id }}"

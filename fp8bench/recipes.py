@@ -210,6 +210,11 @@ class Fp8Recipe:
         return E4M3 if self.fp8_format is Fp8FormatChoice.E4M3 else E5M2
 
     @property
+    def format_label(self) -> str:
+        """The element format a record names: the FP8 format choice, or ``e2m1`` for the 4-bit recipes."""
+        return "e2m1" if self.is_fp4 else self.fp8_format.value
+
+    @property
     def block_elements(self) -> int:
         """Elements per scale along the reduction dimension of the block-scaled recipes (MX 32, NVFP4 16)."""
         return self.nv_block if self.granularity is Granularity.NVFP4 else self.mx_block

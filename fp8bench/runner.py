@@ -208,7 +208,7 @@ class CaseMeasurer:
                         seq=seq, **fields)
         options = fp4_settings(case.precision)
         if options:  # the 4-bit recipe's gradient options (they act on training workloads only)
-            record.extra = {**record.extra, "fp4_options": options}
+            record.extra["fp4_options"] = options
         return record
 
     def measure(self, case: Case, seq: int = 0) -> Record:

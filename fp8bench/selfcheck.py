@@ -420,7 +420,7 @@ class Selfcheck:
 
     def _sqnr(self) -> Iterator[CheckResult]:
         shape = _gemm_shape(self.config.sqnr_shape or ((2048, 2048, 2048) if self.probe.gpu else (256, 512, 2048)))
-        recipes = [p for p in PRECISIONS.values() if isinstance(p, Fp8Recipe)]
+        recipes = [p for _, p in PRECISIONS.items() if isinstance(p, Fp8Recipe)]
         for recipe in recipes:
             # 4-bit recipes have one element format (E2M1): no FP8 format to sweep.
             for fmt in ("e4m3",) if recipe.is_fp4 else SQNR_FORMATS:

@@ -123,8 +123,10 @@ def test_converge_trains_four_bit_recipes_and_records_their_options(tmp_path, ca
                  "mxfp4", "--rht", "on", "--no-control", "--stats-every", "4", "--results-dir", str(tmp_path),
                  "--json", "--fp8-format", "hybrid"])  # hybrid is for FP8 recipes: the 4-bit ones ignore it
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0, summary
     assert [c["precision"] for c in summary["curves"]] == ["bf16", "nvfp4", "mxfp4"], summary
-    assert all(c["verdict"] != "failed" for c in summary["curves"]), summary
+    assert [c["verdict"] for c in summary["curves"]][1:] in (["ok", "ok"], ["ok", "gap"], ["gap", "ok"],
+                                                            ["gap", "gap"]), summary
     frame = open_store(tmp_path).records_frame(with_data=True)
     data = [json.loads(d) if isinstance(d, str) else d for d in frame["data"]]
     by_name = {d["precision"]: d for d in data}

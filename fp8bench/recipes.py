@@ -37,8 +37,9 @@ scales, and quantize every operand of every GEMM (gradients included) to 4 bits:
   exponent puts a block's largest value in ``[4, 8)``, above 6 saturates). No stochastic rounding or Hadamard
   transform unless asked for.
 
-4-bit recipes take no FP8 element format: ``--fp8-format`` must stay ``e4m3`` (for ``nvfp4`` that is the format of
-its block scales, TE's ``fp8_format=E4M3``). Their GEMMs accumulate in full precision (no fast mode for FP4 in
+4-bit recipes take no FP8 element format: their ``fp8_format`` stays ``e4m3`` (for ``nvfp4`` the format of its
+block scales, TE's ``fp8_format=E4M3``), :func:`resolve_precision` leaves it alone when a run names another one for
+its FP8 recipes, and records name ``e2m1`` (:attr:`Fp8Recipe.format_label`). Their GEMMs accumulate in full precision (no fast mode for FP4 in
 PyTorch: ``use_fast_accum`` with ``Float4_e2m1fn_x2`` operands is refused in ``ScaledBlas.cpp``).
 
 FP8 element format: ``e4m3`` (default), ``e5m2``, or ``hybrid`` (E4M3 in the forward pass, E5M2 for gradients, the
@@ -300,7 +301,8 @@ def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_l
                       margin: int | None = None, fast_accum: bool | None = None, amax_compute_algo: str | None = None,
                       trains: bool = False, stochastic_rounding: bool | None = None,
                       rht: bool | None = None) -> Precision:
-    """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones).
+    """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones, and
+    the 4-bit recipes take only ``stochastic_rounding`` and ``rht``).
 
     ``fp8_format=None`` takes the recipe's default (:func:`default_fp8_format`, which depends on ``trains``:
     whether the workload runs a backward pass).
@@ -308,6 +310,14 @@ def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_l
     precision = PRECISIONS.get(name)
     if not isinstance(precision, Fp8Recipe):
         return precision
+    if precision.is_fp4:
+        # E2M1 elements: the FP8 format, history and margin options are the FP8 recipes' (a run over several
+        # precisions passes them to every one); only the 4-bit options apply.
+        changes4: dict[str, object] = {}
+        for option, value in (("stochastic_rounding", stochastic_rounding), ("rht", rht)):
+            if value is not None:
+                changes4[option] = value
+        return precision.with_options(**changes4)
     if fp8_format is None:
         fp8_format = default_fp8_format(precision, trains)
     try:
@@ -325,8 +335,8 @@ def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_l
     if amax_compute_algo is not None:
         changes["amax_compute_algo"] = amax_compute_algo
     for option, value in (("stochastic_rounding", stochastic_rounding), ("rht", rht)):
-        if value is not None and (precision.is_fp4 or value):
-            changes[option] = value  # off is every FP8 recipe's only setting: asking for it changes nothing
+        if value:  # off is every FP8 recipe's only setting: asking for it changes nothing; on is refused
+            changes[option] = value
     return precision.with_options(**changes)
 
 

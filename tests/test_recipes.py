@@ -2,7 +2,14 @@ import pytest
 import torch
 
 from fp8bench.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
-from fp8bench.recipes import PRECISIONS, FloatPrecision, Fp8Recipe, Granularity, resolve_precision
+from fp8bench.recipes import (
+    PRECISIONS,
+    FloatPrecision,
+    Fp8FormatChoice,
+    Fp8Recipe,
+    Granularity,
+    resolve_precision,
+)
 from fp8bench.registry import UnknownNameError
 
 
@@ -85,7 +92,9 @@ def test_four_bit_recipes_have_e2m1_elements_and_their_scales():
 
 def test_four_bit_recipe_validation_names_the_bad_value():
     with pytest.raises(ValueError, match="hybrid does not apply"):
-        resolve_precision("nvfp4", "hybrid")
+        PRECISIONS.get("nvfp4").with_options(fp8_format=Fp8FormatChoice.HYBRID)
+    # A run's FP8 options reach every precision it names; the 4-bit recipes keep E2M1 (records name e2m1).
+    assert resolve_precision("nvfp4", "hybrid", margin=2).format_label == "e2m1"
     with pytest.raises(ValueError, match="need block scales"):
         Fp8Recipe("x", Granularity.ROWWISE, element_bits=4)
     with pytest.raises(ValueError, match="4-bit"):

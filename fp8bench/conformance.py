@@ -64,8 +64,8 @@ SCALED_GEMM_OPS = {_aten._scaled_mm.default: "_scaled_mm", _aten._scaled_mm_v2.d
 GROUPED_OPS = ("_scaled_grouped_mm",)
 
 # ``ScalingType`` values of aten._scaled_mm_v2 (torch.nn.functional.ScalingType) and the layouts they name.
-_V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 3: ScaleLayout.MX_1X32,
-               4: ScaleLayout.BLOCK_1X128, 5: ScaleLayout.BLOCK_128X128}
+_V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 2: ScaleLayout.NV_1X16,
+               3: ScaleLayout.MX_1X32, 4: ScaleLayout.BLOCK_1X128, 5: ScaleLayout.BLOCK_128X128}
 
 # Frames of these packages are the call sites worth naming (fp8bench's own code, its kernels and workloads, and the
 # vendor libraries it drives); the funnel every fp8bench call goes through is skipped, so a site names who asked.
@@ -126,6 +126,8 @@ def _v1_layout(scale: TensorMeta, rows: int, k: int) -> ScaleLayout:
     """How ``torch._scaled_mm`` reads a scale of an operand with ``rows`` rows and reduction length ``k``."""
     if scale.dtype == torch.float8_e8m0fnu:
         return ScaleLayout.MX_1X32
+    if scale.dtype == torch.float8_e4m3fn:
+        return ScaleLayout.NV_1X16  # single-level NVFP4 (E4M3 block scales, no tensor scale)
     n = 1
     for d in scale.shape:
         n *= d
@@ -173,7 +175,8 @@ def gemm_spec(op_name: str, bound: dict[str, Any]) -> ScaledGemmSpec:
     else:  # aten::_scaled_mm_v2(self, mat2, scale_a[], recipe_a[], swizzle_a[], scale_b[], recipe_b[], ...)
         layout_a = _V2_LAYOUTS[int(bound["recipe_a"][0])]
         layout_b = _V2_LAYOUTS[int(bound["recipe_b"][0])]
-    return ScaledGemmSpec(a.dtype, b.dtype, layout_a, layout_b, out, bool(bound.get("use_fast_accum", False)))
+    return ScaledGemmSpec(a.dtype, b.dtype, layout_a, layout_b, out, bool(bound.get("use_fast_accum", False)),
+                          op_name)
 
 
 def _call_site() -> str:
@@ -227,7 +230,7 @@ class CudaValueRefusal(CudaRefusal, ValueError):
     """A dtype or value rule (torch raises ``ValueError`` for these)."""
 
 
-_ARCH_RULES = ("architecture", "1x128/128x128 blocks", "MXFP8")
+_ARCH_RULES = ("architecture", "1x128/128x128 blocks", "MXFP8", "FP4")
 
 
 class CudaConformance(TorchDispatchMode):

@@ -54,7 +54,7 @@ from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
 from fp8bench.profiling import CaseProfiler, profile_mode
-from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, resolve_precision
+from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, fp4_settings, resolve_precision
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.shapes import Shape, label
@@ -221,12 +221,17 @@ class CaseMeasurer:
         fields.setdefault("energy", not_metered(self.meter, status))
         fields.setdefault("timing_mode", self.timing_mode.value)
         fields.setdefault("l2_flushed", self.l2_flushed)
-        return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
-                      backend=case.backend, device=str(self.device), status=status, reason=reason,
-                      fp8_format=fp8.fp8_format.value if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
-                      delayed_scaling=delayed_scaling_settings(case.precision),
-                      flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
-                      seq=seq, **fields)
+        record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
+                        backend=case.backend, device=str(self.device), status=status, reason=reason,
+                        fp8_format=fp8.format_label if fp8 else None,
+                        accumulation=fp8.accumulation if fp8 else None,
+                        delayed_scaling=delayed_scaling_settings(case.precision),
+                        flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
+                        seq=seq, **fields)
+        options = fp4_settings(case.precision)
+        if options:  # the 4-bit recipe's gradient options (they act on training workloads only)
+            record.extra["fp4_options"] = options
+        return record
 
     def measure(self, case: Case, seq: int = 0) -> Record:
         started = time.monotonic()

@@ -420,14 +420,15 @@ class Selfcheck:
 
     def _sqnr(self) -> Iterator[CheckResult]:
         shape = _gemm_shape(self.config.sqnr_shape or ((2048, 2048, 2048) if self.probe.gpu else (256, 512, 2048)))
-        recipes = [name for name, p in PRECISIONS.items() if isinstance(p, Fp8Recipe)]
-        for name in recipes:
-            for fmt in SQNR_FORMATS:
-                yield self._sqnr_one(resolve_precision(name, fmt), shape)
+        recipes = [p for _, p in PRECISIONS.items() if isinstance(p, Fp8Recipe)]
+        for recipe in recipes:
+            # 4-bit recipes have one element format (E2M1): no FP8 format to sweep.
+            for fmt in ("e4m3",) if recipe.is_fp4 else SQNR_FORMATS:
+                yield self._sqnr_one(resolve_precision(recipe.name, fmt), shape)
 
     def _sqnr_one(self, recipe: Precision, shape: Shape) -> CheckResult:
         assert isinstance(recipe, Fp8Recipe)
-        subject = f"{recipe.name}/{recipe.fp8_format.value}"
+        subject = f"{recipe.name}/{recipe.format_label}"
         predicted = predict_gemm_sqnr(recipe, shape)
         record = self._measure(self._light, "sqnr", Case("gemm", shape, recipe, "torch"))
         note = ""

@@ -10,7 +10,9 @@ order of FLOPs, this module reports:
 
 * **pays off from**: the smallest shape from which the recipe is faster than the baseline at every larger measured
   shape (a win at one small shape followed by losses is not a payoff); "never within the measured shapes" when the
-  largest shape loses, as on a CPU without FP8 units;
+  largest shape loses, as on a CPU without FP8 units. A win must stand clear of the measurement noise: the recipe's
+  upper quartile of samples below the baseline's lower quartile (medians -/+ half the IQR), so that a baseline
+  measured on a busy machine (a median with a wide spread) cannot make a recipe "pay off" by chance;
 * the **speedup** (baseline time / recipe time, end to end) there and at the largest shape measured;
 * the **SQNR cost** in dB (baseline SQNR minus the recipe's: what the speed costs in accuracy) and the **energy
   per iteration** against the baseline's, at the payoff shape (at the largest shape when it never pays off);
@@ -78,11 +80,23 @@ def payoff_table(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFram
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
+def _half_iqr(row: Any) -> float:
+    """Half the interquartile range of a record's samples, s (0 where it was not stored)."""
+    return (_number(row.get("iqr_s")) or 0.0) / 2
+
+
+def _wins(base: Any, recipe: Any) -> bool:
+    """The recipe is faster than the baseline beyond the noise: its samples' upper quartile (about median + IQR/2)
+    is below the baseline's lower quartile (about median - IQR/2)."""
+    return float(recipe["median_s"]) + _half_iqr(recipe) < float(base["median_s"]) - _half_iqr(base)
+
+
 def _summary(device: str, workload: str, precision: str, paired: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
     speedups = [float(base.at[s, "median_s"]) / float(t) for s, t in zip(paired["shape"], paired["median_s"],
                                                                           strict=True)]
+    wins = [_wins(base.loc[r["shape"]], r) for r in paired.to_dict("records")]
     start = len(speedups)
-    while start > 0 and speedups[start - 1] > 1:
+    while start > 0 and wins[start - 1]:
         start -= 1
     pays = start < len(speedups)
     at = paired.iloc[start] if pays else paired.iloc[-1]

@@ -37,6 +37,18 @@ def test_pays_off_from_the_smallest_shape_after_which_it_always_wins():
     assert row["shapes"] == 4 and row["energy_note"] is None
 
 
+def test_a_win_inside_the_noise_is_not_a_payoff():
+    # At 2048 the recipe's median is 1.25x faster, but the baseline's samples spread over 8 +- 3 s (a busy
+    # machine): the quartile ranges overlap, so it does not pay off there, and so not from 1024 either.
+    frame = rows({"bf16": [1.0, 2.0, 4.0, 8.0], "fp8_rowwise": [2.0, 3.0, 3.0, 6.4]})
+    frame["iqr_s"] = [0.01, 0.01, 0.01, 6.0, 0.01, 0.01, 0.01, 0.1]
+    [row] = payoff_table(frame).to_dict("records")
+    assert row["pays_off_from"] == NEVER and row["speedup_at_largest"] == pytest.approx(1.25)
+    frame.loc[3, "iqr_s"] = 0.2  # the same medians, measured quietly: a clear win from 1024 on
+    [row] = payoff_table(frame).to_dict("records")
+    assert row["pays_off_from"] == "1024x1024x1024"
+
+
 def test_never_within_the_measured_shapes_reads_cost_at_the_largest_shape():
     frame = rows({"bf16": [1.0, 2.0, 4.0, 8.0], "fp8_rowwise": [2.0, 3.0, 9.0, 16.0]},
                  sqnr={"bf16": 50.0, "fp8_rowwise": 30.0})

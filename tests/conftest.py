@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -32,3 +33,14 @@ def results_dir(tmp_path):
     d = tmp_path / "results"
     d.mkdir()
     return d
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """Streamlit's AppTest runs the dashboard script as ``__main__`` and leaves it there; a process started later
+    with the ``spawn`` method (distributed and sharded runs) would then re-run that script before its target. Each
+    test gets back the ``__main__`` it started with."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main

@@ -1,5 +1,6 @@
 import pytest
 
+from fp8bench.recipes import PRECISIONS
 from fp8bench.suites import SuiteError, builtin_suites, load_suite
 from fp8bench.workloads.shape_sets import SHAPE_SETS, llm_projections
 
@@ -9,7 +10,7 @@ def test_builtin_suites_load_and_expand():
     smoke = load_suite("smoke")
     (entry,) = smoke.entries
     assert entry.workload == "gemm" and len(entry.shapes) >= 2
-    assert len(entry.precisions) == 9 and entry.backends == ["torch", "emulated"]
+    assert entry.precisions == PRECISIONS.names() and entry.backends == ["torch", "emulated"]  # "all"
     assert smoke.settings["budget_s"] > 0
 
 

@@ -159,6 +159,20 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
+def case_record(case: Case, device: Device, seq: int, status: str, reason: str | None = None,
+                **fields: Any) -> Record:
+    """A record of ``case`` on ``device`` with what every record states (names, recipe settings, FLOPs, bytes, its
+    position ``seq`` in the run); measured fields come in ``fields``."""
+    workload = WORKLOADS.get(case.workload)
+    fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
+    return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
+                  backend=case.backend, device=str(device), status=status, reason=reason,
+                  fp8_format=fp8.fp8_format.value if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
+                  delayed_scaling=delayed_scaling_settings(case.precision),
+                  flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
+                  seq=seq, **fields)
+
+
 class CaseMeasurer:
     """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
 
@@ -194,17 +208,10 @@ class CaseMeasurer:
         return self._refs[key]
 
     def _base(self, case: Case, seq: int, status: str, reason: str | None = None, **fields: Any) -> Record:
-        workload = WORKLOADS.get(case.workload)
-        fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
         fields.setdefault("energy", not_metered(self.meter, status))
         fields.setdefault("timing_mode", self.timing_mode.value)
         fields.setdefault("l2_flushed", self.l2_flushed)
-        return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
-                      backend=case.backend, device=str(self.device), status=status, reason=reason,
-                      fp8_format=fp8.fp8_format.value if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
-                      delayed_scaling=delayed_scaling_settings(case.precision),
-                      flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
-                      seq=seq, **fields)
+        return case_record(case, self.device, seq, status, reason, **fields)
 
     def measure(self, case: Case, seq: int = 0) -> Record:
         started = time.monotonic()

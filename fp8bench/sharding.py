@@ -20,9 +20,12 @@ fp8bench does it, and why:
   is pinned to its slice (``os.sched_setaffinity``) and runs as many torch threads as its slice has cores (or
   ``--threads``, at most that), so workers do not steal each other's cores. Records say ``cpu`` as a single run's do;
   the run header's ``workers`` list says which cores and threads measured which case.
-* **Assignment is static and round-robin**: case *i* goes to worker *i mod n*. The same case list on the same
-  devices always puts a case on the same device (reproducible, comparable night to night), neighbouring cases
-  (same shape, other precisions) spread over all devices, and the in-order merge below waits for little.
+* **Assignment is static, by shape**: the cases of one (workload, shape), every precision and backend, go to one
+  worker, so the speedups of a shape (FP8 against BF16) compare kernels on one device, never one GPU's BF16 with
+  another's FP8; the groups go round-robin over the workers in case order. The same case list on the same devices
+  always puts a case on the same device (reproducible, comparable night to night). A sweep of one shape therefore
+  runs on one worker: shard sweeps of many shapes (the suites). The in-order merge below waits at most for the
+  groups before a finished one.
 * **One run file and store, in case order.** Only the parent writes: workers send each finished record through a
   pipe, and the parent hands records to :class:`fp8bench.record_stream.RecordStream` in case order (a record that
   finishes early waits in memory for the cases before it). The run file and store get the same records, in the same
@@ -58,6 +61,7 @@ from fp8bench.energy import meter_for, not_metered
 from fp8bench.environment import device_properties
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.runner import Case, RunOutcome, RunSettings, case_record, new_run_id, run_header
+from fp8bench.shapes import label
 from fp8bench.timing import timing_mode_for
 
 # A device whose worker died this many times with no finished case in between is given up on: a crashing kernel
@@ -95,9 +99,14 @@ class DevicePlan:
         """The first worker's device: the run header describes it (every device in a plan has the same model)."""
         return self.slots[0].device
 
-    def shards(self, n_cases: int) -> list[list[int]]:
-        """Case indices per worker, round-robin (case i to worker i mod n)."""
-        return [list(range(w, n_cases, len(self.slots))) for w in range(len(self.slots))]
+    def shards(self, cases: list[Case]) -> list[list[int]]:
+        """Case indices per worker: each (workload, shape) group whole, groups round-robin in case order."""
+        out: list[list[int]] = [[] for _ in self.slots]
+        groups: dict[tuple[str, str], int] = {}
+        for i, case in enumerate(cases):
+            group = groups.setdefault((case.workload, label(case.shape)), len(groups))
+            out[group % len(self.slots)].append(i)
+        return out
 
 
 def plan_devices(spec: str, threads: int | None = None, cpus: list[int] | None = None) -> DevicePlan:
@@ -157,20 +166,24 @@ def _cpu_plan(n: int, threads: int | None, cpus: list[int]) -> DevicePlan:
 
 # -- the worker process ------------------------------------------------------------------------------------------
 
-def _pin(slot: WorkerSlot) -> None:
-    """Bind this process to its slot: its GPU made current, or its CPU cores and thread count."""
+def _pin(slot: WorkerSlot) -> dict[str, Any]:
+    """Bind this process to its slot (its GPU made current, or its CPU cores and thread count); returns what the
+    process then has, as the run header's ``pinned`` (read back, not assumed)."""
     if slot.device.is_cuda:
         torch.cuda.set_device(slot.device.cuda_index)
     if slot.cpus is not None:
         os.sched_setaffinity(0, slot.cpus)
     if slot.threads is not None:
         torch.set_num_threads(slot.threads)
+    return {"pid": os.getpid(), "cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
+            "cuda_current": torch.cuda.current_device() if slot.device.is_cuda else None}
 
 
 def _worker_main(conn: Connection, slot: WorkerSlot, settings: RunSettings, shard: list[tuple[int, Case]],
                  device_name: str, results_dir: Path | None, parent_pid: int) -> None:
     """Measure ``shard`` (``(seq, case)`` pairs) on ``slot``'s device, sending ``("start", seq)`` before and
-    ``("record", seq, record)`` after each case; ``("setup_failed", reason)`` when the measurer cannot be built."""
+    ``("record", seq, record)`` after each case, after ``("pinned", what _pin read back)`` once set up, or
+    ``("setup_failed", reason)`` when it cannot be."""
     from fp8bench.catalog import load_all
     from fp8bench.interrupts import HANDLED, die_with_parent
     from fp8bench.peaks import Peaks
@@ -182,9 +195,10 @@ def _worker_main(conn: Connection, slot: WorkerSlot, settings: RunSettings, shar
         signal.signal(signum, signal.SIG_IGN)
     die_with_parent(parent_pid, signal.SIGKILL)
     try:
-        _pin(slot)
+        pinned = _pin(slot)
         load_all()
         measurer = CaseMeasurer(settings, slot.device, Peaks(slot.device, device_name, results_dir))
+        conn.send(("pinned", pinned))
     except Exception as exc:  # reported as the reason of every case of this worker, never lost
         conn.send(("setup_failed", f"worker for {slot.device} could not start: {type(exc).__name__}: {exc}"))
         conn.close()
@@ -211,6 +225,7 @@ class _Worker:
     crashes_in_a_row: int = 0
     pids: list[int] = field(default_factory=list)
     deaths: list[str] = field(default_factory=list)
+    pinned: list[dict[str, Any]] = field(default_factory=list)  # what each of its processes read back after pinning
 
     def alive(self) -> bool:
         return self.process is not None and self.conn is not None
@@ -276,7 +291,7 @@ class _Shards:
         self.cases, self.settings, self.device_name, self.results_dir = cases, settings, device_name, results_dir
         self.merge, self.on_start = merge, on_start
         self.ctx = multiprocessing.get_context("spawn")
-        self.workers = [_Worker(slot, deque(shard)) for slot, shard in zip(plan.slots, plan.shards(len(cases)),
+        self.workers = [_Worker(slot, deque(shard)) for slot, shard in zip(plan.slots, plan.shards(cases),
                                                                           strict=True)]
 
     def start(self, worker: _Worker) -> None:
@@ -330,6 +345,8 @@ class _Shards:
             worker.pending.remove(payload)
             worker.current, worker.crashes_in_a_row = None, 0
             self.merge.add(payload, message[2])
+        elif kind == "pinned":
+            worker.pinned.append(payload)
         elif kind == "setup_failed":
             self._fail_rest(worker, payload)
 
@@ -369,7 +386,7 @@ class _Shards:
 
     def describe(self) -> list[dict[str, Any]]:
         """Each worker's slot (device, cores, threads), the pids it ran under and how each dead one died."""
-        return [{**w.slot.describe(), "pids": w.pids, "deaths": w.deaths} for w in self.workers]
+        return [{**w.slot.describe(), "pids": w.pids, "pinned": w.pinned, "deaths": w.deaths} for w in self.workers]
 
 
 def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, plan: DevicePlan,
@@ -388,7 +405,7 @@ def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, pla
     started = time.monotonic()
     header = run_header(run_id, plan.device, plan.spec, settings, spec or {})
     header["devices"] = [device_properties(d) for d in dict.fromkeys(s.device for s in plan.slots)]
-    shards = plan.shards(len(cases))
+    shards = plan.shards(cases)
     header["workers"] = [{**slot.describe(), "cases": shard} for slot, shard in zip(plan.slots, shards, strict=True)]
     stream = RecordStream(run_file, header, store)
     merge = _InOrder(stream, lambda seq, rec: on_record(seq, cases[seq], rec) if on_record else None)
@@ -408,7 +425,7 @@ def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, pla
         merge.flush()
     except DiskFull:
         disk_full = True
-    header["workers"] = [{**h, "pids": w["pids"], "deaths": w["deaths"]}
+    header["workers"] = [{**h, "pids": w["pids"], "pinned": w["pinned"], "deaths": w["deaths"]}
                          for h, w in zip(header["workers"], workers.describe(), strict=True)]
     status = STATUS_DISK_FULL if disk_full else "interrupted" if interrupted_by else "complete"
     stream.finish(status=status, finished_at=datetime.now(timezone.utc).isoformat(),

@@ -142,3 +142,20 @@ def test_ci_suite_sqnr_floors_are_gated_not_asserted(workflow):
     assert "sqnr_db\"] >=" not in suite and "SQNR_FLOOR" not in suite
     (verdict,) = [s for _j, _job, s in _steps(workflow) if s["name"].startswith("Verdict")]
     assert "NUMERICS_CODE" in verdict["run"]
+
+
+def test_nightly_runs_every_kind_of_gpu_runner_on_all_its_gpus_into_the_shared_store(workflow):
+    nightly = workflow["jobs"]["nightly"]
+    labels = nightly["strategy"]["matrix"]["device"]
+    assert labels and len(set(labels)) == len(labels) and nightly["strategy"]["fail-fast"] is False
+    assert "${{ matrix.device }}" in nightly["runs-on"]
+    # The store's URL and its password come from secrets, the password through libpq's PGPASSWORD (docs/security.md).
+    assert nightly["env"]["FP8BENCH_STORE"] == "${{ secrets.FP8BENCH_STORE_URL }}"
+    assert nightly["env"]["PGPASSWORD"] == "${{ secrets.FP8BENCH_STORE_PASSWORD }}"
+    runs = [line.strip() for step in nightly["steps"] for line in step.get("run", "").splitlines()
+            if line.strip().startswith("fp8bench run ")]
+    assert len(runs) == 3 and all('--devices all --store "$FP8BENCH_STORE"' in line for line in runs)
+    (upload,) = [s for s in nightly["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert "matrix.device" in upload["with"]["name"]  # one artifact per runner kind, no name clash
+    (selfcheck,) = [s for s in nightly["steps"] if s["name"].startswith("Selfcheck")]
+    assert '--device "cuda:$i"' in selfcheck["run"]

@@ -133,11 +133,11 @@ def plan_devices(spec: str, threads: int | None = None, cpus: list[int] | None =
         raise DeviceError(f"--devices {spec!r} mixes the CPU and GPUs; a run measures one kind of device: run each "
                           "separately")
     if devices[0].is_cuda:
-        return _gpu_plan(spec, devices)
+        return _gpu_plan(spec, devices, threads)
     return _cpu_plan(len(devices), threads, sorted(cpus if cpus is not None else os.sched_getaffinity(0)))
 
 
-def _gpu_plan(spec: str, devices: list[Device]) -> DevicePlan:
+def _gpu_plan(spec: str, devices: list[Device], threads: int | None) -> DevicePlan:
     seen = [str(d) for d in devices]
     twice = sorted({d for d in seen if seen.count(d) > 1})
     if twice:
@@ -148,7 +148,9 @@ def _gpu_plan(spec: str, devices: list[Device]) -> DevicePlan:
         listed = ", ".join(f"{d} is {n}" for d, n in names.items())
         raise DeviceError(f"--devices {spec!r}: the GPUs differ ({listed}); a run describes one device model: "
                           "run each model separately")
-    return DevicePlan(",".join(seen), tuple(WorkerSlot(i, d) for i, d in enumerate(devices)), None)
+    # torch's own CPU thread count unless --threads: a GPU case's host work is small, and the settings stay those
+    # of a single-GPU run, so their records stay comparable.
+    return DevicePlan(",".join(seen), tuple(WorkerSlot(i, d, None, threads) for i, d in enumerate(devices)), None)
 
 
 def _cpu_plan(n: int, threads: int | None, cpus: list[int]) -> DevicePlan:

@@ -73,6 +73,7 @@ def test_all_is_every_gpu_and_a_gpu_worker_keeps_torchs_threads(two_gpus):
     assert plan.spec == "cuda:0,cuda:1" and plan.threads is None
     assert [(str(s.device), s.cpus, s.threads) for s in plan.slots] == [("cuda:0", None, None), ("cuda:1", None, None)]
     assert plan_devices("cuda:1,cuda").spec == "cuda:1,cuda:0"
+    assert [s.threads for s in plan_devices("all", threads=3).slots] == [3, 3]  # --threads reaches GPU workers
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -401,12 +401,13 @@ def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, pla
     if device != plan.device:
         raise ValueError(f"run_sharded: device {device} is not the plan's first device {plan.device}")
     settings = replace(settings, device=plan.spec, threads=plan.threads or settings.threads)
-    if plan.threads:
-        torch.set_num_threads(plan.threads)  # the header describes the workers' threads, not the parent's
     run_id = run_id or new_run_id()
     started = time.monotonic()
     header = run_header(run_id, plan.device, plan.spec, settings, spec or {})
     header["devices"] = [device_properties(d) for d in dict.fromkeys(s.device for s in plan.slots)]
+    if plan.threads:  # the header describes the CPU workers' threads, not the parent's (which measures nothing)
+        for props in (header["device"], *header["devices"]):
+            props["threads"] = plan.threads
     shards = plan.shards(cases)
     header["workers"] = [{**slot.describe(), "cases": shard} for slot, shard in zip(plan.slots, shards, strict=True)]
     stream = RecordStream(run_file, header, store)

@@ -18,7 +18,15 @@ from fp8bench.devices import Device, DeviceError
 from fp8bench.record_stream import RecordStream
 from fp8bench.runfile import read_run_file
 from fp8bench.runner import RunSettings, expand_cases
-from fp8bench.sharding import MAX_CRASHES_IN_A_ROW, WorkerSlot, _InOrder, _pin, plan_devices
+from fp8bench.sharding import (
+    MAX_CRASHES_IN_A_ROW,
+    DevicePlan,
+    WorkerSlot,
+    _InOrder,
+    _pin,
+    plan_devices,
+    run_sharded,
+)
 from fp8bench.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,3 +214,14 @@ def test_a_device_whose_workers_keep_dying_is_given_up_after_a_few(tmp_path):
     assert all(r["reason"].startswith(f"not measured: {MAX_CRASHES_IN_A_ROW} workers for cpu died in a row")
                for r in rest)
     assert len(run["run"]["workers"][0]["pids"]) == MAX_CRASHES_IN_A_ROW
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_start_fails_its_cases_with_the_reason(tmp_path):
+    cases = expand_cases([("gemm", ["64x64x64"])], ["bf16", "fp32"], ["torch"], RunSettings())
+    plan = DevicePlan("cpu", (WorkerSlot(0, Device("cpu"), (4096,), 1),), 1)  # a core no machine here has
+    outcome = run_sharded(cases, RunSettings(budget_s=5, energy=False), plan.device, plan=plan,
+                          run_file=tmp_path / "run.json")
+    assert [r["status"] for r in outcome.records] == ["failed", "failed"]
+    assert all(r["reason"].startswith("worker for cpu could not start: OSError") for r in outcome.records)
+    assert read_run_file(tmp_path / "run.json")["run"]["workers"][0]["deaths"] == []  # it ended, it did not die

@@ -73,7 +73,7 @@ def main() -> None:
     try:
         records = load_records(snapshot, query)
     except StoreProblem as exc:
-        st.error(str(exc))
+        st.error(md_text(exc))
         st.stop()
     set_view(View(snapshot, filters, query, records))
     page.run()

@@ -17,9 +17,13 @@ functions do *not* check, each written down from the CUDA source that enforces i
 * MXFP8 (E8M0 scales per 32 elements) runs on compute capability 10.x (B200, GB200, B300), E4M3 operands only.
 * Per-row scaling through CUTLASS (compute capability 8.9 and 10.x+ always, 9.x with cuBLASLt older than 12.9)
   wrote BF16 only in PyTorch builds before mid-2026.
+* 4-bit GEMMs (packed ``float4_e2m1fn_x2`` operands) run on compute capability 10.x with CUDA 12.8+, FP4 on both
+  sides, full-precision accumulation only (``use_fast_accum`` is refused). NVFP4 (E4M3 scales per 16 values and
+  an FP32 tensor scale) goes through ``F.scaled_mm``; MXFP4 (E8M0 scales per 32) through ``torch._scaled_mm`` only,
+  because ``F.scaled_mm``'s MXFP4 kernel is ROCm-only on CUDA builds.
 
 **Other devices.** AMD MI300-class GPUs (gfx942) use the ``fnuz`` FP8 variants (E4M3 max 240). PyTorch's CPU
-``_scaled_mm`` runs tensorwise and rowwise scales (seen with torch 2.13) and refuses block scales.
+``_scaled_mm`` runs tensorwise and rowwise scales (seen with torch 2.13) and refuses block scales and FP4.
 
 A rule here says what the hardware and PyTorch's kernels can do; a backend may still refuse a case at build time
 (its library too old, a layout it lacks), and that refusal is recorded with its own message.
@@ -63,6 +67,7 @@ class ScaleLayout(str, Enum):
     BLOCK_1X128 = "1x128"  # one FP32 scale per 1x128 tile along K
     BLOCK_128X128 = "128x128"  # one FP32 scale per 128x128 tile
     MX_1X32 = "mx_1x32"  # one E8M0 scale per 32 elements along K (OCP MX)
+    NV_1X16 = "nv_1x16"  # one E4M3 scale per 16 FP4 elements along K, times an FP32 tensor scale (NVFP4)
 
     @property
     def is_fp32_block(self) -> bool:
@@ -77,6 +82,8 @@ def operand_layout(granularity: Granularity, block: tuple[int, int] = (1, 1)) ->
         return ScaleLayout.ROWWISE
     if granularity is Granularity.MX:
         return ScaleLayout.MX_1X32
+    if granularity is Granularity.NVFP4:
+        return ScaleLayout.NV_1X16
     if block == (1, 128):
         return ScaleLayout.BLOCK_1X128
     if block == (128, 128):
@@ -94,6 +101,7 @@ class ScaledGemmSpec:
     scale_b: ScaleLayout
     out_dtype: torch.dtype
     fast_accum: bool = False
+    api: str = "any"  # the entry point: "_scaled_mm" (torch._scaled_mm), "_scaled_mm_v2" (F.scaled_mm) or "any"
 
     def describe(self) -> str:
         def name(dtype: torch.dtype) -> str:
@@ -139,6 +147,7 @@ class ScaledGemmRule:
 
 _E4M3 = torch.float8_e4m3fn
 _E5M2 = torch.float8_e5m2
+_FP4 = torch.float4_e2m1fn_x2
 # cuBLASLt 12.9 added per-row (outer-vector) and 1x128/128x128 FP32 block scales.
 _CUBLASLT_BLOCK_SCALES = (12, 9)
 # cuBLASLt's E8M0 (VEC32_UE8M0) block-scale mode arrived with CUDA 12.8.
@@ -149,7 +158,17 @@ _CUBLASLT_MX_SCALES = (12, 8)
 _TORCH_ROWWISE_WIDE_OUTPUT = (2, 13)
 
 
+# cuBLASLt's FP4 block-scaled matmul (CUDA_R_4F_E2M1 with VEC16_UE4M3 / VEC32_UE8M0 scales) arrived with CUDA 12.8.
+_CUBLASLT_FP4 = (12, 8)
+
+
+def _is_fp4(spec: ScaledGemmSpec) -> bool:
+    return _FP4 in (spec.a_dtype, spec.b_dtype)
+
+
 def _arch(spec: ScaledGemmSpec, t: CudaTarget) -> str | None:
+    if _is_fp4(spec):
+        return None  # the FP4 rule names the architecture FP4 needs
     if t.cc >= (9, 0) or t.cc == (8, 9):
         return None
     return (f"FP8 GEMMs need compute capability 8.9 or 9.0+; this device is {t.cc[0]}.{t.cc[1]} "
@@ -176,8 +195,36 @@ def _fp32_blocks(spec: ScaledGemmSpec, t: CudaTarget) -> str | None:
     return None
 
 
+def _fp4_arch(spec: ScaledGemmSpec, t: CudaTarget) -> str | None:
+    if not _is_fp4(spec):
+        return None
+    if t.cc[0] != 10:
+        return (f"FP4 GEMMs (NVFP4, MXFP4) run on compute capability 10.x (B200, GB200, B300); this device is "
+                f"{t.cc[0]}.{t.cc[1]}")
+    if t.cuda < _CUBLASLT_FP4:
+        return f"FP4 GEMMs need CUDA 12.8+; torch here is built with CUDA {'.'.join(map(str, t.cuda))}"
+    if spec.scale_a is ScaleLayout.MX_1X32 and spec.api == "_scaled_mm_v2":
+        return ("MXFP4 through F.scaled_mm is ROCm-only in CUDA builds (\"MXFP4 scaling supported on ROCM only\"); "
+                "torch._scaled_mm takes it")
+    return None
+
+
+def _fp4_operands(spec: ScaledGemmSpec, t: CudaTarget) -> str | None:
+    if not _is_fp4(spec):
+        if ScaleLayout.NV_1X16 in (spec.scale_a, spec.scale_b):
+            return "NVFP4 (1x16 E4M3) block scales take FP4 (float4_e2m1fn_x2) operands only"
+        return None
+    if spec.a_dtype != _FP4 or spec.b_dtype != _FP4:
+        return "FP4 GEMMs take FP4 (float4_e2m1fn_x2) operands on both sides"
+    if not {spec.scale_a, spec.scale_b} <= {ScaleLayout.NV_1X16, ScaleLayout.MX_1X32} or spec.scale_a != spec.scale_b:
+        return "FP4 GEMMs take NVFP4 (1x16 E4M3) or MXFP4 (1x32 E8M0) block scales on both operands"
+    if spec.fast_accum:
+        return "use_fast_accum is not supported with Float4_e2m1fn_x2 operands (FP4 accumulates in full precision)"
+    return None
+
+
 def _mx(spec: ScaledGemmSpec, t: CudaTarget) -> str | None:
-    if ScaleLayout.MX_1X32 not in (spec.scale_a, spec.scale_b):
+    if ScaleLayout.MX_1X32 not in (spec.scale_a, spec.scale_b) or _is_fp4(spec):
         return None
     if t.cc[0] != 10:
         return f"MXFP8 GEMMs (E8M0 block scales) run on compute capability 10.x; this device is {t.cc[0]}.{t.cc[1]}"
@@ -211,6 +258,15 @@ SCALED_GEMM_RULES: tuple[ScaledGemmRule, ...] = (
                    "(torch/testing/_internal/common_cuda.py: evaluate_platform_supports_mx_gemm) and Transformer "
                    "Engine refuses MXFP8 on 12.x; aten/src/ATen/native/ScaledBlasUtils.cpp: check_mxfp8_recipe "
                    "(Float8_e4m3fn operands)", _mx),
+    ScaledGemmRule("FP4", "cuBLASLt FP4 scale modes VEC16_UE4M3 / VEC32_UE8M0 (CUDA 12.8+); PyTorch's FP4 GEMM tests "
+                   "run on SM100 (torch/testing/_internal/common_cuda.py: PLATFORM_SUPPORTS_FP4, "
+                   "PLATFORM_SUPPORTS_MX_GEMM); aten/src/ATen/native/cuda/ScaledBlas.cpp: _scaled_mxfp4_mxfp4 "
+                   "(\"MXFP4 scaling supported on ROCM only\"), is_blockwise_1x32_scaling (\"CUDA: MX FP4 uses legacy "
+                   "BlockWise1x32\", the torch._scaled_mm path)", _fp4_arch),
+    ScaledGemmRule("FP4 operands", "aten/src/ATen/native/cuda/ScaledBlas.cpp: _scaled_mm_out_cuda and "
+                   "_scaled_mm_cuda_v2_out (\"`use_fast_accum` is not supported when ... Float4_e2m1fn_x2\"); "
+                   "aten/src/ATen/native/ScaledBlasUtils.cpp: check_nvfp4_recipe, check_mxfp4_recipe (FP4 x FP4 "
+                   "with E4M3 / E8M0 scales)", _fp4_operands),
     ScaledGemmRule("rowwise output dtype", "aten/src/ATen/native/cuda/ScaledBlas.cpp: _scaled_rowwise_rowwise "
                    "(CUTLASS f8f8bf16_rowwise when major < 9, cuBLASLt < 12.9 or major >= 10)", _rowwise_output),
 )
@@ -227,12 +283,21 @@ def scaled_gemm_reason(spec: ScaledGemmSpec, target: CudaTarget) -> str | None:
 
 # --- the GEMMs each FP8 path runs ------------------------------------------------------------------------------
 
+def scaled_mm_api(recipe: Fp8Recipe) -> str:
+    """Which PyTorch entry point :func:`fp8bench.scaled_gemm.fp8_scaled_mm` calls for ``recipe``'s GEMMs."""
+    if recipe.granularity in (Granularity.TENSORWISE, Granularity.ROWWISE):
+        return "_scaled_mm"
+    if recipe.granularity is Granularity.MX and recipe.is_fp4:
+        return "_scaled_mm"  # F.scaled_mm's MXFP4 kernel is ROCm-only (see the FP4 rule)
+    return "_scaled_mm_v2"
+
+
 def forward_gemm_spec(recipe: Fp8Recipe) -> ScaledGemmSpec:
     """The ``gemm`` workload's product and an FP8 layer's forward GEMM: activations x weights, BF16 out."""
     fwd = recipe.forward_format.dtype
     return ScaledGemmSpec(fwd, fwd, operand_layout(recipe.granularity, recipe.activation_block),
                           operand_layout(recipe.granularity, recipe.weight_block), torch.bfloat16,
-                          recipe.fast_accum)
+                          recipe.fast_accum, scaled_mm_api(recipe))
 
 
 def layer_gemm_specs(recipe: Fp8Recipe, backward: bool = True) -> dict[str, ScaledGemmSpec]:
@@ -248,8 +313,9 @@ def layer_gemm_specs(recipe: Fp8Recipe, backward: bool = True) -> dict[str, Scal
     fwd, bwd = recipe.forward_format.dtype, recipe.backward_format.dtype
     act = operand_layout(recipe.granularity, recipe.activation_block)
     weight = operand_layout(recipe.granularity, recipe.weight_block)
-    specs["dgrad"] = ScaledGemmSpec(bwd, fwd, act, weight, torch.bfloat16)
-    specs["wgrad"] = ScaledGemmSpec(bwd, fwd, act, act, torch.bfloat16)
+    api = scaled_mm_api(recipe)
+    specs["dgrad"] = ScaledGemmSpec(bwd, fwd, act, weight, torch.bfloat16, api=api)
+    specs["wgrad"] = ScaledGemmSpec(bwd, fwd, act, act, torch.bfloat16, api=api)
     return specs
 
 
@@ -262,22 +328,44 @@ def gemms_reason(specs: dict[str, ScaledGemmSpec], target: CudaTarget) -> str | 
     return None
 
 
+# The rows of the capability matrix: each FP8 granularity, then the two 4-bit recipes (``nvfp4`` is also a
+# granularity; ``mxfp4`` shares MX scales with ``mxfp8`` but not its kernels).
+MATRIX_KEYS: tuple[str, ...] = (*(g.value for g in Granularity if g is not Granularity.NVFP4), "nvfp4", "mxfp4")
+
+
+def capability_key(recipe: Fp8Recipe) -> str:
+    """The matrix row a recipe's hardware rule is read from."""
+    if recipe.is_fp4:
+        return "mxfp4" if recipe.granularity is Granularity.MX else "nvfp4"
+    return recipe.granularity.value
+
+
+def _probe(key: str) -> Fp8Recipe:
+    """A recipe standing for one matrix row (E4M3 for the FP8 rows)."""
+    if key == "mxfp4":
+        return Fp8Recipe("probe_mxfp4", Granularity.MX, element_bits=4)
+    if key == "nvfp4":
+        return Fp8Recipe("probe_nvfp4", Granularity.NVFP4, element_bits=4)
+    return Fp8Recipe(f"probe_{key}", Granularity(key))
+
+
 @dataclass(frozen=True)
 class DeviceCapabilities:
     device: str
     name: str
     compute_capability: tuple[int, int] | None
     fp8_variant: str  # ocp | fnuz
-    fp8_reasons: dict[str, str | None]  # granularity -> why a native FP8 GEMM cannot run (None: it can)
+    fp8_reasons: dict[str, str | None]  # matrix row (MATRIX_KEYS) -> why a native GEMM cannot run (None: it can)
     target: CudaTarget | None = None  # the CUDA target the rules were judged against (None off CUDA)
 
     def fp8_reason(self, granularity: Granularity) -> str | None:
+        """The hardware rule of an FP8 granularity (``nvfp4``: the 4-bit NVFP4 row)."""
         return self.fp8_reasons[granularity.value]
 
     def recipe_reason(self, recipe: Fp8Recipe, backward: bool = False) -> str | None:
-        """Why ``recipe``'s native GEMMs cannot run here: the granularity's hardware rule, then (on CUDA) each
+        """Why ``recipe``'s native GEMMs cannot run here: its matrix row's hardware rule, then (on CUDA) each
         GEMM the recipe runs with its formats, accumulation and output (``backward``: an FP8 layer's three)."""
-        why = self.fp8_reason(recipe.granularity)
+        why = self.fp8_reasons[capability_key(recipe)]
         if why or self.target is None:
             return why
         return gemms_reason(layer_gemm_specs(recipe, backward), self.target)
@@ -291,12 +379,8 @@ def _is_rocm() -> bool:
 
 
 def _cuda_reasons(target: CudaTarget) -> dict[str, str | None]:
-    """Per granularity: the rules applied to its E4M3 forward GEMM (format-specific rules come per recipe)."""
-    reasons: dict[str, str | None] = {}
-    for g in Granularity:
-        recipe = Fp8Recipe(f"probe_{g.value}", g)
-        reasons[g.value] = scaled_gemm_reason(forward_gemm_spec(recipe), target)
-    return reasons
+    """Per matrix row: the rules applied to its forward GEMM (E4M3 for FP8 rows; format rules come per recipe)."""
+    return {key: scaled_gemm_reason(forward_gemm_spec(_probe(key)), target) for key in MATRIX_KEYS}
 
 
 # A CUDA target that stands in for the live GPU while the conformance layer replays calls
@@ -322,8 +406,10 @@ def capabilities_for(device: Device, name: str | None = None, cc: tuple[int, int
         target, rocm = _SIMULATED_TARGET, False
     if not device.is_cuda:
         cpu_reason = "torch's CPU _scaled_mm has tensorwise and rowwise kernels only"
+        fp4_reason = "torch's CPU _scaled_mm has no FP4 kernel (tensorwise and rowwise FP8 only)"
         reasons: dict[str, str | None] = {Granularity.TENSORWISE.value: None, Granularity.ROWWISE.value: None,
-                                          Granularity.BLOCKWISE.value: cpu_reason, Granularity.MX.value: cpu_reason}
+                                          Granularity.BLOCKWISE.value: cpu_reason, Granularity.MX.value: cpu_reason,
+                                          "nvfp4": fp4_reason, "mxfp4": fp4_reason}
         return DeviceCapabilities(str(device), name or device.name(), None, "ocp", reasons)
     rocm = _is_rocm() if rocm is None else rocm
     if target is None and not rocm:
@@ -336,7 +422,10 @@ def capabilities_for(device: Device, name: str | None = None, cc: tuple[int, int
         fnuz = "MI300" in name or "MI325" in name or cc == (9, 4)
         reasons = {Granularity.TENSORWISE.value: None, Granularity.ROWWISE.value: None,
                    Granularity.BLOCKWISE.value: "no block-scaled FP8 GEMM in hipBLASLt through PyTorch",
-                   Granularity.MX.value: "MXFP8 needs MX hardware (CDNA4+)" if fnuz else None}
+                   Granularity.MX.value: "MXFP8 needs MX hardware (CDNA4+)" if fnuz else None,
+                   # ScaledBlas.cpp: _scaled_nvfp4_nvfp4 ("NVFP4 scaling not supported on ROCM"); MXFP4 on gfx950.
+                   "nvfp4": "NVFP4 scaling is not supported on ROCm (ScaledBlas.cpp: _scaled_nvfp4_nvfp4)",
+                   "mxfp4": "MXFP4 needs MX hardware (CDNA4+)" if fnuz else None}
         return DeviceCapabilities(str(device), name, cc, "fnuz" if fnuz else "ocp", reasons)
     assert target is not None
     return DeviceCapabilities(str(device), name, cc, "ocp", _cuda_reasons(target), target)
@@ -457,6 +546,11 @@ def backend_note(backend: str, device: Device) -> str | None:
 def fp8_gemm_reason(device: Device, granularity: Granularity) -> str | None:
     """Shorthand for the hardware rule of one FP8 scaling granularity on ``device``."""
     return capabilities_for(device).fp8_reason(granularity)
+
+
+def recipe_hardware_reason(device: Device, recipe: Fp8Recipe) -> str | None:
+    """The hardware rule of ``recipe``'s matrix row on ``device`` (4-bit recipes get their own rows)."""
+    return capabilities_for(device).fp8_reasons[capability_key(recipe)]
 
 
 def recipe_gemm_reason(device: Device, recipe: Fp8Recipe, backward: bool = False) -> str | None:

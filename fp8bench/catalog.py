@@ -123,14 +123,19 @@ BACKENDS: Registry[Backend] = Registry("backend")
 # vendor package is missing, so importing them is always safe.
 _PLUGIN_MODULES = (
     "fp8bench.workloads.gemm",
+    "fp8bench.workloads.grouped_gemm",
     "fp8bench.kernels.torch_backend",
     "fp8bench.kernels.emulated",
     "fp8bench.kernels.torch_layers",
     "fp8bench.kernels.emulated_layers",
+    "fp8bench.kernels.torch_grouped",
+    "fp8bench.kernels.emulated_grouped",
     "fp8bench.kernels.triton_backend",
     "fp8bench.kernels.compiled",
     "fp8bench.kernels.torchao_backend",
     "fp8bench.kernels.te_backend",
+    "fp8bench.workloads.collective",
+    "fp8bench.kernels.torch_collective",
 )
 _EXTRA_MODULES: list[str] = []
 

@@ -11,7 +11,8 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
 * the case itself (workload, shape, precision with its FP8 format, device kind) and its backend;
 * a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, its
   delayed-scaling settings if any, the run settings that change the measured region: L2 flushing, the input seed and
-  the CPU thread count, and the timing mode when it is ``cuda_graph``).
+  the CPU thread count, the timing mode when it is ``cuda_graph``, and for a distributed run the number of ranks
+  and of ranks per node, from the run header's ``spec.distributed``).
 
 Graph replays and eager calls measure different things (a replay has no launch gaps; see :mod:`fp8bench.timing`), so
 a ``cuda_graph`` record never shares a key with an eager one: its case names the mode
@@ -85,6 +86,9 @@ def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
         definition["delayed_scaling"] = record["delayed_scaling"]
     if record.get("timing_mode") == "cuda_graph":  # only then: eager hashes stay as they were (module docstring)
         definition["timing_mode"] = "cuda_graph"
+    distributed = (run.get("spec") or {}).get("distributed")
+    if distributed:  # only then, as above: ranks and their spread over nodes change what a sample is
+        definition["distributed"] = {k: distributed.get(k) for k in ("world_size", "ranks_per_node")}
     text = json.dumps(definition, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

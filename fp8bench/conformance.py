@@ -14,6 +14,13 @@ first H100 rejects. Two sources of truth close that gap:
    dtypes): :data:`fp8bench.capabilities.SCALED_GEMM_RULES`, each with the CUDA source that enforces it, judged
    against a :class:`~fp8bench.capabilities.CudaTarget` (an H100 with CUDA 12.9, a B200, an L4 ...).
 
+The MoE grouped GEMM ``torch._scaled_grouped_mm`` is replayed the same way (its meta function checks int32 offsets,
+column-major ``mat_b``, 16-byte strides and the rowwise or MX scale shapes), and judged by its own kernels' rules,
+:data:`fp8bench.grouped_rules.GROUPED_RULES`: architecture, BF16 output, ``N`` multiple of 16, and the alignment of
+the group offsets, whose *values* the replay reads from the real CPU tensor. (``torch.nn.functional
+.scaled_grouped_mm``'s op, ``_scaled_grouped_mm_v2``, has no meta function in torch 2.13, so fp8bench calls
+``torch._scaled_grouped_mm``.)
+
 :class:`CudaConformance` is a ``TorchDispatchMode``: torch's dispatcher is the one interception point, so every
 caller is covered (fp8bench's :mod:`fp8bench.scaled_gemm` and FP8 linear layer, and vendor libraries such as
 torchao that call ``torch._scaled_mm`` themselves). For each scaled GEMM it records the call, replays it on fake
@@ -46,14 +53,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fp8bench import capabilities
 from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, scaled_gemm_reason
+from fp8bench.grouped_rules import ARCH_RULES as GROUPED_ARCH_RULES
+from fp8bench.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
 
 _aten = torch.ops.aten
-# The dispatcher ops behind torch._scaled_mm and torch.nn.functional.scaled_mm.
-SCALED_GEMM_OPS = {_aten._scaled_mm.default: "_scaled_mm", _aten._scaled_mm_v2.default: "_scaled_mm_v2"}
+# The dispatcher ops behind torch._scaled_mm, torch.nn.functional.scaled_mm and torch._scaled_grouped_mm.
+SCALED_GEMM_OPS = {_aten._scaled_mm.default: "_scaled_mm", _aten._scaled_mm_v2.default: "_scaled_mm_v2",
+                   _aten._scaled_grouped_mm.default: "_scaled_grouped_mm"}
+# Grouped ops are judged by fp8bench.grouped_rules (their own kernels' rules) instead of SCALED_GEMM_RULES.
+GROUPED_OPS = ("_scaled_grouped_mm",)
 
 # ``ScalingType`` values of aten._scaled_mm_v2 (torch.nn.functional.ScalingType) and the layouts they name.
-_V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 3: ScaleLayout.MX_1X32,
-               4: ScaleLayout.BLOCK_1X128, 5: ScaleLayout.BLOCK_128X128}
+_V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 2: ScaleLayout.NV_1X16,
+               3: ScaleLayout.MX_1X32, 4: ScaleLayout.BLOCK_1X128, 5: ScaleLayout.BLOCK_128X128}
 
 # Frames of these packages are the call sites worth naming (fp8bench's own code, its kernels and workloads, and the
 # vendor libraries it drives); the funnel every fp8bench call goes through is skipped, so a site names who asked.
@@ -114,6 +126,8 @@ def _v1_layout(scale: TensorMeta, rows: int, k: int) -> ScaleLayout:
     """How ``torch._scaled_mm`` reads a scale of an operand with ``rows`` rows and reduction length ``k``."""
     if scale.dtype == torch.float8_e8m0fnu:
         return ScaleLayout.MX_1X32
+    if scale.dtype == torch.float8_e4m3fn:
+        return ScaleLayout.NV_1X16  # single-level NVFP4 (E4M3 block scales, no tensor scale)
     n = 1
     for d in scale.shape:
         n *= d
@@ -124,6 +138,29 @@ def _v1_layout(scale: TensorMeta, rows: int, k: int) -> ScaleLayout:
     if len(scale.shape) == 2 and -(-rows // 128) in scale.shape and rows not in scale.shape:
         return ScaleLayout.BLOCK_128X128
     return ScaleLayout.BLOCK_1X128
+
+
+def _grouped_layout(scale: TensorMeta, rows: int) -> ScaleLayout:
+    """How ``torch._scaled_grouped_mm`` reads a scale (``infer_scaling_type`` in ATen's grouped GEMM): E8M0 is
+    MX; FP32 with one value per row of the operand (``[M]`` for a 2-D ``A``, ``[G, N]`` for a 3-D ``B``) is
+    rowwise. Anything else has no grouped kernel in this release."""
+    if scale.dtype == torch.float8_e8m0fnu:
+        return ScaleLayout.MX_1X32
+    if scale.dtype == torch.float32 and scale.shape[-1] == rows:
+        return ScaleLayout.ROWWISE
+    raise ValueError(f"grouped scale {scale} matches no grouped kernel (rowwise FP32 or MX E8M0)")
+
+
+def grouped_spec(bound: dict[str, Any], offsets: tuple[int, ...] | None) -> GroupedGemmSpec:
+    """The :class:`GroupedGemmSpec` of one recorded ``_scaled_grouped_mm`` call: ``A`` ``[M, K]``, ``B``
+    ``[G, K, N]``; the output defaults to BF16, as ATen's does."""
+    a, b = bound["self"], bound["mat2"]
+    m, k = a.shape[-2], a.shape[-1]
+    n = b.shape[-1]
+    out = bound.get("out_dtype") or torch.bfloat16
+    gemm = ScaledGemmSpec(a.dtype, b.dtype, _grouped_layout(bound["scale_a"], m),
+                          _grouped_layout(bound["scale_b"], n), out, bool(bound.get("use_fast_accum", False)))
+    return GroupedGemmSpec(gemm, n, k, offsets)
 
 
 def gemm_spec(op_name: str, bound: dict[str, Any]) -> ScaledGemmSpec:
@@ -138,7 +175,8 @@ def gemm_spec(op_name: str, bound: dict[str, Any]) -> ScaledGemmSpec:
     else:  # aten::_scaled_mm_v2(self, mat2, scale_a[], recipe_a[], swizzle_a[], scale_b[], recipe_b[], ...)
         layout_a = _V2_LAYOUTS[int(bound["recipe_a"][0])]
         layout_b = _V2_LAYOUTS[int(bound["recipe_b"][0])]
-    return ScaledGemmSpec(a.dtype, b.dtype, layout_a, layout_b, out, bool(bound.get("use_fast_accum", False)))
+    return ScaledGemmSpec(a.dtype, b.dtype, layout_a, layout_b, out, bool(bound.get("use_fast_accum", False)),
+                          op_name)
 
 
 def _call_site() -> str:
@@ -163,6 +201,7 @@ class ReplayedCall:
     spec: ScaledGemmSpec | None
     refusal: str | None = None  # why the target refuses it (a meta check's message or a rule's)
     refused_by: str | None = None  # "meta" or the name of the rule
+    grouped: GroupedGemmSpec | None = None  # grouped GEMMs: dimensions and group offsets as well
 
     @property
     def accepted(self) -> bool:
@@ -170,7 +209,7 @@ class ReplayedCall:
 
     def describe(self) -> str:
         tensors = ", ".join(f"{k}={v}" for k, v in self.args.items() if isinstance(v, TensorMeta))
-        what = self.spec.describe() if self.spec else self.op
+        what = self.grouped.describe() if self.grouped else self.spec.describe() if self.spec else self.op
         verdict = "accepted" if self.accepted else f"REFUSED by {self.refused_by}: {self.refusal}"
         return f"{self.op} at {self.site}: {what} [{tensors}] -> {verdict}"
 
@@ -191,7 +230,7 @@ class CudaValueRefusal(CudaRefusal, ValueError):
     """A dtype or value rule (torch raises ``ValueError`` for these)."""
 
 
-_ARCH_RULES = ("architecture", "1x128/128x128 blocks", "MXFP8")
+_ARCH_RULES = ("architecture", "1x128/128x128 blocks", "MXFP8", "FP4")
 
 
 class CudaConformance(TorchDispatchMode):
@@ -211,10 +250,17 @@ class CudaConformance(TorchDispatchMode):
                 return NotImplemented
             return func(*args, **kwargs)
         op_name = SCALED_GEMM_OPS[func]
-        bound = {k: _meta_tree(v) for k, v in _bind(func, args, kwargs).items()}
+        raw = _bind(func, args, kwargs)
+        bound = {k: _meta_tree(v) for k, v in raw.items()}
         call = ReplayedCall(op_name, _call_site(), bound, None)
         self.calls.append(call)
         out = self._replay_meta(func, bound, call)
+        if op_name in GROUPED_OPS:
+            # The offsets' values are real here (a fake tensor has none): the group-alignment rule reads them.
+            offs = raw.get("offs")
+            self._judge_grouped(call, bound, tuple(offs.tolist()) if isinstance(offs, torch.Tensor) else None)
+            assert out is not None
+            return torch.zeros(out.shape, dtype=out.dtype, device=args[0].device)
         try:
             call.spec = gemm_spec(op_name, bound)
         except (KeyError, ValueError) as exc:  # a scaling type the rules do not know: refuse, naming it
@@ -227,6 +273,19 @@ class CudaConformance(TorchDispatchMode):
             raise (CudaArchRefusal if call.refused_by in _ARCH_RULES else CudaValueRefusal)(call)
         assert out is not None
         return torch.zeros(out.shape, dtype=out.dtype, device=args[0].device)
+
+    def _judge_grouped(self, call: ReplayedCall, bound: dict[str, Any], offsets: tuple[int, ...] | None) -> None:
+        """Apply :data:`fp8bench.grouped_rules.GROUPED_RULES`; raise as CUDA would when one refuses."""
+        try:
+            call.grouped = grouped_spec(bound, offsets)
+        except (KeyError, ValueError) as exc:
+            call.refusal, call.refused_by = f"unclassified grouped GEMM: {exc}", "fp8bench"
+            raise CudaRefusal(call) from exc
+        call.spec = call.grouped.gemm
+        found = grouped_gemm_reason(call.grouped, self.target)
+        if found:
+            call.refused_by, call.refusal = found
+            raise (CudaArchRefusal if call.refused_by in GROUPED_ARCH_RULES else CudaValueRefusal)(call)
 
     @staticmethod
     def _replay_meta(func: Any, bound: dict[str, Any], call: ReplayedCall) -> Any:

@@ -12,6 +12,10 @@ recipe and compares the per-step losses to BF16's:
   spikes above ``spike_factor`` times its lowest value so far; **gap** when the final gap exceeds ``tolerance``;
   otherwise **ok**.
 
+The 4-bit recipes (``nvfp4``, ``mxfp4``) train through the same layers with E2M1 operands in all three GEMMs; their
+gradient options (stochastic rounding, the random Hadamard transform in wgrad; :mod:`fp8bench.fp8_linear`) are
+recorded with each curve (``extra.fp4_options``).
+
 A negative control, ``fp8_unscaled`` (E4M3 with every scale fixed at 1, i.e. scaling disabled), shows the check can
 fail: gradients fall below E4M3's smallest subnormal and flush to zero, the blocks stop learning, and the curve
 leaves BF16's. Every ``stats_every`` steps each FP8 layer's operands (input, weight, output gradient) are sampled for
@@ -190,8 +194,9 @@ def baseline_verdict(curve: Curve, settings: ConvergenceSettings) -> Verdict:
 
 
 def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, settings: ConvergenceSettings,
-                 seq: int, fp8_format: str | None) -> dict[str, Any]:
-    """The record of one curve, in the run file's record layout (see :mod:`fp8bench.records`)."""
+                 seq: int, fp8_format: str | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The record of one curve, in the run file's record layout (see :mod:`fp8bench.records`); ``options`` are a
+    4-bit recipe's gradient options (:func:`fp8bench.recipes.fp4_settings`), kept in ``extra.fp4_options``."""
     from statistics import median
 
     from fp8bench.records import Record
@@ -220,6 +225,6 @@ def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, s
                "convergence": {**verdict.to_dict(), "baseline": BASELINE, "window": settings.window,
                                "tolerance": settings.tolerance, "diverge_gap": settings.diverge_gap},
                "cast_stats": curve.cast_stats, "tokens_per_step": cfg.tokens,
-               "tokens_per_s": cfg.tokens / med if med else None},
+               "tokens_per_s": cfg.tokens / med if med else None, **({"fp4_options": options} if options else {})},
         seq=seq,
     ).to_dict()

@@ -27,6 +27,16 @@ Block recipes tile the weight 128x128 (forward and dgrad) and every activation o
 reduction dimension, the wgrad GEMM's ``x^T`` included, as Transformer Engine's ``Float8BlockScaling`` and
 DeepSeek-V3's recipe do.
 
+The 4-bit recipes (``nvfp4``, ``mxfp4``) quantize all three GEMMs' operands to E2M1 the same way, with two
+options of NVIDIA's NVFP4 training recipe (Transformer Engine's ``NVFP4BlockScaling``), both on the gradient GEMMs:
+
+* ``stochastic_rounding``: ``dy`` (in dgrad and wgrad) is rounded stochastically, so small gradients survive on
+  average instead of always rounding to the nearer grid value;
+* ``rht``: before the wgrad GEMM both of its operands, ``dy^T`` and ``x^T``, are multiplied along their reduction
+  dimension (the tokens) by the same block-diagonal 16x16 random Hadamard matrix ``H`` (``H H^T = I``, so the
+  product is unchanged in exact arithmetic); an outlier is spread over its 16-value block before the block is
+  scaled. The random signs are drawn once per layer from a fixed seed (:data:`RHT_SEED`).
+
 Gradients (``dy``) use the recipe's backward format: E5M2 under ``hybrid``, else the forward format. Outputs: all
 three GEMMs write BF16 (the activation dtype); the weight gradient is then cast to the master weight's dtype (FP32),
 as torchao does. BF16 is also the one output CUTLASS's per-row kernels wrote in PyTorch builds before mid-2026.
@@ -51,13 +61,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.quantize import Quantized, Quantizer, cast_stats, quantize_tensorwise, quantizer_for
+from fp8bench.quantize import (
+    Quantized,
+    Quantizer,
+    cast_stats,
+    hadamard_16,
+    quantize_tensorwise,
+    quantizer_for,
+    random_hadamard_transform,
+)
 from fp8bench.recipes import Fp8Recipe, Granularity
 from fp8bench.scaled_gemm import emulated_scaled_mm, fp8_scaled_mm
 
 GemmFn = Callable[[Quantized, Quantized, torch.dtype, bool], torch.Tensor]  # (lhs, rhs, out dtype, fast_accum)
 NATIVE: GemmFn = fp8_scaled_mm
 EMULATED: GemmFn = emulated_scaled_mm
+# Seed of the random signs of each layer's Hadamard transform (fixed, so that runs are reproducible).
+RHT_SEED = 0x4854
 
 
 def _transposed(q: Quantized) -> Quantized:
@@ -78,13 +98,24 @@ class _Operands:
             self.x, self.w, self.grad = unscaled(fwd), unscaled(fwd), unscaled(bwd)
             return
         # Delayed scaling: each closure owns an AmaxHistory, so these three persist across steps.
+        stochastic = recipe.is_fp4 and recipe.stochastic_rounding  # gradients only, as in NVIDIA's NVFP4 recipe
         self.x = quantizer_for(recipe, "lhs", fwd)
         self.w = quantizer_for(recipe, "rhs", fwd)
-        self.grad = quantizer_for(recipe, "lhs", bwd)
+        self.grad = quantizer_for(recipe, "lhs", bwd, stochastic=stochastic)
         if not self.reuse_transposes:
             self.w_t = quantizer_for(recipe, "rhs", fwd)  # W^T [K, N] in dgrad
-            self.grad_t = quantizer_for(recipe, "lhs", bwd)  # dy^T [N, M] in wgrad
+            self.grad_t = quantizer_for(recipe, "lhs", bwd, stochastic=stochastic)  # dy^T [N, M] in wgrad
             self.x_t = quantizer_for(recipe, "lhs", fwd)  # x^T [K, M] in wgrad: an activation, 1x128 blocks
+        self.hadamard: torch.Tensor | None = None
+        if recipe.is_fp4 and recipe.rht:
+            draw = torch.rand(16, generator=torch.Generator().manual_seed(RHT_SEED))
+            self.hadamard = hadamard_16(signs=torch.where(draw < 0.5, -1.0, 1.0))
+
+    def wgrad_operands(self, dy_t: torch.Tensor, x_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``dy^T`` and ``x^T`` as the wgrad GEMM quantizes them: Hadamard-transformed along the tokens if asked."""
+        if self.hadamard is None:
+            return dy_t, x_t
+        return random_hadamard_transform(dy_t, self.hadamard), random_hadamard_transform(x_t, self.hadamard)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
@@ -123,7 +154,8 @@ class _Fp8LinearFunction(torch.autograd.Function):
             if ops.reuse_transposes:
                 qg_t, qx_t = _transposed(qg), _transposed(qx)
             else:
-                qg_t, qx_t = ops.grad_t(dy.t().contiguous()), ops.x_t(x.t().contiguous())
+                dy_t, x_t = ops.wgrad_operands(dy.t().contiguous(), x.t().contiguous())
+                qg_t, qx_t = ops.grad_t(dy_t), ops.x_t(x_t)
             dw = layer.gemm(qg_t, qx_t, torch.bfloat16, False).to(weight.dtype)
         return dx, dw, None
 

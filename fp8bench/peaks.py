@@ -44,6 +44,8 @@ def device_table() -> dict[str, Any]:
 def peak_key(precision: Precision) -> str:
     """Which column of the table a precision's GEMM is held to."""
     if isinstance(precision, Fp8Recipe):
+        if precision.is_fp4:
+            return "fp4"  # FP4 tensor-core rate; the table has no fp4 column yet, so no percentage of peak
         return "mxfp8" if precision.granularity is Granularity.MX else "fp8"
     assert isinstance(precision, FloatPrecision)
     return {"float32": "tf32" if precision.tf32 else "fp32", "bfloat16": "bf16", "float16": "fp16"}[

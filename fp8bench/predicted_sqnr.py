@@ -43,6 +43,16 @@ the amax values where the scale jumps (powers of two under MX), which stays accu
 is that error divided by ``n * E[x**2]``; SQNR is ``-10 log10`` of it. Because errors are ratios of noise *sums* to
 signal *sums*, this is the tensor-level SQNR :func:`fp8bench.numerics.compare` reports, not a mean of per-group SQNRs.
 
+**NVFP4's two-level scale.** ``nvfp4`` (:func:`fp8bench.quantize.quantize_nvfp4`) first takes a tensor scale
+``s_t = A_t / (6 * 448)`` from the tensor's amax ``A_t``, then gives each 16-value block the scale
+``s = round_E4M3(a / (6 s_t)) * s_t``: the ideal ``a / 6`` rounded to the nearest E4M3 value (in units of ``s_t``).
+The group formula above holds unchanged with that rule (:class:`NvFp4Scale`): ``s(a)`` is piecewise constant,
+jumping where ``a / (6 s_t)`` crosses a midpoint of E4M3's grid, and a block whose scale rounded down pushes its
+largest value past 6, where it saturates (``q(a) > 0``). ``A_t`` is the median amax of the whole tensor: for a
+million values it varies by a few percent from draw to draw, and only moves which E4M3 values the block scales
+take, not how finely they are spaced. With E4M3's 3 mantissa bits the scale's own rounding costs little next to
+E2M1's single bit, but it is what separates NVFP4's prediction from an ideal per-block ``amax / 6`` scale.
+
 Scale invariance makes the distribution's width irrelevant for current scaling (everything is relative to ``A``)
 but not for power-of-two scales, where ``log2(A) mod 1`` decides how far the largest value overshoots ``max``:
 ``N(0, 1)`` and ``N(0, 1/2048)`` do not quantize alike under MX.
@@ -68,6 +78,7 @@ import numpy as np
 import torch
 from scipy import special
 
+from fp8bench.formats import E2M1, E4M3
 from fp8bench.recipes import Fp8Recipe, Granularity
 
 # Points of the midpoint rule over the quantiles of a group's amax (split where the scale jumps), and the fewest
@@ -215,6 +226,31 @@ class PowerOfTwoScale:
         return [2.0**j for j in range(math.floor(math.log2(lo)) + 1, math.ceil(math.log2(hi)))]
 
 
+@dataclass(frozen=True)
+class NvFp4Scale:
+    """NVFP4: ``s = round_E4M3(amax / (6 s_t)) * s_t`` with the tensor scale ``s_t = tensor_amax / (6 * 448)``
+    (:func:`fp8bench.quantize.quantize_nvfp4`; the element format's max stands for 6)."""
+
+    tensor_amax: float
+
+    def __post_init__(self) -> None:
+        if not self.tensor_amax > 0:
+            raise ValueError(f"the NVFP4 scale needs a positive tensor amax, got {self.tensor_amax}")
+
+    def tensor_scale(self) -> float:
+        return self.tensor_amax / (E2M1.max * E4M3.max)
+
+    def __call__(self, amax: np.ndarray, fmt: ElementFormat) -> np.ndarray:
+        ideal = np.minimum(np.asarray(amax, dtype=float) / fmt.max / self.tensor_scale(), E4M3.max)
+        return round_to_format(ideal, E4M3) * self.tensor_scale()
+
+    def breakpoints(self, lo: float, hi: float) -> list[float]:
+        g = grid(E4M3)
+        # Block amaxes where round_E4M3 moves to the next value: E4M3's cell midpoints, in amax units.
+        edges = (g[:-1] + g[1:]) / 2 * E2M1.max * self.tensor_scale()
+        return [float(e) for e in edges if lo < e < hi]
+
+
 def emax_of(fmt: ElementFormat) -> int:
     """Exponent of the largest power of two not above the format's max (8 for E4M3, 15 for E5M2)."""
     return math.floor(math.log2(fmt.max))
@@ -348,10 +384,17 @@ def predict_sqnr_db(dist: Distribution, fmt: ElementFormat, grouping: Grouping) 
 # --- recipes and the gemm workload -----------------------------------------------------------------------------
 
 
-def operand_grouping(recipe: Fp8Recipe, role: str, rows: int, cols: int) -> Grouping:
+def median_amax(dist: Distribution, n: int) -> float:
+    """The median of the largest ``|x|`` among ``n`` independent values."""
+    return float(_amax_at(dist, n, np.asarray(0.5)))
+
+
+def operand_grouping(recipe: Fp8Recipe, role: str, rows: int, cols: int,
+                     dist: Distribution | None = None) -> Grouping:
     """The scale groups :func:`fp8bench.quantize.quantizer_for` uses for one ``[rows, cols]`` GEMM operand.
 
     ``role`` is ``"lhs"`` (activations, ``[M, K]``) or ``"rhs"`` (weights, ``[N, K]``); both share scales along K.
+    ``dist`` (the operand's distribution) is needed by ``nvfp4``, whose block scales depend on the tensor's amax.
     """
     if role not in ("lhs", "rhs"):
         raise ValueError(f"operand role must be 'lhs' or 'rhs', got {role!r}")
@@ -365,6 +408,10 @@ def operand_grouping(recipe: Fp8Recipe, role: str, rows: int, cols: int) -> Grou
         return Grouping(min(br, rows) * min(bc, cols), CurrentScale())
     if g is Granularity.MX:
         return Grouping(recipe.mx_block, PowerOfTwoScale())
+    if g is Granularity.NVFP4:
+        if dist is None:
+            raise ValueError("the nvfp4 prediction needs the operand's distribution (its tensor amax sets the scales)")
+        return Grouping(recipe.nv_block, NvFp4Scale(median_amax(dist, rows * cols)))
     raise ValueError(f"no SQNR prediction for granularity {g.value!r}")
 
 
@@ -395,7 +442,8 @@ class GemmPrediction:
 def predict_gemm_sqnr(recipe: Fp8Recipe, shape: dict[str, int], fmt: ElementFormat | None = None,
                       activation: ElementFormat | None = BF16, output: ElementFormat | None = BF16,
                       inputs: tuple[Distribution, Distribution] | None = None) -> GemmPrediction:
-    """Predicted SQNR of the ``gemm`` workload ``Y = A @ B^T`` under an FP8 recipe, against the exact product.
+    """Predicted SQNR of the ``gemm`` workload ``Y = A @ B^T`` under an FP8 or 4-bit recipe, against the exact
+    product.
 
     ``fmt`` defaults to the recipe's forward format; ``activation`` is the dtype both operands are cast to before
     quantization and ``output`` the GEMM's output dtype (``None``: no such rounding); ``inputs`` defaults to the
@@ -404,8 +452,8 @@ def predict_gemm_sqnr(recipe: Fp8Recipe, shape: dict[str, int], fmt: ElementForm
     m, n, k = shape["m"], shape["n"], shape["k"]
     fmt = fmt or recipe.forward_format
     dist_a, dist_b = inputs or gemm_input_distributions(shape)
-    nsr_a = group_nsr(dist_a, fmt, operand_grouping(recipe, "lhs", m, k))
-    nsr_b = group_nsr(dist_b, fmt, operand_grouping(recipe, "rhs", n, k))
+    nsr_a = group_nsr(dist_a, fmt, operand_grouping(recipe, "lhs", m, k, dist_a))
+    nsr_b = group_nsr(dist_b, fmt, operand_grouping(recipe, "rhs", n, k, dist_b))
     if activation is not None:
         nsr_a += cast_nsr(dist_a, activation)
         nsr_b += cast_nsr(dist_b, activation)

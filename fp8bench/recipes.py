@@ -20,6 +20,28 @@ that is what ``torch._scaled_mm`` consumes. Recipes differ in how many values sh
 * ``mxfp8``: OCP Microscaling: one power-of-two scale (8-bit exponent, E8M0) per 32 consecutive values along the
   reduction dimension. Power-of-two scales make rescaling exact; hardware support starts at compute capability 10.0.
 
+Two 4-bit recipes put E2M1 elements (values 0 to 6, one mantissa bit; :mod:`fp8bench.formats`) under small-block
+scales, and quantize every operand of every GEMM (gradients included) to 4 bits:
+
+* ``nvfp4``: NVIDIA's format: one E4M3 scale per 16 consecutive values along the reduction dimension, times one
+  FP32 scale per tensor. The tensor scale ``amax / (6 * 448)`` maps the tensor's amax onto the largest value both
+  levels reach together; each block's scale ``block_amax / 6`` (relative to the tensor scale) is then *rounded to
+  E4M3*, so a block's largest value lands near 6, not exactly on it (the ``nvfp4`` physics in
+  :mod:`fp8bench.predicted_sqnr`). Transformer Engine's ``NVFP4BlockScaling`` (2.8+) adds two training options that
+  act on the gradient GEMMs, each a field here: ``stochastic_rounding`` (gradients rounded up or down at random, in
+  proportion to the distance, so the rounding is unbiased) and ``rht`` (a random Hadamard transform of 16x16 applied
+  to both operands of the weight-gradient GEMM along its reduction dimension: it spreads outliers across a block
+  and cancels in the product). Both are on by default, as in TE (``disable_rht=False``,
+  ``disable_stochastic_rounding=False``); they change nothing in a forward-only workload.
+* ``mxfp4``: OCP MXFP4: one power-of-two (E8M0) scale per 32 values, like ``mxfp8`` with E2M1 elements (its shared
+  exponent puts a block's largest value in ``[4, 8)``, above 6 saturates). No stochastic rounding or Hadamard
+  transform unless asked for.
+
+4-bit recipes take no FP8 element format: their ``fp8_format`` stays ``e4m3`` (for ``nvfp4`` the format of its
+block scales, TE's ``fp8_format=E4M3``), :func:`resolve_precision` leaves it alone when a run names another one for
+its FP8 recipes, and records name ``e2m1`` (:attr:`Fp8Recipe.format_label`). Their GEMMs accumulate in full precision (no fast mode for FP4 in
+PyTorch: ``use_fast_accum`` with ``Float4_e2m1fn_x2`` operands is refused in ``ScaledBlas.cpp``).
+
 FP8 element format: ``e4m3`` (default), ``e5m2``, or ``hybrid`` (E4M3 in the forward pass, E5M2 for gradients, the
 usual training setup).
 
@@ -46,7 +68,7 @@ from enum import Enum
 
 import torch
 
-from fp8bench.formats import E4M3, E5M2, MANTISSA_BITS, Fp8Format
+from fp8bench.formats import E2M1, E4M3, E5M2, MANTISSA_BITS, Fp8Format
 from fp8bench.registry import Registry
 
 
@@ -57,6 +79,7 @@ class Granularity(str, Enum):
     ROWWISE = "rowwise"
     BLOCKWISE = "blockwise"
     MX = "mx"
+    NVFP4 = "nvfp4"  # 16-element E4M3 block scales times an FP32 tensor scale
 
 
 class Fp8FormatChoice(str, Enum):
@@ -125,14 +148,34 @@ class Fp8Recipe:
     weight_block: tuple[int, int] = (128, 128)  # blockwise tile of the right operand
     mx_block: int = 32  # elements per E8M0 scale along the reduction dimension (OCP MX spec)
     fast_accum: bool = True  # forward GEMM in fast (reduced-precision) accumulation; backward GEMMs never
+    element_bits: int = 8  # 8: FP8 elements (fp8_format); 4: E2M1 elements (nvfp4, mxfp4)
+    nv_block: int = 16  # elements per E4M3 scale along the reduction dimension (nvfp4)
+    stochastic_rounding: bool = False  # 4-bit: gradients rounded stochastically (TE NVFP4BlockScaling's default)
+    rht: bool = False  # 4-bit: random Hadamard transform (16x16) on the wgrad GEMM's operands
 
     is_fp8 = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "granularity", Granularity(self.granularity))
         object.__setattr__(self, "fp8_format", Fp8FormatChoice(self.fp8_format))
-        if self.granularity in (Granularity.BLOCKWISE, Granularity.MX):
+        if self.granularity in (Granularity.BLOCKWISE, Granularity.MX, Granularity.NVFP4):
             object.__setattr__(self, "fast_accum", False)  # block-scaled kernels accumulate in full precision
+        if self.element_bits not in (4, 8):
+            raise ValueError(f"{self.name}: element_bits must be 8 (FP8) or 4 (E2M1), got {self.element_bits}")
+        if self.element_bits == 4:
+            if self.granularity not in (Granularity.MX, Granularity.NVFP4):
+                raise ValueError(f"{self.name}: 4-bit elements need block scales (mx or nvfp4), "
+                                 f"not {self.granularity.value}")
+            if self.fp8_format is not Fp8FormatChoice.E4M3:
+                raise ValueError(f"{self.name}: 4-bit recipes have E2M1 elements; --fp8-format "
+                                 f"{self.fp8_format.value} does not apply (accepted: e4m3, the default)")
+        elif self.granularity is Granularity.NVFP4:
+            raise ValueError(f"{self.name}: nvfp4 scaling is defined for 4-bit (E2M1) elements only")
+        elif self.stochastic_rounding or self.rht:
+            raise ValueError(f"{self.name}: stochastic rounding and the Hadamard transform are options of the "
+                             "4-bit recipes (nvfp4, mxfp4)")
+        if self.nv_block != 16:
+            raise ValueError(f"{self.name}: NVFP4 blocks hold 16 elements (E4M3 scales), got {self.nv_block}")
         if self.delayed and self.granularity is not Granularity.TENSORWISE:
             raise ValueError(f"{self.name}: delayed scaling is defined per tensor only")
         if self.amax_history_len < 1:
@@ -149,14 +192,33 @@ class Fp8Recipe:
             raise ValueError(f"{self.name}: mx_block must be positive, got {self.mx_block}")
 
     @property
+    def is_fp4(self) -> bool:
+        """Whether the elements are 4-bit E2M1 (``nvfp4``, ``mxfp4``)."""
+        return self.element_bits == 4
+
+    @property
     def forward_format(self) -> Fp8Format:
         """Element format of activations and weights."""
+        if self.is_fp4:
+            return E2M1
         return E5M2 if self.fp8_format is Fp8FormatChoice.E5M2 else E4M3
 
     @property
     def backward_format(self) -> Fp8Format:
-        """Element format of gradients: E5M2 under ``hybrid``."""
+        """Element format of gradients: E5M2 under ``hybrid``; E2M1 in the 4-bit recipes."""
+        if self.is_fp4:
+            return E2M1
         return E4M3 if self.fp8_format is Fp8FormatChoice.E4M3 else E5M2
+
+    @property
+    def format_label(self) -> str:
+        """The element format a record names: the FP8 format choice, or ``e2m1`` for the 4-bit recipes."""
+        return "e2m1" if self.is_fp4 else self.fp8_format.value
+
+    @property
+    def block_elements(self) -> int:
+        """Elements per scale along the reduction dimension of the block-scaled recipes (MX 32, NVFP4 16)."""
+        return self.nv_block if self.granularity is Granularity.NVFP4 else self.mx_block
 
     @property
     def mantissa_bits(self) -> int:
@@ -176,6 +238,10 @@ class Fp8Recipe:
         """
         if self.granularity is Granularity.BLOCKWISE:
             return (16, self.weight_block[0], max(self.activation_block[1], self.weight_block[1]))
+        if self.is_fp4:
+            # Two E2M1 values per byte: the packed K/2 must be a multiple of 16 (the kernels' rule), and whole
+            # blocks along K.
+            return (16, 16, max(32, self.block_elements))
         if self.granularity is Granularity.MX:
             return (16, 16, max(16, self.mx_block))
         return (16, 16, 16)
@@ -192,10 +258,16 @@ class Fp8Recipe:
         how = {Granularity.TENSORWISE: "per-tensor", Granularity.ROWWISE: "per-row",
                Granularity.BLOCKWISE: f"{self.activation_block[0]}x{self.activation_block[1]} / "
                f"{self.weight_block[0]}x{self.weight_block[1]} block",
-               Granularity.MX: f"{self.mx_block}-element E8M0"}[self.granularity]
+               Granularity.MX: f"{self.mx_block}-element E8M0",
+               Granularity.NVFP4: f"{self.nv_block}-element E4M3 x per-tensor FP32"}[self.granularity]
         scaling = (f"delayed (history {self.amax_history_len}, amax {self.amax_compute_algo}, margin {self.margin})"
                    if self.delayed else "current")
         accum = "fast accumulation in the forward GEMM" if self.fast_accum else "full-precision accumulation"
+        if self.is_fp4:
+            options = [o for o, on in (("stochastic rounding of gradients", self.stochastic_rounding),
+                                       ("16x16 random Hadamard transform in wgrad", self.rht)) if on]
+            extra = f", {', '.join(options)}" if options else ""
+            return f"{self.name}: e2m1, {how} scales, current scaling, {accum}{extra}"
         return f"{self.name}: {self.fp8_format.value}, {how} scales, {scaling} scaling, {accum}"
 
 
@@ -212,6 +284,8 @@ for _p in (
     Fp8Recipe("fp8_rowwise", Granularity.ROWWISE),
     Fp8Recipe("fp8_blockwise", Granularity.BLOCKWISE),
     Fp8Recipe("mxfp8", Granularity.MX),
+    Fp8Recipe("nvfp4", Granularity.NVFP4, element_bits=4, stochastic_rounding=True, rht=True),
+    Fp8Recipe("mxfp4", Granularity.MX, element_bits=4),
 ):
     PRECISIONS.add(_p.name, _p)
 
@@ -225,8 +299,10 @@ def default_fp8_format(recipe: Fp8Recipe, trains: bool) -> str:
 
 def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_len: int | None = None,
                       margin: int | None = None, fast_accum: bool | None = None, amax_compute_algo: str | None = None,
-                      trains: bool = False) -> Precision:
-    """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones).
+                      trains: bool = False, stochastic_rounding: bool | None = None,
+                      rht: bool | None = None) -> Precision:
+    """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones, and
+    the 4-bit recipes take only ``stochastic_rounding`` and ``rht``).
 
     ``fp8_format=None`` takes the recipe's default (:func:`default_fp8_format`, which depends on ``trains``:
     whether the workload runs a backward pass).
@@ -234,6 +310,14 @@ def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_l
     precision = PRECISIONS.get(name)
     if not isinstance(precision, Fp8Recipe):
         return precision
+    if precision.is_fp4:
+        # E2M1 elements: the FP8 format, history and margin options are the FP8 recipes' (a run over several
+        # precisions passes them to every one); only the 4-bit options apply.
+        changes4: dict[str, object] = {}
+        for option, value in (("stochastic_rounding", stochastic_rounding), ("rht", rht)):
+            if value is not None:
+                changes4[option] = value
+        return precision.with_options(**changes4)
     if fp8_format is None:
         fp8_format = default_fp8_format(precision, trains)
     try:
@@ -250,7 +334,17 @@ def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_l
         changes["fast_accum"] = fast_accum
     if amax_compute_algo is not None:
         changes["amax_compute_algo"] = amax_compute_algo
+    for option, value in (("stochastic_rounding", stochastic_rounding), ("rht", rht)):
+        if value:  # off is every FP8 recipe's only setting: asking for it changes nothing; on is refused
+            changes[option] = value
     return precision.with_options(**changes)
+
+
+def fp4_settings(precision: Precision) -> dict[str, object]:
+    """What a record keeps of a 4-bit recipe's training options (empty for every other precision)."""
+    if not isinstance(precision, Fp8Recipe) or not precision.is_fp4:
+        return {}
+    return {"stochastic_rounding": precision.stochastic_rounding, "rht": precision.rht}
 
 
 def delayed_scaling_settings(precision: Precision) -> dict[str, object]:

@@ -18,9 +18,10 @@ import re
 
 MASK = "***"
 
-# scheme://user:password@  (the user part may be empty; greedy up to the authority's last @, since a password
-# typed unencoded may itself hold one)
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^/\s]*)(?=@)")
+# scheme://user:password@  (the user part may be empty). The secret runs greedily to the line's last @: a password
+# typed unencoded may itself hold an @, a / or a space, none of which a URL parser would accept there. Masking too
+# much of a rare line that has an @ after a port (``scheme://host:5432/db ... a@b``) is the safe error.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<secret>[^\n]*)(?=@)")
 # libpq keyword/value connection strings: password=secret or password='a secret'
 _KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s'&]+)", re.IGNORECASE)
 

@@ -111,6 +111,31 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
     console.print(table)
 
 
+def render_bandwidths(records: list[dict[str, Any]], baseline: str, console: Console) -> None:
+    """A second table for the records of collectives (those whose ``extra`` states ``comm_bytes``): bytes sent and
+    their ratio to the baseline precision's, the collective's own time, and nccl-tests' algorithm and bus
+    bandwidths (:mod:`fp8bench.workloads.collective`). Prints nothing for a run without collectives."""
+    comm = [r for r in records if r["status"] in ("ok", "invalid") and "comm_bytes" in (r.get("extra") or {})]
+    if not comm:
+        return
+    base = {(r["workload"], _shape_text(r["shape"]), r["backend"]): r["extra"]["comm_bytes"]
+            for r in comm if r["precision"] == baseline}
+    table = Table(title="communication (bus bandwidth as nccl-tests defines it: algbw x (n-1)/n)",
+                  header_style="bold")
+    for col in ("workload", "shape", "precision", "backend", "ranks", "bytes", f"vs {baseline}", "comm ms",
+                "algbw GB/s", "busbw GB/s"):
+        table.add_column(col, justify="left" if col in ("workload", "shape", "precision", "backend") else "right")
+    for r in comm:
+        extra = r["extra"]
+        ref = base.get((r["workload"], _shape_text(r["shape"]), r["backend"]))
+        comm_s = (r.get("phases") or {}).get("communicate")
+        table.add_row(r["workload"], _shape_text(r["shape"]), r["precision"], r["backend"],
+                      str(extra.get("world_size", "-")), f"{extra['comm_bytes']:,}",
+                      _fmt(ref and extra["comm_bytes"] / ref, ".3f", "x"), _fmt(comm_s and comm_s * 1e3, ".3f"),
+                      _fmt(extra.get("algbw_gbps"), ".3g"), _fmt(extra.get("busbw_gbps"), ".3g"))
+    console.print(table)
+
+
 def summary_counts(records: list[dict[str, Any]]) -> dict[str, int]:
     counts = {s: 0 for s in ("ok", "skipped", "failed", "invalid")}
     for r in records:

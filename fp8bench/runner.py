@@ -13,6 +13,8 @@ Per case (see DESIGN, "Measurement method"):
    (``cuda_graph``, :mod:`fp8bench.cuda_graphs`; a call that cannot be captured is skipped with the reason).
 4. **Check numerics** against the FP64 reference, outside any timed region.
 5. **Meter energy** over a window of repeated calls where a meter exists.
+6. **Profile** (``profile``, :mod:`fp8bench.profiling`): one more pass of the calls under a profiler, after every
+   figure of the record is taken, so no profiling overhead enters a timed sample.
 
 An **interpreted** case (a backend whose kernels run under an interpreter on this device, such as Triton's on the
 CPU) is there to check correctness: its pipeline runs once, at the smallest legal shape of the workload when the
@@ -48,25 +50,34 @@ from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import Numerics, compare, worst
+from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
-from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, resolve_precision
+from fp8bench.profiling import CaseProfiler, profile_mode
+from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, fp4_settings, resolve_precision
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.shapes import Shape, label
-from fp8bench.timing import Samples, SamplingPolicy, Timer, sample, timer_for, timing_mode_for
+from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 
 # Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
 # CPU kernel seen (FP16 matmul); the larger levels refine estimates for kernels that are slow only on small shapes.
 PROBE_FLOPS_LEVELS = (2e7, 2e8, 2e9)
 # Probing a larger shape is worth at most this share of the case's budget.
 PROBE_BUDGET_SHARE = 0.1
+# Timings of one probe taken, the least kept: on a shared machine one timing can be inflated many times over by
+# preemption (noise only ever adds time), which would skip a cheap case as over budget.
+PROBE_REPEATS = 5
 # The end-to-end samples may use this share of a case's budget; the phases share the rest.
 END_TO_END_BUDGET_SHARE = 0.5
 # An interpreted case over this many FLOPs checks its numerics at the workload's smallest legal shape instead: Triton's
 # CPU interpreter took 4 to 8 s per 256^3 FP8 GEMM on a loaded 2-core machine, and grows with the tile count.
 INTERPRETED_MAX_FLOPS = 2 * 256**3
 INTERPRETED_REASON = "interpreted: not timed"
+# An energy window loops a call for as long as the meter needs, a count each rank would choose on its own clock:
+# in a distributed run the ranks' collectives would stop matching, so no window runs.
+NOT_METERED_LOCKSTEP = ("not metered in a distributed run: each rank's energy window would loop a different number "
+                        "of collective calls")
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,7 @@ class RunSettings:
     cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
     clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
     strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
+    profile: str | None = None  # a profiled pass after the measurement: torch | nvtx | nsys (fp8bench.profiling)
 
     def __post_init__(self) -> None:
         # A budget of inf (or a cooldown of inf) would let one case hang the run: every time must be finite.
@@ -113,6 +125,7 @@ class RunSettings:
             raise ValueError(f"fast_accum must list one or more of True/False, got {self.fast_accum!r}")
         if not 0 <= self.clock_floor <= 1:
             raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
+        profile_mode(self.profile)
 
 
 @dataclass(frozen=True)
@@ -165,20 +178,25 @@ def case_record(case: Case, device: Device, seq: int, status: str, reason: str |
     position ``seq`` in the run); measured fields come in ``fields``."""
     workload = WORKLOADS.get(case.workload)
     fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
-    return Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
-                  backend=case.backend, device=str(device), status=status, reason=reason,
-                  fp8_format=fp8.fp8_format.value if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
-                  delayed_scaling=delayed_scaling_settings(case.precision),
-                  flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
-                  seq=seq, **fields)
+    record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
+                    backend=case.backend, device=str(device), status=status, reason=reason,
+                    fp8_format=fp8.format_label if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
+                    delayed_scaling=delayed_scaling_settings(case.precision),
+                    flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
+                    seq=seq, **fields)
+    options = fp4_settings(case.precision)
+    if options:  # the 4-bit recipe's gradient options (they act on training workloads only)
+        record.extra["fp4_options"] = options
+    return record
 
 
 class CaseMeasurer:
     """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
 
     def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None,
-                 timer: Timer | None = None) -> None:
+                 timer: Timer | None = None, profiler: CaseProfiler | None = None) -> None:
         self.settings, self.device = settings, device
+        self.profiler = profiler  # adds a profile to each measured record, after its figures are taken
         self.timing_mode = timing_mode_for(device, settings.cuda_graph)
         self.l2_flushed = device.is_cuda and settings.flush_l2
         self.peaks = peaks
@@ -190,6 +208,8 @@ class CaseMeasurer:
                                          settings.strict_clocks)
             # Idle power is measured once, before any case runs, so that no case's heat is in it.
             self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
+        # A timer shared by several processes (fp8bench.distributed.LockstepTimer) makes every decision together.
+        self.lockstep = hasattr(self.timer, "agree")
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
         self._refs: dict[tuple[str, str], torch.Tensor] = {}
 
@@ -206,6 +226,12 @@ class CaseMeasurer:
         if key not in self._refs:
             self._refs[key] = WORKLOADS.get(workload).reference(self._inputs_for(workload, shape))
         return self._refs[key]
+
+    def _agree_reason(self, reason: str | None) -> str | None:
+        """A refusal on any rank of a distributed run is every rank's (each would otherwise wait for the others
+        in the case's first collective); on one process, the reason itself."""
+        agree_reason = getattr(self.timer, "agree_reason", None)
+        return agree_reason(reason) if agree_reason is not None else reason
 
     def _base(self, case: Case, seq: int, status: str, reason: str | None = None, **fields: Any) -> Record:
         fields.setdefault("energy", not_metered(self.meter, status))
@@ -252,7 +278,8 @@ class CaseMeasurer:
 
         Probes grow through :data:`PROBE_FLOPS_LEVELS`: a tiny probe bounds the cost of a pathological kernel
         cheaply, and a larger one corrects the pessimism of extrapolating from a shape too small to be efficient.
-        Each probe runs twice (the first call warms up) and is timed once.
+        Each probe runs once to warm up, then is timed, up to :data:`PROBE_REPEATS` times while its estimate
+        would skip the case; the least timing counts.
         """
         workload = WORKLOADS.get(case.workload)
         needed_calls = self.settings.policy.min_samples + self.settings.warmup_iters
@@ -263,8 +290,15 @@ class CaseMeasurer:
                 return estimate
             pipeline = self._build(case, probe, workload.make_inputs(probe, self.device, self.settings.seed))
             pipeline.end_to_end()
+            scale = workload.flops(case.shape) / workload.flops(probe)
             t = self.timer.time(pipeline.end_to_end)
-            estimate = (t * workload.flops(case.shape) / workload.flops(probe), probe)
+            # Retime only while the estimate would skip the case (where a preempted timing would do harm); each
+            # retime costs one probe call, bounded by the level's FLOPs or the refine rule below.
+            for _ in range(PROBE_REPEATS - 1):
+                if t * scale * needed_calls <= budget_s:
+                    break
+                t = min(t, self.timer.time(pipeline.end_to_end))
+            estimate = (t * scale, probe)
             if estimate[0] * needed_calls <= budget_s or i + 1 == len(PROBE_FLOPS_LEVELS):
                 return estimate
             # Refine with the next, larger probe only while its two calls cost a small part of the budget.
@@ -309,10 +343,10 @@ class CaseMeasurer:
         workload = WORKLOADS.get(case.workload)
         backend = BACKENDS.get(case.backend)
         why = backend.unsupported_reason(case.workload, case.precision, self.device)
-        why = why or workload.shape_reason(case.shape, case.precision)
+        why = self._agree_reason(why or workload.shape_reason(case.shape, case.precision))
         if why:
             return self._base(case, seq, "skipped", why)
-        oom = workload.memory_reason(case.shape, case.precision, self.device)
+        oom = self._agree_reason(workload.memory_reason(case.shape, case.precision, self.device))
         if oom:  # refused before allocating: on the CPU a real out-of-memory kills the whole process
             return self._base(case, seq, "failed", oom)
         if backend.interpreted(self.device):
@@ -335,14 +369,15 @@ class CaseMeasurer:
         # Warm-up: at least warmup_iters calls and warmup_s seconds, stopping early if one call is too slow.
         warm_start = time.monotonic()
         warm_calls, last_call = 0, 0.0
-        while warm_calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s:
+        # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
+        while agreed(self.timer, warm_calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s):
             t0 = time.monotonic()
             pipeline.end_to_end()
             self.device.synchronize()
             last_call = time.monotonic() - t0
             warm_calls += 1
             remaining = deadline - time.monotonic()
-            if last_call * s.policy.min_samples > remaining:
+            if agreed(self.timer, last_call * s.policy.min_samples > remaining):
                 return self._base(case, seq, "skipped", f"over budget: one call takes {last_call:.3g} s, "
                                   f"{s.policy.min_samples} samples exceed the {s.budget_s:g} s budget",
                                   timing={"warmup_calls": warm_calls, "last_call_s": last_call})
@@ -385,12 +420,12 @@ class CaseMeasurer:
         # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work.
         metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=e2e_call, phases=phase_calls)
         energy = measure_case_energy(self.meter, metered, self.device, e2e.median_s or 0.0, phases,
-                                     s.energy_phases, self.idle) if s.energy else None
+                                     s.energy_phases, self.idle) if s.energy and not self.lockstep else None
 
         flops = workload.flops(case.shape)
         nbytes = workload.min_bytes(case.shape, case.precision)
         median = e2e.median_s
-        tflops = flops / median / 1e12 if median else None
+        tflops = flops / median / 1e12 if median and flops else None  # a pure collective does no arithmetic
         peak = self.peaks.compute(case.precision) if self.peaks else None
         bandwidth = self.peaks.bandwidth() if self.peaks else None
         status, reason, valid = "ok", None, True
@@ -409,11 +444,11 @@ class CaseMeasurer:
         if self.graphs is not None:
             timing["graph_capture_s"] = sum(c.capture_s for c in self.graphs.captured)
         timing["overhead_s"] = time.monotonic() - started - timed - warmup_s
-        return self._base(
+        record = self._base(
             case, seq, status, reason,
             samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
             target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
-            prequant_tflops=flops / prequant / 1e12 if prequant else None,
+            prequant_tflops=flops / prequant / 1e12 if prequant and flops else None,
             gbps=nbytes / median / 1e9 if median else None,
             pct_of_peak=100 * tflops / peak.value if (tflops and peak) else None,
             peak_tflops=peak.value if peak else None, peak_source=peak.source if peak else None,
@@ -421,16 +456,25 @@ class CaseMeasurer:
             phases=phases, phase_stats={k: v.summary() for k, v in phase_samples.items()},
             energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
             tflops_per_w=(flops / joules / 1e12) if joules else None,
-            energy=energy.to_dict() if energy else {"reason": "energy metering disabled"},
+            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (s.energy and self.lockstep)
+                                                    else "energy metering disabled"},
             numerics=num.to_dict(), telemetry=energy.telemetry if energy else {}, valid=valid,
-            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median))
+            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases))
+        return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
 
 
-def _extra(pipeline: Pipeline, median_s: float | None) -> dict[str, Any]:
-    """The pipeline's record extras, with throughput in tokens/s where it states its tokens per call."""
+def _extra(pipeline: Pipeline, median_s: float | None, phases: dict[str, float]) -> dict[str, Any]:
+    """The pipeline's record extras, with throughput in tokens/s where it states its tokens per call, and the
+    bandwidths of a collective where it states its bytes (``comm_bytes``, nccl-tests' size S) and the bus factor of
+    its operation: ``algbw = S / t`` and ``busbw = algbw * bus_factor``, ``t`` the median of its ``communicate``
+    phase (the collective alone, as nccl-tests times it), in GB/s."""
     extra = dict(pipeline.extra)
     if extra.get("tokens_per_step") and median_s:
         extra["tokens_per_s"] = extra["tokens_per_step"] / median_s
+    comm_s = phases.get("communicate")
+    if "comm_bytes" in extra and "bus_factor" in extra and comm_s:
+        extra["algbw_gbps"] = extra["comm_bytes"] / comm_s / 1e9
+        extra["busbw_gbps"] = extra["algbw_gbps"] * extra["bus_factor"]
     return extra
 
 
@@ -456,15 +500,27 @@ def run_header(run_id: str, device: Device, device_spec: str, settings: RunSetti
             "settings": settings_dict, "spec": spec, "energy_method": meter_for(device).method}
 
 
+def case_profiler(settings: RunSettings, run_file: Path | None, results_dir: Path | None,
+                  run_id: str) -> CaseProfiler | None:
+    """The run's profiler when ``settings.profile`` asks for one: profiles beside the run file, or under the results
+    folder's ``runs`` when there is none."""
+    if not settings.profile:
+        return None
+    runs = run_file.parent if run_file else (results_dir or default_results_dir()) / "runs"
+    return CaseProfiler(settings.profile, profile_dir(runs, run_id))
+
+
 def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_file: Path | None,
               store: Any | None = None, spec: dict[str, Any] | None = None, results_dir: Path | None = None,
               on_record: Callable[[int, Case, dict[str, Any]], None] | None = None,
-              on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None) -> RunOutcome:
+              on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None,
+              timer: Timer | None = None) -> RunOutcome:
     """Measure ``cases`` in order, streaming each record to ``run_file`` and ``store``.
 
     A ``KeyboardInterrupt`` ends the loop; the run is marked ``interrupted`` and everything already measured is
     kept. Store write errors are collected, not raised: the run file is the record of truth and can be ingested
-    later.
+    later. ``timer`` replaces the device's own (a distributed run passes a
+    :class:`fp8bench.distributed.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
     """
     if settings.threads:
         torch.set_num_threads(settings.threads)
@@ -472,7 +528,8 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     started = time.monotonic()
     header = run_header(run_id, device, settings.device, settings, spec or {})
     stream = RecordStream(run_file, header, store)
-    measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir))
+    measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
+                            profiler=case_profiler(settings, run_file, results_dir, run_id))
     interrupted_by: str | None = None
     disk_full = False
     try:

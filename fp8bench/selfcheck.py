@@ -20,7 +20,7 @@ compares the result with an expectation that does not come from the thing being 
   is within :data:`SQNR_TOLERANCE_DB` of :func:`fp8bench.predicted_sqnr.predict_gemm_sqnr`. A scale in the wrong
   layout or a wrong output dtype reads many dB off.
 * ``energy`` (GPU): NVML's total-energy counter advances over a loaded window, and the energy per iteration it gives
-  agrees within :data:`ENERGY_TOLERANCE` with the median NVML power sample times the time per iteration.
+  agrees within :data:`ENERGY_TOLERANCE` with the average of the NVML power samples times the time per iteration.
 * ``backend``: every available backend runs its smallest case (GEMM 128x128x128 in BF16 and FP8 tensorwise) or
   refuses it with a reason; a failure, a non-finite output or a budget overrun fails the check.
 
@@ -215,22 +215,22 @@ def judge_sqnr(measured_db: float | None, predicted_db: float) -> tuple[Verdict,
 
 
 def judge_energy(reading: EnergyReading) -> tuple[Verdict, str, dict[str, Any]]:
-    """The counter advanced (joules measured by ``nvml_counter``) and agrees with median power x time."""
+    """The counter advanced (joules measured by ``nvml_counter``) and agrees with average power x time."""
     if reading.method != "nvml_counter":
         why = reading.reason or f"energy method is {reading.method}"
         return Verdict.FAIL, f"no NVML energy counter: {why}", {"method": reading.method}
     if reading.joules_per_iter is None or not reading.iterations or not reading.window_s:
         return Verdict.FAIL, f"energy counter gave nothing: {reading.reason}", {"method": reading.method}
-    power = (reading.telemetry.get("power_w") or {}).get("median")
+    power = (reading.telemetry.get("power_w") or {}).get("mean")
     if not power:
         return Verdict.FAIL, "no NVML power samples in the window to compare the counter with", {}
     seconds_per_iter = reading.window_s / reading.iterations
     from_power = power * seconds_per_iter
     off = reading.joules_per_iter / from_power - 1
-    measured = {"joules_per_iter": reading.joules_per_iter, "power_x_time_j": from_power, "median_power_w": power,
+    measured = {"joules_per_iter": reading.joules_per_iter, "power_x_time_j": from_power, "mean_power_w": power,
                 "window_s": reading.window_s, "iterations": reading.iterations, "valid": reading.valid,
                 "invalid_reasons": list(reading.invalid_reasons)}
-    text = (f"counter {reading.joules_per_iter:.4g} J/iter vs median power {power:.4g} W x {seconds_per_iter:.4g} s "
+    text = (f"counter {reading.joules_per_iter:.4g} J/iter vs average power {power:.4g} W x {seconds_per_iter:.4g} s "
             f"= {from_power:.4g} J/iter ({off:+.1%}; limit +-{ENERGY_TOLERANCE:.0%}) over {reading.window_s:.2g} s")
     if reading.invalid_reasons:
         text += "; " + "; ".join(reading.invalid_reasons)
@@ -420,14 +420,15 @@ class Selfcheck:
 
     def _sqnr(self) -> Iterator[CheckResult]:
         shape = _gemm_shape(self.config.sqnr_shape or ((2048, 2048, 2048) if self.probe.gpu else (256, 512, 2048)))
-        recipes = [name for name, p in PRECISIONS.items() if isinstance(p, Fp8Recipe)]
-        for name in recipes:
-            for fmt in SQNR_FORMATS:
-                yield self._sqnr_one(resolve_precision(name, fmt), shape)
+        recipes = [p for _, p in PRECISIONS.items() if isinstance(p, Fp8Recipe)]
+        for recipe in recipes:
+            # 4-bit recipes have one element format (E2M1): no FP8 format to sweep.
+            for fmt in ("e4m3",) if recipe.is_fp4 else SQNR_FORMATS:
+                yield self._sqnr_one(resolve_precision(recipe.name, fmt), shape)
 
     def _sqnr_one(self, recipe: Precision, shape: Shape) -> CheckResult:
         assert isinstance(recipe, Fp8Recipe)
-        subject = f"{recipe.name}/{recipe.fp8_format.value}"
+        subject = f"{recipe.name}/{recipe.format_label}"
         predicted = predict_gemm_sqnr(recipe, shape)
         record = self._measure(self._light, "sqnr", Case("gemm", shape, recipe, "torch"))
         note = ""

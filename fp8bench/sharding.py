@@ -60,7 +60,7 @@ from fp8bench.devices import Device, DeviceError, resolve_device
 from fp8bench.energy import meter_for, not_metered
 from fp8bench.environment import device_properties
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
-from fp8bench.runner import Case, RunOutcome, RunSettings, case_record, new_run_id, run_header
+from fp8bench.runner import Case, RunOutcome, RunSettings, case_profiler, case_record, new_run_id, run_header
 from fp8bench.shapes import label
 from fp8bench.timing import timing_mode_for
 
@@ -182,7 +182,7 @@ def _pin(slot: WorkerSlot) -> dict[str, Any]:
 
 
 def _worker_main(conn: Connection, slot: WorkerSlot, settings: RunSettings, shard: list[tuple[int, Case]],
-                 device_name: str, results_dir: Path | None, parent_pid: int) -> None:
+                 device_name: str, results_dir: Path | None, profiler: Any, parent_pid: int) -> None:
     """Measure ``shard`` (``(seq, case)`` pairs) on ``slot``'s device, sending ``("start", seq)`` before and
     ``("record", seq, record)`` after each case, after ``("pinned", what _pin read back)`` once set up, or
     ``("setup_failed", reason)`` when it cannot be."""
@@ -199,7 +199,8 @@ def _worker_main(conn: Connection, slot: WorkerSlot, settings: RunSettings, shar
     try:
         pinned = _pin(slot)
         load_all()
-        measurer = CaseMeasurer(settings, slot.device, Peaks(slot.device, device_name, results_dir))
+        measurer = CaseMeasurer(settings, slot.device, Peaks(slot.device, device_name, results_dir),
+                                profiler=profiler)
         conn.send(("pinned", pinned))
     except Exception as exc:  # reported as the reason of every case of this worker, never lost
         conn.send(("setup_failed", f"worker for {slot.device} could not start: {type(exc).__name__}: {exc}"))
@@ -289,8 +290,10 @@ class _Shards:
     """Starts, watches and restarts the workers of one run; records what each finishes or loses."""
 
     def __init__(self, plan: DevicePlan, cases: list[Case], settings: RunSettings, device_name: str,
-                 results_dir: Path | None, merge: _InOrder, on_start: Callable[[int, Case], None] | None) -> None:
+                 results_dir: Path | None, merge: _InOrder, on_start: Callable[[int, Case], None] | None,
+                 profiler: Any = None) -> None:
         self.cases, self.settings, self.device_name, self.results_dir = cases, settings, device_name, results_dir
+        self.profiler = profiler  # fp8bench.profiling.CaseProfiler or None: each case's profile is named by its seq
         self.merge, self.on_start = merge, on_start
         self.ctx = multiprocessing.get_context("spawn")
         self.workers = [_Worker(slot, deque(shard)) for slot, shard in zip(plan.slots, plan.shards(cases),
@@ -301,7 +304,8 @@ class _Shards:
         shard = [(seq, self.cases[seq]) for seq in worker.pending]
         worker.process = self.ctx.Process(
             target=_worker_main, name=f"fp8bench-worker-{worker.slot.index}", daemon=True,
-            args=(sender, worker.slot, self.settings, shard, self.device_name, self.results_dir, os.getpid()))
+            args=(sender, worker.slot, self.settings, shard, self.device_name, self.results_dir, self.profiler,
+                  os.getpid()))
         worker.process.start()
         sender.close()  # the parent's copy: without it the pipe never reports EOF when the worker dies
         worker.conn, worker.current = receiver, None
@@ -394,12 +398,16 @@ class _Shards:
 def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, plan: DevicePlan,
                 run_file: Path | None, store: Any | None = None, spec: dict[str, Any] | None = None,
                 results_dir: Path | None = None, on_record: Callable[[int, Case, dict[str, Any]], None] | None = None,
-                on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None) -> RunOutcome:
+                on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None,
+                timer: Any = None) -> RunOutcome:
     """Measure ``cases`` on ``plan``'s workers, streaming records to ``run_file`` and ``store`` in case order: the
     sharded counterpart of :func:`fp8bench.runner.run_cases`, with its arguments and outcome (``device`` is
-    ``plan.device``, the one the run header describes)."""
+    ``plan.device``, the one the run header describes; ``timer`` must be ``None``: each worker times with its own
+    device's timer, and a distributed run's lockstep timer has no meaning across separate workers)."""
     if device != plan.device:
         raise ValueError(f"run_sharded: device {device} is not the plan's first device {plan.device}")
+    if timer is not None:
+        raise ValueError("run_sharded: workers time with their own device's timer; a shared timer cannot be given")
     settings = replace(settings, device=plan.spec, threads=plan.threads or settings.threads)
     run_id = run_id or new_run_id()
     started = time.monotonic()
@@ -412,7 +420,8 @@ def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, pla
     header["workers"] = [{**slot.describe(), "cases": shard} for slot, shard in zip(plan.slots, shards, strict=True)]
     stream = RecordStream(run_file, header, store)
     merge = _InOrder(stream, lambda seq, rec: on_record(seq, cases[seq], rec) if on_record else None)
-    workers = _Shards(plan, cases, settings, header["device"]["name"], results_dir, merge, on_start)
+    workers = _Shards(plan, cases, settings, header["device"]["name"], results_dir, merge, on_start,
+                      case_profiler(settings, run_file, results_dir, run_id))
     interrupted_by: str | None = None
     disk_full = False
     try:

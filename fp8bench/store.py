@@ -41,9 +41,9 @@ from sqlalchemy.engine import Engine
 from fp8bench.records import SCHEMA_VERSION, case_key
 from fp8bench.redact import redact
 from fp8bench.runfile import json_safe
-from fp8bench.store_columns import RECORD_COLUMNS, phase_rows, record_column_values
+from fp8bench.store_columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
 
-STORE_SCHEMA_VERSION = 3
+STORE_SCHEMA_VERSION = 4
 DEFAULT_DB_NAME = "fp8bench.sqlite"
 
 
@@ -102,7 +102,7 @@ records_table = sa.Table(
     sa.Column("valid", sa.Boolean),
     sa.Column("interpreted", sa.Boolean),
     sa.Column("comparability_key", sa.String(32), index=True),  # schema 2
-    *[sa.Column(c.name, c.type) for c in RECORD_COLUMNS],  # schema 3
+    *[sa.Column(c.name, c.type) for c in RECORD_COLUMNS],  # schema 3 (profile_trace: schema 4)
     sa.UniqueConstraint("run_id", "seq", name="uq_records_run_seq"),
 )
 
@@ -177,30 +177,44 @@ class Store:
     def ensure_schema(self) -> None:
         """Create the tables, or migrate them forward; refuse a newer schema. Safe with concurrent openers."""
         try:
-            with self._schema_lock(), self.engine.begin() as conn:
-                if conn.dialect.name == "postgresql":
-                    # A migration of a large store may outlast the statement timeout writes get (open_store).
-                    conn.execute(sa.text(f"SET LOCAL statement_timeout = {PG_SCHEMA_TIMEOUT_MS}"))
-                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
-                metadata.create_all(conn)
-                row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
-                if row is None:
-                    # A database from before the meta table had rows is a version-1 database if it has records.
-                    version = 1 if _has_v1_records(conn) else STORE_SCHEMA_VERSION
-                    conn.execute(meta_table.insert().values(key="schema_version", value=str(version)))
-                else:
-                    version = int(row[0])
-                if version > STORE_SCHEMA_VERSION:
-                    raise StoreError(f"store {self.url} has schema version {version}, newer than this fp8bench "
-                                     f"understands ({STORE_SCHEMA_VERSION}); upgrade fp8bench to use it")
-                while version < STORE_SCHEMA_VERSION:
-                    MIGRATIONS[version](conn)
-                    version += 1
-                    conn.execute(meta_table.update().where(meta_table.c.key == "schema_version")
-                                 .values(value=str(version)))
+            with self._schema_lock():
+                version, migrated = self._set_up_schema()
+                if migrated and self.engine.dialect.name == "sqlite":
+                    # A migration rewrites tables and leaves their old pages free inside the file (a 100,000-record
+                    # store grew from 221 to 417 MB); VACUUM gives them back. It cannot run inside a transaction,
+                    # and runs under the lock so that no other opener writes meanwhile.
+                    with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                        conn.exec_driver_sql("VACUUM")
         except sa.exc.DatabaseError as exc:
             raise StoreError(_readable(self.url, exc)) from exc
         self.schema_version = version
+
+    def _set_up_schema(self) -> tuple[int, bool]:
+        """Create or migrate the tables in one transaction: (the schema version now, whether a migration ran)."""
+        migrated = False
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # A migration of a large store may outlast the statement timeout writes get (open_store).
+                conn.execute(sa.text(f"SET LOCAL statement_timeout = {PG_SCHEMA_TIMEOUT_MS}"))
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+            metadata.create_all(conn)
+            row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
+            if row is None:
+                # A database from before the meta table had rows is a version-1 database if it has records.
+                version = 1 if _has_v1_records(conn) else STORE_SCHEMA_VERSION
+                conn.execute(meta_table.insert().values(key="schema_version", value=str(version)))
+            else:
+                version = int(row[0])
+            if version > STORE_SCHEMA_VERSION:
+                raise StoreError(f"store {self.url} has schema version {version}, newer than this fp8bench "
+                                 f"understands ({STORE_SCHEMA_VERSION}); upgrade fp8bench to use it")
+            while version < STORE_SCHEMA_VERSION:
+                MIGRATIONS[version](conn)
+                version += 1
+                migrated = True
+                conn.execute(meta_table.update().where(meta_table.c.key == "schema_version")
+                             .values(value=str(version)))
+        return version, migrated
 
     @contextlib.contextmanager
     def _schema_lock(self) -> Iterator[None]:
@@ -493,8 +507,22 @@ def _migrate_2_to_3(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE records DROP COLUMN data"))
 
 
+def _migrate_3_to_4(conn: sa.Connection) -> None:
+    """Add ``records.profile_trace`` and fill it for the records whose JSON carries a profile. Only a record with
+    ``extra.profile`` can have one, so the JSON is searched as text in SQL and only those records are decoded."""
+    add_missing_columns(conn, records_table)
+    text = sa.cast(record_data_table.c.data, sa.Text)
+    rows = conn.execute(sa.select(record_data_table.c.record_id, record_data_table.c.data)
+                        .where(text.like('%"profile"%'))).all()
+    for rec_id, data in rows:
+        value = profile_trace_of(_as_dict(data) or {})
+        if value is not None:
+            conn.execute(records_table.update().where(records_table.c.id == rec_id).values(profile_trace=value))
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3,
+                                                          3: _migrate_3_to_4}
 
 
 def _readable(url: str, exc: sa.exc.DatabaseError) -> str:

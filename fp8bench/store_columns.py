@@ -67,6 +67,13 @@ def _timing_mode(r: dict[str, Any], _run: dict[str, Any]) -> str | None:
     return r.get("timing_mode") or (r.get("timing") or {}).get("mode")
 
 
+def profile_trace_of(r: dict[str, Any], _run: dict[str, Any] | None = None) -> str | None:
+    """Where the case's profile trace was written (``fp8bench run --profile``, :mod:`fp8bench.profiling`)."""
+    profile = (r.get("extra") or {}).get("profile")
+    trace = profile.get("trace") if isinstance(profile, dict) else None
+    return str(trace) if trace else None
+
+
 def _as_float(read: Reader) -> Reader:
     """Counts that can pass 2**63 (FLOPs of a large training step) are stored as floats."""
     def wrapped(r: dict[str, Any], run: dict[str, Any]) -> float | None:
@@ -116,6 +123,8 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
     RecordColumn("conv_max_gap", sa.Float, _convergence("max_gap"), "largest relative loss gap"),
     RecordColumn("conv_max_gap_step", sa.Integer, _convergence("max_gap_step"), "step of the largest gap"),
     RecordColumn("conv_window", sa.Integer, _convergence("window"), "smoothing window, steps"),
+    # Store schema 4: profiles on demand (fp8bench run --profile).
+    RecordColumn("profile_trace", sa.Text, profile_trace_of, "path of the case's torch.profiler trace (Chrome JSON)"),
 )
 
 

@@ -120,7 +120,8 @@ class TelemetrySampler:
 def _stats(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+    return {"min": min(values), "median": statistics.median(values), "mean": statistics.fmean(values),
+            "max": max(values)}
 
 
 def summarize(samples: list[Sample], decode: Callable[[int], list[str]]) -> dict[str, Any]:

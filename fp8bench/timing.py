@@ -137,6 +137,17 @@ class CudaTimer:
             return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
 
+def agreed(timer: Timer, flag: bool) -> bool:
+    """A decision taken on this process's clock, as every process timing together takes it.
+
+    A timer shared by several processes (:class:`fp8bench.distributed.LockstepTimer`) has ``agree``: the flag is
+    true when it is true on any of them, so all ranks stop or go on together. A timer of one process has none, and
+    the flag stands.
+    """
+    agree = getattr(timer, "agree", None)
+    return bool(agree(flag)) if agree is not None else flag
+
+
 def timer_for(device: Device, flush_l2: bool = True) -> Timer:
     return CudaTimer(device, flush_l2) if device.is_cuda else CpuTimer()
 
@@ -234,7 +245,7 @@ def _sample(fn: Callable[[], Any], timer: Timer, policy: SamplingPolicy, deadlin
     result = Samples(min_samples=policy.min_samples)
     total = 0.0
     while True:
-        if time.monotonic() >= deadline:
+        if agreed(timer, time.monotonic() >= deadline):
             result.stopped_by = "budget"
             return result
         t = timer.time(fn)

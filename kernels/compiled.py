@@ -60,6 +60,9 @@ def precision_support(precision: Precision, device: Device) -> str | None:
     if precision.delayed:
         return ("delayed scaling keeps a Python-side amax history that changes every call; "
                 "compiled runs current-scaling recipes")
+    if precision.is_fp4:
+        return ("compiled fuses the FP8 quantizers into (data, scale) pairs; the 4-bit recipes (E2M1 data, NVFP4's "
+                "second scale level) run on the torch and emulated backends")
     return recipe_gemm_reason(device, precision)
 
 

@@ -15,8 +15,19 @@ fp8bench           TE recipe                   notes
 ``fp8_tensorwise`` ``Float8CurrentScaling``    per-tensor scale from the current amax (TE 2.2+)
 ``fp8_blockwise``  ``Float8BlockScaling``      1x128 activations, 128x128 weights (TE 2.3+, Hopper, CUDA 12.9+)
 ``mxfp8``          ``MXFP8BlockScaling``       32-element E8M0 blocks (TE 2.0+, compute capability 10.x-11.x)
+``nvfp4``          ``NVFP4BlockScaling``       E2M1 data, 16-element E4M3 scales, FP32 tensor scale (TE 2.8+,
+                                               compute capability 10.0+); ``disable_rht`` and
+                                               ``disable_stochastic_rounding`` from the precision's ``rht`` and
+                                               ``stochastic_rounding``; ``disable_2d_quantization=True``
 ``fp8_rowwise``    none                        refused: TE has no per-row recipe
+``mxfp4``          none                        refused: TE's only 4-bit recipe is NVFP4BlockScaling
 =================  ==========================  ===================================================================
+
+``NVFP4BlockScaling`` quantizes weights in 16x16 blocks by default (``disable_2d_quantization=False``); fp8bench's
+``nvfp4`` is 1x16 blocks on every operand, so TE runs with 2D quantization off to compute the same recipe as the
+other backends. Its fields (``common/recipe/__init__.py``, TE 2.8+): ``fp4_format=Format.E2M1``,
+``fp8_format=Format.E4M3`` (both asserted in ``__post_init__``), ``disable_rht``, ``disable_stochastic_rounding``,
+``disable_2d_quantization`` (each ``False`` unless an ``NVTE_NVFP4_*`` environment variable says otherwise).
 
 Element formats: ``e4m3`` -> ``Format.E4M3``, ``hybrid`` -> ``Format.HYBRID``; pure ``e5m2`` is refused (every TE
 recipe rejects it). Float precisions run the same TE modules with the autocast disabled. TE runs a GEMM whose
@@ -71,7 +82,7 @@ TE_REFUSALS: tuple[type[BaseException], ...] = (RuntimeError, AssertionError, Va
 TE = BACKENDS.add("te", Backend(
     name="te", kind="vendor",
     description="NVIDIA Transformer Engine te.Linear under te.autocast (DelayedScaling, Float8CurrentScaling, "
-                "Float8BlockScaling, MXFP8BlockScaling); CUDA only",
+                "Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling); CUDA only",
     availability=lambda device: backend_reason("te", device),
 ))
 
@@ -99,6 +110,15 @@ def te_recipe_spec(precision: Precision) -> TERecipeSpec | None:
         raise Unsupported("Transformer Engine rejects pure E5M2 training in every recipe; use e4m3 or hybrid")
     fmt = {"fp8_format": precision.fp8_format.value.upper()}  # E4M3 | HYBRID
     g = precision.granularity
+    if precision.is_fp4:
+        if g is not Granularity.NVFP4:
+            raise Unsupported("Transformer Engine has no MXFP4 recipe (its 4-bit recipe is NVFP4BlockScaling)")
+        # get_align_size_for_quantization (pytorch/quantization.py, 2.9+) returns 128 for NVFP4.
+        return TERecipeSpec("NVFP4BlockScaling", {"fp4_format": "E2M1", "fp8_format": "E4M3",
+                                                  "disable_rht": not precision.rht,
+                                                  "disable_stochastic_rounding": not precision.stochastic_rounding,
+                                                  "disable_2d_quantization": True},
+                            check="is_nvfp4_available", min_version=(2, 8), alignment=128)
     if g is Granularity.TENSORWISE and precision.delayed:
         if not precision.fast_accum:
             raise Unsupported("Transformer Engine's DelayedScaling takes its GEMM accumulation from module constants "
@@ -158,8 +178,9 @@ class TEApi:
 
     def make_recipe(self, spec: TERecipeSpec) -> Any:
         kwargs = dict(spec.kwargs)
-        if "fp8_format" in kwargs:
-            kwargs["fp8_format"] = getattr(self.recipe_module.Format, kwargs["fp8_format"])
+        for key in ("fp8_format", "fp4_format"):
+            if key in kwargs:
+                kwargs[key] = getattr(self.recipe_module.Format, kwargs[key])
         for gemm in ("fp8_gemm_fprop", "fp8_gemm_dgrad", "fp8_gemm_wgrad"):
             if gemm in kwargs:
                 kwargs[gemm] = self.recipe_module.MMParams(**kwargs[gemm])
@@ -172,7 +193,8 @@ class TEApi:
             ok, reason = check(return_reason=True)
             return None if ok else (reason or f"{spec.check} returned False")
         legacy = {"is_fp8_available": "check_fp8_support", "is_mxfp8_available": "check_mxfp8_support",
-                  "is_fp8_block_scaling_available": "check_fp8_block_scaling_support"}[spec.check]
+                  "is_fp8_block_scaling_available": "check_fp8_block_scaling_support",
+                  "is_nvfp4_available": "check_nvfp4_support"}[spec.check]
         from transformer_engine.pytorch import fp8 as te_fp8  # <= 2.8 location of the checks
 
         ok, reason = getattr(te_fp8, legacy)()

@@ -13,7 +13,18 @@ fp8bench precision            torchao ``Float8LinearConfig``
 ``fp8_rowwise`` e4m3          recipe ``rowwise``: per-row scales rounded down to powers of two, E4M3 everywhere
 ``fp8_rowwise`` + wgrad_hp    recipe ``rowwise_with_gw_hp``: as rowwise, but the weight-gradient GEMM runs in BF16
 ``mxfp8``                     torchao's prototype MXFP8 training, compute capability 10.0+ only (:func:`mx_api`)
+``nvfp4``                     ``NVFP4DynamicActivationNVFP4WeightConfig`` (inference: ``gemm`` workload only)
+``mxfp4``                     ``MXDynamicActivationMXWeightConfig`` with ``float4_e2m1fn_x2`` activations and
+                              weights (inference: ``gemm`` workload only)
 ============================  ===================================================================================
+
+The 4-bit configs (``torchao.prototype.mx_formats``, :func:`fp4_api`) are torchao's *inference* workflow:
+``quantize_`` replaces each weight by an ``NVFP4Tensor`` / ``MXTensor`` and quantizes activations dynamically in
+the forward pass; there is no 4-bit backward. They therefore run the ``gemm`` workload (a forward GEMM) and are
+refused on the training workloads. Where ``torchao.prototype.mx_formats`` lacks them the case is refused, naming
+what is missing. ``nvfp4`` runs with ``use_triton_kernel=False`` (the fused Triton quantizer needs the optional
+MSLK package); ``mxfp4`` keeps torchao's default block scale rounding (``ScaleCalculationMode.RCEIL``, where
+fp8bench's own quantizer follows OCP MX's floor). Both need FP4 tensor cores (compute capability 10.x).
 
 torchao's MXFP8 training API moved between releases; both shapes are supported, detected by import:
 
@@ -55,7 +66,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.capabilities import backend_reason, fp8_gemm_reason
+from fp8bench.capabilities import backend_reason, recipe_hardware_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
@@ -84,6 +95,8 @@ def recipe_name(precision: Precision, wgrad_hp: bool = False) -> str:
     g = precision.granularity
     if wgrad_hp and g is not Granularity.ROWWISE:
         raise Unsupported(f"wgrad_hp (rowwise_with_gw_hp) is a rowwise recipe; got {precision.name}")
+    if precision.is_fp4:
+        return "nvfp4" if g is Granularity.NVFP4 else "mxfp4"
     if g is Granularity.TENSORWISE:
         return "tensorwise"
     if g is Granularity.ROWWISE:
@@ -101,8 +114,9 @@ def torchao_config(precision: Precision, wgrad_hp: bool = False) -> Any:
     from torchao.float8 import CastConfig, Float8GemmConfig, Float8LinearConfig
 
     name = recipe_name(precision, wgrad_hp)
-    if name == "mxfp8":
-        raise ValueError("mxfp8 is configured by mx_api(), not Float8LinearConfig")
+    if name in ("mxfp8", "nvfp4", "mxfp4"):
+        raise ValueError(f"{name} is configured by {'mx_api' if name == 'mxfp8' else 'fp4_api'}(), "
+                         "not Float8LinearConfig")
     config = Float8LinearConfig.from_recipe_name(name)
     assert isinstance(precision, Fp8Recipe)
     if not precision.fast_accum:
@@ -150,6 +164,30 @@ def mx_api() -> MXApi:
                  lambda layer: isinstance(getattr(layer, "weight", None), wrapper))
 
 
+FP4_RECIPES = ("nvfp4", "mxfp4")
+FP4_INFERENCE_ONLY = ("torchao's 4-bit configs (NVFP4DynamicActivationNVFP4WeightConfig, "
+                      "MXDynamicActivationMXWeightConfig) are inference-only: no 4-bit backward, so fp8bench runs "
+                      "them on the gemm workload only")
+
+
+def fp4_api(name: str) -> MXApi:
+    """torchao's 4-bit inference config for ``nvfp4`` or ``mxfp4``, or :class:`Unsupported` naming what is missing
+    (``torchao.prototype.mx_formats``, 0.18: ``inference_workflow.py``, ``nvfp4_tensor.py``, ``mx_tensor.py``)."""
+    try:
+        mx = importlib.import_module("torchao.prototype.mx_formats")
+        if name == "nvfp4":
+            config = mx.NVFP4DynamicActivationNVFP4WeightConfig(use_triton_kernel=False)
+            tensor_cls = importlib.import_module("torchao.prototype.mx_formats.nvfp4_tensor").NVFP4Tensor
+        else:
+            fp4 = torch.float4_e2m1fn_x2
+            config = mx.MXDynamicActivationMXWeightConfig(block_size=32, activation_dtype=fp4, weight_dtype=fp4)
+            tensor_cls = importlib.import_module("torchao.prototype.mx_formats.mx_tensor").MXTensor
+    except (ImportError, AttributeError, TypeError, AssertionError) as exc:
+        raise Unsupported(f"torchao has no {name} config here: {first_line(exc)}") from exc
+    return MXApi(f"{type(config).__name__} (inference)", name, config,
+                 lambda layer: isinstance(getattr(layer, "weight", None), tensor_cls))
+
+
 def convert(module: nn.Module, precision: Precision, wgrad_hp: bool = False) -> nn.Module:
     """Swap ``module``'s linear layers for torchao's FP8 ones under ``precision``'s recipe; returns the result.
 
@@ -157,9 +195,9 @@ def convert(module: nn.Module, precision: Precision, wgrad_hp: bool = False) -> 
     multiples of 16), as torchao's documented filter does.
     """
     name = recipe_name(precision, wgrad_hp)
-    if name == "mxfp8":
+    if name in ("mxfp8", *FP4_RECIPES):
         quantize_ = importlib.import_module("torchao.quantization").quantize_
-        quantize_(module, mx_api().config)
+        quantize_(module, mx_api().config if name == "mxfp8" else fp4_api(name).config)
         return module
     from torchao.float8 import convert_to_float8_training
 
@@ -176,7 +214,14 @@ def precision_support(precision: Precision, device: Device) -> str | None:
     except Unsupported as exc:
         return str(exc)
     assert isinstance(precision, Fp8Recipe)
-    return fp8_gemm_reason(device, precision.granularity)
+    return recipe_hardware_reason(device, precision)
+
+
+def model_support(precision: Precision, device: Device) -> str | None:
+    """The training workloads: as :func:`precision_support`, without the inference-only 4-bit configs."""
+    if isinstance(precision, Fp8Recipe) and precision.is_fp4:
+        return FP4_INFERENCE_ONLY
+    return precision_support(precision, device)
 
 
 @TORCHAO.builder("gemm", supports=precision_support)
@@ -213,14 +258,17 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
 
 def api_shape(name: str) -> str:
     """The torchao API a recipe runs through (recorded as ``torchao_api``)."""
+    if name in FP4_RECIPES:
+        return fp4_api(name).shape
     return mx_api().shape if name == "mxfp8" else "Float8LinearConfig + convert_to_float8_training"
 
 
 def low_precision_layers(module: nn.Module, precision: Precision, wgrad_hp: bool = False) -> int:
     """How many of ``module``'s linear layers torchao converted: ``Float8Linear`` modules for the float8 recipes;
     for MXFP8, what the installed API's conversion leaves (:attr:`MXApi.converted`)."""
-    if recipe_name(precision, wgrad_hp) == "mxfp8":
-        converted = mx_api().converted
+    name = recipe_name(precision, wgrad_hp)
+    if name in ("mxfp8", *FP4_RECIPES):
+        converted = mx_api().converted if name == "mxfp8" else fp4_api(name).converted
         return sum(converted(m) for m in module.modules() if isinstance(m, nn.Linear))
     from torchao.float8.float8_linear import Float8Linear
 
@@ -255,6 +303,6 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
     return builder
 
 
-TORCHAO.builder("attention", supports=precision_support)(_model_builder(build_attention_pipeline))
-TORCHAO.builder("transformer_step", supports=precision_support)(_model_builder(build_training_pipeline))
+TORCHAO.builder("attention", supports=model_support)(_model_builder(build_attention_pipeline))
+TORCHAO.builder("transformer_step", supports=model_support)(_model_builder(build_training_pipeline))
 LAYER_CONVERTERS["torchao"] = torchao_convert

@@ -21,7 +21,7 @@ from fp8bench.cli import main
 # Tiny and fast on a 2-core CPU: one shape, the torch and emulated backends, a BF16 baseline, a row-wise FP8
 # recipe torch runs natively, and MXFP8, which torch skips on the CPU (so the store holds a skipped record too).
 RUN_ARGS = ["run", "--shape", "128x128x128", "--precision", "bf16", "fp8_rowwise", "mxfp8",
-            "--backend", "torch", "emulated", "--budget", "2", "--max-time", "0.2", "--json"]
+            "--backend", "torch", "emulated", "--budget", "20", "--max-time", "0.2", "--json"]
 # A one-layer decoder on short sequences: a few seconds per curve on the CPU, still a real training loop.
 CONVERGE_ARGS = ["converge", "--shape", "tiny,seq=16,batch=2,layers=1", "--steps", "8", "--window", "2",
                  "--precision", "bf16", "fp8_rowwise", "--no-control", "--stats-every", "0", "--json"]

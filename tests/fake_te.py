@@ -58,6 +58,7 @@ class _FormatHelper(NamedTuple):
 class Format(enum.Enum):
     """``common/recipe/__init__.py`` ``Format``: largest finite value forward and backward."""
 
+    E2M1 = _FormatHelper(6, 6)  # added in 2.8 with NVFP4BlockScaling
     E4M3 = _FormatHelper(448, 448)
     E5M2 = _FormatHelper(57344, 57344)
     HYBRID = _FormatHelper(448, 57344)
@@ -152,6 +153,24 @@ class Float8BlockScaling(Recipe):
         _no_pure_e5m2(self)
 
 
+@dataclass(repr=False)
+class NVFP4BlockScaling(Recipe):
+    """``common/recipe/__init__.py`` ``NVFP4BlockScaling`` (2.8+); the ``NVTE_NVFP4_*`` environment overrides of
+    the three ``disable_*`` defaults are not modelled. Its forward in this fake is per-tensor E4M3, not NVFP4."""
+
+    disable_rht: bool = False
+    disable_stochastic_rounding: bool = False
+    disable_2d_quantization: bool = False
+    fp4_format: Format = Format.E2M1
+    fp8_format: Format = Format.E4M3
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+
+    def __post_init__(self) -> None:
+        assert self.fp4_format == Format.E2M1, "Only E2M1 is supported for NVFP4 scaling"
+        assert self.fp8_format == Format.E4M3, "Only E4M3 is supported for NVFP4 scaling"
+
+
 # -- the checks (pytorch/fp8.py in <= 2.8, pytorch/quantization.py since 2.9) ------------------------------------
 
 class _Checks:
@@ -185,6 +204,12 @@ class _Checks:
         return (True, "") if ok else (
             False, "FP8 block scaled GEMM requires compute capability 9.0 or higher and CUDA >= 12.9.")
 
+    def check_nvfp4_support(self) -> tuple[bool, str]:
+        # pytorch/quantization.py _compute_nvfp4_support (2.8.0: pytorch/fp8.py check_nvfp4_support).
+        if self.gpu.compute_capability >= (10, 0):
+            return True, ""
+        return False, "Device compute capability 10.0 or higher required for NVFP4 execution."
+
     def check_recipe_support(self, recipe: Any) -> None:
         """2.8.0 ``fp8.py``: ``assert recipe_supported, reason``; 2.20.2 ``quantization.py``: ``RuntimeError``."""
         ok, why = True, ""
@@ -209,6 +234,9 @@ class _Checks:
             assert ok, why
         if isinstance(recipe, Float8BlockScaling):
             ok, why = self.check_fp8_block_scaling_support()
+            assert ok, why
+        if isinstance(recipe, NVFP4BlockScaling):  # NVFP4 is checked only here, not in check_recipe_support
+            ok, why = self.check_nvfp4_support()
             assert ok, why
 
 
@@ -370,7 +398,8 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
     region = _make_region(state, checks, version)
 
     recipe_mod = types.ModuleType("transformer_engine.common.recipe")
-    for obj in (Format, MMParams, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling):
+    for obj in (Format, MMParams, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling,
+                NVFP4BlockScaling):
         setattr(recipe_mod, obj.__name__, obj)
     common = types.ModuleType("transformer_engine.common")
     common.recipe = recipe_mod  # type: ignore[attr-defined]
@@ -379,7 +408,7 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
     te.Linear = _make_linear(state, version)  # type: ignore[attr-defined]
     fp8 = types.ModuleType("transformer_engine.pytorch.fp8")
     for name in ("check_fp8_support", "check_mxfp8_support", "check_fp8_block_scaling_support",
-                 "check_recipe_support"):
+                 "check_nvfp4_support", "check_recipe_support"):
         setattr(fp8, name, getattr(checks, name))
 
     if version == OLD:
@@ -430,6 +459,7 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
         te.is_mxfp8_available = available(checks.check_mxfp8_support)  # type: ignore[attr-defined]
         te.is_fp8_block_scaling_available = available(  # type: ignore[attr-defined]
             checks.check_fp8_block_scaling_support)
+        te.is_nvfp4_available = available(checks.check_nvfp4_support)  # type: ignore[attr-defined]
 
         def fp8_getattr(name: str) -> Any:
             # Since 2.9 pytorch/fp8.py is a shim that warns on import; fp8bench must not need it.

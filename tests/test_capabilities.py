@@ -29,6 +29,25 @@ def test_cuda_rules_follow_compute_capability_and_cuda(cc, cuda, tensorwise, blo
     assert c.fp8_variant == "ocp"
     if not mx:
         assert f"{cc[0]}.{cc[1]}" in c.fp8_reason(Granularity.MX)
+    # The 4-bit rows: FP4 tensor cores come with compute capability 10.x (B200, GB200, B300), as MX does here.
+    assert set(c.fp8_reasons) == set(caps.MATRIX_KEYS)
+    for row in ("nvfp4", "mxfp4"):
+        assert (c.fp8_reasons[row] is None) is (cc[0] == 10), (cc, row)
+
+
+def test_four_bit_recipes_read_their_own_rows() -> None:
+    from fp8bench.recipes import PRECISIONS
+
+    assert caps.capability_key(PRECISIONS.get("mxfp4")) == "mxfp4"
+    assert caps.capability_key(PRECISIONS.get("mxfp8")) == "mx"
+    assert caps.capability_key(PRECISIONS.get("nvfp4")) == "nvfp4"
+    b200 = caps.capabilities_for(CUDA, target=caps.CudaTarget("NVIDIA B200", (10, 0), (12, 9), (2, 13)))
+    assert b200.recipe_reason(PRECISIONS.get("nvfp4"), backward=True) is None
+    assert b200.recipe_reason(PRECISIONS.get("mxfp4"), backward=True) is None
+    old = caps.capabilities_for(CUDA, target=caps.CudaTarget("NVIDIA B200", (10, 0), (12, 6), (2, 13)))
+    assert "CUDA 12.8+" in old.recipe_reason(PRECISIONS.get("nvfp4"))
+    mi300 = caps.capabilities_for(CUDA, name="AMD Instinct MI300X", cc=(9, 4), rocm=True)
+    assert "ROCm" in mi300.fp8_reasons["nvfp4"] and mi300.fp8_reasons["mxfp4"] is not None
 
 
 def test_live_cuda_target_reads_torch_build(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,6 +69,7 @@ def test_cpu_runs_tensorwise_and_rowwise_only() -> None:
     assert c.fp8_reason(Granularity.TENSORWISE) is None and c.fp8_reason(Granularity.ROWWISE) is None
     assert "tensorwise and rowwise" in c.fp8_reason(Granularity.BLOCKWISE)
     assert c.fp8_reason(Granularity.MX) is not None
+    assert "no FP4 kernel" in c.fp8_reasons["nvfp4"] and "no FP4 kernel" in c.fp8_reasons["mxfp4"]
 
 
 @pytest.mark.parametrize(("text", "parsed"), [("2.20.2+cu128", (2, 20, 2)), ("0.18.0", (0, 18, 0)),

@@ -35,3 +35,15 @@ def test_block_recipes_key_their_only_accumulation_mode_as_before() -> None:
     block = {**FP8, "precision": "fp8_blockwise", "accumulation": "full"}
     assert "/full-accum" not in case_key(block)
     assert comparability_key(block, RUN) == comparability_key({**block, "accumulation": None}, RUN)
+
+
+def test_distributed_runs_are_compared_only_at_the_same_ranks_and_spread_over_nodes() -> None:
+    def run(world_size: int, per_node: int) -> dict:
+        return {**RUN, "spec": {"distributed": {"world_size": world_size, "ranks_per_node": per_node,
+                                                "backend": "nccl", "launcher": "torchrun"}}}
+
+    single = comparability_key(FP8, RUN)
+    assert comparability_key(FP8, {**RUN, "spec": {"suite": None}}) == single  # single-process keys unchanged
+    keys = {comparability_key(FP8, r) for r in (run(2, 2), run(8, 8), run(8, 4))}
+    assert len(keys) == 3 and single not in keys
+    assert comparability_key(FP8, run(8, 4)) == comparability_key(FP8, run(8, 4))

@@ -114,3 +114,30 @@ def test_converge_verb_rejects_bad_input(tmp_path, capsys):
     assert "steps must be at least 2" in capsys.readouterr().err
     assert main(["converge", "--shape", "tiny,heads=5", "--results-dir", str(tmp_path)]) == 2
     assert main(["converge", "--backend", "triton", "--results-dir", str(tmp_path)]) == 2
+
+
+@pytest.mark.slow
+def test_converge_trains_four_bit_recipes_and_records_their_options(tmp_path, capsys):
+    """nvfp4 and mxfp4 train through the emulated layers; each curve keeps its gradient options and e2m1."""
+    code = main(["converge", "--shape", SHORT, "--steps", "8", "--window", "4", "--precision", "bf16", "nvfp4",
+                 "mxfp4", "--rht", "on", "--no-control", "--stats-every", "4", "--results-dir", str(tmp_path),
+                 "--json", "--fp8-format", "hybrid"])  # hybrid is for FP8 recipes: the 4-bit ones ignore it
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0, summary
+    assert [c["precision"] for c in summary["curves"]] == ["bf16", "nvfp4", "mxfp4"], summary
+    assert [c["verdict"] for c in summary["curves"]][1:] in (["ok", "ok"], ["ok", "gap"], ["gap", "ok"],
+                                                            ["gap", "gap"]), summary
+    frame = open_store(tmp_path).records_frame(with_data=True)
+    data = [json.loads(d) if isinstance(d, str) else d for d in frame["data"]]
+    by_name = {d["precision"]: d for d in data}
+    # --rht on reaches both; stochastic rounding stays each recipe's default (nvfp4 on, as TE; mxfp4 off).
+    assert by_name["nvfp4"]["extra"]["fp4_options"] == {"stochastic_rounding": True, "rht": True}
+    assert by_name["mxfp4"]["extra"]["fp4_options"] == {"stochastic_rounding": False, "rht": True}
+    assert by_name["nvfp4"]["fp8_format"] == "e2m1" and "fp4_options" not in by_name["bf16"]["extra"]
+    grads = by_name["mxfp4"]["extra"]["cast_stats"][0]["layers"]["blocks.0.attn.qkv"]["grad_output"]
+    assert grads["underflow_frac"] < 0.5  # per-block scales keep gradients in E2M1's range
+
+
+def test_converge_rejects_a_bad_on_off_value(tmp_path, capsys):
+    assert main(["converge", "--rht", "maybe", "--results-dir", str(tmp_path)]) == 2
+    assert "maybe" in capsys.readouterr().err

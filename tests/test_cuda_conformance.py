@@ -198,3 +198,74 @@ def test_capability_matrix_and_recipes_read_the_same_rules() -> None:
     assert "dgrad GEMM" in h100.recipe_reason(hybrid, backward=True)
     assert "E5M2 x E5M2" in h100.recipe_reason(resolve_precision("fp8_rowwise", "e5m2"))
     assert isinstance(hybrid, Fp8Recipe)
+
+
+# --- 4-bit recipes --------------------------------------------------------------------------------------------
+
+FP4 = torch.float4_e2m1fn_x2
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("recipe", ("nvfp4", "mxfp4"))
+@pytest.mark.parametrize("workload", ("gemm", "attention", "transformer_step"))
+def test_four_bit_recipes_conform(workload: str, recipe: str, target: str) -> None:
+    """Packed FP4 data and blocked scales pass torch's meta functions on 10.x; elsewhere the FP4 rule refuses."""
+    _check(workload, recipe, "e4m3", "torch", target)
+    replay = _replay(workload, recipe, "e4m3", "torch", TARGETS[target])
+    if TARGETS[target].cc[0] == 10:
+        assert replay.conforms, replay.error
+        api = "_scaled_mm_v2" if recipe == "nvfp4" else "_scaled_mm"  # F.scaled_mm's MXFP4 is ROCm-only
+        assert {c.op for c in replay.calls} == {api}
+        assert all(c.spec and c.spec.a_dtype == FP4 and not c.spec.fast_accum for c in replay.calls)
+    else:
+        assert replay.skip_reason and "compute capability 10.x" in replay.skip_reason and replay.refused
+
+
+def test_nvfp4_passes_two_scale_levels_and_a_bad_layout_is_refused_by_meta() -> None:
+    import torch.nn.functional as F
+
+    from fp8bench.quantize import quantize_nvfp4
+    from fp8bench.scaled_gemm import fp8_scaled_mm, to_blocked_scales
+
+    b200 = TARGETS["b200-cuda12.9"]
+    qa, qb = quantize_nvfp4(torch.randn(192, 256)), quantize_nvfp4(torch.randn(128, 256))
+    with emulating(b200) as emulation:
+        fp8_scaled_mm(qa, qb, torch.bfloat16)
+    call = emulation.calls[0]
+    assert call.accepted and call.spec.scale_a is ScaleLayout.NV_1X16
+    assert [int(r) for r in call.args["recipe_a"]] == [int(F.ScalingType.BlockWise1x16), int(F.ScalingType.TensorWise)]
+    # 192 rows pad to 256 in the blocked layout, 256 / 16 = 16 scale columns: 4096 E4M3 scales.
+    assert call.args["scale_a"][0].shape == (256 * 16,) and call.args["scale_a"][1].dtype == torch.float32
+    a, b = torch.zeros(192, 128, dtype=torch.uint8).view(FP4), torch.zeros(128, 128, dtype=torch.uint8).view(FP4)
+    unpadded = qa.scale.to(torch.float8_e4m3fn).reshape(-1)  # not blocked: too few scales
+    recipe = [F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise]
+    swizzle = [F.SwizzleType.SWIZZLE_32_4_4, F.SwizzleType.NO_SWIZZLE]
+    with pytest.raises(CudaRefusal, match="NV scaling") as info, emulating(b200):
+        F.scaled_mm(a, b.t(), [unpadded, qa.tensor_scale], recipe,
+                    [to_blocked_scales(qb.scale.to(torch.float8_e4m3fn)), qb.tensor_scale], recipe,
+                    swizzle_a=swizzle, swizzle_b=swizzle, output_dtype=torch.bfloat16)
+    assert info.value.call.refused_by == "meta"
+
+
+@pytest.mark.parametrize(("target", "spec", "refused"), [
+    ("b200-cuda12.9", ScaledGemmSpec(FP4, FP4, ScaleLayout.NV_1X16, ScaleLayout.NV_1X16, torch.bfloat16), None),
+    ("b200-cuda12.9", ScaledGemmSpec(FP4, FP4, ScaleLayout.MX_1X32, ScaleLayout.MX_1X32, torch.bfloat16,
+                                     api="_scaled_mm"), None),
+    ("b200-cuda12.9", ScaledGemmSpec(FP4, FP4, ScaleLayout.MX_1X32, ScaleLayout.MX_1X32, torch.bfloat16,
+                                     api="_scaled_mm_v2"), "ROCm-only"),
+    ("b200-cuda12.9", ScaledGemmSpec(FP4, FP4, ScaleLayout.NV_1X16, ScaleLayout.NV_1X16, torch.bfloat16,
+                                     fast_accum=True), "use_fast_accum"),
+    ("b200-cuda12.9", ScaledGemmSpec(FP4, torch.float8_e4m3fn, ScaleLayout.NV_1X16, ScaleLayout.NV_1X16,
+                                     torch.bfloat16), "both sides"),
+    ("b200-cuda12.9", ScaledGemmSpec(torch.float8_e4m3fn, torch.float8_e4m3fn, ScaleLayout.NV_1X16,
+                                     ScaleLayout.NV_1X16, torch.bfloat16), "FP4 (float4_e2m1fn_x2) operands only"),
+    ("h100-cuda12.9", ScaledGemmSpec(FP4, FP4, ScaleLayout.NV_1X16, ScaleLayout.NV_1X16, torch.bfloat16), "10.x"),
+    ("b200-cuda12.9", ScaledGemmSpec(FP4, FP4, ScaleLayout.NV_1X16, ScaleLayout.MX_1X32, torch.bfloat16),
+     "on both operands"),
+])
+def test_fp4_rules(target: str, spec: ScaledGemmSpec, refused: str | None) -> None:
+    why = scaled_gemm_reason(spec, TARGETS[target])
+    assert (why is None) if refused is None else (why is not None and refused in why), why
+    old_cuda = CudaTarget("NVIDIA B200", (10, 0), (12, 6), (2, 13))
+    if refused is None:
+        assert "CUDA 12.8+" in (scaled_gemm_reason(spec, old_cuda) or "")

@@ -245,7 +245,8 @@ def test_run_range_in_the_url_selects_those_runs(monkeypatch, cpu_run_store):
     first = cpu_run_store["run_ids"][0]
     at = open_app(monkeypatch, cpu_run_store["dir"], "environment", query={"runs": f"{first}..{first}"})
     no_failures(at)
-    assert list(at.dataframe[1].value["run_id"]) == [first]  # the runs table
+    runs_table = next(df.value for df in at.dataframe if "finished_at" in df.value.columns)
+    assert list(runs_table["run_id"]) == [first]
     assert at.query_params["runs"] == f"{first}..{first}"
 
 
@@ -326,3 +327,29 @@ def test_downsample_keeps_each_stretchs_extremes_and_the_step():
     assert list(drawn["position"]) == sorted(drawn["position"])
     small = frame.iloc[:50]
     assert downsample(small, "position", "median_s", max_points=200) is small
+
+
+@pytest.mark.slow
+def test_phases_page_lists_the_profile_trace_of_a_profiled_case(monkeypatch, tmp_path):
+    from fp8bench.dashboard.profiles import PERFETTO_URL, readable_trace
+
+    results = tmp_path / "results"
+    out = run_cli("run", "--shape", "64x64x64", "--precision", "bf16", "--backend", "emulated", "--device", "cpu",
+                  "--budget", "2", "--max-time", "0.2", "--no-energy", "--profile", "--json",
+                  "--results-dir", results).stdout
+    (record,) = json.loads(out.strip().splitlines()[-1])["records"]
+    trace = record["extra"]["profile"]["trace"]
+    at = open_app(monkeypatch, results, "phases")
+    no_failures(at)
+    assert "Profile traces" in [s.value for s in at.subheader]
+    assert f"bf16 / emulated: {trace}" in [t.value for t in at.text]
+    assert [b.proto.url for b in at.get("link_button")] == [PERFETTO_URL]
+    (download,) = [b for b in at.get("download_button") if b.proto.label.startswith("Download the trace")]
+    assert readable_trace(trace) == Path(trace)
+    # Paths that do not look like a trace fp8bench wrote are shown but never read.
+    link = Path(trace).with_name("link" + Path(trace).name)
+    link.symlink_to(trace)
+    elsewhere = tmp_path / Path(trace).name
+    elsewhere.write_text("{}")
+    assert readable_trace(str(link)) is None and readable_trace(str(elsewhere)) is None
+    assert readable_trace("/etc/passwd") is None and readable_trace(None) is None

@@ -89,3 +89,34 @@ def test_the_workflow_parser_is_the_same_parser():
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(["gate", "only-one"])
     assert exc.value.code == EXIT_HARNESS_ERROR
+
+
+@pytest.mark.parametrize("argv", [
+    ["payoff", "--workload", "gemmm"], ["payoff", "--baseline", "bf61"], ["payoff", "--precision", "fp8_rowwse"],
+    ["changes", "--workload", "gemmm"], ["changes", "--backend", "tourch"],
+    ["export", "--format", "csv", "--workload", "gemmm"], ["export", "--format", "csv", "--precision", "fp9"],
+])
+def test_a_mistyped_filter_name_is_bad_input_naming_it_not_an_empty_answer(argv, tmp_path, capsys):
+    """A filter that matches nothing would read as an empty store or as "no regression": a name that no registry
+    and no stored record carries is refused, with the accepted names."""
+    from tests.test_changes import nightly_store
+
+    nightly_store(tmp_path / "store", n=4, slow_from=99)
+    module = VERBS[argv[0]]
+    code = main([*argv, "--store", str(tmp_path / "store")])
+    err = capsys.readouterr().err
+    bad = next(a for a in argv[1:] if not a.startswith("--") and a != "csv")
+    assert code == module.EXIT_CODES.bad_input, f"{argv}: exited {code}"
+    assert f"'{bad}'" in err and "accepted:" in err
+
+
+def test_a_filter_name_only_the_store_knows_is_still_accepted(tmp_path, capsys):
+    """Records of a backend no longer registered (an older version, a plugin not loaded now) can still be read."""
+    import json
+
+    from tests.gate_fixtures import payload, record
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(payload("r", [{**record(64, "bf16", [1e-3, 1.1e-3]), "backend": "retired_backend"}])))
+    assert main(["export", str(run), "--format", "csv", "--backend", "retired_backend"]) == 0
+    assert "retired_backend" in capsys.readouterr().out

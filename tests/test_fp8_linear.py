@@ -159,14 +159,16 @@ def test_autocast_input_is_quantized_from_the_autocast_dtype():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("precision", ["fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8"])
+@pytest.mark.parametrize("precision", ["fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8",
+                                       "nvfp4", "mxfp4"])
 def test_native_gemms_on_cuda_agree_with_emulated(precision):
     from fp8bench.capabilities import capabilities_for
     from fp8bench.devices import resolve_device
 
     device = resolve_device("cuda")
-    recipe = resolve_precision(precision)
-    why = capabilities_for(device).fp8_reason(recipe.granularity)
+    # Stochastic rounding draws differ between the two layers: compare the deterministic 4-bit path.
+    recipe = resolve_precision(precision, stochastic_rounding=False)
+    why = capabilities_for(device).recipe_reason(recipe, backward=True)
     if why:
         pytest.skip(why)
     x, w, dy = (t.cuda() for t in _problem(6))
@@ -178,3 +180,55 @@ def test_native_gemms_on_cuda_agree_with_emulated(precision):
         outs.append(_run(layer, x, dy))
     for native, emulated in zip(*outs, strict=True):
         assert compare(native, emulated.double()).sqnr_db > 40
+
+
+# --- 4-bit recipes ------------------------------------------------------------------------------------------------
+
+def _fp4_layer(precision: str, w: torch.Tensor, **options) -> Fp8Linear:
+    layer = Fp8Linear(K, N, resolve_precision(precision, "e4m3", **options), gemm=EMULATED)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    return layer
+
+
+@pytest.mark.parametrize("precision", ["nvfp4", "mxfp4"])
+def test_four_bit_layers_match_fp64_within_e2m1_tolerance(precision):
+    """E2M1 operands in all three GEMMs: about 20 dB per operand (fp8bench.predicted_sqnr), a GEMM a few dB
+    below; far under any FP8 recipe (E4M3 GEMMs reach ~28 dB)."""
+    x, w, dy = _problem(7)
+    torch.manual_seed(0)
+    layer = _fp4_layer(precision, w, stochastic_rounding=False, rht=False)
+    for name, got, ref in zip(("y", "dx", "dw"), _run(layer, x, dy), _reference(x, w, dy), strict=True):
+        num = compare(got, ref)
+        assert num.finite
+        assert rounding_sqnr_db(1) - GEMM_MARGIN_DB < num.sqnr_db < rounding_sqnr_db(3) - 6, (precision, name, num)
+    assert layer.operands.x(x).fmt.name == layer.operands.grad(dy).fmt.name == "e2m1"
+
+
+def test_stochastic_rounding_acts_on_gradients_only_and_is_unbiased():
+    x, w, dy = _problem(8)
+    torch.manual_seed(0)
+    rtn, sr = (_fp4_layer("nvfp4", w, stochastic_rounding=on, rht=False) for on in (False, True))
+    out_rtn, out_sr = _run(rtn, x, dy), _run(sr, x, dy)
+    assert torch.equal(out_rtn[0], out_sr[0])  # the forward GEMM rounds to nearest either way
+    assert not torch.equal(out_rtn[1], out_sr[1]) and not torch.equal(out_rtn[2], out_sr[2])
+    # Averaged over draws, stochastically rounded gradients converge on the BF16 gradient; rounding to nearest
+    # keeps its bias however often it is repeated.
+    g = dy.to(torch.bfloat16)
+    mean = torch.stack([sr.operands.grad(g).dequantize() for _ in range(64)]).mean(0)
+    once = rtn.operands.grad(g).dequantize()
+    assert compare(mean, g.double()).sqnr_db > compare(once, g.double()).sqnr_db + 8
+
+
+def test_hadamard_transform_acts_on_the_wgrad_gemm_only_and_cancels():
+    x, w, dy = _problem(9)
+    torch.manual_seed(0)
+    plain, rht = (_fp4_layer("mxfp4", w, stochastic_rounding=False, rht=on) for on in (False, True))
+    assert plain.operands.hadamard is None and rht.operands.hadamard is not None
+    out_plain, out_rht = _run(plain, x, dy), _run(rht, x, dy)
+    assert torch.equal(out_plain[0], out_rht[0]) and torch.equal(out_plain[1], out_rht[1])
+    assert not torch.equal(out_plain[2], out_rht[2])
+    # Unquantized, the transformed operands give the same weight gradient.
+    dy_t, x_t = rht.operands.wgrad_operands(dy.t().contiguous(), x.t().contiguous())
+    assert torch.allclose(dy_t @ x_t.t(), dy.t() @ x, rtol=1e-4, atol=1e-6)
+    assert compare(out_rht[2], _reference(x, w, dy)[2]).sqnr_db > rounding_sqnr_db(1) - GEMM_MARGIN_DB

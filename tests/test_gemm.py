@@ -49,6 +49,9 @@ def test_min_bytes_by_precision():
     assert GEMM.min_bytes(shape, PRECISIONS.get("fp32")) == 4 * operands + 4 * 64 * 32
     assert GEMM.min_bytes(shape, PRECISIONS.get("bf16")) == 2 * operands + 2 * 64 * 32
     assert GEMM.min_bytes(shape, PRECISIONS.get("fp8_rowwise")) == operands + 2 * 64 * 32
+    # E2M1: half a byte per element, plus a one-byte scale per 16 (nvfp4) or 32 (mxfp4) elements.
+    assert GEMM.min_bytes(shape, PRECISIONS.get("nvfp4")) == operands // 2 + operands // 16 + 2 * 64 * 32
+    assert GEMM.min_bytes(shape, PRECISIONS.get("mxfp4")) == operands // 2 + operands // 32 + 2 * 64 * 32
 
 
 def test_fp8_alignment_rule_names_the_shape():

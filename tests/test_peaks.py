@@ -24,6 +24,9 @@ def test_precisions_map_to_columns():
     assert peak_key(PRECISIONS.get("tf32")) == "tf32"
     assert peak_key(PRECISIONS.get("fp8_delayed")) == "fp8"
     assert peak_key(PRECISIONS.get("mxfp8")) == "mxfp8"
+    # 4-bit recipes are held to an FP4 rate, which the table does not list: no percentage rather than a wrong one.
+    assert peak_key(PRECISIONS.get("nvfp4")) == peak_key(PRECISIONS.get("mxfp4")) == "fp4"
+    assert table_peak("NVIDIA B200", "fp4") is None
     # MX falls back to the FP8 rate where no separate figure is listed; unknown devices have no peak.
     assert table_peak("NVIDIA B200", "mxfp8").unconfirmed
     assert table_peak("NVIDIA H100 80GB HBM3", "mxfp8").value == 1979

@@ -12,10 +12,16 @@ from scipy import integrate
 import fp8bench.predicted_sqnr as P
 from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
 from fp8bench.devices import Device
-from fp8bench.formats import E4M3, E5M2, FP8_FORMATS
+from fp8bench.formats import E2M1, E4M3, E5M2, FP8_FORMATS
 from fp8bench.numerics import compare
 from fp8bench.pipeline import BuildContext, Unsupported
-from fp8bench.quantize import quantize_blockwise, quantize_mx, quantize_rowwise, quantize_tensorwise
+from fp8bench.quantize import (
+    quantize_blockwise,
+    quantize_mx,
+    quantize_nvfp4,
+    quantize_rowwise,
+    quantize_tensorwise,
+)
 from fp8bench.recipes import PRECISIONS, Fp8Recipe, resolve_precision
 
 # Measured SQNRs are one draw of a random tensor. With a million elements their spread is a few hundredths of a dB
@@ -48,6 +54,37 @@ def test_prediction_matches_the_shared_quantizers(fmt_name, sigma):
         assert predicted == pytest.approx(measured, abs=TOLERANCE_DB), (granularity, predicted, measured)
 
 
+@pytest.mark.parametrize("sigma", [1.0, 1 / math.sqrt(2048)])
+def test_e2m1_prediction_matches_the_shared_quantizers(sigma):
+    """NVFP4 (E4M3-rounded block scales under a tensor scale) and MXFP4 (power-of-two scales) with E2M1 elements."""
+    x = torch.randn(ROWS, COLS, generator=torch.Generator().manual_seed(7)) * sigma
+    dist = P.Normal(sigma)
+    nv = P.Grouping(16, P.NvFp4Scale(P.median_amax(dist, x.numel())))
+    cases = {"nvfp4": (nv, quantize_nvfp4(x)), "mxfp4": (P.Grouping(32, P.PowerOfTwoScale()), quantize_mx(x, E2M1))}
+    for name, (grouping, q) in cases.items():
+        measured = compare(q.dequantize(), x).sqnr_db
+        predicted = P.predict_sqnr_db(dist, E2M1, grouping)
+        assert predicted == pytest.approx(measured, abs=TOLERANCE_DB), (name, predicted, measured)
+
+
+def test_e2m1_physics():
+    """One mantissa bit: about 20 dB per 16-value block, and the E4M3 rounding of NVFP4's scales is visible."""
+    dist = P.Normal(1.0)
+    ideal = P.predict_sqnr_db(dist, E2M1, P.Grouping(16, P.CurrentScale()))
+    nv = P.predict_sqnr_db(dist, E2M1, P.Grouping(16, P.NvFp4Scale(P.median_amax(dist, 1 << 20))))
+    mx = P.predict_sqnr_db(dist, E2M1, P.Grouping(32, P.PowerOfTwoScale()))
+    assert 18 < mx < nv < ideal < 22
+    assert 0.02 < ideal - nv < 0.5  # the scale's own 3-bit rounding costs a little, not a mantissa bit (6 dB)
+    np.testing.assert_array_equal(P.grid(E2M1), [0, 0.5, 1, 1.5, 2, 3, 4, 6])
+    assert P.emax_of(E2M1) == E2M1.mx_emax == 2
+    # Every E4M3 cell edge in range is a breakpoint of the block scale.
+    rule = P.NvFp4Scale(6 * 448.0)  # tensor scale 1: block amax a maps to a / 6
+    assert rule(np.asarray([6 * 17.0]), E2M1)[0] == 16.0 and rule(np.asarray([6 * 17.1]), E2M1)[0] == 18.0
+    assert 6 * 17.0 in rule.breakpoints(6 * 16.5, 6 * 19.0)
+    with pytest.raises(ValueError, match="positive tensor amax"):
+        P.NvFp4Scale(0.0)
+
+
 GEMM_SHAPE = {"m": 256, "n": 384, "k": 2048}
 
 
@@ -64,6 +101,8 @@ def gemm_inputs():
 def test_gemm_prediction_matches_the_backends(gemm_inputs, recipe, fp8_format):
     """Through the emulated backend always, and the torch backend's real CPU kernels where they run."""
     inputs, reference = gemm_inputs
+    if PRECISIONS.get(recipe).is_fp4 and fp8_format != "e4m3":
+        pytest.skip("4-bit recipes have E2M1 elements: no FP8 format to choose")
     precision = resolve_precision(recipe, fp8_format)
     assert isinstance(precision, Fp8Recipe)
     predicted = P.predict_gemm_sqnr(precision, GEMM_SHAPE).sqnr_db
@@ -171,6 +210,11 @@ def test_operand_grouping_follows_the_recipe():
     assert P.operand_grouping(rec("fp8_blockwise"), "rhs", 256, 256).size == 128 * 128
     mx = P.operand_grouping(rec("mxfp8"), "lhs", 64, 256)
     assert mx.size == 32 and isinstance(mx.rule, P.PowerOfTwoScale)
+    nv = P.operand_grouping(rec("nvfp4"), "lhs", 64, 256, P.Normal(1.0))
+    assert nv.size == 16 and nv.rule == P.NvFp4Scale(P.median_amax(P.Normal(1.0), 64 * 256))
+    with pytest.raises(ValueError, match="distribution"):
+        P.operand_grouping(rec("nvfp4"), "lhs", 64, 256)
+    assert P.operand_grouping(rec("mxfp4"), "rhs", 64, 256).size == 32
     delayed = rec("fp8_delayed").with_options(margin=2)
     assert P.operand_grouping(delayed, "lhs", 8, 8).rule == P.CurrentScale(margin=2)
     with pytest.raises(ValueError, match="role"):

@@ -114,3 +114,106 @@ def test_quantizer_for_each_recipe_and_role():
     assert quantizer_for(PRECISIONS.get("fp8_tensorwise"), "lhs", E5M2)(x).data.dtype == torch.float8_e5m2
     with pytest.raises(ValueError, match="'lhs' or 'rhs'"):
         quantizer_for(PRECISIONS.get("fp8_tensorwise"), "out")
+
+
+# --- 4-bit (E2M1) ---------------------------------------------------------------------------------------------
+
+def test_e2m1_round_to_nearest_ties_to_even_code_and_saturates():
+    from fp8bench.quantize import round_to_e2m1
+
+    u = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -5.0, 7.0, 0.3, -0.26, 2.9, 0.0])
+    assert round_to_e2m1(u).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, -4.0, 6.0, 0.5, -0.5, 3.0, 0.0]
+
+
+def test_e2m1_stochastic_rounding_is_unbiased_and_stays_on_neighbours():
+    from fp8bench.quantize import round_to_e2m1
+
+    u = torch.full((200_000,), 2.4)
+    r = round_to_e2m1(u, stochastic=True, generator=torch.Generator().manual_seed(0))
+    assert set(r.unique().tolist()) == {2.0, 3.0}
+    assert r.mean().item() == pytest.approx(2.4, abs=0.01)  # (2.4 - 2) / (3 - 2) of them round up
+    assert round_to_e2m1(torch.tensor([9.0, -1.0]), stochastic=True).tolist() == [6.0, -1.0]
+
+
+def test_pack_e2m1_nibbles_low_first():
+    from fp8bench.quantize import pack_e2m1
+
+    packed = pack_e2m1(torch.tensor([[0.5, 6.0, -1.0, 0.0]]))
+    assert packed.dtype == torch.float4_e2m1fn_x2 and packed.shape == (1, 2)
+    # 0.5 is code 1, 6 is code 7, -1 is 8 | 2.
+    assert packed.view(torch.uint8).tolist() == [[0x71, 0x0A]]
+    with pytest.raises(ValueError, match="odd"):
+        pack_e2m1(torch.zeros(2, 3))
+
+
+def test_nvfp4_two_level_scales():
+    from fp8bench.formats import E2M1
+    from fp8bench.quantize import quantize_nvfp4
+
+    x = randn(32, 64)
+    x[3, 5] = 40.0  # one outlier sets the tensor scale
+    q = quantize_nvfp4(x)
+    assert q.fmt is E2M1 and q.scale.shape == (32, 4) and q.block == (1, 16)
+    assert q.tensor_scale.item() == pytest.approx(40.0 / (6 * 448))
+    # Block scales are E4M3 values; the outlier's block scale is E4M3's max, and the outlier lands on 6.
+    assert torch.equal(q.scale, q.scale.to(torch.float8_e4m3fn).float())
+    assert q.scale.max().item() == 448.0 and q.data[3, 5].item() == 6.0
+    assert set(q.data.float().abs().unique().tolist()) <= {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}
+    # A block's largest value ends within one E4M3 rounding step of 6.
+    err = (q.dequantize() - x).pow(2).sum() / x.pow(2).sum()
+    assert 0.003 < err.item() < 0.03
+    # Overflow is physics here: a block whose E4M3 scale rounded down pushes its largest value (rarely two) past
+    # 6, where it saturates; a block whose scale rounded up has none.
+    stats = cast_stats(x, q)
+    exact = x.abs().reshape(32, 4, 16).amax(-1) / 6 / q.tensor_scale
+    rounded_down = (q.scale < exact * (1 - 2.0**-20)).float().mean().item()
+    assert 0 < stats.overflow_frac <= rounded_down * 2 / 16
+
+
+def test_nvfp4_block_whose_scale_underflows_becomes_zeros():
+    from fp8bench.quantize import quantize_nvfp4
+
+    x = torch.zeros(1, 32)
+    x[0, 0] = 1000.0
+    x[0, 16:] = 1e-6  # 1e-6 / 6 / (1000 / 2688) is far below E4M3's 2**-9
+    q = quantize_nvfp4(x)
+    assert q.scale[0, 1].item() == 0.0
+    assert torch.all(q.data[0, 16:] == 0) and torch.isfinite(q.dequantize()).all()
+    assert cast_stats(x, q).underflow_frac == pytest.approx(16 / 32)
+
+
+def test_mxfp4_power_of_two_scales_put_the_amax_in_4_to_8():
+    from fp8bench.formats import E2M1
+
+    x = randn(16, 64)
+    q = quantize_mx(x, E2M1)
+    assert torch.equal(q.scale, torch.exp2(torch.log2(q.scale).round()))
+    top = (x.abs().reshape(16, 2, 32).amax(-1) / q.scale)
+    assert ((top >= 4) & (top < 8)).all()
+    assert q.data.dtype == torch.bfloat16 and q.data.float().abs().max().item() <= 6.0
+
+
+def test_quantizer_for_four_bit_recipes_and_stochastic_option():
+    nv, mx = PRECISIONS.get("nvfp4"), PRECISIONS.get("mxfp4")
+    x = randn(16, 64)
+    assert quantizer_for(nv, "lhs")(x).granularity.value == "nvfp4"
+    assert quantizer_for(mx, "rhs")(x).block == (1, 32)
+    g = torch.Generator().manual_seed(1)
+    a = quantizer_for(nv, "lhs", stochastic=True, generator=g)(x).dequantize()
+    b = quantizer_for(nv, "lhs")(x).dequantize()
+    assert not torch.equal(a, b)
+    with pytest.raises(ValueError, match="E2M1 elements only"):
+        quantizer_for(PRECISIONS.get("mxfp8"), "lhs", stochastic=True)
+
+
+def test_hadamard_transform_is_orthonormal_and_cancels_in_a_product():
+    from fp8bench.quantize import hadamard_16, random_hadamard_transform
+
+    signs = torch.where(torch.rand(16, generator=torch.Generator().manual_seed(0)) < 0.5, -1.0, 1.0)
+    h = hadamard_16(signs=signs)
+    assert torch.allclose(h @ h.t(), torch.eye(16), atol=1e-6)
+    a, b = randn(8, 64, seed=1), randn(4, 64, seed=2)
+    ta, tb = random_hadamard_transform(a, h), random_hadamard_transform(b, h)
+    assert torch.allclose(ta @ tb.t(), a @ b.t(), atol=1e-4)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        random_hadamard_transform(randn(2, 24), h)

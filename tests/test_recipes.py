@@ -2,13 +2,20 @@ import pytest
 import torch
 
 from fp8bench.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
-from fp8bench.recipes import PRECISIONS, FloatPrecision, Fp8Recipe, Granularity, resolve_precision
+from fp8bench.recipes import (
+    PRECISIONS,
+    FloatPrecision,
+    Fp8FormatChoice,
+    Fp8Recipe,
+    Granularity,
+    resolve_precision,
+)
 from fp8bench.registry import UnknownNameError
 
 
 def test_every_contract_precision_is_registered():
     assert PRECISIONS.names() == ["fp32", "tf32", "bf16", "fp16", "fp8_tensorwise", "fp8_delayed", "fp8_rowwise",
-                                  "fp8_blockwise", "mxfp8"]
+                                  "fp8_blockwise", "mxfp8", "nvfp4", "mxfp4"]
 
 
 @pytest.mark.parametrize("fmt", list(FP8_FORMATS.values()), ids=lambda f: f.name)
@@ -67,3 +74,42 @@ def test_alignment_rules():
     assert PRECISIONS.get("fp8_tensorwise").gemm_alignment() == (16, 16, 16)
     assert PRECISIONS.get("fp8_blockwise").gemm_alignment() == (16, 128, 128)
     assert PRECISIONS.get("mxfp8").gemm_alignment() == (16, 16, 32)
+
+
+def test_four_bit_recipes_have_e2m1_elements_and_their_scales():
+    nv, mx = PRECISIONS.get("nvfp4"), PRECISIONS.get("mxfp4")
+    assert nv.forward_format.name == nv.backward_format.name == "e2m1"
+    assert mx.forward_format.name == "e2m1" and mx.granularity is Granularity.MX and mx.block_elements == 32
+    assert nv.granularity is Granularity.NVFP4 and nv.block_elements == 16
+    assert not nv.fast_accum and not mx.fast_accum  # no fast FP4 accumulation in PyTorch
+    # TE NVFP4BlockScaling defaults: disable_rht=False, disable_stochastic_rounding=False.
+    assert nv.stochastic_rounding and nv.rht
+    assert not mx.stochastic_rounding and not mx.rht
+    # Packed E2M1 needs K/2 % 16, and whole blocks.
+    assert nv.gemm_alignment() == (16, 16, 32) == mx.gemm_alignment()
+    assert "e2m1" in nv.describe() and "Hadamard" in nv.describe()
+
+
+def test_four_bit_recipe_validation_names_the_bad_value():
+    with pytest.raises(ValueError, match="hybrid does not apply"):
+        PRECISIONS.get("nvfp4").with_options(fp8_format=Fp8FormatChoice.HYBRID)
+    # A run's FP8 options reach every precision it names; the 4-bit recipes keep E2M1 (records name e2m1).
+    assert resolve_precision("nvfp4", "hybrid", margin=2).format_label == "e2m1"
+    with pytest.raises(ValueError, match="need block scales"):
+        Fp8Recipe("x", Granularity.ROWWISE, element_bits=4)
+    with pytest.raises(ValueError, match="4-bit"):
+        Fp8Recipe("x", Granularity.NVFP4)
+    with pytest.raises(ValueError, match="options of the 4-bit recipes"):
+        Fp8Recipe("x", Granularity.TENSORWISE, rht=True)
+    with pytest.raises(ValueError, match="16 elements"):
+        Fp8Recipe("x", Granularity.NVFP4, element_bits=4, nv_block=32)
+
+
+def test_resolve_sets_four_bit_options_and_ignores_off_for_fp8():
+    nv = resolve_precision("nvfp4", "e4m3", stochastic_rounding=False, rht=False)
+    assert not nv.stochastic_rounding and not nv.rht
+    mx = resolve_precision("mxfp4", "e4m3", stochastic_rounding=True)
+    assert mx.stochastic_rounding and not mx.rht
+    assert not resolve_precision("fp8_tensorwise", "e4m3", stochastic_rounding=False).stochastic_rounding
+    with pytest.raises(ValueError, match="options of the 4-bit"):
+        resolve_precision("fp8_rowwise", "e4m3", rht=True)

@@ -92,13 +92,14 @@ def test_no_store_with_out_leaves_the_results_folder_alone(tmp_path, capsys, mon
 # -- a full disk ---------------------------------------------------------------------------------------------------
 @pytest.fixture
 def tiny_filesystem(tmp_path):
-    """A 64 KiB tmpfs (sixteen pages): each atomic rewrite needs room for the old run file and the new one at once,
-    so the file can grow to about half of it. A record holds its raw samples, 1 to 20 KiB here depending on how many
-    samples the machine's speed allows in --max-time, so at least the first record fits and the whole run (18 cases,
-    well over 64 KiB) cannot (needs root and permission to mount)."""
+    """A 32 KiB tmpfs (eight pages). Each atomic rewrite of the run file needs pages for the old file and the new
+    one at once, so the file can grow to about 16 KiB. A record holds its raw samples: about 1 KiB when the case is
+    skipped (over budget on a loaded machine) and up to about 20 KiB when it ran, so the first record always fits
+    and the whole run of 18 cases (at least 20 KiB even when every case is skipped) never does. Needs root and
+    permission to mount."""
     mount = tmp_path / "tiny"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(mount)], capture_output=True)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
     try:

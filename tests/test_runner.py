@@ -115,6 +115,34 @@ def test_over_budget_is_skipped_not_hung(extra_backends):
     assert time.monotonic() - started < 3.0
 
 
+def test_one_preempted_probe_timing_does_not_skip_a_cheap_case():
+    """The probe's first timed call is held up 0.5 s (as by another process taking the core); its retimes are fast,
+    so the case runs instead of being skipped from an estimate of 12 calls x 8 x 0.5 s (the 128^3 probe scaled to
+    256^3) against a 5 s budget."""
+    backend = Backend(name="test_hiccup", kind="custom", description="test backend with one slow call")
+
+    calls = {"n": 0}  # across every pipeline built: only the probe's first timed call is held up
+
+    @backend.builder("gemm")
+    def build(ctx):
+        def call():
+            calls["n"] += 1
+            if calls["n"] == 2:  # the first call after the probe's warm-up call
+                time.sleep(0.5)
+            return ctx.inputs["a"] @ ctx.inputs["b"].t()
+
+        return Pipeline(end_to_end=call, phases={"gemm": call}, output=call, prequantized_phases=("gemm",))
+
+    BACKENDS.add(backend.name, backend)
+    try:
+        settings = RunSettings(device="cpu", budget_s=5.0, policy=SamplingPolicy(min_samples=10, max_time_s=0.2),
+                               warmup_s=0.0, energy=False)
+        record = CaseMeasurer(settings, CPU).measure(cases(["256x256x256"], ["fp32"], ["test_hiccup"], settings)[0])
+    finally:
+        BACKENDS.remove(backend.name)
+    assert record.status == "ok", record.reason
+
+
 def test_big_case_is_skipped_from_a_probe_estimate():
     # FP16 matmul on this CPU class is pathologically slow: a 4096^3 call would take minutes.
     settings = RunSettings(device="cpu", budget_s=2.0, policy=SamplingPolicy(min_samples=10), warmup_s=0.0)

@@ -94,13 +94,14 @@ def test_a_healthy_gpu_passes_every_check(healthy):
     assert not failed
     assert healthy.verdict is None
     assert set(verdicts(healthy.results, "gemm_peak")) == {"bf16", "fp8_tensorwise"}
-    assert len(verdicts(healthy.results, "sqnr")) == 10  # five FP8 recipes x E4M3, E5M2
+    assert len(verdicts(healthy.results, "sqnr")) == 12  # five FP8 recipes x E4M3, E5M2; nvfp4 and mxfp4 (E2M1)
+    assert {"nvfp4/e2m1", "mxfp4/e2m1"} <= set(verdicts(healthy.results, "sqnr"))
     peak = {r.subject: r.measured for r in healthy.results if r.check == "gemm_peak"}
     for subject in peak.values():
         assert subject["size"] == 256 and subject["tflops"] / subject["peak_tflops"] == pytest.approx(0.7, rel=0.1)
     energy = next(r for r in healthy.results if r.check == "energy")
     assert energy.subject == "nvml_counter"
-    assert energy.measured["median_power_w"] == pytest.approx(300.0)
+    assert energy.measured["mean_power_w"] == pytest.approx(300.0)
 
 
 def test_a_slow_gemm_fails_the_peak_check():
@@ -213,7 +214,7 @@ def test_timer_sqnr_and_case_rules():
 
 
 def test_energy_rules():
-    base = EnergyReading("nvml_counter", 2.0, 200.0, 1.0, 100, telemetry={"power_w": {"median": 200.0}})
+    base = EnergyReading("nvml_counter", 2.0, 200.0, 1.0, 100, telemetry={"power_w": {"median": 150.0, "mean": 200.0}})
     assert judge_energy(base)[0] is Verdict.PASS  # 200 W x 10 ms = 2 J
     assert judge_energy(replace(base, joules_per_iter=2.5))[0] is Verdict.FAIL
     assert judge_energy(replace(base, method="nvml_power"))[0] is Verdict.FAIL
@@ -272,7 +273,9 @@ def test_cpu_subset_end_to_end(tmp_path):
     assert [c["verdict"] for c in data["run"]["selfcheck"]["checks"]] == [r.verdict.value for r in out.results]
     checks = {rec["extra"]["selfcheck"] for rec in data["records"]}
     assert checks == {"cpu_ceiling", "sqnr", "backend"}
-    assert len(data["records"]) == len(out.records) == 1 + 10 + 2 * 2 + sum(
+    # One ceiling record, 12 SQNR cases (five FP8 recipes x E4M3, E5M2; nvfp4 and mxfp4), the backend checks',
+    # and a second record for each SQNR case torch refused here and the emulated reference ran.
+    assert len(data["records"]) == len(out.records) == 1 + 12 + 2 * 2 + sum(
         r.measured["backend"] == "emulated" for r in out.results if r.check == "sqnr")
 
 

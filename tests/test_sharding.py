@@ -140,6 +140,16 @@ def test_device_and_devices_together_are_a_usage_error(capsys, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def test_devices_under_torchrun_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    from fp8bench.distributed import _LAUNCH_VARS
+
+    for name, value in zip(_LAUNCH_VARS, ("0", "2", "0"), strict=True):  # rank 0 of 2, as torchrun sets them
+        monkeypatch.setenv(name, value)
+    code = main(["run", "--devices", "cpu,cpu", "--no-store", "--out", str(tmp_path / "r.json")])
+    assert code == EXIT_USAGE and "under torchrun every rank is already a process" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
+
+
 # -- whole runs on CPU workers -------------------------------------------------------------------------------------
 def _run(tmp_path: Path, name: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
     """``fp8bench run`` in a fresh process (as users run it; worker processes are spawned from it)."""
@@ -225,3 +235,13 @@ def test_a_worker_that_cannot_start_fails_its_cases_with_the_reason(tmp_path):
     assert [r["status"] for r in outcome.records] == ["failed", "failed"]
     assert all(r["reason"].startswith("worker for cpu could not start: OSError") for r in outcome.records)
     assert read_run_file(tmp_path / "run.json")["run"]["workers"][0]["deaths"] == []  # it ended, it did not die
+
+
+@pytest.mark.slow
+def test_a_sharded_run_profiles_each_case_in_its_worker(tmp_path):
+    code, run, err = _run(tmp_path, "profiled", "--devices", "cpu,cpu", "--profile", "torch", "--precision", "bf16")
+    assert code == EXIT_OK, err[-2000:]
+    traces = [Path(r["extra"]["profile"]["trace"]) for r in run["records"]]
+    assert len(traces) == 2 and all(t.is_file() and t.parent.parent == tmp_path for t in traces)
+    assert [t.name[:3] for t in traces] == ["000", "001"]  # named by seq, so workers never write the same file
+    assert all(json.loads(t.read_text())["traceEvents"] for t in traces)

@@ -103,7 +103,7 @@ def _create_v1(url: str) -> None:
 def test_old_schema_is_migrated_forward(store_url):
     _create_v1(store_url)
     store = open_store(store_url)
-    assert store.schema_version == STORE_SCHEMA_VERSION == 3
+    assert store.schema_version == STORE_SCHEMA_VERSION == 4
     frame = store.records_frame(run_ids=["old-run"])
     assert len(frame) == 2 and frame["comparability_key"].notna().all()
     # Migrated keys equal the keys a fresh ingest of the same run computes.
@@ -111,7 +111,23 @@ def test_old_schema_is_migrated_forward(store_url):
     fresh = store.records_frame(run_ids=["old-run-again"])
     assert list(frame["comparability_key"]) == list(fresh["comparability_key"])
     assert list(frame["git_commit"]) == ["c0ffee"] * 2 and list(frame["n"]) == [3, 3]  # schema 3, back-filled
-    assert open_store(store_url).schema_version == 3  # reopening does not migrate again
+    assert open_store(store_url).schema_version == 4  # reopening does not migrate again
+
+
+def test_schema_3_store_gets_the_profile_trace_column_filled_from_the_json(store_url):
+    run = make_run("profiled", n=2)
+    run["records"][1]["extra"] = {"profile": {"tool": "torch.profiler", "trace": "/r/runs/x.profile/001.pt.trace.json"}}
+    store = open_store(store_url)
+    store.ingest_run(run)
+    with store.engine.begin() as conn:  # back to schema 3: the column as it was before profiles existed
+        conn.execute(sa.text("ALTER TABLE records DROP COLUMN profile_trace"))
+        conn.execute(sa.text("UPDATE meta SET value = '3' WHERE key = 'schema_version'"))
+    store.engine.dispose()
+    migrated = open_store(store_url)
+    assert migrated.schema_version == 4
+    frame = migrated.records_frame(run_ids=["profiled"]).sort_values("seq")
+    assert frame["profile_trace"].isna().iloc[0]  # no profile in its JSON
+    assert frame["profile_trace"].iloc[1] == "/r/runs/x.profile/001.pt.trace.json"
 
 
 def _set_version(url: str, version: int) -> None:
@@ -244,8 +260,8 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
     before = _counts(store_url)
     assert before == {"runs": 3, "records": 26, "gate_reports": 1, "version": 2}
     store = open_store(store_url)
-    assert store.schema_version == 3
-    assert _counts(store_url) == {**before, "version": 3}
+    assert store.schema_version == 4
+    assert _counts(store_url) == {**before, "version": 4}
     frame = store.records_frame(with_data=True)
     runs = {r.run_id: (json.loads(r.data) if isinstance(r.data, str) else r.data) for r in store.runs_frame().itertuples()}
     for row in frame.itertuples():
@@ -263,7 +279,54 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
         phases = conn.execute(sa.text("SELECT COUNT(*) FROM record_phases")).scalar_one()
     stored = [json.loads(d) if isinstance(d, str) else d for d in frame["data"]]
     assert phases == sum(len(r.get("phases") or {}) for r in stored) > 0
+    if store.engine.dialect.name == "sqlite":  # the pages the migration freed were given back (VACUUM)
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA freelist_count").scalar_one() == 0
     # The migrated store takes new runs, and their typed columns come from the same code.
     store.ingest_run(make_run("after-migration", n=2))
     assert _counts(store_url)["records"] == before["records"] + 2
-    assert open_store(store_url).schema_version == 3
+    assert open_store(store_url).schema_version == 4
+
+
+# -- PostgreSQL timeouts: a stalled server never hangs a run or an ingest -------------------------------------------
+def test_postgres_gets_default_timeouts_unless_the_url_or_environment_sets_its_own(monkeypatch):
+    from fp8bench.store import PG_CONNECT_TIMEOUT_S, PG_STATEMENT_TIMEOUT_MS, postgres_timeouts
+
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    url = sa.engine.make_url
+    assert postgres_timeouts(url("postgresql://u@h/db")) == {
+        "connect_timeout": PG_CONNECT_TIMEOUT_S, "options": f"-c statement_timeout={PG_STATEMENT_TIMEOUT_MS}"}
+    # the URL's own settings win; other options the user passed are kept
+    assert postgres_timeouts(url("postgresql://u@h/db?connect_timeout=3&options=-c%20statement_timeout%3D500")) == {}
+    assert postgres_timeouts(url("postgresql://u@h/db?options=-c%20work_mem%3D64MB")) == {
+        "connect_timeout": PG_CONNECT_TIMEOUT_S,
+        "options": f"-c work_mem=64MB -c statement_timeout={PG_STATEMENT_TIMEOUT_MS}"}
+    # so do libpq's environment variables
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "5")
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=2000")
+    assert postgres_timeouts(url("postgresql://u@h/db")) == {}
+
+
+def test_a_server_that_accepts_but_never_answers_is_a_store_error_within_the_connect_timeout(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """The kernel completes the TCP handshake on a listening socket that nobody reads: libpq waits for the server's
+    first message until the default connect timeout (10 s; libpq's own default is to wait forever), and ingest ends
+    with the store error instead of hanging."""
+    import socket
+    import time
+
+    pytest.importorskip("psycopg")
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(make_run("stalled")))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"postgresql://bench@127.0.0.1:{listener.getsockname()[1]}/fp8bench"
+        started = time.monotonic()
+        code = main(["ingest", str(run), "--store", url])
+        took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot open store" in err
+    assert took < 40, f"ingest took {took:.1f} s against a 10 s connect timeout"

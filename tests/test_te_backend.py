@@ -266,3 +266,48 @@ def test_accumulation_switch_maps_to_tes_fprop_split_accumulator(te: FakeTE) -> 
     recipe = te.modules["transformer_engine.common.recipe"]
     with pytest.raises(AssertionError, match="Split accumulator required for fprop"):
         recipe.Float8BlockScaling(fp8_gemm_fprop=recipe.MMParams(use_split_accumulator=False))
+
+
+# --- 4-bit: NVFP4BlockScaling -------------------------------------------------------------------------------------
+
+def test_nvfp4_maps_to_nvfp4blockscaling_with_its_options() -> None:
+    spec = teb.te_recipe_spec(resolve_precision("nvfp4"))
+    assert (spec.cls, spec.check, spec.min_version, spec.alignment) == (
+        "NVFP4BlockScaling", "is_nvfp4_available", (2, 8), 128)
+    # TE's defaults (RHT and stochastic rounding on) are fp8bench's; 1x16 weight blocks as the other backends.
+    assert spec.kwargs == {"fp4_format": "E2M1", "fp8_format": "E4M3", "disable_rht": False,
+                           "disable_stochastic_rounding": False, "disable_2d_quantization": True}
+    plain = teb.te_recipe_spec(resolve_precision("nvfp4", stochastic_rounding=False, rht=False))
+    assert plain.kwargs["disable_rht"] and plain.kwargs["disable_stochastic_rounding"]
+
+
+def test_mxfp4_is_refused_because_te_has_no_such_recipe() -> None:
+    with pytest.raises(Unsupported, match="no MXFP4 recipe"):
+        teb.te_recipe_spec(resolve_precision("mxfp4"))
+    assert "no MXFP4 recipe" in teb.precision_support(resolve_precision("mxfp4"), Device("cuda", 0))
+
+
+def test_nvfp4_recipe_is_one_te_accepts_and_runs_on_10x_only(te: FakeTE) -> None:
+    spec = teb.te_recipe_spec(resolve_precision("nvfp4"))
+    recipe = teb.TEApi().make_recipe(spec)
+    assert type(recipe).__name__ == "NVFP4BlockScaling" and recipe.fp4_format.name == "E2M1"
+    assert recipe.disable_2d_quantization and not recipe.disable_rht
+    module = te.modules["transformer_engine.common.recipe"]
+    with pytest.raises(AssertionError, match="Only E4M3 is supported for NVFP4"):
+        module.NVFP4BlockScaling(fp8_format=module.Format.HYBRID)
+    te.gpu.compute_capability = (9, 0)
+    with pytest.raises(Unsupported, match="cannot run NVFP4BlockScaling on this GPU: Device compute capability "
+                                          "10.0 or higher required for NVFP4"):
+        teb.build_gemm(_ctx("nvfp4", shape="128x128x256", fmt="e4m3"))
+    te.gpu.compute_capability = (10, 0)
+    with pytest.raises(Unsupported, match=r"multiples of 128; got M=64"):
+        teb.build_gemm(_ctx("nvfp4", shape="64x128x256", fmt="e4m3"))
+    pipeline = teb.build_gemm(_ctx("nvfp4", shape="128x128x256", fmt="e4m3"))
+    pipeline.output()
+    assert pipeline.extra["te_recipe"] == "NVFP4BlockScaling"
+    assert type(te.state.regions[-1][1]).__name__ == "NVFP4BlockScaling"
+
+
+def test_te_older_than_2_8_refuses_nvfp4(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(teb, "installed_version", lambda dist: "2.7.0")
+    assert "needs Transformer Engine 2.8+" in teb.precision_support(resolve_precision("nvfp4"), Device("cuda", 0))

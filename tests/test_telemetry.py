@@ -58,7 +58,7 @@ def test_summarize_ors_reason_bits_and_ranges():
                Sample(0.2, 1800, None, 58, 350.0, 0x1)]
     s = summarize(samples, _names)
     assert s["samples"] == 3 and s["span_s"] == pytest.approx(0.2)
-    assert s["sm_clock_mhz"] == {"min": 1700, "median": 1800, "max": 1980}
+    assert s["sm_clock_mhz"] == {"min": 1700, "median": 1800, "mean": pytest.approx(1826.67, abs=0.01), "max": 1980}
     assert s["mem_clock_mhz"]["median"] == 2619  # a missing reading is skipped, not counted as 0
     assert s["temperature_c"] == {"start": 50, "max": 60, "end": 58}
     assert s["reasons_mask"] == 0x5 and s["reasons"] == ["gpu_idle", "sw_power_cap"]

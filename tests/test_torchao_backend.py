@@ -26,6 +26,8 @@ from fp8bench.workloads.gemm import GEMM  # noqa: E402
     ("fp8_rowwise", "e4m3", False, "rowwise"),
     ("fp8_rowwise", "e4m3", True, "rowwise_with_gw_hp"),
     ("mxfp8", "e4m3", False, "mxfp8"),
+    ("nvfp4", "e4m3", False, "nvfp4"),
+    ("mxfp4", "e4m3", False, "mxfp4"),
 ])
 def test_recipe_names(precision, fmt, wgrad_hp, name) -> None:
     assert tab.recipe_name(resolve_precision(precision, fmt), wgrad_hp) == name
@@ -153,3 +155,52 @@ def test_no_mxfp8_api_at_all_is_a_refusal_naming_both(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(Unsupported, match="neither MXFP8TrainingOpConfig.*nor MXLinearConfig"):
         tab.mx_api()
+
+
+# --- 4-bit: torchao's inference configs -------------------------------------------------------------------------
+
+def test_four_bit_recipes_are_refused_off_compute_capability_10_and_on_training_workloads() -> None:
+    from fp8bench.catalog import BACKENDS
+
+    cpu = Device("cpu")
+    for name in ("nvfp4", "mxfp4"):
+        precision = resolve_precision(name)
+        assert "no FP4 kernel" in tab.precision_support(precision, cpu)
+        assert "inference-only" in tab.model_support(precision, cpu)
+        assert "inference-only" in BACKENDS.get("torchao").unsupported_reason("transformer_step", precision, cpu)
+    with pytest.raises(ValueError, match="fp4_api"):
+        tab.torchao_config(resolve_precision("nvfp4"))
+
+
+def test_mxfp4_config_quantizes_weights_to_e2m1_mxtensors() -> None:
+    """torchao's MXDynamicActivationMXWeightConfig with FP4 dtypes: its weight becomes an MXTensor of E2M1 data."""
+    pytest.importorskip("torchao.prototype.mx_formats")
+    api = tab.fp4_api("mxfp4")
+    assert api.config.activation_dtype == api.config.weight_dtype == torch.float4_e2m1fn_x2
+    assert api.config.block_size == 32 and "MXDynamicActivationMXWeightConfig" in api.shape
+    model = nn.Sequential(nn.Linear(64, 32, bias=False, dtype=torch.bfloat16))
+    converted = tab.convert(model, resolve_precision("mxfp4"))
+    assert tab.low_precision_layers(converted, resolve_precision("mxfp4")) == 1
+    assert "MXTensor" in type(converted[0].weight).__name__
+
+
+def test_nvfp4_config_is_torchaos_two_level_format() -> None:
+    pytest.importorskip("torchao.prototype.mx_formats")
+    api = tab.fp4_api("nvfp4")
+    assert type(api.config).__name__ == "NVFP4DynamicActivationNVFP4WeightConfig"
+    assert api.config.use_dynamic_per_tensor_scale and not api.config.use_triton_kernel
+
+
+def test_missing_four_bit_configs_are_a_refusal_naming_them(monkeypatch) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def without_mx_formats(name: str, *args, **kwargs):
+        if name.startswith("torchao.prototype.mx_formats"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(tab.importlib, "import_module", without_mx_formats)
+    with pytest.raises(Unsupported, match="torchao has no nvfp4 config here"):
+        tab.fp4_api("nvfp4")

@@ -159,3 +159,17 @@ def test_nightly_runs_every_kind_of_gpu_runner_on_all_its_gpus_into_the_shared_s
     assert "matrix.device" in upload["with"]["name"]  # one artifact per runner kind, no name clash
     (selfcheck,) = [s for s in nightly["steps"] if s["name"].startswith("Selfcheck")]
     assert '--device "cuda:$i"' in selfcheck["run"]
+    # Last night's run and tonight's regressions are this runner's GPU model's: the other jobs write concurrently.
+    (before,) = [s for s in nightly["steps"] if s.get("id") == "before"]
+    assert 'runs["device_name"] == name' in before["run"] and "device_name=" in before["run"]
+    (new,) = [s for s in nightly["steps"] if s["name"] == "New regressions since last night"]
+    assert '--device "$DEVICE_NAME"' in new["run"]
+    assert new["env"]["DEVICE_NAME"] == "${{ steps.before.outputs.device_name }}"
+
+
+def test_nightly_sees_the_whole_history_and_fails_on_a_new_regression(workflow):
+    steps = {s["name"]: s for job_name, _job, s in _steps(workflow) if job_name == "nightly"}
+    assert steps["Check out main"]["with"]["fetch-depth"] == 0  # History orders by first-parent depth
+    assert steps["Latest run of this runner's GPU model in the store before tonight's"]["id"] == "before"
+    new = steps["New regressions since last night"]
+    assert "--fail-on-new" in new["run"] and new["env"]["SINCE"] == "${{ steps.before.outputs.run_id }}"

@@ -16,7 +16,9 @@ from fp8bench.recipes import resolve_precision
 
 # Shapes far beyond any machine's memory (the 100000^3 GEMM is the probe: it once tried to allocate 40 GB).
 HUGE = {"gemm": "100000x100000x100000", "attention": "b=64,h=64,kv_heads=8,s=131072,d=128",
-        "transformer_step": "width=16384,heads=128,kv_heads=128,layers=64,seq=8192,max_seq=8192,batch=64,vocab=256000"}
+        "transformer_step": "width=16384,heads=128,kv_heads=128,layers=64,seq=8192,max_seq=8192,batch=64,vocab=256000",
+        "grouped_gemm": "g=256,tokens=1000000,top_k=8,n=4096,k=7168",
+        "collective": "op=reduce_scatter,m=1000000,n=100000"}
 
 
 def test_every_registered_workload_must_estimate_its_memory():

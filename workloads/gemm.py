@@ -63,6 +63,10 @@ class Gemm(Workload):
 
     def min_bytes(self, shape: Shape, precision: Precision) -> int:
         m, n, k = shape["m"], shape["n"], shape["k"]
+        if isinstance(precision, Fp8Recipe) and precision.is_fp4:
+            # Two E2M1 values per byte, plus one 1-byte (E4M3 or E8M0) scale per block.
+            elements = m * k + n * k
+            return elements // 2 + elements // precision.block_elements + m * n * output_dtype(precision).itemsize
         in_bytes = 1 if isinstance(precision, Fp8Recipe) else precision.dtype.itemsize
         return (m * k + n * k) * in_bytes + m * n * output_dtype(precision).itemsize
 

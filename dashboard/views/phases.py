@@ -3,7 +3,8 @@
 FP8 pays for its faster GEMM with a quantize phase (find the absolute maximum, compute a scale, cast) and often an
 epilogue (rescale the output). Each phase is timed on its own, so the stacked bars show how much of the gain the
 scaling eats; the diamond marks the end-to-end median, timed as one call (it can differ from the stack's sum by
-launch gaps and cache effects between phases).
+launch gaps and cache effects between phases). A case run with ``fp8bench run --profile`` lists its profile traces
+(one per precision and backend) below the table.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.dashboard.data import PHASE_PREFIX, phase_columns
+from fp8bench.dashboard.profiles import show_traces
 from fp8bench.dashboard.widgets import (
     chart,
     current_view,
@@ -56,6 +58,7 @@ def main() -> None:
     if quantize in shown:
         shown["quantize_share"] = shown[quantize] / case[phase_cols].sum(axis=1, min_count=1)
     table(shown, "phases", quantize_share=st.column_config.NumberColumn(format="percent"))
+    show_traces(case, case["precision"] + " / " + case["backend"])
 
 
 main()

@@ -14,8 +14,10 @@ from fp8bench.commands.common import (
     UsageError,
     add_json_flag,
     add_store_flags,
+    check_filter_names,
     print_json,
     store_target,
+    stored_names,
 )
 
 NAME = "changes"
@@ -108,6 +110,8 @@ def execute(args: argparse.Namespace) -> int:
 
     config = _config(args)
     store = open_store(store_target(args))
+    check_filter_names({"workload": args.workload, "backend": args.backend, "precision": args.precision},
+                       stored_names(store))
     since = _since(store, args.fail_on_new) if args.fail_on_new else None
     flt = RecordFilter(device=tuple(args.device), workload=tuple(args.workload), backend=tuple(args.backend),
                        precision=tuple(args.precision), branch=tuple(args.branch))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import textwrap
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,35 @@ def add_store_flags(parser: argparse.ArgumentParser) -> None:
 
 def store_target(args: argparse.Namespace) -> str | Path:
     return args.store or (args.results_dir or default_results_dir())
+
+
+def check_filter_names(filters: Mapping[str, Iterable[str]],
+                       stored: Mapping[str, Iterable[object]] | None = None) -> None:
+    """Refuse a ``workload``, ``backend`` or ``precision`` filter value that is neither registered nor in the data.
+
+    A filter that matches nothing would otherwise read as an empty store or "no change found": a typo must be bad
+    input naming the value. Names found only in ``stored`` (written by an older version or a plugin not loaded now)
+    stay accepted, since their records can still be read."""
+    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+    from fp8bench.recipes import PRECISIONS
+    from fp8bench.registry import UnknownNameError
+
+    load_all()
+    registered = {"workload": WORKLOADS.names(), "backend": BACKENDS.names(), "precision": PRECISIONS.names()}
+    for kind, names in filters.items():
+        accepted = list(registered[kind])
+        accepted += sorted({str(n) for n in (stored or {}).get(kind, ()) if n} - set(accepted))
+        for name in names:
+            if name not in accepted:
+                raise UnknownNameError(kind, name, accepted)
+
+
+def stored_names(store: Any) -> dict[str, list[str]]:
+    """The workload, backend and precision names that ``store``'s records carry."""
+    from fp8bench.store_queries import filter_options
+
+    options = filter_options(store)
+    return {kind: list(options[kind].dropna().unique()) for kind in ("workload", "backend", "precision")}
 
 
 def print_json(obj: Any) -> None:

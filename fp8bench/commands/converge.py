@@ -24,9 +24,10 @@ from fp8bench.commands.common import (
 from fp8bench.units import fraction_arg
 
 NAME = "converge"
-HELP = "convergence check: FP8 loss curves against BF16 on the same model and data"
+HELP = "convergence check: FP8 and 4-bit loss curves against BF16 on the same model and data"
 DESCRIPTION = """Train the same GPT-style decoder (same initial weights, same synthetic batches) for N steps in
-BF16 and in each FP8 recipe, and compare every loss curve with BF16's: final and largest relative gap, and a
+BF16 and in each FP8 or 4-bit (nvfp4, mxfp4) recipe, and compare every loss curve with BF16's: final and largest
+relative gap, and a
 divergence flag (NaN/Inf, a gap over --diverge-gap, or a loss spike). A negative control with FP8 scaling
 disabled (fp8_unscaled) runs too, to show the check fails when training breaks. Each curve is stored as a
 record (workload transformer_step, per-step losses in extra.losses).
@@ -34,7 +35,8 @@ record (workload transformer_step, per-step losses in extra.losses).
 examples:
   fp8bench converge --steps 200
   fp8bench converge --steps 50 --precision bf16 fp8_rowwise --backend torch
-  fp8bench converge --shape tiny,seq=32 --fp8-format hybrid --no-control"""
+  fp8bench converge --shape tiny,seq=32 --fp8-format hybrid --no-control
+  fp8bench converge --steps 40 --precision nvfp4 mxfp4 --stochastic-rounding off --rht on"""
 EXIT_CODES = ExitCodes((
     (EXIT_OK, "no FP8 recipe diverged, and the negative control was flagged"),
     (EXIT_CASE_FAILED, "a recipe diverged, or the negative control was not flagged"),
@@ -44,7 +46,9 @@ EXIT_CODES = ExitCodes((
 ))
 DOC = "docs/workloads.md"
 
-DEFAULT_PRECISIONS = ["bf16", "fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8"]
+DEFAULT_PRECISIONS = ["bf16", "fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4",
+                      "mxfp4"]
+ON_OFF = {"on": True, "off": False}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "FP8 GEMMs; on the CPU only rowwise is fast)")
     p.add_argument("--fp8-format", default=None, choices=["e4m3", "e5m2", "hybrid"],
                    help="FP8 element format (default: each recipe's; fp8_delayed trains in hybrid, TE's default)")
+    p.add_argument("--stochastic-rounding", choices=sorted(ON_OFF), default=None,
+                   help="4-bit recipes: round gradients stochastically (default: each recipe's; nvfp4 on, as TE's "
+                        "NVFP4BlockScaling, mxfp4 off); FP8 recipes are unaffected")
+    p.add_argument("--rht", choices=sorted(ON_OFF), default=None,
+                   help="4-bit recipes: 16x16 random Hadamard transform of the wgrad GEMM's operands (default: "
+                        "each recipe's; nvfp4 on, mxfp4 off); FP8 recipes are unaffected")
     p.add_argument("--no-control", action="store_true", help="skip the fp8_unscaled negative control")
     p.add_argument("--window", type=int, default=10, help="smoothing window in steps (default 10)")
     p.add_argument("--tolerance", type=fraction_arg("--tolerance"), default=0.05,
@@ -90,7 +100,7 @@ def execute(args: argparse.Namespace) -> int:
         train_curve,
     )
     from fp8bench.devices import resolve_device
-    from fp8bench.recipes import Fp8Recipe, resolve_precision
+    from fp8bench.recipes import PRECISIONS, Fp8Recipe, fp4_settings, resolve_precision
     from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
     from fp8bench.runfile import check_writable
     from fp8bench.runner import RunSettings, new_run_id, run_header
@@ -108,7 +118,17 @@ def execute(args: argparse.Namespace) -> int:
         raise UsageError(f"backend {args.backend!r} cannot train the decoder; accepted: {', '.join(LAYER_CONVERTERS)}")
     shape = WORKLOADS.get("transformer_step").parse_shape(args.shape)
     names = [BASELINE, *[p for p in (args.precision or DEFAULT_PRECISIONS) if p != BASELINE]]
-    precisions = [resolve_precision(n, args.fp8_format, trains=True) for n in names]
+    sr, rht = (None if v is None else ON_OFF[v] for v in (args.stochastic_rounding, args.rht))
+
+    def resolve(name: str) -> Any:
+        if getattr(PRECISIONS.get(name), "is_fp4", False):  # E2M1 elements: --fp8-format is for the FP8 recipes
+            return resolve_precision(name, None, trains=True, stochastic_rounding=sr, rht=rht)
+        return resolve_precision(name, args.fp8_format, trains=True)
+
+    try:
+        precisions = [resolve(n) for n in names]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     device = resolve_device(args.device)
     run_settings = RunSettings(device=args.device, seed=args.seed, fp8_format=args.fp8_format, threads=args.threads)
     if args.threads:
@@ -148,9 +168,10 @@ def execute(args: argparse.Namespace) -> int:
             verdict = baseline_verdict(curve, settings) if baseline is None else assess(curve, baseline, settings)
             if baseline is None:
                 baseline = curve
-            fmt = precision.fp8_format.value if isinstance(precision, Fp8Recipe) else (
+            fmt = precision.format_label if isinstance(precision, Fp8Recipe) else (
                 "e4m3" if name == BROKEN else None)
-            record = curve_record(curve, verdict, shape, device, settings, seq, fmt)
+            record = curve_record(curve, verdict, shape, device, settings, seq, fmt,
+                                  fp4_settings(precision) if isinstance(precision, Fp8Recipe) else None)
             records.append(record)
             stream.add(record)
     except KeyboardInterrupt:

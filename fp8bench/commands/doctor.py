@@ -22,6 +22,8 @@ DESCRIPTION = ("Report the device, library versions, the FP8 capability matrix (
                "meter and the results location. --rules lists the CUDA scaled-GEMM rules behind the matrix, each "
                "with the CUDA source that enforces it.")
 EXIT_CODES = STANDARD_EXIT_CODES
+# A 4-bit recipe's cell under the FP8 formats it does not take (its elements are E2M1; shown under e4m3).
+NO_FP8_FORMAT = "4-bit recipe: E2M1 elements, no FP8 format choice"
 DOC = "docs/backends.md"
 
 
@@ -59,8 +61,12 @@ def execute(args: argparse.Namespace) -> int:
         for wname in WORKLOADS:
             matrix[bname][wname] = {p: backend.unsupported_reason(wname, prec, device)
                                     for p, prec in PRECISIONS.items()}
-    recipes = {name: {fmt.value: caps.recipe_reason(resolve_precision(name, fmt.value), backward=True)  # type: ignore[arg-type]
-                      for fmt in Fp8FormatChoice}
+    def training_reason(name: str, prec: Fp8Recipe, fmt: str) -> str | None:
+        if prec.is_fp4 and fmt != "e4m3":
+            return NO_FP8_FORMAT
+        return caps.recipe_reason(resolve_precision(name, fmt), backward=True)  # type: ignore[arg-type]
+
+    recipes = {name: {fmt.value: training_reason(name, prec, fmt.value) for fmt in Fp8FormatChoice}
                for name, prec in PRECISIONS.items() if isinstance(prec, Fp8Recipe)}
     results_dir = default_results_dir()
     report: dict[str, Any] = {
@@ -92,13 +98,15 @@ def execute(args: argparse.Namespace) -> int:
                      if caps.compute_capability else f", {report['threads']} torch threads"))
     console.print(f"[bold]software[/] torch {sw['torch']}, CUDA {sw['cuda_runtime']}, cuDNN {sw['cudnn']}, "
                   f"triton {sw['triton']}, TE {sw['transformer_engine']}, torchao {sw['torchao']}")
-    t = Table(title=f"native FP8 GEMM on this device (FP8 variant: {caps.fp8_variant})", header_style="bold")
+    t = Table(title=f"native FP8 and FP4 GEMM on this device (FP8 variant: {caps.fp8_variant})",
+              header_style="bold")
     t.add_column("scaling")
     t.add_column("supported")
     for g, text in caps.as_rows():
         t.add_row(g, text)
     console.print(t)
-    t = Table(title="FP8 recipes in training (forward, dgrad and wgrad GEMMs) by element format", header_style="bold")
+    t = Table(title="FP8 and 4-bit recipes in training (forward, dgrad and wgrad GEMMs) by element format "
+                    "(4-bit recipes: E2M1, listed under e4m3)", header_style="bold")
     t.add_column("recipe")
     for fmt in Fp8FormatChoice:
         t.add_column(fmt.value)
@@ -106,6 +114,9 @@ def execute(args: argparse.Namespace) -> int:
     for name, by_fmt in recipes.items():
         cells = []
         for why in by_fmt.values():
+            if why == NO_FP8_FORMAT:
+                cells.append("[dim]-[/]")
+                continue
             if why is not None and why not in notes:
                 notes.append(why)
             cells.append("yes" if why is None else f"[dim]no ({notes.index(why) + 1})[/]")

@@ -16,7 +16,9 @@ from fp8bench.commands.common import (
     ExitCodes,
     UsageError,
     add_store_flags,
+    check_filter_names,
     store_target,
+    stored_names,
 )
 
 NAME = "export"
@@ -75,15 +77,20 @@ def _rows(args: argparse.Namespace) -> list[Any]:
                             precision=tuple(args.precision), branch=tuple(args.branch), started_from=lo,
                             started_to=hi)
 
+    filters = {"workload": args.workload, "backend": args.backend, "precision": args.precision}
     if args.files:
         from fp8bench.ingest import read_results_file
 
         rows = rows_from_payloads(read_results_file(path)[0] for path in args.files)
+        check_filter_names(filters, {"workload": [r.record.get("workload") for r in rows],
+                                     "backend": [r.record.get("backend") for r in rows],
+                                     "precision": [r.record.get("precision") for r in rows]})
         flt = record_filter({r.run["run_id"]: str(r.run.get("started_at") or "") for r in rows})
         return [r for r in rows if keeps(flt, r)]
     from fp8bench.store import open_store
 
     store = open_store(store_target(args))
+    check_filter_names(filters, stored_names(store))
     headers = store_runs(store)
     return rows_from_store(store, record_filter({k: str(h.get("started_at") or "") for k, h in headers.items()}),
                            headers)

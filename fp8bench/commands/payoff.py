@@ -13,8 +13,10 @@ from fp8bench.commands.common import (
     ExitCodes,
     add_json_flag,
     add_store_flags,
+    check_filter_names,
     print_json,
     store_target,
+    stored_names,
 )
 
 NAME = "payoff"
@@ -62,6 +64,8 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.store_queries import RecordFilter
 
     store = open_store(store_target(args))
+    check_filter_names({"workload": args.workload, "backend": args.backend,
+                        "precision": [*args.precision, args.baseline]}, stored_names(store))
     flt = RecordFilter(device=tuple(args.device), workload=tuple(args.workload), backend=tuple(args.backend),
                        precision=tuple(args.precision), branch=tuple(args.branch))
     latest = store_queries.latest_records(store, flt, classes=("speed",), with_phases=False)

@@ -39,6 +39,10 @@ Unsupported combinations are recorded as skipped with the reason. The table show
 (quantization included) and the pre-quantized GEMM time, the speedup of each against the baseline precision,
 the phase split, and numerics against an FP64 reference. The last stdout line is one JSON object.
 
+Under torchrun (`torchrun --nproc-per-node N -m fp8bench run --workload collective ...`) every rank measures on its
+own device (auto/cuda: cuda:LOCAL_RANK; NCCL between GPUs, gloo on the CPU) in step with the others, each sample
+the slowest rank's time, and rank 0 alone writes the table, the run file and the store (docs/distributed.md).
+
 --out never replaces an existing file unless --force, and never anything that is not a regular file (a device,
 a FIFO, a symbolic link, a folder). SIGTERM and SIGHUP stop a run like Ctrl-C."""
 EXIT_CODES = ExitCodes((
@@ -121,6 +125,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "window (by default power capping, the normal state of a large GEMM, is recorded in the "
                         "telemetry and notes; thermal or hardware slowdown and a clock under the floor always "
                         "invalidate)")
+    p.add_argument("--profile", nargs="?", const="torch", default=None, metavar="MODE",
+                   help="after each case's measurement, profile one more pass of its phases (never inside a timed "
+                        "sample): torch (the default of a bare --profile) writes a torch.profiler trace per case to "
+                        "RESULTS/runs/RUN_ID.profile/ (open it in https://ui.perfetto.dev) and keeps its top ops in "
+                        "the record; nvtx emits NVTX ranges inside cudaProfilerStart/Stop (CUDA) for an outside "
+                        "profiler; nsys prints the `nsys profile` command that reruns one case (docs/profiling.md)")
     p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
     p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
     add_store_flags(p)
@@ -177,6 +187,7 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        amax_compute_algo=args.amax_compute_algo,
                        flush_l2=not args.no_l2_flush, cuda_graph=args.cuda_graph, phases=not args.no_phases,
+                       profile=args.profile,
                        **_energy_settings(args, overrides))
 
 
@@ -203,36 +214,76 @@ def _kept(outcome: Any, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from fp8bench import distributed
     from fp8bench.devices import resolve_device
     from fp8bench.recipes import PRECISIONS
-    from fp8bench.record_stream import DiskFull
-    from fp8bench.report import render_table, summary_counts
-    from fp8bench.runfile import check_writable
-    from fp8bench.runner import expand_cases, new_run_id, run_cases
-    from fp8bench.sharding import run_sharded
-    from fp8bench.store import open_store
-    from fp8bench.timing import timing_mode_for
+    from fp8bench.report import summary_counts
+    from fp8bench.runner import expand_cases, run_cases
+    from fp8bench.timing import Timer, timer_for, timing_mode_for
 
+    launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)
     settings = _settings(args, overrides)
     PRECISIONS.get(args.baseline)
     cases = []
     for workload, shapes, precisions, backends in entries:
         cases += expand_cases([(workload, shapes)], precisions, backends, settings)
-    plan = None
-    if args.devices:
-        from fp8bench.sharding import plan_devices
-
-        if args.device != "auto":
-            raise UsageError("--device and --devices both name devices; give one of them")
-        plan = plan_devices(args.devices, args.threads)
-    device = plan.device if plan else resolve_device(args.device)
-    measure = run_cases if plan is None else functools.partial(run_sharded, plan=plan)
+    plan = _device_plan(args, launch)
+    device = plan.device if plan else resolve_device(
+        distributed.device_spec_for(args.device, launch) if launch else args.device)
     timing_mode = timing_mode_for(device, settings.cuda_graph)  # refuses --cuda-graph on the CPU, before any write
+    timer: Timer | None = None
+    if launch:
+        if settings.cuda_graph:
+            raise UsageError("--cuda-graph is not supported under torchrun: each rank would capture and replay its "
+                             "collectives on its own; drop --cuda-graph")
+        distributed.init(device, distributed.collective_timeout_s(settings.budget_s))
+        timer = distributed.LockstepTimer(timer_for(device, settings.flush_l2), device)
+        spec["distributed"] = distributed.run_spec(launch, device)
+        if not launch.is_main:  # the other ranks measure in step with rank 0 and write nothing
+            try:
+                outcome = run_cases(cases, settings, device, run_file=None, spec=spec, results_dir=None, timer=timer)
+            finally:
+                distributed.shutdown()
+            counts = summary_counts(outcome.records)
+            return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
+    try:
+        return _measure_and_report(args, cases, settings, device, timing_mode, spec, timer, plan)
+    finally:
+        if launch:
+            distributed.shutdown()
+
+
+def _device_plan(args: argparse.Namespace, launch: Any) -> Any:
+    """The workers of ``--devices`` (:mod:`fp8bench.sharding`), or ``None`` for a run on one device."""
+    if not args.devices:
+        return None
+    from fp8bench.sharding import plan_devices
+
+    if launch:
+        raise UsageError("--devices starts a worker process per device; under torchrun every rank is already a "
+                         "process on its own device: drop --devices")
+    if args.device != "auto":
+        raise UsageError("--device and --devices both name devices; give one of them")
+    return plan_devices(args.devices, args.threads)
+
+
+def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: Any, device: Any, timing_mode: Any,
+                        spec: dict[str, Any], timer: Any, plan: Any = None) -> int:
+    """Measure ``cases`` (on ``plan``'s workers when sharded) and write the table, run file and store (a
+    distributed run: on rank 0)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fp8bench.profiling import summary_rows
+    from fp8bench.record_stream import DiskFull
+    from fp8bench.report import render_bandwidths, render_table, summary_counts
+    from fp8bench.runfile import check_writable
+    from fp8bench.runner import new_run_id, run_cases
+    from fp8bench.sharding import run_sharded
+    from fp8bench.store import open_store
+
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
     run_file = args.out or results_dir / "runs" / f"{run_id}.json"
@@ -249,26 +300,34 @@ def execute(args: argparse.Namespace) -> int:
     with progress:
         task = progress.add_task("starting", total=len(cases))
         try:
+            measure = run_cases if plan is None else functools.partial(run_sharded, plan=plan)
             outcome = measure(
                 cases, settings, device, run_file=run_file, store=store, spec=spec, results_dir=cache_dir,
-                run_id=run_id,
+                run_id=run_id, timer=timer,
                 on_start=lambda i, case: progress.update(task, description=case.describe()),
                 on_record=lambda i, case, rec: progress.advance(task))
         except DiskFull as exc:  # before any case: the run file could not even be started
             err.print(f"fp8bench run: error: disk full: {exc}; nothing was measured", markup=False, soft_wrap=True)
             return EXIT_DISK_FULL
     counts = summary_counts(outcome.records)
-    summary = {"run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
-               "device": plan.spec if plan else str(device), "timing_mode": timing_mode.value, "counts": counts, "n_cases": len(cases),
-               "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
-               "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
-               "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors}
+    summary: dict[str, Any] = {
+        "run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
+        "device": plan.spec if plan else str(device), "timing_mode": timing_mode.value, "counts": counts,
+        "n_cases": len(cases), "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
+        "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
+        "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors}
+    profile_rows = summary_rows(outcome.records) if settings.profile else []
+    if settings.profile:
+        summary["profiles"] = profile_rows
     if args.json:
         print_json({**summary, "records": outcome.records})
     else:
         console = Console(width=max(Console().width, 200))
         timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
         render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {summary['device']}{timed}")
+        render_bandwidths(outcome.records, args.baseline, console)
+        if settings.profile:
+            print_profiles(profile_rows, console)
         if outcome.interrupted:
             err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of {len(cases)} "
                       f"cases kept in {run_file}")
@@ -283,3 +342,10 @@ def execute(args: argparse.Namespace) -> int:
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
+
+
+def print_profiles(rows: list[dict[str, Any]], console: Any) -> None:
+    """One line per profiled case: its trace, or the command that profiles it under Nsight Systems."""
+    for row in rows:
+        where = row["trace"] or row["command"] or "not taken (see the record's notes)"
+        console.print(f"profile {row['case']}: {where}", markup=False, highlight=False, soft_wrap=True)

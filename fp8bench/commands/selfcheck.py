@@ -29,7 +29,7 @@ driver, CUDA or torch upgrade); CI runs it before gating. Under 5 minutes; ends 
 checks:
   gemm_peak      BF16 and FP8 GEMM at 8192^3 (or the largest that fits) reach 50% of the device table's dense peak
   timer_vs_wall  the device timer (CUDA events) agrees with the wall clock over a 1 s loop within 5%
-  sqnr           every FP8 recipe, E4M3 and E5M2, within 2 dB of the SQNR predicted from the format
+  sqnr           every FP8 recipe (E4M3, E5M2) and 4-bit recipe (E2M1) within 2 dB of the SQNR predicted from the format
   energy         NVML's energy counter advances, and J/iteration agrees with power x time within 20%
   backend        every available backend's smallest case runs, or is refused with a reason
 On the CPU, gemm_peak and energy are listed as "needs a GPU" (never as PASS), and cpu_ceiling checks the runner

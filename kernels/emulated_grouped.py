@@ -1,0 +1,71 @@
+"""``grouped_gemm`` on the ``emulated`` backend: the per-expert loop reference for every precision, any device.
+
+Operands go through the precision's rounding (FP8 recipes through the shared quantizers, exactly the operands and
+scales the ``torch`` backend feeds its kernels; BF16 by a cast round trip), then each non-empty expert's rows are
+multiplied by its weight in FP32 into one accumulator, and the epilogue casts it to the output dtype. The result
+matches a native kernel with FP32 accumulation up to the order of additions. Timings measure the emulation.
+
+The emulation is a loop by construction, so it runs ``impl=loop`` shapes and refuses ``impl=grouped`` ones with
+the reason rather than record the same loop twice under two names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fp8bench.kernels.emulated import EMULATED, activations, qdq_float
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.quantize import cast_stats, quantizer_for
+from fp8bench.recipes import Fp8Recipe
+from fp8bench.workloads.gemm import output_dtype
+from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
+
+
+@EMULATED.builder("grouped_gemm")
+def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
+    if ctx.shape["impl"] != "loop":
+        raise Unsupported("the emulated backend is the per-expert loop reference: it runs impl=loop shapes only")
+    precision = ctx.precision
+    experts, n, k = ctx.inputs["w"].shape
+    a = activations(ctx.inputs["a"], precision)
+    w = activations(ctx.inputs["w"].reshape(experts * n, k), precision)
+    bounds = group_bounds(ctx.inputs["offs"])
+    out_dtype = output_dtype(precision)
+    acc = torch.zeros(a.shape[0], n, dtype=torch.float32, device=a.device)
+    state: dict[str, Any] = {}
+
+    if isinstance(precision, Fp8Recipe):
+        quant_a, quant_w = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
+
+        def quantize() -> None:
+            state["qa"], state["qw"] = quant_a(a), quant_w(w)
+            state["da"], state["dw"] = state["qa"].dequantize(), state["qw"].dequantize()
+    else:
+        def quantize() -> None:
+            state["da"], state["dw"] = qdq_float(a, precision), qdq_float(w, precision)
+
+    def gemm() -> None:
+        da, dw = state["da"], state["dw"]
+        for e, start, end in bounds:
+            torch.mm(da[start:end], dw[e * n:(e + 1) * n].t(), out=acc[start:end])
+
+    def epilogue() -> torch.Tensor:
+        return acc.to(out_dtype)
+
+    def end_to_end() -> torch.Tensor:
+        quantize()
+        gemm()
+        return epilogue()
+
+    def stats() -> dict[str, Any]:
+        if "qa" not in state:
+            return {}
+        return {"a": cast_stats(a, state["qa"]), "w": cast_stats(w, state["qw"])}
+
+    end_to_end()  # fills the state every phase reads
+    return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm, "epilogue": epilogue},
+                    output=end_to_end, prequantized_phases=("gemm", "epilogue"), cast_stats=stats,
+                    notes=["emulated: per-expert FP32 GEMMs on rounded operands; timings measure the emulation"],
+                    extra=routing_fields(ctx.shape))

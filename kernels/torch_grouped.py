@@ -1,0 +1,132 @@
+"""``grouped_gemm`` on the ``torch`` backend: PyTorch's grouped kernels, or a loop of its per-expert GEMMs.
+
+* ``impl=grouped``: ``torch._grouped_mm`` for FP32/BF16 (CUDA's CUTLASS kernel for BF16 on compute capability
+  9.0/10.0; elsewhere, the CPU included, ATen's fallback, a loop of ``mm`` over the groups), and
+  ``torch._scaled_grouped_mm`` for ``fp8_rowwise`` and ``mxfp8`` (CUDA only; :mod:`fp8bench.grouped_rules`). On
+  the CPU, torch 2.13 has no scaled grouped kernel and refuses the call: the case is skipped with that reason.
+* ``impl=loop``: one GEMM per non-empty expert, ``torch.mm`` into slices of one output (float precisions) or
+  :func:`fp8bench.scaled_gemm.fp8_scaled_mm` on each group's rows and the expert's weight (FP8; ``torch._scaled_mm``
+  runs rowwise scales on the CPU), the results concatenated. This is what a framework without a grouped kernel
+  does, and the baseline the grouped kernel must beat.
+
+FP8 operands are quantized by fp8bench's shared quantizers: activations per row (per token) or per 32-element MX
+block, every expert's weight per output channel or per MX block, all of them in the timed ``quantize`` phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fp8bench.capabilities import capabilities_for, forward_gemm_spec, recipe_gemm_reason
+from fp8bench.devices import Device
+from fp8bench.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
+from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
+from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.quantize import cast_stats, quantizer_for
+from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.scaled_gemm import fp8_scaled_grouped_mm, fp8_scaled_mm
+from fp8bench.workloads.gemm import output_dtype
+from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
+
+
+def _grouped_support(precision: Precision, device: Device) -> str | None:
+    if isinstance(precision, FloatPrecision):
+        return None  # the workload refuses the float precisions it does not measure
+    assert isinstance(precision, Fp8Recipe)
+    # The per-expert scaled GEMM's rules hold for both implementations; the grouped kernel's own rules are
+    # checked when a grouped case is built (they depend on the routing).
+    return recipe_gemm_reason(device, precision)
+
+
+def _grouped_kernel_reason(ctx: BuildContext, n: int, k: int) -> str | None:
+    """On a real GPU, why ``torch._scaled_grouped_mm`` cannot run this case (``None``: it can)."""
+    precision = ctx.precision
+    assert isinstance(precision, Fp8Recipe)
+    target = capabilities_for(ctx.device).target if ctx.device.is_cuda else None
+    if target is None:
+        return None  # the CPU: PyTorch itself refuses the call, and its message is the reason
+    spec = GroupedGemmSpec(forward_gemm_spec(precision), n, k, tuple(ctx.inputs["offs"].tolist()))
+    found = grouped_gemm_reason(spec, target)
+    return found[1] if found else None
+
+
+@TORCH.builder("grouped_gemm", supports=_grouped_support)
+def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
+    precision, grouped = ctx.precision, ctx.shape["impl"] == "grouped"
+    a_src, w_src, offs = ctx.inputs["a"], ctx.inputs["w"], ctx.inputs["offs"]
+    experts, n, k = w_src.shape
+    bounds = group_bounds(offs)  # once, at build time: the routing is fixed by the shape
+    refused = f"torch refused {precision.name} grouped_gemm (impl={ctx.shape['impl']}) on {ctx.device}"
+
+    if isinstance(precision, FloatPrecision):
+        a, w = a_src.to(precision.dtype), w_src.to(precision.dtype)
+        # The loop writes every group into one output, as the grouped kernel does (no concatenation copy).
+        out = torch.empty(0 if grouped else a.shape[0], n, dtype=precision.dtype, device=a.device)
+
+        def grouped_mm() -> torch.Tensor:
+            return torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
+
+        def loop_mm() -> torch.Tensor:
+            for e, start, end in bounds:
+                torch.mm(a[start:end], w[e].t(), out=out[start:end])
+            return out
+
+        gemm: Callable[[], torch.Tensor] = grouped_mm if grouped else loop_mm
+        with refusals(refused, ATEN_REFUSALS):
+            gemm()
+        return Pipeline(end_to_end=gemm, phases={"gemm": gemm}, output=gemm, prequantized_phases=("gemm",),
+                        notes=[_impl_note(grouped, a.device.type == "cpu"),
+                               "inputs arrive in the GEMM dtype: no quantize phase; epilogue fused"],
+                        extra=routing_fields(ctx.shape))
+
+    assert isinstance(precision, Fp8Recipe)
+    if grouped:
+        why = _grouped_kernel_reason(ctx, n, k)
+        if why:
+            raise Unsupported(f"{refused}: {why}")
+    a = a_src.to(precision.activation_dtype)
+    w = w_src.reshape(experts * n, k).to(precision.activation_dtype)
+    quant_a, quant_w = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
+    out_dtype = output_dtype(precision)
+    state: dict[str, Any] = {}
+
+    def quantize() -> None:
+        state["qa"], state["qw"] = quant_a(a), quant_w(w)
+
+    def grouped_fp8() -> torch.Tensor:
+        return fp8_scaled_grouped_mm(state["qa"], state["qw"], experts, offs, bounds, out_dtype, precision.fast_accum)
+
+    def loop_fp8() -> torch.Tensor:
+        qa, qw = state["qa"], state["qw"]
+        return torch.cat([fp8_scaled_mm(qa.rows(start, end), qw.rows(e * n, (e + 1) * n), out_dtype,
+                                        precision.fast_accum) for e, start, end in bounds])
+
+    gemm_fp8 = grouped_fp8 if grouped else loop_fp8
+
+    def end_to_end() -> torch.Tensor:
+        quantize()
+        return gemm_fp8()
+
+    # PyTorch accepts or refuses the scaling layout before anything is timed.
+    with refusals(refused, ATEN_REFUSALS):
+        end_to_end()
+
+    def stats() -> dict[str, Any]:
+        return {"a": cast_stats(a, state["qa"]), "w": cast_stats(w, state["qw"])}
+
+    return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm_fp8}, output=end_to_end,
+                    prequantized_phases=("gemm",), cast_stats=stats,
+                    notes=[_impl_note(grouped, a.device.type == "cpu"),
+                           "activations arrive in bfloat16; epilogue (scales, output cast) fused into the scaled GEMM"],
+                    extra=routing_fields(ctx.shape))
+
+
+def _impl_note(grouped: bool, cpu: bool) -> str:
+    if not grouped:
+        return "impl=loop: one GEMM per non-empty expert"
+    if cpu:
+        return "impl=grouped: torch._grouped_mm, on the CPU ATen's fallback (a loop of mm over the groups in C++)"
+    return "impl=grouped: one grouped kernel for every expert"

@@ -52,12 +52,13 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """In a child process before ``exec`` (``Popen(preexec_fn=functools.partial(die_with_parent, os.getpid()))``):
-    receive SIGTERM when the parent dies. Linux only; elsewhere the parent's own handler is the only guard."""
+def die_with_parent(parent_pid: int, signum: int = signal.SIGTERM) -> None:
+    """In a child process before ``exec`` (``Popen(preexec_fn=functools.partial(die_with_parent, os.getpid()))``),
+    or first thing in a worker process: receive ``signum`` (SIGTERM by default; SIGKILL for a worker that ignores
+    SIGTERM) when the parent dies. Linux only; elsewhere the parent's own handler is the only guard."""
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent died before the request was made: nobody would signal us
         os._exit(1)

@@ -12,6 +12,7 @@ offers), so a percentage there answers "how close to the best dense GEMM this CP
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import torch
 from fp8bench.devices import Device, cpu_model
 from fp8bench.environment import host_alias
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
+from fp8bench.runfile import atomic_write_bytes
 
 
 @dataclass(frozen=True)
@@ -103,13 +105,10 @@ def cpu_ceilings(cache_dir: Path | None) -> dict[str, Any]:
     if key not in cache:
         cache[key] = measure_cpu_ceilings()
         if path:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(cache, indent=1))
-                tmp.replace(path)
-            except OSError:
-                pass  # an unwritable cache only costs a remeasurement next time
+            # A temporary file of its own, renamed over the cache: CPU workers of one run (--devices cpu,cpu)
+            # measure and write their ceilings at the same moment. An unwritable cache only costs a remeasurement.
+            with contextlib.suppress(OSError):
+                atomic_write_bytes(path, json.dumps(cache, indent=1).encode())
     return cache[key]
 
 

@@ -172,6 +172,24 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
+def case_record(case: Case, device: Device, seq: int, status: str, reason: str | None = None,
+                **fields: Any) -> Record:
+    """A record of ``case`` on ``device`` with what every record states (names, recipe settings, FLOPs, bytes, its
+    position ``seq`` in the run); measured fields come in ``fields``."""
+    workload = WORKLOADS.get(case.workload)
+    fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
+    record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
+                    backend=case.backend, device=str(device), status=status, reason=reason,
+                    fp8_format=fp8.format_label if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
+                    delayed_scaling=delayed_scaling_settings(case.precision),
+                    flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
+                    seq=seq, **fields)
+    options = fp4_settings(case.precision)
+    if options:  # the 4-bit recipe's gradient options (they act on training workloads only)
+        record.extra["fp4_options"] = options
+    return record
+
+
 class CaseMeasurer:
     """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
 
@@ -216,22 +234,10 @@ class CaseMeasurer:
         return agree_reason(reason) if agree_reason is not None else reason
 
     def _base(self, case: Case, seq: int, status: str, reason: str | None = None, **fields: Any) -> Record:
-        workload = WORKLOADS.get(case.workload)
-        fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
         fields.setdefault("energy", not_metered(self.meter, status))
         fields.setdefault("timing_mode", self.timing_mode.value)
         fields.setdefault("l2_flushed", self.l2_flushed)
-        record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
-                        backend=case.backend, device=str(self.device), status=status, reason=reason,
-                        fp8_format=fp8.format_label if fp8 else None,
-                        accumulation=fp8.accumulation if fp8 else None,
-                        delayed_scaling=delayed_scaling_settings(case.precision),
-                        flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
-                        seq=seq, **fields)
-        options = fp4_settings(case.precision)
-        if options:  # the 4-bit recipe's gradient options (they act on training workloads only)
-            record.extra["fp4_options"] = options
-        return record
+        return case_record(case, self.device, seq, status, reason, **fields)
 
     def measure(self, case: Case, seq: int = 0) -> Record:
         started = time.monotonic()
@@ -494,6 +500,16 @@ def run_header(run_id: str, device: Device, device_spec: str, settings: RunSetti
             "settings": settings_dict, "spec": spec, "energy_method": meter_for(device).method}
 
 
+def case_profiler(settings: RunSettings, run_file: Path | None, results_dir: Path | None,
+                  run_id: str) -> CaseProfiler | None:
+    """The run's profiler when ``settings.profile`` asks for one: profiles beside the run file, or under the results
+    folder's ``runs`` when there is none."""
+    if not settings.profile:
+        return None
+    runs = run_file.parent if run_file else (results_dir or default_results_dir()) / "runs"
+    return CaseProfiler(settings.profile, profile_dir(runs, run_id))
+
+
 def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_file: Path | None,
               store: Any | None = None, spec: dict[str, Any] | None = None, results_dir: Path | None = None,
               on_record: Callable[[int, Case, dict[str, Any]], None] | None = None,
@@ -512,12 +528,8 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     started = time.monotonic()
     header = run_header(run_id, device, settings.device, settings, spec or {})
     stream = RecordStream(run_file, header, store)
-    profiler = None
-    if settings.profile:
-        runs = run_file.parent if run_file else (results_dir or default_results_dir()) / "runs"
-        profiler = CaseProfiler(settings.profile, profile_dir(runs, run_id))
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
-                            profiler=profiler)
+                            profiler=case_profiler(settings, run_file, results_dir, run_id))
     interrupted_by: str | None = None
     disk_full = False
     try:

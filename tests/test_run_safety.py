@@ -197,6 +197,41 @@ def test_sigterm_and_sighup_end_a_run_like_ctrl_c(tmp_path, signum):
     assert 1 <= len(kept["records"]) == sum(summary["counts"].values()) < summary["n_cases"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["sigterm-to-the-run", "ctrl-c-to-the-terminal-group"])
+def test_a_sharded_run_stopped_keeps_every_finished_record_and_leaves_no_worker(tmp_path, signum, to_group):
+    """--devices cpu,cpu: SIGTERM to the run, or Ctrl-C (SIGINT to the whole process group, workers included)."""
+    out = tmp_path / "run.json"
+    proc = subprocess.Popen([sys.executable, "-m", "fp8bench.cli", "run", "--devices", "cpu,cpu", "--shape",
+                             "64x64x64", "128x128x128", "--precision", "all", "--backend", "torch", "emulated",
+                             "--budget", "2", "--no-energy", "--out", str(out), "--no-store"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _wait_for(lambda: _records_in(out) >= 1 or proc.poll() is not None, 240, "the first record")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    name = signal.Signals(signum).name
+    assert proc.returncode == EXIT_INTERRUPTED, stderr[-2000:]
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["interrupted"] is True and summary["interrupted_by"] == name
+    kept = read_run_file(out)
+    assert kept["run"]["status"] == "interrupted"
+    seqs = [r["seq"] for r in kept["records"]]
+    assert 1 <= len(seqs) == sum(summary["counts"].values()) < summary["n_cases"] and seqs == sorted(seqs)
+    assert all(r["status"] in ("ok", "skipped") for r in kept["records"])  # no case blamed on the stop
+    pids = [pid for w in kept["run"]["workers"] for pid in w["pids"]]
+    assert not any(w["deaths"] for w in kept["run"]["workers"])
+    _wait_for(lambda: not any(_alive(pid) for pid in pids), 30, f"the workers {pids} to be gone")
+
+
 # -- the dashboard's Streamlit child -------------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:

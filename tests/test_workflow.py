@@ -144,9 +144,32 @@ def test_ci_suite_sqnr_floors_are_gated_not_asserted(workflow):
     assert "NUMERICS_CODE" in verdict["run"]
 
 
+def test_nightly_runs_every_kind_of_gpu_runner_on_all_its_gpus_into_the_shared_store(workflow):
+    nightly = workflow["jobs"]["nightly"]
+    labels = nightly["strategy"]["matrix"]["device"]
+    assert labels and len(set(labels)) == len(labels) and nightly["strategy"]["fail-fast"] is False
+    assert "${{ matrix.device }}" in nightly["runs-on"]
+    # The store's URL and its password come from secrets, the password through libpq's PGPASSWORD (docs/security.md).
+    assert nightly["env"]["FP8BENCH_STORE"] == "${{ secrets.FP8BENCH_STORE_URL }}"
+    assert nightly["env"]["PGPASSWORD"] == "${{ secrets.FP8BENCH_STORE_PASSWORD }}"
+    runs = [line.strip() for step in nightly["steps"] for line in step.get("run", "").splitlines()
+            if line.strip().startswith("fp8bench run ")]
+    assert len(runs) == 3 and all('--devices all --store "$FP8BENCH_STORE"' in line for line in runs)
+    (upload,) = [s for s in nightly["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert "matrix.device" in upload["with"]["name"]  # one artifact per runner kind, no name clash
+    (selfcheck,) = [s for s in nightly["steps"] if s["name"].startswith("Selfcheck")]
+    assert '--device "cuda:$i"' in selfcheck["run"]
+    # Last night's run and tonight's regressions are this runner's GPU model's: the other jobs write concurrently.
+    (before,) = [s for s in nightly["steps"] if s.get("id") == "before"]
+    assert 'runs["device_name"] == name' in before["run"] and "device_name=" in before["run"]
+    (new,) = [s for s in nightly["steps"] if s["name"] == "New regressions since last night"]
+    assert '--device "$DEVICE_NAME"' in new["run"]
+    assert new["env"]["DEVICE_NAME"] == "${{ steps.before.outputs.device_name }}"
+
+
 def test_nightly_sees_the_whole_history_and_fails_on_a_new_regression(workflow):
     steps = {s["name"]: s for job_name, _job, s in _steps(workflow) if job_name == "nightly"}
     assert steps["Check out main"]["with"]["fetch-depth"] == 0  # History orders by first-parent depth
-    assert steps["Latest run in the store before tonight's"]["id"] == "before"
+    assert steps["Latest run of this runner's GPU model in the store before tonight's"]["id"] == "before"
     new = steps["New regressions since last night"]
     assert "--fail-on-new" in new["run"] and new["env"]["SINCE"] == "${{ steps.before.outputs.run_id }}"

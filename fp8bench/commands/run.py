@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ examples:
   fp8bench run --workload gemm --shape 4096x4096x4096 --precision bf16 fp8_tensorwise fp8_rowwise
   fp8bench run --shape 1024x1024x1024 --precision all --backend torch emulated --budget 10   # with the reference
   fp8bench run --device cuda:1 --shape 2048x2048x2048 --precision bf16 fp8_rowwise --cuda-graph   # no launch gaps
+  fp8bench run --suite llm --devices all      # one worker process per GPU, one run file (docs/devices.md)
 
 Unsupported combinations are recorded as skipped with the reason. The table shows the end-to-end time
 (quantization included) and the pre-quantized GEMM time, the speedup of each against the baseline precision,
@@ -69,6 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="backend names or 'all' (default: torch, the vendor kernels; add emulated for the reference). See `fp8bench list backends`")
     p.add_argument("--baseline", default="bf16", help="precision the speedups are relative to (default bf16)")
     p.add_argument("--device", default="auto", help="auto (default: cuda:0 if present, else cpu), cpu, cuda, cuda:N")
+    p.add_argument("--devices", default=None, metavar="LIST",
+                   help="shard the cases across devices, one worker process pinned to each: 'all' (every GPU), "
+                        "cuda:0,cuda:1,... or cpu,cpu (each cpu one more CPU worker on its own cores); one run "
+                        "file and store rows in case order; a worker that dies fails its case, not the run "
+                        "(docs/devices.md)")
     p.add_argument("--budget", type=float, default=None, help="wall-clock seconds per case (default 30)")
     p.add_argument("--fp8-format", default=None, choices=["e4m3", "e5m2", "hybrid"],
                    help="FP8 element format: e4m3, e5m2, or hybrid (E4M3 forward, E5M2 gradients). Default: e4m3, "
@@ -221,7 +228,9 @@ def execute(args: argparse.Namespace) -> int:
     cases = []
     for workload, shapes, precisions, backends in entries:
         cases += expand_cases([(workload, shapes)], precisions, backends, settings)
-    device = resolve_device(distributed.device_spec_for(args.device, launch) if launch else args.device)
+    plan = _device_plan(args, launch)
+    device = plan.device if plan else resolve_device(
+        distributed.device_spec_for(args.device, launch) if launch else args.device)
     timing_mode = timing_mode_for(device, settings.cuda_graph)  # refuses --cuda-graph on the CPU, before any write
     timer: Timer | None = None
     if launch:
@@ -239,15 +248,30 @@ def execute(args: argparse.Namespace) -> int:
             counts = summary_counts(outcome.records)
             return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
     try:
-        return _measure_and_report(args, cases, settings, device, timing_mode, spec, timer)
+        return _measure_and_report(args, cases, settings, device, timing_mode, spec, timer, plan)
     finally:
         if launch:
             distributed.shutdown()
 
 
+def _device_plan(args: argparse.Namespace, launch: Any) -> Any:
+    """The workers of ``--devices`` (:mod:`fp8bench.sharding`), or ``None`` for a run on one device."""
+    if not args.devices:
+        return None
+    from fp8bench.sharding import plan_devices
+
+    if launch:
+        raise UsageError("--devices starts a worker process per device; under torchrun every rank is already a "
+                         "process on its own device: drop --devices")
+    if args.device != "auto":
+        raise UsageError("--device and --devices both name devices; give one of them")
+    return plan_devices(args.devices, args.threads)
+
+
 def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: Any, device: Any, timing_mode: Any,
-                        spec: dict[str, Any], timer: Any) -> int:
-    """Measure ``cases`` and write the table, run file and store (a distributed run: on rank 0)."""
+                        spec: dict[str, Any], timer: Any, plan: Any = None) -> int:
+    """Measure ``cases`` (on ``plan``'s workers when sharded) and write the table, run file and store (a
+    distributed run: on rank 0)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -257,6 +281,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     from fp8bench.report import render_bandwidths, render_table, summary_counts
     from fp8bench.runfile import check_writable
     from fp8bench.runner import new_run_id, run_cases
+    from fp8bench.sharding import run_sharded
     from fp8bench.store import open_store
 
     results_dir = args.results_dir or default_results_dir()
@@ -275,7 +300,8 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     with progress:
         task = progress.add_task("starting", total=len(cases))
         try:
-            outcome = run_cases(
+            measure = run_cases if plan is None else functools.partial(run_sharded, plan=plan)
+            outcome = measure(
                 cases, settings, device, run_file=run_file, store=store, spec=spec, results_dir=cache_dir,
                 run_id=run_id, timer=timer,
                 on_start=lambda i, case: progress.update(task, description=case.describe()),
@@ -286,8 +312,8 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     counts = summary_counts(outcome.records)
     summary: dict[str, Any] = {
         "run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
-        "device": str(device), "timing_mode": timing_mode.value, "counts": counts, "n_cases": len(cases),
-        "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
+        "device": plan.spec if plan else str(device), "timing_mode": timing_mode.value, "counts": counts,
+        "n_cases": len(cases), "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
         "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
         "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors}
     profile_rows = summary_rows(outcome.records) if settings.profile else []
@@ -298,7 +324,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     else:
         console = Console(width=max(Console().width, 200))
         timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
-        render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {device}{timed}")
+        render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {summary['device']}{timed}")
         render_bandwidths(outcome.records, args.baseline, console)
         if settings.profile:
             print_profiles(profile_rows, console)

@@ -9,6 +9,7 @@ custom kernels. Its timings measure the emulation, not FP8 hardware.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -45,13 +46,11 @@ def activations(x: torch.Tensor, precision: Precision) -> torch.Tensor:
     return x.to(precision.activation_dtype)
 
 
-@EMULATED.builder("gemm")
-def build_gemm(ctx: BuildContext) -> Pipeline:
-    precision = ctx.precision
-    a, b = activations(ctx.inputs["a"], precision), activations(ctx.inputs["b"], precision)
-    out_dtype = output_dtype(precision)
-    state: dict[str, Any] = {}
-
+def quantize_phase(precision: Precision, a: torch.Tensor, b: torch.Tensor,
+                   state: dict[str, Any]) -> Callable[[], None]:
+    """The reference's quantize phase for two GEMM operands: through the shared quantizers for a scaled recipe
+    (``state["qa"]``, ``state["qb"]`` keep the quantized tensors for the cast statistics), or rounded to a float
+    precision; either way dequantized to FP32 into ``state["da"]``, ``state["db"]`` for the FP32 GEMM."""
     if isinstance(precision, Fp8Recipe):
         quant_a, quant_b = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
 
@@ -59,8 +58,20 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
             state["qa"], state["qb"] = quant_a(a), quant_b(b)
             state["da"], state["db"] = state["qa"].dequantize(), state["qb"].dequantize()
     else:
+        assert isinstance(precision, FloatPrecision)
+
         def quantize() -> None:
             state["da"], state["db"] = qdq_float(a, precision), qdq_float(b, precision)
+    return quantize
+
+
+@EMULATED.builder("gemm")
+def build_gemm(ctx: BuildContext) -> Pipeline:
+    precision = ctx.precision
+    a, b = activations(ctx.inputs["a"], precision), activations(ctx.inputs["b"], precision)
+    out_dtype = output_dtype(precision)
+    state: dict[str, Any] = {}
+    quantize = quantize_phase(precision, a, b, state)
 
     def gemm() -> None:
         state["acc"] = state["da"] @ state["db"].t()

@@ -15,10 +15,9 @@ from typing import Any
 
 import torch
 
-from fp8bench.kernels.emulated import EMULATED, activations, qdq_float
+from fp8bench.kernels.emulated import EMULATED, activations, quantize_phase
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
-from fp8bench.quantize import cast_stats, quantizer_for
-from fp8bench.recipes import Fp8Recipe
+from fp8bench.quantize import cast_stats
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
 
@@ -35,19 +34,10 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
     out_dtype = output_dtype(precision)
     acc = torch.zeros(a.shape[0], n, dtype=torch.float32, device=a.device)
     state: dict[str, Any] = {}
-
-    if isinstance(precision, Fp8Recipe):
-        quant_a, quant_w = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
-
-        def quantize() -> None:
-            state["qa"], state["qw"] = quant_a(a), quant_w(w)
-            state["da"], state["dw"] = state["qa"].dequantize(), state["qw"].dequantize()
-    else:
-        def quantize() -> None:
-            state["da"], state["dw"] = qdq_float(a, precision), qdq_float(w, precision)
+    quantize = quantize_phase(precision, a, w, state)  # the weights are operand b
 
     def gemm() -> None:
-        da, dw = state["da"], state["dw"]
+        da, dw = state["da"], state["db"]
         for e, start, end in bounds:
             torch.mm(da[start:end], dw[e * n:(e + 1) * n].t(), out=acc[start:end])
 
@@ -62,7 +52,7 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
     def stats() -> dict[str, Any]:
         if "qa" not in state:
             return {}
-        return {"a": cast_stats(a, state["qa"]), "w": cast_stats(w, state["qw"])}
+        return {"a": cast_stats(a, state["qa"]), "w": cast_stats(w, state["qb"])}
 
     end_to_end()  # fills the state every phase reads
     return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm, "epilogue": epilogue},

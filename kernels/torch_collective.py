@@ -10,6 +10,7 @@ times the collective alone on a buffer already encoded. Collectives go through t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -96,15 +97,8 @@ def _all_gather_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeline:
     def decode_() -> torch.Tensor:
         return decode(received, layout).reshape(m, n).to(out_dtype)
 
-    def end_to_end() -> torch.Tensor:
-        encode_()
-        communicate_()
-        return decode_()
-
-    return Pipeline(end_to_end=end_to_end, phases={"encode": encode_, "communicate": communicate_, "decode": decode_},
-                    output=end_to_end, prequantized_phases=("communicate",),
-                    cast_stats=lambda: _stats({"w": shard}, {"w": state["q"]}),
-                    notes=[_fp8_note(precision, layout, "shard")])
+    return _fp8_pipeline(encode_, communicate_, decode_, lambda: _stats({"w": shard}, {"w": state["q"]}),
+                         [_fp8_note(precision, layout, "shard")])
 
 
 def _reduce_scatter_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeline:
@@ -140,16 +134,9 @@ def _reduce_scatter_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeli
     def decode_() -> torch.Tensor:
         return decode(received, layout).sum(dim=0).to(out_dtype)
 
-    def end_to_end() -> torch.Tensor:
-        encode_()
-        communicate_()
-        return decode_()
-
-    return Pipeline(end_to_end=end_to_end, phases={"encode": encode_, "communicate": communicate_, "decode": decode_},
-                    output=end_to_end, prequantized_phases=("communicate",),
-                    cast_stats=lambda: _stats({"grad": grad}, {"grad": state["q"]}),
-                    notes=[_fp8_note(precision, layout, "gradient"),
-                           "FP8 reduce-scatter: all-to-all of FP8 chunks, then dequantize and sum in FP32"])
+    return _fp8_pipeline(encode_, communicate_, decode_, lambda: _stats({"grad": grad}, {"grad": state["q"]}),
+                         [_fp8_note(precision, layout, "gradient"),
+                          "FP8 reduce-scatter: all-to-all of FP8 chunks, then dequantize and sum in FP32"])
 
 
 def _tp_linear_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeline:
@@ -239,6 +226,20 @@ def _fp8_note(precision: Fp8Recipe, layout: WireLayout, what: str) -> str:
     scales = "one scale per rank's " + what if layout.scales_per_chunk == 1 else "one scale per row"
     return (f"FP8 on the wire: {layout.fmt.name} bytes + FP32 scales ({scales}), "
             f"{layout.chunk_bytes} bytes per chunk")
+
+
+def _fp8_pipeline(encode_: Callable[[], None], communicate_: Callable[[], None],
+                  decode_: Callable[[], torch.Tensor], cast_stats: Callable[[], Any], notes: list[str]) -> Pipeline:
+    """An FP8 collective's pipeline: encode (quantize and pack), communicate (the collective alone, the
+    pre-quantized figure), decode (unpack and dequantize); end to end is the three in order."""
+
+    def end_to_end() -> torch.Tensor:
+        encode_()
+        communicate_()
+        return decode_()
+
+    return Pipeline(end_to_end=end_to_end, phases={"encode": encode_, "communicate": communicate_, "decode": decode_},
+                    output=end_to_end, prequantized_phases=("communicate",), cast_stats=cast_stats, notes=notes)
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -8,6 +8,14 @@ import sys
 import pytest
 import torch
 
+# Before any test module is collected: the kernels package decides whether Triton runs interpreted (no CUDA here),
+# and that choice is lost once anything imports triton (torch.utils.flop_counter does, through Inductor); and the
+# registries are filled in their canonical order (the order `list` and "accepted: ..." messages show), whichever
+# test module happens to import a workload or backend first.
+from fp8bench.catalog import load_all
+
+load_all()
+
 REQUIRE_SERVICES = os.environ.get("FP8BENCH_REQUIRE_SERVICES") == "1"
 
 

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from fp8bench.catalog import load_all
@@ -124,6 +125,9 @@ def train_curve(shape: Shape, precision: Precision | str, backend: str, device: 
     assert not isinstance(run_precision, str)
     convert = unscaled_convert(backend, device) if broken else LAYER_CONVERTERS[backend](run_precision, device)
     params = {k: v.to(device.torch) for k, v in init_parameters(cfg, settings.seed).items()}
+    # Stochastic rounding of gradients draws from torch's global generator: seeding it here makes each curve
+    # depend on the seed alone, not on which precisions trained before it in the same process.
+    torch.manual_seed(settings.seed)
     trainer = TrainingStep(cfg, params, run_precision, device, convert)
     corpus = SyntheticCorpus(cfg.vocab, settings.seed)
     layers = fp8_layers(trainer.model)

@@ -92,6 +92,24 @@ def test_short_training_fp8_tracks_bf16_and_the_control_starves():
     assert assess(control, bf16, settings).final_gap > assess(fp8, bf16, settings).final_gap
 
 
+def test_a_stochastically_rounded_curve_depends_on_the_seed_alone():
+    """NVFP4 rounds gradients stochastically: the same recipe trains to the same losses whatever drew random numbers
+    before it in the process (another precision's curve, say), and a different seed gives different losses."""
+    import torch
+
+    shape = WORKLOADS.get("transformer_step").parse_shape(SHORT)
+    cpu = resolve_device("cpu")
+    settings = ConvergenceSettings(steps=4, window=2, stats_every=0)
+    nvfp4 = resolve_precision("nvfp4")
+    assert nvfp4.stochastic_rounding
+    first = train_curve(shape, nvfp4, "emulated", cpu, settings).losses
+    torch.rand(1000)  # what another curve's stochastic rounding would have consumed
+    again = train_curve(shape, nvfp4, "emulated", cpu, settings).losses
+    other = train_curve(shape, nvfp4, "emulated", cpu, ConvergenceSettings(steps=4, window=2, stats_every=0,
+                                                                            seed=1)).losses
+    assert first == again and first != other
+
+
 @pytest.mark.slow
 def test_converge_verb_stores_loss_curves(tmp_path, capsys):
     code = main(["converge", "--shape", SHORT, "--steps", "12", "--window", "4", "--precision", "bf16",

@@ -88,12 +88,12 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
                          ("status", "left"), ("e2e ms", "right"), ("pre-q ms", "right"), ("TFLOP/s", "right"),
                          ("% peak", "right"), (f"vs {baseline}", "right"), ("pre-q vs", "right"),
                          ("phases", "left"), ("SQNR dB", "right"), ("rel err", "right"), ("ovf/unf %", "right"))
-    # Status (with its reason) and the phase shares wrap, long key=value shapes fold; every other column keeps one
-    # line. The floors stop rich from squeezing a wrapping column away on a console narrow for the rest.
-    min_widths = {"status": 18, "phases": 12, "shape": 11}
+    # Status (with its reason) and the phase shares wrap; every other column keeps one line (a shape stays whole,
+    # so it can be copied back into --shape). The floors stop rich from squeezing a wrapping column away on a
+    # console that is narrow for the rest.
+    min_widths = {"status": 18, "phases": 12}
     for col, justify in columns:
-        table.add_column(col, justify=justify, no_wrap=col not in min_widths, min_width=min_widths.get(col),
-                         overflow="fold" if col == "shape" else "ellipsis")
+        table.add_column(col, justify=justify, no_wrap=col not in min_widths, min_width=min_widths.get(col))
     for r in records:
         e2e, pre = speedups(r, index)
         num = r.get("numerics") or {}

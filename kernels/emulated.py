@@ -46,11 +46,20 @@ def activations(x: torch.Tensor, precision: Precision) -> torch.Tensor:
     return x.to(precision.activation_dtype)
 
 
-def quantize_phase(precision: Precision, a: torch.Tensor, b: torch.Tensor,
-                   state: dict[str, Any]) -> Callable[[], None]:
-    """The reference's quantize phase for two GEMM operands: through the shared quantizers for a scaled recipe
-    (``state["qa"]``, ``state["qb"]`` keep the quantized tensors for the cast statistics), or rounded to a float
-    precision; either way dequantized to FP32 into ``state["da"]``, ``state["db"]`` for the FP32 GEMM."""
+def emulated_gemm_pipeline(precision: Precision, a: torch.Tensor, b: torch.Tensor,
+                           gemm_fp32: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], note: str,
+                           names: tuple[str, str] = ("a", "b"), extra: dict[str, Any] | None = None) -> Pipeline:
+    """The reference's three phases for a GEMM of ``a`` by ``b`` (both ``[rows, K]``, ``b`` transposed by
+    ``gemm_fp32``):
+
+    * quantize: both operands through the shared quantizers for a scaled recipe, or rounded to a float precision;
+      either way dequantized to FP32;
+    * gemm: ``gemm_fp32(dequantized a, dequantized b)``, an FP32 result;
+    * epilogue: the cast to the precision's output dtype.
+
+    ``names`` label the operands' cast statistics."""
+    out_dtype = output_dtype(precision)
+    state: dict[str, Any] = {}
     if isinstance(precision, Fp8Recipe):
         quant_a, quant_b = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
 
@@ -58,23 +67,11 @@ def quantize_phase(precision: Precision, a: torch.Tensor, b: torch.Tensor,
             state["qa"], state["qb"] = quant_a(a), quant_b(b)
             state["da"], state["db"] = state["qa"].dequantize(), state["qb"].dequantize()
     else:
-        assert isinstance(precision, FloatPrecision)
-
         def quantize() -> None:
             state["da"], state["db"] = qdq_float(a, precision), qdq_float(b, precision)
-    return quantize
-
-
-@EMULATED.builder("gemm")
-def build_gemm(ctx: BuildContext) -> Pipeline:
-    precision = ctx.precision
-    a, b = activations(ctx.inputs["a"], precision), activations(ctx.inputs["b"], precision)
-    out_dtype = output_dtype(precision)
-    state: dict[str, Any] = {}
-    quantize = quantize_phase(precision, a, b, state)
 
     def gemm() -> None:
-        state["acc"] = state["da"] @ state["db"].t()
+        state["acc"] = gemm_fp32(state["da"], state["db"])
 
     def epilogue() -> torch.Tensor:
         return state["acc"].to(out_dtype)
@@ -87,9 +84,17 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     def stats() -> dict[str, Any]:
         if "qa" not in state:
             return {}
-        return {"a": cast_stats(a, state["qa"]), "b": cast_stats(b, state["qb"])}
+        return {names[0]: cast_stats(a, state["qa"]), names[1]: cast_stats(b, state["qb"])}
 
     end_to_end()  # fills the state every phase reads
     return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm, "epilogue": epilogue},
-                    output=end_to_end, prequantized_phases=("gemm", "epilogue"), cast_stats=stats,
-                    notes=["emulated: FP32 GEMM on dequantized operands; timings measure the emulation"])
+                    output=end_to_end, prequantized_phases=("gemm", "epilogue"), cast_stats=stats, notes=[note],
+                    extra=extra or {})
+
+
+@EMULATED.builder("gemm")
+def build_gemm(ctx: BuildContext) -> Pipeline:
+    precision = ctx.precision
+    a, b = activations(ctx.inputs["a"], precision), activations(ctx.inputs["b"], precision)
+    return emulated_gemm_pipeline(precision, a, b, lambda da, db: da @ db.t(),
+                                  "emulated: FP32 GEMM on dequantized operands; timings measure the emulation")

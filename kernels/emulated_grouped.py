@@ -11,14 +11,10 @@ the reason rather than record the same loop twice under two names.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from fp8bench.kernels.emulated import EMULATED, activations, quantize_phase
+from fp8bench.kernels.emulated import EMULATED, activations, emulated_gemm_pipeline
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
-from fp8bench.quantize import cast_stats
-from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
 
 
@@ -31,31 +27,14 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
     a = activations(ctx.inputs["a"], precision)
     w = activations(ctx.inputs["w"].reshape(experts * n, k), precision)
     bounds = group_bounds(ctx.inputs["offs"])
-    out_dtype = output_dtype(precision)
     acc = torch.zeros(a.shape[0], n, dtype=torch.float32, device=a.device)
-    state: dict[str, Any] = {}
-    quantize = quantize_phase(precision, a, w, state)  # the weights are operand b
 
-    def gemm() -> None:
-        da, dw = state["da"], state["db"]
+    def per_expert(da: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
         for e, start, end in bounds:
             torch.mm(da[start:end], dw[e * n:(e + 1) * n].t(), out=acc[start:end])
+        return acc
 
-    def epilogue() -> torch.Tensor:
-        return acc.to(out_dtype)
-
-    def end_to_end() -> torch.Tensor:
-        quantize()
-        gemm()
-        return epilogue()
-
-    def stats() -> dict[str, Any]:
-        if "qa" not in state:
-            return {}
-        return {"a": cast_stats(a, state["qa"]), "w": cast_stats(w, state["qb"])}
-
-    end_to_end()  # fills the state every phase reads
-    return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm, "epilogue": epilogue},
-                    output=end_to_end, prequantized_phases=("gemm", "epilogue"), cast_stats=stats,
-                    notes=["emulated: per-expert FP32 GEMMs on rounded operands; timings measure the emulation"],
-                    extra=routing_fields(ctx.shape))
+    return emulated_gemm_pipeline(
+        precision, a, w, per_expert,
+        "emulated: per-expert FP32 GEMMs on rounded operands; timings measure the emulation",
+        names=("a", "w"), extra=routing_fields(ctx.shape))

@@ -166,13 +166,14 @@ class Side:
 
 def measured(record: dict[str, Any], run: dict[str, Any]) -> bool:
     """Whether a record's timings count. An ``ok`` record does; so does one that an older fp8bench marked invalid
-    for power capping alone (the normal state of a GPU at full load, recorded but no longer invalidating), unless
-    its run asked for ``--strict-clocks``."""
+    for power capping alone, or for the clock drop power capping alone caused (the normal state of a GPU at full
+    load, recorded but no longer invalidating), unless its run asked for ``--strict-clocks``."""
     if record.get("status") == "ok" and record.get("valid", True):
         return True
     strict = bool((run.get("settings") or {}).get("strict_clocks"))
-    reasons = list((record.get("energy") or {}).get("invalid_reasons") or [])
-    return record.get("status") == "invalid" and not strict and only_power_capped(reasons)
+    energy = record.get("energy") or {}
+    reasons, notes = list(energy.get("invalid_reasons") or []), list(energy.get("clock_notes") or [])
+    return record.get("status") == "invalid" and not strict and only_power_capped(reasons, notes)
 
 
 def origin_of(payload: dict[str, Any]) -> str:

@@ -54,7 +54,12 @@ class Record:
     tflops_per_w: float | None = None
     energy: dict[str, Any] = field(default_factory=dict)
     numerics: dict[str, Any] = field(default_factory=dict)
+    # Device telemetry through the case: ``timing`` (the timed samples) and ``energy`` (the energy window), each a
+    # summary of clocks, temperature, power and throttle reasons, or a ``reason`` where none was taken.
     telemetry: dict[str, Any] = field(default_factory=dict)
+    # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU) and in
+    # records written before it.
+    sm_clock_mhz: float | None = None
     valid: bool = True
     interpreted: bool = False
     notes: list[str] = field(default_factory=list)

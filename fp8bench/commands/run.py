@@ -118,13 +118,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cooldown", type=float, default=None, metavar="SECONDS",
                    help="pause this long before each case after the first (lets the device cool)")
     p.add_argument("--clock-floor", type=fraction_arg("--clock-floor"), default=None,
-                   help="a window whose median SM clock is under this fraction of the default clock is throttled "
-                        "(90%% or 0.9, the default)")
+                   help="the timed samples or an energy window whose median SM clock is under this fraction of the "
+                        "default clock are throttled, unless power capping alone explains the drop (90%% or 0.9, "
+                        "the default; docs/energy.md)")
     p.add_argument("--strict-clocks", action="store_true",
-                   help="also mark a case invalid when the GPU held its clocks at the power limit during the energy "
-                        "window (by default power capping, the normal state of a large GEMM, is recorded in the "
-                        "telemetry and notes; thermal or hardware slowdown and a clock under the floor always "
-                        "invalidate)")
+                   help="also mark a case invalid when the GPU held its clocks at the power limit, and for any "
+                        "clock under the floor whatever its cause (by default power capping, the normal state of a "
+                        "large GEMM, and the clock drop it causes are recorded in the telemetry and notes; thermal "
+                        "or hardware slowdown always invalidates)")
     p.add_argument("--profile", nargs="?", const="torch", default=None, metavar="MODE",
                    help="after each case's measurement, profile one more pass of its phases (never inside a timed "
                         "sample): torch (the default of a bare --profile) writes a torch.profiler trace per case to "

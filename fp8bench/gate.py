@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from fp8bench.comparability import ComparabilityKey, comparability_key
+from fp8bench.comparability import ComparabilityKey, comparability_key, describe_differences
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
 from fp8bench.records import case_key
@@ -283,7 +283,8 @@ def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None,
     for side, entry in (("base", base), ("candidate", cand)):
         if entry.key_conflict:
             return _case_result(case, "incomparable", f"the {side}'s rounds disagree on "
-                                f"{', '.join(entry.key_conflict)}", differences=_jsonable(entry.key_conflict))
+                                f"{describe_differences(entry.key_conflict)}",
+                                differences=_jsonable(entry.key_conflict))
     if base.status != "ok" and cand.status != "ok":
         return _case_result(case, "not measured", f"base {base.status}: {base.reason}; "
                             f"candidate {cand.status}: {cand.reason}")
@@ -293,7 +294,7 @@ def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None,
         return _case_result(case, "broken", f"candidate {cand.status}: {cand.reason}")
     diff = base.key.differences(cand.key)
     if diff:
-        return _case_result(case, "incomparable", "comparability key differs in " + ", ".join(diff),
+        return _case_result(case, "incomparable", "comparability key differs in " + describe_differences(diff),
                             differences=_jsonable(diff))
     return None
 

@@ -117,3 +117,4 @@ class Pipeline:
     notes: list[str] = field(default_factory=list)
     interpreted: bool = False  # timings are not comparable (for example Triton's CPU interpreter)
     extra: dict[str, Any] = field(default_factory=dict)  # fields merged into the record (compile_s, ...)
+    scale_format: str | None = None  # the library's scale factors, where it can vary them (Record.scale_format)

@@ -347,6 +347,7 @@ class CaseMeasurer:
             reason = f"{reason}; non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf"
         return self._base(case, seq, status, reason, numerics=num.to_dict(), valid=valid, interpreted=True,
                           notes=notes, extra=extra, timing={"check_s": time.monotonic() - started},
+                          scale_format=pipeline.scale_format,
                           energy={"method": None, "joules_per_iter": None, "reason": INTERPRETED_REASON})
 
     def _measure(self, case: Case, seq: int, started: float) -> Record:
@@ -478,7 +479,8 @@ class CaseMeasurer:
             energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (s.energy and self.lockstep)
                                                     else "energy metering disabled"},
             numerics=num.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
-            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases))
+            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
+            scale_format=pipeline.scale_format)
         return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
 
 

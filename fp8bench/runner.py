@@ -457,7 +457,7 @@ class CaseMeasurer:
             notes.append("interpreted: timings are not comparable and never gate anything")
         telemetry = {"timing": watched.telemetry}
         if energy is not None:
-            telemetry["energy"] = energy.telemetry
+            telemetry["energy"] = energy.telemetry or {"reason": f"not sampled: {energy.reason or 'no telemetry'}"}
         joules = energy.joules_per_iter if energy else None
         timed = sum(e2e.samples_s) + sum(sum(v.samples_s) for v in phase_samples.values() if v is not e2e)
         timing["timed_s"] = timed

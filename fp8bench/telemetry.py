@@ -301,8 +301,8 @@ def judge(samples: list[Sample], growth_ns: dict[str, int | None], source: Telem
         return ThrottleVerdict({})
     telemetry["reference_sm_clock_mhz"] = source.reference_clock_mhz
     return ThrottleVerdict(telemetry,
-                   tuple(policy.assess(telemetry, source.reference_clock_mhz, growth_ns, where)),
-                   tuple(policy.observe(telemetry, source.reference_clock_mhz, growth_ns, where)))
+                           tuple(policy.assess(telemetry, source.reference_clock_mhz, growth_ns, where)),
+                           tuple(policy.observe(telemetry, source.reference_clock_mhz, growth_ns, where)))
 
 
 def counter_growth(before: dict[str, int | None] | None, after: dict[str, int | None] | None

@@ -108,7 +108,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "its replays: kernels back to back, without the launch gaps of eager calls. A call that "
                         "cannot be captured (it synchronizes with the host, say) is skipped with the reason. Records "
                         "say timing_mode cuda_graph and are never compared with eager ones (docs/timing-modes.md)")
-    p.add_argument("--no-energy", action="store_true", help="skip the energy window of each case")
+    p.add_argument("--no-energy", action="store_true",
+                   help="skip the energy window of each case (clocks and throttle reasons are still watched "
+                        "through the timed samples)")
     p.add_argument("--energy-window", type=float, default=None,
                    help="minimum seconds per energy window (default 1: ~10 updates of NVML's ~100 ms counter)")
     p.add_argument("--energy-phases", action="store_true",

@@ -47,10 +47,11 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(t.lower() in str(exc).lower() for t in _OOM_TEXT)
 
 
-# How a CUDA runtime failure reads once it reaches Python. torch's CUDA check (c10/cuda/CUDAException.cpp,
-# ``c10_cuda_check_implementation``) starts its message "CUDA error: " in every release; Transformer Engine's
-# NVTE_CHECK_CUDA (common/util/logging.h) writes "CUDA Error: ", hence the case-insensitive match.
-_CUDA_ERROR_TEXT = "cuda error: "
+# How a CUDA runtime failure reads once it reaches Python, matched without case. torch's CUDA check
+# (c10/cuda/CUDAException.cpp, ``c10_cuda_check_implementation``) starts its message "CUDA error: " in every release;
+# Transformer Engine's NVTE_CHECK_CUDA (common/util/logging.h) writes "CUDA Error: "; Triton's launcher
+# (backends/nvidia/driver.c, ``gpuAssert``, 3.x) raises RuntimeError("Triton Error [CUDA]: <cuGetErrorString>").
+_CUDA_ERROR_TEXTS = ("cuda error: ", "triton error [cuda]: ")
 
 
 def is_cuda_runtime_error(exc: BaseException) -> bool:
@@ -60,12 +61,13 @@ def is_cuda_runtime_error(exc: BaseException) -> bool:
     torch 2.8 and newer raise ``torch.AcceleratorError`` (a ``RuntimeError``; first in the 2.8.0 wheel's
     ``torch/_C/__init__.pyi``); older releases raise a plain ``RuntimeError`` from the same check with the same
     "CUDA error: ..." message, and Transformer Engine a ``RuntimeError`` carrying "CUDA Error: ...". Out of memory
-    is reported the same way and is told apart first (:func:`is_out_of_memory`).
+    is reported the same way and is told apart first (:func:`is_out_of_memory`). Triton's launcher reports a failing
+    driver call as a ``RuntimeError`` carrying "Triton Error [CUDA]: ...".
     """
     accelerator_error = getattr(torch, "AcceleratorError", None)  # torch >= 2.8
     if accelerator_error is not None and isinstance(exc, accelerator_error):
         return True
-    return isinstance(exc, RuntimeError) and _CUDA_ERROR_TEXT in str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _CUDA_ERROR_TEXTS)
 
 
 @contextmanager

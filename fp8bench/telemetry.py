@@ -25,10 +25,11 @@ comparability key). Power capping is therefore recorded (the reason bit in the t
 ...`` note with the time held) and leaves the stretch valid, and so does the clock drop it causes, however deep:
 a median clock under the floor in a stretch where the power-cap bit or counter was the only limiter seen is
 recorded in that note with its fraction of the reference, not invalidated. nvbench, the reference for this rule,
-checks no reason bits at all: it discards a sample only when the clock over it falls under 75% of the device's
-default clock (:data:`NVBENCH_THROTTLE_FRACTION`), a drop the power limit alone can cause on an H100; the note says
-on which side of that line the stretch fell. Thermal and hardware slowdowns keep invalidating, with the clock
-drop they cause. ``fp8bench run --strict-clocks`` (:attr:`ThrottlePolicy.power_cap_invalid`) asks for clocks free
+checks no reason bits at all: it discards a sample only when the SM clock measured over it falls under 75% of the
+device's default clock (``m_throttle_threshold{0.75f}``, nvbench/benchmark_base.cuh; ``has_throttled``,
+nvbench/detail/gpu_frequency.cxx; the default clock is ``cudaDevAttrClockRate``, nvbench/device_info.cu), so it
+keeps drops of up to a quarter, whatever caused them, while fp8bench's floor is a tenth. Thermal and hardware
+slowdowns keep invalidating, with the clock drop they cause. ``fp8bench run --strict-clocks`` (:attr:`ThrottlePolicy.power_cap_invalid`) asks for clocks free
 of every limiter: power capping invalidates, and so does any clock under the floor, whatever its cause.
 
 Idle, application-clock and display bits are not throttling: the loop's gaps between kernels set ``gpu_idle``, and
@@ -175,13 +176,6 @@ STRICT_FLAG = "--strict-clocks"
 # What a verdict's words name: the two stretches of a case that are watched.
 TIMED_SAMPLES = "the timed samples"
 ENERGY_WINDOW = "the energy window"
-# nvbench discards a timed trial when the SM clock measured over it falls under this fraction of the device's default
-# clock (``m_throttle_threshold{0.75f}``, nvbench/benchmark_base.cuh; ``gpu_frequency::has_throttled``,
-# nvbench/detail/gpu_frequency.cxx; the default clock is ``cudaDevAttrClockRate``, nvbench/device_info.cu). It
-# checks the clock alone, whatever limited it. Quoted in power-capped notes so a reader can place a drop.
-NVBENCH_THROTTLE_FRACTION = 0.75
-
-
 @dataclass(frozen=True)
 class ThrottlePolicy:
     """When a window counts as throttled (module docstring). ``clock_floor`` is a fraction of the reference SM
@@ -239,11 +233,9 @@ class ThrottlePolicy:
         median = self._clock_under_floor(summary, reference_clock_mhz)
         if median is not None and self._power_cap_alone(summary, violations_ns):
             assert reference_clock_mhz  # _clock_under_floor compares with it
-            fraction = median / reference_clock_mhz
-            nvbench = "under" if fraction < NVBENCH_THROTTLE_FRACTION else "above"
-            note += (f"; median SM clock {median:.0f} MHz is {fraction:.0%} of the reference {reference_clock_mhz} "
-                     f"MHz, under the {self.clock_floor:.0%} floor: a drop the power limit alone explains ({nvbench} "
-                     f"the {NVBENCH_THROTTLE_FRACTION:.0%} at which nvbench discards a sample)")
+            note += (f"; median SM clock {median:.0f} MHz is {median / reference_clock_mhz:.0%} of the reference "
+                     f"{reference_clock_mhz} MHz, under the {self.clock_floor:.0%} floor: a drop the power limit "
+                     f"alone explains")
         return [f"{note}; recorded, not invalidating ({STRICT_FLAG} invalidates it)"]
 
     def _clock_under_floor(self, summary: dict[str, Any], reference_clock_mhz: int | None) -> float | None:

@@ -123,14 +123,12 @@ def test_a_clock_drop_the_power_cap_alone_explains_is_recorded_not_invalid():
     assert policy.assess(capped, 1755, where=TIMED_SAMPLES) == []
     assert policy.observe(capped, 1755, where=TIMED_SAMPLES) == [
         "power-capped: clocks held by the power limit (sw_power_cap) during the timed samples; median SM clock "
-        "1410 MHz is 80% of the reference 1755 MHz, under the 90% floor: a drop the power limit alone explains "
-        "(above the 75% at which nvbench discards a sample); recorded, not invalidating (--strict-clocks "
-        "invalidates it)"]
-    # The counter alone says power capping too; a deeper drop is said to be under nvbench's line.
+        "1410 MHz is 80% of the reference 1755 MHz, under the 90% floor: a drop the power limit alone explains; "
+        "recorded, not invalidating (--strict-clocks invalidates it)"]
+    # The counter alone says power capping too, and a deeper drop is let stand the same way.
     deep = _summary(sm_median=1200)
     assert policy.assess(deep, 1755, {"power": 10**6, "thermal": 0}) == []
     assert "is 68% of the reference 1755 MHz" in policy.observe(deep, 1755, {"power": 10**6, "thermal": 0})[0]
-    assert "(under the 75% at which nvbench" in policy.observe(deep, 1755, {"power": 10**6, "thermal": 0})[0]
 
 
 def test_a_clock_drop_with_another_limiter_or_none_still_invalidates():

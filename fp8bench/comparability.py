@@ -9,6 +9,11 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
 * CUDA runtime torch was built with and the torch version (``run.software``);
 * power limit in watts and clock policy (``run.gpu``: a locked-clock run and a boost-clock run differ by design);
 * the case itself (workload, shape, precision with its FP8 format, device kind) and its backend;
+* the scale factors the library ran with, where it states them (``scale_format``: Transformer Engine's
+  Float8CurrentScaling and Float8BlockScaling can round scales to powers of two; see
+  :data:`fp8bench.records.SCALE_FORMATS`). A record that states none (every other backend, and TE records written
+  before it was stated, whose block scaling most likely ran TE's power-of-two default) keys ``None``; TE records
+  stating ``fp32`` therefore never share a key with those older ones, and no other record's key changes;
 * a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, its
   delayed-scaling settings if any, the run settings that change the measured region: L2 flushing, the input seed and
   the CPU thread count, the timing mode when it is ``cuda_graph``, and for a distributed run the number of ranks
@@ -50,6 +55,7 @@ class ComparabilityKey:
     case: str
     backend: str
     definition_hash: str
+    scale_format: str | None = None
 
     def differences(self, other: ComparabilityKey) -> dict[str, tuple[Any, Any]]:
         """Fields that differ, as ``name -> (self's value, other's value)``."""
@@ -57,7 +63,23 @@ class ComparabilityKey:
         return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, without those added later while they are unset: keys made before a field existed keep
+        their text (:func:`key_string`, stored in the store's ``comparability_key`` column)."""
+        return {k: v for k, v in asdict(self).items() if not (k in _ADDED_FIELDS and v is None)}
+
+
+# Fields added to the key after keys were first stored, left out of its text while unset (ComparabilityKey.to_dict).
+_ADDED_FIELDS = ("scale_format",)
+
+
+def describe_differences(differences: dict[str, tuple[Any, Any]]) -> str:
+    """``torch (2.13.0 -> 2.14.0), definition_hash``: each differing field with its two values (``unrecorded`` for a
+    value a record does not state), the hash by name only."""
+    def shown(value: Any) -> str:
+        return "unrecorded" if value is None else str(value)
+
+    return ", ".join(k if k == "definition_hash" else f"{k} ({shown(a)} -> {shown(b)})"
+                     for k, (a, b) in differences.items())
 
 
 def _driver_major(version: Any) -> str | None:
@@ -109,6 +131,7 @@ def comparability_key(record: dict[str, Any], run: dict[str, Any]) -> Comparabil
         case=case_key(record),
         backend=record["backend"],
         definition_hash=definition_hash(record, run),
+        scale_format=record.get("scale_format"),
     )
 
 

@@ -24,8 +24,10 @@ Methods, best first
 * ``none``: no meter; joules are ``null`` and ``reason`` says why.
 
 Every window also samples telemetry (:mod:`fp8bench.telemetry`) where the device has it; a window during which the
-device throttled keeps its numbers but is marked ``valid: false`` with the reasons. Power capping alone is the
-normal state of a GPU at full load: it is recorded in ``clock_notes`` and invalidates only with ``--strict-clocks``. An idle baseline (power with
+device throttled keeps its numbers but is marked ``valid: false`` with the reasons. Power capping alone, and the
+clock drop it causes, is the normal state of a GPU at full load: it is recorded in ``clock_notes`` and invalidates
+only with ``--strict-clocks``. The same rule watches the case's timed samples: the runner opens a
+:class:`~fp8bench.telemetry.TelemetryWindow` on the meter's :attr:`WindowMeter.source`. An idle baseline (power with
 nothing running, measured once before the cases) can be subtracted; the raw figure stays the headline and the
 above-idle figure is reported beside it.
 """
@@ -44,10 +46,15 @@ from fp8bench.devices import Device
 from fp8bench.rapl import POWERCAP, RaplCounter, RaplUnavailable
 from fp8bench.telemetry import (
     DEFAULT_INTERVAL_S,
+    ENERGY_WINDOW,
     Sample,
     TelemetrySampler,
+    TelemetrySource,
     ThrottlePolicy,
+    counter_growth,
+    describe_error,
     integrate_power_j,
+    judge,
     summarize,
 )
 
@@ -138,11 +145,6 @@ class WindowPolicy:
             raise ValueError(f"max iterations must be >= 1, got {self.max_iterations}")
 
 
-def _describe(exc: BaseException) -> str:
-    code = getattr(exc, "value", None)
-    return type(exc).__name__ + (f" (code {code})" if isinstance(code, int) else f": {exc}" if str(exc) else "")
-
-
 class WindowMeter:
     """A meter built from a cumulative energy counter and/or a telemetry source.
 
@@ -162,6 +164,9 @@ class WindowMeter:
             raise ValueError("a window meter needs an energy counter or a power-reporting telemetry source")
         self.method, self.counter, self.telemetry, self.violations = method, counter, telemetry, violations
         self.decode, self.reference_clock_mhz, self.note = decode, reference_clock_mhz, note
+        # The device's telemetry, also watched by the runner through the timed samples (``None``: none here).
+        self.source = (TelemetrySource(telemetry, decode, reference_clock_mhz, violations)
+                       if telemetry is not None else None)
         self.policy, self.throttle = policy or WindowPolicy(), throttle or ThrottlePolicy()
         self._close = close
 
@@ -314,16 +319,14 @@ class _Span:
         base = EnergyReading(m.method, None, None, window_s, iterations, None, telemetry, name=name,
                              samples=len(self.samples))
         if self.error is not None:
-            return replace(base, reason=f"{m.method}: energy meter failed mid-window ({_describe(self.error)}); "
+            return replace(base, reason=f"{m.method}: energy meter failed mid-window ({describe_error(self.error)}); "
                                         f"energy not reported for this window")
         window_j, reason = m._window_joules(self.e0, self.e1, self.samples, self.t0, self.t1, window_s)
-        growth = _growth(self.v0, self.v1)
-        invalid = m.throttle.assess(telemetry, m.reference_clock_mhz, growth) if telemetry else []
-        notes = m.throttle.observe(telemetry, growth) if telemetry else []
-        if telemetry:
-            telemetry["reference_sm_clock_mhz"] = m.reference_clock_mhz
-        base = replace(base, reason=reason, valid=not invalid, invalid_reasons=tuple(invalid),
-                       clock_notes=tuple(notes))
+        if m.source is not None:
+            verdict = judge(self.samples, counter_growth(self.v0, self.v1), m.source, m.throttle, ENERGY_WINDOW)
+            base = replace(base, telemetry=verdict.telemetry, valid=not verdict.invalid_reasons,
+                           invalid_reasons=verdict.invalid_reasons, clock_notes=verdict.notes)
+        base = replace(base, reason=reason)
         if window_j is None or not iterations or not window_s > 0:
             return base
         return replace(base, joules_per_iter=window_j / iterations, avg_power_w=window_j / window_s,
@@ -341,13 +344,6 @@ def _read(source: Callable[[], T] | None) -> T | None:
         return source()
     except Exception as exc:
         raise _MeterError() from exc
-
-
-def _growth(before: dict[str, int | None] | None, after: dict[str, int | None] | None) -> dict[str, int | None]:
-    if not before or not after:
-        return {}
-    return {k: (after[k] - b) if (b is not None and after.get(k) is not None) else None  # type: ignore[operator]
-            for k, b in before.items()}
 
 
 def configure_meter(meter: EnergyMeter, min_window_s: float, clock_floor: float,

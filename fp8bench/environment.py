@@ -37,6 +37,9 @@ RELEVANT_ENV = (
     "NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE", "TORCH_CUDNN_V8_API_ENABLED", "TORCHINDUCTOR_MAX_AUTOTUNE", "TRITON_INTERPRET",
     "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_FUSED_ATTN_BACKEND", "NVTE_DPA_FP8_RECIPE", "PYTORCH_CUDA_ALLOC_CONF",
+    # TE's power-of-two scale switches: fp8bench overrides them per recipe object (kernels/te_backend.py), but what
+    # the environment asked for is part of the record of how TE was set up.
+    "NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES",
     "FP8BENCH_HOST_ALIAS", "FP8BENCH_CLOCK_POLICY",
 )
 

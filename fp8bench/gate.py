@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from fp8bench.comparability import ComparabilityKey, comparability_key
+from fp8bench.comparability import ComparabilityKey, comparability_key, describe_differences
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
 from fp8bench.records import case_key
@@ -166,13 +166,14 @@ class Side:
 
 def measured(record: dict[str, Any], run: dict[str, Any]) -> bool:
     """Whether a record's timings count. An ``ok`` record does; so does one that an older fp8bench marked invalid
-    for power capping alone (the normal state of a GPU at full load, recorded but no longer invalidating), unless
-    its run asked for ``--strict-clocks``."""
+    for power capping alone, or for the clock drop power capping alone caused (the normal state of a GPU at full
+    load, recorded but no longer invalidating), unless its run asked for ``--strict-clocks``."""
     if record.get("status") == "ok" and record.get("valid", True):
         return True
     strict = bool((run.get("settings") or {}).get("strict_clocks"))
-    reasons = list((record.get("energy") or {}).get("invalid_reasons") or [])
-    return record.get("status") == "invalid" and not strict and only_power_capped(reasons)
+    energy = record.get("energy") or {}
+    reasons, notes = list(energy.get("invalid_reasons") or []), list(energy.get("clock_notes") or [])
+    return record.get("status") == "invalid" and not strict and only_power_capped(reasons, notes)
 
 
 def origin_of(payload: dict[str, Any]) -> str:
@@ -282,7 +283,8 @@ def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None,
     for side, entry in (("base", base), ("candidate", cand)):
         if entry.key_conflict:
             return _case_result(case, "incomparable", f"the {side}'s rounds disagree on "
-                                f"{', '.join(entry.key_conflict)}", differences=_jsonable(entry.key_conflict))
+                                f"{describe_differences(entry.key_conflict)}",
+                                differences=_jsonable(entry.key_conflict))
     if base.status != "ok" and cand.status != "ok":
         return _case_result(case, "not measured", f"base {base.status}: {base.reason}; "
                             f"candidate {cand.status}: {cand.reason}")
@@ -292,7 +294,7 @@ def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None,
         return _case_result(case, "broken", f"candidate {cand.status}: {cand.reason}")
     diff = base.key.differences(cand.key)
     if diff:
-        return _case_result(case, "incomparable", "comparability key differs in " + ", ".join(diff),
+        return _case_result(case, "incomparable", "comparability key differs in " + describe_differences(diff),
                             differences=_jsonable(diff))
     return None
 

@@ -47,6 +47,29 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(t.lower() in str(exc).lower() for t in _OOM_TEXT)
 
 
+# How a CUDA runtime failure reads once it reaches Python, matched without case. torch's CUDA check
+# (c10/cuda/CUDAException.cpp, ``c10_cuda_check_implementation``) starts its message "CUDA error: " in every release;
+# Transformer Engine's NVTE_CHECK_CUDA (common/util/logging.h) writes "CUDA Error: "; Triton's launcher
+# (backends/nvidia/driver.c, ``gpuAssert``, 3.x) raises RuntimeError("Triton Error [CUDA]: <cuGetErrorString>").
+_CUDA_ERROR_TEXTS = ("cuda error: ", "triton error [cuda]: ")
+
+
+def is_cuda_runtime_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a kernel or driver failure at run time (an illegal memory access, a launch failure), as
+    opposed to a library declining the case.
+
+    torch 2.8 and newer raise ``torch.AcceleratorError`` (a ``RuntimeError``; first in the 2.8.0 wheel's
+    ``torch/_C/__init__.pyi``); older releases raise a plain ``RuntimeError`` from the same check with the same
+    "CUDA error: ..." message, and Transformer Engine a ``RuntimeError`` carrying "CUDA Error: ...". Out of memory
+    is reported the same way and is told apart first (:func:`is_out_of_memory`). Triton's launcher reports a failing
+    driver call as a ``RuntimeError`` carrying "Triton Error [CUDA]: ...".
+    """
+    accelerator_error = getattr(torch, "AcceleratorError", None)  # torch >= 2.8
+    if accelerator_error is not None and isinstance(exc, accelerator_error):
+        return True
+    return isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _CUDA_ERROR_TEXTS)
+
+
 @contextmanager
 def refusals(prefix: str, errors: tuple[type[BaseException], ...] = (Exception,), with_type: bool = False,
              when: Callable[[BaseException], bool] | None = None) -> Iterator[None]:
@@ -59,6 +82,8 @@ def refusals(prefix: str, errors: tuple[type[BaseException], ...] = (Exception,)
       ``ValueError``); ``when`` narrows them further (for example to messages naming the refusing kernel).
     * Running out of device memory is never a refusal, whatever ``errors`` says: it propagates, and the runner
       records ``failed: out of memory``, empties the allocator's cache and goes on (:func:`is_out_of_memory`).
+    * Nor is a CUDA runtime error (an illegal memory access, a launch failure: :func:`is_cuda_runtime_error`),
+      although torch and TE raise it as a ``RuntimeError``: the kernel broke, so the case is ``failed``.
     * Anything else propagates unchanged and the runner records ``failed`` with the error.
 
     ``with_type`` keeps the exception's class name in the reason.
@@ -68,7 +93,7 @@ def refusals(prefix: str, errors: tuple[type[BaseException], ...] = (Exception,)
     except Unsupported:
         raise
     except errors as exc:
-        if is_out_of_memory(exc) or (when is not None and not when(exc)):
+        if is_out_of_memory(exc) or is_cuda_runtime_error(exc) or (when is not None and not when(exc)):
             raise
         kind = f"{type(exc).__name__}: " if with_type else ""
         raise Unsupported(f"{prefix}: {kind}{first_line(exc)}") from exc
@@ -94,3 +119,4 @@ class Pipeline:
     notes: list[str] = field(default_factory=list)
     interpreted: bool = False  # timings are not comparable (for example Triton's CPU interpreter)
     extra: dict[str, Any] = field(default_factory=dict)  # fields merged into the record (compile_s, ...)
+    scale_format: str | None = None  # the library's scale factors, where it can vary them (Record.scale_format)

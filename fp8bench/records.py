@@ -13,6 +13,11 @@ from typing import Any
 SCHEMA_VERSION = 1
 
 STATUSES = ("ok", "failed", "skipped", "invalid")
+# How an FP8 recipe's FP32 scale factors are formed (``Record.scale_format``): ``fp32``, any FP32 value (amax / the
+# format's largest value, fp8bench's definition of its per-tensor, per-row and per-block recipes), or ``pow2``,
+# rounded to a power of two (Transformer Engine's block-scaling default, kernels/te_backend.py).
+SCALE_FP32, SCALE_POW2 = "fp32", "pow2"
+SCALE_FORMATS = (SCALE_FP32, SCALE_POW2)
 # Values of ``Record.timing_mode`` (fp8bench.timing.TimingMode, kept free of torch here).
 TIMING_MODES = ("cpu", "cuda_events", "cuda_graph")
 
@@ -31,6 +36,10 @@ class Record:
     # fp8_delayed only: the delayed-scaling settings the record was measured with: amax_history_len (iterations),
     # amax_compute_algo ("max" | "most_recent"), margin (powers of two of headroom). Empty for other precisions.
     delayed_scaling: dict[str, Any] = field(default_factory=dict)
+    # The scale factors the library ran with (SCALE_FORMATS), stated by backends whose library can round them to
+    # powers of two (te: Float8CurrentScaling, Float8BlockScaling). ``None`` elsewhere: fp8bench's own quantizers
+    # always use FP32 scales. Enters the comparability key (fp8bench.comparability).
+    scale_format: str | None = None
     samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
     median_s: float | None = None  # end-to-end median, seconds
     iqr_s: float | None = None
@@ -54,7 +63,12 @@ class Record:
     tflops_per_w: float | None = None
     energy: dict[str, Any] = field(default_factory=dict)
     numerics: dict[str, Any] = field(default_factory=dict)
+    # Device telemetry through the case: ``timing`` (the timed samples) and ``energy`` (the energy window), each a
+    # summary of clocks, temperature, power and throttle reasons, or a ``reason`` where none was taken.
     telemetry: dict[str, Any] = field(default_factory=dict)
+    # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU) and in
+    # records written before it.
+    sm_clock_mhz: float | None = None
     valid: bool = True
     interpreted: bool = False
     notes: list[str] = field(default_factory=list)
@@ -73,6 +87,8 @@ class Record:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"record status {self.status!r}; accepted: {', '.join(STATUSES)}")
+        if self.scale_format is not None and self.scale_format not in SCALE_FORMATS:
+            raise ValueError(f"record scale format {self.scale_format!r}; accepted: {', '.join(SCALE_FORMATS)}")
         if self.timing_mode is not None and self.timing_mode not in TIMING_MODES:
             raise ValueError(f"record timing mode {self.timing_mode!r}; accepted: {', '.join(TIMING_MODES)}")
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
-from fp8bench.records import full_accum_variant
+from fp8bench.records import SCALE_POW2, full_accum_variant
 
 
 def _shape_text(shape: dict[str, int]) -> str:
@@ -79,6 +79,13 @@ def delayed_scaling_header(records: list[dict[str, Any]]) -> str | None:
             f"format {where}")
 
 
+def precision_label(record: dict[str, Any]) -> str:
+    """The precision as the table shows it, with what makes a record a variant of it: full accumulation where fast
+    is the default, and power-of-two scales where fp8bench's recipe has FP32 ones (``Record.scale_format``)."""
+    return (record["precision"] + (" (full acc)" if full_accum_variant(record) else "")
+            + (" (pow2 scales)" if record.get("scale_format") == SCALE_POW2 else ""))
+
+
 def render_table(records: list[dict[str, Any]], baseline: str, console: Console, title: str = "") -> None:
     index = baseline_index(records, baseline)
     header = delayed_scaling_header(records)
@@ -103,7 +110,7 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
         unf = num.get("underflow_frac")
         table.add_row(
             r["workload"], _shape_text(r["shape"]),
-            r["precision"] + (" (full acc)" if full_accum_variant(r) else ""), r["backend"], status,
+            precision_label(r), r["backend"], status,
             _fmt(r.get("median_s") and r["median_s"] * 1e3, ".3f"),
             _fmt(r.get("prequant_median_s") and r["prequant_median_s"] * 1e3, ".3f"),
             _fmt(r.get("tflops") and r["tflops"], ".3g"), _fmt(r.get("pct_of_peak"), ".1f"),

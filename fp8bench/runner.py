@@ -16,6 +16,9 @@ Per case (see DESIGN, "Measurement method"):
 6. **Profile** (``profile``, :mod:`fp8bench.profiling`): one more pass of the calls under a profiler, after every
    figure of the record is taken, so no profiling overhead enters a timed sample.
 
+Clocks and throttle reasons are polled through the timed samples of step 3, energy or not, and through every
+energy window of step 5; a throttled device makes the case ``invalid`` (:mod:`fp8bench.telemetry`).
+
 An **interpreted** case (a backend whose kernels run under an interpreter on this device, such as Triton's on the
 CPU) is there to check correctness: its pipeline runs once, at the smallest legal shape of the workload when the
 case's shape is over :data:`INTERPRETED_MAX_FLOPS`, its numerics are recorded, and it ends ``ok`` with every timing
@@ -58,6 +61,7 @@ from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, fp4
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.shapes import Shape, label
+from fp8bench.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 
 # Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
@@ -206,6 +210,13 @@ class CaseMeasurer:
             self.graphs = GraphCapturer(device) if settings.cuda_graph else None
             self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
                                          settings.strict_clocks)
+            # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
+            # whether or not energy is metered (fp8bench.telemetry).
+            self.telemetry = getattr(self.meter, "source", None)
+            self.throttle: ThrottlePolicy = getattr(self.meter, "throttle", ThrottlePolicy())
+            self.telemetry_absent = ((getattr(self.meter, "reason", None) or "the energy meter reads no telemetry")
+                                     if device.is_cuda else "clock and throttle telemetry comes from NVML, on NVIDIA "
+                                     "GPUs")
             # Idle power is measured once, before any case runs, so that no case's heat is in it.
             self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
         # A timer shared by several processes (fp8bench.distributed.LockstepTimer) makes every decision together.
@@ -336,6 +347,7 @@ class CaseMeasurer:
             reason = f"{reason}; non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf"
         return self._base(case, seq, status, reason, numerics=num.to_dict(), valid=valid, interpreted=True,
                           notes=notes, extra=extra, timing={"check_s": time.monotonic() - started},
+                          scale_format=pipeline.scale_format,
                           energy={"method": None, "joules_per_iter": None, "reason": INTERPRETED_REASON})
 
     def _measure(self, case: Case, seq: int, started: float) -> Record:
@@ -384,30 +396,33 @@ class CaseMeasurer:
         warmup_s = time.monotonic() - warm_start
 
         e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
-        e2e_call = self._timed_call("end_to_end", pipeline.end_to_end)
-        e2e = sample(e2e_call, self.timer, s.policy, e2e_deadline)
-        timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
-            f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
-        if e2e.over_budget:
-            return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.policy.min_samples} samples in "
-                              f"the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
-
         phase_samples: dict[str, Samples] = {}
         phase_calls: dict[str, Callable[[], Any]] = {}
         notes = list(pipeline.notes)
-        if s.phases and len(pipeline.phases) > 0:
-            for name, fn in pipeline.phases.items():
-                if fn is pipeline.end_to_end:  # a one-phase pipeline: its phase was just measured
-                    phase_samples[name], phase_calls[name] = e2e, e2e_call
-                    continue
-                try:
-                    phase_calls[name] = self._timed_call(name, fn)
-                except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
-                    notes.append(f"phase {name} not timed: {exc}")
-                    continue
-                phase_samples[name] = sample(phase_calls[name], self.timer, s.policy, deadline)
-                if phase_samples[name].n == 0:
-                    notes.append(f"phase {name} not timed: budget spent")
+        # Clocks and throttle reasons are polled through all the timed samples (end to end and phases).
+        watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
+        with watch:
+            e2e_call = self._timed_call("end_to_end", pipeline.end_to_end)
+            e2e = sample(e2e_call, self.timer, s.policy, e2e_deadline)
+            timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
+                f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
+            if e2e.over_budget:
+                return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.policy.min_samples} samples "
+                                  f"in the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
+            if s.phases and len(pipeline.phases) > 0:
+                for name, fn in pipeline.phases.items():
+                    if fn is pipeline.end_to_end:  # a one-phase pipeline: its phase was just measured
+                        phase_samples[name], phase_calls[name] = e2e, e2e_call
+                        continue
+                    try:
+                        phase_calls[name] = self._timed_call(name, fn)
+                    except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
+                        notes.append(f"phase {name} not timed: {exc}")
+                        continue
+                    phase_samples[name] = sample(phase_calls[name], self.timer, s.policy, deadline)
+                    if phase_samples[name].n == 0:
+                        notes.append(f"phase {name} not timed: budget spent")
+        watched = watch.verdict(self.throttle)
         phases = {k: v.median_s for k, v in phase_samples.items() if v.median_s is not None}
         prequant = None
         if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
@@ -431,13 +446,18 @@ class CaseMeasurer:
         status, reason, valid = "ok", None, True
         if not num.finite:
             status, reason, valid = "invalid", f"non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf", False
-        if energy is not None and not energy.valid:
+        throttled = [*watched.invalid_reasons, *(energy.invalid_reasons if energy is not None else ())]
+        if throttled:
             status, valid = "invalid", False
-            reason = "; ".join(filter(None, [reason, *energy.invalid_reasons]))
+            reason = "; ".join(filter(None, [reason, *throttled]))
+        notes += watched.notes
         if energy is not None:
             notes += energy.clock_notes
         if pipeline.interpreted:
             notes.append("interpreted: timings are not comparable and never gate anything")
+        telemetry = {"timing": watched.telemetry}
+        if energy is not None:
+            telemetry["energy"] = energy.telemetry or {"reason": f"not sampled: {energy.reason or 'no telemetry'}"}
         joules = energy.joules_per_iter if energy else None
         timed = sum(e2e.samples_s) + sum(sum(v.samples_s) for v in phase_samples.values() if v is not e2e)
         timing["timed_s"] = timed
@@ -458,8 +478,9 @@ class CaseMeasurer:
             tflops_per_w=(flops / joules / 1e12) if joules else None,
             energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (s.energy and self.lockstep)
                                                     else "energy metering disabled"},
-            numerics=num.to_dict(), telemetry=energy.telemetry if energy else {}, valid=valid,
-            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases))
+            numerics=num.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
+            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
+            scale_format=pipeline.scale_format)
         return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
 
 

@@ -23,6 +23,19 @@ fp8bench           TE recipe                   notes
 ``mxfp4``          none                        refused: TE's only 4-bit recipe is NVFP4BlockScaling
 =================  ==========================  ===================================================================
 
+**Scale factors.** fp8bench's per-tensor and per-block FP8 recipes scale by FP32 ``amax / fmt.max`` on every backend
+(:mod:`fp8bench.quantize`). TE's ``Float8BlockScaling`` rounds its scales down to powers of two by default and
+``Float8CurrentScaling`` does so when ``NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1``: both switches are environment
+variables TE reads *once, when it is imported*, into class attributes of the recipe (``fp8_quant_fwd_inp``,
+``fp8_quant_fwd_weight``, ``fp8_quant_bwd_grad``, QParams that are not dataclass fields), so neither the constructor
+nor a later environment change reaches them (``common/recipe/__init__.py``: 2.3 lines 344-349, 2.8 327-332,
+2.20.2 429-434 for block scaling; 2.20.2 302-306 for current scaling). TE's quantizers read ``power_2_scale`` from
+the recipe object (``Float8BlockScalingRecipeState.make_quantizers``: 2.8 ``pytorch/fp8.py`` lines 1066 and 1074,
+2.20.2 ``pytorch/quantization.py`` line 1631; current scaling: 2.20.2 ``module/linear.py`` lines 2771 and 2778).
+:meth:`TEApi.make_recipe` therefore sets the three QParams (and ``use_power_2_scales``) on each recipe object it
+makes, so these recipes run with FP32 scales whatever the environment said, and the record's ``scale_format`` reads
+the outcome back from the recipe (:func:`scale_format`): ``fp32``, or ``pow2`` if TE ever ignores the setting.
+
 ``NVFP4BlockScaling`` quantizes weights in 16x16 blocks by default (``disable_2d_quantization=False``); fp8bench's
 ``nvfp4`` is 1x16 blocks on every operand, so TE runs with 2D quantization off to compute the same recipe as the
 other backends. Its fields (``common/recipe/__init__.py``, TE 2.8+): ``fp4_format=Format.E2M1``,
@@ -60,6 +73,7 @@ run on real TE hardware in this project's CI.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,12 +86,16 @@ from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
+from fp8bench.records import SCALE_FP32, SCALE_POW2
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 
 # What Transformer Engine raises to refuse a recipe or a shape: RuntimeError (check_recipe_support), AssertionError
 # (the autocast's is_fp8_available assertion, recipe __post_init__ checks), ValueError (assert_dim_for_fp8_exec).
 TE_REFUSALS: tuple[type[BaseException], ...] = (RuntimeError, AssertionError, ValueError)
+
+# The QParams of TE's per-tensor and per-block FP8 recipes, one per operand role (module docstring, "Scale factors").
+QPARAM_ROLES = ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight", "fp8_quant_bwd_grad")
 
 TE = BACKENDS.add("te", Backend(
     name="te", kind="vendor",
@@ -96,6 +114,7 @@ class TERecipeSpec:
     check: str = "is_fp8_available"  # te.<check>(return_reason=True)
     min_version: tuple[int, ...] = (2, 0)
     alignment: int = 16  # tokens and features must be multiples of this
+    fp32_scales: bool = False  # the recipe has TE's power-of-two scale switch, set to FP32 scales on each object
 
 
 def te_recipe_spec(precision: Precision) -> TERecipeSpec | None:
@@ -130,14 +149,15 @@ def te_recipe_spec(precision: Precision) -> TERecipeSpec | None:
     if g is Granularity.TENSORWISE:
         # fp8_gemm_fprop's use_split_accumulator=False is TE's fast accumulation (its default in this recipe).
         accum = {} if precision.fast_accum else {"fp8_gemm_fprop": {"use_split_accumulator": True}}
-        return TERecipeSpec("Float8CurrentScaling", {**fmt, **accum}, min_version=(2, 2))
+        return TERecipeSpec("Float8CurrentScaling", {**fmt, **accum}, min_version=(2, 2), fp32_scales=True)
     if g is Granularity.BLOCKWISE:
         if precision.activation_block != (1, 128) or precision.weight_block != (128, 128):
             raise Unsupported(f"TE's Float8BlockScaling tiles are 1x128 and 128x128; got "
                               f"{precision.activation_block} and {precision.weight_block}")
         return TERecipeSpec("Float8BlockScaling", {**fmt, "x_block_scaling_dim": 1, "w_block_scaling_dim": 2,
                                                    "grad_block_scaling_dim": 1},
-                            check="is_fp8_block_scaling_available", min_version=(2, 3), alignment=128)
+                            check="is_fp8_block_scaling_available", min_version=(2, 3), alignment=128,
+                            fp32_scales=True)
     if g is Granularity.MX:
         if precision.mx_block != 32:
             raise Unsupported(f"TE's MXFP8BlockScaling uses 32-element blocks; got {precision.mx_block}")
@@ -184,7 +204,10 @@ class TEApi:
         for gemm in ("fp8_gemm_fprop", "fp8_gemm_dgrad", "fp8_gemm_wgrad"):
             if gemm in kwargs:
                 kwargs[gemm] = self.recipe_module.MMParams(**kwargs[gemm])
-        return getattr(self.recipe_module, spec.cls)(**kwargs)
+        recipe = getattr(self.recipe_module, spec.cls)(**kwargs)
+        if spec.fp32_scales:
+            use_fp32_scales(recipe)
+        return recipe
 
     def support_reason(self, spec: TERecipeSpec) -> str | None:
         """TE's own verdict on this GPU (``None``: supported). 2.9+ exports the checks at the top level."""
@@ -219,6 +242,29 @@ class TEApi:
         return self.te.Linear(in_features, out_features, bias=bias, params_dtype=dtype, device=device)
 
 
+def use_fp32_scales(recipe: Any) -> None:
+    """Make ``recipe`` (a ``Float8CurrentScaling`` or ``Float8BlockScaling``) quantize with FP32 scales: each role's
+    QParams with ``power_2_scale=False`` (its other fields kept) and the recipe's own switch off, on this object
+    (module docstring, "Scale factors"). Raises :class:`Unsupported` if TE no longer lets them be set."""
+    try:
+        for role in QPARAM_ROLES:
+            setattr(recipe, role, dataclasses.replace(getattr(recipe, role), power_2_scale=False))
+        if hasattr(recipe, "use_power_2_scales"):  # Float8CurrentScaling, 2.8+; its quantizer state reads it
+            recipe.use_power_2_scales = False
+        if hasattr(recipe, "use_f32_scales"):  # Float8BlockScaling: read by nothing but its repr; kept truthful
+            recipe.use_f32_scales = True
+    except (AttributeError, TypeError, dataclasses.FrozenInstanceError) as exc:
+        raise Unsupported(f"cannot give TE's {type(recipe).__name__} FP32 scales ({type(exc).__name__}: {exc}); "
+                          f"fp8bench's {type(recipe).__name__} precision is defined with FP32 amax/max scales") from exc
+
+
+def scale_format(recipe: Any) -> str:
+    """What TE's quantizers will read from ``recipe``: ``pow2`` when any role rounds its scales to powers of two,
+    else ``fp32`` (:data:`fp8bench.records.SCALE_FORMATS`)."""
+    pow2 = any(getattr(recipe, role).power_2_scale for role in QPARAM_ROLES if hasattr(recipe, role))
+    return SCALE_POW2 if pow2 or getattr(recipe, "use_power_2_scales", False) else SCALE_FP32
+
+
 _API_FACTORY: Callable[[], TEApi] = TEApi
 
 
@@ -246,6 +292,11 @@ class TEPlan:
     def region(self) -> Iterator[None]:
         with self.api.autocast(self.recipe, enabled=self.spec is not None):
             yield
+
+    @property
+    def scale_format(self) -> str | None:
+        """The recipe's scale factors as TE will read them, for recipes that have TE's power-of-two switch."""
+        return scale_format(self.recipe) if self.spec is not None and self.spec.fp32_scales else None
 
 
 def plan_for(precision: Precision, dims: dict[str, int]) -> TEPlan:
@@ -295,10 +346,14 @@ def swap_linears(module: nn.Module, plan: TEPlan) -> nn.Module:
     return module
 
 
+def converter(plan: TEPlan) -> Callable[[nn.Module], nn.Module]:
+    """A ``convert(nn.Module) -> nn.Module`` that swaps in TE linears running under ``plan``."""
+    return lambda module: swap_linears(module, plan)
+
+
 def make_converter(precision: Precision, dims: dict[str, int]) -> Callable[[nn.Module], nn.Module]:
     """A ``convert(nn.Module) -> nn.Module`` for the model workloads: TE linears under the recipe's autocast."""
-    plan = plan_for(precision, dims)
-    return lambda module: swap_linears(module, plan)
+    return converter(plan_for(precision, dims))
 
 
 def model_dims(workload: str, shape: dict[str, int]) -> dict[str, int]:
@@ -316,13 +371,15 @@ def te_convert(precision: Precision, device: Device) -> Callable[[nn.Module], nn
 def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Module]], Pipeline]
                    ) -> Callable[[BuildContext], Pipeline]:
     def builder(ctx: BuildContext) -> Pipeline:
-        convert = make_converter(ctx.precision, model_dims(ctx.workload, ctx.shape))
+        plan = plan_for(ctx.precision, model_dims(ctx.workload, ctx.shape))
+        convert = converter(plan)
         with refusals(f"Transformer Engine refused {ctx.precision.name}", TE_REFUSALS):
             pipeline = build(ctx, convert)
         spec = te_recipe_spec(ctx.precision)
         recipe = spec.cls if spec else "none (autocast disabled)"
         pipeline.notes.append(f"te.Linear for every projection, recipe {recipe}")
         pipeline.extra.update(te_recipe=recipe, te_api=te_api().shape)
+        pipeline.scale_format = plan.scale_format
         return pipeline
 
     return builder
@@ -362,4 +419,4 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     if isinstance(precision, FloatPrecision) and precision.tf32:
         notes.append("tf32: FP32 parameters, which TE's cuBLASLt GEMM runs as TF32 (CUBLAS_COMPUTE_32F_FAST_TF32)")
     return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(), notes=notes,
-                    extra={"te_recipe": recipe, "te_api": plan.api.shape})
+                    extra={"te_recipe": recipe, "te_api": plan.api.shape}, scale_format=plan.scale_format)

@@ -32,6 +32,9 @@ Every rule encoded here is the vendor's, with its source:
 * c10/cuda/CUDAException.cpp, ``c10_cuda_check_implementation``, and c10/cuda/CUDAMiscFunctions.cpp: a failing CUDA
   call raises ``torch.AcceleratorError`` (a ``RuntimeError``) whose message starts ``CUDA error: <cudaGetErrorString>``
   and whose ``error_code`` is the ``cudaError_t`` (torch/csrc/Exceptions.cpp, ``_new_accelerator_error_object``).
+  ``AcceleratorError`` exists from torch 2.8.0 (``class AcceleratorError(RuntimeError)`` in the 2.8.0 wheel's
+  ``torch/_C/__init__.pyi``; absent from 2.4.1 to 2.7.1): before it the same check raised a plain ``RuntimeError``
+  (``c10::Error``) with the same message, which :func:`cuda_error` makes with ``before_2_8=True``.
 
 The simulated clock
 -------------------
@@ -63,26 +66,32 @@ H100_L2_BYTES = 50 * 2**20  # NVIDIA H100 SXM5: 50 MB L2
 # cudaError_t -> (cudaGetErrorName, cudaGetErrorString) for the errors this fake raises.
 _CUDA_ERRORS = {
     101: ("cudaErrorInvalidDevice", "invalid device ordinal"),
+    700: ("cudaErrorIllegalAddress", "an illegal memory access was encountered"),
+    719: ("cudaErrorLaunchFailure", "unspecified launch failure"),
     900: ("cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"),
     901: ("cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"),
     907: ("cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream"),
 }
 CAPTURE_UNSUPPORTED, CAPTURE_INVALIDATED, CAPTURED_EVENT, INVALID_DEVICE = 900, 901, 907, 101
+ILLEGAL_ADDRESS, LAUNCH_FAILURE = 700, 719  # a kernel's runtime failures: the "sticky" errors of a broken context
 
 
 class Unmodelled(AssertionError):
     """The code under test did something this fake does not model: extend the fake, from the vendor's source."""
 
 
-def cuda_error(code: int) -> torch.AcceleratorError:
-    """The exception torch raises for a failing CUDA call (module docstring, last rule)."""
+def cuda_error(code: int, before_2_8: bool = False) -> RuntimeError:
+    """The exception torch raises for a failing CUDA call (module docstring, last rule): ``torch.AcceleratorError``,
+    or with ``before_2_8`` the plain ``RuntimeError`` of torch 2.7 and older, with the same message."""
     name, text = _CUDA_ERRORS[code]
     help_text = ("\nGPU device may be out of range, do you have enough GPUs?" if code == INVALID_DEVICE else
                  f"\nSearch for `{name}' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
                  "for more information.")
-    exc = torch.AcceleratorError(f"CUDA error: {text}{help_text}\nFor more detailed error information, run with "
-                                 "CUDA_LOG_FILE=stderr\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
-                                 "assertions.\n")
+    message = (f"CUDA error: {text}{help_text}\nFor more detailed error information, run with CUDA_LOG_FILE=stderr\n"
+               "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+    if before_2_8:
+        return RuntimeError(message)
+    exc = torch.AcceleratorError(message)
     exc.error_code = code  # type: ignore[attr-defined]
     return exc
 

@@ -15,11 +15,16 @@ Transformer Engine (TE) cannot be imported without CUDA, so fp8bench's TE bounda
   ``RuntimeError`` and ``assert_dim_for_fp8_exec`` raises ``ValueError``.
 
 Every rule the fakes enforce names the TE source it mirrors (paths inside the wheel, ``transformer_engine/...``).
+Scale factors are modelled as TE computes them: ``scale = fp8_max / amax`` per tensor (current scaling) or per block
+(``Float8BlockScaling``: 1x128 blocks of the input, 128x128 tiles of the weight), rounded down to a power of two
+when the quantizer's ``force_pow_2_scales`` is set (``common/recipe/recipe_common.cuh``
+``compute_scale_from_amax``: the mantissa bits are masked off). Each quantizer takes that flag from the recipe
+object as TE's do, and the recipe's defaults come from the environment *when TE is imported* (:func:`make_te`).
+
 What they do not model: kernels (the GEMM is computed by dequantizing the FP8-rounded operands and multiplying in
 FP32), TE's own "needs CUDA" check (``module/base.py`` ``prepare_forward`` raises ``RuntimeError`` for a CPU input;
-the CPU stands in for the GPU here), recipes other than DelayedScaling beyond their construction rules (their
-forward uses per-tensor current scaling), attention, and the backward pass (autograd through the dequantized
-product).
+the CPU stands in for the GPU here), MXFP8 and NVFP4 beyond their construction rules (their forward uses per-tensor
+current scaling), attention, and the backward pass (autograd through the dequantized product).
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ from __future__ import annotations
 import contextlib
 import enum
 import math
+import os
 import sys
 import types
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -85,6 +91,25 @@ def _gemm_params(fprop: bool) -> Any:
     return field(default_factory=lambda: MMParams(use_split_accumulator=fprop))
 
 
+@dataclass(frozen=True)
+class QParams:
+    """``common/recipe/__init__.py`` ``QParams`` (2.8.0 and 2.20.2 alike): how one operand role is quantized.
+    ``power_2_scale`` rounds each scale down to a power of two (``recipe_common.cuh`` ``compute_scale_from_amax``)."""
+
+    power_2_scale: bool = False
+    amax_epsilon: float = 0.0
+    random_hadamard_transform: bool = False
+    stochastic_rounding: bool = False
+    fp4_2d_quantization: bool = False
+
+
+# The operand roles of the scaled recipes' QParams, and the quantizers that read each (2.20.2 pytorch/quantization.py
+# Float8BlockScalingRecipeState.make_quantizers, line 1631 ``force_pow_2_scales=qparams.power_2_scale``; 2.8.0
+# pytorch/fp8.py lines 1066 and 1074; Float8CurrentScaling: 2.20.2 module/linear.py lines 2771 and 2778,
+# ``_customize_quantizers_float8_current_scaling``).
+QPARAM_ROLES = {"input": "fp8_quant_fwd_inp", "weight": "fp8_quant_fwd_weight", "grad": "fp8_quant_bwd_grad"}
+
+
 @dataclass(repr=False)
 class DelayedScaling(Recipe):
     """Fields and defaults of ``DelayedScaling`` (``interval`` was removed in 2.2: passing it is a TypeError)."""
@@ -104,8 +129,11 @@ class DelayedScaling(Recipe):
 
 @dataclass(repr=False)
 class Float8CurrentScaling(Recipe):
-    """2.2+: fast accumulation in fprop, split (full) accumulation in dgrad and wgrad by default."""
+    """2.2+: fast accumulation in fprop, split (full) accumulation in dgrad and wgrad by default. The power-of-two
+    switch and the ``fp8_quant_*`` class attributes (QParams, not dataclass fields) are set when TE is imported:
+    see :func:`imported_scaled_recipes`."""
 
+    use_power_2_scales: bool = False
     fp8_format: Format = Format.HYBRID
     fp8_gemm_fprop: MMParams = _gemm_params(False)
     fp8_gemm_dgrad: MMParams = _gemm_params(True)
@@ -130,6 +158,9 @@ class MXFP8BlockScaling(Recipe):
 
 @dataclass(repr=False)
 class Float8BlockScaling(Recipe):
+    """2.3+; its scale switch and QParams are set when TE is imported (:func:`imported_scaled_recipes`)."""
+
+    use_f32_scales: bool = False
     fp8_format: Format = Format.E4M3
     x_block_scaling_dim: int = 1
     w_block_scaling_dim: int = 2
@@ -151,6 +182,46 @@ class Float8BlockScaling(Recipe):
         assert sum(d == 2 for d in dims) < 2, "2D by 2D block gemm not supported."
         assert not self.fp8_dpa and not self.fp8_mha, "FP8 attention is not supported for Float8BlockScaling."
         _no_pure_e5m2(self)
+
+
+def imported_scaled_recipes(environ: Mapping[str, str]) -> tuple[type, type]:
+    """``Float8CurrentScaling`` and ``Float8BlockScaling`` as ``common/recipe/__init__.py`` defines them on import.
+
+    TE reads two environment variables in the class bodies, i.e. once, when the module is imported (2.20.2 lines
+    302-306 and 429-434; 2.8.0 lines 230-234 and 327-332):
+
+    * ``use_power_2_scales: bool = os.getenv("NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES", "0") == "1"`` and
+      ``fp8_quant_* = QParams(power_2_scale=use_power_2_scales, ...)``: current scaling uses FP32 scales unless set;
+    * ``use_f32_scales: bool = os.getenv("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") == "1"`` and
+      ``fp8_quant_* = QParams(power_2_scale=not use_f32_scales, ...)``: block scaling rounds its scales to powers of
+      two unless set.
+
+    The ``fp8_quant_*`` lines carry no annotation, so they are class attributes, not dataclass fields: passing them
+    to the constructor is a ``TypeError``, and neither a later change of the environment nor ``use_f32_scales=True``
+    in the constructor changes the QParams the quantizers read. Only assigning them on the recipe object does.
+    """
+    pow2 = environ.get("NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES", "0") == "1"
+    f32 = environ.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") == "1"
+
+    @dataclass(repr=False)
+    class Float8CurrentScaling(_CurrentScalingFields):
+        use_power_2_scales: bool = pow2
+        fp8_quant_fwd_inp = QParams(power_2_scale=pow2, amax_epsilon=0.0)
+        fp8_quant_fwd_weight = QParams(power_2_scale=pow2, amax_epsilon=0.0)
+        fp8_quant_bwd_grad = QParams(power_2_scale=pow2, amax_epsilon=0.0)
+
+    @dataclass(repr=False)
+    class Float8BlockScaling(_BlockScalingFields):
+        use_f32_scales: bool = f32
+        fp8_quant_fwd_inp = QParams(power_2_scale=not f32, amax_epsilon=0.0)
+        fp8_quant_fwd_weight = QParams(power_2_scale=not f32, amax_epsilon=0.0)
+        fp8_quant_bwd_grad = QParams(power_2_scale=not f32, amax_epsilon=0.0)
+
+    return Float8CurrentScaling, Float8BlockScaling
+
+
+# The module-level classes hold the fields and checks; isinstance() against them matches the imported ones.
+_CurrentScalingFields, _BlockScalingFields = Float8CurrentScaling, Float8BlockScaling
 
 
 @dataclass(repr=False)
@@ -251,6 +322,7 @@ class _State:
     regions: list[tuple[str, Any, bool]] = field(default_factory=list)  # (entry point, recipe, enabled) per entry
     scale_updates: int = 0
     linears: list[Any] = field(default_factory=list)  # every te.Linear made, in order
+    quantizers: list[dict[str, Any]] = field(default_factory=list)  # per forward cast: recipe, role, pow-2 flag
 
 
 def _update_delayed_scales(state: _State) -> None:
@@ -312,6 +384,23 @@ def _fp8_round(x: torch.Tensor, scale: torch.Tensor, fmt: torch.dtype, fp8_max: 
     return ((x.float() * scale).clamp(-fp8_max, fp8_max).to(fmt).float()) / scale
 
 
+def _scale_from_amax(amax: torch.Tensor, fp8_max: float, force_pow_2_scales: bool) -> torch.Tensor:
+    """``common/recipe/recipe_common.cuh`` ``compute_scale_from_amax``: ``fp8_max / amax`` (1 where the amax is 0
+    or not finite), its mantissa masked off (rounded down to a power of two) when ``force_pow_2_scales``."""
+    amax = amax.float()
+    scale = torch.where((amax > 0) & torch.isfinite(amax), fp8_max / amax, torch.ones_like(amax))
+    if force_pow_2_scales:
+        scale = (scale.view(torch.int32) & 0xFF800000 - 2**32).view(torch.float32)
+    return scale
+
+
+def _block_amax(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """amax of each ``rows x cols`` tile of a 2-D ``x`` (dims multiples of the tile), broadcast back over ``x``."""
+    r, c = x.shape
+    tiles = x.detach().abs().float().reshape(r // rows, rows, c // cols, cols).amax(dim=(1, 3), keepdim=True)
+    return tiles.expand(r // rows, rows, c // cols, cols).reshape(r, c)
+
+
 def _make_linear(state: _State, version: str) -> type[nn.Module]:
     class Linear(nn.Module):
         """``module/linear.py`` ``Linear``: the parameters up to ``device`` in TE's order (the third positional one
@@ -364,7 +453,19 @@ def _make_linear(state: _State, version: str) -> type[nn.Module]:
                 meta.amax_history[0] = torch.stack([x2d.detach().abs().max().float(),
                                                     w.detach().abs().max().float()])
                 sx, sw = meta.scale[0].clone(), meta.scale[1].clone()  # the update happens in place later
-            else:  # current scaling stand-in for every other recipe
+            elif isinstance(recipe, (Float8CurrentScaling, Float8BlockScaling)):
+                # Each quantizer takes its power-of-two flag from the recipe object's QParams (QPARAM_ROLES).
+                pow2 = {role: getattr(recipe, QPARAM_ROLES[role]).power_2_scale for role in ("input", "weight")}
+                for role in pow2:
+                    state.quantizers.append({"recipe": type(recipe).__name__, "role": role,
+                                             "force_pow_2_scales": pow2[role]})
+                if isinstance(recipe, Float8BlockScaling):  # x_block_scaling_dim=1, w_block_scaling_dim=2
+                    amax_x, amax_w = _block_amax(x2d, 1, 128), _block_amax(w, 128, 128)
+                else:
+                    amax_x, amax_w = x2d.detach().abs().max(), w.detach().abs().max()
+                sx = _scale_from_amax(amax_x, fp8_max, pow2["input"])
+                sw = _scale_from_amax(amax_w, fp8_max, pow2["weight"])
+            else:  # current scaling stand-in for MXFP8 and NVFP4
                 sx = fp8_max / x2d.detach().abs().max().float().clamp_min(1e-12)
                 sw = fp8_max / w.detach().abs().max().float().clamp_min(1e-12)
             out = _fp8_round(x2d, sx, fmt, fp8_max) @ _fp8_round(w, sw, fmt, fp8_max).t()
@@ -390,15 +491,17 @@ class FakeTE:
         return self.modules["transformer_engine.pytorch"]
 
 
-def make_te(version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
-    """The modules of TE ``version`` (:data:`OLD` or :data:`NEW` shape) on ``gpu``, keyed by import name."""
+def make_te(version: str = NEW, gpu: FakeGpu | None = None, environ: Mapping[str, str] | None = None) -> FakeTE:
+    """The modules of TE ``version`` (:data:`OLD` or :data:`NEW` shape) on ``gpu``, keyed by import name, as an
+    import under ``environ`` (default: this process's environment now) defines them."""
     assert version in (OLD, NEW), f"modelled API shapes: {OLD}, {NEW}"
     gpu = gpu or FakeGpu()
     state, checks = _State(), _Checks(gpu, version)
     region = _make_region(state, checks, version)
 
     recipe_mod = types.ModuleType("transformer_engine.common.recipe")
-    for obj in (Format, MMParams, Recipe, DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling,
+    current, block = imported_scaled_recipes(os.environ if environ is None else environ)
+    for obj in (Format, MMParams, QParams, Recipe, DelayedScaling, current, MXFP8BlockScaling, block,
                 NVFP4BlockScaling):
         setattr(recipe_mod, obj.__name__, obj)
     common = types.ModuleType("transformer_engine.common")
@@ -479,9 +582,11 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
     return FakeTE(version, gpu, state, modules)
 
 
-def install(monkeypatch: Any, version: str = NEW, gpu: FakeGpu | None = None) -> FakeTE:
-    """Put a fake TE in ``sys.modules`` (undone after the test) and report its version as installed."""
-    fake = make_te(version, gpu)
+def install(monkeypatch: Any, version: str = NEW, gpu: FakeGpu | None = None,
+            environ: Mapping[str, str] | None = None) -> FakeTE:
+    """Put a fake TE in ``sys.modules`` (undone after the test) and report its version as installed; ``environ``
+    is the environment TE is imported under (:func:`make_te`)."""
+    fake = make_te(version, gpu, environ)
     for name, module in fake.modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     from fp8bench.kernels import te_backend

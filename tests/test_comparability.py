@@ -1,6 +1,6 @@
 """The comparability key: which two measurements of a case may be compared at all."""
 
-from fp8bench.comparability import comparability_key
+from fp8bench.comparability import comparability_key, key_string
 from fp8bench.records import case_key
 
 RUN = {"device": {"name": "NVIDIA H100 80GB HBM3"}, "software": {"torch": "2.13.0", "cuda_runtime": "12.9"},
@@ -47,3 +47,29 @@ def test_distributed_runs_are_compared_only_at_the_same_ranks_and_spread_over_no
     keys = {comparability_key(FP8, r) for r in (run(2, 2), run(8, 8), run(8, 4))}
     assert len(keys) == 3 and single not in keys
     assert comparability_key(FP8, run(8, 4)) == comparability_key(FP8, run(8, 4))
+
+
+TE_BLOCK = {**FP8, "precision": "fp8_blockwise", "backend": "te", "accumulation": "full"}
+
+
+def test_te_block_scaling_with_fp32_scales_is_never_compared_with_records_that_do_not_say_their_scales() -> None:
+    """TE's Float8BlockScaling ran power-of-two scales by default; fp8bench now runs it with FP32 scales and states
+    them. Records that state no scale format (written before, when TE's default most likely applied) stay apart,
+    and the gate names the field with both values."""
+    from fp8bench.comparability import describe_differences
+
+    stated = comparability_key({**TE_BLOCK, "scale_format": "fp32"}, RUN)
+    older = comparability_key(TE_BLOCK, RUN)
+    assert stated.differences(older) == {"scale_format": ("fp32", None)}
+    assert describe_differences(stated.differences(older)) == "scale_format (fp32 -> unrecorded)"
+    pow2 = comparability_key({**TE_BLOCK, "scale_format": "pow2"}, RUN)
+    assert set(stated.differences(pow2)) == {"scale_format"}
+    assert key_string(stated) != key_string(older) != key_string(pow2)
+
+
+def test_keys_of_records_that_state_no_scale_format_keep_their_stored_text() -> None:
+    """The store keeps each record's key text (``records.comparability_key``): a record that states no scale format
+    (every backend but te) keys exactly as before the field existed. Values computed before it was added."""
+    assert key_string(comparability_key(FP8, RUN)) == "09bd8a690cf37f53c54ff8e2"
+    assert key_string(comparability_key({**FP8, "precision": "fp8_blockwise", "backend": "te"}, RUN)) == \
+        "59d1943c2ae7061db54624ae"

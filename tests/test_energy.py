@@ -296,14 +296,16 @@ def test_runner_marks_a_throttled_case_invalid(monkeypatch):
     assert record.status == "invalid" and record.valid is False
     assert "thermal slowdown (software)" in record.reason
     assert record.energy_j is not None and record.median_s is not None  # numbers kept
-    assert record.telemetry["reasons"] == ["sw_thermal_slowdown"]
+    assert record.telemetry["energy"]["reasons"] == ["sw_thermal_slowdown"]
+    assert record.telemetry["timing"]["reasons"] == ["sw_thermal_slowdown"]
+    assert "during the timed samples" in record.reason and "during the energy window" in record.reason
 
 
 def test_runner_records_power_capping_without_invalidating(monkeypatch):
     gpu, _ = _power_capped_gpu()
     record = _measurer_with(meter(gpu), monkeypatch).measure(_case())
     assert record.status == "ok" and record.valid is True and record.reason is None
-    assert record.telemetry["reasons"] == ["sw_power_cap"]
+    assert record.telemetry["energy"]["reasons"] == record.telemetry["timing"]["reasons"] == ["sw_power_cap"]
     assert any(n.startswith("power-capped: clocks held by the power limit") for n in record.notes)
 
 
@@ -313,6 +315,61 @@ def test_runner_with_strict_clocks_marks_power_capping_invalid(monkeypatch):
     record = _measurer_with(meter(gpu), monkeypatch, strict).measure(_case())
     assert record.status == "invalid" and record.valid is False
     assert "power cap (sw_power_cap)" in record.reason and "--strict-clocks" in record.reason
+
+
+def _power_capped_under_the_floor():
+    """A large FP8 GEMM on an H100 at its 700 W limit: the driver trims the SM clock to 1410 MHz, 80% of the default
+    application clock (1755 MHz) and under the 90% floor, with only the power-cap bit set."""
+    return FakeGpu(power_w=700.0, sm_clock_mhz=1410, reasons=pynvml.nvmlClocksEventReasonSwPowerCap)
+
+
+def test_runner_keeps_a_case_valid_whose_clock_drop_the_power_cap_alone_explains(monkeypatch):
+    record = _measurer_with(meter(_power_capped_under_the_floor()), monkeypatch).measure(_case())
+    assert (record.status, record.reason) == ("ok", None)
+    assert record.valid is True and record.sm_clock_mhz == 1410
+    note = next(n for n in record.notes if n.startswith("power-capped:") and "during the energy window" in n)
+    assert "median SM clock 1410 MHz is 80% of the reference 1755 MHz, under the 90% floor" in note
+
+
+def test_runner_still_invalidates_a_clock_drop_the_power_cap_does_not_explain(monkeypatch):
+    thermal = FakeGpu(sm_clock_mhz=1410, reasons=pynvml.nvmlClocksEventReasonSwPowerCap
+                      | pynvml.nvmlClocksEventReasonHwThermalSlowdown)
+    record = _measurer_with(meter(thermal), monkeypatch).measure(_case())
+    assert record.status == "invalid" and "thermal slowdown (hardware)" in record.reason
+    assert "median SM clock 1410 MHz" in record.reason
+    unexplained = FakeGpu(sm_clock_mhz=1410)  # no reason bit at all
+    record = _measurer_with(meter(unexplained), monkeypatch).measure(_case())
+    assert record.status == "invalid" and "median SM clock 1410 MHz" in record.reason
+    strict = dataclasses.replace(SETTINGS, strict_clocks=True)
+    record = _measurer_with(meter(_power_capped_under_the_floor()), monkeypatch, strict).measure(_case())
+    assert record.status == "invalid" and "power cap (sw_power_cap)" in record.reason
+    assert "median SM clock 1410 MHz" in record.reason
+
+
+def test_a_no_energy_run_checks_clocks_and_reasons_while_timing(monkeypatch):
+    """``--no-energy`` runs no energy window, but the timed samples are still watched: a thermal slowdown during
+    them invalidates the case, and the median SM clock is recorded."""
+    no_energy = dataclasses.replace(SETTINGS, energy=False)
+    hot = FakeGpu(sm_clock_mhz=1410, reasons=pynvml.nvmlClocksEventReasonHwThermalSlowdown)
+    record = _measurer_with(meter(hot), monkeypatch, no_energy).measure(_case())
+    assert record.status == "invalid" and record.valid is False
+    assert ("throttled: thermal slowdown (hardware) (hw_thermal_slowdown) during the timed samples"
+            in record.reason)
+    assert record.energy == {"reason": "energy metering disabled"} and record.energy_j is None
+    assert record.sm_clock_mhz == 1410
+
+    clean = _measurer_with(meter(FakeGpu()), monkeypatch, no_energy).measure(_case())
+    assert (clean.status, clean.sm_clock_mhz) == ("ok", 1980)
+    timing = clean.telemetry["timing"]
+    assert timing["samples"] >= 2 and timing["sm_clock_mhz"]["median"] == 1980
+    assert timing["reference_sm_clock_mhz"] == 1755 and timing["reasons"] == []
+
+
+def test_without_device_telemetry_the_record_says_why_and_invents_no_clock():
+    settings = dataclasses.replace(SETTINGS, energy=False)
+    record = CaseMeasurer(settings, CPU).measure(_case())
+    assert record.status == "ok" and record.sm_clock_mhz is None
+    assert record.telemetry["timing"]["reason"].startswith("not sampled: ")
 
 
 def test_runner_continues_after_an_nvml_error(monkeypatch):

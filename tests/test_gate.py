@@ -287,6 +287,16 @@ def test_power_capping_alone_never_breaks_a_case():
         p["records"][1] = {**_capped(p["records"][1], strict=True), "seq": 1}
     assert verdicts(gate(base, strict))["gemm[m=64,n=64,k=64] fp32"] == "broken"
 
+    # An older fp8bench invalidated the clock drop power capping causes (clock floor), the capping in a note.
+    dropped = rounds("h", CASES, seed=2)
+    clock = "throttled: median SM clock 1410 MHz is under 90% of the reference 1755 MHz"
+    for p in dropped:
+        p["records"][1] = {**p["records"][1], "status": "invalid", "valid": False, "reason": clock,
+                           "energy": {"invalid_reasons": [clock], "clock_notes": [
+                               "power-capped: clocks held by the power limit (sw_power_cap) during the window; "
+                               "recorded, not invalidating (--strict-clocks invalidates it)"]}}
+    assert verdicts(gate(base, dropped))["gemm[m=64,n=64,k=64] fp32"] == "same"
+
     hot = rounds("h", CASES, seed=2)
     why = "throttled: thermal slowdown (hardware) (hw_thermal_slowdown) during the energy window"
     for p in hot:

@@ -2,6 +2,7 @@
 
 * a documented refusal of the library is ``skipped`` with the library's own message;
 * running out of device memory is ``failed: out of memory``, with the allocator's cache emptied and the run going on;
+* a CUDA runtime error (an illegal address, a launch failure) is ``failed`` with CUDA's error, never a refusal;
 * anything else is ``failed`` with the error.
 
 Each backend is driven to its vendor call and the call raises what the library raises; the backend's own code, the
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from fake_cuda_runtime import ILLEGAL_ADDRESS, LAUNCH_FAILURE, cuda_error
 
 from fp8bench.catalog import BACKENDS, Backend, load_all
 from fp8bench.devices import Device
@@ -51,6 +53,30 @@ def test_cuda_out_of_memory_reported_as_a_plain_runtime_error_is_out_of_memory_t
     assert not is_out_of_memory(RuntimeError("CUDA error: an illegal memory access was encountered"))
     with pytest.raises(RuntimeError, match="out of memory"), refusals("lib refused fp8", (RuntimeError,)):
         raise plain
+
+
+# A kernel's runtime failure as each source reports it: torch 2.8+ (``torch.AcceleratorError``), torch 2.7 and older
+# (the same message in a plain RuntimeError), and Transformer Engine's NVTE_CHECK_CUDA (a std::runtime_error through
+# pybind11: "<file>:<line> in function <f>: CUDA Error: <cudaGetErrorString>", common/util/logging.h).
+CUDA_RUNTIME_ERRORS = {
+    "torch>=2.8 illegal address": cuda_error(ILLEGAL_ADDRESS),
+    "torch>=2.8 launch failure": cuda_error(LAUNCH_FAILURE),
+    "torch<=2.7 illegal address": cuda_error(ILLEGAL_ADDRESS, before_2_8=True),
+    "te illegal address": RuntimeError("/opt/te/transformer_engine/common/gemm/cublaslt_gemm.cu:606 in function "
+                                       "cublas_gemm: CUDA Error: an illegal memory access was encountered"),
+    # Triton's launcher (backends/nvidia/driver.c ``gpuAssert``, in the installed triton 3.9.0 wheel)
+    "triton illegal address": RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered"),
+}
+
+
+@pytest.mark.parametrize("error", list(CUDA_RUNTIME_ERRORS.values()), ids=list(CUDA_RUNTIME_ERRORS))
+@pytest.mark.parametrize("errors", [(RuntimeError,), (Exception,)])
+def test_a_cuda_runtime_error_is_never_a_refusal(errors, error):
+    """An illegal address or a launch failure is the kernel breaking, not the library declining the case: it must
+    reach the runner as an error (``failed``), whatever types the backend lists as its library's refusals."""
+    with pytest.raises(type(error)) as raised, refusals("lib refused fp8", errors):
+        raise error
+    assert raised.value is error
 
 
 def test_anything_else_propagates_unchanged():
@@ -102,6 +128,26 @@ def test_runner_buckets_and_goes_on_after_out_of_memory(raising_backends, monkey
     assert records["test_breaks"].status == "failed"
     assert records["test_breaks"].reason.startswith("ZeroDivisionError: division by zero")
     assert records["torch"].status == "ok"  # the run went on
+
+
+def test_runner_fails_a_case_whose_kernel_hits_a_cuda_runtime_error():
+    backend = Backend(name="test_illegal_address", kind="custom", description="raises a CUDA runtime error")
+
+    @backend.builder("gemm")
+    def build(ctx: BuildContext) -> Pipeline:
+        with refusals("torch refused fp32", (ValueError, RuntimeError, NotImplementedError, TypeError)):
+            raise cuda_error(ILLEGAL_ADDRESS)
+
+    BACKENDS.add(backend.name, backend)
+    try:
+        settings = RunSettings(device="cpu", budget_s=5, policy=SamplingPolicy(min_samples=3, min_time_s=0.0),
+                               warmup_s=0.0, energy=False)
+        case = expand_cases([("gemm", ["32x32x32"])], ["fp32"], [backend.name], settings)[0]
+        record = CaseMeasurer(settings, CPU).measure(case)
+    finally:
+        BACKENDS.remove(backend.name)
+    assert (record.status, record.reason.splitlines()[0]) == (
+        "failed", "AcceleratorError: CUDA error: an illegal memory access was encountered")
 
 
 # -- every backend applies the rule at its vendor call ------------------------------------------------------------
@@ -183,6 +229,15 @@ REFUSALS = {"torch gemm": ValueError("Invalid scaling configuration."),
 def test_every_backend_lets_out_of_memory_through(monkeypatch, backend):
     with pytest.raises(torch.cuda.OutOfMemoryError):
         BUILDERS[backend](monkeypatch, OOM)
+
+
+@pytest.mark.parametrize("backend", list(BUILDERS))
+@pytest.mark.parametrize("error", ["torch>=2.8 illegal address", "torch<=2.7 illegal address",
+                                   "triton illegal address"])
+def test_every_backend_lets_a_cuda_runtime_error_through(monkeypatch, backend, error):
+    with pytest.raises(RuntimeError, match="an illegal memory access was encountered") as raised:
+        BUILDERS[backend](monkeypatch, CUDA_RUNTIME_ERRORS[error])
+    assert not isinstance(raised.value, Unsupported)
 
 
 @pytest.mark.parametrize("backend", list(BUILDERS))

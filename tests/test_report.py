@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from fp8bench.report import render_table
+from fp8bench.report import precision_label, render_table
 from tests.gate_fixtures import record
 
 
@@ -23,3 +23,11 @@ def test_status_and_reason_survive_long_shapes_and_phases_on_a_200_column_consol
     flat = " ".join(text.split())
     for word in ("ok", "skipped:", "mxfp8", "communicate", "SQNR"):
         assert word in flat, word
+
+
+def test_the_precision_says_when_a_library_ran_power_of_two_scales():
+    """fp8bench's scaled FP8 recipes use FP32 scales; a record whose library rounded them to powers of two is
+    another recipe, and the table says so where records sit side by side."""
+    te = {**record(64, "fp8_blockwise", [1e-3]), "backend": "te"}
+    assert precision_label({**te, "scale_format": "pow2"}) == "fp8_blockwise (pow2 scales)"
+    assert precision_label({**te, "scale_format": "fp32"}) == precision_label(te) == "fp8_blockwise"

@@ -268,6 +268,95 @@ def test_accumulation_switch_maps_to_tes_fprop_split_accumulator(te: FakeTE) -> 
         recipe.Float8BlockScaling(fp8_gemm_fprop=recipe.MMParams(use_split_accumulator=False))
 
 
+# --- scale factors: FP32, as fp8bench defines its FP8 recipes, not TE's power-of-two default --------------------
+
+# Two quantizations of the same BF16 operands with the same FP32 scales agree but for values that land exactly on an
+# FP8 rounding tie (common with BF16 inputs), which TE's ``x * (448 / amax)`` and fp8bench's ``x / (amax / 448)``
+# may break apart: about 50 dB between the products at 128x256x512. Power-of-two block scales move every block's
+# grid: about 25 dB. The line between them:
+SAME_FP8_VALUES_DB = 40.0
+
+
+def _fp32_scaled_product(ctx: BuildContext, precision: str) -> torch.Tensor:
+    """The product fp8bench's recipe defines, on the BF16 operands TE is handed: FP32 ``amax / 448`` scales per
+    tensor (tensorwise) or per 1x128 / 128x128 block (blockwise), E4M3 data (fp8bench.quantize)."""
+    from fp8bench.formats import E4M3
+    from fp8bench.quantize import quantize_blockwise, quantize_tensorwise
+
+    a, b = (ctx.inputs[k].bfloat16().float() for k in ("a", "b"))
+    if precision == "fp8_blockwise":
+        qa, qb = quantize_blockwise(a, E4M3, (1, 128)), quantize_blockwise(b, E4M3, (128, 128))
+    else:
+        qa, qb = quantize_tensorwise(a, E4M3), quantize_tensorwise(b, E4M3)
+    return (qa.dequantize() @ qb.dequantize().t()).bfloat16()
+
+
+@pytest.mark.parametrize("precision", ["fp8_blockwise", "fp8_tensorwise"])
+def test_scaled_recipes_run_with_fp32_scales_as_fp8bench_defines_them(te: FakeTE, precision: str) -> None:
+    """Float8BlockScaling rounds its scales down to powers of two unless NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1 was set
+    when TE was imported (common/recipe/__init__.py, 2.3 to 2.20.2); fp8bench's fp8_blockwise, on every backend, uses
+    FP32 amax/448 scales. TE must run the recipe the name promises, and the record says which scales ran."""
+    ctx = _ctx(precision, shape="128x256x512", fmt="e4m3")
+    pipeline = teb.build_gemm(ctx)
+    out = pipeline.output()
+    used = [q for q in te.state.quantizers if q["recipe"] == teb.te_recipe_spec(ctx.precision).cls]
+    assert used and not any(q["force_pow_2_scales"] for q in used), used
+    assert pipeline.scale_format == "fp32"
+    assert compare(out, _fp32_scaled_product(ctx, precision)).sqnr_db > SAME_FP8_VALUES_DB  # 50 dB blockwise here
+
+
+def test_model_workloads_run_tes_block_scaling_with_fp32_scales_too(te: FakeTE) -> None:
+    from fp8bench.workloads.attention import ATTENTION
+
+    shape = ATTENTION.parse_shape("b=2,h=4,s=64,d=32")  # 128 tokens, width 128: TE's block alignment
+    ctx = BuildContext("attention", shape, resolve_precision("fp8_blockwise"), Device("cpu"),
+                       ATTENTION.make_inputs(shape, Device("cpu"), seed=0))
+    pipeline = teb.TE.build(ctx)
+    pipeline.output()
+    assert pipeline.scale_format == "fp32"
+    assert te.state.quantizers and not any(q["force_pow_2_scales"] for q in te.state.quantizers)
+
+
+def test_the_fake_rounds_block_scales_to_powers_of_two_as_te_does_by_default(te: FakeTE) -> None:
+    """The fake's own default is TE's: a recipe made straight from the recipe module (as TE's users do) quantizes
+    with power-of-two block scales, whose product differs from fp8bench's by a quantization error, not a rounding."""
+    module = te.modules["transformer_engine.common.recipe"]
+    recipe = module.Float8BlockScaling()
+    assert recipe.fp8_quant_fwd_inp.power_2_scale and recipe.fp8_quant_fwd_weight.power_2_scale
+    ctx = _ctx("fp8_blockwise", shape="128x256x512", fmt="e4m3")
+    layer = te.te.Linear(512, 256, bias=False, params_dtype=torch.bfloat16, device="cpu")
+    with torch.no_grad():
+        layer.weight.copy_(ctx.inputs["b"].bfloat16())
+    region = te.te.autocast(recipe=recipe) if te.version == NEW else te.te.fp8_autocast(fp8_recipe=recipe)
+    with torch.no_grad(), region:
+        out = layer(ctx.inputs["a"].bfloat16())
+    assert all(q["force_pow_2_scales"] for q in te.state.quantizers)
+    assert compare(out, _fp32_scaled_product(ctx, "fp8_blockwise")).sqnr_db < SAME_FP8_VALUES_DB  # 25 dB here
+
+
+def test_tes_scale_switches_are_read_once_when_te_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TE evaluates NVTE_FP8_BLOCK_SCALING_FP32_SCALES and NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES in its recipe
+    classes' bodies: set before the import they change the defaults; set after, nothing. fp8bench therefore sets
+    the QParams on each recipe object, whatever the environment said, and records the outcome."""
+    monkeypatch.delenv("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", raising=False)
+    te = install(monkeypatch, NEW)
+    module = te.modules["transformer_engine.common.recipe"]
+    monkeypatch.setenv("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "1")  # too late: TE is imported
+    assert module.Float8BlockScaling().fp8_quant_fwd_inp.power_2_scale
+    assert module.Float8BlockScaling(use_f32_scales=True).fp8_quant_fwd_inp.power_2_scale  # a field nobody reads
+    with pytest.raises(TypeError, match="unexpected keyword argument 'fp8_quant_fwd_inp'"):
+        module.Float8BlockScaling(fp8_quant_fwd_inp=module.QParams())
+    imported_with_it = install(monkeypatch, NEW, environ={"NVTE_FP8_BLOCK_SCALING_FP32_SCALES": "1"})
+    assert not imported_with_it.modules["transformer_engine.common.recipe"].Float8BlockScaling(
+    ).fp8_quant_fwd_inp.power_2_scale
+    pow2_current = install(monkeypatch, NEW, environ={"NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES": "1"})
+    for precision in ("fp8_tensorwise", "fp8_blockwise"):
+        recipe = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision(precision, "e4m3")))
+        assert teb.scale_format(recipe) == "fp32"
+        assert not any(getattr(recipe, role).power_2_scale for role in teb.QPARAM_ROLES)
+    assert pow2_current.modules["transformer_engine.common.recipe"].Float8CurrentScaling().use_power_2_scales
+
+
 # --- 4-bit: NVFP4BlockScaling -------------------------------------------------------------------------------------
 
 def test_nvfp4_maps_to_nvfp4blockscaling_with_its_options() -> None:

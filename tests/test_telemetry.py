@@ -1,4 +1,4 @@
-"""Telemetry sampling through a window, power integration, and the throttle rule."""
+"""Telemetry sampling through a window, power integration, the throttle rule and its verdicts."""
 
 import itertools
 import threading
@@ -6,7 +6,17 @@ import time
 
 import pytest
 
-from fp8bench.telemetry import Sample, TelemetrySampler, ThrottlePolicy, integrate_power_j, summarize
+from fp8bench.telemetry import (
+    TIMED_SAMPLES,
+    Sample,
+    TelemetrySampler,
+    TelemetrySource,
+    TelemetryWindow,
+    ThrottlePolicy,
+    integrate_power_j,
+    only_power_capped,
+    summarize,
+)
 
 
 def _names(mask):
@@ -97,13 +107,67 @@ def test_power_cap_alone_is_recorded_not_invalid():
     policy = ThrottlePolicy()
     summary = _summary(["sw_power_cap", "gpu_idle"], sm_median=1700)
     assert policy.assess(summary, 1755, {"power": 800_000_000, "thermal": 0}) == []
-    assert policy.observe(summary, {"power": 800_000_000, "thermal": 0}) == [
-        "power-capped: clocks held by the power limit (sw_power_cap) for 800.0 ms of the window; recorded, not "
-        "invalidating (--strict-clocks invalidates it)"]
-    assert policy.observe(_summary(), {"power": 0, "thermal": 0}) == []
+    assert policy.observe(summary, 1755, {"power": 800_000_000, "thermal": 0}) == [
+        "power-capped: clocks held by the power limit (sw_power_cap) for 800.0 ms of the energy window; recorded, "
+        "not invalidating (--strict-clocks invalidates it)"]
+    assert policy.observe(_summary(), 1755, {"power": 0, "thermal": 0}) == []
     # Still invalid when something else slowed the clocks in the same window.
     assert policy.assess(_summary(["sw_power_cap", "hw_thermal_slowdown"]), 1755) != []
-    assert policy.assess(_summary(["sw_power_cap"], sm_median=1400), 1755) != []  # clock under the floor
+
+
+def test_a_clock_drop_the_power_cap_alone_explains_is_recorded_not_invalid():
+    """The same H100 at its power limit with its clock trimmed to 1410 MHz (80% of 1755, under the 90% floor):
+    power capping is the only limiter seen, so the drop is the board's steady state, recorded with its fraction."""
+    policy = ThrottlePolicy()
+    capped = _summary(["sw_power_cap", "gpu_idle"], sm_median=1410)
+    assert policy.assess(capped, 1755, where=TIMED_SAMPLES) == []
+    assert policy.observe(capped, 1755, where=TIMED_SAMPLES) == [
+        "power-capped: clocks held by the power limit (sw_power_cap) during the timed samples; median SM clock "
+        "1410 MHz is 80% of the reference 1755 MHz, under the 90% floor: a drop the power limit alone explains; "
+        "recorded, not invalidating (--strict-clocks invalidates it)"]
+    # The counter alone says power capping too, and a deeper drop is let stand the same way.
+    deep = _summary(sm_median=1200)
+    assert policy.assess(deep, 1755, {"power": 10**6, "thermal": 0}) == []
+    assert "is 68% of the reference 1755 MHz" in policy.observe(deep, 1755, {"power": 10**6, "thermal": 0})[0]
+
+
+def test_a_clock_drop_with_another_limiter_or_none_still_invalidates():
+    policy = ThrottlePolicy()
+    clock = "throttled: median SM clock 1410 MHz during the energy window is under 90% of the reference 1755 MHz"
+    assert policy.assess(_summary(sm_median=1410), 1755) == [clock]  # nothing explains it
+    both = policy.assess(_summary(["sw_power_cap", "hw_slowdown"], sm_median=1410), 1755)
+    assert both == ["throttled: hardware slowdown (hw_slowdown) during the energy window", clock]
+    heat = policy.assess(_summary(["sw_power_cap"], sm_median=1410), 1755, {"power": 10**6, "thermal": 10**6})
+    assert clock in heat and any("thermal limit" in r for r in heat)
+    # Even a thermal bit the policy is told to ignore means the power cap is not the drop's only cause.
+    ignoring = ThrottlePolicy(ignored_reasons=("sw_thermal_slowdown",))
+    assert ignoring.assess(_summary(["sw_power_cap", "sw_thermal_slowdown"], sm_median=1410), 1755) == [clock]
+    assert policy.observe(_summary(["sw_power_cap", "hw_slowdown"], sm_median=1410), 1755)[0] == (
+        "power-capped: clocks held by the power limit (sw_power_cap) during the energy window; recorded, not "
+        "invalidating (--strict-clocks invalidates it)")  # the drop is not put down to the power cap
+
+
+def test_strict_clocks_keep_the_clock_floor_for_power_capped_windows():
+    strict = ThrottlePolicy(power_cap_invalid=True)
+    assert strict.assess(_summary(["sw_power_cap"], sm_median=1410), 1755) == [
+        "throttled: power cap (sw_power_cap) during the energy window (--strict-clocks)",
+        "throttled: median SM clock 1410 MHz during the energy window is under 90% of the reference 1755 MHz"]
+    assert strict.observe(_summary(["sw_power_cap"], sm_median=1410), 1755) == []
+
+
+def test_older_files_invalidated_by_a_power_capped_clock_drop_read_as_power_capped():
+    """Before the rule let a power-capped clock drop stand, such windows were invalid by the clock floor, their
+    power capping said in a note (or, before the power-cap rule, in a reason of the same window)."""
+    clock = "throttled: median SM clock 1410 MHz is under 90% of the reference 1755 MHz"
+    note = "power-capped: clocks held by the power limit (sw_power_cap) during the window; recorded, not invalidating"
+    assert only_power_capped([clock], [note])
+    assert only_power_capped(["throttled: power cap (sw_power_cap) during the energy window", clock])
+    assert only_power_capped([f"phase gemm: {clock}"], [f"phase gemm: {note}"])
+    assert not only_power_capped([clock])  # not capped: the clock floor stands
+    assert not only_power_capped([f"phase gemm: {clock}"], [note])  # capped in another window
+    assert not only_power_capped([clock, "throttled: hardware slowdown (hw_slowdown) during the energy window"],
+                                 [note])
+    assert not only_power_capped([], [note])
 
 
 def test_strict_clocks_invalidates_power_capping():
@@ -111,13 +175,15 @@ def test_strict_clocks_invalidates_power_capping():
     assert strict.assess(_summary(["sw_power_cap"]), 1755) == [
         "throttled: power cap (sw_power_cap) during the energy window (--strict-clocks)"]
     assert strict.assess(_summary(), 1755, {"power": 10**6, "thermal": 0}) == [
-        "throttled: clocks held by the power cap for 1.0 ms of the window (NVML violation counter, --strict-clocks)"]
-    assert strict.observe(_summary(["sw_power_cap"]), None) == []  # said once, as the invalid reason
+        "throttled: clocks held by the power cap for 1.0 ms of the energy window (NVML violation counter, "
+        "--strict-clocks)"]
+    assert strict.observe(_summary(["sw_power_cap"]), 1755, None) == []  # said once, as the invalid reason
 
 
 def test_violation_counter_growth_invalidates_without_a_bit():
     reasons = ThrottlePolicy().assess(_summary(), 1755, {"power": 0, "thermal": 25_000_000})
-    assert reasons == ["throttled: clocks held by the thermal limit for 25.0 ms of the window (NVML violation counter)"]
+    assert reasons == ["throttled: clocks held by the thermal limit for 25.0 ms of the energy window (NVML violation "
+                       "counter)"]
     # The bit and the counter describe one event: reported once.
     strict = ThrottlePolicy(power_cap_invalid=True)
     assert len(strict.assess(_summary(["sw_power_cap"]), 1755, {"power": 10**6})) == 1
@@ -126,7 +192,8 @@ def test_violation_counter_growth_invalidates_without_a_bit():
 def test_clock_under_floor_invalidates():
     assert ThrottlePolicy().assess(_summary(sm_median=1600), 1755) == []  # 91% of the reference
     reasons = ThrottlePolicy().assess(_summary(sm_median=1500), 1755)
-    assert reasons == ["throttled: median SM clock 1500 MHz is under 90% of the reference 1755 MHz"]
+    assert reasons == ["throttled: median SM clock 1500 MHz during the energy window is under 90% of the reference "
+                       "1755 MHz"]
     assert ThrottlePolicy(clock_floor=0.8).assess(_summary(sm_median=1500), 1755) == []
     assert ThrottlePolicy().assess(_summary(sm_median=1500), None) == []  # no reference: no clock rule
 
@@ -136,3 +203,44 @@ def test_policy_rejects_bad_values():
         ThrottlePolicy(clock_floor=1.5)
     with pytest.raises(ValueError, match=r"unknown throttle reason\(s\) \['hot'\]; accepted: "):
         ThrottlePolicy(ignored_reasons=("hot",))
+
+
+# -- a window of timed samples ------------------------------------------------------------------------------------
+
+def test_window_watches_its_stretch_and_judges_it_with_the_rule():
+    clock = iter(range(10**6))
+    violations = {"power": 0, "thermal": 0}
+
+    def read():
+        return Sample(t=time.perf_counter(), sm_clock_mhz=1900, reasons_mask=0x40 if next(clock) == 3 else 0x1)
+
+    source = TelemetrySource(read, _names, reference_clock_mhz=1755, violations=lambda: dict(violations))
+    with TelemetryWindow(source, interval_s=0.005) as window:
+        window.take()  # a snapshot between two timed samples joins the background ones
+        time.sleep(0.05)
+        violations["thermal"] += 2_000_000
+    verdict = window.verdict(ThrottlePolicy())
+    assert verdict.telemetry["samples"] >= 4 and verdict.sm_clock_mhz == 1900
+    assert verdict.telemetry["reference_sm_clock_mhz"] == 1755
+    assert verdict.invalid_reasons == (
+        "throttled: thermal slowdown (hardware) (hw_thermal_slowdown) during the timed samples",
+        "throttled: clocks held by the thermal limit for 2.0 ms of the timed samples (NVML violation counter)")
+    assert not any(t.name == "fp8bench-telemetry" for t in threading.enumerate())
+
+
+def test_window_without_a_source_or_with_a_failing_one_says_why():
+    nothing = TelemetryWindow(None, absent_reason="no NVML here")
+    with nothing:
+        pass
+    assert nothing.verdict(ThrottlePolicy()).telemetry == {"reason": "not sampled: no NVML here"}
+    assert nothing.verdict(ThrottlePolicy()).sm_clock_mhz is None
+
+    def lost():
+        raise RuntimeError("gpu fell off the bus")
+
+    with TelemetryWindow(TelemetrySource(lambda: Sample(0.0), violations=lost)) as failing:
+        pass
+    verdict = failing.verdict(ThrottlePolicy())
+    assert verdict.telemetry == {"reason": "telemetry lost during the timed samples: RuntimeError: gpu fell off the "
+                                           "bus"}
+    assert verdict.invalid_reasons == ()

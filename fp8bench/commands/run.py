@@ -108,7 +108,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "its replays: kernels back to back, without the launch gaps of eager calls. A call that "
                         "cannot be captured (it synchronizes with the host, say) is skipped with the reason. Records "
                         "say timing_mode cuda_graph and are never compared with eager ones (docs/timing-modes.md)")
-    p.add_argument("--no-energy", action="store_true", help="skip the energy window of each case")
+    p.add_argument("--no-energy", action="store_true",
+                   help="skip the energy window of each case (clocks and throttle reasons are still watched "
+                        "through the timed samples)")
     p.add_argument("--energy-window", type=float, default=None,
                    help="minimum seconds per energy window (default 1: ~10 updates of NVML's ~100 ms counter)")
     p.add_argument("--energy-phases", action="store_true",
@@ -118,13 +120,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cooldown", type=float, default=None, metavar="SECONDS",
                    help="pause this long before each case after the first (lets the device cool)")
     p.add_argument("--clock-floor", type=fraction_arg("--clock-floor"), default=None,
-                   help="a window whose median SM clock is under this fraction of the default clock is throttled "
-                        "(90%% or 0.9, the default)")
+                   help="the timed samples or an energy window whose median SM clock is under this fraction of the "
+                        "default clock are throttled, unless power capping alone explains the drop (90%% or 0.9, "
+                        "the default; docs/energy.md)")
     p.add_argument("--strict-clocks", action="store_true",
-                   help="also mark a case invalid when the GPU held its clocks at the power limit during the energy "
-                        "window (by default power capping, the normal state of a large GEMM, is recorded in the "
-                        "telemetry and notes; thermal or hardware slowdown and a clock under the floor always "
-                        "invalidate)")
+                   help="also mark a case invalid when the GPU held its clocks at the power limit, and for any "
+                        "clock under the floor whatever its cause (by default power capping, the normal state of a "
+                        "large GEMM, and the clock drop it causes are recorded in the telemetry and notes; thermal "
+                        "or hardware slowdown always invalidates)")
     p.add_argument("--profile", nargs="?", const="torch", default=None, metavar="MODE",
                    help="after each case's measurement, profile one more pass of its phases (never inside a timed "
                         "sample): torch (the default of a bare --profile) writes a torch.profiler trace per case to "

@@ -103,8 +103,8 @@ def main() -> None:
     else:
         m2.metric("Best speedup at the largest shape", ratio_text(summary["speedup_at_largest"].max()),
                   "no recipe beats the baseline here", delta_color="off", delta_arrow="off")
-    table(summary[SHOWN], "payoff", speedup_there=st.column_config.NumberColumn(format="%.2fx"),
-          speedup_at_largest=st.column_config.NumberColumn(format="%.2fx"),
+    table(summary[SHOWN], "payoff", speedup_there=st.column_config.NumberColumn(format="%.3gx"),
+          speedup_at_largest=st.column_config.NumberColumn(format="%.3gx"),
           sqnr_cost_db=st.column_config.NumberColumn("SQNR cost (dB)", format="%.1f"),
           energy_ratio=st.column_config.NumberColumn("energy vs baseline", format="%.2fx"))
     st.caption("Pays off from: the smallest shape from which the recipe wins at every larger measured shape. "

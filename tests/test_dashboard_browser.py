@@ -122,6 +122,13 @@ def wait_rendered(page: object, title: str, chart: bool = True) -> None:
     page.get_by_role("button", name="Stop").wait_for(state="hidden", timeout=RENDER_TIMEOUT_MS)
 
 
+def picture(page: object, path: Path) -> None:
+    """A full-page screenshot once plotly finished its transitions (a blank page would be a few kB)."""
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000, path.name
+
+
 def test_every_page_draws_its_plotly_chart(browser, server, shots):
     """Open the app, then visit every page through the sidebar as a user would; a screenshot of each."""
     # Tall: Streamlit scrolls inside its main container, so a full-page screenshot is the viewport.
@@ -135,10 +142,7 @@ def test_every_page_draws_its_plotly_chart(browser, server, shots):
             assert page.locator('[data-testid="stException"]').count() == 0, name
             assert page.get_by_text("Page not found").count() == 0, name
             assert name == "overview" or page.url.split("?")[0].endswith(f"/{name}")
-            page.wait_for_timeout(300)  # let plotly finish its transitions before the picture
-            shot = shots / f"{name}.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 10_000, name
+            picture(page, shots / f"{name}.png")
     finally:
         page.close()
 
@@ -166,10 +170,7 @@ def test_a_store_of_every_record_opens_on_every_page_without_a_traceback(browser
             text = page.locator("body").inner_text()
             assert "Traceback" not in text and 'File "' not in text and "could not be drawn" not in text, name
             assert "No open regression" not in text, name
-            page.wait_for_timeout(500)  # let plotly finish its transitions before the picture
-            shot = shots / f"every_record_{name}.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 10_000, name
+            picture(page, shots / f"every_record_{name}.png")
     finally:
         page.close()
         stop(proc)

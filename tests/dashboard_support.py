@@ -7,10 +7,10 @@ History has a verdict to mark).
 :func:`every_record_store`: every kind of record the product writes on a CPU, each written by a real run: every
 workload (``collective`` under a real two-rank ``torchrun``; ``grouped_gemm`` with Zipf routing, a real-valued
 ``alpha`` and the per-expert loop), every precision, every backend family (vendor, Transformer Engine unavailable,
-Triton interpreted, torchao, the emulated reference) and every status: ``ok``, ``skipped`` (unsupported, unaligned,
-unavailable), ``failed`` (a shape refused for memory before allocating) and ``invalid`` (a NaN in the output,
-through the test-only plugin ``plugins/fp8bench_test_nonfinite.py``). Its two newest runs share no case, as in a
-store that mixes workloads.
+Triton interpreted, torchao, the emulated reference), records with a profile trace, and every status: ``ok``,
+``skipped`` (unsupported, unaligned, unavailable), ``failed`` (a shape refused for memory before allocating) and
+``invalid`` (a NaN in the output, through the test-only plugin ``plugins/fp8bench_test_nonfinite.py``). Its two
+newest runs share no case, as in a store that mixes workloads.
 
 Each is built once per test session and shared by the AppTest and browser tests.
 """
@@ -137,7 +137,8 @@ def build_every_record_store(results: Path) -> dict[str, object]:
     converge = _last_json(fp8bench(*CONVERGE_ARGS, "--results-dir", results).stdout)
     run_ids.append(str(converge["run_id"]))
     run("--shape", "64x64x64", "128x128x128", "--precision", "all", "--backend", "emulated")
-    run("--shape", "128x128x128", "--precision", "bf16", "fp8_rowwise", "nvfp4", "--backend", "emulated")
+    run("--shape", "128x128x128", "--precision", "bf16", "fp8_rowwise", "nvfp4", "--backend", "emulated",
+        "--profile")  # records with a profile trace
     files = [results / "runs" / f"{r}.json" for r in run_ids[1:3]]
     gate = fp8bench("gate", *files, "--results-dir", results, "--json", check=False)
     if gate.returncode not in (0, 1, 2):

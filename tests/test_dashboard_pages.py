@@ -56,6 +56,7 @@ def test_the_store_holds_every_workload_precision_backend_and_status(stored_reco
     assert moe.str.contains("route=zipf").any() and moe.str.contains("alpha=1.5").any()
     assert (frame.loc[frame["workload"] == "collective", "status"] == "ok").any()  # a real two-rank run
     assert frame["has_losses"].fillna(False).astype(bool).any()  # convergence curves
+    assert frame["profile_trace"].notna().any()  # `run --profile`
 
 
 @pytest.mark.parametrize("page", list(PAGES))

@@ -37,6 +37,7 @@ PAGES = {"overview": "Overview: does FP8 pay off?", "roofline": "Roofline", "pha
 LINKS = {"payoff": "Payoff"}
 ALL_PAGES = {**PAGES, "regressions": "Regressions"}
 RENDER_TIMEOUT_MS = 90_000  # a busy 2-core machine: first load reads the store and imports plotly
+SETTLE_MS, SETTLE_CHECKS = 1000, 20  # a page is drawn when its script shows no "Stop" for SETTLE_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -118,8 +119,14 @@ def wait_rendered(page: object, title: str, chart: bool = True) -> None:
     page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=RENDER_TIMEOUT_MS)
     if chart:
         page.locator(".js-plotly-plot .main-svg").first.wait_for(state="visible", timeout=RENDER_TIMEOUT_MS)
-    # The toolbar shows "Stop" while the script runs; the page is complete when it is gone.
-    page.get_by_role("button", name="Stop").wait_for(state="hidden", timeout=RENDER_TIMEOUT_MS)
+    # The toolbar shows "Stop" while the script runs, but only a moment after the run starts: the page is complete
+    # when "Stop" stays away for a while.
+    stop_button = page.get_by_role("button", name="Stop")
+    for _ in range(SETTLE_CHECKS):
+        stop_button.wait_for(state="hidden", timeout=RENDER_TIMEOUT_MS)
+        page.wait_for_timeout(SETTLE_MS)
+        if stop_button.count() == 0:
+            break
 
 
 def picture(page: object, path: Path) -> None:

@@ -155,6 +155,9 @@ def test_phases_opens_on_the_first_gemm_not_a_collective(monkeypatch, every_stor
     assert " · gemm " in chosen and chosen.endswith(flops_order(stored_records, "gemm")[0])
     options = at.selectbox[0].options
     assert [o for o in options if " · collective " in o] == options[-2:]  # listed last
+    phases = [c for c in at.dataframe[0].value.columns if c.startswith("phase:")]
+    assert phases and all(at.dataframe[0].value[c].notna().any() for c in phases)  # the case's own phases only
+    assert not {"phase:optimizer", "phase:communicate", "phase:attention"} & set(phases)
 
 
 def test_compare_opens_on_the_newest_two_runs_that_share_cases(monkeypatch, every_store, stored_records):

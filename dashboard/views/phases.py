@@ -57,6 +57,7 @@ def main() -> None:
     first = next((i for i, c in enumerate(cases) if c in with_recipe), 0)
     case_name = st.selectbox("Case", cases, index=first)
     case = records[records["case"] == case_name].sort_values(["precision", "backend"])
+    phase_cols = [c for c in phase_cols if case[c].notna().any()]  # this case's phases: a GEMM has no optimizer
     chart(phase_figure(case, phase_cols), key="phases_chart")
     shown = case[["precision", "backend", "median_s", "prequant_median_s", *phase_cols, "run_id"]].copy()
     quantize = PHASE_PREFIX + "quantize"

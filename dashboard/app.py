@@ -3,10 +3,15 @@
 Run it with ``fp8bench dashboard`` (or ``streamlit run dashboard/app.py -- --store PATH_OR_URL``). This entry
 script reads the store once per rerun (cached), draws the sidebar filters, and hands the filtered records to the
 page the user picked; each page lives in ``views/`` and reads the shared view from :mod:`widgets`.
+
+A page that raises shows one line (the error, redacted) and a hint, never a traceback: a reader cannot act on
+source paths, and they tell a stranger where the server keeps its code. The whole traceback goes to the server's
+log (the terminal that runs ``fp8bench dashboard``), where whoever runs it can read it.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import plotly.express as px
@@ -24,6 +29,9 @@ from fp8bench.dashboard.filters import render_filters
 from fp8bench.dashboard.login import require_login
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import View, clear_view, set_view
+from fp8bench.redact import error_line
+
+LOG = logging.getLogger("fp8bench.dashboard")
 
 # Not named `pages/`: Streamlit would treat that folder as an automatic multipage app beside st.navigation.
 PAGES_DIR = Path(__file__).parent / "views"
@@ -42,18 +50,17 @@ PAGES = (
 )
 
 
-def main() -> None:
-    # Distinct hues for precisions and backends (the default sequence puts several blues side by side).
-    px.defaults.color_discrete_sequence = px.colors.qualitative.Bold
-    st.set_page_config(page_title="fp8bench", page_icon=":material/speed:", layout="wide")
-    require_login()  # only where Streamlit's [auth] is configured; see docs/security.md
-    page = st.navigation([st.Page(PAGES_DIR / f, title=t, icon=i, default=n == 0)
-                          for n, (f, t, i) in enumerate(PAGES)])
-    clear_view()  # a page must never see the view of a previous rerun
-    target = store_target()
-    st.sidebar.caption(f"Store: {md_text(target)}")
-    if st.sidebar.button("Reload store", icon=":material/refresh:"):
-        clear_caches()
+PAGE_ERROR_HINT = ("Reload the store (sidebar) or narrow the filters; if it happens again, the server's log (the "
+                   "terminal running `fp8bench dashboard`) holds the details to report.")
+
+
+def page_error(title: str, exc: Exception) -> str:
+    """The one-line message of a page that raised, with what to do next."""
+    return f"The {title} page could not be drawn: {md_text(error_line(exc))}\n\n{PAGE_ERROR_HINT}"
+
+
+def show(page: st.Page, target: str) -> None:
+    """Read the store, draw the filters and run the chosen page."""
     try:
         snapshot = load_snapshot(target)
     except StoreProblem as exc:
@@ -77,6 +84,25 @@ def main() -> None:
         st.stop()
     set_view(View(snapshot, filters, query, records))
     page.run()
+
+
+def main() -> None:
+    # Distinct hues for precisions and backends (the default sequence puts several blues side by side).
+    px.defaults.color_discrete_sequence = px.colors.qualitative.Bold
+    st.set_page_config(page_title="fp8bench", page_icon=":material/speed:", layout="wide")
+    require_login()  # only where Streamlit's [auth] is configured; see docs/security.md
+    page = st.navigation([st.Page(PAGES_DIR / f, title=t, icon=i, default=n == 0)
+                          for n, (f, t, i) in enumerate(PAGES)])
+    clear_view()  # a page must never see the view of a previous rerun
+    target = store_target()
+    st.sidebar.caption(f"Store: {md_text(target)}")
+    if st.sidebar.button("Reload store", icon=":material/refresh:"):
+        clear_caches()
+    try:
+        show(page, target)
+    except Exception as exc:  # st.stop() and reruns are BaseExceptions: they pass through
+        LOG.exception("dashboard page %s failed", page.title)
+        st.error(page_error(page.title, exc))
 
 
 main()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fp8bench.dashboard.data import shape_dict
 from fp8bench.report import baseline_index, speedups
+from fp8bench.shapes import parse_stored
 
 _FIELDS = ("workload", "precision", "backend", "status", "median_s", "prequant_median_s")
 
@@ -19,7 +19,7 @@ def speedup_frame(records: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """``records`` plus ``speedup_e2e`` and ``speedup_prequant`` (baseline time / this time; >1 is faster)."""
     dicts = records[[*_FIELDS, "shape", "device_label"]].to_dict("records")
     for d in dicts:
-        d["shape"] = shape_dict(d["shape"])
+        d["shape"] = parse_stored(d["shape"])
         d["device"] = d.pop("device_label")
         for key in ("median_s", "prequant_median_s"):  # NaN from the frame means "not measured" in the record
             if pd.isna(d[key]):

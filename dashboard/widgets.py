@@ -17,6 +17,9 @@ from fp8bench.store_queries import RecordFilter
 
 _VIEW_KEY = "fp8bench_view"
 MAX_POINTS = 600  # per series on a chart: more than a screen's width of markers says nothing more
+# Characters per line of a chart's category label: a transformer's whole config (~100 characters) on one line would
+# take half the chart's width from the plot.
+LABEL_WIDTH = 36
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,24 @@ def latest_per_case(records: pd.DataFrame) -> pd.DataFrame:
     """The most recent record of each case on each device model (records arrive ordered by run start, then
     position in the run; the case key names the device kind, ``cuda``, so the model name is added)."""
     return records.drop_duplicates(["device_label", "case_key"], keep="last")
+
+
+def ratio_text(value: float) -> str:
+    """A speedup for people: three significant digits (``0.00162x``, ``1.71x``, ``213x``), so a case 500x slower
+    never reads as ``0.00x``."""
+    return f"{value:,.0f}x" if abs(value) >= 1000 else f"{value:.3g}x"
+
+
+def wrap_label(text: str, width: int = LABEL_WIDTH) -> str:
+    """``text`` broken into lines of about ``width`` characters at its commas (plotly's ``<br>``). Every character
+    is kept, so two shapes that differ only at their end stay two categories."""
+    lines: list[str] = []
+    for part in str(text).split(","):
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += "," + part
+        else:
+            lines.append(part)
+    return ",<br>".join(lines)
 
 
 def downsample(points: pd.DataFrame, x: str, y: str, max_points: int = MAX_POINTS) -> pd.DataFrame:

@@ -27,7 +27,7 @@ before the change by more than the threshold: a later fix closes it. Each change
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -151,14 +151,20 @@ def _size(metric: Metric, before: float, after: float) -> float:
     return after / before - 1 if metric.log else after - before
 
 
+def _per_commit(points: pd.DataFrame, metric: Metric) -> pd.DataFrame:
+    """One row per commit position of a series: the median of its usable values (finite; positive for a ratio
+    metric), the commit, its first run and when that run started."""
+    values = pd.to_numeric(points[metric.column], errors="coerce")
+    points = points.assign(_v=values)[values.notna() & (values > 0 if metric.log else values.notna())]
+    return points.groupby("position", sort=True).agg(
+        value=("_v", "median"), commit=("git_commit", "first"), run_id=("run_id", "first"),
+        started=("run_started_at", "min"))
+
+
 def series_changes(points: pd.DataFrame, metric: Metric, config: ChangeConfig) -> list[Change]:
     """Changes of one series: ``points`` has one row per record of one comparability key on one branch, with
     ``position`` (commit order) and the metric column."""
-    values = pd.to_numeric(points[metric.column], errors="coerce")
-    points = points.assign(_v=values)[values.notna() & (values > 0 if metric.log else values.notna())]
-    per_commit = points.groupby("position", sort=True).agg(
-        value=("_v", "median"), commit=("git_commit", "first"), run_id=("run_id", "first"),
-        started=("run_started_at", "min"))
+    per_commit = _per_commit(points, metric)
     if len(per_commit) < 2 * config.min_size:
         return []
     raw = per_commit["value"].to_numpy(dtype=float)
@@ -216,22 +222,51 @@ def _text(value: Any) -> str | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
-def find_changes(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> list[Change]:
-    """Every kept change of every series in ``records`` (speed-comparable records with :data:`HISTORY_COLUMNS`,
-    ``device_label`` and the metric columns), newest first."""
+def _series(records: pd.DataFrame, config: ChangeConfig) -> Iterator[tuple[pd.DataFrame, Metric]]:
+    """Each series of ``records`` (one comparability key on one branch, with its commit ``position``) and metric."""
     if records.empty:
-        return []
+        return
     frame = records.copy()
     frame["git_branch"] = frame["git_branch"].astype("object")
     frame["_branch"] = frame["git_branch"].fillna("")
-    out: list[Change] = []
     for _branch, on_branch in frame.groupby("_branch", sort=True):
         on_branch = on_branch.assign(position=commit_order(on_branch))
         for _key, series in on_branch.groupby("comparability_key", sort=True):
             for name in config.metrics:
-                out.extend(series_changes(series, METRICS[name], config))
+                yield series, METRICS[name]
+
+
+def find_changes(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> list[Change]:
+    """Every kept change of every series in ``records`` (speed-comparable records with :data:`HISTORY_COLUMNS`,
+    ``device_label`` and the metric columns), newest first."""
+    out = [change for series, metric in _series(records, config)
+           for change in series_changes(series, metric, config)]
     out.sort(key=lambda c: (c.first_bad_started_at or "", c.position), reverse=True)
     return out
+
+
+@dataclass(frozen=True)
+class HistoryDepth:
+    """How much history change detection had: a series shorter than ``needed`` commits is never searched, so "no
+    change found" says nothing about it."""
+
+    series: int  # case histories (comparability key x branch x metric) in the records
+    judged: int  # those with at least ``needed`` commits
+    longest: int  # commits in the longest series
+    needed: int  # ``min_size`` commits on each side of a change
+
+    @property
+    def enough(self) -> bool:
+        """Whether at least one series was long enough to be searched."""
+        return self.judged > 0
+
+
+def history_depth(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> HistoryDepth:
+    """The depth of the history :func:`find_changes` searches in ``records``."""
+    lengths = [len(_per_commit(series, metric)) for series, metric in _series(records, config)]
+    needed = 2 * config.min_size
+    return HistoryDepth(series=len(lengths), judged=sum(n >= needed for n in lengths), longest=max(lengths, default=0),
+                        needed=needed)
 
 
 def changes_frame(changes: Sequence[Change]) -> pd.DataFrame:

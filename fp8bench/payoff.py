@@ -21,6 +21,12 @@ order of FLOPs, this module reports:
 Each cell takes the fastest backend of that precision at that shape, among vendor and custom kernels: the
 ``emulated`` backend is a quantize-dequantize reference, never a way to run a model, so it is left out. Records
 are the latest valid, non-interpreted measurement of each case.
+
+The rules that decide what a cell is and in which order cases are listed live here once, for this summary and the
+dashboard's pages alike: :func:`fastest_cells` (one cell per device, workload, shape and precision),
+:func:`cell_speedups` (each cell against the baseline's cell of the same shape), :func:`is_scaled` (FP8, MX and
+4-bit recipes, the precisions a payoff is asked of) and :func:`in_reading_order` (cases by workload, then by
+FLOPs).
 """
 
 from __future__ import annotations
@@ -30,50 +36,85 @@ from typing import Any
 
 import pandas as pd
 
+from fp8bench.shapes import parse_stored
+
 BASELINE = "bf16"
 # Unscaled precisions: everything else is a scaled low-precision recipe (FP8, MX, 4-bit).
 UNSCALED = ("fp32", "tf32", "bf16", "fp16")
 REFERENCE_BACKENDS = ("emulated",)
+# The public contract's workloads in the order pages list them: the single GEMM first, communication last.
+WORKLOAD_ORDER = ("gemm", "attention", "transformer_step", "grouped_gemm", "collective")
+CELL = ["device_label", "workload", "shape", "precision"]
 NEVER = "never within the measured shapes"
 COLUMNS = ("device", "workload", "precision", "shapes", "pays_off_from", "speedup_there", "backend_there",
            "largest_shape", "speedup_at_largest", "sqnr_cost_db", "energy_ratio", "energy_note", "measured_at")
 
 
-def _size(row: Any) -> float:
-    """FLOPs of the case, or the product of its shape's numbers when FLOPs were not stored."""
-    flops = row.get("flops")
-    if flops is not None and not (isinstance(flops, float) and math.isnan(flops)) and flops > 0:
-        return float(flops)
-    parts = [p.split("=", 1)[1] for p in str(row.get("shape", "")).split(",") if "=" in p]
-    product = 1.0
-    for part in parts:
-        try:
-            product *= float(part)
-        except ValueError:
-            return math.nan
-    return product
+def is_scaled(precision: str) -> bool:
+    """Whether ``precision`` is a scaled low-precision recipe (FP8, MX or 4-bit: a scale travels with the data),
+    as opposed to a plain float type."""
+    return precision not in UNSCALED
 
 
-def _fastest(records: pd.DataFrame) -> pd.DataFrame:
-    """One row per (device, workload, shape, precision): the backend with the lowest end-to-end median."""
-    ranked = records.sort_values("median_s", kind="stable")
-    return ranked.drop_duplicates(["device_label", "workload", "shape", "precision"])
+def case_size(flops: Any, shape: str) -> float:
+    """The size a case is ordered by: its FLOPs where stored and positive, else the product of its shape's numbers
+    (a pure collective does no arithmetic: its element count); NaN when the shape holds no number."""
+    number = _number(flops)
+    if number is not None and number > 0:
+        return number
+    values = [v for v in parse_stored(str(shape)).values() if isinstance(v, (int, float))]
+    return float(math.prod(values)) if values else math.nan
+
+
+def _sizes(frame: pd.DataFrame) -> list[float]:
+    flops = frame["flops"] if "flops" in frame else pd.Series(math.nan, index=frame.index)
+    return [case_size(f, s) for f, s in zip(flops, frame["shape"], strict=True)]
+
+
+def in_reading_order(frame: pd.DataFrame, first: tuple[str, ...] = ("device_label",)) -> pd.DataFrame:
+    """``frame``'s rows in the order pages list cases: by the ``first`` columns, then workload (the contract's
+    order, unknown names after it), then size (:func:`case_size`: FLOPs), then shape text."""
+    if frame.empty:
+        return frame
+    rank = frame["workload"].map({w: i for i, w in enumerate(WORKLOAD_ORDER)}).fillna(len(WORKLOAD_ORDER))
+    keyed = frame.assign(_rank=rank.to_numpy(), _size=_sizes(frame))
+    order = [*first, "_rank", "workload", "_size", "shape"]
+    return keyed.sort_values(order, kind="stable", na_position="last").drop(columns=["_rank", "_size"])
+
+
+def fastest_cells(records: pd.DataFrame) -> pd.DataFrame:
+    """One cell per (device, workload, shape, precision): the backend with the lowest end-to-end median among the
+    vendor and custom kernels (the reference backends are left out), from speed-comparable records."""
+    usable = records[~records["backend"].isin(REFERENCE_BACKENDS) & records["median_s"].notna()]
+    return usable.sort_values("median_s", kind="stable").drop_duplicates(CELL)
+
+
+def cell_speedups(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """Every cell (:func:`fastest_cells`) that has a baseline cell at the same device, workload and shape, with
+    ``median_s_base``, ``speedup`` (baseline end-to-end time / this cell's: above 1 the cell is faster) and
+    ``speedup_prequant`` (the same for the pre-quantized time; the baseline's end-to-end time where it has no
+    pre-quantized one, as in the run table), in reading order."""
+    cells = fastest_cells(records)
+    base = cells[cells["precision"] == baseline]
+    base = base[[*CELL[:3], "median_s", "prequant_median_s"]].rename(
+        columns={"median_s": "median_s_base", "prequant_median_s": "prequant_median_s_base"})
+    merged = cells.merge(base, on=CELL[:3])
+    merged["speedup"] = merged["median_s_base"] / merged["median_s"]
+    base_pre = merged["prequant_median_s_base"].fillna(merged["median_s_base"])
+    merged["speedup_prequant"] = base_pre / merged["prequant_median_s"]
+    return in_reading_order(merged, ("device_label",))
 
 
 def payoff_table(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
     """The payoff summary (see the module docstring) of speed-comparable records (one per case, latest), with
     columns ``device_label, workload, shape, shape_label, precision, backend, median_s, flops, sqnr_db,
     energy_j, energy_reason``."""
-    usable = records[~records["backend"].isin(REFERENCE_BACKENDS) & records["median_s"].notna()]
-    if usable.empty:
-        return pd.DataFrame(columns=list(COLUMNS))
-    cells = _fastest(usable).copy()
-    cells["size"] = [_size(r) for r in cells.to_dict("records")]
+    cells = fastest_cells(records)
     rows = []
     for (device, workload), group in cells.groupby(["device_label", "workload"], sort=True):
         base = group[group["precision"] == baseline].set_index("shape")
-        for precision, recipe in group[~group["precision"].isin(UNSCALED)].groupby("precision", sort=True):
-            paired = recipe[recipe["shape"].isin(base.index)].sort_values(["size", "shape"])
+        for precision, recipe in group[group["precision"].map(is_scaled)].groupby("precision", sort=True):
+            paired = in_reading_order(recipe[recipe["shape"].isin(base.index)], first=())
             if paired.empty:
                 continue
             rows.append(_summary(str(device), str(workload), str(precision), paired, base))

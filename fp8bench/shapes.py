@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 
@@ -45,9 +46,37 @@ def label(shape: Shape) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
+# A value of stored shape text: an integer, a real number (``alpha=1.2``) or a named choice (``route=zipf``).
+StoredValue = int | float | str
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def parse_stored(text: str) -> dict[str, StoredValue]:
+    """Stored shape text (:func:`label`'s ``k=v,...``, as run files are written to the store) back as a record's
+    shape dict: integer values as ``int``, other finite numbers as ``float``, anything else as the text it is.
+
+    Unlike a workload's own parser this one never refuses: it reads what any fp8bench wrote, whatever the
+    workload, so that a page or a summary can show every record (a part without ``=`` is ignored)."""
+    shape: dict[str, StoredValue] = {}
+    for part in text.split(","):
+        key, sep, raw = part.partition("=")
+        if not sep:
+            continue
+        raw = raw.strip()
+        if _INTEGER.fullmatch(raw):
+            shape[key.strip()] = int(raw)
+            continue
+        try:
+            number = float(raw)
+        except ValueError:
+            number = math.nan
+        shape[key.strip()] = number if math.isfinite(number) else raw
+    return shape
+
+
 def shape_label(shape: str) -> str:
     """The store's shape text for people: ``m=128,n=256,k=64`` as ``128x256x64``; any other shape unchanged."""
-    parts = dict(p.split("=", 1) for p in shape.split(",") if "=" in p) if isinstance(shape, str) else {}
+    parts = parse_stored(shape) if isinstance(shape, str) else {}
     if set(parts) == {"m", "n", "k"}:
         return f"{parts['m']}x{parts['n']}x{parts['k']}"
     return str(shape)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8bench.changes import ChangeConfig, find_changes, new_since, noise_sigma
+from fp8bench.changes import ChangeConfig, HistoryDepth, find_changes, history_depth, new_since, noise_sigma
 from fp8bench.cli import main
 from fp8bench.store import open_store
 from tests.gate_fixtures import record
@@ -86,6 +86,20 @@ def test_series_are_per_branch_and_comparability_key():
     both = pd.concat([history(values), other], ignore_index=True)
     [change] = find_changes(both)
     assert change.branch == "main"
+
+
+def test_history_depth_says_which_series_were_long_enough_to_search():
+    config = ChangeConfig(min_size=3)
+    short = history(noisy(5, seed=1), name="gemm[m=8,n=8,k=8] bf16 torch cpu")
+    assert history_depth(short, config) == HistoryDepth(series=1, judged=0, longest=5, needed=6)
+    assert not history_depth(short, config).enough and find_changes(short, config) == []
+    # Two runs of one commit are one point; a series on another branch is another series.
+    rerun = pd.concat([short, short.iloc[[-1]]], ignore_index=True)
+    assert history_depth(rerun, config).longest == 5
+    both = pd.concat([short, history(noisy(8, seed=2), branch="feature")], ignore_index=True)
+    depth = history_depth(both, config)
+    assert (depth.series, depth.judged, depth.longest, depth.enough) == (2, 1, 8, True)
+    assert history_depth(short.iloc[0:0], config).longest == 0
 
 
 def test_new_since_keeps_open_regressions_measured_after_a_run():

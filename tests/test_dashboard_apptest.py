@@ -311,6 +311,7 @@ def test_dashboard_verb_serves_the_app_on_loopback_by_default(tmp_path):
     cmd = plan["command"]
     assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == APP
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--client.showErrorDetails") + 1] == "none"  # no traceback reaches a browser
     assert plan["env"] == {STORE_ENV: str(tmp_path)}
     bad = run_cli("dashboard", "--print-command", "--port", "70000", check=False)
     assert bad.returncode == 2 and "--port 70000" in bad.stderr and "1..65535" in bad.stderr

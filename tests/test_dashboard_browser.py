@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import skip_or_fail
-from dashboard_support import shared_store
+from dashboard_support import every_record_store, shared_store
 
 CHROMIUM = os.environ.get("FP8BENCH_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -35,7 +35,9 @@ PAGES = {"overview": "Overview: does FP8 pay off?", "roofline": "Roofline", "pha
          "compare": "Compare two runs", "environment": "Environment"}
 # Sidebar link texts that are not the first word of the page's heading.
 LINKS = {"payoff": "Payoff"}
+ALL_PAGES = {**PAGES, "regressions": "Regressions"}
 RENDER_TIMEOUT_MS = 90_000  # a busy 2-core machine: first load reads the store and imports plotly
+SETTLE_MS, SETTLE_CHECKS = 1000, 20  # a page is drawn when its script shows no "Stop" for SETTLE_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -110,14 +112,28 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def wait_rendered(page: object, title: str) -> None:
-    """Wait until the page titled ``title`` finished its script run and drew a plotly chart."""
+def wait_rendered(page: object, title: str, chart: bool = True) -> None:
+    """Wait until the page titled ``title`` finished its script run and (``chart``) drew a plotly chart."""
     page.get_by_role("heading", name=title).wait_for(timeout=RENDER_TIMEOUT_MS)
     # Streamlit marks elements of the previous run stale until the new run replaces them.
     page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=RENDER_TIMEOUT_MS)
-    page.locator(".js-plotly-plot .main-svg").first.wait_for(state="visible", timeout=RENDER_TIMEOUT_MS)
-    # The toolbar shows "Stop" while the script runs; the page is complete when it is gone.
-    page.get_by_role("button", name="Stop").wait_for(state="hidden", timeout=RENDER_TIMEOUT_MS)
+    if chart:
+        page.locator(".js-plotly-plot .main-svg").first.wait_for(state="visible", timeout=RENDER_TIMEOUT_MS)
+    # The toolbar shows "Stop" while the script runs, but only a moment after the run starts: the page is complete
+    # when "Stop" stays away for a while.
+    stop_button = page.get_by_role("button", name="Stop")
+    for _ in range(SETTLE_CHECKS):
+        stop_button.wait_for(state="hidden", timeout=RENDER_TIMEOUT_MS)
+        page.wait_for_timeout(SETTLE_MS)
+        if stop_button.count() == 0:
+            break
+
+
+def picture(page: object, path: Path) -> None:
+    """A full-page screenshot once plotly finished its transitions (a blank page would be a few kB)."""
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000, path.name
 
 
 def test_every_page_draws_its_plotly_chart(browser, server, shots):
@@ -133,12 +149,38 @@ def test_every_page_draws_its_plotly_chart(browser, server, shots):
             assert page.locator('[data-testid="stException"]').count() == 0, name
             assert page.get_by_text("Page not found").count() == 0, name
             assert name == "overview" or page.url.split("?")[0].endswith(f"/{name}")
-            page.wait_for_timeout(300)  # let plotly finish its transitions before the picture
-            shot = shots / f"{name}.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 10_000, name
+            picture(page, shots / f"{name}.png")
     finally:
         page.close()
+
+
+@pytest.fixture(scope="module")
+def every_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    return every_record_store(tmp_path_factory)
+
+
+def test_a_store_of_every_record_opens_on_every_page_without_a_traceback(browser, every_store, shots):
+    """Every workload, precision, backend family and status the product writes (dashboard_support), each page
+    opened from the sidebar: no exception box, no traceback text, a chart wherever the page draws one (Regressions
+    has a one-commit history and says so instead), and a screenshot ``every_record_<page>.png`` of each."""
+    proc, base = serve(every_store["dir"])
+    page = browser.new_page(viewport={"width": 1400, "height": 2200})
+    try:
+        page.goto(base)
+        for name, title in ALL_PAGES.items():
+            if name != "overview":
+                page.get_by_role("link", name=LINKS.get(name, title.split()[0])).click()
+            wait_rendered(page, title, chart=name != "regressions")
+            if name == "regressions":  # no chart to wait for: its answer
+                page.get_by_text("Not enough history").wait_for(timeout=RENDER_TIMEOUT_MS)
+            assert page.locator('[data-testid="stException"]').count() == 0, name
+            text = page.locator("body").inner_text()
+            assert "Traceback" not in text and 'File "' not in text and "could not be drawn" not in text, name
+            assert "No open regression" not in text, name
+            picture(page, shots / f"every_record_{name}.png")
+    finally:
+        page.close()
+        stop(proc)
 
 
 def test_filters_stay_in_the_url_across_pages(browser, server):

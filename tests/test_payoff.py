@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.payoff import NEVER, payoff_table
+from fp8bench.payoff import NEVER, case_size, cell_speedups, in_reading_order, is_scaled, payoff_table
 from fp8bench.store import open_store
 from tests.gate_fixtures import payload, record
 
@@ -86,3 +86,32 @@ def test_payoff_verb_reads_the_latest_valid_records(tmp_path, capsys):
     assert main(["payoff", "--store", str(tmp_path / "store")]) == 0
     out = capsys.readouterr().out
     assert "128x128x128" in out and json.loads(out.strip().splitlines()[-1])["paying_off"] == 1
+
+
+def test_cases_read_by_workload_then_flops_not_as_text():
+    frame = pd.DataFrame([
+        {"device_label": "D", "workload": "collective", "shape": "op=all_gather,m=64,n=32", "flops": 0},
+        {"device_label": "D", "workload": "gemm", "shape": "m=1024,n=1024,k=1024", "flops": 2 * 1024**3},
+        {"device_label": "D", "workload": "grouped_gemm", "shape": "g=4,tokens=64,route=zipf,alpha=1.5",
+         "flops": None},
+        {"device_label": "D", "workload": "gemm", "shape": "m=256,n=256,k=256", "flops": 2 * 256**3},
+        {"device_label": "D", "workload": "attention", "shape": "b=1,h=2,s=32,d=16", "flops": 1e6}])
+    ordered = in_reading_order(frame)
+    assert list(ordered["shape"]) == ["m=256,n=256,k=256", "m=1024,n=1024,k=1024", "b=1,h=2,s=32,d=16",
+                                      "g=4,tokens=64,route=zipf,alpha=1.5", "op=all_gather,m=64,n=32"]
+    assert case_size(None, "g=4,tokens=64,route=zipf,alpha=1.5") == pytest.approx(4 * 64 * 1.5)
+    assert case_size(0, "op=all_gather,m=64,n=32") == 64 * 32  # no arithmetic: its element count
+    assert case_size(None, "preset=tiny") != case_size(None, "preset=tiny")  # NaN: listed last
+
+
+def test_fp8_and_4bit_recipes_are_scaled_and_cells_leave_out_the_reference():
+    assert [p for p in ("fp32", "tf32", "bf16", "fp16", "fp8_rowwise", "mxfp8", "nvfp4", "mxfp4") if is_scaled(p)] \
+        == ["fp8_rowwise", "mxfp8", "nvfp4", "mxfp4"]
+    frame = pd.concat([rows({"bf16": [1, 2, 4, 8], "nvfp4": [2, 1, 2, 2]}),
+                       rows({"nvfp4": [0.1, 0.1, 0.1, 0.1], "bf16": [9, 9, 9, 9]}, backend="emulated")],
+                      ignore_index=True).assign(prequant_median_s=None)
+    cells = cell_speedups(frame)
+    assert set(cells["backend"]) == {"torch"}
+    nvfp4 = cells[cells["precision"] == "nvfp4"]
+    assert list(nvfp4["shape_label"]) == [f"{m}x{m}x{m}" for m in SIZES]  # in order of FLOPs
+    assert list(nvfp4["speedup"]) == [0.5, 2.0, 2.0, 4.0]

@@ -5,21 +5,41 @@ the candidate is slower. Its interval is a two-sample bootstrap of that ratio; t
 Mann-Whitney U tests in each direction (``fp8bench.stats.compare_samples``, the gate's own arithmetic). A case
 whose interval holds 1 has no clear change. Cases are matched by their key (workload, shape, precision, format,
 backend, device kind); interpreted, invalid or unmeasured records are listed but never compared.
+
+The page opens on the newest run that shares a measured case with an earlier one, against the newest such run: in a
+store that mixes workloads the two latest runs often share nothing (a GEMM sweep, then a collective).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from fp8bench.dashboard.data import StoreProblem, load_run_payload
+from fp8bench.dashboard.data import StoreProblem, count_records, load_run_payload
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import chart, current_view, table
 from fp8bench.records import case_key
 from fp8bench.stats import compare_samples
+
+# Newest runs searched for a default pair that shares cases: a year of nightly runs is never read whole for it.
+PAIR_SCAN = 40
+
+
+def sharing_pair(cases: pd.DataFrame, run_order: list[str]) -> tuple[str, str] | None:
+    """``(base, candidate)``: the newest run of ``run_order`` (oldest first) that shares a case with an earlier
+    one, and the newest such earlier run; ``None`` when no two share a case. ``cases`` has one row per measured
+    ``run_id`` and ``case_key``."""
+    keys = cases.groupby("run_id")["case_key"].agg(set).to_dict()
+    for i in range(len(run_order) - 1, 0, -1):
+        candidate = keys.get(run_order[i], set())
+        for j in range(i - 1, -1, -1):
+            if candidate & keys.get(run_order[j], set()):
+                return run_order[j], run_order[i]
+    return None
 
 
 def _comparable(record: dict[str, Any]) -> str | None:
@@ -81,10 +101,19 @@ def main() -> None:
         st.info("Comparing needs two runs in the selection; run the same cases again "
                 "(for example on another commit) and they will appear here.")
         return
+    scan = runs.tail(PAIR_SCAN)
+    newest = dataclasses.replace(view.query, started_from=max(filter(None, (view.query.started_from,
+                                                                            str(scan["started_at"].min())))))
+    pair = sharing_pair(count_records(view.snapshot, newest, "run_id", "case_key", subset="speed"),
+                        scan["run_id"].tolist())
+    base_default, cand_default = pair or (ids[-2], ids[-1])
     labels = {r.run_id: f"{r.run_id} · {r.commit or '-'} · {r.device_name or r.device}" for r in runs.itertuples()}
     col1, col2 = st.columns(2)
-    base_id = col1.selectbox("Base run", ids, index=len(ids) - 2, format_func=labels.get)
-    cand_id = col2.selectbox("Candidate run", ids, index=len(ids) - 1, format_func=labels.get)
+    base_id = col1.selectbox("Base run", ids, index=ids.index(base_default), format_func=labels.get)
+    cand_id = col2.selectbox("Candidate run", ids, index=ids.index(cand_default), format_func=labels.get)
+    if pair is None:
+        st.info(f"No two of the newest {len(scan)} runs in the selection share a measured case; pick two runs "
+                "that measured the same cases (or run the same cases again, for example on another commit).")
     try:
         base = load_run_payload(view.snapshot.target, base_id)
         cand = load_run_payload(view.snapshot.target, cand_id)

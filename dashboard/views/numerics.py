@@ -19,10 +19,20 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from fp8bench.dashboard.widgets import chart, current_view, latest_per_case, nothing_selected, table
+from fp8bench.dashboard.widgets import (
+    chart,
+    current_view,
+    latest_per_case,
+    nothing_selected,
+    table,
+    wrap_label,
+)
+from fp8bench.payoff import in_reading_order
 
 METRICS = {"SQNR (dB, higher is better)": "sqnr_db", "relative error (lower is better)": "rel_err"}
 BASELINE_CURVE = "bf16"
+# Height per case row of the error chart, px, and per extra line of a wrapped shape label.
+CASE_HEIGHT, LINE_HEIGHT = 44, 14
 
 
 def relative_gap(curve: list[float], base: list[float], window: int) -> list[float]:
@@ -77,6 +87,27 @@ def loss_curves(records: pd.DataFrame) -> None:
           conv_max_gap=st.column_config.NumberColumn("largest gap", format="percent"))
 
 
+def error_figure(measured: pd.DataFrame, metric: str, label: str) -> go.Figure:
+    """One row per case (in reading order: workload, then FLOPs), a marker per precision and backend. The cases
+    run down the page, so a long shape (a transformer's whole config) is a wrapped row label that costs the chart
+    height, not width."""
+    measured = in_reading_order(measured)
+    several = measured["device_label"].nunique() > 1
+    measured = measured.assign(case=(measured["device_label"] + " · " if several else "") + measured["workload"]
+                               + "<br>" + measured["shape_label"].map(wrap_label))
+    cases = list(dict.fromkeys(measured["case"]))
+    fig = px.scatter(measured, x=metric, y="case", color="precision", symbol="backend", log_x=metric == "rel_err",
+                     category_orders={"case": cases},
+                     hover_data=["shape_label", "fp8_format", "overflow_frac", "underflow_frac", "run_id"],
+                     labels={"case": "", metric: label})
+    fig.update_traces(marker={"size": 11, "line": {"width": 1, "color": "white"}})
+    fig.update_yaxes(showgrid=True)  # px lists category_orders from the top down
+    lines = sum(case.count("<br>") for case in cases)
+    fig.update_layout(height=max(320, 120 + CASE_HEIGHT * len(cases) + LINE_HEIGHT * lines),
+                      margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    return fig
+
+
 def main() -> None:
     view = current_view()
     st.title("Numerics")
@@ -87,12 +118,7 @@ def main() -> None:
     else:
         label = st.radio("Metric", list(METRICS), horizontal=True)
         metric = METRICS[label]
-        fig = px.bar(measured, x="shape_label", y=metric, color="precision", pattern_shape="backend",
-                     barmode="group", log_y=metric == "rel_err",
-                     facet_row="device_label" if measured["device_label"].nunique() > 1 else None,
-                     hover_data=["workload", "fp8_format", "overflow_frac", "underflow_frac", "run_id"],
-                     labels={"shape_label": "shape", metric: label})
-        fig.update_layout(height=440)
+        fig = error_figure(measured, metric, label)
         chart(fig, key="numerics_chart")
         table(measured[["device_label", "workload", "shape_label", "precision", "fp8_format", "backend", "sqnr_db",
                         "rel_err", "max_abs_err", "overflow_frac", "underflow_frac", "run_id"]], "numerics")

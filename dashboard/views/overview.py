@@ -1,9 +1,13 @@
 """Overview: the speedup of every precision against a baseline, per device and workload shape, best backend per cell.
 
-A cell is ``baseline time / precision time`` for the latest measurement of that case, taking the fastest backend.
-End-to-end time includes FP8's quantization (amax, scale, cast); the pre-quantized time is the GEMM alone, the
-number vendors quote. Colours are on a log scale centred on 1x, so 2x faster and 2x slower are equally loud.
-Interpreted, invalid and unmeasured records never enter a speed comparison.
+A cell is ``baseline time / precision time`` at one device, workload and shape, each side taking its fastest
+vendor or custom backend; the emulated reference (a quantize-dequantize model of a recipe, never a way to run one)
+is left out. Payoff reads the same cells (:func:`fp8bench.payoff.cell_speedups`), so an FP8 or 4-bit cell here is
+a point on Payoff's curves. End-to-end time includes FP8's quantization (amax, scale, cast); the pre-quantized
+time is the GEMM alone, the number vendors quote. Colours are on a log scale centred on 1x, so 2x faster and 2x
+slower are equally loud. Rows are in reading order: by device, workload, then FLOPs. Interpreted, invalid and
+unmeasured records never enter a speed comparison. The table below the heatmap has every record, each against
+the baseline of its own backend, as in the run table.
 """
 
 from __future__ import annotations
@@ -20,30 +24,28 @@ from fp8bench.dashboard.widgets import (
     current_view,
     latest_per_case,
     nothing_selected,
+    ratio_text,
     speed_comparable,
     table,
+    wrap_label,
 )
+from fp8bench.payoff import REFERENCE_BACKENDS, cell_speedups, is_scaled
 
-MODES = {"End-to-end (with quantization)": "speedup_e2e", "Pre-quantized GEMM only": "speedup_prequant"}
-
-
-def _short(text: str, limit: int = 44) -> str:
-    """Long shape texts (a transformer's whole config) would squeeze the heatmap: cut them, the table has all."""
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+MODES = {"End-to-end (with quantization)": "speedup", "Pre-quantized GEMM only": "speedup_prequant"}
+ROW_HEIGHT = 70  # px per heatmap row: room for a wrapped shape label of four lines
 
 
-def best_cells(speeds: pd.DataFrame, column: str) -> pd.DataFrame:
-    """One row per (row label, precision): the backend with the highest speedup in ``column``."""
-    ok = speeds[speeds[column].notna()].copy()
-    ok["row"] = ok["device_label"] + "<br>" + ok["workload"] + " " + ok["shape_label"].map(_short)
-    best = ok.sort_values(column, ascending=False).drop_duplicates(["row", "precision"])
-    return best.sort_values(["row", "precision"])
+def row_labels(cells: pd.DataFrame) -> pd.Series:
+    """A heatmap row per device, workload and shape (the shape wrapped, whole)."""
+    return cells["device_label"] + "<br>" + cells["workload"] + " " + cells["shape_label"].map(wrap_label)
 
 
-def heatmap(best: pd.DataFrame, column: str, baseline: str) -> go.Figure:
-    z = best.pivot(index="row", columns="precision", values=column)
-    backend = best.pivot(index="row", columns="precision", values="backend").reindex_like(z)
-    text = [[("" if pd.isna(v) else f"{v:.2f}x<br>{b}") for v, b in zip(zr, br, strict=True)]
+def heatmap(cells: pd.DataFrame, column: str, baseline: str) -> go.Figure:
+    cells = cells.assign(row=row_labels(cells))
+    rows = list(dict.fromkeys(cells["row"]))  # the cells come in reading order
+    z = cells.pivot(index="row", columns="precision", values=column).reindex(rows)
+    backend = cells.pivot(index="row", columns="precision", values="backend").reindex_like(z)
+    text = [[("" if pd.isna(v) else f"{ratio_text(v)}<br>{b}") for v, b in zip(zr, br, strict=True)]
             for zr, br in zip(z.to_numpy(), backend.to_numpy(), strict=True)]
     log2 = np.log2(z.to_numpy(dtype=float))
     span = float(np.nanmax(np.abs(log2))) if np.isfinite(log2).any() else 1.0
@@ -52,9 +54,24 @@ def heatmap(best: pd.DataFrame, column: str, baseline: str) -> go.Figure:
         customdata=z.to_numpy(dtype=float), colorscale="RdBu", zmid=0, zmin=-max(span, 0.1), zmax=max(span, 0.1),
         hovertemplate="%{y}<br>%{x}: %{customdata:.3f}x vs " + baseline + "<extra></extra>", xgap=2, ygap=2,
         colorbar={"title": f"log2 speedup<br>vs {baseline}"}))
-    fig.update_layout(height=max(260, 80 + 70 * len(z.index)), margin={"l": 10, "r": 10, "t": 30, "b": 10},
+    fig.update_yaxes(autorange="reversed")  # the first row in reading order on top
+    fig.update_layout(height=max(260, 80 + ROW_HEIGHT * len(rows)), margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       xaxis_title="precision", yaxis_title="")
     return fig
+
+
+def scaled_metrics(cells: pd.DataFrame, column: str, baseline: str) -> None:
+    """The best and worst FP8/4-bit cell and how many beat the baseline (the cells Payoff's curves draw)."""
+    scaled = cells[cells["precision"].map(is_scaled)]
+    if scaled.empty:
+        return
+    m1, m2, m3 = st.columns(3)
+    for col, label, cell in ((m1, "Best FP8/4-bit cell", scaled.loc[scaled[column].idxmax()]),
+                             (m2, "Worst FP8/4-bit cell", scaled.loc[scaled[column].idxmin()])):
+        where = f"{cell['precision']} {cell['backend']} · {cell['device_label']} · {cell['workload']} " \
+                f"{cell['shape_label']}"
+        col.metric(label, ratio_text(cell[column]), md_text(where), delta_color="off", delta_arrow="off")
+    m3.metric("FP8/4-bit cells faster than " + md_text(baseline), f"{int((scaled[column] > 1).sum())} of {len(scaled)}")
 
 
 def main() -> None:
@@ -70,24 +87,22 @@ def main() -> None:
                               index=precisions.index("bf16") if "bf16" in precisions else 0)
     mode = col2.radio("Time compared", list(MODES), horizontal=True)
     column = MODES[mode]
-    speeds = speedup_frame(latest_per_case(comparable), baseline)
-    best = best_cells(speeds, column)
-    if best.empty:
-        st.info(f"No case has a {md_text(baseline)} baseline to compare against; choose another baseline precision.")
-        return
-    fp8 = best[best["precision"].str.contains("fp8")]
-    if not fp8.empty:
-        top = fp8.loc[fp8[column].idxmax()]
-        worst = fp8.loc[fp8[column].idxmin()]
-        m1, m2, m3 = st.columns(3)
-        for col, label, cell in ((m1, "Best FP8 cell", top), (m2, "Worst FP8 cell", worst)):
-            where = f"{cell['precision']} {cell['backend']} · {cell['row'].replace('<br>', ' · ')}"
-            col.metric(label, f"{cell[column]:.2f}x", md_text(where), delta_color="off", delta_arrow="off")
-        m3.metric("FP8 cells faster than " + md_text(baseline), f"{int((fp8[column] > 1).sum())} of {len(fp8)}")
-    chart(heatmap(best, column, baseline), key="overview_heatmap")
-    excluded = len(latest_per_case(view.records)) - len(latest_per_case(comparable))
-    st.caption(f"Latest record per case; fastest backend per cell. {excluded} case(s) not compared on speed "
-               "(skipped, failed, invalid or interpreted): see the table on the Environment page or the run table.")
+    latest = latest_per_case(comparable)
+    cells = cell_speedups(latest, baseline)
+    cells = cells[cells[column].notna()]
+    references = ", ".join(REFERENCE_BACKENDS)
+    if cells.empty:
+        st.info(f"No case has a {md_text(baseline)} baseline measured by a vendor or custom backend to compare "
+                f"against: choose another baseline precision, or run one with `--backend torch` (the {references} "
+                "reference is not a way to run a recipe, so it makes no cell; its records are in the table below).")
+    else:
+        scaled_metrics(cells, column, baseline)
+        chart(heatmap(cells, column, baseline), key="overview_heatmap")
+        excluded = len(latest_per_case(view.records)) - len(latest)
+        st.caption(f"Latest record per case; each cell is its precision's fastest backend, the {references} "
+                   f"reference left out (as on Payoff). {excluded} case(s) not compared on speed (skipped, failed, "
+                   "invalid or interpreted): see the table on the Environment page or the run table.")
+    speeds = speedup_frame(latest, baseline)
     st.subheader("Speedups per record")
     table(speeds[["device_label", "workload", "shape_label", "precision", "backend", "median_s",
                   "prequant_median_s", "speedup_e2e", "speedup_prequant", "tflops", "pct_of_peak", "run_id"]],

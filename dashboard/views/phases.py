@@ -4,7 +4,8 @@ FP8 pays for its faster GEMM with a quantize phase (find the absolute maximum, c
 epilogue (rescale the output). Each phase is timed on its own, so the stacked bars show how much of the gain the
 scaling eats; the diamond marks the end-to-end median, timed as one call (it can differ from the stack's sum by
 launch gaps and cache effects between phases). A case run with ``fp8bench run --profile`` lists its profile traces
-(one per precision and backend) below the table.
+(one per precision and backend) below the table. Cases are listed in reading order (workload, then FLOPs), and
+the page opens on the first that measured an FP8 or 4-bit recipe: the GEMMs before the collectives.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fp8bench.dashboard.widgets import (
     speed_comparable,
     table,
 )
+from fp8bench.payoff import in_reading_order, is_scaled
 
 
 def phase_figure(case: pd.DataFrame, phase_cols: list[str]) -> go.Figure:
@@ -48,10 +50,14 @@ def main() -> None:
     if not phase_cols:
         nothing_selected("measured records with phase timings")
         return
-    records = latest_per_case(records).copy()
-    records["case"] = records["device_label"] + " · " + records["workload"] + " " + records["shape_label"]
-    case_name = st.selectbox("Case", sorted(records["case"].unique()))
+    records = in_reading_order(latest_per_case(records))
+    records = records.assign(case=records["device_label"] + " · " + records["workload"] + " " + records["shape_label"])
+    cases = list(dict.fromkeys(records["case"]))
+    with_recipe = set(records.loc[records["precision"].map(is_scaled), "case"])
+    first = next((i for i, c in enumerate(cases) if c in with_recipe), 0)
+    case_name = st.selectbox("Case", cases, index=first)
     case = records[records["case"] == case_name].sort_values(["precision", "backend"])
+    phase_cols = [c for c in phase_cols if case[c].notna().any()]  # this case's phases: a GEMM has no optimizer
     chart(phase_figure(case, phase_cols), key="phases_chart")
     shown = case[["precision", "backend", "median_s", "prequant_median_s", *phase_cols, "run_id"]].copy()
     quantize = PHASE_PREFIX + "quantize"

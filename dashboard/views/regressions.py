@@ -4,7 +4,9 @@ Each case's history, per environment and branch, in commit order, is cut by PELT
 log(time) changes; a cut is kept when the medians on either side differ by at least the threshold with a bootstrap
 interval excluding 1 and a Mann-Whitney p-value under alpha (:mod:`fp8bench.changes`). A regression is *open*
 while the latest commits are still worse than before it. The chart shows the chosen change's case around it: the
-dashed line falls between the last good and the first bad commit.
+dashed line falls between the last good and the first bad commit. A case history shorter than ``min_size``
+commits on each side of a possible step is never searched, so with too little history the page says so rather
+than "no regression".
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from fp8bench.changes import METRICS, ChangeConfig, changes_frame, history_records, store_changes
+from fp8bench.changes import (
+    METRICS,
+    ChangeConfig,
+    HistoryDepth,
+    changes_frame,
+    find_changes,
+    history_depth,
+    history_records,
+)
 from fp8bench.commits import commit_order
 from fp8bench.dashboard.data import cached, commit_url_template, open_for_page
 from fp8bench.dashboard.safe_text import plot_link
@@ -22,8 +32,10 @@ from fp8bench.store_queries import RecordFilter
 
 
 @cached
-def _changes(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter, config: ChangeConfig) -> pd.DataFrame:
-    return changes_frame(store_changes(open_for_page(target), flt, config))
+def _changes(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter,
+             config: ChangeConfig) -> tuple[pd.DataFrame, HistoryDepth]:
+    history = history_records(open_for_page(target), flt, config.metrics)
+    return changes_frame(find_changes(history, config)), history_depth(history, config)
 
 
 @cached
@@ -63,13 +75,23 @@ def main() -> None:
     threshold = c2.number_input("Smallest change (fraction)", min_value=0.01, max_value=0.9, value=0.05, step=0.01)
     show_all = c3.toggle("Also closed regressions and improvements", value=False)
     config = ChangeConfig(metrics=(metric,), threshold=float(threshold))
-    found = _changes(view.snapshot.target, view.snapshot.fingerprint, view.query, config)
+    found, depth = _changes(view.snapshot.target, view.snapshot.fingerprint, view.query, config)
     shown = found if show_all else found[(found["kind"] == "regression") & found["open"]]
     template = commit_url_template(view.snapshot.runs)
+    rule = (f"a change needs {config.min_size} commits on each side ({depth.needed} in all), a step of at least "
+            f"{threshold:.0%} and p < {config.alpha}")
+    if not depth.enough:
+        st.warning(f"Not enough history to look for regressions: the longest case history in this selection has "
+                   f"{depth.longest} commit(s), and {rule}. Nothing can be said yet, either way.")
+        st.caption("Measure the same cases on each new commit (a nightly `fp8bench run --suite ...` on the main "
+                   "branch, or `fp8bench ingest` of CI run files) and steps will show up here.")
+        return
     if shown.empty:
-        st.success("No open regression in this selection." if not show_all else "No change in this selection.")
-        st.caption(f"{len(found)} change(s) in all; a change needs {config.min_size} commits on each side, "
-                   f"a step of at least {threshold:.0%} and p < {config.alpha}.")
+        short = depth.series - depth.judged
+        st.success(f"No open regression in the {depth.judged} case history(ies) long enough to judge."
+                   if not show_all else "No change in this selection.")
+        st.caption(f"{len(found)} change(s) in all; {rule}."
+                   + (f" {short} shorter history(ies) could not be judged." if short else ""))
         return
     shown = shown.assign(first_bad_link=shown["first_bad_commit"].map(
         lambda c: template.replace("{commit}", str(c)) if template and c else None))

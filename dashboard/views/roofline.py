@@ -4,7 +4,9 @@ Arithmetic intensity is FLOPs per byte of the minimum memory traffic (each opera
 once, at the precision's element size), so FP8 moves a GEMM to the right of its BF16 twin. The attainable rate at
 intensity ``I`` is ``min(peak TFLOP/s, bandwidth TB/s * I)``: left of the ridge a kernel is memory-bound, right of
 it compute-bound. Each precision has its own compute ceiling (FP8 tensor cores are twice BF16's on Hopper); a CPU's
-ceilings are measured by fp8bench (a large matmul and a large copy), a GPU's come from the device table.
+ceilings are measured by fp8bench (a large matmul and a large copy), a GPU's come from the device table. Records of
+different runs may carry one ceiling measured several times (a CPU's matmul rate under other load): ceilings within
+:data:`CEILING_TOLERANCE` of each other are drawn as one line.
 """
 
 from __future__ import annotations
@@ -39,6 +41,29 @@ def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None
     return None, "no bandwidth ceiling stored for this device"
 
 
+# Compute ceilings closer than this (relative) are one rate measured twice, drawn as one line; distinct rates of
+# one device differ by 2x or more (FP32 against BF16 matmul, BF16 against FP8 tensor cores).
+CEILING_TOLERANCE = 0.10
+
+
+def ceiling_lines(points: pd.DataFrame) -> list[tuple[float, list[str]]]:
+    """``(TFLOP/s, precisions)`` per compute ceiling to draw, lowest first. The ceilings the records carry are
+    sorted and cut wherever one is more than :data:`CEILING_TOLERANCE` above the lowest of its group: a group is one
+    rate measured several times, drawn once at its highest value (a ceiling is an upper bound) and labelled with
+    every precision held to it."""
+    stored = points.dropna(subset=["peak_tflops"]).sort_values("peak_tflops")
+    lines: list[tuple[float, list[str]]] = []
+    low = 0.0
+    for peak, precision in zip(stored["peak_tflops"].astype(float), stored["precision"].astype(str), strict=True):
+        if lines and peak <= low * (1 + CEILING_TOLERANCE):
+            names = lines[-1][1]
+            lines[-1] = (peak, names if precision in names else [*names, precision])
+        else:
+            low = peak
+            lines.append((peak, [precision]))
+    return lines
+
+
 def roofline_figure(points: pd.DataFrame, bw: float | None) -> go.Figure:
     fig = px.scatter(points, x="intensity", y="tflops", color="precision", symbol="backend", log_x=True,
                      log_y=True, hover_data=["workload", "shape_label", "median_s", "pct_of_peak", "run_id"],
@@ -46,12 +71,13 @@ def roofline_figure(points: pd.DataFrame, bw: float | None) -> go.Figure:
     lo = float(points["intensity"].min()) / 4
     hi = float(points["intensity"].max()) * 4
     xs = np.geomspace(lo, hi, 200)
-    ceilings = points.dropna(subset=["peak_tflops"]).groupby("peak_tflops")["precision"].unique()
-    for peak, names in ceilings.items():
+    for peak, names in ceiling_lines(points):
         ys = np.minimum(peak, bw * xs) if bw else np.full_like(xs, peak)
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"dash": "dash", "width": 1.5},
                                  name=f"ceiling {peak:.3g} TFLOP/s ({', '.join(sorted(names))})"))
-    fig.update_layout(height=520, margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    # The legend (precision x backend, and each ceiling with its precisions) goes under the plot, not beside it.
+    fig.update_layout(height=680, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.15})
     return fig
 
 
@@ -59,6 +85,7 @@ def main() -> None:
     view = current_view()
     st.title("Roofline")
     points = speed_comparable(view.records).dropna(subset=["intensity", "tflops"])
+    points = points[(points["intensity"] > 0) & (points["tflops"] > 0)]  # a log axis has no place for zero
     if points.empty:
         nothing_selected("measured records with FLOP and byte counts")
         return

@@ -84,7 +84,10 @@ def streamlit_command(args: argparse.Namespace) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(app_path()),
             "--server.address", args.host, "--server.port", str(args.port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--global.developmentMode", "false",
-            "--client.toolbarMode", "viewer"]
+            "--client.toolbarMode", "viewer",
+            # Pages show their own one-line errors; anything that escapes them is named in the browser without its
+            # message or traceback (both go to this terminal).
+            "--client.showErrorDetails", "none"]
 
 
 def is_loopback(host: str) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,18 +123,44 @@ def ingest_file(store: Any, path: Path) -> dict[str, Any]:
     from fp8bench.store import StoreError
 
     try:
-        payload, source = read_results_file(path)
+        payload, source = _read_for_ingest(path)
     except RunFileError as exc:
         return {"file": str(path), "error": str(exc)}
     run_id = payload["run"]["run_id"]
+    records = _Counted(payload["records"])
     try:
-        new_run, added = store.ingest_run(payload, source)
+        new_run, added = store.ingest_run({**payload, "records": records}, source)
+    except RunFileError as exc:  # a bad record found while streaming: the transaction is rolled back
+        return {"file": str(path), "error": f"{exc}; run {run_id} not stored"}
     except StoreError as exc:
         return {"file": str(path), "error": f"{path}: run {run_id} not stored: {exc}"}
     except sa.exc.SQLAlchemyError as exc:
         return {"file": str(path), "error": f"{path}: run {run_id} not stored: {error_line(exc)}"}
     return {"file": str(path), "run_id": run_id, "source": source, "new_run": new_run, "records_added": added,
-            "records_in_file": len(payload["records"])}
+            "records_in_file": records.count}
+
+
+def _read_for_ingest(path: Path) -> tuple[dict[str, Any], str]:
+    """A results file as a payload whose ``records`` may be an iterator: an fp8bench run file is streamed record
+    by record (:mod:`fp8bench.runfile_stream`: bounded memory), any other file is read whole."""
+    from fp8bench.runfile_stream import stream_run_file
+
+    streamed = stream_run_file(path)
+    if streamed is None:
+        return read_results_file(path)
+    return {**streamed.header, "records": streamed.records()}, SOURCE_FP8BENCH
+
+
+class _Counted:
+    """An iterable of records that counts what was taken from it."""
+
+    def __init__(self, records: Iterable[dict[str, Any]]) -> None:
+        self._records, self.count = records, 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for record in self._records:
+            self.count += 1
+            yield record
 
 
 def load_side(spec: str, store: Any | None = None) -> list[dict[str, Any]]:

@@ -22,8 +22,9 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from fp8bench.record_check import MAX_DEPTH, describe, record_problems, run_problems
 from fp8bench.records import SCHEMA_VERSION, STATUSES, case_key
 
 
@@ -127,10 +128,30 @@ def check_writable(path: Path, overwrite: bool = False) -> None:
         raise RunFileError(f"cannot write the run file {path}: {exc.strerror or exc}") from exc
 
 
+def open_regular(path: Path | str, what: str) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file; :class:`RunFileError` naming it otherwise.
+
+    A glob such as ``results/*.json`` can match a FIFO (opening it would wait for a writer forever) or a link to
+    ``/dev/zero`` (reading it never ends), so the file is opened without blocking and its type checked on the open
+    descriptor, before a byte is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise RunFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise RunFileError(f"cannot read {what} {path}: it is {kind}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def load_json(path: Path | str, what: str) -> Any:
     """Parse a JSON file; raises :class:`RunFileError` naming the file (``what``: "run file", ...) and the fault."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open_regular(path, what) as fh:
+            text = fh.read().decode("utf-8")
     except OSError as exc:
         raise RunFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -141,6 +162,9 @@ def load_json(path: Path | str, what: str) -> Any:
     except json.JSONDecodeError as exc:
         raise RunFileError(f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                            f"{exc.msg}); it may be truncated or corrupted") from exc
+    except RecursionError as exc:
+        raise RunFileError(f"{what} {path} nests objects or lists deeper than a results file can (at most "
+                           f"{MAX_DEPTH} levels in a record)") from exc
 
 
 def read_run_file(path: Path) -> dict[str, Any]:
@@ -149,6 +173,13 @@ def read_run_file(path: Path) -> dict[str, Any]:
 
 
 def validate_run(data: Any, origin: str) -> dict[str, Any]:
+    check_header(data, origin)
+    validate_records(data["records"], origin)
+    return data
+
+
+def check_header(data: Any, origin: str) -> None:
+    """Everything of a run file but its records: the layout, the schema version and the run header's fields."""
     if not isinstance(data, dict) or "schema_version" not in data or "records" not in data or "run" not in data:
         raise RunFileError(f"{origin} is not an fp8bench run file (needs schema_version, run and records)")
     version = data["schema_version"]
@@ -161,8 +192,9 @@ def validate_run(data: Any, origin: str) -> dict[str, Any]:
     run = data["run"]
     if not isinstance(data["records"], list) or not isinstance(run, dict) or not isinstance(run.get("run_id"), str):
         raise RunFileError(f"{origin}: 'run' must be an object with a run_id (text) and 'records' a list")
-    validate_records(data["records"], origin)
-    return data
+    problems = run_problems(run)
+    if problems:
+        raise RunFileError(f"{origin}: run header: {problems[0]}")
 
 
 # Fields every record needs to be identified (its case key) and stored, and their JSON types.
@@ -178,24 +210,31 @@ def check_seconds(value: Any, where: str) -> float:
 
 
 def validate_records(records: list[Any], origin: str) -> None:
-    """Raise :class:`RunFileError` at the first record that is not an object with the required fields, or whose
-    samples or median are not finite positive seconds, naming its index."""
+    """Raise :class:`RunFileError` at the first record that :func:`check_record` refuses."""
     for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            raise RunFileError(f"{origin}: record {i} is not an object (got {type(rec).__name__})")
-        for name, kind in REQUIRED_FIELDS.items():
-            if not isinstance(rec.get(name), kind):
-                got = "missing" if name not in rec else f"{type(rec[name]).__name__} {rec[name]!r}"
-                raise RunFileError(f"{origin}: record {i}: field {name!r} must be {kind.__name__}, got {got}")
-        if rec["status"] not in STATUSES:
-            raise RunFileError(f"{origin}: record {i}: status {rec['status']!r}; accepted: {', '.join(STATUSES)}")
-        samples = rec.get("samples_s")
-        if samples is None:
-            samples = []
-        if not isinstance(samples, list):
-            raise RunFileError(f"{origin}: record {i}: samples_s must be a list of seconds")
-        where = f"{origin}: record {i} ({case_key(rec)})"
-        for j, value in enumerate(samples):
-            check_seconds(value, f"{where}: sample {j}")
-        if rec.get("median_s") is not None:
-            check_seconds(rec["median_s"], f"{where}: median_s")
+        check_record(rec, i, origin)
+
+
+def check_record(rec: Any, i: int, origin: str) -> None:
+    """Raise :class:`RunFileError`, naming the file and the record's index, unless record ``i`` is an object with
+    the required fields, every field of the type its readers expect (:mod:`fp8bench.record_check`), and its
+    samples and median finite positive seconds."""
+    if not isinstance(rec, dict):
+        raise RunFileError(f"{origin}: record {i} is not an object (got {type(rec).__name__})")
+    for name, kind in REQUIRED_FIELDS.items():
+        if not isinstance(rec.get(name), kind):
+            got = "missing" if name not in rec else describe(rec[name])
+            raise RunFileError(f"{origin}: record {i}: field {name!r} must be {kind.__name__}, got {got}")
+    if rec["status"] not in STATUSES:
+        raise RunFileError(f"{origin}: record {i}: status {rec['status']!r}; accepted: {', '.join(STATUSES)}")
+    problems = record_problems(rec)
+    if problems:
+        raise RunFileError(f"{origin}: record {i}: {problems[0]}")
+    samples = rec.get("samples_s")
+    if samples is None:
+        samples = []
+    where = f"{origin}: record {i} ({case_key(rec)})"
+    for j, value in enumerate(samples):
+        check_seconds(value, f"{where}: sample {j}")
+    if rec.get("median_s") is not None:
+        check_seconds(rec["median_s"], f"{where}: median_s")

@@ -43,6 +43,15 @@ from tests.test_store_queries import (  # noqa: F401 - collected again here, aga
     test_fingerprint_moves_with_every_new_run,
     test_latest_per_class_matches_pandas,
 )
+from tests.test_stored_data import (  # noqa: F401 - collected again here, against PostgreSQL
+    test_a_different_case_under_a_stored_run_and_seq_is_refused,
+    test_a_wrongly_typed_field_is_named_with_file_and_record_and_the_next_file_is_ingested,
+    test_an_older_partial_copy_never_rewinds_a_finished_run,
+    test_an_older_store_holding_such_records_is_repaired_when_migrated,
+    test_json_nested_200000_deep_is_refused_without_a_crash,
+    test_the_store_refuses_on_sqlite_what_postgresql_refuses,
+    test_two_records_with_one_seq_are_refused_never_merged,
+)
 
 pytestmark = pytest.mark.postgres
 

@@ -167,7 +167,7 @@ def load_side(spec: str, store: Any | None = None) -> list[dict[str, Any]]:
     """Run payloads for one side of a comparison.
 
     ``spec`` is a results file, a folder of results files (the rounds of ``fp8bench ab``; ``*.json`` in name
-    order), or comma-separated run ids in ``store``.
+    order), or comma-separated run ids in ``store`` (a store, or a function opening it: called only for run ids).
     """
     path = Path(spec)
     if path.is_file():
@@ -180,5 +180,6 @@ def load_side(spec: str, store: Any | None = None) -> list[dict[str, Any]]:
     if spec.endswith(".json") or "/" in spec:
         raise RunFileError(f"no such results file or folder: {spec}")
     if store is not None:
+        store = store() if callable(store) else store
         return [store.run_payload(run_id.strip()) for run_id in spec.split(",") if run_id.strip()]
     raise RunFileError(f"{spec!r} is neither a results file nor a folder of them (or a run id: give --store)")

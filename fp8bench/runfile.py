@@ -16,6 +16,7 @@ every timing sample a finite positive number of seconds; the error names the fil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -54,9 +55,11 @@ def atomic_write_json(path: Path, payload: Any) -> None:
     atomic_write_bytes(path, json.dumps(json_safe(payload), indent=1, allow_nan=False).encode())
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, replace: bool = True) -> None:
     """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: a reader sees the old file
-    or the new one, never half of one."""
+    or the new one, never half of one. With ``replace=False`` the file is linked into place instead, which raises
+    :class:`FileExistsError` if anything is at ``path``; with ``replace=True`` only a regular file (or nothing) is
+    replaced (:class:`RunFileError` otherwise: a rename over a device node would remove the device)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -65,6 +68,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        if not replace:
+            os.link(tmp, path)
+            os.unlink(tmp)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISREG(mode):
+                kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+                raise RunFileError(f"refusing to replace {path}: it is {kind}, not a regular file")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -99,24 +111,26 @@ _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (sta
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
 
 
-def check_writable(path: Path, overwrite: bool = False) -> None:
-    """Fail early, before any case runs, if ``path`` must not be replaced or its folder cannot take the run file.
+def check_writable(path: Path, overwrite: bool = False, what: str = "the run file", flag: str = "--out") -> None:
+    """Fail early, before any work, if ``path`` must not be replaced or its folder cannot take a new file.
 
-    Refused: anything at ``path`` that is not a regular file (the run file is renamed over it, which would
-    replace a device node, a FIFO or a symbolic link itself), and an existing file unless ``overwrite``."""
+    Refused: anything at ``path`` that is not a regular file (the file is renamed over it, which would replace a
+    device node, a FIFO or a symbolic link itself), and an existing file unless ``overwrite`` (``--force``).
+    ``what`` and ``flag`` name the file and the option that chose it in messages. Every verb that writes a file a
+    user named goes through here (``run``, ``converge``, ``selfcheck``, ``export``, ``gate``, ``ab``)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         mode = None
     except OSError as exc:
-        raise RunFileError(f"cannot write the run file {path}: {exc.strerror or exc}") from exc
+        raise RunFileError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
     if mode is not None:
         kind = next((name for test, name in _KINDS if test(mode)), None)
         if kind is not None or not stat.S_ISREG(mode):
-            raise RunFileError(f"refusing to write the run file over {path}: it is {kind or 'not a regular file'}; "
-                               "give --out a path to a new file")
+            raise RunFileError(f"refusing to write {what} over {path}: it is {kind or 'not a regular file'}; "
+                               f"give {flag} a path to a new file")
         if not overwrite:
-            raise RunFileError(f"{path} exists (an earlier run?); refusing to overwrite it: give --out a new path, "
+            raise RunFileError(f"{path} exists (an earlier run?); refusing to overwrite it: give {flag} a new path, "
                                "or --force to replace it")
     folder = path.parent
     try:
@@ -125,7 +139,21 @@ def check_writable(path: Path, overwrite: bool = False) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise RunFileError(f"cannot write the run file {path}: {exc.strerror or exc}") from exc
+        raise RunFileError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
+
+
+def write_user_file(path: Path, data: bytes, overwrite: bool, what: str, flag: str = "--out") -> None:
+    """Write ``data`` to a path a user named, atomically, refusing at the moment of writing what
+    :func:`check_writable` refuses (it may have changed since): without ``overwrite`` the new file is linked into
+    place, which fails if anything has appeared at ``path``; with it, only a regular file is replaced."""
+    check_writable(path, overwrite, what, flag)
+    try:
+        atomic_write_bytes(path, data, replace=overwrite)
+    except FileExistsError as exc:
+        raise RunFileError(f"{path} appeared while {what} was being written; refusing to overwrite it: give "
+                           f"{flag} a new path, or --force to replace it") from exc
+    except OSError as exc:
+        raise RunFileError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
 
 
 def open_regular(path: Path | str, what: str) -> BinaryIO:

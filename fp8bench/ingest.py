@@ -13,9 +13,11 @@ benchmark becomes a record of workload ``pytest`` and backend ``pytest-benchmark
 A pytest-benchmark file has no run id, so one is derived from its content (start time, machine, commit and test
 ids): ingesting the same file twice stores it once.
 
-:func:`ingest_file` stores one file in its own transaction: a file that cannot be read (binary, not JSON, a record
-missing a field, a sample that is not finite positive seconds) or that the store refuses (a value too long for its
-column) is reported with its name and what is wrong, stores nothing, and does not stop the files after it.
+:func:`ingest_file` stores one file in its own transaction: a file that cannot be read (not a regular file, binary,
+not JSON, a record missing a field or with a field of the wrong type, a sample that is not finite positive seconds)
+or that the store refuses (a value its column cannot hold, two records with one seq) is reported with its name, the
+record's index and what is wrong, stores nothing, and does not stop the files after it. An fp8bench run file is
+streamed record by record (:mod:`fp8bench.runfile_stream`), so memory does not grow with the file.
 """
 
 from __future__ import annotations

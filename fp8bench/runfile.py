@@ -10,8 +10,10 @@ A rename replaces whatever has the name, so :func:`check_writable` refuses, befo
 exists and is not a regular file (a device node such as ``/dev/full``, a FIFO, a symbolic link, a folder), and
 an existing run file unless overwriting was asked for.
 
-Reading checks what the store and the gate rely on: every record an object with its identifying fields, and
-every timing sample a finite positive number of seconds; the error names the file and the first bad record.
+Reading checks what the store and the gate rely on: only a regular file is opened (never a FIFO or a device), every
+record is an object with its identifying fields and every field of the type its readers expect
+(:mod:`fp8bench.record_check`), and every timing sample a finite positive number of seconds; the error names the
+file and the first bad record.
 """
 
 from __future__ import annotations

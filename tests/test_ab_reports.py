@@ -115,3 +115,18 @@ def test_fail_on_regression_with_nothing_compared_says_so_loudly(tmp_path, capsy
     assert main(["gate", *map(str, paths), "--fail-on", "regression", "--no-store-report",
                  "--report-dir", str(tmp_path / "rep")]) == 0
     assert "warning: nothing was compared" in capsys.readouterr().err
+
+
+def test_a_failing_store_query_is_one_line_without_the_statement(tmp_path, capsys):
+    samples = [1e-3 * (1 + i / 100) for i in range(5)]
+    run = tmp_path / "r.json"
+    run.write_text(json.dumps(payload("r1", [record(64, "bf16", samples)])))
+    store = tmp_path / "store"
+    assert main(["ingest", str(run), "--store", str(store)]) == 0
+    with sqlite3.connect(store / "fp8bench.sqlite") as conn:  # a damaged store: a table the queries read is gone
+        conn.execute("DROP TABLE record_data")
+    capsys.readouterr()
+    assert main(["export", "--format", "csv", "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the store failed: OperationalError: no such table: record_data" in err
+    assert "[SQL" not in err and "SELECT" not in err

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8bench.ab import AbError, SideSpec, run_ab, side_dirty
+from fp8bench.ab import AbError, SideSpec, run_ab
 from fp8bench.cli import main
 from fp8bench.gate import GateConfig, build_report, collect_side, render_markdown
 from fp8bench.store import open_store
@@ -66,6 +66,8 @@ def test_round_timeout_must_be_positive_seconds(capsys):
 
 
 def test_side_dirty_reads_the_rounds_git_flag(tmp_path):
+    from fp8bench.ab import side_dirty
+
     for name, flags in (("clean", [False, False]), ("dirty", [False, True]), ("unknown", [None])):
         folder = tmp_path / name
         folder.mkdir()

@@ -21,7 +21,7 @@ from dashboard_support import fp8bench as run_cli
 
 pytest.importorskip("streamlit")
 
-from fp8bench.dashboard.profiles import _download, read_trace, readable_trace  # noqa: E402
+from fp8bench.dashboard import profiles  # noqa: E402
 from tests import test_dashboard_browser as browser_tests  # noqa: E402
 from tests.gate_fixtures import payload, record  # noqa: E402
 from tests.test_dashboard_browser import RENDER_TIMEOUT_MS, serve, stop  # noqa: E402
@@ -45,22 +45,22 @@ def swap_for_link(path: Path, target: Path) -> None:
 
 def test_a_trace_is_served_as_it_is_at_the_click(tmp_path):
     trace = make_trace(tmp_path)
-    assert readable_trace(str(trace), tmp_path) == trace
+    assert profiles.readable_trace(str(trace), tmp_path) == trace
     trace.write_text('{"traceEvents": [1]}')  # changed after the page was drawn
-    assert read_trace(str(trace), tmp_path) == b'{"traceEvents": [1]}'
+    assert profiles.read_trace(str(trace), tmp_path) == b'{"traceEvents": [1]}'
 
 
 def test_a_trace_swapped_for_a_link_after_drawing_is_not_followed(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET")
     trace = make_trace(tmp_path)
-    assert readable_trace(str(trace), tmp_path) is not None  # the page offers the download
+    assert profiles.readable_trace(str(trace), tmp_path) is not None  # the page offers the download
     swap_for_link(trace, secret)
-    assert read_trace(str(trace), tmp_path) is None
-    served = _download(str(trace), tmp_path)
+    assert profiles.read_trace(str(trace), tmp_path) is None
+    served = profiles._download(str(trace), tmp_path)
     assert b"TOP-SECRET" not in served and json.loads(served)["error"].endswith("reload the page")
     swap_for_link(trace, Path("/etc/passwd"))
-    assert read_trace(str(trace), tmp_path) is None
+    assert profiles.read_trace(str(trace), tmp_path) is None
 
 
 def test_a_folder_above_the_trace_swapped_for_a_link_is_not_followed(tmp_path):
@@ -72,7 +72,7 @@ def test_a_folder_above_the_trace_swapped_for_a_link_is_not_followed(tmp_path):
     trace.parent.rmdir()
     trace.parent.symlink_to(elsewhere)  # the run's profile folder is now a link to a folder elsewhere
     assert (trace.parent / trace.name).read_text() == "OTHER-FILE"
-    assert read_trace(str(trace), tmp_path) is None
+    assert profiles.read_trace(str(trace), tmp_path) is None
 
 
 @pytest.mark.parametrize("stored", ["/etc/passwd", "/etc/x.profile/passwd.pt.trace.json",
@@ -81,14 +81,14 @@ def test_a_folder_above_the_trace_swapped_for_a_link_is_not_followed(tmp_path):
 def test_paths_outside_the_results_folder_or_not_shaped_like_a_trace_are_never_read(tmp_path, stored):
     make_trace(tmp_path)
     path = stored.format(root=tmp_path) if isinstance(stored, str) else stored
-    assert readable_trace(path, tmp_path) is None and read_trace(path, tmp_path) is None
+    assert profiles.readable_trace(path, tmp_path) is None and profiles.read_trace(path, tmp_path) is None
 
 
 def test_a_fifo_named_like_a_trace_is_not_opened(tmp_path):
     trace = make_trace(tmp_path)
     trace.unlink()
     os.mkfifo(trace)  # opened without O_NONBLOCK this would wait for a writer forever
-    assert read_trace(str(trace), tmp_path) is None
+    assert profiles.read_trace(str(trace), tmp_path) is None
 
 
 @contextlib.contextmanager

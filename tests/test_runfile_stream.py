@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import fp8bench.runfile_stream as stream
 from fp8bench.ingest import ingest_file
 from fp8bench.runfile import RunFileError
 from fp8bench.store import open_store
@@ -31,13 +30,17 @@ def run_file(path: Path, run_id: str, n: int, samples: int = 3, **dump: object) 
 
 
 def streamed(path: Path) -> tuple[dict, list[dict]]:
-    opened = stream.stream_run_file(path)
+    from fp8bench.runfile_stream import stream_run_file
+
+    opened = stream_run_file(path)
     assert opened is not None
     return opened.header, list(opened.records())
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
 def test_streamed_records_equal_the_whole_file_at_any_chunk_size(tmp_path, monkeypatch, chunk):
+    import fp8bench.runfile_stream as stream
+
     monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
     for indent in (None, 1):
         path = run_file(tmp_path / "r.json", "s", 5, indent=indent)
@@ -48,6 +51,8 @@ def test_streamed_records_equal_the_whole_file_at_any_chunk_size(tmp_path, monke
 
 
 def test_keys_after_the_records_are_read_and_a_cut_file_is_refused(tmp_path, monkeypatch):
+    import fp8bench.runfile_stream as stream
+
     monkeypatch.setattr(stream, "CHUNK_BYTES", 64)
     path = tmp_path / "r.json"
     data = json.loads(run_file(path, "s", 3).read_text())
@@ -74,12 +79,16 @@ def test_a_file_in_another_key_order_is_read_whole(tmp_path, store_url_sqlite):
     data = payload("reordered", [record(64, "bf16", [1e-3])])
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"records": data["records"], "run": data["run"], "schema_version": 1}))
-    assert stream.stream_run_file(path) is None
+    from fp8bench.runfile_stream import stream_run_file
+
+    assert stream_run_file(path) is None
     done = ingest_file(open_store(store_url_sqlite), path)
     assert done["records_added"] == 1 and done["records_in_file"] == 1
 
 
 def test_a_record_longer_than_the_window_bound_is_refused(tmp_path, monkeypatch):
+    import fp8bench.runfile_stream as stream
+
     monkeypatch.setattr(stream, "MAX_RECORD_BYTES", 2000)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 512)
     path = run_file(tmp_path / "big.json", "big", 2, samples=400)

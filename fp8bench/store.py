@@ -357,11 +357,19 @@ class Store:
         skipped = [seq for seq in by_seq if seq not in inserted]
         if not skipped:
             return
-        stored = dict(conn.execute(sa.select(records_table.c.seq, records_table.c.case_key).where(
-            records_table.c.run_id == run_id, records_table.c.seq.in_(skipped))).all())
+        # Compared on the identity columns every schema version wrote the same way (the case key's text has grown
+        # suffixes over versions, so an old store's key may differ for the very same record).
+        columns = [records_table.c[name] for name in _IDENTITY_COLUMNS]
+        stored = {row[0]: row[1:] for row in conn.execute(
+            sa.select(records_table.c.seq, records_table.c.case_key, *columns).where(
+                records_table.c.run_id == run_id, records_table.c.seq.in_(skipped))).all()}
         for seq in skipped:
-            if seq in stored and stored[seq] != by_seq[seq][0]["case_key"]:
-                raise StoreError(_same_seq(run_id, seq, stored[seq], by_seq[seq][0]["case_key"], stored=True))
+            if seq not in stored:
+                continue
+            stored_key, *stored_identity = stored[seq]
+            row = by_seq[seq][0]
+            if tuple(stored_identity) != tuple(row[name] for name in _IDENTITY_COLUMNS):
+                raise StoreError(_same_seq(run_id, seq, stored_key, row["case_key"], stored=True))
 
     def _insert_new_records(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
         """Insert record rows, skipping those already stored; ``(id, seq)`` of each new one."""
@@ -532,6 +540,10 @@ def _check_values(table: sa.Table, rows: list[dict[str, Any]]) -> None:
                     row[column.name] = float(value)
                 except OverflowError as exc:
                     raise StoreError(f"{where} is {describe(value)}, beyond any floating-point number") from exc
+
+
+# What makes two records the same case, as columns written alike by every schema version.
+_IDENTITY_COLUMNS = ("workload", "shape", "precision", "fp8_format", "backend", "device")
 
 
 def record_seq(record: dict[str, Any]) -> int:

@@ -8,6 +8,7 @@ The tests taking ``store_url`` also run against a real PostgreSQL server in ``te
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -205,3 +206,34 @@ def test_an_older_partial_copy_never_rewinds_a_finished_run(tmp_path, store_url,
     row = open_store(store_b).runs_frame().set_index("run_id").loc["rewind"]
     assert row["status"] == "complete" and open_store(store_b).count_records("rewind") == 4
 
+
+
+PAGES = ("overview", "roofline", "phases", "energy", "numerics", "history", "regressions", "payoff", "compare",
+         "environment")
+
+
+@pytest.mark.slow
+def test_run_and_every_dashboard_page_work_on_a_repaired_store(tmp_path, monkeypatch, capsys):
+    """The repaired store of an older version, as `run` writes into it and every page reads it."""
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    import fp8bench.dashboard
+    from fp8bench.dashboard.data import STORE_ENV
+
+    store = tmp_path / "store"
+    copy_store(SCHEMA2_STORE, str(store))
+    _add_hostile_legacy_record(str(store))
+    assert main(["run", "--shape", "64x64x64", "--precision", "bf16", "--backend", "emulated", "--budget", "2",
+                 "--max-time", "0.05", "--no-energy", "--store", str(store), "--results-dir", str(tmp_path)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    monkeypatch.setenv(STORE_ENV, str(store))
+    app = Path(fp8bench.dashboard.__file__).parent / "app.py"
+    for page in PAGES:
+        at = AppTest.from_file(str(app), default_timeout=120)
+        at.run()
+        if page != "overview":
+            at.switch_page(f"views/{page}.py")
+            at.run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+        assert not at.error, (page, [e.value for e in at.error])

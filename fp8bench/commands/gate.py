@@ -126,12 +126,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def warn_same_runs(report: dict[str, Any]) -> None:
     """Say on stderr when both sides are the same run(s): such a gate can only pass."""
+    from fp8bench.escaping import one_line
     from fp8bench.gate import SAME_RUN_NOTE
 
     prefix = SAME_RUN_NOTE.split("{", 1)[0]
     for note in report.get("notes", []):
         if note.startswith(prefix):
-            print(f"fp8bench gate: warning: {note}", file=sys.stderr)
+            print(f"fp8bench gate: warning: {one_line(note)}", file=sys.stderr)
 
 
 REPORT_FILES = ("report.md", "report.json")

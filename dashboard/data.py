@@ -156,9 +156,11 @@ def loss_curve(record: dict[str, Any]) -> list[float] | None:
     return [float("nan") if v is None else float(v) for v in value]
 
 
-def shape_dict(shape: str) -> dict[str, int]:
-    """The store's shape text back as the record's dict (values are integers)."""
-    return {k: int(v) for k, v in (p.split("=", 1) for p in shape.split(",") if "=" in p)}
+def shape_dict(shape: str) -> dict[str, int | str]:
+    """The store's shape text back as the record's dict: integer values as integers, any other value (a named
+    choice such as ``op=all_gather``) as its text."""
+    return {k: int(v) if v.lstrip("-").isdigit() else v
+            for k, v in (p.split("=", 1) for p in shape.split(",") if "=" in p)}
 
 
 def _flatten_runs(runs: pd.DataFrame) -> pd.DataFrame:

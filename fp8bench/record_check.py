@@ -21,6 +21,7 @@ levels with a ``RecursionError``, and nothing fp8bench writes comes near the bou
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -32,9 +33,13 @@ from fp8bench.records import Record
 # Deepest nesting of objects and lists accepted inside one record or header (a record fp8bench writes is under 8).
 MAX_DEPTH = 64
 
-# Shape values are integers (``m=4096``), except the test id of a benchmark imported from pytest-benchmark JSON,
-# which keeps the test's name in ``shape.test`` (fp8bench.ingest).
+# Shape values are integers (``m=4096``), or where a workload takes a named choice or a real number
+# (fp8bench.shapes: ``op=all_gather``, ``route=zipf``, ``alpha=1.2``) a name or a number. A name starts with a letter
+# and holds no ``,``, ``=`` or space, which would break the store's ``k=v,...`` shape text; a count written as text
+# (``64k``) is neither. The test id of a benchmark imported from pytest-benchmark JSON (``shape.test``,
+# fp8bench.ingest) may be any text.
 SHAPE_TEXT_KEYS = ("test",)
+_SHAPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.+-]*")
 
 
 @dataclass(frozen=True)
@@ -190,8 +195,9 @@ def record_problems(record: dict[str, Any]) -> list[Problem]:
         for key, value in shape.items():
             if key in SHAPE_TEXT_KEYS and isinstance(value, str):
                 continue
-            if not _is_integer(value):
-                problems.append(Problem(("shape", str(key)), value, "an integer (shapes are counts: m=4096)"))
+            if not (_is_number(value) or (isinstance(value, str) and _SHAPE_NAME.fullmatch(value))):
+                problems.append(Problem(("shape", str(key)), value,
+                                        "an integer (m=4096), or a named choice such as op=all_gather"))
     phases = record.get("phases")
     if isinstance(phases, dict):
         problems += [Problem(("phases", str(k)), v, "a number of seconds or null")

@@ -59,6 +59,18 @@ def test_a_wrongly_typed_field_is_named_with_file_and_record_and_the_next_file_i
     assert set(open_store(store_url).runs_frame()["run_id"]) == {"good"}
 
 
+def test_named_and_real_shape_values_are_accepted(tmp_path, store_url, capsys):
+    """Shapes hold named choices and real numbers where a workload takes them (``op=all_gather``, ``alpha=1.2``)."""
+    run = good_run("named")
+    run["records"][0]["shape"] = {"op": "all_gather", "n": 1048576}
+    run["records"][1]["shape"] = {"e": 8, "route": "zipf", "alpha": 1.2, "impl": "loop"}
+    code, summary, _ = ingest(capsys, store_url, write(tmp_path / "named.json", run))
+    assert code == EXIT_OK and summary["ingested"][0]["records_added"] == 3
+    from fp8bench.dashboard.data import shape_dict
+
+    assert shape_dict("op=all_gather,n=1048576") == {"op": "all_gather", "n": 1048576}
+
+
 def test_json_nested_200000_deep_is_refused_without_a_crash(tmp_path, store_url, capsys):
     text = json.dumps(good_run("deep")).replace('"extra": {}', f'"extra": {{"x": {nested(200_000)}}}', 1)
     files = [tmp_path / "deep.json", write(tmp_path / "good.json", good_run("good"))]

@@ -104,7 +104,7 @@ def _sqlite_file(target: str) -> Path | None:
 
 @st.cache_resource(show_spinner=False)
 def _store(target: str) -> Store:
-    return open_store(target)
+    return open_store(target, read_only=True)
 
 
 def open_for_page(target: str) -> Store:

@@ -30,28 +30,19 @@ page means to draw (a commit's web page) is made with :func:`plot_link`, which e
 from __future__ import annotations
 
 import html
-import re
-import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
-from fp8bench.redact import redact
-
-# Every ASCII punctuation character (CommonMark, "backslash escapes"): !"#$%&'()*+,-./ :;<=>?@ [\]^_` {|}~
-_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
-_WORD_JOINER = "\u2060"
-# Where GFM autolink literals start: a scheme's "://", "www.", an e-mail's "@".
-_AUTOLINK_STARTS = re.compile(r"(:)(?=//)|(www)(?=\.)|(@)", re.IGNORECASE)
+from fp8bench import escaping
 
 
 def md_text(value: object) -> str:
-    """``value`` as Markdown that renders as exactly its text (passwords in URLs masked, lines joined)."""
-    text = " ".join(redact(value).splitlines())
-    text = _AUTOLINK_STARTS.sub(lambda m: m.group(0) + _WORD_JOINER, text)
-    return _PUNCTUATION.sub(r"\\\1", text)
+    """``value`` as Markdown that renders as exactly its text (passwords in URLs masked, one line); the rule is
+    the one gate reports use, :func:`fp8bench.escaping.md_text`."""
+    return escaping.md_text(value)
 
 
 def md_join(values: Iterable[object], sep: str = ", ") -> str:
@@ -67,7 +58,7 @@ def plot_link(url: str | None, text: str) -> str:
     """A plotly ``<a href>`` to ``url`` labelled ``text`` (both escaped), or just the escaped text when ``url`` is
     not an http(s) address."""
     label = html.escape(text, quote=False)
-    if not url or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+    if escaping.web_url(url) is None:
         return label
     link = f"<a href='{html.escape(url, quote=True)}'>{label}</a>"
     _PAGE_LINKS.add(link)

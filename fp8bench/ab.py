@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from typing import IO, Any
 
 from fp8bench.gate import GateConfig, build_report, collect_side, merge_rerun
 from fp8bench.ingest import load_side
+from fp8bench.redact import MASK
 
 # Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.
 _WORKER = r'''
@@ -105,21 +107,32 @@ class Worker:
             raise AbError(f"{side.name} worker did not start: {hello}")
         self.package = hello["fp8bench"]
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self, timeout_s: float | None = None, what: str = "") -> dict[str, Any]:
+        """The worker's next protocol line; :class:`AbError` naming ``what`` when it takes over ``timeout_s``."""
         assert self.proc.stdout is not None
+        if timeout_s is not None:
+            with selectors.DefaultSelector() as waiting:
+                waiting.register(self.proc.stdout, selectors.EVENT_READ)
+                if not waiting.select(timeout_s):
+                    self.proc.kill()  # a hung side: its round fails, and the other side is not left waiting
+                    self.proc.wait()
+                    raise AbError(f"{what} did not finish within {timeout_s:g} s (--round-timeout); its worker "
+                                  f"({self.side.root}) was stopped")
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait()
             raise AbError(f"{self.side.name} worker ({self.side.root}) exited with code {code}")
         return json.loads(line)
 
-    def run(self, run_args: Sequence[str], out: Path) -> dict[str, Any]:
-        """One round: ``fp8bench run RUN_ARGS --out OUT --no-store --json`` inside the worker."""
+    def run(self, run_args: Sequence[str], out: Path, timeout_s: float | None = None, what: str = "",
+            force: bool = False) -> dict[str, Any]:
+        """One round: ``fp8bench run RUN_ARGS --out OUT --no-store --json`` inside the worker; ``what`` names it
+        ("head round 3") in messages, ``timeout_s`` bounds it."""
         assert self.proc.stdin is not None
-        argv = ["run", *run_args, "--out", str(out), "--no-store", "--json"]
+        argv = ["run", *run_args, "--out", str(out), "--no-store", "--json", *(["--force"] if force else [])]
         self.proc.stdin.write(json.dumps({"argv": argv}) + "\n")
         self.proc.stdin.flush()
-        reply = self._read()
+        reply = self._read(timeout_s, what or f"{self.side.name} round")
         # Exit 1 means a case failed or is invalid: that is data for the gate (a `broken` case), not a harness
         # error. Anything else without a run file is.
         if reply["rc"] not in (0, 1) or not out.is_file():
@@ -143,20 +156,26 @@ def round_order(r: int) -> tuple[str, str]:
     return ("base", "head") if r % 2 == 0 else ("head", "base")
 
 
+def round_files(folder: Path, rounds: int) -> dict[str, list[Path]]:
+    """Where each side's round run files go: ``folder/base/rNN.json`` and ``folder/head/rNN.json``."""
+    return {name: [folder / name / f"r{r:02d}.json" for r in range(rounds)] for name in ("base", "head")}
+
+
 def run_rounds(workers: dict[str, Worker], run_args: Sequence[str], rounds: int, folder: Path,
-               on_round: Callable[[int, str], None] | None = None) -> dict[str, Path]:
-    """Interleaved rounds; run files go to ``folder/base/rNN.json`` and ``folder/head/rNN.json``."""
+               on_round: Callable[[int, str], None] | None = None, round_timeout_s: float | None = None,
+               force: bool = False) -> dict[str, Path]:
+    """Interleaved rounds into :func:`round_files`; a round over ``round_timeout_s`` fails the A/B run, named."""
     if rounds < 2:
         raise ValueError(f"rounds must be >= 2 for per-round medians (the gate method asks for >= 10), got {rounds}")
-    dirs = {name: folder / name for name in ("base", "head")}
-    for d in dirs.values():
-        d.mkdir(parents=True, exist_ok=True)
+    files = round_files(folder, rounds)
+    for name in files:
+        (folder / name).mkdir(parents=True, exist_ok=True)
     for r in range(rounds):
         for name in round_order(r):
-            workers[name].run(run_args, dirs[name] / f"r{r:02d}.json")
+            workers[name].run(run_args, files[name][r], round_timeout_s, f"{name} round {r + 1} of {rounds}", force)
             if on_round:
                 on_round(r, name)
-    return dirs
+    return {name: folder / name for name in files}
 
 
 def checkout_ref(repo: Path, ref: str, into: Path) -> Path:
@@ -180,19 +199,22 @@ class AbResult:
 
 def run_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path, rounds: int = 10,
            config: GateConfig | None = None, rerun_inconclusive: bool = True,
-           on_round: Callable[[int, str], None] | None = None, stderr: IO[str] | None = None) -> AbResult:
-    """Measure both sides in interleaved rounds and gate head against base (rerunning inconclusive cases once)."""
+           on_round: Callable[[int, str], None] | None = None, stderr: IO[str] | None = None,
+           round_timeout_s: float | None = None, force: bool = False) -> AbResult:
+    """Measure both sides in interleaved rounds and gate head against base (rerunning inconclusive cases once).
+    ``round_timeout_s`` bounds each side's round; ``force`` lets round files replace those of an earlier A/B run
+    in ``folder``."""
     # Round r of both sides ran back to back, so the gate compares them round by round.
     config = replace(config or GateConfig(), paired=True)
     workers: dict[str, Worker] = {}
     try:
         for spec in (base, head):
             workers[spec.name] = Worker(spec, stderr=stderr)
-        dirs = run_rounds(workers, run_args, rounds, folder, on_round)
+        dirs = run_rounds(workers, run_args, rounds, folder, on_round, round_timeout_s, force)
         report = build_report(collect_side(load_side(str(dirs["base"]))), collect_side(load_side(str(dirs["head"]))),
                               config)
         if rerun_inconclusive and report["counts"].get("inconclusive"):
-            again = run_rounds(workers, run_args, rounds, folder / "rerun", on_round)
+            again = run_rounds(workers, run_args, rounds, folder / "rerun", on_round, round_timeout_s, force)
             rerun = build_report(collect_side(load_side(str(again["base"]))),
                                  collect_side(load_side(str(again["head"]))), config)
             report = merge_rerun(report, rerun)
@@ -200,9 +222,30 @@ def run_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path
         for w in workers.values():
             w.close()
     report["ab"] = {"base_root": str(base.root), "head_root": str(head.root), "rounds": rounds,
-                    "run_args": list(run_args), "base_env": base.env, "head_env": head.env,
+                    "run_args": list(run_args), "base_env": masked_env(base.env), "head_env": masked_env(head.env),
+                    "dirty": {name: side_dirty(dirs[name]) for name in ("base", "head")},
+                    "round_timeout_s": round_timeout_s,
                     "worker_packages": {n: w.package for n, w in workers.items()}}
     return AbResult(report, folder)
+
+
+def masked_env(env: dict[str, str]) -> dict[str, str]:
+    """A side's extra environment for the report: every value masked, the names kept. Values given to a side are
+    often tokens or URLs with passwords, and the report is published (a pull-request comment, the store)."""
+    return {name: MASK for name in env}
+
+
+def side_dirty(rounds: Path) -> bool | None:
+    """Whether a side measured a checkout with uncommitted changes (``git.dirty`` of its round run files): true if
+    any round says so, ``None`` when no round recorded it."""
+    flags = []
+    for path in sorted(rounds.glob("r*.json")):
+        try:
+            flags.append((json.loads(path.read_text()).get("run") or {}).get("git", {}).get("dirty"))
+        except (OSError, ValueError, AttributeError):
+            continue
+    known = [f for f in flags if isinstance(f, bool)]
+    return any(known) if known else None
 
 
 def temporary_checkouts(repo: Path, refs: dict[str, str]) -> tuple[dict[str, Path], Callable[[], None]]:

@@ -111,6 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"fp8bench {args.verb}: interrupted ({getattr(exc, 'signal_name', 'SIGINT')})", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        if not _database_error(exc):
+            raise
+        # SQLAlchemy's own text carries the statement and every parameter (a whole record's JSON): one line only.
+        from fp8bench.redact import error_line
+
+        print(f"fp8bench {args.verb}: error: the store failed: {error_line(exc)}", file=sys.stderr)
+        return exit_codes_of(verbs[args.verb]).bad_input
+
+
+def _database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from the database layer (SQLAlchemy or a driver), without importing it."""
+    return any(type(e).__module__.split(".")[0] in ("sqlalchemy", "psycopg", "sqlite3")
+               for e in (exc, exc.__cause__) if e is not None)
 
 
 if __name__ == "__main__":

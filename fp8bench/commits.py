@@ -16,6 +16,7 @@ the current checkout.
 from __future__ import annotations
 
 import subprocess
+import urllib.parse
 
 import pandas as pd
 
@@ -84,7 +85,11 @@ def url_template(repo_url: str | None) -> str | None:
 
 
 def commit_link(template: str | None, commit: str | None) -> str | None:
-    """The web page of ``commit``, or ``None`` without a template or a commit."""
+    """The web page of ``commit``, or ``None`` without a template or a commit, or when the result is not an
+    ``http``/``https`` address: a template comes from a stored git remote, which a run file can set to
+    ``javascript:...``, and a link is only ever drawn to a web page."""
+    from fp8bench.escaping import web_url
+
     if not template or not commit:
         return None
-    return template.replace("{commit}", str(commit))
+    return web_url(template.replace("{commit}", urllib.parse.quote(str(commit), safe="")))

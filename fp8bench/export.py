@@ -6,7 +6,8 @@ becomes run start times): as SQL on a store, the same rules in Python on files (
 
 * ``csv`` and ``parquet``: one row per record, every status included, flat columns (:data:`COLUMNS`; each phase's
   median as ``phase:NAME``). Times are seconds, energy joules per iteration, like the record's own fields. Parquet
-  is written with pyarrow (the ``export`` extra).
+  is written with pyarrow (the ``export`` extra). In CSV, a text cell that a spreadsheet would run as a formula
+  (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) is prefixed with ``'``.
 * ``github-action-benchmark``: the input of benchmark-action/github-action-benchmark with
   ``tool: customSmallerIsBetter``: a JSON array of ``{"name", "unit", "value", "range", "extra"}`` entries, where
   ``name``, ``unit`` and ``value`` are required and ``range`` and ``extra`` are free text (``BenchmarkResult`` in
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fp8bench.escaping import neutralize_formulas
 from fp8bench.records import case_key
 
 if TYPE_CHECKING:  # pandas and the store load only when an export runs, not for `fp8bench --help`
@@ -229,7 +231,8 @@ def bencher_metric_format(rows: Sequence[Row]) -> dict[str, dict[str, dict[str, 
 def render(rows: Sequence[Row], fmt: str, metric: str = "median_s") -> bytes:
     """The export of ``rows`` in ``fmt`` as bytes (UTF-8 text, or Parquet)."""
     if fmt == "csv":
-        return to_frame(rows).to_csv(index=False).encode()
+        # Stored text that a spreadsheet would run as a formula is prefixed with ' (fp8bench.escaping).
+        return neutralize_formulas(to_frame(rows)).to_csv(index=False).encode()
     if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401  (pandas writes Parquet through it)
@@ -255,11 +258,9 @@ def count(rows: Sequence[Row], fmt: str, metric: str = "median_s") -> int:
     return len(bencher_metric_format(rows))
 
 
-def write(data: bytes, out: Path) -> None:
-    """Write ``data`` to ``out`` atomically (a reader never sees half a file)."""
-    from fp8bench.runfile import atomic_write_bytes
+def write(data: bytes, out: Path, overwrite: bool = False) -> None:
+    """Write ``data`` to ``out`` atomically (a reader never sees half a file), never over a device, a FIFO or a
+    link, nor over an existing file unless ``overwrite`` (:func:`fp8bench.runfile.write_user_file`)."""
+    from fp8bench.runfile import write_user_file
 
-    try:
-        atomic_write_bytes(out, data)
-    except OSError as exc:
-        raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    write_user_file(out, data, overwrite, what="the export")

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from fp8bench.comparability import ComparabilityKey, comparability_key, describe_differences
+from fp8bench.escaping import md_code, md_text
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
 from fp8bench.records import case_key
@@ -512,7 +513,11 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
-    """The report as Markdown for a pull-request comment: verdict, counts, then cases (regressions first)."""
+    """The report as Markdown for a pull-request comment: verdict, counts, then cases (regressions first).
+
+    Every string that came from a run file or the command line (case keys, commits, reasons, notes) is escaped
+    (:mod:`fp8bench.escaping`): a failure reason cannot forge a heading, a verdict, an image, a link or a mention,
+    and a case key stays inside its cell."""
     counts = ", ".join(f"{n} {v}" for v, n in report["counts"].items() if n)
     fail_on = report["config"].get("fail_on", "inconclusive")
     lenient = " under --fail-on regression" if fail_on == "regression" and report["verdict"] == "inconclusive" else ""
@@ -521,11 +526,13 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
     named = "" if metric.name == "median_s" else f" on {metric.name}"
     lines = [REPORT_MARKER,
              f"## fp8bench gate{named}: **{report['verdict'].upper()}** (exit {report['exit_code']}{lenient})", "",
-             f"base `{report.get('base_git_commit') or '?'}` ({report['rounds']['base']} run(s)) vs candidate "
-             f"`{report.get('git_commit') or '?'}` ({report['rounds']['cand']} run(s)); samples: "
+             f"base {md_code(report.get('base_git_commit') or '?')} ({report['rounds']['base']} run(s)) vs candidate "
+             f"{md_code(report.get('git_commit') or '?')} ({report['rounds']['cand']} run(s)); samples: "
              f"{report['sample_unit']['cand']}; {counts or 'no cases'}.", ""]
+    lines += _unchecked_warning(report)
+    lines += _ab_lines(report)
     if report.get("slower_cases"):
-        lines += ["Regressed or broken: " + ", ".join(f"`{c}`" for c in report["slower_cases"]), ""]
+        lines += ["Regressed or broken: " + ", ".join(md_code(c) for c in report["slower_cases"]), ""]
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
     rows = sorted(report["cases"], key=lambda c: (order.get(c["verdict"], 99), -(c["ratio"] or 0)))
     if metric.statistical:
@@ -543,21 +550,51 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
                   "| case | verdict | base dB | candidate dB | change dB | floor dB | n base/cand | why |",
                   "|---|---|---|---|---|---|---|---|"]
     for c in rows[:max_rows]:
-        why = (c.get("reason") or "").replace("|", "\\|")
+        why = md_text(c.get("reason") or "")
         verdict = f"{c['verdict']}{' (rerun)' if c.get('rerun') else ''}"
         if metric.statistical:
             interval = "-" if c["ci_low"] is None else f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
-            lines.append(f"| `{c['case']}` | {verdict} | {_fmt(c['ratio'], '.3f')} | {interval} | "
+            lines.append(f"| {md_code(c['case'])} | {verdict} | {_fmt(c['ratio'], '.3f')} | {interval} | "
                          f"{_fmt(c['p_slower_adj'], '.2g')} | {_fmt(c['threshold'], '.1%')} | "
                          f"{c['n_base']}/{c['n_cand']} | {why} |")
         else:
             base, cand = c.get("base_value"), c.get("cand_value")
             change = None if base is None or cand is None else cand - base
-            lines.append(f"| `{c['case']}` | {verdict} | {_fmt(base, '.2f')} | {_fmt(cand, '.2f')} | "
+            lines.append(f"| {md_code(c['case'])} | {verdict} | {_fmt(base, '.2f')} | {_fmt(cand, '.2f')} | "
                          f"{_fmt(change, '+.2f')} | {_fmt(c.get('floor_db'), 'g')} | {c['n_base']}/{c['n_cand']} | "
                          f"{why} |")
     if len(rows) > max_rows:
         lines.append(f"| ... {len(rows) - max_rows} more case(s) in the JSON report | | | | | | | |")
     if report.get("notes"):
-        lines += ["", *[f"- {n}" for n in report["notes"]]]
+        lines += ["", *[f"- {md_text(n)}" for n in report["notes"]]]
     return "\n".join(lines) + "\n"
+
+
+def nothing_compared_under_lenient_fail_on(report: dict[str, Any]) -> bool:
+    """``--fail-on regression`` and no case compared: the job passes although the gate checked nothing."""
+    return (report["config"].get("fail_on") == "regression"
+            and not any(c["verdict"] in COMPARED for c in report["cases"]))
+
+
+def _unchecked_warning(report: dict[str, Any]) -> list[str]:
+    """A loud block when the gate passes a job without having compared anything."""
+    if not nothing_compared_under_lenient_fail_on(report):
+        return []
+    return [f"> **Warning: nothing was compared.** Every one of the {len(report['cases'])} case(s) is "
+            "incomparable, missing or unmeasured, so this report checked no change; it exits 0 only because of "
+            "--fail-on regression. Check that base and candidate ran on the same device, driver, CUDA, torch and "
+            "cases.", ""]
+
+
+def _ab_lines(report: dict[str, Any]) -> list[str]:
+    """What an A/B report adds: each side's checkout state and the environment names given to it."""
+    ab = report.get("ab")
+    if not ab:
+        return []
+    state = {True: "uncommitted changes (dirty)", False: "clean", None: "unknown"}
+    dirty = ab.get("dirty") or {}
+    line = (f"A/B: base checkout {state[dirty.get('base')]}, head checkout {state[dirty.get('head')]}; "
+            f"{ab.get('rounds')} interleaved round(s).")
+    envs = [f"{side} {', '.join(md_code(name) for name in ab.get(f'{side}_env') or {})}"
+            for side in ("base", "head") if ab.get(f"{side}_env")]
+    return [line + (f" Extra environment (values masked): {'; '.join(envs)}." if envs else ""), ""]

@@ -13,15 +13,18 @@ benchmark becomes a record of workload ``pytest`` and backend ``pytest-benchmark
 A pytest-benchmark file has no run id, so one is derived from its content (start time, machine, commit and test
 ids): ingesting the same file twice stores it once.
 
-:func:`ingest_file` stores one file in its own transaction: a file that cannot be read (binary, not JSON, a record
-missing a field, a sample that is not finite positive seconds) or that the store refuses (a value too long for its
-column) is reported with its name and what is wrong, stores nothing, and does not stop the files after it.
+:func:`ingest_file` stores one file in its own transaction: a file that cannot be read (not a regular file, binary,
+not JSON, a record missing a field or with a field of the wrong type, a sample that is not finite positive seconds)
+or that the store refuses (a value its column cannot hold, two records with one seq) is reported with its name, the
+record's index and what is wrong, stores nothing, and does not stop the files after it. An fp8bench run file is
+streamed record by record (:mod:`fp8bench.runfile_stream`), so memory does not grow with the file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,25 +125,51 @@ def ingest_file(store: Any, path: Path) -> dict[str, Any]:
     from fp8bench.store import StoreError
 
     try:
-        payload, source = read_results_file(path)
+        payload, source = _read_for_ingest(path)
     except RunFileError as exc:
         return {"file": str(path), "error": str(exc)}
     run_id = payload["run"]["run_id"]
+    records = _Counted(payload["records"])
     try:
-        new_run, added = store.ingest_run(payload, source)
+        new_run, added = store.ingest_run({**payload, "records": records}, source)
+    except RunFileError as exc:  # a bad record found while streaming: the transaction is rolled back
+        return {"file": str(path), "error": f"{exc}; run {run_id} not stored"}
     except StoreError as exc:
         return {"file": str(path), "error": f"{path}: run {run_id} not stored: {exc}"}
     except sa.exc.SQLAlchemyError as exc:
         return {"file": str(path), "error": f"{path}: run {run_id} not stored: {error_line(exc)}"}
     return {"file": str(path), "run_id": run_id, "source": source, "new_run": new_run, "records_added": added,
-            "records_in_file": len(payload["records"])}
+            "records_in_file": records.count}
+
+
+def _read_for_ingest(path: Path) -> tuple[dict[str, Any], str]:
+    """A results file as a payload whose ``records`` may be an iterator: an fp8bench run file is streamed record
+    by record (:mod:`fp8bench.runfile_stream`: bounded memory), any other file is read whole."""
+    from fp8bench.runfile_stream import stream_run_file
+
+    streamed = stream_run_file(path)
+    if streamed is None:
+        return read_results_file(path)
+    return {**streamed.header, "records": streamed.records()}, SOURCE_FP8BENCH
+
+
+class _Counted:
+    """An iterable of records that counts what was taken from it."""
+
+    def __init__(self, records: Iterable[dict[str, Any]]) -> None:
+        self._records, self.count = records, 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for record in self._records:
+            self.count += 1
+            yield record
 
 
 def load_side(spec: str, store: Any | None = None) -> list[dict[str, Any]]:
     """Run payloads for one side of a comparison.
 
     ``spec`` is a results file, a folder of results files (the rounds of ``fp8bench ab``; ``*.json`` in name
-    order), or comma-separated run ids in ``store``.
+    order), or comma-separated run ids in ``store`` (a store, or a function opening it: called only for run ids).
     """
     path = Path(spec)
     if path.is_file():
@@ -153,5 +182,6 @@ def load_side(spec: str, store: Any | None = None) -> list[dict[str, Any]]:
     if spec.endswith(".json") or "/" in spec:
         raise RunFileError(f"no such results file or folder: {spec}")
     if store is not None:
+        store = store() if callable(store) else store
         return [store.run_payload(run_id.strip()) for run_id in spec.split(",") if run_id.strip()]
     raise RunFileError(f"{spec!r} is neither a results file nor a folder of them (or a run id: give --store)")

@@ -9,6 +9,7 @@ bare number there is a percentage (``--max-noise 0.5`` is 0.5 %, nvbench's defau
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 
@@ -52,3 +53,19 @@ def fraction_arg(flag: str) -> Callable[[str], float]:
 def percent_arg(flag: str) -> Callable[[str], float]:
     """An argparse ``type=`` for a percentage flag (a bare number is percent); returns a fraction."""
     return _argparse_type(parse_percent, flag, "percentage")
+
+
+def parse_seconds(text: str | float, what: str = "value") -> float:
+    """A finite positive number of seconds (``"90"``, ``"1.5"``). Raises ``ValueError`` naming ``what``."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} {text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} {text!r}: give a finite positive number of seconds")
+    return value
+
+
+def positive_seconds(flag: str) -> Callable[[str], float]:
+    """An argparse ``type=`` for a duration flag: a finite positive number of seconds."""
+    return _argparse_type(parse_seconds, flag, "seconds")

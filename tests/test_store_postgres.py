@@ -43,6 +43,15 @@ from tests.test_store_queries import (  # noqa: F401 - collected again here, aga
     test_fingerprint_moves_with_every_new_run,
     test_latest_per_class_matches_pandas,
 )
+from tests.test_stored_data import (  # noqa: F401 - collected again here, against PostgreSQL
+    test_a_different_case_under_a_stored_run_and_seq_is_refused,
+    test_a_wrongly_typed_field_is_named_with_file_and_record_and_the_next_file_is_ingested,
+    test_an_older_partial_copy_never_rewinds_a_finished_run,
+    test_an_older_store_holding_such_records_is_repaired_when_migrated,
+    test_json_nested_200000_deep_is_refused_without_a_crash,
+    test_the_store_refuses_on_sqlite_what_postgresql_refuses,
+    test_two_records_with_one_seq_are_refused_never_merged,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -209,3 +218,37 @@ def test_a_statement_stuck_behind_a_lock_times_out_into_a_store_error_line(store
     assert code == 0 and elapsed < 60
     assert "store write failed" in err and "statement timeout" in err and "fp8bench ingest" in err
     assert "[SQL:" not in err and "parameters" not in err
+
+
+def test_a_role_that_may_only_read_runs_the_verbs_that_read(pg_server, store_url, tmp_path, capsys):
+    """PostgreSQL's "another user": a role granted SELECT only. The verbs that read take no schema lock and write
+    nothing; ingest says in one line that the store refused it."""
+    import json
+
+    import psycopg
+
+    from fp8bench.cli import main
+    from tests.gate_fixtures import payload, record
+
+    samples = [1e-3 * (1 + i / 100) for i in range(10)]
+    run = tmp_path / "r.json"
+    run.write_text(json.dumps(payload("r1", [record(64, "bf16", samples)])))
+    assert main(["ingest", str(run), "--store", store_url]) == 0
+    role = "fp8bench_reader_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    reader = store_url.replace("postgres@", f"{role}@")
+    try:
+        capsys.readouterr()
+        for args in (["export", "--format", "csv"], ["payoff"], ["changes"], ["compare", "r1", "r1"],
+                     ["gate", "r1", "r1", "--no-store-report", "--report-dir", str(tmp_path / "rep")]):
+            assert main([*args, "--store", reader]) == 0, (args, capsys.readouterr().err)
+        capsys.readouterr()
+        assert main(["ingest", str(run), "--store", reader]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "permission denied" in err and "[SQL" not in err
+    finally:
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}")
+            conn.execute(f"DROP ROLE {role}")

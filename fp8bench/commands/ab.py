@@ -16,6 +16,11 @@ from fp8bench.commands.common import (
     add_store_flags,
     default_results_dir,
 )
+from fp8bench.units import positive_seconds
+
+# A round of a CI suite takes minutes; one that has not answered in an hour is hung (a deadlocked kernel, a
+# driver wait), and ends the A/B run instead of the CI job's own, much later, timeout.
+DEFAULT_ROUND_TIMEOUT_S = 3600.0
 
 NAME = "ab"
 HELP = "A/B: run base and head in interleaved rounds (separate processes) and gate head against base"
@@ -45,9 +50,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", type=Path, default=Path("."), help="git repository the refs belong to (default .)")
     p.add_argument("--rounds", type=int, default=10, help="interleaved rounds per side (default 10; >= 10 to gate)")
     p.add_argument("--no-rerun", action="store_true", help="do not rerun inconclusive cases")
-    p.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE", help="environment of the base")
-    p.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE", help="environment of the head")
-    p.add_argument("--out", type=Path, default=None, help="folder of round files and reports (default RESULTS/ab/TIME)")
+    p.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of the base (the reports name the variables; their values are masked)")
+    p.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of the head (the reports name the variables; their values are masked)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder of round files and reports (default RESULTS/ab/TIME); files of an earlier A/B run "
+                        "there are kept unless --force")
+    p.add_argument("--force", action="store_true", help="let this run replace the round files and reports in --out")
+    p.add_argument("--round-timeout", type=positive_seconds("--round-timeout"), default=DEFAULT_ROUND_TIMEOUT_S,
+                   metavar="SECONDS",
+                   help=f"a side's round that takes longer fails the A/B run, naming the side and the round "
+                        f"(default {DEFAULT_ROUND_TIMEOUT_S:g})")
     add_gate_flags(p)
     add_verdict_flags(p)
     p.add_argument("--no-store-report", action="store_true", help="do not add the gate report to the store")
@@ -66,6 +80,19 @@ def _env(pairs: list[str], flag: str) -> dict[str, str]:
     return env
 
 
+def check_outputs(folder: Path, rounds: int, force: bool) -> None:
+    """Refuse, before any round runs, round files and reports in ``folder`` that must not be replaced (an earlier
+    A/B run's, unless ``force``; a device, FIFO or link, ever), the rerun's included."""
+    from fp8bench.ab import round_files
+    from fp8bench.commands.gate import check_report_dir
+    from fp8bench.runfile import check_writable
+
+    check_report_dir(folder, force, "--out")
+    for place in (folder, folder / "rerun"):
+        for path in (p for paths in round_files(place, rounds).values() for p in paths):
+            check_writable(path, force, what="a round's run file", flag="--out")
+
+
 def _is_checkout(text: str) -> bool:
     return (Path(text) / "pyproject.toml").is_file()
 
@@ -82,11 +109,12 @@ def execute(args: argparse.Namespace) -> int:
             raise UsageError(f"--rounds must be >= 2 (10 or more to gate reliably), got {args.rounds}")
         config = gate_config(args)
         envs = {"base": _env(args.base_env, "--base-env"), "head": _env(args.head_env, "--head-env")}
+        results = args.results_dir or default_results_dir()
+        folder = args.out or results / "ab" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        check_outputs(folder, args.rounds, args.force)
     except (UsageError, ValueError) as exc:
         print(f"fp8bench ab: error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
-    results = args.results_dir or default_results_dir()
-    folder = args.out or results / "ab" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     refs = {n: v for n, v in (("base", args.base), ("head", args.head)) if not _is_checkout(v)}
     cleanup = None
     try:
@@ -96,7 +124,8 @@ def execute(args: argparse.Namespace) -> int:
             roots.update(paths)
         progress = None if args.json else (lambda r, side: print(f"round {r + 1}: {side} done", file=sys.stderr))
         result = run_ab(SideSpec("base", roots["base"], envs["base"]), SideSpec("head", roots["head"], envs["head"]),
-                        run_args, folder, args.rounds, config, not args.no_rerun, on_round=progress)
+                        run_args, folder, args.rounds, config, not args.no_rerun, on_round=progress,
+                        round_timeout_s=args.round_timeout, force=args.force)
     except (AbError, OSError, ValueError) as exc:
         print(f"fp8bench ab: harness error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
@@ -109,5 +138,5 @@ def execute(args: argparse.Namespace) -> int:
             cleanup()
     report = result.report
     report["ab"]["refs"] = refs
-    md, js = write_report(report, folder)
+    md, js = write_report(report, folder, overwrite=args.force, flag="--out")
     return publish_report(report, md, js, args, "ab", args.store or results, folder=str(folder))

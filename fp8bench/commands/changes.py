@@ -87,8 +87,9 @@ def _since(store: Any, run_id: str) -> str:
 
 def render(changes: list[Any], title: str) -> None:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+
+    from fp8bench.escaping import term_text
 
     table = Table(title=title)
     for name in ("first bad", "last good", "case", "device", "metric", "change", "interval", "p", "state"):
@@ -98,8 +99,8 @@ def render(changes: list[Any], title: str) -> None:
                                                    else "improvement")
         unit = "dB" if c.metric == "sqnr_db" else ""
         size = f"{c.size:+.2f} {unit}" if unit else f"{c.size:+.1%}"
-        table.add_row((c.first_bad_commit or "-")[:10], (c.last_good_commit or "-")[:10], escape(c.case_key), escape(c.device),
-                      c.metric, size, f"[{c.ci_low:.3f}, {c.ci_high:.3f}]", f"{c.p_value:.2g}", state)
+        table.add_row(term_text((c.first_bad_commit or "-")[:10]), term_text((c.last_good_commit or "-")[:10]),
+                      term_text(c.case_key), term_text(c.device), c.metric, size, f"[{c.ci_low:.3f}, {c.ci_high:.3f}]", f"{c.p_value:.2g}", state)
     Console(width=200).print(table)
 
 
@@ -109,7 +110,7 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.store_queries import RecordFilter
 
     config = _config(args)
-    store = open_store(store_target(args))
+    store = open_store(store_target(args), read_only=True)
     check_filter_names({"workload": args.workload, "backend": args.backend, "precision": args.precision},
                        stored_names(store))
     since = _since(store, args.fail_on_new) if args.fail_on_new else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,16 @@ def add_store_flags(parser: argparse.ArgumentParser) -> None:
 
 def store_target(args: argparse.Namespace) -> str | Path:
     return args.store or (args.results_dir or default_results_dir())
+
+
+def lazy_read_only_store(args: argparse.Namespace) -> Callable[[], Any]:
+    """A function that opens the verb's store for reading the first time it is called (``gate`` and ``compare``
+    need a store only when a side names run ids, not for two files)."""
+    from functools import cache
+
+    from fp8bench.store import open_store
+
+    return cache(lambda: open_store(store_target(args), read_only=True))
 
 
 def check_filter_names(filters: Mapping[str, Iterable[str]],

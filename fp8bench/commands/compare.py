@@ -11,7 +11,7 @@ from fp8bench.commands.common import (
     ExitCodes,
     add_json_flag,
     add_store_flags,
-    default_results_dir,
+    lazy_read_only_store,
     print_json,
 )
 
@@ -42,17 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from fp8bench.commands.gate import gate_config
     from fp8bench.gate import gate, render_markdown
     from fp8bench.ingest import load_side
 
-    store = None
-    if args.store or not (Path(args.base).exists() and Path(args.cand).exists()):
-        from fp8bench.store import open_store
-
-        store = open_store(args.store or (args.results_dir or default_results_dir()))
+    store = lazy_read_only_store(args)  # opened only when a side names run ids
     report = gate(load_side(args.base, store), load_side(args.cand, store), gate_config(args))
     if args.json:
         print_json(report)

@@ -42,7 +42,8 @@ examples:
 EXIT_CODES = ExitCodes((
     (EXIT_OK, "written"),
     (EXIT_CASE_FAILED, "no record matched the filters (nothing is written)"),
-    (EXIT_USAGE, BAD_INPUT + "; or Parquet asked for without pyarrow or without --out"),
+    (EXIT_USAGE, BAD_INPUT + "; or Parquet asked for without pyarrow or without --out; or --out names a device, "
+                             "FIFO, link or (without --force) an existing file"),
 ))
 DOC = "docs/export.md"
 
@@ -53,7 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="*", type=Path,
                    help="run files or pytest-benchmark JSON (default: every run in the store)")
     p.add_argument("--format", required=True, choices=FORMATS, help="what to write")
-    p.add_argument("--out", type=Path, default=None, help="file to write (default: stdout; Parquet needs a file)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="file to write (default: stdout; Parquet needs a file); never a device, FIFO or link, and "
+                        "not an existing file unless --force")
+    p.add_argument("--force", action="store_true", help="let --out replace an existing file")
     p.add_argument("--metric", choices=list(SMALLER_IS_BETTER), default="median_s",
                    help="github-action-benchmark: the value exported (default median_s, in milliseconds)")
     p.add_argument("--device", nargs="+", default=(), help="device model(s), as `fp8bench doctor` names them")
@@ -89,7 +93,7 @@ def _rows(args: argparse.Namespace) -> list[Any]:
         return [r for r in rows if keeps(flt, r)]
     from fp8bench.store import open_store
 
-    store = open_store(store_target(args))
+    store = open_store(store_target(args), read_only=True)
     check_filter_names(filters, stored_names(store))
     headers = store_runs(store)
     return rows_from_store(store, record_filter({k: str(h.get("started_at") or "") for k, h in headers.items()}),
@@ -98,9 +102,12 @@ def _rows(args: argparse.Namespace) -> list[Any]:
 
 def execute(args: argparse.Namespace) -> int:
     from fp8bench.export import count, render, write
+    from fp8bench.runfile import check_writable
 
     if args.format == "parquet" and args.out is None:
         raise UsageError("--format parquet writes a binary file: give --out PATH")
+    if args.out is not None:
+        check_writable(args.out, overwrite=args.force, what="the export")
     rows = _rows(args)
     entries = count(rows, args.format, args.metric)
     if not entries:
@@ -112,7 +119,7 @@ def execute(args: argparse.Namespace) -> int:
         sys.stdout.write(data.decode())
         sys.stdout.flush()
     else:
-        write(data, args.out)
+        write(data, args.out, overwrite=args.force)
         unit = "row" if args.format in ("csv", "parquet") else "benchmark"
         print(f"fp8bench export: {entries} {unit}(s) written to {args.out}", file=sys.stderr)
     return EXIT_OK

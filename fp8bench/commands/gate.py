@@ -16,6 +16,7 @@ from fp8bench.commands.common import (
     add_json_flag,
     add_store_flags,
     default_results_dir,
+    lazy_read_only_store,
     print_json,
 )
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS
@@ -115,7 +116,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="BASE and CAND are folders of the same A/B rounds (round i of both ran back to back): "
                         "compare round by round, so drift shared within a round cancels (`fp8bench ab` does this)")
     p.add_argument("--report-dir", type=Path, default=None,
-                   help="where report.md and report.json go (default RESULTS/gate/REPORT_ID)")
+                   help="where report.md and report.json go (default RESULTS/gate/REPORT_ID); existing reports there "
+                        "are kept unless --force")
+    p.add_argument("--force", action="store_true", help="let the reports replace those already in --report-dir")
     p.add_argument("--no-store-report", action="store_true", help="do not add the report to the store")
     add_store_flags(p)
     add_json_flag(p)
@@ -123,34 +126,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def warn_same_runs(report: dict[str, Any]) -> None:
     """Say on stderr when both sides are the same run(s): such a gate can only pass."""
+    from fp8bench.escaping import one_line
     from fp8bench.gate import SAME_RUN_NOTE
 
     prefix = SAME_RUN_NOTE.split("{", 1)[0]
     for note in report.get("notes", []):
         if note.startswith(prefix):
-            print(f"fp8bench gate: warning: {note}", file=sys.stderr)
+            print(f"fp8bench gate: warning: {one_line(note)}", file=sys.stderr)
 
 
-def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
+REPORT_FILES = ("report.md", "report.json")
+
+
+def check_report_dir(folder: Path, overwrite: bool, flag: str) -> None:
+    """Refuse, before anything is measured or compared, report files that must not be replaced (see
+    :func:`fp8bench.runfile.check_writable`)."""
+    from fp8bench.runfile import check_writable
+
+    for name in REPORT_FILES:
+        check_writable(folder / name, overwrite, what="the report", flag=flag)
+
+
+def write_report(report: dict[str, Any], folder: Path, overwrite: bool = False,
+                 flag: str = "--report-dir") -> tuple[Path, Path]:
     """Write report.md and report.json into ``folder``; returns their paths."""
     from fp8bench.gate import render_markdown
-    from fp8bench.runfile import atomic_write_json
+    from fp8bench.runfile import json_safe, write_user_file
 
-    folder.mkdir(parents=True, exist_ok=True)
-    md, js = folder / "report.md", folder / "report.json"
-    md.write_text(render_markdown(report))
-    atomic_write_json(js, report)
+    md, js = (folder / name for name in REPORT_FILES)
+    write_user_file(md, render_markdown(report).encode(), overwrite, what="the report", flag=flag)
+    write_user_file(js, json.dumps(json_safe(report), indent=1, allow_nan=False).encode(), overwrite,
+                    what="the report", flag=flag)
     return md, js
 
 
 def store_report(report: dict[str, Any], target: Any) -> str | None:
     """Add the report to the store; returns an error text instead of raising (the files are already written)."""
-    from fp8bench.store import open_store
+    from fp8bench.redact import error_line
+    from fp8bench.store import StoreError, open_store
 
     try:
         open_store(target).add_gate_report(report)
     except Exception as exc:  # the verdict stands even if the database is down
-        return f"{type(exc).__name__}: {exc}"
+        # One line: a driver's message, never SQLAlchemy's statement and parameter dump (the whole report).
+        return str(exc) if isinstance(exc, StoreError) else error_line(exc)
     return None
 
 
@@ -158,12 +177,10 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.gate import gate
 
     try:
+        if args.report_dir is not None:
+            check_report_dir(args.report_dir, args.force, "--report-dir")
         config = gate_config(args)
-        store = None
-        if args.store or not (Path(args.base).exists() and Path(args.cand).exists()):
-            from fp8bench.store import open_store
-
-            store = open_store(args.store or (args.results_dir or default_results_dir()))
+        store = lazy_read_only_store(args)  # opened only when a side names run ids
         from fp8bench.ingest import load_side
 
         report = gate(load_side(args.base, store), load_side(args.cand, store), config)
@@ -175,8 +192,8 @@ def execute(args: argparse.Namespace) -> int:
     warn_same_runs(report)
     folder = args.report_dir or (args.results_dir or default_results_dir()) / "gate" / report["report_id"]
     try:
-        md, js = write_report(report, folder)
-    except OSError as exc:
+        md, js = write_report(report, folder, args.force)
+    except (OSError, ValueError) as exc:
         print(f"fp8bench gate: harness error: cannot write the report to {folder}: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
     return publish_report(report, md, js, args, "gate",
@@ -189,8 +206,11 @@ def publish_report(report: dict[str, Any], md: Path, js: Path, args: argparse.Na
 
     ``summary`` adds fields to the one-line JSON summary printed after the Markdown report.
     """
-    from fp8bench.gate import render_markdown
+    from fp8bench.gate import nothing_compared_under_lenient_fail_on, render_markdown
 
+    if nothing_compared_under_lenient_fail_on(report):
+        print(f"fp8bench {verb}: warning: nothing was compared (every case is incomparable, missing or unmeasured); "
+              "this exits 0 only because of --fail-on regression", file=sys.stderr)
     store_error = None
     if not args.no_store_report:
         store_error = store_report(report, store)

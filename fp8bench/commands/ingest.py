@@ -43,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from fp8bench.escaping import one_line
     from fp8bench.ingest import ingest_file
     from fp8bench.store import open_store
 
@@ -52,11 +53,12 @@ def execute(args: argparse.Namespace) -> int:
         done = ingest_file(store, path)
         if "error" in done:
             errors.append(done)
-            print(f"fp8bench ingest: skipped: {done['error']}", file=sys.stderr)
+            print(f"fp8bench ingest: skipped: {one_line(done['error'])}", file=sys.stderr)
             continue
         results.append(done)
-        if not args.json:
-            print(f"{path}: {done['source']} run {done['run_id']} {'added' if done['new_run'] else 'already stored'}, "
+        if not args.json:  # the run id is the file's text: shown without its control characters
+            print(f"{path}: {done['source']} run {one_line(done['run_id'])} "
+                  f"{'added' if done['new_run'] else 'already stored'}, "
                   f"{done['records_added']} new record(s) of {done['records_in_file']}")
     print_json({"store": store.url, "ingested": results, "errors": errors})
     return EXIT_USAGE if errors else EXIT_OK

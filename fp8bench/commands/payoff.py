@@ -54,16 +54,16 @@ def _cell(value: Any, spec: str) -> str:
 
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     from fp8bench import store_queries
+    from fp8bench.escaping import term_text
     from fp8bench.payoff import payoff_table
     from fp8bench.shapes import shape_label
     from fp8bench.store import open_store
     from fp8bench.store_queries import RecordFilter
 
-    store = open_store(store_target(args))
+    store = open_store(store_target(args), read_only=True)
     check_filter_names({"workload": args.workload, "backend": args.backend,
                         "precision": [*args.precision, args.baseline]}, stored_names(store))
     flt = RecordFilter(device=tuple(args.device), workload=tuple(args.workload), backend=tuple(args.backend),
@@ -85,9 +85,10 @@ def execute(args: argparse.Namespace) -> int:
             out.add_column(name, overflow="fold")
         for r in rows:
             energy = _cell(r["energy_ratio"], ".2f") + "x" if r["energy_ratio"] is not None else r["energy_note"]
-            out.add_row(escape(r["device"]), escape(r["workload"]), r["precision"], str(r["shapes"]), r["pays_off_from"],
-                        _cell(r["speedup_there"], ".2f"), r["largest_shape"], _cell(r["speedup_at_largest"], ".2f"),
-                        _cell(r["sqnr_cost_db"], ".1f"), energy)
+            # Every name and shape is stored text: shown as itself (a precision `[/]fp8` is not Rich markup).
+            out.add_row(term_text(r["device"]), term_text(r["workload"]), term_text(r["precision"]), str(r["shapes"]),
+                        term_text(r["pays_off_from"]), _cell(r["speedup_there"], ".2f"), term_text(r["largest_shape"]),
+                        _cell(r["speedup_at_largest"], ".2f"), _cell(r["sqnr_cost_db"], ".1f"), term_text(energy))
         Console(width=200).print(out)
     print_json({"store": store.url, "baseline": args.baseline, "recipes": len(rows),
                 "paying_off": sum(r["pays_off_from"] != "never within the measured shapes" for r in rows)})

@@ -1,0 +1,31 @@
+"""A ``torch`` GEMM whose build never returns, for proving that a hung A/B side fails its round by name.
+
+Loaded into one side of an A/B run through ``FP8BENCH_PLUGINS=fp8bench_test_hang`` (with this folder on
+``PYTHONPATH``). Building the GEMM for a precision listed in ``FP8BENCH_TEST_HANG_PRECISIONS`` (comma-separated,
+default ``bf16``) waits forever, the way a deadlocked kernel launch or a driver call that never answers would;
+other precisions are left untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import fp8bench.kernels.torch_backend  # noqa: F401 - registers the backend this module wraps
+from fp8bench.catalog import BACKENDS
+from fp8bench.pipeline import BuildContext, Pipeline
+
+HANG_PRECISIONS = {p.strip() for p in os.environ.get("FP8BENCH_TEST_HANG_PRECISIONS", "bf16").split(",") if p}
+
+_backend = BACKENDS.get("torch")
+_build, _supports = _backend.builders["gemm"]
+
+
+def _hanging_build(ctx: BuildContext) -> Pipeline:
+    if ctx.precision.name in HANG_PRECISIONS:
+        threading.Event().wait()  # never set
+    return _build(ctx)
+
+
+if getattr(_build, "__name__", "") != "_hanging_build":
+    _backend.builders["gemm"] = (_hanging_build, _supports)

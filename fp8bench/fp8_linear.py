@@ -106,16 +106,27 @@ class _Operands:
             self.w_t = quantizer_for(recipe, "rhs", fwd)  # W^T [K, N] in dgrad
             self.grad_t = quantizer_for(recipe, "lhs", bwd, stochastic=stochastic)  # dy^T [N, M] in wgrad
             self.x_t = quantizer_for(recipe, "lhs", fwd)  # x^T [K, M] in wgrad: an activation, 1x128 blocks
-        self.hadamard: torch.Tensor | None = None
+        self.hadamard_signs: torch.Tensor | None = None
+        self._hadamard: dict[torch.device, torch.Tensor] = {}  # the matrix on each device it is used on
         if recipe.is_fp4 and recipe.rht:
             draw = torch.rand(16, generator=torch.Generator().manual_seed(RHT_SEED))
-            self.hadamard = hadamard_16(signs=torch.where(draw < 0.5, -1.0, 1.0))
+            self.hadamard_signs = torch.where(draw < 0.5, -1.0, 1.0)
+
+    def hadamard(self, device: torch.device) -> torch.Tensor:
+        """The layer's random Hadamard matrix on ``device``, built on first use there (a case's warm-up), so that
+        no timed call copies it from the host."""
+        h = self._hadamard.get(device)
+        if h is None:
+            assert self.hadamard_signs is not None
+            h = self._hadamard[device] = hadamard_16(device, self.hadamard_signs)
+        return h
 
     def wgrad_operands(self, dy_t: torch.Tensor, x_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``dy^T`` and ``x^T`` as the wgrad GEMM quantizes them: Hadamard-transformed along the tokens if asked."""
-        if self.hadamard is None:
+        if self.hadamard_signs is None:
             return dy_t, x_t
-        return random_hadamard_transform(dy_t, self.hadamard), random_hadamard_transform(x_t, self.hadamard)
+        h = self.hadamard(dy_t.device)
+        return random_hadamard_transform(dy_t, h), random_hadamard_transform(x_t, h)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):

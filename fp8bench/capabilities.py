@@ -379,7 +379,7 @@ def capability_key(recipe: Fp8Recipe) -> str:
     return recipe.granularity.value
 
 
-def _probe(key: str) -> Fp8Recipe:
+def probe_recipe(key: str) -> Fp8Recipe:
     """A recipe standing for one matrix row (E4M3 for the FP8 rows)."""
     if key == "mxfp4":
         return Fp8Recipe("probe_mxfp4", Granularity.MX, element_bits=4)
@@ -420,7 +420,7 @@ def _is_rocm() -> bool:
 def _cuda_reasons(target: CudaTarget) -> dict[str, str | None]:
     """Per matrix row: its forward GEMM through the entry point the target's torch has (E4M3 for FP8 rows; format
     rules come per recipe)."""
-    return {key: target_recipe_reason(_probe(key), target) for key in MATRIX_KEYS}
+    return {key: target_recipe_reason(probe_recipe(key), target) for key in MATRIX_KEYS}
 
 
 # A CUDA target that stands in for the live GPU while the conformance layer replays calls

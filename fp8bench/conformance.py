@@ -71,6 +71,7 @@ _V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 2: ScaleLayout
 # vendor libraries it drives); the funnel every fp8bench call goes through is skipped, so a site names who asked.
 _SITE_ROOTS = ("fp8bench", "torchao")
 _FUNNELS = ("conformance.py", "scaled_gemm.py", "torch_api.py")
+_FUNNEL_FUNCTIONS = {("fp8_linear.py", "matmul")}  # the FP8 layer's one GEMM call: its caller is the forward or backward
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,8 @@ def _call_site() -> str:
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
         name = Path(frame.f_code.co_filename).name
-        if module.split(".")[0] in _SITE_ROOTS and name not in _FUNNELS:
+        if module.split(".")[0] in _SITE_ROOTS and name not in _FUNNELS \
+                and (name, frame.f_code.co_name) not in _FUNNEL_FUNCTIONS:
             return f"{name}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back  # type: ignore[assignment]
     return "unknown"

@@ -117,18 +117,17 @@ class ScaledGemm:
 
     ``granularity`` and ``fp4`` name the kind; ``surface`` is the torch to call (default: the installed one,
     :func:`fp8bench.torch_api.detect`). Raises :class:`ValueError` with the reason when that torch has no entry
-    point for the kind (NVFP4 and MXFP4 without ``torch.nn.functional.scaled_mm``).
+    point for the kind (NVFP4 and MXFP4 without ``torch.nn.functional.scaled_mm``). Build it outside any compiled
+    region (a layer builds its own at construction): choosing the entry point asks torch what it has.
     """
 
-    def __init__(self, granularity: Granularity, fp4: bool, out_dtype: torch.dtype, fast_accum: bool = False,
-                 surface: torch_api.TorchSurface | None = None) -> None:
+    def __init__(self, granularity: Granularity, fp4: bool, surface: torch_api.TorchSurface | None = None) -> None:
         surface = surface or torch_api.detect()
         api = torch_api.gemm_entry_point(granularity, fp4, surface)
         if api is None:
             kind = ("nvfp4" if granularity is Granularity.NVFP4 else "mxfp4") if fp4 else granularity.value
             raise ValueError(torch_api.entry_point_reason(kind, granularity, fp4, surface))
         self.api, self.granularity, self.fp4 = api, granularity, fp4
-        self.out_dtype, self.fast_accum = out_dtype, fast_accum
         self._scaled_mm = torch_api.entry_point("torch._scaled_mm")
         if api == torch_api.V2:
             import torch.nn.functional as F
@@ -182,36 +181,40 @@ class ScaledGemm:
             return _outer_dim_major(q.scale)
         return _outer_dim_major(q.scale).t() if q.block == (1, 128) else q.scale.contiguous().t()
 
-    def __call__(self, a: KernelOperand, b: KernelOperand) -> torch.Tensor:
-        """``a @ b^T`` with both operands already prepared: the kernel launch alone."""
+    def __call__(self, a: KernelOperand, b: KernelOperand, out_dtype: torch.dtype,
+                 fast_accum: bool = False) -> torch.Tensor:
+        """``a @ b^T`` with both operands already prepared, written in ``out_dtype``: the kernel launch alone."""
         if self.api == torch_api.V1:
             return self._scaled_mm(a.data, b.data.t(), scale_a=a.scales[0], scale_b=b.scales[0],
-                                   out_dtype=self.out_dtype, use_fast_accum=self.fast_accum)
+                                   out_dtype=out_dtype, use_fast_accum=fast_accum)
         return self._scaled_mm_v2(a.data, b.data.t(), list(a.scales), a.recipe, list(b.scales), b.recipe,
-                                  swizzle_a=a.swizzle, swizzle_b=b.swizzle, output_dtype=self.out_dtype,
-                                  use_fast_accum=self.fast_accum)
+                                  swizzle_a=a.swizzle, swizzle_b=b.swizzle, output_dtype=out_dtype,
+                                  use_fast_accum=fast_accum)
+
+    def product(self, qa: Quantized, qb: Quantized, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
+        """``qa.data @ qb.data^T``: both operands prepared, then the kernel. For a layer, where quantization and the
+        GEMM are one timed step; a pipeline that times the GEMM alone prepares in its quantize phase instead."""
+        return self(self.prepare(qa, "lhs"), self.prepare(qb, "rhs"), out_dtype, fast_accum)
 
 
-def scaled_gemm_for(q: Quantized, out_dtype: torch.dtype, fast_accum: bool = False) -> ScaledGemm:
+def scaled_gemm_for(q: Quantized) -> ScaledGemm:
     """The :class:`ScaledGemm` of ``q``'s scaling kind on the installed torch (one per kind, reused)."""
-    return _cached_gemm(q.granularity, q.fmt.is_fp4, out_dtype, fast_accum, torch_api.generation())
+    return _cached_gemm(q.granularity, q.fmt.is_fp4, torch_api.generation())
 
 
 @lru_cache(maxsize=64)
-def _cached_gemm(granularity: Granularity, fp4: bool, out_dtype: torch.dtype, fast_accum: bool,
-                 generation: int) -> ScaledGemm:
+def _cached_gemm(granularity: Granularity, fp4: bool, generation: int) -> ScaledGemm:
     """One :class:`ScaledGemm` per kind for each state of what torch shows (``generation``)."""
-    return ScaledGemm(granularity, fp4, out_dtype, fast_accum)
+    return ScaledGemm(granularity, fp4)
 
 
 def fp8_scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
-    """``qa.data @ qb.data^T`` with each recipe's scales: prepare both operands, then run the kernel.
+    """``qa.data @ qb.data^T`` with each recipe's scales (:meth:`ScaledGemm.product` of ``qa``'s kind).
 
-    ``qa`` is ``[M, K]`` and ``qb`` is ``[N, K]``. For a layer, where quantization and the GEMM are one timed step;
-    a pipeline that times the GEMM alone calls :meth:`ScaledGemm.prepare` in its quantize phase instead.
+    ``qa`` is ``[M, K]`` and ``qb`` is ``[N, K]``. Eager code only: a compiled layer holds its own
+    :class:`ScaledGemm`, built before compilation.
     """
-    gemm = scaled_gemm_for(qa, out_dtype, fast_accum)
-    return gemm(gemm.prepare(qa, "lhs"), gemm.prepare(qb, "rhs"))
+    return scaled_gemm_for(qa).product(qa, qb, out_dtype, fast_accum)
 
 
 class ScaledGroupedGemm:

@@ -202,6 +202,17 @@ def _detect(generation: int) -> TorchSurface:
     return TorchSurface(f"{torch.__version__} (installed)", functions, names, enums, dtypes, {})
 
 
+def entry_point_name(api: str | None) -> str:
+    """The Python spelling of an entry point (``V1``/``V2``), or ``none`` for ``None``."""
+    return {V1: "torch._scaled_mm", V2: f"{_F}.scaled_mm"}.get(api or "", "none")
+
+
+def installed_release() -> TorchSurface | None:
+    """The recorded surface of the installed torch's release, if that release is recorded."""
+    version = re.match(r"[\d.]+", torch.__version__)
+    return recorded().get(version.group(0).rstrip(".")) if version else None
+
+
 def describe(surface: TorchSurface) -> list[tuple[str, str]]:
     """``(name, present?)`` rows for ``fp8bench doctor``."""
     rows = [(name, "yes" if surface.has(name) else f"no{_since(name)}") for name in (*ENTRY_POINTS, *ENUM_NAMES)]

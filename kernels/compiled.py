@@ -115,7 +115,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     fmt, g = precision.forward_format, precision.granularity
     refused = f"torch.compile could not build {precision.name} on {ctx.device}"
     with refusals(refused, with_type=True):
-        kernel = ScaledGemm(g, False, output_dtype(precision), precision.fast_accum)
+        kernel = ScaledGemm(g, False)
+    out_dtype = output_dtype(precision)
     eager_quantize = quantize_pair(precision, kernel)
 
     def to_quantized(data: torch.Tensor, scale: torch.Tensor, role: str) -> Quantized:
@@ -130,7 +131,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
 
     def eager_e2e(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         da, _sa, ka, db, _sb, kb = eager_quantize(a, b)
-        return kernel(replace(templates["lhs"], data=da, scales=(ka,)), replace(templates["rhs"], data=db, scales=(kb,)))
+        return kernel(replace(templates["lhs"], data=da, scales=(ka,)), replace(templates["rhs"], data=db, scales=(kb,)),
+                      out_dtype, precision.fast_accum)
 
     quantize_c = compile_fn(eager_quantize)
     e2e_c = compile_fn(eager_e2e)
@@ -142,7 +144,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         state["kb"] = replace(templates["rhs"], data=db, scales=(kb,))
 
     def gemm() -> torch.Tensor:
-        return kernel(state["ka"], state["kb"])
+        return kernel(state["ka"], state["kb"], out_dtype, precision.fast_accum)
 
     def end_to_end() -> torch.Tensor:
         return e2e_c(a, b)

@@ -68,7 +68,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     quant_a, quant_b = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
     refused = f"torch refused {precision.name} on {ctx.device}"
     with refusals(refused, ATEN_REFUSALS):  # a torch without an entry point for the recipe: ValueError
-        kernel = ScaledGemm(precision.granularity, precision.is_fp4, output_dtype(precision), precision.fast_accum)
+        kernel = ScaledGemm(precision.granularity, precision.is_fp4)
+    out_dtype = output_dtype(precision)
     state: dict[str, Any] = {}
 
     def quantize() -> None:
@@ -78,7 +79,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         state["ka"], state["kb"] = kernel.prepare(state["qa"], "lhs"), kernel.prepare(state["qb"], "rhs")
 
     def gemm() -> torch.Tensor:
-        return kernel(state["ka"], state["kb"])
+        return kernel(state["ka"], state["kb"], out_dtype, precision.fast_accum)
 
     def end_to_end() -> torch.Tensor:
         quantize()

@@ -98,7 +98,7 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
         if grouped:
             kernel = ScaledGroupedGemm(precision.granularity, experts, bounds, out_dtype, precision.fast_accum)
         else:
-            per_expert = ScaledGemm(precision.granularity, precision.is_fp4, out_dtype, precision.fast_accum)
+            per_expert = ScaledGemm(precision.granularity, precision.is_fp4)
 
     # Quantization ends with every operand laid out as its kernel reads it (scales blocked per group or per expert),
     # so that the gemm phase times the kernels alone.
@@ -115,7 +115,7 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
         return kernel(state["ka"], state["kw"], offs)
 
     def loop_fp8() -> list[torch.Tensor]:
-        state["parts"] = [per_expert(ka, kw) for ka, kw in state["groups"]]
+        state["parts"] = [per_expert(ka, kw, out_dtype, precision.fast_accum) for ka, kw in state["groups"]]
         return state["parts"]
 
     def concatenate() -> torch.Tensor:

@@ -32,9 +32,9 @@ def row(case: CaseAudit) -> str:
         ops = gemm.describe_ops()
         bad = gemm.non_gemm_ops()
         extra = f"  NOT GEMM: {', '.join(bad)}" if bad else ""
-    lines = [f"{case.workload:<58} {case.backend:<9} {case.precision:<15} {case.device:<22} {ops}{extra}"]
+    lines = [f"{case.workload:<30} {case.backend:<9} {case.precision:<15} {case.device:<22} {ops}{extra}"]
     for region, v in case.violations():
-        lines.append(f"{'':>58}   {region}: {v.describe()}")
+        lines.append(f"{'':>30}   {region}: {v.describe()}")
     return "\n".join(lines)
 
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                               "gemm_ops": dict(c.gemm_phase.ops) if c.gemm_phase else None,
                               "violations": [[r, v.describe()] for r, v in c.violations()]}))
     else:
-        print(f"{'workload':<58} {'backend':<9} {'precision':<15} {'built as':<22} ops in the timed gemm phase")
+        print(f"{'workload':<30} {'backend':<9} {'precision':<15} {'built as':<22} ops in the timed gemm phase")
         for c in audited:
             print(row(c))
         print(f"\n{len(audited)} cases audited, {len(cases) - len(audited)} not run on any device; "

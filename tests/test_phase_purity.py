@@ -101,6 +101,7 @@ def _audited(workload: str) -> list[CaseAudit]:
     return [c for c in _matrix(workload) if c.status == "audited"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", ["gemm", "grouped_gemm"])
 def test_the_pre_quantized_gemm_phase_holds_the_gemm_alone(workload: str) -> None:
     """Packing, scale layout work and per-expert concatenation belong to quantize and epilogue, not to the GEMM."""
@@ -114,6 +115,7 @@ def test_the_pre_quantized_gemm_phase_holds_the_gemm_alone(workload: str) -> Non
     assert wanted <= on_torch, wanted - on_torch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", list(AUDIT_SHAPES))
 def test_no_timed_region_synchronizes_or_copies_host_memory(workload: str) -> None:
     """What a CUDA graph cannot capture and an eager timing must not contain, in any region of any case."""
@@ -123,6 +125,7 @@ def test_no_timed_region_synchronizes_or_copies_host_memory(workload: str) -> No
     assert len(_audited(workload)) >= 8, [c.status for c in _matrix(workload)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", list(AUDIT_SHAPES))
 def test_four_bit_cases_pass_a_simulated_capture(workload: str) -> None:
     """The E2M1 grid, its midpoints and the Hadamard matrix are built once per device, never copied in a region."""

@@ -50,7 +50,7 @@ def _operands(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _blockwise(surface: torch_api.TorchSurface) -> ScaledGemm:
-    return ScaledGemm(Granularity.BLOCKWISE, False, torch.bfloat16, surface=surface)
+    return ScaledGemm(Granularity.BLOCKWISE, False, surface=surface)
 
 
 def test_blockwise_scales_are_read_where_cuda_reads_them() -> None:
@@ -123,11 +123,11 @@ def test_a_torch_without_functional_scaled_mm_has_no_4bit_entry_point(fp4: bool)
     the release that adds one."""
     old = torch_api.release_surface((2, 9))
     if not fp4:
-        assert ScaledGemm(Granularity.MX, False, torch.bfloat16, surface=old).api == torch_api.V1
+        assert ScaledGemm(Granularity.MX, False, surface=old).api == torch_api.V1
         return
     for granularity in (Granularity.MX, Granularity.NVFP4):
         with pytest.raises(ValueError, match=r"torch.nn.functional.scaled_mm \(torch 2.10.0 and newer"):
-            ScaledGemm(granularity, True, torch.bfloat16, surface=old)
+            ScaledGemm(granularity, True, surface=old)
 
 
 def test_cpu_kernels_take_the_layouts_and_fast_accumulation_flag() -> None:

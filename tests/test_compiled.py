@@ -47,7 +47,6 @@ def test_compiled_rowwise_matches_eager_and_records_compile_time() -> None:
 @pytest.mark.slow
 def test_compiled_quantize_is_bit_identical_to_the_shared_quantizer() -> None:
     from fp8bench.quantize import quantize_rowwise
-
     from fp8bench.scaled_gemm import ScaledGemm
 
     prec = resolve_precision("fp8_rowwise")

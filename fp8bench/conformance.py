@@ -54,7 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fp8bench import capabilities, torch_api
 from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, parse_version, scaled_gemm_reason
 from fp8bench.grouped_rules import ARCH_RULES as GROUPED_ARCH_RULES
-from fp8bench.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
+from fp8bench.grouped_rules import GROUPED_RULES, GroupedGemmSpec, grouped_gemm_reason
 
 _aten = torch.ops.aten
 # The dispatcher ops behind torch._scaled_mm, torch.nn.functional.scaled_mm and torch._scaled_grouped_mm.
@@ -324,6 +324,7 @@ class CudaValueRefusal(CudaRefusal, ValueError):
     """A dtype or value rule (torch raises ``ValueError`` for these)."""
 
 
+_GROUPED_RULE_NAMES = frozenset(rule.name for rule in GROUPED_RULES)
 _ARCH_RULES = ("architecture", "1x128/128x128 blocks", "MXFP8", "FP4", "MXFP4 entry point")
 
 
@@ -450,6 +451,14 @@ class CaseReplay:
     @property
     def refused(self) -> bool:
         return self.error is not None or any(not c.accepted for c in self.calls)
+
+    @property
+    def refused_by_builder(self) -> bool:
+        """Every refusal is a grouped-kernel rule, which the ``grouped_gemm`` builder applies itself before calling
+        on a GPU (``kernels/torch_grouped.py``; on the CPU tensors of the replay it leaves the call to be refused
+        here): on the target the case is skipped, not run."""
+        refused = [c for c in self.calls if not c.accepted]
+        return bool(refused) and all(c.grouped is not None and c.refused_by in _GROUPED_RULE_NAMES for c in refused)
 
 
 def replay_case(workload: str, shape_text: str, precision: Any, backend: str, target: CudaTarget,

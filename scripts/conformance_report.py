@@ -57,7 +57,7 @@ def main() -> int:
         for workload, recipe, fmt, backend in CASES:
             replay = replay_case(workload.removesuffix("_loop"), SHAPES[workload], resolve_precision(recipe, fmt),
                                  backend, target)
-            if replay.skip_reason is not None:
+            if replay.skip_reason is not None or replay.refused_by_builder:
                 skips += 1
                 continue
             runs += 1

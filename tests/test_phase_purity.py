@@ -136,3 +136,15 @@ def test_four_bit_cases_pass_a_simulated_capture(workload: str) -> None:
     refusals = [f"{c.backend}/{c.precision}: {r.capture_refusal()}" for c in four_bit for r in c.regions.values()
                 if r.capture_refusal()]
     assert not refusals, "\n".join(refusals)
+
+
+@pytest.mark.parametrize(("precision", "target", "op"), [
+    ("fp8_blockwise", "h100-torch2.9", "aten._scaled_mm"), ("mxfp8", "b200-torch2.9", "aten._scaled_mm"),
+    ("fp8_blockwise", "h100-torch2.10", "aten._scaled_mm_v2"), ("nvfp4", "b200-torch2.14", "aten._scaled_mm_v2")])
+def test_the_gemm_phase_is_the_kernel_alone_through_either_entry_point(precision: str, target: str, op: str) -> None:
+    """On torch 2.9 block scales go through torch._scaled_mm, with their own layouts: prepared in quantize too."""
+    from fp8bench.conformance import TARGETS
+
+    case = audit_case("gemm", AUDIT_SHAPES["gemm"][0], precision, "torch", targets=(TARGETS[target],))
+    assert case.status == "audited" and case.gemm_phase is not None, case.status
+    assert set(case.gemm_phase.ops) == {"aten.t", op} and not case.violations(), case.gemm_phase.describe_ops()

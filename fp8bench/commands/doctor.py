@@ -75,7 +75,7 @@ def execute(args: argparse.Namespace) -> int:
                for name, prec in PRECISIONS.items() if isinstance(prec, Fp8Recipe)}
     surface = torch_api.detect()
     recorded = torch_api.installed_release()
-    torch_report = {
+    torch_report: dict[str, Any] = {
         "present": {name: surface.has(name) for name in (*torch_api.ENTRY_POINTS, *torch_api.ENUM_NAMES)},
         "enums": surface.enums, "dtypes": sorted(surface.dtypes),
         "gemm_entry_points": {key: torch_api.entry_point_name(scaled_mm_api(probe_recipe(key), surface))

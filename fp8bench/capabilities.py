@@ -18,9 +18,14 @@ functions do *not* check, each written down from the CUDA source that enforces i
 * Per-row scaling through CUTLASS (compute capability 8.9 and 10.x+ always, 9.x with cuBLASLt older than 12.9)
   wrote BF16 only in PyTorch builds before mid-2026.
 * 4-bit GEMMs (packed ``float4_e2m1fn_x2`` operands) run on compute capability 10.x with CUDA 12.8+, FP4 on both
-  sides, full-precision accumulation only (``use_fast_accum`` is refused). NVFP4 (E4M3 scales per 16 values and
-  an FP32 tensor scale) goes through ``F.scaled_mm``; MXFP4 (E8M0 scales per 32) through ``torch._scaled_mm`` only,
-  because ``F.scaled_mm``'s MXFP4 kernel is ROCm-only on CUDA builds.
+  sides, full-precision accumulation only (``use_fast_accum`` is refused). Both go through ``F.scaled_mm`` (torch
+  2.10+): NVFP4 (E4M3 scales per 16 values and an FP32 tensor scale) needs its list of two scale levels, and MXFP4
+  (E8M0 scales per 32) has a CUDA kernel there from 2.10 on, while ``torch._scaled_mm`` takes it on ROCm only.
+
+**Which entry point** a recipe's GEMMs take depends on what the target's torch has
+(:func:`fp8bench.torch_api.gemm_entry_point`; for this process's GPU, detected; for a conformance target, the
+surface recorded from its release's wheel). A recipe with no entry point on that torch is refused with the release
+that adds one.
 
 **Other devices.** AMD MI300-class GPUs (gfx942) use the ``fnuz`` FP8 variants (E4M3 max 240). PyTorch's CPU
 ``_scaled_mm`` runs tensorwise and rowwise scales (seen with torch 2.13) and refuses block scales and FP4.
@@ -55,6 +60,7 @@ from functools import lru_cache
 
 import torch
 
+from fp8bench import torch_api
 from fp8bench.devices import Device
 from fp8bench.recipes import Fp8Recipe, Granularity
 
@@ -122,12 +128,18 @@ class CudaTarget:
     cc: tuple[int, int]
     cuda: tuple[int, ...]
     torch: tuple[int, ...]
+    live: bool = False  # this process's own GPU: its torch is asked what it has, not looked up
 
     @classmethod
     def of(cls, device: Device, name: str | None = None, cc: tuple[int, int] | None = None) -> CudaTarget:
         """The target a CUDA ``device`` of this process is (overrides for tests)."""
         return cls(name or device.name(), cc or device.capability() or (0, 0),
-                   parse_version(torch.version.cuda or "0"), parse_version(torch.__version__))
+                   parse_version(torch.version.cuda or "0"), parse_version(torch.__version__), live=True)
+
+    def surface(self) -> torch_api.TorchSurface:
+        """The scaled-GEMM API of the target's torch: detected for this process's GPU, else the recorded surface
+        of its release (:mod:`fp8bench.torch_api`)."""
+        return torch_api.detect() if self.live else torch_api.release_surface(self.torch)
 
     def describe(self) -> str:
         def dotted(v: tuple[int, ...]) -> str:
@@ -160,6 +172,11 @@ _TORCH_ROWWISE_WIDE_OUTPUT = (2, 13)
 
 # cuBLASLt's FP4 block-scaled matmul (CUDA_R_4F_E2M1 with VEC16_UE4M3 / VEC32_UE8M0 scales) arrived with CUDA 12.8.
 _CUBLASLT_FP4 = (12, 8)
+# First torch release whose CUDA build has an MXFP4 kernel: _scaled_mxfp4_mxfp4 behind F.scaled_mm, FBGEMM's f4f4bf16
+# (MSLK's from 2.11). The libtorch_cuda.so of the 2.10.0 CUDA wheel carries its check "MXFP4 scaling only supported in
+# CUDA for B200/B300"; 2.9.1's has neither that kernel nor F.scaled_mm, and no release's torch._scaled_mm takes MXFP4
+# on CUDA (is_blockwise_1x32_scaling accepts packed FP4 under USE_ROCM only, 2.8 through 2.14).
+_TORCH_MXFP4_CUDA = (2, 10)
 
 
 def _is_fp4(spec: ScaledGemmSpec) -> bool:
@@ -203,9 +220,18 @@ def _fp4_arch(spec: ScaledGemmSpec, t: CudaTarget) -> str | None:
                 f"{t.cc[0]}.{t.cc[1]}")
     if t.cuda < _CUBLASLT_FP4:
         return f"FP4 GEMMs need CUDA 12.8+; torch here is built with CUDA {'.'.join(map(str, t.cuda))}"
-    if spec.scale_a is ScaleLayout.MX_1X32 and spec.api == "_scaled_mm_v2":
-        return ("MXFP4 through F.scaled_mm is ROCm-only in CUDA builds (\"MXFP4 scaling supported on ROCM only\"); "
-                "torch._scaled_mm takes it")
+    return None
+
+
+def _mxfp4_entry_point(spec: ScaledGemmSpec, t: CudaTarget) -> str | None:
+    if not (_is_fp4(spec) and ScaleLayout.MX_1X32 in (spec.scale_a, spec.scale_b)):
+        return None
+    if spec.api == "_scaled_mm":
+        return ("torch._scaled_mm takes packed FP4 with E8M0 scales on ROCm only (is_blockwise_1x32_scaling); "
+                "MXFP4 on CUDA runs through torch.nn.functional.scaled_mm")
+    if t.torch < _TORCH_MXFP4_CUDA:
+        return (f"MXFP4 on CUDA needs torch {'.'.join(map(str, _TORCH_MXFP4_CUDA))}+ (_scaled_mxfp4_mxfp4); the "
+                f"target runs torch {'.'.join(map(str, t.torch))}")
     return None
 
 
@@ -260,9 +286,14 @@ SCALED_GEMM_RULES: tuple[ScaledGemmRule, ...] = (
                    "(Float8_e4m3fn operands)", _mx),
     ScaledGemmRule("FP4", "cuBLASLt FP4 scale modes VEC16_UE4M3 / VEC32_UE8M0 (CUDA 12.8+); PyTorch's FP4 GEMM tests "
                    "run on SM100 (torch/testing/_internal/common_cuda.py: PLATFORM_SUPPORTS_FP4, "
-                   "PLATFORM_SUPPORTS_MX_GEMM); aten/src/ATen/native/cuda/ScaledBlas.cpp: _scaled_mxfp4_mxfp4 "
-                   "(\"MXFP4 scaling supported on ROCM only\"), is_blockwise_1x32_scaling (\"CUDA: MX FP4 uses legacy "
-                   "BlockWise1x32\", the torch._scaled_mm path)", _fp4_arch),
+                   "PLATFORM_SUPPORTS_MX_GEMM); aten/src/ATen/native/cuda/ScaledBlas.cpp: _check_mxfp4_support "
+                   "(dprops->major == 10, \"MXFP4 scaling only supported in CUDA for B200/B300\")", _fp4_arch),
+    ScaledGemmRule("MXFP4 entry point", "aten/src/ATen/native/cuda/Blas.cpp (2.9) and ScaledBlas.cpp (2.10+): "
+                   "is_blockwise_1x32_scaling (is_packed_fp4_path under #ifdef USE_ROCM: torch._scaled_mm refuses "
+                   "FP4 x FP4 with E8M0 scales on CUDA, \"Invalid scaling configuration\"); ScaledBlas.cpp: "
+                   "_scaled_mxfp4_mxfp4 (the CUDA MXFP4 kernel behind F.scaled_mm, first in the 2.10.0 CUDA wheel's "
+                   "libtorch_cuda.so; CUDA builds without FBGEMM GenAI/MSLK, Windows included, refuse it)",
+                   _mxfp4_entry_point),
     ScaledGemmRule("FP4 operands", "aten/src/ATen/native/cuda/ScaledBlas.cpp: _scaled_mm_out_cuda and "
                    "_scaled_mm_cuda_v2_out (\"`use_fast_accum` is not supported when ... Float4_e2m1fn_x2\"); "
                    "aten/src/ATen/native/ScaledBlasUtils.cpp: check_nvfp4_recipe, check_mxfp4_recipe (FP4 x FP4 "
@@ -283,40 +314,48 @@ def scaled_gemm_reason(spec: ScaledGemmSpec, target: CudaTarget) -> str | None:
 
 # --- the GEMMs each FP8 path runs ------------------------------------------------------------------------------
 
-def scaled_mm_api(recipe: Fp8Recipe) -> str:
-    """Which PyTorch entry point :func:`fp8bench.scaled_gemm.fp8_scaled_mm` calls for ``recipe``'s GEMMs."""
-    if recipe.granularity in (Granularity.TENSORWISE, Granularity.ROWWISE):
-        return "_scaled_mm"
-    if recipe.granularity is Granularity.MX and recipe.is_fp4:
-        return "_scaled_mm"  # F.scaled_mm's MXFP4 kernel is ROCm-only (see the FP4 rule)
-    return "_scaled_mm_v2"
+def scaled_mm_api(recipe: Fp8Recipe, surface: torch_api.TorchSurface) -> str | None:
+    """Which PyTorch entry point :mod:`fp8bench.scaled_gemm` calls for ``recipe``'s GEMMs on a torch with
+    ``surface`` (``None``: that torch has none; :func:`fp8bench.torch_api.gemm_entry_point`)."""
+    return torch_api.gemm_entry_point(recipe.granularity, recipe.is_fp4, surface)
 
 
-def forward_gemm_spec(recipe: Fp8Recipe) -> ScaledGemmSpec:
-    """The ``gemm`` workload's product and an FP8 layer's forward GEMM: activations x weights, BF16 out."""
+def forward_gemm_spec(recipe: Fp8Recipe, api: str = "any") -> ScaledGemmSpec:
+    """The ``gemm`` workload's product and an FP8 layer's forward GEMM: activations x weights, BF16 out, through
+    the entry point ``api``."""
     fwd = recipe.forward_format.dtype
     return ScaledGemmSpec(fwd, fwd, operand_layout(recipe.granularity, recipe.activation_block),
                           operand_layout(recipe.granularity, recipe.weight_block), torch.bfloat16,
-                          recipe.fast_accum, scaled_mm_api(recipe))
+                          recipe.fast_accum, api)
 
 
-def layer_gemm_specs(recipe: Fp8Recipe, backward: bool = True) -> dict[str, ScaledGemmSpec]:
+def layer_gemm_specs(recipe: Fp8Recipe, backward: bool = True, api: str = "any") -> dict[str, ScaledGemmSpec]:
     """The GEMMs of one FP8 linear layer (:mod:`fp8bench.fp8_linear`): forward, and dgrad and wgrad in training.
 
     Gradients take the recipe's backward format (E5M2 under ``hybrid``). Block recipes tile the weight 128x128 in
     the forward and dgrad GEMMs and every activation or gradient 1x128 (the wgrad GEMM's right operand, the input
     transposed, is an activation). Both backward GEMMs write BF16 and accumulate in full precision.
     """
-    specs = {"forward": forward_gemm_spec(recipe)}
+    specs = {"forward": forward_gemm_spec(recipe, api)}
     if not backward:
         return specs
     fwd, bwd = recipe.forward_format.dtype, recipe.backward_format.dtype
     act = operand_layout(recipe.granularity, recipe.activation_block)
     weight = operand_layout(recipe.granularity, recipe.weight_block)
-    api = scaled_mm_api(recipe)
     specs["dgrad"] = ScaledGemmSpec(bwd, fwd, act, weight, torch.bfloat16, api=api)
     specs["wgrad"] = ScaledGemmSpec(bwd, fwd, act, act, torch.bfloat16, api=api)
     return specs
+
+
+def target_recipe_reason(recipe: Fp8Recipe, target: CudaTarget, backward: bool = False) -> str | None:
+    """Why ``recipe``'s GEMMs cannot run on ``target``: its torch has no entry point for them, or a GEMM breaks a
+    CUDA rule through the entry point it has (``backward``: an FP8 layer's three GEMMs)."""
+    surface = target.surface()
+    api = scaled_mm_api(recipe, surface)
+    why = gemms_reason(layer_gemm_specs(recipe, backward, api or "any"), target)
+    if why or api is not None:
+        return why
+    return torch_api.entry_point_reason(capability_key(recipe), recipe.granularity, recipe.is_fp4, surface)
 
 
 def gemms_reason(specs: dict[str, ScaledGemmSpec], target: CudaTarget) -> str | None:
@@ -340,7 +379,7 @@ def capability_key(recipe: Fp8Recipe) -> str:
     return recipe.granularity.value
 
 
-def _probe(key: str) -> Fp8Recipe:
+def probe_recipe(key: str) -> Fp8Recipe:
     """A recipe standing for one matrix row (E4M3 for the FP8 rows)."""
     if key == "mxfp4":
         return Fp8Recipe("probe_mxfp4", Granularity.MX, element_bits=4)
@@ -368,7 +407,7 @@ class DeviceCapabilities:
         why = self.fp8_reasons[capability_key(recipe)]
         if why or self.target is None:
             return why
-        return gemms_reason(layer_gemm_specs(recipe, backward), self.target)
+        return target_recipe_reason(recipe, self.target, backward)
 
     def as_rows(self) -> list[tuple[str, str]]:
         return [(g, "yes" if r is None else f"no: {r}") for g, r in self.fp8_reasons.items()]
@@ -379,8 +418,9 @@ def _is_rocm() -> bool:
 
 
 def _cuda_reasons(target: CudaTarget) -> dict[str, str | None]:
-    """Per matrix row: the rules applied to its forward GEMM (E4M3 for FP8 rows; format rules come per recipe)."""
-    return {key: scaled_gemm_reason(forward_gemm_spec(_probe(key)), target) for key in MATRIX_KEYS}
+    """Per matrix row: its forward GEMM through the entry point the target's torch has (E4M3 for FP8 rows; format
+    rules come per recipe)."""
+    return {key: target_recipe_reason(probe_recipe(key), target) for key in MATRIX_KEYS}
 
 
 # A CUDA target that stands in for the live GPU while the conformance layer replays calls

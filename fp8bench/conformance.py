@@ -51,10 +51,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fp8bench import capabilities
-from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, scaled_gemm_reason
+from fp8bench import capabilities, torch_api
+from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, parse_version, scaled_gemm_reason
 from fp8bench.grouped_rules import ARCH_RULES as GROUPED_ARCH_RULES
-from fp8bench.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
+from fp8bench.grouped_rules import GROUPED_RULES, GroupedGemmSpec, grouped_gemm_reason
 
 _aten = torch.ops.aten
 # The dispatcher ops behind torch._scaled_mm, torch.nn.functional.scaled_mm and torch._scaled_grouped_mm.
@@ -70,7 +70,8 @@ _V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 2: ScaleLayout
 # Frames of these packages are the call sites worth naming (fp8bench's own code, its kernels and workloads, and the
 # vendor libraries it drives); the funnel every fp8bench call goes through is skipped, so a site names who asked.
 _SITE_ROOTS = ("fp8bench", "torchao")
-_FUNNELS = ("conformance.py", "scaled_gemm.py")
+_FUNNELS = ("conformance.py", "scaled_gemm.py", "torch_api.py")
+_FUNNEL_FUNCTIONS = {("fp8_linear.py", "matmul")}  # the FP8 layer's one GEMM call: its caller is the forward or backward
 
 
 @dataclass(frozen=True)
@@ -179,13 +180,101 @@ def gemm_spec(op_name: str, bound: dict[str, Any]) -> ScaledGemmSpec:
                           op_name)
 
 
+def release_reason(op_name: str, bound: dict[str, Any], surface: torch_api.TorchSurface) -> str | None:
+    """Why the torch release of ``surface`` cannot make this dispatched call: its op, a dtype or a ``ScalingType``
+    / ``SwizzleType`` value it lacks (a call's Python arguments are checked where it is made,
+    :func:`fp8bench.torch_api.as_release`)."""
+    entry = torch_api.OP_ENTRY_POINTS.get(op_name, f"torch.{op_name}")
+    if not surface.has(entry):
+        return f"torch {surface.release} has no {entry} (aten.{op_name})"
+    for value in _leaves(bound):
+        if isinstance(value, TensorMeta):
+            name = str(value.dtype).removeprefix("torch.")
+            if name in torch_api.DTYPES and name not in surface.dtypes:
+                return f"torch {surface.release} has no dtype torch.{name}"
+    for arg, enum in (("recipe_a", "ScalingType"), ("recipe_b", "ScalingType"), ("swizzle_a", "SwizzleType"),
+                      ("swizzle_b", "SwizzleType")):
+        known = set(surface.enums.get(enum, {}).values())
+        unknown = [int(v) for v in bound.get(arg) or () if int(v) not in known]
+        if unknown:
+            return f"torch {surface.release}'s {enum} has no value {unknown[0]} (members: {surface.enums.get(enum)})"
+    return None
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+_MX_1X32 = 3  # ScalingType.BlockWise1x32 (at::blas::ScalingType in ATen/BlasBackend.h)
+_SWIZZLE_32_4_4 = 1  # SwizzleType.SWIZZLE_32_4_4
+
+
+def _is_mxfp4_v2(op_name: str, bound: dict[str, Any]) -> bool:
+    return (op_name == "_scaled_mm_v2" and bound["self"].dtype == torch.float4_e2m1fn_x2
+            and [int(v) for v in bound.get("recipe_a") or ()] == [_MX_1X32])
+
+
+def mxfp4_layout_reason(bound: dict[str, Any]) -> str | None:
+    """CUDA's layout rule for MXFP4 through ``F.scaled_mm`` (``ScaledBlas.cpp``: ``_scaled_mxfp4_mxfp4``): E8M0 scales,
+    contiguous, ``SWIZZLE_32_4_4``, counted on the *unpacked* K (two FP4 values per byte): ``round_up(M, 128) *
+    round_up(ceil(2*K_packed / 32), 4)`` for ``a``, ``round_up(N, 128) * ...`` for ``b``.
+
+    The installed meta function (torch 2.10 to 2.13, ``_check_scaled_mm_sizes_v2``) counts the packed K and would
+    refuse the layout CUDA takes, so the replay checks these rules itself and the meta function the rest."""
+    a, b = bound["self"], bound["mat2"]
+    k = 2 * a.shape[1]
+    need_a = _round_up(a.shape[0], 128) * _round_up(-(-k // 32), 4)
+    need_b = _round_up(b.shape[1], 128) * _round_up(-(-k // 32), 4)
+    sa, sb = bound["scale_a"][0], bound["scale_b"][0]
+    for name, scale, need in (("scale_a", sa, need_a), ("scale_b", sb, need_b)):
+        numel = 1
+        for d in scale.shape:
+            numel *= d
+        if scale.dtype != torch.float8_e8m0fnu or numel != need:
+            return f"MXFP4 {name} must be {need} float8_e8m0fnu scales, got {scale}"
+        if list(scale.stride) != [_contiguous_stride(scale.shape, i) for i in range(len(scale.shape))]:
+            return f"MXFP4 {name} must be contiguous, got {scale}"
+    swizzles = [int(v) for v in (bound.get("swizzle_a") or [])] + [int(v) for v in (bound.get("swizzle_b") or [])]
+    if swizzles != [_SWIZZLE_32_4_4, _SWIZZLE_32_4_4]:
+        return f"MXFP4 scales must be swizzled SWIZZLE_32_4_4, got {swizzles}"
+    return None
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _contiguous_stride(shape: tuple[int, ...], dim: int) -> int:
+    stride = 1
+    for d in shape[dim + 1:]:
+        stride *= d
+    return stride
+
+
+def _meta_counted_mx_scales(bound: dict[str, Any]) -> dict[str, Any]:
+    """The call with its (CUDA-checked) MXFP4 scales replaced by contiguous ones of the count the installed meta
+    function expects, so that it checks everything else (operand layouts, dimensions, swizzle)."""
+    a, b = bound["self"], bound["mat2"]
+    kb = _round_up(-(-a.shape[1] // 32), 4)
+    fixed = dict(bound)
+    for key, rows in (("scale_a", a.shape[0]), ("scale_b", b.shape[1])):
+        n = _round_up(rows, 128) * kb
+        fixed[key] = [TensorMeta((n,), (1,), torch.float8_e8m0fnu), *bound[key][1:]]
+    return fixed
+
+
 def _call_site() -> str:
     """The innermost frame of fp8bench (or a vendor library) that asked for this GEMM: ``file.py:line in function``."""
     frame = sys._getframe(1)
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
         name = Path(frame.f_code.co_filename).name
-        if module.split(".")[0] in _SITE_ROOTS and name not in _FUNNELS:
+        if module.split(".")[0] in _SITE_ROOTS and name not in _FUNNELS \
+                and (name, frame.f_code.co_name) not in _FUNNEL_FUNCTIONS:
             return f"{name}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back  # type: ignore[assignment]
     return "unknown"
@@ -222,6 +311,11 @@ class CudaRefusal(RuntimeError):
         self.call = call
 
 
+class CudaReleaseRefusal(CudaRefusal, TypeError):
+    """A call the target's torch release does not have or does not take (torch raises ``AttributeError`` or
+    ``TypeError`` for these, before any kernel)."""
+
+
 class CudaArchRefusal(CudaRefusal, NotImplementedError):
     """An architecture or library-version rule (torch raises ``NotImplementedError`` for these)."""
 
@@ -230,7 +324,8 @@ class CudaValueRefusal(CudaRefusal, ValueError):
     """A dtype or value rule (torch raises ``ValueError`` for these)."""
 
 
-_ARCH_RULES = ("architecture", "1x128/128x128 blocks", "MXFP8", "FP4")
+_GROUPED_RULE_NAMES = frozenset(rule.name for rule in GROUPED_RULES)
+_ARCH_RULES = ("architecture", "1x128/128x128 blocks", "MXFP8", "FP4", "MXFP4 entry point")
 
 
 class CudaConformance(TorchDispatchMode):
@@ -239,6 +334,7 @@ class CudaConformance(TorchDispatchMode):
     def __init__(self, target: CudaTarget) -> None:
         super().__init__()
         self.target = target
+        self.surface = torch_api.release_surface(target.torch)  # a target's torch is a recorded release
         self.calls: list[ReplayedCall] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
@@ -254,6 +350,10 @@ class CudaConformance(TorchDispatchMode):
         bound = {k: _meta_tree(v) for k, v in raw.items()}
         call = ReplayedCall(op_name, _call_site(), bound, None)
         self.calls.append(call)
+        why = release_reason(op_name, bound, self.surface)
+        if why:
+            call.refusal, call.refused_by = why, f"torch {self.surface.release}"
+            raise CudaReleaseRefusal(call)
         out = self._replay_meta(func, bound, call)
         if op_name in GROUPED_OPS:
             # The offsets' values are real here (a fake tensor has none): the group-alignment rule reads them.
@@ -290,7 +390,14 @@ class CudaConformance(TorchDispatchMode):
     @staticmethod
     def _replay_meta(func: Any, bound: dict[str, Any], call: ReplayedCall) -> Any:
         """Run the op's meta function on fake CUDA tensors; return the (fake) output, or raise as CUDA would."""
-        with FakeTensorMode():
+        if _is_mxfp4_v2(call.op, bound):
+            why = mxfp4_layout_reason(bound)
+            if why:
+                call.refusal, call.refused_by = why, "MXFP4 layout"
+                raise CudaValueRefusal(call)
+            bound = _meta_counted_mx_scales(bound)
+        # No torch-function mode (an audit's, say) may touch the fakes: they must stay CUDA tensors.
+        with torch._C.DisableTorchFunction(), FakeTensorMode():
             positional, keywords = [], {}
             for arg in func._schema.arguments:
                 if arg.name in bound:
@@ -323,7 +430,7 @@ def emulating(target: CudaTarget) -> Iterator[Emulation]:
     """Within the block, scaled GEMMs are judged as ``target`` would judge them, and the capability matrix
     answers for ``target`` whenever a CUDA device is asked about (its support checks and refusals)."""
     mode = CudaConformance(target)
-    with capabilities.simulated_cuda_target(target), mode:
+    with capabilities.simulated_cuda_target(target), torch_api.as_release(mode.surface), mode:
         yield Emulation(target, mode)
 
 
@@ -344,6 +451,14 @@ class CaseReplay:
     @property
     def refused(self) -> bool:
         return self.error is not None or any(not c.accepted for c in self.calls)
+
+    @property
+    def refused_by_builder(self) -> bool:
+        """Every refusal is a grouped-kernel rule, which the ``grouped_gemm`` builder applies itself before calling
+        on a GPU (``kernels/torch_grouped.py``; on the CPU tensors of the replay it leaves the call to be refused
+        here): on the target the case is skipped, not run."""
+        refused = [c for c in self.calls if not c.accepted]
+        return bool(refused) and all(c.grouped is not None and c.refused_by in _GROUPED_RULE_NAMES for c in refused)
 
 
 def replay_case(workload: str, shape_text: str, precision: Any, backend: str, target: CudaTarget,
@@ -379,13 +494,24 @@ def replay_case(workload: str, shape_text: str, precision: Any, backend: str, ta
     return CaseReplay(target, why, list(emulation.calls), error)
 
 
-# Devices the conformance tests judge every call site against: the first GPUs users bring. Versions are those of
-# current releases and of the oldest a runner may still have (CUDA 12.4 predates cuBLASLt's block scales).
+# Devices the conformance tests judge every call site against: the first GPUs users bring, an H100 (Hopper: FP32
+# block scales) and a B200 (Blackwell: MX and FP4) on every supported torch release with the CUDA 12.9 toolkit, plus
+# older toolkits and GPUs (CUDA 12.4 predates cuBLASLt's block scales; an L4 is Ada, an A100 has no FP8).
+def _release_targets() -> dict[str, CudaTarget]:
+    targets = {}
+    for release in torch_api.recorded():
+        version = parse_version(release)[:2]
+        if version < torch_api.TORCH_FLOOR:
+            continue
+        tag = ".".join(map(str, version))
+        targets[f"h100-torch{tag}"] = CudaTarget("NVIDIA H100 80GB HBM3", (9, 0), (12, 9), version)
+        targets[f"b200-torch{tag}"] = CudaTarget("NVIDIA B200", (10, 0), (12, 9), version)
+    return targets
+
+
 TARGETS: dict[str, CudaTarget] = {
-    "h100-cuda12.9": CudaTarget("NVIDIA H100 80GB HBM3", (9, 0), (12, 9), (2, 13)),
+    **_release_targets(),
     "h100-cuda12.4-torch2.9": CudaTarget("NVIDIA H100 80GB HBM3", (9, 0), (12, 4), (2, 9)),
-    "b200-cuda12.9": CudaTarget("NVIDIA B200", (10, 0), (12, 9), (2, 13)),
-    "b200-cuda12.9-torch2.9": CudaTarget("NVIDIA B200", (10, 0), (12, 9), (2, 9)),
     "l4-cuda12.4": CudaTarget("NVIDIA L4", (8, 9), (12, 4), (2, 13)),
     "a100-cuda12.4": CudaTarget("NVIDIA A100-SXM4-80GB", (8, 0), (12, 4), (2, 13)),
 }

@@ -138,7 +138,7 @@ def train_curve(shape: Shape, precision: Precision | str, backend: str, device: 
         for _, layer in layers:
             layer.sample_stats = sampled
         started = time.perf_counter()
-        loss = trainer.step(tokens)
+        loss = float(trainer.step(tokens))  # the curve needs the value: this waits for the step
         curve.step_s.append(time.perf_counter() - started)
         curve.losses.append(loss if math.isfinite(loss) else math.nan)
         if sampled:

@@ -71,7 +71,7 @@ from fp8bench.quantize import (
     random_hadamard_transform,
 )
 from fp8bench.recipes import Fp8Recipe, Granularity
-from fp8bench.scaled_gemm import emulated_scaled_mm, fp8_scaled_mm
+from fp8bench.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm
 
 GemmFn = Callable[[Quantized, Quantized, torch.dtype, bool], torch.Tensor]  # (lhs, rhs, out dtype, fast_accum)
 NATIVE: GemmFn = fp8_scaled_mm
@@ -106,16 +106,27 @@ class _Operands:
             self.w_t = quantizer_for(recipe, "rhs", fwd)  # W^T [K, N] in dgrad
             self.grad_t = quantizer_for(recipe, "lhs", bwd, stochastic=stochastic)  # dy^T [N, M] in wgrad
             self.x_t = quantizer_for(recipe, "lhs", fwd)  # x^T [K, M] in wgrad: an activation, 1x128 blocks
-        self.hadamard: torch.Tensor | None = None
+        self.hadamard_signs: torch.Tensor | None = None
+        self._hadamard: dict[torch.device, torch.Tensor] = {}  # the matrix on each device it is used on
         if recipe.is_fp4 and recipe.rht:
             draw = torch.rand(16, generator=torch.Generator().manual_seed(RHT_SEED))
-            self.hadamard = hadamard_16(signs=torch.where(draw < 0.5, -1.0, 1.0))
+            self.hadamard_signs = torch.where(draw < 0.5, -1.0, 1.0)
+
+    def hadamard(self, device: torch.device) -> torch.Tensor:
+        """The layer's random Hadamard matrix on ``device``, built on first use there (a case's warm-up), so that
+        no timed call copies it from the host."""
+        h = self._hadamard.get(device)
+        if h is None:
+            assert self.hadamard_signs is not None
+            h = self._hadamard[device] = hadamard_16(device, self.hadamard_signs)
+        return h
 
     def wgrad_operands(self, dy_t: torch.Tensor, x_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``dy^T`` and ``x^T`` as the wgrad GEMM quantizes them: Hadamard-transformed along the tokens if asked."""
-        if self.hadamard is None:
+        if self.hadamard_signs is None:
             return dy_t, x_t
-        return random_hadamard_transform(dy_t, self.hadamard), random_hadamard_transform(x_t, self.hadamard)
+        h = self.hadamard(dy_t.device)
+        return random_hadamard_transform(dy_t, h), random_hadamard_transform(x_t, h)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
@@ -125,7 +136,7 @@ class _Fp8LinearFunction(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, layer: Fp8Linear) -> torch.Tensor:
         ops = layer.operands
         qx, qw = ops.x(x), ops.w(weight)
-        y = layer.gemm(qx, qw, x.dtype, layer.recipe.fast_accum)
+        y = layer.matmul(qx, qw, x.dtype, layer.recipe.fast_accum)
         if layer.sample_stats:
             layer.note_stats("input", x, qx)
             layer.note_stats("weight", weight, qw)
@@ -149,14 +160,14 @@ class _Fp8LinearFunction(torch.autograd.Function):
         dx = dw = None
         if ctx.needs_input_grad[0]:
             qw_t = _transposed(qw) if ops.reuse_transposes else ops.w_t(weight.t().contiguous())
-            dx = layer.gemm(qg, qw_t, ctx.x_dtype, False)
+            dx = layer.matmul(qg, qw_t, ctx.x_dtype, False)
         if ctx.needs_input_grad[1]:
             if ops.reuse_transposes:
                 qg_t, qx_t = _transposed(qg), _transposed(qx)
             else:
                 dy_t, x_t = ops.wgrad_operands(dy.t().contiguous(), x.t().contiguous())
                 qg_t, qx_t = ops.grad_t(dy_t), ops.x_t(x_t)
-            dw = layer.gemm(qg_t, qx_t, torch.bfloat16, False).to(weight.dtype)
+            dw = layer.matmul(qg_t, qx_t, torch.bfloat16, False).to(weight.dtype)
         return dx, dw, None
 
 
@@ -178,6 +189,12 @@ class Fp8Linear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
         nn.init.kaiming_uniform_(self.weight, a=5**0.5)
         self.recipe, self.gemm, self.disable_scaling = recipe, gemm, disable_scaling
+        # The native kernel is chosen here, once, outside any compiled region: choosing it asks torch what it has.
+        # Without scaling every operand is cast tensorwise with a unit scale.
+        self.kernel: ScaledGemm | None = None
+        if gemm is NATIVE:
+            self.kernel = (ScaledGemm(Granularity.TENSORWISE, False) if disable_scaling
+                           else ScaledGemm(recipe.granularity, recipe.is_fp4))
         self.compute_dtype = compute_dtype
         self.operands = _Operands(recipe, disable_scaling)
         self.sample_stats = False
@@ -190,6 +207,12 @@ class Fp8Linear(nn.Module):
         layer.weight = linear.weight  # type: ignore[assignment]  # torch types nn.Linear.weight as Tensor
         layer.bias = linear.bias
         return layer
+
+    def matmul(self, lhs: Quantized, rhs: Quantized, out_dtype: torch.dtype, fast_accum: bool) -> torch.Tensor:
+        """``lhs @ rhs^T`` through the layer's GEMM (the native kernel it holds, or the emulated product)."""
+        if self.kernel is not None:
+            return self.kernel.product(lhs, rhs, out_dtype, fast_accum)
+        return self.gemm(lhs, rhs, out_dtype, fast_accum)
 
     def note_stats(self, name: str, source: torch.Tensor, q: Quantized) -> None:
         """Record one operand's amax and cast statistics (fractions of its elements)."""

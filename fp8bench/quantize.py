@@ -100,10 +100,21 @@ def _cast_blocks(x: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], f
     return tiles.clamp_(-fmt.max, fmt.max).to(fmt.dtype).reshape(rows, cols)
 
 
-# E2M1's magnitudes in code order (code = index; bit 3 is the sign), and the midpoints rounding decides at.
+# E2M1's magnitudes in code order (code = index; bit 3 is the sign).
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-_E2M1_GRID = torch.tensor(E2M1_VALUES)
-_E2M1_MIDPOINTS = (_E2M1_GRID[1:] + _E2M1_GRID[:-1]) / 2
+# The grid and the midpoints rounding decides at, as tensors on each device that has used them. Built on first use,
+# which is a case's warm-up: a timed call then finds them on its device (a host tensor moved with ``.to(device)`` on
+# every call would be a host-to-device copy inside the timed region, and one a CUDA graph cannot capture).
+_E2M1_TABLES: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _e2m1_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """E2M1's grid and rounding midpoints on ``device`` (built once per device)."""
+    tables = _E2M1_TABLES.get(device)
+    if tables is None:
+        grid = torch.tensor(E2M1_VALUES, device=device)
+        tables = _E2M1_TABLES[device] = (grid, (grid[1:] + grid[:-1]) / 2)
+    return tables
 
 
 def round_to_e2m1(u: torch.Tensor, stochastic: bool = False, generator: torch.Generator | None = None
@@ -115,14 +126,13 @@ def round_to_e2m1(u: torch.Tensor, stochastic: bool = False, generator: torch.Ge
     ``(|u| - lo) / (hi - lo)``, so ``E[round(u)] = u`` inside the range (values beyond 6 still saturate).
     """
     mag = u.float().abs().clamp_(max=E2M1.max)
-    grid = _E2M1_GRID.to(mag.device)
+    grid, mids = _e2m1_tables(mag.device)
     if stochastic:
         lo_idx = (torch.bucketize(mag, grid, right=True) - 1).clamp_(0, len(E2M1_VALUES) - 2)
         lo, hi = grid[lo_idx], grid[lo_idx + 1]
         draw = torch.rand(mag.shape, device=mag.device, generator=generator)
         out = torch.where(draw < (mag - lo) / (hi - lo), hi, lo)
     else:
-        mids = _E2M1_MIDPOINTS.to(mag.device)
         idx = torch.bucketize(mag, mids)  # a tie lands on the lower neighbour ...
         tie = (idx < len(mids)) & (mag == mids[idx.clamp(max=len(mids) - 1)]) & (idx % 2 == 1)
         out = grid[idx + tie.long()]  # ... and moves up when that one's code is odd
@@ -139,7 +149,7 @@ def pack_e2m1(values: torch.Tensor) -> torch.Tensor:
     if cols % 2:
         raise ValueError(f"E2M1 packs two values per byte; {cols} columns is odd")
     mag = values.float().abs()
-    code = torch.bucketize(mag, _E2M1_GRID.to(mag.device)).to(torch.uint8)
+    code = torch.bucketize(mag, _e2m1_tables(mag.device)[0]).to(torch.uint8)
     code |= (torch.signbit(values.float()).to(torch.uint8) << 3)
     packed = code[:, 0::2] | (code[:, 1::2] << 4)
     return packed.view(torch.float4_e2m1fn_x2)
@@ -241,11 +251,15 @@ def hadamard_16(device: torch.device | str | None = None, signs: torch.Tensor | 
 
 def random_hadamard_transform(x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """``x`` (``[rows, cols]``, cols a multiple of 16) times the block-diagonal ``diag(h, h, ...)``: each run of 16
-    values along the last dimension mixed by ``h``. Computed in FP32, returned in ``x``'s dtype."""
+    values along the last dimension mixed by ``h`` (FP32, on ``x``'s device: build it once per device, so that no
+    call copies it there). Computed in FP32, returned in ``x``'s dtype."""
     rows, cols = x.shape
     if cols % 16:
         raise ValueError(f"the 16x16 Hadamard transform needs a multiple of 16 along the reduction dim, got {cols}")
-    return (x.float().reshape(rows, cols // 16, 16) @ h.to(x.device)).reshape(rows, cols).to(x.dtype)
+    if h.device != x.device:
+        raise ValueError(f"the Hadamard matrix is on {h.device} and the tensor on {x.device}; build the matrix on "
+                         "the tensor's device once (hadamard_16(device=...)) instead of copying it on every call")
+    return (x.float().reshape(rows, cols // 16, 16) @ h).reshape(rows, cols).to(x.dtype)
 
 
 class AmaxHistory:

@@ -1,49 +1,59 @@
-"""The scaled FP8 GEMM call: one function that feeds fp8bench's :class:`~fp8bench.quantize.Quantized` operands to
-PyTorch's scaled-matmul entry points, shared by the ``gemm`` workload and the FP8 linear layer.
+"""The scaled FP8 and FP4 GEMM calls: fp8bench's :class:`~fp8bench.quantize.Quantized` operands laid out for, and
+fed to, PyTorch's scaled-matmul entry points. Shared by the ``gemm`` and ``grouped_gemm`` workloads, the FP8 linear
+layer and the FP8 collective.
 
 ``torch._scaled_mm(a, b, scale_a, scale_b)`` computes ``(a * scale_a) @ (b * scale_b)`` with FP32 accumulation and
 writes ``out_dtype``. cuBLASLt wants ``a`` row-major ``[M, K]`` and ``b`` column-major ``[K, N]``; an ``[N, K]``
 row-major tensor transposed with ``.t()`` is exactly that, which is why every right-hand operand in fp8bench is
 quantized in the ``[N, K]`` layout of an ``nn.Linear`` weight.
 
-The shared quantizers keep scales in one natural layout (``[rows, K / block]`` per operand, see
-:class:`~fp8bench.quantize.Quantized`); the kernels want each kind laid out its own way, and this module converts
-at the call (the CUDA rule each layout follows is checked on fake CUDA tensors by :mod:`fp8bench.conformance`):
+**Two steps, two phases.** The quantizers keep scales in one natural layout (``[rows, K / block]`` per operand); each
+kernel reads its own. :meth:`ScaledGemm.prepare` turns a quantized operand into a :class:`KernelOperand`, exactly what
+the kernel reads (E2M1 pairs packed into bytes, scales transposed, padded or swizzled), and belongs to the timed
+``quantize`` phase, as Transformer Engine's and torchao's quantize kernels write those layouts themselves.
+:meth:`ScaledGemm.__call__` then launches the kernel alone: the pre-quantized ``gemm`` phase dispatches the GEMM op and
+views, nothing else (checked by :mod:`fp8bench.phase_audit`).
+
+**Which entry point** is decided once per :class:`ScaledGemm`, from what the installed torch has
+(:func:`fp8bench.torch_api.gemm_entry_point`): ``torch.nn.functional.scaled_mm`` (``aten._scaled_mm_v2``, torch 2.10+)
+for block scales where it exists, ``torch._scaled_mm`` otherwise. The layouts (each CUDA rule is checked on fake CUDA
+tensors by :mod:`fp8bench.conformance`):
 
 * **tensorwise**: two 0-dim FP32 tensors (``torch._scaled_mm``).
 * **rowwise**: ``[M, 1]`` for ``a`` and ``[1, N]`` for ``b`` (``torch._scaled_mm``).
-* **1x128 / 128x128 FP32 blocks** (``F.scaled_mm``; ``aten/src/ATen/native/cuda/ScaledBlas.cpp``,
-  ``_scaled_block1x128_block128x128`` and ``_scaled_block1x128_block1x128``):
+* **1x128 / 128x128 FP32 blocks** through ``F.scaled_mm`` (``ScaledBlas.cpp``, ``_scaled_block1x128_block128x128``,
+  ``_scaled_block1x128_block1x128``): a 1x128 operand's scales are ``[rows, K/128]`` outer-dim-major, stride
+  ``(1, rows)``; a 128x128 right operand's are ``[L4, N/128]`` with stride ``(1, L4)``, ``L4 = round_up(K/128, 4)``
+  (the K-blocks padded to a multiple of four; the padding is never read).
+* **the same blocks through** ``torch._scaled_mm`` (torch 2.9, ``Blas.cpp``: ``get_joint_scaling``, which checks
+  ``b``'s scales transposed): ``a`` as above; a 128x128 ``b``'s scales ``[K/128, N/128]`` with stride ``(1, K/128)``
+  (no padding); a 1x128 ``b``'s ``[K/128, N]`` row-major.
+* **MX** (E8M0 scales per 32 elements; ``_scaled_mxfp8_mxfp8``): each operand's ``[rows, K/32]`` scales padded to
+  ``[round_up(rows, 128), round_up(K/32, 4)]`` and rearranged into cuBLAS's blocked layout (``SWIZZLE_32_4_4``,
+  :func:`to_blocked_scales`), flattened; ``F.scaled_mm`` is told the swizzle, ``torch._scaled_mm`` assumes it.
+* **4-bit** (E2M1 operands packed two per byte as ``float4_e2m1fn_x2``, :func:`fp8bench.quantize.pack_e2m1`), through
+  ``F.scaled_mm`` only:
 
-  - a 1x128 operand's scales are ``[rows, K/128]`` *outer-dim-major*, stride ``(1, rows)``;
-  - a 128x128 right operand's scales are ``[L4, N/128]`` with stride ``(1, L4)``, where ``L4 = round_up(K/128, 4)``:
-    the K-blocks padded to a multiple of four (the padding is never read).
+  - NVFP4 (``_scaled_nvfp4_nvfp4``): each operand's ``[rows, K/16]`` E4M3 block scales blocked as for MX, *plus* its
+    FP32 tensor scale as a second ``TensorWise`` level; the kernel multiplies the two tensor scales into cuBLASLt's
+    ``alpha``.
+  - MXFP4 (``_scaled_mxfp4_mxfp4``): E8M0 scales blocked as for MX. On CUDA this kernel exists from torch 2.10 (FBGEMM's
+    ``f4f4bf16``), while ``torch._scaled_mm`` takes packed FP4 with E8M0 scales on ROCm only.
 
-* **MX** (E8M0 scales per 32 elements, ``F.scaled_mm``; ``_scaled_mxfp8_mxfp8``): each operand's ``[rows, K/32]``
-  scales are padded to ``[round_up(rows, 128), round_up(K/32, 4)]`` and rearranged into cuBLAS's blocked layout
-  (``SWIZZLE_32_4_4``, :func:`to_blocked_scales`), flattened and contiguous.
-
-* **4-bit** (E2M1 operands packed two per byte as ``float4_e2m1fn_x2``, :func:`fp8bench.quantize.pack_e2m1`; the
-  packed ``[rows, K/2]`` tensors go in as for FP8, ``b`` transposed to column-major):
-
-  - NVFP4 (``F.scaled_mm``, ``_scaled_nvfp4_nvfp4``): each operand's ``[rows, K/16]`` E4M3 block scales in the
-    same blocked layout as MX (``SWIZZLE_32_4_4``), *plus* its FP32 tensor scale as a second ``TensorWise`` level:
-    ``scale_a=[blocked, s_t]``, ``scale_recipe_a=[BlockWise1x16, TensorWise]``; the kernel multiplies the two
-    tensor scales into cuBLASLt's ``alpha``.
-  - MXFP4 (``torch._scaled_mm``): E8M0 scales blocked as for MXFP8. ``F.scaled_mm``'s MXFP4 kernel
-    (``_scaled_mxfp4_mxfp4``) is ROCm-only in CUDA builds, while ``torch._scaled_mm`` recognises packed FP4 with
-    E8M0 scales as ``BlockWise1x32`` (``is_blockwise_1x32_scaling``) and hands it to cuBLASLt.
-
-Fast accumulation (``use_fast_accum``) applies to tensorwise, rowwise and 1x128/128x128 kernels; PyTorch ignores it
-for MX (``_scaled_mxfp8_mxfp8`` always passes ``false``), so it is not sent there.
+Fast accumulation (``use_fast_accum``) applies to tensorwise and rowwise kernels; block-scaled recipes accumulate in
+full precision (:mod:`fp8bench.recipes`), and cuBLASLt refuses the flag with 1x128/128x128 scales (``CUDABlas.cpp``:
+``scaled_gemm``) and with FP4 operands.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import torch
 
+from fp8bench import torch_api
 from fp8bench.quantize import Quantized, pack_e2m1
 from fp8bench.recipes import Granularity
 
@@ -84,56 +94,135 @@ def _k_major_padded(scales: torch.Tensor) -> torch.Tensor:
     return padded.t()
 
 
-def _block_operand(q: Quantized) -> tuple[torch.Tensor, Any]:
-    """The scale tensor and ``ScalingType`` of one FP32-block-scaled operand (1x128 or 128x128 tiles)."""
-    import torch.nn.functional as F
+@dataclass(frozen=True)
+class KernelOperand:
+    """One GEMM operand exactly as its kernel reads it: ``data`` row-major ``[rows, K]`` (FP8) or ``[rows, K/2]``
+    (packed FP4), and the entry point's scale tensor(s) in its layout (one, or NVFP4's block and tensor scales).
+    For ``F.scaled_mm``, ``recipe`` and ``swizzle`` are the ``ScalingType`` and ``SwizzleType`` lists naming them."""
 
-    if q.block == (1, 128):
-        return _outer_dim_major(q.scale), F.ScalingType.BlockWise1x128
-    if q.block == (128, 128):
-        return _k_major_padded(q.scale), F.ScalingType.BlockWise128x128
-    raise ValueError(f"no scaled-GEMM kernel takes {q.block[0]}x{q.block[1]} FP32 block scales; "
-                     "accepted: 1x128, 128x128")
+    data: torch.Tensor
+    scales: tuple[torch.Tensor, ...]
+    recipe: list[Any] | None = None
+    swizzle: list[Any] | None = None
+
+
+def _check_block(q: Quantized) -> None:
+    if q.block not in ((1, 128), (128, 128)):
+        raise ValueError(f"no scaled-GEMM kernel takes {q.block[0]}x{q.block[1]} FP32 block scales; "
+                         "accepted: 1x128, 128x128")
+
+
+class ScaledGemm:
+    """The scaled GEMM of one scaling kind through the entry point this torch has (see the module docstring).
+
+    ``granularity`` and ``fp4`` name the kind; ``surface`` is the torch to call (default: the installed one,
+    :func:`fp8bench.torch_api.detect`). Raises :class:`ValueError` with the reason when that torch has no entry
+    point for the kind (NVFP4 and MXFP4 without ``torch.nn.functional.scaled_mm``). Build it outside any compiled
+    region (a layer builds its own at construction): choosing the entry point asks torch what it has.
+    """
+
+    def __init__(self, granularity: Granularity, fp4: bool, surface: torch_api.TorchSurface | None = None) -> None:
+        surface = surface or torch_api.detect()
+        api = torch_api.gemm_entry_point(granularity, fp4, surface)
+        if api is None:
+            kind = ("nvfp4" if granularity is Granularity.NVFP4 else "mxfp4") if fp4 else granularity.value
+            raise ValueError(torch_api.entry_point_reason(kind, granularity, fp4, surface))
+        self.api, self.granularity, self.fp4 = api, granularity, fp4
+        self._scaled_mm = torch_api.entry_point("torch._scaled_mm")
+        if api == torch_api.V2:
+            import torch.nn.functional as F
+
+            # F.scaled_mm's scaling and swizzle lists, fixed per kind: built once, not on every call.
+            self._scaled_mm_v2 = torch_api.entry_point("torch.nn.functional.scaled_mm")
+            swizzled, plain = F.SwizzleType.SWIZZLE_32_4_4, F.SwizzleType.NO_SWIZZLE
+            self._v2 = {
+                Granularity.NVFP4: ([F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise], [swizzled, plain]),
+                Granularity.MX: ([F.ScalingType.BlockWise1x32], [swizzled]),
+                (1, 128): ([F.ScalingType.BlockWise1x128], None),
+                (128, 128): ([F.ScalingType.BlockWise128x128], None),
+            }
+
+    def _operand(self, data: torch.Tensor, scales: tuple[torch.Tensor, ...], kind: Any) -> KernelOperand:
+        """A :class:`KernelOperand` with ``F.scaled_mm``'s scaling and swizzle lists for ``kind`` (a granularity or
+        an FP32 block tile), when that is the entry point."""
+        if self.api != torch_api.V2:
+            return KernelOperand(data, scales)
+        recipe, swizzle = self._v2[kind]
+        return KernelOperand(data, scales, recipe, swizzle)
+
+    def prepare(self, q: Quantized, role: str) -> KernelOperand:
+        """``q`` laid out as this kernel reads it; ``role`` is ``"lhs"`` (``a`` ``[M, K]``) or ``"rhs"`` (``b``
+        ``[N, K]``, passed transposed). This is quantize-phase work (see the module docstring)."""
+        if role not in ("lhs", "rhs"):
+            raise ValueError(f"operand role must be 'lhs' or 'rhs', got {role!r}")
+        g = self.granularity
+        data = pack_e2m1(q.data) if self.fp4 else q.data
+        if g is Granularity.TENSORWISE:
+            return KernelOperand(data, (q.scale,))
+        if g is Granularity.ROWWISE:
+            return KernelOperand(data, (q.scale if role == "lhs" else q.scale.reshape(1, -1),))
+        if g is Granularity.BLOCKWISE:
+            _check_block(q)
+            return self._operand(data, (self._block_scales(q, role),), q.block)
+        if g is Granularity.NVFP4:
+            if q.tensor_scale is None:
+                raise ValueError("NVFP4 operands carry a tensor scale; got an operand without one")
+            scales = (to_blocked_scales(q.scale.to(torch.float8_e4m3fn)), q.tensor_scale.float())
+            return self._operand(data, scales, g)
+        return self._operand(data, (to_blocked_scales(q.scale.to(torch.float8_e8m0fnu)),), g)
+
+    def _block_scales(self, q: Quantized, role: str) -> torch.Tensor:
+        """FP32 1x128/128x128 scales in the layout of this entry point (module docstring)."""
+        if self.api == torch_api.V2:
+            return _outer_dim_major(q.scale) if q.block == (1, 128) else _k_major_padded(q.scale)
+        # torch._scaled_mm checks b's scales transposed against b^T: a 1x128 b as [K/128, N] row-major, a 128x128
+        # b as [K/128, N/128] K-block-fastest.
+        if role == "lhs":
+            return _outer_dim_major(q.scale)
+        return _outer_dim_major(q.scale).t() if q.block == (1, 128) else q.scale.contiguous().t()
+
+    def __call__(self, a: KernelOperand, b: KernelOperand, out_dtype: torch.dtype,
+                 fast_accum: bool = False) -> torch.Tensor:
+        """``a @ b^T`` with both operands already prepared, written in ``out_dtype``: the kernel launch alone."""
+        if self.api == torch_api.V1:
+            return self._scaled_mm(a.data, b.data.t(), scale_a=a.scales[0], scale_b=b.scales[0],
+                                   out_dtype=out_dtype, use_fast_accum=fast_accum)
+        return self._scaled_mm_v2(a.data, b.data.t(), list(a.scales), a.recipe, list(b.scales), b.recipe,
+                                  swizzle_a=a.swizzle, swizzle_b=b.swizzle, output_dtype=out_dtype,
+                                  use_fast_accum=fast_accum)
+
+    def product(self, qa: Quantized, qb: Quantized, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
+        """``qa.data @ qb.data^T``: both operands prepared, then the kernel. For a layer, where quantization and the
+        GEMM are one timed step; a pipeline that times the GEMM alone prepares in its quantize phase instead."""
+        return self(self.prepare(qa, "lhs"), self.prepare(qb, "rhs"), out_dtype, fast_accum)
+
+
+def scaled_gemm_for(q: Quantized) -> ScaledGemm:
+    """The :class:`ScaledGemm` of ``q``'s scaling kind on the installed torch (one per kind, reused)."""
+    return _cached_gemm(q.granularity, q.fmt.is_fp4, torch_api.generation())
+
+
+@lru_cache(maxsize=64)
+def _cached_gemm(granularity: Granularity, fp4: bool, generation: int) -> ScaledGemm:
+    """One :class:`ScaledGemm` per kind for each state of what torch shows (``generation``)."""
+    return ScaledGemm(granularity, fp4)
 
 
 def fp8_scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
-    """``qa.data @ qb.data^T`` with each recipe's scales, through PyTorch's scaled-GEMM entry points.
+    """``qa.data @ qb.data^T`` with each recipe's scales (:meth:`ScaledGemm.product` of ``qa``'s kind).
 
-    ``qa`` is ``[M, K]`` and ``qb`` is ``[N, K]``; ``qb.data.t()`` is then the column-major ``[K, N]`` operand
-    cuBLASLt needs. ``fast_accum`` selects the tensor cores' fast accumulation where the kernel has it.
+    ``qa`` is ``[M, K]`` and ``qb`` is ``[N, K]``. Eager code only: a compiled layer holds its own
+    :class:`ScaledGemm`, built before compilation.
     """
-    g = qa.granularity
-    if qa.fmt.is_fp4:
-        return _fp4_scaled_mm(qa, qb, out_dtype)
-    if g is Granularity.TENSORWISE:
-        return torch._scaled_mm(qa.data, qb.data.t(), scale_a=qa.scale, scale_b=qb.scale, out_dtype=out_dtype,
-                                use_fast_accum=fast_accum)
-    if g is Granularity.ROWWISE:
-        return torch._scaled_mm(qa.data, qb.data.t(), scale_a=qa.scale, scale_b=qb.scale.reshape(1, -1),
-                                out_dtype=out_dtype, use_fast_accum=fast_accum)
-    import torch.nn.functional as F
-
-    if g is Granularity.BLOCKWISE:
-        (sa, kind_a), (sb, kind_b) = _block_operand(qa), _block_operand(qb)
-        return F.scaled_mm(qa.data, qb.data.t(), sa, kind_a, sb, kind_b, output_dtype=out_dtype,
-                           use_fast_accum=fast_accum)
-    e8m0 = torch.float8_e8m0fnu
-    swizzled = F.SwizzleType.SWIZZLE_32_4_4
-    return F.scaled_mm(qa.data, qb.data.t(), to_blocked_scales(qa.scale.to(e8m0)), F.ScalingType.BlockWise1x32,
-                       to_blocked_scales(qb.scale.to(e8m0)), F.ScalingType.BlockWise1x32, swizzle_a=swizzled,
-                       swizzle_b=swizzled, output_dtype=out_dtype)
+    return scaled_gemm_for(qa).product(qa, qb, out_dtype, fast_accum)
 
 
-def fp8_scaled_grouped_mm(qa: Quantized, qw: Quantized, experts: int, offs: torch.Tensor,
-                          bounds: list[tuple[int, int, int]], out_dtype: torch.dtype,
-                          fast_accum: bool = False) -> torch.Tensor:
-    """``torch._scaled_grouped_mm``: row group ``e`` of ``qa`` ``[M, K]`` times expert ``e``'s weight, for every
-    expert at once.
+class ScaledGroupedGemm:
+    """``torch._scaled_grouped_mm``: row group ``e`` of ``A`` ``[M, K]`` times expert ``e``'s weight, for every expert
+    at once, with both operands prepared in the quantize phase.
 
-    ``qw`` is the expert weights quantized as one ``[G*N, K]`` stack (rows ``e*N:(e+1)*N`` are expert ``e``);
-    ``offs`` the int32 group ends and ``bounds`` the same groups as ``(expert, first row, end row)`` (known when the
-    case is built, so no device-to-host copy happens per call). Layouts (checked on fake CUDA tensors by
-    :mod:`fp8bench.conformance`; rules in :mod:`fp8bench.grouped_rules`):
+    ``B`` is the expert weights quantized as one ``[G*N, K]`` stack (rows ``e*N:(e+1)*N`` are expert ``e``). Layouts
+    (checked on fake CUDA tensors by :mod:`fp8bench.conformance`; rules in :mod:`fp8bench.grouped_rules`):
 
     * ``A`` row-major ``[M, K]``; ``B`` the ``[G, N, K]`` stack transposed: column-major ``[G, K, N]``;
     * **rowwise**: FP32 scales ``[M]`` for ``A`` and ``[G, N]`` for ``B``;
@@ -143,39 +232,37 @@ def fp8_scaled_grouped_mm(qa: Quantized, qw: Quantized, experts: int, offs: torc
       round_up(K/32, 4)]``, one flattened blocked tile set per expert. Fast accumulation is not sent (MX kernels
       accumulate in full precision).
     """
-    rows_w, k = qw.data.shape
-    n = rows_w // experts
-    mat_b = qw.data.reshape(experts, n, k).transpose(-2, -1)
-    if qa.granularity is Granularity.ROWWISE:
-        return torch._scaled_grouped_mm(qa.data, mat_b, qa.scale.reshape(-1), qw.scale.reshape(experts, n),
-                                        offs=offs, out_dtype=out_dtype, use_fast_accum=fast_accum)
-    if qa.granularity is not Granularity.MX:
-        raise ValueError(f"no grouped kernel takes {qa.granularity.value} scales; accepted: rowwise, mx")
-    e8m0 = torch.float8_e8m0fnu
-    cols = _round_up(qa.scale.shape[1], BLOCKED_COLS)
-    scale_a = torch.cat([to_blocked_scales(qa.scale[start:end].to(e8m0)).reshape(-1, cols)
-                         for _e, start, end in bounds])
-    scale_b = torch.stack([to_blocked_scales(qw.scale[e * n:(e + 1) * n].to(e8m0)) for e in range(experts)])
-    return torch._scaled_grouped_mm(qa.data, mat_b, scale_a, scale_b, offs=offs, out_dtype=out_dtype)
 
+    def __init__(self, granularity: Granularity, experts: int, bounds: list[tuple[int, int, int]],
+                 out_dtype: torch.dtype, fast_accum: bool = False) -> None:
+        if granularity not in (Granularity.ROWWISE, Granularity.MX):
+            raise ValueError(f"no grouped kernel takes {granularity.value} scales; accepted: rowwise, mx")
+        self.granularity, self.experts, self.bounds = granularity, experts, bounds
+        self.out_dtype, self.fast_accum = out_dtype, fast_accum
+        self._scaled_grouped_mm = torch_api.entry_point("torch._scaled_grouped_mm")
 
-def _fp4_scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype) -> torch.Tensor:
-    """NVFP4 or MXFP4 operands through PyTorch (see the module docstring); FP4 has no fast accumulation."""
-    a, b = pack_e2m1(qa.data), pack_e2m1(qb.data)
-    if qa.granularity is Granularity.MX:
-        e8m0 = torch.float8_e8m0fnu
-        return torch._scaled_mm(a, b.t(), scale_a=to_blocked_scales(qa.scale.to(e8m0)),
-                                scale_b=to_blocked_scales(qb.scale.to(e8m0)), out_dtype=out_dtype)
-    import torch.nn.functional as F
+    def prepare_lhs(self, qa: Quantized) -> KernelOperand:
+        if self.granularity is Granularity.ROWWISE:
+            return KernelOperand(qa.data, (qa.scale.reshape(-1),))
+        cols = _round_up(qa.scale.shape[1], BLOCKED_COLS)
+        e8m0 = qa.scale.to(torch.float8_e8m0fnu)
+        return KernelOperand(qa.data, (torch.cat([to_blocked_scales(e8m0[start:end]).reshape(-1, cols)
+                                                  for _e, start, end in self.bounds]),))
 
-    if qa.tensor_scale is None or qb.tensor_scale is None:
-        raise ValueError("NVFP4 operands carry a tensor scale; got an operand without one")
-    e4m3 = torch.float8_e4m3fn
-    recipe = [F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise]
-    swizzle = [F.SwizzleType.SWIZZLE_32_4_4, F.SwizzleType.NO_SWIZZLE]
-    return F.scaled_mm(a, b.t(), [to_blocked_scales(qa.scale.to(e4m3)), qa.tensor_scale.float()], recipe,
-                       [to_blocked_scales(qb.scale.to(e4m3)), qb.tensor_scale.float()], recipe,
-                       swizzle_a=swizzle, swizzle_b=swizzle, output_dtype=out_dtype)
+    def prepare_rhs(self, qw: Quantized) -> KernelOperand:
+        rows_w, k = qw.data.shape
+        n = rows_w // self.experts
+        data = qw.data.reshape(self.experts, n, k)
+        if self.granularity is Granularity.ROWWISE:
+            return KernelOperand(data, (qw.scale.reshape(self.experts, n),))
+        e8m0 = qw.scale.to(torch.float8_e8m0fnu)
+        return KernelOperand(data, (torch.stack([to_blocked_scales(e8m0[e * n:(e + 1) * n])
+                                                 for e in range(self.experts)]),))
+
+    def __call__(self, a: KernelOperand, w: KernelOperand, offs: torch.Tensor) -> torch.Tensor:
+        fast = {"use_fast_accum": self.fast_accum} if self.granularity is Granularity.ROWWISE else {}
+        return self._scaled_grouped_mm(a.data, w.data.transpose(-2, -1), a.scales[0], w.scales[0], offs=offs,
+                                       out_dtype=self.out_dtype, **fast)
 
 
 def emulated_scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -35,11 +36,12 @@ from fp8bench.capabilities import backend_reason, recipe_gemm_reason
 from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.fp8_linear import Fp8Linear
-from fp8bench.kernels.torch_backend import _tf32, fp8_scaled_mm
+from fp8bench.kernels.torch_backend import _tf32
 from fp8bench.kernels.torch_layers import torch_convert
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.quantize import Quantized, cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.scaled_gemm import ScaledGemm
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
@@ -87,13 +89,17 @@ def timed_first_calls(device: Device, *calls: Callable[[], Any]) -> float:
     return total
 
 
-def quantize_pair(precision: Fp8Recipe) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
-    """The eager function Inductor compiles: both operands through the shared quantizers, as plain tensors."""
+def quantize_pair(precision: Fp8Recipe, kernel: ScaledGemm) -> Callable[[torch.Tensor, torch.Tensor],
+                                                                        tuple[torch.Tensor, ...]]:
+    """The eager function Inductor compiles: both operands through the shared quantizers and laid out for
+    ``kernel`` (:meth:`ScaledGemm.prepare`), as plain tensors: each operand's FP8 data, its scales as quantized
+    (for the numerics report) and its scales as the kernel reads them."""
     quant_a, quant_b = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
 
     def quantize(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
         qa, qb = quant_a(a), quant_b(b)
-        return qa.data, qa.scale, qb.data, qb.scale
+        ka, kb = kernel.prepare(qa, "lhs"), kernel.prepare(qb, "rhs")
+        return qa.data, qa.scale, ka.scales[0], qb.data, qb.scale, kb.scales[0]
 
     return quantize
 
@@ -107,46 +113,55 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     assert isinstance(precision, Fp8Recipe)
     a, b = ctx.inputs["a"].to(precision.activation_dtype), ctx.inputs["b"].to(precision.activation_dtype)
     fmt, g = precision.forward_format, precision.granularity
+    refused = f"torch.compile could not build {precision.name} on {ctx.device}"
+    with refusals(refused, with_type=True):
+        kernel = ScaledGemm(g, False)
     out_dtype = output_dtype(precision)
-    eager_quantize = quantize_pair(precision)
+    eager_quantize = quantize_pair(precision, kernel)
 
     def to_quantized(data: torch.Tensor, scale: torch.Tensor, role: str) -> Quantized:
         block = (precision.activation_block if role == "lhs" else precision.weight_block) \
             if g.value == "blockwise" else ((1, precision.mx_block) if g.value == "mx" else (1, 1))
         return Quantized(data, scale, fmt, g, block)
 
+    # The F.scaled_mm scaling lists of each operand (Python objects, not compiled): from one eager layout.
+    da0, sa0, _, db0, sb0, _ = eager_quantize(a, b)
+    templates = {"lhs": kernel.prepare(to_quantized(da0, sa0, "lhs"), "lhs"),
+                 "rhs": kernel.prepare(to_quantized(db0, sb0, "rhs"), "rhs")}
+
     def eager_e2e(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        da, sa, db, sb = eager_quantize(a, b)
-        return fp8_scaled_mm(to_quantized(da, sa, "lhs"), to_quantized(db, sb, "rhs"), out_dtype,
-                             precision.fast_accum)
+        da, _sa, ka, db, _sb, kb = eager_quantize(a, b)
+        return kernel(replace(templates["lhs"], data=da, scales=(ka,)), replace(templates["rhs"], data=db, scales=(kb,)),
+                      out_dtype, precision.fast_accum)
 
     quantize_c = compile_fn(eager_quantize)
     e2e_c = compile_fn(eager_e2e)
     state: dict[str, Any] = {}
 
     def quantize() -> None:
-        state["q"] = quantize_c(a, b)
+        da, sa, ka, db, sb, kb = state["q"] = quantize_c(a, b)
+        state["ka"] = replace(templates["lhs"], data=da, scales=(ka,))
+        state["kb"] = replace(templates["rhs"], data=db, scales=(kb,))
 
     def gemm() -> torch.Tensor:
-        da, sa, db, sb = state["q"]
-        return fp8_scaled_mm(to_quantized(da, sa, "lhs"), to_quantized(db, sb, "rhs"), out_dtype,
-                             precision.fast_accum)
+        return kernel(state["ka"], state["kb"], out_dtype, precision.fast_accum)
 
     def end_to_end() -> torch.Tensor:
         return e2e_c(a, b)
 
     # Dynamo/Inductor errors come in many types; the case is refused with the message.
-    with refusals(f"torch.compile could not build {precision.name} on {ctx.device}", with_type=True):
+    with refusals(refused, with_type=True):
         compile_s = timed_first_calls(ctx.device, quantize, end_to_end)
         gemm()
 
     def stats() -> dict[str, Any]:
-        da, sa, db, sb = state["q"]
+        da, sa, _ka, db, sb, _kb = state["q"]
         return {"a": cast_stats(a, to_quantized(da, sa, "lhs")), "b": cast_stats(b, to_quantized(db, sb, "rhs"))}
 
     return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm}, output=end_to_end,
                     prequantized_phases=("gemm",), cast_stats=stats,
-                    notes=["compiled: Inductor fuses amax/scale/cast; the scaled GEMM is an external call",
+                    notes=["compiled: Inductor fuses amax/scale/cast and the scales' kernel layout; the scaled GEMM "
+                           "is an external call",
                            f"compile time {compile_s:.2f} s (quantize graph + end-to-end graph), not timed"],
                     extra={"compile_s": compile_s})
 

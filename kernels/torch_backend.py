@@ -4,8 +4,12 @@
   mode; on the CPU it is refused, because ``torch.matmul`` there would silently run FP32.
 * FP8 tensorwise, delayed and rowwise: ``torch._scaled_mm`` (cuBLASLt on CUDA; a reference kernel on the CPU),
   with the operands quantized by fp8bench's shared quantizers.
-* FP8 blockwise and MXFP8: ``torch.nn.functional.scaled_mm`` with block scaling types, where the device has the
-  kernels; otherwise the case is skipped with the capability rule or PyTorch's own refusal as the reason.
+* FP8 blockwise, MXFP8 and the 4-bit recipes: ``torch.nn.functional.scaled_mm`` with block scaling types where this
+  torch has it, else ``torch._scaled_mm`` for the FP8 block recipes (:mod:`fp8bench.scaled_gemm`); where the device
+  lacks the kernels, the case is skipped with the capability rule or PyTorch's own refusal as the reason.
+
+The ``quantize`` phase ends with both operands laid out as the kernel reads them (:meth:`ScaledGemm.prepare`); the
+``gemm`` phase is the kernel launch alone.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from fp8bench.devices import Device
 from fp8bench.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.quantize import cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.scaled_gemm import fp8_scaled_mm  # noqa: F401  (re-exported: other backends import it from here)
+from fp8bench.scaled_gemm import ScaledGemm, fp8_scaled_mm  # noqa: F401  (re-exported: other backends use it)
 from fp8bench.workloads.gemm import output_dtype
 
 # What ATen raises when it refuses a scaled GEMM: ValueError (TORCH_CHECK_VALUE, e.g. "Invalid scaling
@@ -62,21 +66,27 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     act_dtype = precision.activation_dtype
     a, b = a_src.to(act_dtype), b_src.to(act_dtype)
     quant_a, quant_b = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
+    refused = f"torch refused {precision.name} on {ctx.device}"
+    with refusals(refused, ATEN_REFUSALS):  # a torch without an entry point for the recipe: ValueError
+        kernel = ScaledGemm(precision.granularity, precision.is_fp4)
     out_dtype = output_dtype(precision)
     state: dict[str, Any] = {}
 
     def quantize() -> None:
+        # Quantization ends with the operands in the layout the kernel reads (packed, scales swizzled), as vendors'
+        # quantize kernels write them, so that the gemm phase times the kernel alone.
         state["qa"], state["qb"] = quant_a(a), quant_b(b)
+        state["ka"], state["kb"] = kernel.prepare(state["qa"], "lhs"), kernel.prepare(state["qb"], "rhs")
 
     def gemm() -> torch.Tensor:
-        return fp8_scaled_mm(state["qa"], state["qb"], out_dtype, precision.fast_accum)
+        return kernel(state["ka"], state["kb"], out_dtype, precision.fast_accum)
 
     def end_to_end() -> torch.Tensor:
         quantize()
         return gemm()
 
     # Let PyTorch itself accept or refuse this scaling layout before anything is timed.
-    with refusals(f"torch refused {precision.name} on {ctx.device}", ATEN_REFUSALS):
+    with refusals(refused, ATEN_REFUSALS):
         end_to_end()
 
     def stats() -> dict[str, Any]:

@@ -5,12 +5,14 @@
   ``torch._scaled_grouped_mm`` for ``fp8_rowwise`` and ``mxfp8`` (CUDA only; :mod:`fp8bench.grouped_rules`). On
   the CPU, torch 2.13 has no scaled grouped kernel and refuses the call: the case is skipped with that reason.
 * ``impl=loop``: one GEMM per non-empty expert, ``torch.mm`` into slices of one output (float precisions) or
-  :func:`fp8bench.scaled_gemm.fp8_scaled_mm` on each group's rows and the expert's weight (FP8; ``torch._scaled_mm``
-  runs rowwise scales on the CPU), the results concatenated. This is what a framework without a grouped kernel
-  does, and the baseline the grouped kernel must beat.
+  a :class:`fp8bench.scaled_gemm.ScaledGemm` on each group's rows and the expert's weight (FP8; ``torch._scaled_mm``
+  runs rowwise scales on the CPU), the results concatenated in the ``epilogue`` phase. This is what a framework
+  without a grouped kernel does, and the baseline the grouped kernel must beat.
 
 FP8 operands are quantized by fp8bench's shared quantizers: activations per row (per token) or per 32-element MX
-block, every expert's weight per output channel or per MX block, all of them in the timed ``quantize`` phase.
+block, every expert's weight per output channel or per MX block, all of them in the timed ``quantize`` phase, which
+also lays every operand out as its kernel reads it (MX scales blocked per group and per expert); the ``gemm`` phase is
+the kernel launches alone.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.quantize import cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.scaled_gemm import fp8_scaled_grouped_mm, fp8_scaled_mm
+from fp8bench.scaled_gemm import ScaledGemm, ScaledGroupedGemm
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
 
@@ -92,23 +94,41 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
     quant_a, quant_w = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
     out_dtype = output_dtype(precision)
     state: dict[str, Any] = {}
+    with refusals(refused, ATEN_REFUSALS):
+        if grouped:
+            kernel = ScaledGroupedGemm(precision.granularity, experts, bounds, out_dtype, precision.fast_accum)
+        else:
+            per_expert = ScaledGemm(precision.granularity, precision.is_fp4)
 
-    def quantize() -> None:
+    # Quantization ends with every operand laid out as its kernel reads it (scales blocked per group or per expert),
+    # so that the gemm phase times the kernels alone.
+    def quantize_grouped() -> None:
         state["qa"], state["qw"] = quant_a(a), quant_w(w)
+        state["ka"], state["kw"] = kernel.prepare_lhs(state["qa"]), kernel.prepare_rhs(state["qw"])
+
+    def quantize_loop() -> None:
+        qa, qw = state["qa"], state["qw"] = quant_a(a), quant_w(w)
+        state["groups"] = [(per_expert.prepare(qa.rows(start, end), "lhs"),
+                            per_expert.prepare(qw.rows(e * n, (e + 1) * n), "rhs")) for e, start, end in bounds]
 
     def grouped_fp8() -> torch.Tensor:
-        return fp8_scaled_grouped_mm(state["qa"], state["qw"], experts, offs, bounds, out_dtype, precision.fast_accum)
+        return kernel(state["ka"], state["kw"], offs)
 
-    def loop_fp8() -> torch.Tensor:
-        qa, qw = state["qa"], state["qw"]
-        return torch.cat([fp8_scaled_mm(qa.rows(start, end), qw.rows(e * n, (e + 1) * n), out_dtype,
-                                        precision.fast_accum) for e, start, end in bounds])
+    def loop_fp8() -> list[torch.Tensor]:
+        state["parts"] = [per_expert(ka, kw, out_dtype, precision.fast_accum) for ka, kw in state["groups"]]
+        return state["parts"]
 
-    gemm_fp8 = grouped_fp8 if grouped else loop_fp8
+    def concatenate() -> torch.Tensor:
+        # The per-expert GEMMs write separate outputs; joining them is epilogue work, not GEMM time.
+        return torch.cat(state["parts"])
 
     def end_to_end() -> torch.Tensor:
-        quantize()
-        return gemm_fp8()
+        if grouped:
+            quantize_grouped()
+            return grouped_fp8()
+        quantize_loop()
+        loop_fp8()
+        return concatenate()
 
     # PyTorch accepts or refuses the scaling layout before anything is timed.
     with refusals(refused, ATEN_REFUSALS):
@@ -117,10 +137,14 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
     def stats() -> dict[str, Any]:
         return {"a": cast_stats(a, state["qa"]), "w": cast_stats(w, state["qw"])}
 
-    return Pipeline(end_to_end=end_to_end, phases={"quantize": quantize, "gemm": gemm_fp8}, output=end_to_end,
-                    prequantized_phases=("gemm",), cast_stats=stats,
+    phases: dict[str, Callable[[], Any]] = (
+        {"quantize": quantize_grouped, "gemm": grouped_fp8} if grouped
+        else {"quantize": quantize_loop, "gemm": loop_fp8, "epilogue": concatenate})
+    return Pipeline(end_to_end=end_to_end, phases=phases, output=end_to_end,
+                    prequantized_phases=("gemm",) if grouped else ("gemm", "epilogue"), cast_stats=stats,
                     notes=[_impl_note(grouped, a.device.type == "cpu"),
-                           "activations arrive in bfloat16; epilogue (scales, output cast) fused into the scaled GEMM"],
+                           "activations arrive in bfloat16; epilogue (scales, output cast) fused into the scaled GEMM"
+                           + ("" if grouped else "; the loop's epilogue joins the experts' outputs")],
                     extra=routing_fields(ctx.shape))
 
 

@@ -84,6 +84,11 @@ def test_doctor_and_list_json(capsys):
     assert code == 0 and report["device"] == "cpu"
     assert report["fp8_gemm"]["rowwise"] is None and "tensorwise and rowwise" in report["fp8_gemm"]["mx"]
     assert report["matrix"]["emulated"]["gemm"]["mxfp8"] is None
+    # What this torch has, detected, and that it is what the wheel of its release was recorded to have.
+    api = report["torch_api"]
+    assert api["present"]["torch.nn.functional.scaled_mm"] and api["matches_recorded"] is True
+    assert api["gemm_entry_points"]["rowwise"] == "torch._scaled_mm"
+    assert api["gemm_entry_points"]["mxfp4"] == "torch.nn.functional.scaled_mm"
     code, out, _ = run_cli(capsys, "list", "precisions", "--json")
     assert list(json.loads(out)["precisions"])[:2] == ["fp32", "tf32"]
 

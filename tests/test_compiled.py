@@ -47,14 +47,17 @@ def test_compiled_rowwise_matches_eager_and_records_compile_time() -> None:
 @pytest.mark.slow
 def test_compiled_quantize_is_bit_identical_to_the_shared_quantizer() -> None:
     from fp8bench.quantize import quantize_rowwise
+    from fp8bench.scaled_gemm import ScaledGemm
 
     prec = resolve_precision("fp8_rowwise")
-    fn = compiled.compile_fn(compiled.quantize_pair(prec))
+    kernel = ScaledGemm(prec.granularity, False)
+    fn = compiled.compile_fn(compiled.quantize_pair(prec, kernel))
     a = torch.randn(33, 80).bfloat16()
     b = torch.randn(48, 80).bfloat16()
-    da, sa, db, sb = fn(a, b)
-    ra = quantize_rowwise(a, prec.forward_format)
-    assert torch.equal(sa, ra.scale)
+    da, sa, ka, db, sb, kb = fn(a, b)
+    ra, rb = quantize_rowwise(a, prec.forward_format), quantize_rowwise(b, prec.forward_format)
+    assert torch.equal(sa, ra.scale) and torch.equal(ka, ra.scale)  # the kernel reads a's [M, 1] scales as they are
+    assert torch.equal(kb, rb.scale.reshape(1, -1))  # and b's as [1, N]
     assert torch.equal(da.view(torch.uint8), ra.data.view(torch.uint8))
 
 

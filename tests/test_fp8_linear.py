@@ -224,7 +224,7 @@ def test_hadamard_transform_acts_on_the_wgrad_gemm_only_and_cancels():
     x, w, dy = _problem(9)
     torch.manual_seed(0)
     plain, rht = (_fp4_layer("mxfp4", w, stochastic_rounding=False, rht=on) for on in (False, True))
-    assert plain.operands.hadamard is None and rht.operands.hadamard is not None
+    assert plain.operands.hadamard_signs is None and rht.operands.hadamard_signs is not None
     out_plain, out_rht = _run(plain, x, dy), _run(rht, x, dy)
     assert torch.equal(out_plain[0], out_rht[0]) and torch.equal(out_plain[1], out_rht[1])
     assert not torch.equal(out_plain[2], out_rht[2])

@@ -201,9 +201,9 @@ def _replay(text: str, recipe: str, target: str):
 
 
 def test_scaled_grouped_calls_conform_where_the_kernels_exist():
-    rowwise = _replay(SKEWED + ",align=16", "fp8_rowwise", "h100-cuda12.9")
+    rowwise = _replay(SKEWED + ",align=16", "fp8_rowwise", "h100-torch2.13")
     assert rowwise.conforms and [c.op for c in rowwise.calls] == ["_scaled_grouped_mm"]
-    mx = _replay(SKEWED, "mxfp8", "b200-cuda12.9")
+    mx = _replay(SKEWED, "mxfp8", "b200-torch2.13")
     assert mx.conforms and mx.calls[0].grouped.offsets == routing(WL.parse_shape(SKEWED)).offsets
     loop = _replay(SKEWED + ",impl=loop", "fp8_rowwise", "l4-cuda12.4")
     assert loop.conforms and len(loop.calls) == routing(WL.parse_shape(SKEWED)).active
@@ -211,10 +211,10 @@ def test_scaled_grouped_calls_conform_where_the_kernels_exist():
 
 @pytest.mark.parametrize(("text", "recipe", "target", "rule"), [
     (SKEWED, "fp8_rowwise", "l4-cuda12.4", "grouped architecture"),
-    (SKEWED, "fp8_rowwise", "b200-cuda12.9", "grouped architecture"),
-    (SKEWED + ",align=1", "fp8_rowwise", "h100-cuda12.9", "token-group alignment"),
-    (SKEWED + ",align=16", "mxfp8", "b200-cuda12.9", "token-group alignment"),
-    ("g=4,tokens=64,top_k=2,n=40,k=128", "fp8_rowwise", "h100-cuda12.9", "grouped dimensions"),
+    (SKEWED, "fp8_rowwise", "b200-torch2.13", "grouped architecture"),
+    (SKEWED + ",align=1", "fp8_rowwise", "h100-torch2.13", "token-group alignment"),
+    (SKEWED + ",align=16", "mxfp8", "b200-torch2.13", "token-group alignment"),
+    ("g=4,tokens=64,top_k=2,n=40,k=128", "fp8_rowwise", "h100-torch2.13", "grouped dimensions"),
 ])
 def test_scaled_grouped_calls_cuda_refuses_are_refused_with_the_rule(text, recipe, target, rule):
     replay = _replay(text, recipe, target)
@@ -229,7 +229,7 @@ def _fake_grouped(*, offs_dtype=torch.int32, row_major_b=False, scale_a_2d=False
     b = w.transpose(-2, -1).contiguous() if row_major_b else w.transpose(-2, -1)
     scale_a = torch.ones(m, 1) if scale_a_2d else torch.ones(m)
     offs = torch.tensor([16, 32, 48, 64], dtype=offs_dtype)
-    with emulating(TARGETS["h100-cuda12.9"]) as emulation:
+    with emulating(TARGETS["h100-torch2.13"]) as emulation:
         torch._scaled_grouped_mm(a, b, scale_a, torch.ones(g, n), offs=offs, out_dtype=out_dtype)
     return emulation
 

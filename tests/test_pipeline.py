@@ -165,8 +165,9 @@ def _raiser(error: BaseException):
 
 def _torch_gemm(monkeypatch, error):
     from fp8bench.kernels import torch_backend
+    from fp8bench.scaled_gemm import ScaledGemm
 
-    monkeypatch.setattr(torch_backend, "fp8_scaled_mm", _raiser(error))
+    monkeypatch.setattr(ScaledGemm, "__call__", _raiser(error))  # the kernel launch
     return torch_backend.build_gemm(_gemm_ctx("fp8_rowwise"))
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from fp8bench import torch_api
 from fp8bench.quantize import quantize_blockwise, quantize_mx
-from fp8bench.recipes import resolve_precision
-from fp8bench.scaled_gemm import _block_operand, emulated_scaled_mm, fp8_scaled_mm, to_blocked_scales
+from fp8bench.recipes import Granularity, resolve_precision
+from fp8bench.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm, to_blocked_scales
 
 E4M3 = resolve_precision("fp8_blockwise").forward_format
 
@@ -48,11 +49,17 @@ def _operands(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return a, b
 
 
+def _blockwise(surface: torch_api.TorchSurface) -> ScaledGemm:
+    return ScaledGemm(Granularity.BLOCKWISE, False, surface=surface)
+
+
 def test_blockwise_scales_are_read_where_cuda_reads_them() -> None:
     m, n, k = 64, 256, 384  # K/128 = 3 blocks, padded to 4 in the weight's scale layout
     a, b = _operands(m, n, k)
     qa, qb = quantize_blockwise(a, E4M3, (1, 128)), quantize_blockwise(b, E4M3, (128, 128))
-    (sa, _), (sb, _) = _block_operand(qa), _block_operand(qb)
+    gemm = _blockwise(torch_api.release_surface((2, 13)))
+    assert gemm.api == torch_api.V2
+    (sa,), (sb,) = gemm.prepare(qa, "lhs").scales, gemm.prepare(qb, "rhs").scales
     assert sa.shape == (m, 3) and sa.stride() == (1, m)
     assert sb.shape == (4, n // 128) and sb.stride() == (1, 4)
     # ScaledBlas.cpp: scale_a[m, kb] scales a[m, kb*128:(kb+1)*128]; scale_b[kb, nb] scales the 128x128 tile of
@@ -88,10 +95,39 @@ def test_mx_scales_are_read_where_cuda_reads_them() -> None:
     torch.testing.assert_close(kernel_view, reference, rtol=1e-9, atol=1e-9)
 
 
+def test_blockwise_scales_through_torch_scaled_mm_follow_its_transposed_check() -> None:
+    """Without F.scaled_mm (torch 2.9), block scales go through torch._scaled_mm, whose get_joint_scaling checks
+    b's scales transposed against b^T: the same values, a 128x128 b's unpadded and K-block-fastest."""
+    m, n, k = 64, 256, 384
+    a, b = _operands(m, n, k)
+    qa, qb, qb1 = (quantize_blockwise(a, E4M3, (1, 128)), quantize_blockwise(b, E4M3, (128, 128)),
+                   quantize_blockwise(b, E4M3, (1, 128)))
+    gemm = _blockwise(torch_api.release_surface((2, 9)))
+    assert gemm.api == torch_api.V1
+    (sa,), (sb,), (sb1,) = (gemm.prepare(qa, "lhs").scales, gemm.prepare(qb, "rhs").scales,
+                            gemm.prepare(qb1, "rhs").scales)
+    assert sa.shape == (m, 3) and sa.stride() == (1, m) and torch.equal(sa, qa.scale)
+    assert sb.shape == (3, n // 128) and sb.t().is_contiguous() and torch.equal(sb.t(), qb.scale)
+    assert sb1.shape == (3, n) and sb1.is_contiguous() and torch.equal(sb1.t(), qb1.scale)
+
+
 def test_other_block_tiles_are_refused_by_name() -> None:
     q = quantize_blockwise(torch.randn(64, 64), E4M3, (64, 64))
     with pytest.raises(ValueError, match="64x64 FP32 block scales; accepted: 1x128, 128x128"):
-        _block_operand(q)
+        _blockwise(torch_api.detect()).prepare(q, "lhs")
+
+
+@pytest.mark.parametrize("fp4", [False, True])
+def test_a_torch_without_functional_scaled_mm_has_no_4bit_entry_point(fp4: bool) -> None:
+    """torch 2.9 runs MXFP8 through torch._scaled_mm but has no entry point for MXFP4 (nor NVFP4): refused with
+    the release that adds one."""
+    old = torch_api.release_surface((2, 9))
+    if not fp4:
+        assert ScaledGemm(Granularity.MX, False, surface=old).api == torch_api.V1
+        return
+    for granularity in (Granularity.MX, Granularity.NVFP4):
+        with pytest.raises(ValueError, match=r"torch.nn.functional.scaled_mm \(torch 2.10.0 and newer"):
+            ScaledGemm(granularity, True, surface=old)
 
 
 def test_cpu_kernels_take_the_layouts_and_fast_accumulation_flag() -> None:

@@ -123,14 +123,14 @@ def test_events_disagreeing_with_the_wall_clock_fail_the_timer_check():
 
 def test_a_kernel_with_wrong_weight_scales_fails_the_sqnr_check(monkeypatch):
     """A scaled GEMM that reads the weights' scales as 1 (a scale-layout bug) through the torch backend."""
-    import fp8bench.kernels.torch_backend as torch_backend
+    from fp8bench.scaled_gemm import ScaledGemm
 
-    real = torch_backend.fp8_scaled_mm
+    real = ScaledGemm.prepare
 
-    def unscaled_b(qa, qb, out_dtype, fast_accum=False):  # fp8bench.scaled_gemm.fp8_scaled_mm's signature
-        return real(qa, replace(qb, scale=torch.ones_like(qb.scale)), out_dtype, fast_accum)
+    def unscaled_b(self, q, role):  # ScaledGemm.prepare's signature: the weights laid out with unit scales
+        return real(self, replace(q, scale=torch.ones_like(q.scale)) if role == "rhs" else q, role)
 
-    monkeypatch.setattr(torch_backend, "fp8_scaled_mm", unscaled_b)
+    monkeypatch.setattr(ScaledGemm, "prepare", unscaled_b)
     out = run_selfcheck(simulated_gpu(), replace(FAST, checks=("sqnr",)))
     sqnr = {r.subject: r for r in out.results if r.check == "sqnr"}
     on_torch = [s for s, r in sqnr.items() if r.measured["backend"] == "torch"]

@@ -176,14 +176,17 @@ class TrainingStep:
         self.cfg, self.precision, self.device = cfg, precision, device
         self.model = build_decoder(cfg, params, device.torch)
         self.model.blocks = convert(self.model.blocks)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr if lr is not None else LEARNING_RATE, betas=(0.9, 0.95),
-                                           weight_decay=WEIGHT_DECAY)
+        # The fused kernel keeps every optimizer value on the device: the foreach path reads its step counters on
+        # the host, and with a loss scaler only the fused kernel skips an overflowed step without reading found-inf
+        # back (GradScaler.step); either read would put a host synchronization inside the timed optimizer phase.
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr if lr is not None else LEARNING_RATE,
+                                           betas=(0.9, 0.95), weight_decay=WEIGHT_DECAY, fused=True)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup_steps)))
         fp16 = isinstance(precision, FloatPrecision) and precision.dtype == torch.float16
         self.scaler = torch.amp.GradScaler(device.torch.type) if fp16 else None
         self.loss: torch.Tensor | None = None
-        self.grad_norm: float | None = None
+        self.grad_norm: torch.Tensor | None = None  # before clipping, on the device (reading it would synchronize)
 
     def context(self) -> Any:
         return precision_context(self.precision, self.device)
@@ -201,7 +204,7 @@ class TrainingStep:
     def optimizer_step(self) -> None:
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
-        self.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM))
+        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP_NORM)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -209,13 +212,14 @@ class TrainingStep:
             self.optimizer.step()
         self.schedule.step()
 
-    def step(self, tokens: torch.Tensor) -> float:
-        """One full training step; returns the loss (a Python float: this synchronizes)."""
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """One full training step; returns the loss as a 0-dim tensor on the device (``float()`` of it waits for the
+        step to finish, so a timed step leaves that to its caller)."""
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.forward(tokens)
         self.backward()
         self.optimizer_step()
-        return float(loss.detach())
+        return loss.detach()
 
 
 def build_training_pipeline(ctx: BuildContext, convert: Convert) -> Pipeline:
@@ -233,7 +237,7 @@ def build_training_pipeline(ctx: BuildContext, convert: Convert) -> Pipeline:
     def backward() -> None:
         trainer.backward(retain_graph=True)
 
-    def end_to_end() -> float:
+    def end_to_end() -> torch.Tensor:
         return trainer.step(tokens)
 
     def output() -> torch.Tensor:

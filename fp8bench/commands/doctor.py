@@ -17,10 +17,11 @@ from fp8bench.commands.common import (
 
 NAME = "doctor"
 HELP = "what this machine can run, and why not"
-DESCRIPTION = ("Report the device, library versions, the FP8 capability matrix (per scaling and per recipe and "
-               "element format, with the reason for each refusal), backend availability per precision, the energy "
-               "meter and the results location. --rules lists the CUDA scaled-GEMM rules behind the matrix, each "
-               "with the CUDA source that enforces it.")
+DESCRIPTION = ("Report the device, library versions, the scaled-GEMM API this torch has (entry points, enums, FP8 "
+               "and FP4 dtypes, and which entry point each scaling kind takes), the FP8 capability matrix (per "
+               "scaling and per recipe and element format, with the reason for each refusal), backend availability "
+               "per precision, the energy meter and the results location. --rules lists the CUDA scaled-GEMM rules "
+               "behind the matrix, each with the CUDA source that enforces it.")
 EXIT_CODES = STANDARD_EXIT_CODES
 # A 4-bit recipe's cell under the FP8 formats it does not take (its elements are E2M1; shown under e4m3).
 NO_FP8_FORMAT = "4-bit recipe: E2M1 elements, no FP8 format choice"
@@ -38,12 +39,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     import torch
 
+    from fp8bench import torch_api
     from fp8bench.capabilities import (
+        MATRIX_KEYS,
         MIN_VERSIONS,
         SCALED_GEMM_RULES,
         backend_note,
         capabilities_for,
         library_status,
+        probe_recipe,
+        scaled_mm_api,
     )
     from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
     from fp8bench.devices import resolve_device
@@ -68,11 +73,23 @@ def execute(args: argparse.Namespace) -> int:
 
     recipes = {name: {fmt.value: training_reason(name, prec, fmt.value) for fmt in Fp8FormatChoice}
                for name, prec in PRECISIONS.items() if isinstance(prec, Fp8Recipe)}
+    surface = torch_api.detect()
+    recorded = torch_api.installed_release()
+    torch_report: dict[str, Any] = {
+        "present": {name: surface.has(name) for name in (*torch_api.ENTRY_POINTS, *torch_api.ENUM_NAMES)},
+        "enums": surface.enums, "dtypes": sorted(surface.dtypes),
+        "gemm_entry_points": {key: torch_api.entry_point_name(scaled_mm_api(probe_recipe(key), surface))
+                              for key in MATRIX_KEYS},
+        "recorded_release": recorded.release if recorded else None,
+        "matches_recorded": None if recorded is None else (
+            set(surface.functions) == set(recorded.functions) and surface.names == recorded.names
+            and surface.enums == recorded.enums and surface.dtypes == recorded.dtypes),
+    }
     results_dir = default_results_dir()
     report: dict[str, Any] = {
         "device": str(device), "device_name": caps.name, "compute_capability": caps.compute_capability,
         "cuda_available": torch.cuda.is_available(), "threads": torch.get_num_threads(),
-        "software": software_versions(), "fp8_variant": caps.fp8_variant,
+        "software": software_versions(), "torch_api": torch_report, "fp8_variant": caps.fp8_variant,
         "fp8_gemm": {g: r for g, r in caps.fp8_reasons.items()},
         "fp8_training_gemms": recipes,  # recipe -> element format -> why its forward/dgrad/wgrad GEMMs cannot run
         "cuda_target": caps.target.describe() if caps.target else None,
@@ -98,6 +115,20 @@ def execute(args: argparse.Namespace) -> int:
                      if caps.compute_capability else f", {report['threads']} torch threads"))
     console.print(f"[bold]software[/] torch {sw['torch']}, CUDA {sw['cuda_runtime']}, cuDNN {sw['cudnn']}, "
                   f"triton {sw['triton']}, TE {sw['transformer_engine']}, torchao {sw['torchao']}")
+    if torch_report["recorded_release"] is None:
+        recorded_note = "no recorded surface for this release (scripts/torch_surface.py records one)"
+    else:
+        recorded_note = (f"as recorded from the torch {torch_report['recorded_release']} wheel"
+                         if torch_report["matches_recorded"] else
+                         f"DIFFERS from the surface recorded from the torch {torch_report['recorded_release']} wheel")
+    t = Table(title=f"scaled-GEMM API of torch {torch.__version__} ({recorded_note})", header_style="bold")
+    t.add_column("name")
+    t.add_column("present")
+    for name, text in torch_api.describe(surface):
+        t.add_row(name, text if text == "yes" else f"[dim]{text}[/]")
+    console.print(t)
+    console.print("[bold]entry point per scaling[/] " + ", ".join(
+        f"{key}: {api}" for key, api in torch_report["gemm_entry_points"].items()))
     t = Table(title=f"native FP8 and FP4 GEMM on this device (FP8 variant: {caps.fp8_variant})",
               header_style="bold")
     t.add_column("scaling")

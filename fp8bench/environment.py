@@ -30,6 +30,7 @@ import torch
 
 from fp8bench.commits import web_url
 from fp8bench.devices import Device, cpu_model
+from fp8bench.noise import host_load
 
 # Environment variables that change which kernels run or how many threads they use.
 RELEVANT_ENV = (
@@ -147,11 +148,13 @@ def flags() -> dict[str, Any]:
 
 
 def capture(device: Device) -> dict[str, Any]:
-    """Everything about this machine and software that a record's numbers depend on."""
+    """Everything about this machine and software that a record's numbers depend on. ``host.load`` is the load
+    when the run starts (:mod:`fp8bench.noise`): a run measured beside other work is noisy."""
+    load = host_load()
     return {
         "git": git_info(),
         "host": {"alias": host_alias(), "os": platform.platform(), "cpu_model": cpu_model(),
-                 "logical_cpus": os.cpu_count()},
+                 "logical_cpus": os.cpu_count(), "load": load.to_dict() if load else None},
         "device": device_properties(device),
         "software": software_versions(),
         "env": {k: os.environ[k] for k in RELEVANT_ENV if k in os.environ},

@@ -65,8 +65,10 @@ GATE_EXIT_CODES = ExitCodes((
     (EXIT_PASS, "pass: no case regressed (and none was inconclusive, unless --fail-on regression)"),
     (EXIT_REGRESSION, "regression: a case is slower (or, with --metric, uses more energy or lost accuracy) beyond "
                       "its threshold, broke, or is missing from the candidate (unless --allow-missing)"),
-    (EXIT_INCONCLUSIVE, "inconclusive or incomparable: a case could be neither confirmed nor ruled out, or nothing "
-                        "could be compared (exits 0 instead under --fail-on regression)"),
+    (EXIT_INCONCLUSIVE, "inconclusive, noisy or incomparable: a case could be neither confirmed nor ruled out, its "
+                        "difference lies within the noise of a side measured under load or with spread samples "
+                        "(rerun as interleaved rounds: `fp8bench ab`), or nothing could be compared (exits 0 "
+                        "instead under --fail-on regression)"),
     (EXIT_HARNESS_ERROR, "harness error or bad input (argparse's own errors included; a timing sample that is not "
                          "finite positive seconds; a run that did not finish, unless --allow-partial): no verdict "
                          "was reached"),
@@ -92,6 +94,32 @@ def add_store_flags(parser: argparse.ArgumentParser) -> None:
                         help="store path or URL (default RESULTS/fp8bench.sqlite; postgresql://... for a shared one)")
     parser.add_argument("--results-dir", type=Path, default=None,
                         help="folder of run files, store and caches (default ./results or $FP8BENCH_RESULTS_DIR)")
+
+
+# A console narrower than this gets the compact table by default: the full one would keep too few columns.
+COMPACT_BELOW_COLUMNS = 100
+# Where stdout is no terminal (a log, a pipe), tables are drawn this wide: a log line may be long, a cut one is lost.
+LOG_COLUMNS = 200
+
+
+def add_table_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table", choices=("auto", "full", "compact"), default="auto",
+                        help="full: one table, the columns that fit the console (the rest named under it); "
+                             f"compact: one plain line per case, for narrow consoles and logs; auto (default): "
+                             f"compact on a terminal under {COMPACT_BELOW_COLUMNS} columns, else full")
+
+
+def table_console(mode: str) -> tuple[Any, bool]:
+    """The console a result table is drawn on and whether it is compact (``mode`` from :func:`add_table_flag`):
+    a terminal's own width (or ``$COLUMNS``), else :data:`LOG_COLUMNS`."""
+    import os
+
+    from rich.console import Console
+
+    probe = Console()
+    console = probe if probe.is_terminal or os.environ.get("COLUMNS") else Console(width=LOG_COLUMNS)
+    compact = mode == "compact" or (mode == "auto" and probe.is_terminal and probe.width < COMPACT_BELOW_COLUMNS)
+    return console, compact
 
 
 def store_target(args: argparse.Namespace) -> str | Path:

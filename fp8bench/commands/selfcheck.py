@@ -84,7 +84,7 @@ def execute(args: argparse.Namespace) -> int:
         config = SelfcheckConfig(backends=tuple(args.backend) if args.backend else None,
                                  checks=tuple(args.check) if args.check else None)
         check_writable(run_file, overwrite=args.force)
-        probe = probe_for(device)
+        probe = probe_for(device, args.results_dir or default_results_dir())
     except (UsageError, ValueError, RuntimeError) as exc:  # bad input, or a device that cannot be probed
         print(f"fp8bench selfcheck: error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR

@@ -203,7 +203,7 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
     if compact:
         if title:
             console.print(title, markup=False, highlight=False, soft_wrap=True)
-        for r, cells in zip(records, rows, strict=True):
+        for cells in rows:
             console.print(compact_line(columns, cells), markup=False, highlight=False, soft_wrap=True)
     else:
         widths = column_widths(columns, rows)

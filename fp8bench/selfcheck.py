@@ -375,7 +375,7 @@ class Selfcheck:
                     "fp32_ceiling_tflops": fp32.value if fp32 else None,
                     "copy_tbps": bandwidth.value if bandwidth else None, "runner_tflops": record.get("tflops"),
                     "load": entry.get("load"), "cached": bool(entry.get("cached") and peaks.cache_dir)}
-        where = (f"cached in {peaks.cache_dir / 'cpu_ceilings.json'} for later runs" if measured["cached"] else
+        where = (f"cached in {peaks.cache_dir} for later runs" if measured["cached"] else
                  "not cached: measured under load" if (entry.get("load") or {}).get("overloaded") else "not cached")
         ceilings = (f"measured ceilings: BF16 {measured['bf16_ceiling_tflops']:.3g}, FP32 "
                     f"{measured['fp32_ceiling_tflops']:.3g} TFLOP/s, copy {measured['copy_tbps']:.3g} TB/s "

@@ -25,11 +25,11 @@ Method (DESIGN, "Gate method"):
    candidate killed part-way looks like this), unless ``--allow-missing`` makes such cases ``removed``. Power
    capping alone never breaks a case (it is how a GPU runs a large GEMM), even in run files from fp8bench versions
    that marked it invalid, unless the run used ``--strict-clocks``.
-   ``noisy`` replaces ``slower`` (and ``faster``) when the sides were not paired and the difference lies within
-   a side's noise (:mod:`fp8bench.noise`): that side's run started with the host's load above its CPU count, or
-   its samples spread (IQR / median) wider than the difference. Raw samples of one run under load can sit tight
-   around a median that the load, not the code, moved; only interleaved rounds (``fp8bench ab``) separate the
-   two, so the report points there.
+   ``noisy`` replaces ``slower`` (and ``faster``) when a side is one run (its raw samples) and the difference lies
+   within a side's noise (:mod:`fp8bench.noise`): that side's run started with the host's load above its CPU
+   count, or its samples spread (IQR / median) wider than the difference. Raw samples of one run under load can
+   sit tight around a median that the load, not the code, moved; only interleaved rounds (``fp8bench ab``)
+   separate the two, so the report points there.
 6. **Exit code:** 1 on any ``slower``, ``broken`` or ``missing`` case; else 2 on any ``inconclusive``, ``noisy``
    or ``incomparable`` case (or when nothing could be compared); else 0. ``fail_on="regression"`` (``--fail-on
    regression``) lets an undecided outcome exit 0, its verdict still reported as such. Harness errors and bad
@@ -77,6 +77,9 @@ NO_VALUE = "no value"
 
 # --fail-on: which outcomes fail the job. "inconclusive" (the default) fails on an undecided case as well.
 FAIL_ON = ("inconclusive", "regression")
+
+# A side of one run is compared on its raw samples (each case's timed calls), a side of rounds on per-round medians.
+RAW = "raw samples"
 
 # The noise floor: T is never set under this multiple of the A/A noise measured on the same runner.
 AA_NOISE_MULTIPLE = 3.0
@@ -253,7 +256,7 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
                 entry.samples.extend(check_seconds(v, f"{origin}: case {name}: sample {i}")
                                      for i, v in enumerate(samples))
     commits = {(p["run"].get("git") or {}).get("commit") for p in payloads}
-    unit = ("round medians" if rounds else "raw samples") if metric == "median_s" else "one value per run"
+    unit = ("round medians" if rounds else RAW) if metric == "median_s" else "one value per run"
     loads = {p["run"]["run_id"]: run_load(p["run"]) for p in payloads}
     return Side([p["run"]["run_id"] for p in payloads], commits.pop() if len(commits) == 1 else None, cases, unit,
                 {run_id: load for run_id, load in loads.items() if load is not None and load.overloaded})
@@ -361,7 +364,7 @@ def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> 
         r = results[name]
         r["p_slower_adj"], r["p_faster_adj"] = ps, pf
         r["verdict"], r["reason"] = classify(r["ci_low"], r["ci_high"], ps, pf, r["threshold"], config.alpha)
-        if r["verdict"] in ("slower", "faster") and not r.get("paired_rounds"):
+        if r["verdict"] in ("slower", "faster") and RAW in (base.sample_unit, cand.sample_unit):
             within = noise_reason(base, cand, name, r["ratio"])
             if within:
                 r["verdict"], r["reason"] = "noisy", f"{within}; {r['reason']} if the samples were trusted"
@@ -375,9 +378,13 @@ NOISY_ADVICE = ("interleave the two versions in rounds on one machine, `fp8bench
 
 
 def noise_reason(base: Side, cand: Side, case: str, ratio: float) -> str | None:
-    """Why a difference measured without pairing is within the noise of a side (:func:`fp8bench.noise.is_noisy`
-    with the difference ``|ratio - 1|`` as the band), or ``None``: a side's runs started with the host overloaded,
-    or the relative spread of a side's samples of ``case`` is wider than the difference."""
+    """Why a difference read from one run per side is within the noise of a side (:func:`fp8bench.noise.is_noisy`
+    with the difference ``|ratio - 1|`` as the band), or ``None``: a side's run started with the host overloaded,
+    or the relative spread of a side's samples of ``case`` is wider than the difference.
+
+    Rounds need no such rule: their per-round medians are independent measurements, and the interval over them
+    already carries the noise between rounds; the raw samples of one run share that run's conditions, so their
+    interval is narrower than the truth."""
     band = abs(ratio - 1)
     for label, side in (("base", base), ("candidate", cand)):
         spread = relative_spread(side.cases[case].samples)
@@ -468,7 +475,7 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
     cases = compare_sides(base, cand, config) if cases is None else cases
     counts = {v: sum(c["verdict"] == v for c in cases) for v in VERDICT_ORDER}
     all_notes = list(notes)
-    if base.sample_unit == "raw samples" or cand.sample_unit == "raw samples":
+    if RAW in (base.sample_unit, cand.sample_unit):
         all_notes.append("one run per side: raw samples of one run are treated as independent, which overstates "
                          "confidence; interleaved rounds (`fp8bench ab`) are the reliable method")
     if not any(c["verdict"] in COMPARED for c in cases):

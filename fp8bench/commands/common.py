@@ -122,6 +122,69 @@ def table_console(mode: str) -> tuple[Any, bool]:
     return console, compact
 
 
+class StepProgress:
+    """Progress of a long verb on stderr, in steps of work: on a terminal a bar with the step count, the time spent
+    and the time left; elsewhere (a log, CI) one plain line each time another tenth of the work is done. The time
+    left is the time spent per step so far times the steps to go."""
+
+    def __init__(self, verb: str, total: int, console: Any, enabled: bool = True,
+                 clock: Any = None) -> None:
+        import time
+
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.verb, self.total, self.console, self.enabled = verb, max(total, 1), console, enabled
+        self.clock = clock or time.monotonic
+        self.done, self.label, self._reported_tenth = 0, "", 0
+        self.started = self.clock()
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=console,
+                             transient=True) if enabled and console.is_terminal else None
+        self._task = self._bar.add_task("", total=self.total) if self._bar else None
+
+    def __enter__(self) -> StepProgress:
+        if self._bar:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar:
+            self._bar.stop()
+
+    def start(self, label: str) -> None:
+        """A new stretch of work begins (a curve, a round); said once in a log, shown beside the bar."""
+        self.label = label
+        if self._bar is not None:
+            self._bar.update(self._task, description=label)  # type: ignore[arg-type]
+        elif self.enabled:
+            self.console.print(f"{self.verb}: {label} ({self.remaining_text()})", markup=False, highlight=False)
+
+    def advance(self, steps: int = 1) -> None:
+        self.done = min(self.done + steps, self.total)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done)  # type: ignore[arg-type]
+            return
+        tenth = 10 * self.done // self.total
+        if self.enabled and tenth > self._reported_tenth:
+            self._reported_tenth = tenth
+            self.console.print(f"{self.verb}: {self.label}: {self.done}/{self.total} steps, "
+                               f"{self.remaining_text()}", markup=False, highlight=False)
+
+    def remaining_text(self) -> str:
+        spent = self.clock() - self.started
+        if not self.done:
+            return f"step 0 of {self.total}"
+        left = spent / self.done * (self.total - self.done)
+        return f"{spent:.0f} s spent, about {left:.0f} s left"
+
+
 def store_target(args: argparse.Namespace) -> str | Path:
     return args.store or (args.results_dir or default_results_dir())
 

@@ -15,6 +15,7 @@ from fp8bench.commands.common import (
     EXIT_USAGE,
     INTERRUPTED,
     ExitCodes,
+    StepProgress,
     UsageError,
     add_json_flag,
     add_store_flags,
@@ -153,18 +154,23 @@ def execute(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     baseline = None
     interrupted, disk_full = False, False
+    progress = StepProgress("converge", args.steps * len(todo), err, enabled=not args.json)
+    progress.__enter__()
     try:
         for seq, precision in enumerate(todo):
             name = precision if isinstance(precision, str) else precision.name
-            if not args.json:
-                err.print(f"training {name} on {args.backend} ({args.steps} steps) ...")
+            progress.start(f"curve {seq + 1} of {len(todo)}: {name} on {args.backend}")
+            before = progress.done
             try:
                 with device.guard():  # the model, its optimizer and every synchronize act on this GPU
-                    curve = train_curve(shape, precision, args.backend, device, settings)
+                    curve = train_curve(shape, precision, args.backend, device, settings,
+                                        on_step=lambda _step, _loss: progress.advance())
             except Exception as exc:  # one recipe failing to train must not cost the others
                 err.print(f"[red]{name} failed:[/] {type(exc).__name__}: {exc}")
                 records.append({"precision": name, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
                 continue
+            finally:  # a curve that stopped early (a non-finite loss) or failed leaves its steps behind
+                progress.advance(before + args.steps - progress.done)
             verdict = baseline_verdict(curve, settings) if baseline is None else assess(curve, baseline, settings)
             if baseline is None:
                 baseline = curve
@@ -178,6 +184,8 @@ def execute(args: argparse.Namespace) -> int:
         interrupted = True
     except DiskFull:
         disk_full = True
+    finally:
+        progress.__exit__(None, None, None)
     stream.finish(status=STATUS_DISK_FULL if disk_full else "interrupted" if interrupted else "complete",
                   n_records=len(stream.records))
     store_errors = stream.store_errors

@@ -127,7 +127,7 @@ class StepProgress:
     and the time left; elsewhere (a log, CI) one plain line each time another tenth of the work is done. The time
     left is the time spent per step so far times the steps to go."""
 
-    def __init__(self, verb: str, total: int, console: Any, enabled: bool = True,
+    def __init__(self, verb: str, total: int, console: Any, enabled: bool = True, unit: str = "steps",
                  clock: Any = None) -> None:
         import time
 
@@ -140,7 +140,7 @@ class StepProgress:
             TimeRemainingColumn,
         )
 
-        self.verb, self.total, self.console, self.enabled = verb, max(total, 1), console, enabled
+        self.verb, self.total, self.console, self.enabled, self.unit = verb, max(total, 1), console, enabled, unit
         self.clock = clock or time.monotonic
         self.done, self.label, self._reported_tenth = 0, "", 0
         self.started = self.clock()
@@ -158,13 +158,21 @@ class StepProgress:
         if self._bar:
             self._bar.stop()
 
-    def start(self, label: str) -> None:
-        """A new stretch of work begins (a curve, a round); said once in a log, shown beside the bar."""
+    def start(self, label: str, announce: bool = True) -> None:
+        """A new stretch of work begins (a curve, a round): shown beside the bar; in a log said once when
+        ``announce``, else only in the next tenth's line."""
         self.label = label
         if self._bar is not None:
             self._bar.update(self._task, description=label)  # type: ignore[arg-type]
-        elif self.enabled:
+        elif self.enabled and announce:
             self.console.print(f"{self.verb}: {label} ({self.remaining_text()})", markup=False, highlight=False)
+
+    def extend(self, steps: int) -> None:
+        """More work than planned (a rerun): the total grows, the time left with it."""
+        self.total += steps
+        self._reported_tenth = 10 * self.done // self.total
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total)  # type: ignore[arg-type]
 
     def advance(self, steps: int = 1) -> None:
         self.done = min(self.done + steps, self.total)
@@ -174,13 +182,13 @@ class StepProgress:
         tenth = 10 * self.done // self.total
         if self.enabled and tenth > self._reported_tenth:
             self._reported_tenth = tenth
-            self.console.print(f"{self.verb}: {self.label}: {self.done}/{self.total} steps, "
+            self.console.print(f"{self.verb}: {self.label}: {self.done}/{self.total} {self.unit}, "
                                f"{self.remaining_text()}", markup=False, highlight=False)
 
     def remaining_text(self) -> str:
         spent = self.clock() - self.started
         if not self.done:
-            return f"step 0 of {self.total}"
+            return f"0 of {self.total} {self.unit}"
         left = spent / self.done * (self.total - self.done)
         return f"{spent:.0f} s spent, about {left:.0f} s left"
 

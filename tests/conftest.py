@@ -6,7 +6,15 @@ import os
 import sys
 
 import pytest
-import torch
+
+# Before torch loads its OpenMP runtime, which reads this once. By default an OpenMP thread that finishes its share of
+# a parallel region spins, waiting for the next one; on a machine whose cores other processes also want, the
+# spinning threads and the threads they wait for take turns at whole scheduler ticks, and a loop of small torch ops
+# ran 50x slower (25.6 s instead of 0.5 s with both cores of a 2-core machine busy). Passive threads sleep instead,
+# so the suite's speed no longer depends on how busy the machine is. A value set outside is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 # Before any test module is collected: the kernels package decides whether Triton runs interpreted (no CUDA here),
 # and that choice is lost once anything imports triton (torch.utils.flop_counter does, through Inductor); and the

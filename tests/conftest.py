@@ -34,13 +34,29 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+# Long end-to-end checks (marker ``long``, minutes each: every documented command) run when asked, and always in
+# CI (``.ci/run`` sets this), so that the default run stays quick on a developer's machine.
+LONG_ENV = "FP8BENCH_LONG_TESTS"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--long", action="store_true",
+                     help=f"also run the long end-to-end checks (marker long); CI sets {LONG_ENV}=1 instead")
+
+
+def long_tests_enabled(config: pytest.Config) -> bool:
+    return bool(config.getoption("--long")) or os.environ.get(LONG_ENV) == "1"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if torch.cuda.is_available():
-        return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    skip_long = pytest.mark.skip(reason=f"long end-to-end check: run with --long or {LONG_ENV}=1 (CI does)")
+    run_long = long_tests_enabled(config)
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if "long" in item.keywords and not run_long:
+            item.add_marker(skip_long)
 
 
 @pytest.fixture

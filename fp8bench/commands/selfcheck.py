@@ -38,7 +38,7 @@ report: docs/selfcheck.md.
 
 examples:
   fp8bench selfcheck
-  fp8bench selfcheck --device cuda:1 --out selfcheck.json
+  fp8bench selfcheck --device cuda:1 --out results/selfcheck-cuda1.json
   fp8bench selfcheck --backend torch emulated --json
   fp8bench selfcheck --check gemm_peak timer_vs_wall      # rerun what failed
 """

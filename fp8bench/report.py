@@ -72,10 +72,15 @@ def phase_split(record: dict[str, Any]) -> str:
     return " ".join(f"{short.get(k, k)}{100 * v / total:.0f}%" for k, v in phases.items())
 
 
+def timed(record: dict[str, Any]) -> bool:
+    """A record with timings to be noisy or not: measured, with a median (an interpreter's run has none)."""
+    return record.get("status") in ("ok", "invalid") and bool(record.get("median_s"))
+
+
 def noise_text(record: dict[str, Any], loaded: bool = False) -> str:
     """The record's relative spread (IQR / median) in percent, ``noisy`` appended when :func:`is_noisy` says so."""
     spread = record_spread(record)
-    if record.get("status") not in ("ok", "invalid") or (spread is None and not loaded):
+    if not timed(record):
         return "-"
     text = "-" if spread is None else f"{100 * spread:.2g}%" if spread < 1 else f"{100 * spread:.0f}%"
     return f"{text} noisy" if is_noisy(spread, loaded) else text
@@ -175,7 +180,7 @@ def table_notes(records: list[dict[str, Any]], load: HostLoad | None = None) -> 
     """What the table's flags mean, said once under it: noisy cases, percentages above the ceiling, the load."""
     notes = []
     loaded = bool(load and load.overloaded)
-    noisy = [r for r in records if r["status"] in ("ok", "invalid") and is_noisy(record_spread(r), loaded)]
+    noisy = [r for r in records if timed(r) and is_noisy(record_spread(r), loaded)]
     if noisy:
         why = (f"the run started at {load.describe()}" if loaded and load else
                f"their samples spread more than {NOISY_SPREAD:.0%} (IQR / median)")

@@ -92,3 +92,16 @@ def test_percent_of_peak_above_100_is_flagged_as_a_ceiling_problem():
     assert "131.5 !" in text
     assert "% peak above 100 (!) on 1 case(s): the ceiling is wrong, not the kernel" in text
     assert "fp8bench selfcheck --check cpu_ceiling" in text and "load average 7.75" in text
+
+
+def test_an_untimed_record_is_never_noisy():
+    """An interpreter's run (Triton on the CPU) has no samples: no noise to show, even when the run was loaded."""
+    from fp8bench.noise import HostLoad
+    from fp8bench.report import noise_text, table_notes
+
+    interpreted = {**record(64, "fp8_rowwise", [], backend="triton"), "interpreted": True, "reason": "interpreted"}
+    timed = _measured("bf16", 1e-3)
+    assert noise_text(interpreted, loaded=True) == "-"
+    assert noise_text(timed, loaded=True) == "1% noisy"
+    (note,) = table_notes([interpreted, timed], HostLoad(6.0, 2))
+    assert note.startswith("noisy: 1 case(s), the run started at load average 6.00 on 2 CPU(s)")

@@ -53,6 +53,14 @@ def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
     return "-" if x is None else f"{x:{spec}}{suffix}"
 
 
+def ms_text(seconds: float | None) -> str:
+    """Milliseconds with three significant digits (``0.169``, ``1.00``, ``11.6``; whole ones from 100 on)."""
+    if not seconds:
+        return "-"
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:#.3g}"
+
+
 def speedup_text(x: float | None) -> str:
     """A speedup with two significant digits (``0.0011x``, ``0.15x``, ``1.0x``, ``12x``): a case 900x slower
     must not read ``0.00x``, as a case 5x slower does not."""
@@ -140,8 +148,7 @@ def _cells(r: dict[str, Any], index: dict[tuple[Any, ...], dict[str, Any]], load
     ovf, unf = num.get("overflow_frac"), num.get("underflow_frac")
     return [r["workload"], _shape_text(r["shape"]),
             r["precision"] + (" (full acc)" if full_accum_variant(r) else ""), r["backend"], status_text(r),
-            _fmt(r.get("median_s") and r["median_s"] * 1e3, ".3g"),
-            _fmt(r.get("prequant_median_s") and r["prequant_median_s"] * 1e3, ".3g"),
+            ms_text(r.get("median_s")), ms_text(r.get("prequant_median_s")),
             _fmt(r.get("tflops") and r["tflops"], ".3g"), peak_text(r), speedup_text(e2e), speedup_text(pre),
             noise_text(r, loaded), phase_split(r), _fmt(num.get("sqnr_db"), ".1f"), _fmt(num.get("rel_err"), ".2e"),
             "-" if ovf is None else f"{100 * ovf:.2g}/{100 * (unf or 0):.2g}"]

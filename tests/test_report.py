@@ -77,7 +77,7 @@ def test_compact_mode_is_one_plain_line_per_case():
     render_table([_measured("bf16", 1e-3), {**record(512, "mxfp8", [], status="skipped", reason="over budget")}],
                  "bf16", console, compact=True)
     lines = console.export_text().splitlines()
-    assert lines[0].startswith("gemm 512x512x512 bf16 torch: ok | e2e ms 1, ")
+    assert lines[0].startswith("gemm 512x512x512 bf16 torch: ok | e2e ms 1.00, ")
     assert "vs bf16 1.0x" in lines[0] and "noise 1% " not in lines[0] and "noise 1%" in lines[0]
     assert lines[1] == "gemm 512x512x512 mxfp8 torch: skipped: over budget"
     assert not any(ch in "".join(lines) for ch in "┃│┏")

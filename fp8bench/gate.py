@@ -386,17 +386,19 @@ def noise_reason(base: Side, cand: Side, case: str, ratio: float) -> str | None:
     already carries the noise between rounds; the raw samples of one run share that run's conditions, so their
     interval is narrower than the truth."""
     band = abs(ratio - 1)
+    reasons = []
     for label, side in (("base", base), ("candidate", cand)):
         spread = relative_spread(side.cases[case].samples)
         loads = list(side.loaded.values())
         if not is_noisy(spread, bool(loads), band):
             continue
         if loads:
-            return f"the {label} was measured at {loads[0].describe()}"
-        assert spread is not None
-        return (f"the {label}'s {side.sample_unit} spread {spread:.1%} (IQR / median), more than the "
-                f"{band:.1%} difference")
-    return None
+            reasons.append(f"the {label} was measured at {loads[0].describe()}")
+        else:
+            assert spread is not None
+            reasons.append(f"the {label}'s {side.sample_unit} spread {spread:.1%} (IQR / median), more than the "
+                           f"{band:.1%} difference")
+    return "; ".join(reasons) or None
 
 
 def compare_values(base: Side, cand: Side, config: GateConfig) -> list[dict[str, Any]]:

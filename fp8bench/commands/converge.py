@@ -155,37 +155,37 @@ def execute(args: argparse.Namespace) -> int:
     baseline = None
     interrupted, disk_full = False, False
     progress = StepProgress("converge", args.steps * len(todo), err, enabled=not args.json)
-    progress.__enter__()
-    try:
-        for seq, precision in enumerate(todo):
-            name = precision if isinstance(precision, str) else precision.name
-            progress.start(f"curve {seq + 1} of {len(todo)}: {name} on {args.backend}")
-            before = progress.done
-            try:
-                with device.guard():  # the model, its optimizer and every synchronize act on this GPU
-                    curve = train_curve(shape, precision, args.backend, device, settings,
-                                        on_step=lambda _step, _loss: progress.advance())
-            except Exception as exc:  # one recipe failing to train must not cost the others
-                err.print(f"[red]{name} failed:[/] {type(exc).__name__}: {exc}")
-                records.append({"precision": name, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"})
-                continue
-            finally:  # a curve that stopped early (a non-finite loss) or failed leaves its steps behind
-                progress.advance(before + args.steps - progress.done)
-            verdict = baseline_verdict(curve, settings) if baseline is None else assess(curve, baseline, settings)
-            if baseline is None:
-                baseline = curve
-            fmt = precision.format_label if isinstance(precision, Fp8Recipe) else (
-                "e4m3" if name == BROKEN else None)
-            record = curve_record(curve, verdict, shape, device, settings, seq, fmt,
-                                  fp4_settings(precision) if isinstance(precision, Fp8Recipe) else None)
-            records.append(record)
-            stream.add(record)
-    except KeyboardInterrupt:
-        interrupted = True
-    except DiskFull:
-        disk_full = True
-    finally:
-        progress.__exit__(None, None, None)
+    with progress:
+        try:
+            for seq, precision in enumerate(todo):
+                name = precision if isinstance(precision, str) else precision.name
+                progress.start(f"curve {seq + 1} of {len(todo)}: {name} on {args.backend}")
+                before = progress.done
+                try:
+                    with device.guard():  # the model, its optimizer and every synchronize act on this GPU
+                        curve = train_curve(shape, precision, args.backend, device, settings,
+                                            on_step=lambda _step, _loss: progress.advance())
+                except Exception as exc:  # one recipe failing to train must not cost the others
+                    err.print(f"[red]{name} failed:[/] {type(exc).__name__}: {exc}")
+                    records.append({"precision": name, "status": "failed",
+                                    "reason": f"{type(exc).__name__}: {exc}"})
+                    continue
+                finally:  # a curve that stopped early (a non-finite loss) or failed leaves its steps behind
+                    progress.advance(before + args.steps - progress.done)
+                verdict = (baseline_verdict(curve, settings) if baseline is None
+                           else assess(curve, baseline, settings))
+                if baseline is None:
+                    baseline = curve
+                fmt = precision.format_label if isinstance(precision, Fp8Recipe) else (
+                    "e4m3" if name == BROKEN else None)
+                record = curve_record(curve, verdict, shape, device, settings, seq, fmt,
+                                      fp4_settings(precision) if isinstance(precision, Fp8Recipe) else None)
+                records.append(record)
+                stream.add(record)
+        except KeyboardInterrupt:
+            interrupted = True
+        except DiskFull:
+            disk_full = True
     stream.finish(status=STATUS_DISK_FULL if disk_full else "interrupted" if interrupted else "complete",
                   n_records=len(stream.records))
     store_errors = stream.store_errors

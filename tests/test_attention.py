@@ -20,7 +20,12 @@ CPU = resolve_device("cpu")
 SMALL = "b=2,h=4,kv_heads=2,s=32,d=32"  # 64 tokens, width 128: aligned for every FP8 recipe's forward GEMMs
 
 
-def _measure(shape_text: str, precision: str, backend: str, budget: float = 20.0, timer=None):
+# These tests check statuses, phases and numerics, never the budget: it is far above what any case here takes, so
+# that a busy machine cannot turn a case into `skipped: over budget` (one did at 20 s with both cores busy).
+BUDGET_S = 600.0
+
+
+def _measure(shape_text: str, precision: str, backend: str, budget: float = BUDGET_S, timer=None):
     settings = RunSettings(device="cpu", budget_s=budget, energy=False,
                            policy=SamplingPolicy(min_samples=5, min_time_s=0.01, max_time_s=0.3, target_rse=0.05))
     case = Case("attention", ATTN.parse_shape(shape_text), resolve_precision(precision), backend)
@@ -66,7 +71,7 @@ def _phases_add_up(shape_text: str, precision: str, backend: str) -> dict:
     of whatever else ran on a shared 2-core machine.)"""
     rec = _measure(shape_text, precision, backend, timer=WorkClock())
     assert rec["status"] == "ok", rec["reason"]
-    assert sum(rec["phases"].values()) == pytest.approx(rec["median_s"], rel=1e-3), rec["phases"]
+    assert sum(rec["phases"].values()) == pytest.approx(rec["median_s"], rel=1e-3), (rec["phases"], rec["notes"])
     return rec
 
 

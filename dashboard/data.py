@@ -28,6 +28,7 @@ import streamlit as st
 
 from fp8bench import store_queries
 from fp8bench.commits import checkout_remote, url_template
+from fp8bench.noise import is_noisy, record_spread, run_load
 from fp8bench.paths import default_results_dir
 from fp8bench.redact import error_line, redact
 from fp8bench.shapes import shape_label
@@ -171,6 +172,9 @@ def _flatten_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["n_records"] = data.map(lambda d: d.get("n_records"))
     out["remote"] = data.map(lambda d: (d.get("git") or {}).get("remote"))
     out["commit"] = out["git_commit"].fillna("").str.slice(0, 7)
+    load = data.map(run_load)  # the host's load when the run started (fp8bench.noise); None in older runs
+    out["load_avg_1m"] = load.map(lambda v: v.load_1m if v else None)
+    out["loaded"] = load.map(lambda v: bool(v and v.overloaded))
     return out
 
 
@@ -219,8 +223,23 @@ def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter) -
 
 def load_records(snapshot: Snapshot, flt: RecordFilter) -> pd.DataFrame:
     """The latest record of each case per device label under the filter (overall, and among the speed-comparable,
-    metered, numerics and loss-curve records), oldest first, with derived columns (:func:`enrich`)."""
-    return _query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt))
+    metered, numerics and loss-curve records), oldest first, with derived columns (:func:`enrich`,
+    :func:`with_noise`)."""
+    return with_noise(_query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt)),
+                      snapshot.runs)
+
+
+def with_noise(records: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Add ``noise`` (the relative spread of each record's samples, IQR / median) and ``noisy``, by the rule the run
+    table and the gate use (:func:`fp8bench.noise.is_noisy`): spread over the threshold, or a run started with the
+    host overloaded."""
+    out = records.copy()
+    loaded = set(runs.loc[runs["loaded"].astype(bool), "run_id"]) if "loaded" in runs else set()
+    out["noise"] = [record_spread({"iqr_s": i, "median_s": m}) for i, m in zip(out["iqr_s"], out["median_s"],
+                                                                              strict=True)]
+    out["noisy"] = [is_noisy(None if pd.isna(s) else s, run in loaded) if pd.notna(m) else False
+                    for s, run, m in zip(out["noise"], out["run_id"], out["median_s"], strict=True)]
+    return out
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

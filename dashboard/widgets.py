@@ -17,6 +17,10 @@ from fp8bench.escaping import neutralize_formulas
 from fp8bench.store_queries import RecordFilter
 
 _VIEW_KEY = "fp8bench_view"
+# The records' noise (fp8bench.noise): relative spread of the samples, shown in percent.
+NOISE_COLUMN = st.column_config.NumberColumn("noise (IQR/median)", format="percent",
+                                             help="relative spread of the samples; noisy: over 10%, or the run "
+                                                  "started with the host's load above its CPU count")
 MAX_POINTS = 600  # per series on a chart: more than a screen's width of markers says nothing more
 # Characters per line of a chart's category label: a transformer's whole config (~100 characters) on one line would
 # take half the chart's width from the plot.

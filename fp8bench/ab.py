@@ -200,10 +200,12 @@ class AbResult:
 def run_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path, rounds: int = 10,
            config: GateConfig | None = None, rerun_inconclusive: bool = True,
            on_round: Callable[[int, str], None] | None = None, stderr: IO[str] | None = None,
-           round_timeout_s: float | None = None, force: bool = False) -> AbResult:
+           round_timeout_s: float | None = None, force: bool = False,
+           on_rerun: Callable[[list[str]], None] | None = None) -> AbResult:
     """Measure both sides in interleaved rounds and gate head against base (rerunning inconclusive cases once).
     ``round_timeout_s`` bounds each side's round; ``force`` lets round files replace those of an earlier A/B run
-    in ``folder``."""
+    in ``folder``. ``on_round(r, side)`` follows each side's run of round ``r``; ``on_rerun(cases)`` announces the
+    rerun of the cases left inconclusive, before its rounds start."""
     # Round r of both sides ran back to back, so the gate compares them round by round.
     config = replace(config or GateConfig(), paired=True)
     workers: dict[str, Worker] = {}
@@ -214,6 +216,8 @@ def run_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path
         report = build_report(collect_side(load_side(str(dirs["base"]))), collect_side(load_side(str(dirs["head"]))),
                               config)
         if rerun_inconclusive and report["counts"].get("inconclusive"):
+            if on_rerun:
+                on_rerun([c["case"] for c in report["cases"] if c["verdict"] == "inconclusive"])
             again = run_rounds(workers, run_args, rounds, folder / "rerun", on_round, round_timeout_s, force)
             rerun = build_report(collect_side(load_side(str(again["base"]))),
                                  collect_side(load_side(str(again["head"]))), config)

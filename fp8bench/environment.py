@@ -30,11 +30,12 @@ import torch
 
 from fp8bench.commits import web_url
 from fp8bench.devices import Device, cpu_model
+from fp8bench.noise import host_load
 
 # Environment variables that change which kernels run or how many threads they use.
 RELEVANT_ENV = (
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE",
-    "NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
+    "NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE", "TORCH_CUDNN_V8_API_ENABLED", "TORCHINDUCTOR_MAX_AUTOTUNE", "TRITON_INTERPRET",
     "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_FUSED_ATTN_BACKEND", "NVTE_DPA_FP8_RECIPE", "PYTORCH_CUDA_ALLOC_CONF",
     # TE's power-of-two scale switches: fp8bench overrides them per recipe object (kernels/te_backend.py), but what
@@ -150,11 +151,13 @@ def flags() -> dict[str, Any]:
 
 
 def capture(device: Device) -> dict[str, Any]:
-    """Everything about this machine and software that a record's numbers depend on."""
+    """Everything about this machine and software that a record's numbers depend on. ``host.load`` is the load
+    when the run starts (:mod:`fp8bench.noise`): a run measured beside other work is noisy."""
+    load = host_load()
     return {
         "git": git_info(),
         "host": {"alias": host_alias(), "os": platform.platform(), "cpu_model": cpu_model(),
-                 "logical_cpus": os.cpu_count()},
+                 "logical_cpus": os.cpu_count(), "load": load.to_dict() if load else None},
         "device": device_properties(device),
         "software": software_versions(),
         "env": {k: os.environ[k] for k in RELEVANT_ENV if k in os.environ},

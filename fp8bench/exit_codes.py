@@ -3,7 +3,7 @@
 Verbs without a verdict: 0 success, 1 a case failed or came out invalid (``run``) or training diverged
 (``converge``), 2 bad input, 74 the disk filled (``run``, ``converge``), 130 interrupted (Ctrl-C, SIGTERM or
 SIGHUP). Verbs with a verdict (``gate``, ``ab``): 0 pass, 1 regression,
-2 inconclusive or incomparable, 3 harness error or bad input: there 2 is a verdict, so bad input takes 3.
+2 inconclusive, noisy or incomparable, 3 harness error or bad input: there 2 is a verdict, so bad input takes 3.
 """
 
 EXIT_OK, EXIT_CASE_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -25,8 +25,13 @@ Method (DESIGN, "Gate method"):
    candidate killed part-way looks like this), unless ``--allow-missing`` makes such cases ``removed``. Power
    capping alone never breaks a case (it is how a GPU runs a large GEMM), even in run files from fp8bench versions
    that marked it invalid, unless the run used ``--strict-clocks``.
-6. **Exit code:** 1 on any ``slower``, ``broken`` or ``missing`` case; else 2 on any ``inconclusive`` or
-   ``incomparable`` case (or when nothing could be compared); else 0. ``fail_on="regression"`` (``--fail-on
+   ``noisy`` replaces ``slower`` (and ``faster``) when a side is one run (its raw samples) and the difference lies
+   within a side's noise (:mod:`fp8bench.noise`): that side's run started with the host's load above its CPU
+   count, or its samples spread (IQR / median) wider than the difference. Raw samples of one run under load can
+   sit tight around a median that the load, not the code, moved; only interleaved rounds (``fp8bench ab``)
+   separate the two, so the report points there.
+6. **Exit code:** 1 on any ``slower``, ``broken`` or ``missing`` case; else 2 on any ``inconclusive``, ``noisy``
+   or ``incomparable`` case (or when nothing could be compared); else 0. ``fail_on="regression"`` (``--fail-on
    regression``) lets an undecided outcome exit 0, its verdict still reported as such. Harness errors and bad
    input are 3.
    ``fp8bench ab`` reruns inconclusive cases once (:func:`merge_rerun`).
@@ -52,6 +57,7 @@ from fp8bench.comparability import ComparabilityKey, comparability_key, describe
 from fp8bench.escaping import md_code, md_text
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
+from fp8bench.noise import HostLoad, is_noisy, relative_spread, run_load
 from fp8bench.records import case_key
 from fp8bench.runfile import check_seconds
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
@@ -60,10 +66,10 @@ from fp8bench.units import parse_fraction
 
 # Case verdicts. Only the first group changes the exit code. Time regresses "slower"; energy and accuracy "worse".
 REGRESSING = ("slower", "worse", "broken", "missing")
-UNDECIDED = ("inconclusive", "incomparable")
+UNDECIDED = ("inconclusive", "noisy", "incomparable")
 INFORMATIONAL = ("faster", "better", "same", "new", "removed", "not measured")
 VERDICT_ORDER = (*REGRESSING, *UNDECIDED, "faster", "better", "same", "new", "removed", "not measured")
-COMPARED = ("slower", "worse", "faster", "better", "same", "inconclusive")
+COMPARED = ("slower", "worse", "faster", "better", "same", "inconclusive", "noisy")
 
 # Statuses a side's case takes when it has nothing to compare: it ran under an interpreter (Triton on the CPU),
 # whose timings are never compared, or its record lacks the gated metric (no energy meter, no SQNR).
@@ -72,6 +78,9 @@ NO_VALUE = "no value"
 
 # --fail-on: which outcomes fail the job. "inconclusive" (the default) fails on an undecided case as well.
 FAIL_ON = ("inconclusive", "regression")
+
+# A side of one run is compared on its raw samples (each case's timed calls), a side of rounds on per-round medians.
+RAW = "raw samples"
 
 # The noise floor: T is never set under this multiple of the A/A noise measured on the same runner.
 AA_NOISE_MULTIPLE = 3.0
@@ -163,6 +172,7 @@ class Side:
     git_commit: str | None
     cases: dict[str, SideCase]
     sample_unit: str  # "round medians" | "raw samples"
+    loaded: dict[str, HostLoad] = field(default_factory=dict)  # run id -> its load, for runs started overloaded
 
 
 def measured(record: dict[str, Any], run: dict[str, Any]) -> bool:
@@ -248,8 +258,10 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
                 entry.samples.extend(check_seconds(v, f"{origin}: case {name}: sample {i}")
                                      for i, v in enumerate(samples))
     commits = {(p["run"].get("git") or {}).get("commit") for p in payloads}
-    unit = ("round medians" if rounds else "raw samples") if metric == "median_s" else "one value per run"
-    return Side([p["run"]["run_id"] for p in payloads], commits.pop() if len(commits) == 1 else None, cases, unit)
+    unit = ("round medians" if rounds else RAW) if metric == "median_s" else "one value per run"
+    loads = {p["run"]["run_id"]: run_load(p["run"]) for p in payloads}
+    return Side([p["run"]["run_id"] for p in payloads], commits.pop() if len(commits) == 1 else None, cases, unit,
+                {run_id: load for run_id, load in loads.items() if load is not None and load.overloaded})
 
 
 # -- the comparison -----------------------------------------------------------------------------------------------
@@ -355,9 +367,41 @@ def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> 
         r = results[name]
         r["p_slower_adj"], r["p_faster_adj"] = ps, pf
         r["verdict"], r["reason"] = classify(r["ci_low"], r["ci_high"], ps, pf, r["threshold"], config.alpha)
+        if r["verdict"] in ("slower", "faster") and RAW in (base.sample_unit, cand.sample_unit):
+            within = noise_reason(base, cand, name, r["ratio"])
+            if within:
+                r["verdict"], r["reason"] = "noisy", f"{within}; {r['reason']} if the samples were trusted"
         if config.metric != "median_s":  # more joules is "worse", not "slower"
             r["verdict"] = {"slower": "worse", "faster": "better"}.get(r["verdict"], r["verdict"])
     return [results[n] for n in names]
+
+
+NOISY_ADVICE = ("interleave the two versions in rounds on one machine, `fp8bench ab --base BASE --head HEAD -- "
+                "RUN ARGS`, so that the noise is shared and cancels")
+
+
+def noise_reason(base: Side, cand: Side, case: str, ratio: float) -> str | None:
+    """Why a difference read from one run per side is within the noise of a side (:func:`fp8bench.noise.is_noisy`
+    with the difference ``|ratio - 1|`` as the band), or ``None``: a side's run started with the host overloaded,
+    or the relative spread of a side's samples of ``case`` is wider than the difference.
+
+    Rounds need no such rule: their per-round medians are independent measurements, and the interval over them
+    already carries the noise between rounds; the raw samples of one run share that run's conditions, so their
+    interval is narrower than the truth."""
+    band = abs(ratio - 1)
+    reasons = []
+    for label, side in (("base", base), ("candidate", cand)):
+        spread = relative_spread(side.cases[case].samples)
+        loads = list(side.loaded.values())
+        if not is_noisy(spread, bool(loads), band):
+            continue
+        if loads:
+            reasons.append(f"the {label} was measured at {loads[0].describe()}")
+        else:
+            assert spread is not None
+            reasons.append(f"the {label}'s {side.sample_unit} spread {spread:.1%} (IQR / median), more than the "
+                           f"{band:.1%} difference")
+    return "; ".join(reasons) or None
 
 
 def compare_values(base: Side, cand: Side, config: GateConfig) -> list[dict[str, Any]]:
@@ -421,18 +465,32 @@ OVERALL = {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_INCONCLUSIVE: 
            EXIT_HARNESS_ERROR: "error"}
 
 
+def overall_verdict(cases: Sequence[dict[str, Any]]) -> str:
+    """The report's verdict word: :data:`OVERALL`'s, except ``noisy`` for an undecided outcome with a noisy case
+    (the answer is then to measure again, interleaved, not to look at the code)."""
+    outcome = overall_code(cases)
+    if outcome == EXIT_INCONCLUSIVE and any(c["verdict"] == "noisy" for c in cases):
+        return "noisy"
+    return OVERALL[outcome]
+
+
 def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
                  cases: list[dict[str, Any]] | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
     """The whole gate outcome as one JSON-able dict (what the store keeps and the JSON report holds)."""
     cases = compare_sides(base, cand, config) if cases is None else cases
-    outcome = overall_code(cases)
     counts = {v: sum(c["verdict"] == v for c in cases) for v in VERDICT_ORDER}
     all_notes = list(notes)
-    if base.sample_unit == "raw samples" or cand.sample_unit == "raw samples":
+    if RAW in (base.sample_unit, cand.sample_unit):
         all_notes.append("one run per side: raw samples of one run are treated as independent, which overstates "
                          "confidence; interleaved rounds (`fp8bench ab`) are the reliable method")
     if not any(c["verdict"] in COMPARED for c in cases):
         all_notes.append("no case could be compared")
+    for side_name, side in (("base", base), ("candidate", cand)):
+        for run_id, load in side.loaded.items():
+            all_notes.append(f"the {side_name} run {run_id} started at {load.describe()}: its timings are noisy")
+    if any(c["verdict"] == "noisy" for c in cases):
+        all_notes.append(f"noisy: a difference within the noise of one side is not called a regression; "
+                         f"{NOISY_ADVICE}")
     shared = same_runs(base, cand)
     if shared:
         all_notes.append(SAME_RUN_NOTE.format(runs=", ".join(shared)))
@@ -441,7 +499,7 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
         "created_at": datetime.now(timezone.utc).isoformat(),
         "base_run_id": ",".join(base.run_ids), "cand_run_id": ",".join(cand.run_ids),
         "git_commit": cand.git_commit, "base_git_commit": base.git_commit,
-        "verdict": OVERALL[outcome], "exit_code": exit_code_for(cases, config.fail_on),
+        "verdict": overall_verdict(cases), "exit_code": exit_code_for(cases, config.fail_on),
         "rounds": {"base": len(base.run_ids), "cand": len(cand.run_ids)},
         "sample_unit": {"base": base.sample_unit, "cand": cand.sample_unit},
         "config": {"threshold": config.threshold, "overrides": [list(o) for o in config.overrides],
@@ -487,7 +545,7 @@ def merge_rerun(first: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
             cases.append(c)
     fail_on = first["config"].get("fail_on", "inconclusive")
     merged = {**first, "cases": cases, "exit_code": exit_code_for(cases, fail_on),
-              "verdict": OVERALL[overall_code(cases)],
+              "verdict": overall_verdict(cases),
               "counts": {v: sum(c["verdict"] == v for c in cases) for v in VERDICT_ORDER},
               "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
               "rerun": {"base_run_id": rerun["base_run_id"], "cand_run_id": rerun["cand_run_id"],
@@ -520,7 +578,8 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
     and a case key stays inside its cell."""
     counts = ", ".join(f"{n} {v}" for v, n in report["counts"].items() if n)
     fail_on = report["config"].get("fail_on", "inconclusive")
-    lenient = " under --fail-on regression" if fail_on == "regression" and report["verdict"] == "inconclusive" else ""
+    lenient = (" under --fail-on regression" if fail_on == "regression" and report["verdict"] in ("inconclusive", "noisy")
+               else "")
     cfg = report["config"]
     metric = METRICS[cfg.get("metric", "median_s")]
     named = "" if metric.name == "median_s" else f" on {metric.name}"

@@ -35,6 +35,7 @@ On CUDA the ``torch`` mode also opens NVTX ranges, so a trace taken by an outsid
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import time
@@ -183,10 +184,20 @@ def run_pass(pipeline: Pipeline, device: Device, iterations: int, torch_ranges: 
         step()
 
 
+# libkineto (torch.profiler's engine) prints "USDT: ... profiler_start" and "profiler_stop" marker lines on stderr
+# for every profiled case. They are written at the highest severity of its logger (libkineto/src/Logger.h:
+# VERBOSE, INFO, WARNING, ERROR, STAGE, USDT), above its errors, so no level drops them and keeps errors;
+# KINETO_LOG_LEVEL, read when the profiler first starts, set past the last level silences the logger. A profile that
+# fails is still reported in the record (its trace missing); a user who sets KINETO_LOG_LEVEL keeps their level.
+KINETO_LOG_LEVEL_ENV = "KINETO_LOG_LEVEL"
+KINETO_SILENT = "6"
+
+
 def torch_profile(pipeline: Pipeline, device: Device, trace: Path, iterations: int) -> dict[str, Any]:
     """Record the pass with ``torch.profiler`` and write its Chrome trace to ``trace``; the record's profile."""
     from torch.profiler import ProfilerActivity, profile
 
+    os.environ.setdefault(KINETO_LOG_LEVEL_ENV, KINETO_SILENT)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.is_cuda else [])
     trace.parent.mkdir(parents=True, exist_ok=True)
     # One warm-up round, recorded by nobody: the profiler's own start-up (CUPTI's initialization on CUDA, its

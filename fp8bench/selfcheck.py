@@ -11,7 +11,9 @@ compares the result with an expectation that does not come from the thing being 
   a timer that over-counts. Above: a timer that under-counts, or a wrong table row.
 * ``cpu_ceiling`` (CPU): the CPU has no datasheet; fp8bench measures its ceilings (best of a few large matmuls and a
   large copy). The runner's BF16 GEMM at the ceiling's own size must land within the same band of the ceiling just
-  measured, which checks the runner's timing and the ceiling against each other.
+  measured, which checks the runner's timing and the ceiling against each other. The ceilings measured here replace
+  the results folder's cached ones when the machine is quiet (:mod:`fp8bench.peaks`), so later runs' percentages of
+  peak use them.
 * ``timer_vs_wall``: the device timer (CUDA events; ``perf_counter_ns`` on the CPU) and the wall clock
   (``time.time``) time the same long loop of GEMMs (:data:`TIMER_LOOP_S`); they must agree within
   :data:`TIMER_TOLERANCE`. Events recorded on another device's stream read about zero; a wrong unit reads 1000x off.
@@ -128,13 +130,14 @@ class Probe:
     free_memory_bytes: int | None = None
 
 
-def probe_for(device: Device) -> Probe:
-    """The real probe of ``device``. On the CPU, the ceilings are measured afresh (no cache): this is a check."""
+def probe_for(device: Device, results_dir: Path | None = None) -> Probe:
+    """The real probe of ``device``. On the CPU, the ceilings are measured afresh (this is a check), and written to
+    ``results_dir``'s cache when the machine is quiet, so that later runs' percentages of peak use them."""
     name = device.name()
     free = int(torch.cuda.mem_get_info(device.torch)[0]) if device.is_cuda else None
     meter = meter_for(device) if device.is_cuda else NullMeter("energy is checked through NVML, on GPUs")
     return Probe(device, name, device.is_cuda, timer_for(device, flush_l2=True), time.time, meter,
-                 Peaks(device, name, cache_dir=None), free)
+                 Peaks(device, name, cache_dir=results_dir, refresh=True), free)
 
 
 @dataclass(frozen=True)
@@ -361,17 +364,22 @@ class Selfcheck:
             yield CheckResult("gemm_peak", name, verdict, detail, measured)
 
     def _cpu_ceiling(self) -> Iterator[CheckResult]:
-        peaks = self.probe.peaks or Peaks(self.probe.device, self.probe.device_name, cache_dir=None)
+        peaks = self.probe.peaks or Peaks(self.probe.device, self.probe.device_name, refresh=True)
         bf16 = PRECISIONS.get("bf16")
-        ceiling = peaks.compute(bf16)  # measured now (the probe's Peaks has no cache)
+        ceiling = peaks.compute(bf16)  # measured now (the probe's Peaks refreshes its cache)
         fp32, bandwidth = peaks.compute(PRECISIONS.get("fp32")), peaks.bandwidth()
+        entry = peaks.cpu_ceilings()
         n = CEILING_N  # the size the ceiling was measured at
         record = self._measure(self._peak, "cpu_ceiling", Case("gemm", _gemm_shape((n, n, n)), bf16, "torch"))
         measured = {"bf16_ceiling_tflops": ceiling.value if ceiling else None,
                     "fp32_ceiling_tflops": fp32.value if fp32 else None,
-                    "copy_tbps": bandwidth.value if bandwidth else None, "runner_tflops": record.get("tflops")}
+                    "copy_tbps": bandwidth.value if bandwidth else None, "runner_tflops": record.get("tflops"),
+                    "load": entry.get("load"), "cached": bool(entry.get("cached") and peaks.cache_dir)}
+        where = (f"cached in {peaks.cache_dir} for later runs" if measured["cached"] else
+                 "not cached: measured under load" if (entry.get("load") or {}).get("overloaded") else "not cached")
         ceilings = (f"measured ceilings: BF16 {measured['bf16_ceiling_tflops']:.3g}, FP32 "
-                    f"{measured['fp32_ceiling_tflops']:.3g} TFLOP/s, copy {measured['copy_tbps']:.3g} TB/s")
+                    f"{measured['fp32_ceiling_tflops']:.3g} TFLOP/s, copy {measured['copy_tbps']:.3g} TB/s "
+                    f"({where})")
         if record["status"] != "ok":
             yield CheckResult("cpu_ceiling", "bf16", Verdict.FAIL, f"{ceilings}; the runner's {n}^3 BF16 GEMM "
                               f"{record['status']}: {record.get('reason')}", measured)

@@ -1,4 +1,4 @@
-"""Vendor libraries' import-time messages that only mean "there is no CUDA here".
+"""Vendor libraries' import-time messages that say nothing to an fp8bench user.
 
 torchao's prebuilt wheels carry CUDA extension libraries (``torchao/_C_mxfp8*.so``, ``torchao/_C_cutlass_90a*.so``)
 and ``import torchao`` tries to load each of them, logging ``Failed to load FILE: ...`` at WARNING level on the
@@ -7,6 +7,13 @@ On a machine without CUDA none of them can load, so every CPU run that touches t
 which read like a broken install. :func:`quiet_vendor_imports` drops exactly those records when this process has
 no usable CUDA device, and remembers what it dropped so that ``fp8bench doctor`` can say it once. On a machine
 with CUDA nothing is filtered: there a library that fails to load is a real problem.
+
+torch 2.13 deprecated ``torch.utils._pytree.register_constant`` on Enum classes (they are now opaque values to
+``torch.compile``) and logs a WARNING on the ``torch.utils._pytree`` logger for each call; torchao's
+``register_as_pytree_constant`` decorator (``torchao/utils.py``) makes that call at import for its Enum
+``KernelPreference`` (``torchao/quantization/quantize_/common/kernel_preference.py``), so every verb that loads the
+torchao backend printed it. The message is addressed to torchao's authors; :func:`quiet_vendor_imports` drops
+exactly it, and nothing else that logger says.
 """
 
 from __future__ import annotations
@@ -35,12 +42,29 @@ class _NoCudaLibraryFilter(logging.Filter):
 
 _FILTER = _NoCudaLibraryFilter()
 
+# torch/utils/_pytree.py, _private_register_pytree_node: log.warning("%s is an Enum subclass and is now natively
+# supported by torch.compile as an opaque value type. Calling register_constant() on Enum subclasses is deprecated
+# ...", cls)
+_ENUM_CONSTANT_DEPRECATION = "is an Enum subclass and is now natively supported by torch.compile"
+
+
+class _EnumConstantDeprecationFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _ENUM_CONSTANT_DEPRECATION not in record.getMessage()
+
+
+_PYTREE_FILTER = _EnumConstantDeprecationFilter()
+
 
 def quiet_vendor_imports(cuda_available: bool) -> None:
-    """Install the filter (idempotent) when ``cuda_available`` is false; call before importing torchao."""
+    """Install the filters (idempotent): torchao's CUDA-library messages when ``cuda_available`` is false, and
+    torch's Enum-constant deprecation always. Call before importing torchao."""
     logger = logging.getLogger("torchao")
     if not cuda_available and _FILTER not in logger.filters:
         logger.addFilter(_FILTER)
+    pytree = logging.getLogger("torch.utils._pytree")
+    if _PYTREE_FILTER not in pytree.filters:
+        pytree.addFilter(_PYTREE_FILTER)
 
 
 def silenced() -> list[str]:

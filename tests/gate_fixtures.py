@@ -17,9 +17,14 @@ def record(m: int, precision: str, samples: list[float] | None, status: str = "o
 
 
 def payload(run_id: str, records: list[dict[str, Any]], torch: str = "2.13.0", commit: str = "c0ffee",
-            gpu: dict[str, Any] | None = None, started_at: str = "2026-11-21T00:00:00+00:00") -> dict[str, Any]:
+            gpu: dict[str, Any] | None = None, started_at: str = "2026-11-21T00:00:00+00:00",
+            load: tuple[float, int] | None = None) -> dict[str, Any]:
+    """A finished run of ``records``; ``load`` is (1-minute load average, logical CPUs) when the run started."""
+    host: dict[str, Any] = {"alias": "host-test"}
+    if load is not None:
+        host["load"] = {"load_avg_1m": load[0], "logical_cpus": load[1], "overloaded": load[0] > load[1]}
     run: dict[str, Any] = {"run_id": run_id, "started_at": started_at, "status": "complete",
-                           "git": {"commit": commit, "dirty": False}, "host": {"alias": "host-test"},
+                           "git": {"commit": commit, "dirty": False}, "host": host,
                            "device": {"name": "Test CPU"}, "device_spec": "cpu",
                            "software": {"torch": torch, "cuda_runtime": None},
                            "settings": {"flush_l2": True, "seed": 0}}

@@ -120,3 +120,20 @@ def test_ab_with_a_slowed_kernel_fails_and_names_the_case(tmp_path, results_dir,
     stored = __import__("fp8bench.store", fromlist=["open_store"]).open_store(results_dir).gate_reports_frame()
     assert list(stored["verdict"]) == ["regression"]
     assert "bf16" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_ab_says_which_round_of_how_many_and_announces_the_rerun(tmp_path, results_dir, capsys):
+    """Two rounds give each case 2 samples a side, under the gate's minimum of 3: every case is inconclusive, so
+    the rerun happens, and is said before its rounds start."""
+    rc = main(["ab", "--base", str(ROOT), "--head", str(ROOT), "--rounds", "2", "--out", str(tmp_path / "ab"),
+               "--results-dir", str(results_dir), "--no-store-report", *RUN_ARGS])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("ab: ")]
+    assert lines[0].startswith("ab: round 1 of 2, base first: 1/4 runs,") and "s left" in lines[0]
+    assert any(line.startswith("ab: round 2 of 2, head first: 4/4 runs") for line in lines)
+    rerun = next(i for i, line in enumerate(lines) if "rerunning them once in 2 more rounds" in line)
+    assert "2 case(s) inconclusive after 2 rounds" in lines[rerun]
+    assert lines[rerun + 1].startswith("ab: rerun round 1 of 2, base first: 5/8 runs")
+    assert lines[-1].startswith("ab: rerun round 2 of 2, head first: 8/8 runs")

@@ -147,3 +147,38 @@ def test_fast_accum_sweep_runs_each_fp8_case_in_both_modes(capsys, results_dir):
 def test_fast_accum_rejects_unknown_values(capsys, results_dir):
     code, _, err = run_cli(capsys, "run", "--fast-accum", "maybe", "--results-dir", str(results_dir))
     assert code == 2 and "invalid choice: 'maybe'" in err
+
+
+def test_step_progress_in_a_log_says_the_step_and_the_time_left():
+    """Off a terminal, one line per tenth of the work; the time left is the time per step so far times the steps
+    to go (a fake clock: 2 s per step)."""
+    from rich.console import Console
+
+    from fp8bench.commands.common import StepProgress
+
+    console = Console(width=120, record=True, color_system=None, force_terminal=False)
+    now = [0.0]
+    with StepProgress("converge", 20, console, clock=lambda: now[0]) as progress:
+        progress.start("curve 1 of 2: bf16")
+        for _ in range(10):
+            now[0] += 2.0
+            progress.advance()
+        progress.start("curve 2 of 2: fp8_rowwise", announce=False)
+        progress.advance(10)
+    lines = console.export_text().splitlines()
+    assert lines[0] == "converge: curve 1 of 2: bf16 (0 of 20 steps)"
+    assert lines[1] == "converge: curve 1 of 2: bf16: 2/20 steps, 4 s spent, about 36 s left"
+    assert lines[5] == "converge: curve 1 of 2: bf16: 10/20 steps, 20 s spent, about 20 s left"
+    assert lines[-1] == "converge: curve 2 of 2: fp8_rowwise: 20/20 steps, 20 s spent, about 0 s left"
+    assert len(lines) == 7  # the announcement and one line per tenth
+    progress.extend(20)
+    assert progress.total == 40 and progress.remaining_text() == "20 s spent, about 20 s left"
+
+
+def test_converge_prints_its_progress(capsys, results_dir):
+    code = main(["converge", "--steps", "4", "--window", "2", "--precision", "bf16", "--no-control",
+                 "--shape", "tiny,layers=1,seq=16,batch=2", "--results-dir", str(results_dir), "--no-store"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "converge: curve 1 of 1: bf16 on emulated (0 of 4 steps)" in err
+    assert "converge: curve 1 of 1: bf16 on emulated: 4/4 steps," in err

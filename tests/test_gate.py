@@ -131,6 +131,61 @@ def test_single_run_uses_raw_samples_with_a_note():
     assert any("independent" in n for n in report["notes"])
 
 
+# One run per side of unchanged code: the candidate's run shared the cores with another process, so every sample
+# of it is slower, and tight around its slow median (the shape of a loaded 2-core run).
+QUIET = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98] * 3
+LOADED = [2.6 * s for s in QUIET]
+
+
+def test_a_side_measured_under_load_is_noisy_not_a_regression():
+    base = [payload("b", [record(64, "bf16", QUIET)], load=(0.4, 2))]
+    cand = [payload("h", [record(64, "bf16", LOADED)], load=(4.1, 2))]
+    report = gate(base, cand)
+    (case,) = report["cases"]
+    assert case["verdict"] == "noisy" and case["ratio"] == pytest.approx(2.6)
+    assert "candidate was measured at load average 4.10 on 2 CPU(s)" in case["reason"]
+    assert report["verdict"] == "noisy" and report["exit_code"] == EXIT_INCONCLUSIVE
+    assert report["slower_cases"] == []
+    assert any("fp8bench ab" in n for n in report["notes"])
+    assert any("started at load average 4.10" in n for n in report["notes"])
+    assert "**NOISY** (exit 2)" in render_markdown(report)
+    # --fail-on regression lets the job pass; the verdict is still reported as noisy.
+    lenient = gate(base, cand, GateConfig(fail_on="regression"))
+    assert lenient["exit_code"] == EXIT_PASS and lenient["verdict"] == "noisy"
+
+
+def test_the_same_difference_on_a_quiet_machine_is_a_regression():
+    """The noisy rule does not hide a real slowdown: the same samples, both runs quiet, are a regression."""
+    report = gate([payload("b", [record(64, "bf16", QUIET)], load=(0.4, 2))],
+                  [payload("h", [record(64, "bf16", LOADED)], load=(1.9, 2))])
+    assert report["cases"][0]["verdict"] == "slower" and report["exit_code"] == EXIT_REGRESSION
+
+
+def test_samples_spread_wider_than_the_difference_are_noisy():
+    """Many samples make a tight interval of the median even when they spread 30%: the statistics alone would call
+    a 20% slowdown, but one run whose samples spread wider than the difference cannot show it; 2% can."""
+    spread = list(1.2 * (1 + 0.3 * np.linspace(-1, 1, 201)))  # median 1.2, IQR / median 0.30
+    report = gate([payload("b", [record(64, "bf16", QUIET)])], [payload("h", [record(64, "bf16", spread)])])
+    case = report["cases"][0]
+    assert case["verdict"] == "noisy", case
+    assert "candidate's raw samples spread" in case["reason"] and "more than the 20.0% difference" in case["reason"]
+    tight = [1.2 * s for s in QUIET]
+    assert gate([payload("b", [record(64, "bf16", QUIET)])],
+                [payload("h", [record(64, "bf16", tight)])])["cases"][0]["verdict"] == "slower"
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_rounds_under_load_still_decide(paired):
+    """Rounds are independent measurements whose interval carries the noise between them (and paired rounds share
+    the load, which cancels): the noisy rule is for one run per side only."""
+    slowed = {**CASES, (64, "bf16"): 1.2e-3}
+    base = rounds("b", CASES, seed=1, load=(4.0, 2))
+    cand = rounds("h", slowed, seed=2, load=(4.0, 2))
+    report = gate(base, cand, GateConfig(paired=paired))
+    assert verdicts(report)["gemm[m=64,n=64,k=64] bf16"] == "slower"
+    assert report["verdict"] == "regression"
+
+
 def test_too_few_samples_is_inconclusive_and_nothing_compared_is_not_a_pass():
     report = gate([payload("b", [record(64, "bf16", [1.0, 1.1])])], [payload("h", [record(64, "bf16", [1.0])])])
     assert report["cases"][0]["verdict"] == "inconclusive" and report["exit_code"] == EXIT_INCONCLUSIVE

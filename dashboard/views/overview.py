@@ -20,6 +20,7 @@ import streamlit as st
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.speedup import speedup_frame
 from fp8bench.dashboard.widgets import (
+    NOISE_COLUMN,
     chart,
     current_view,
     latest_per_case,
@@ -105,8 +106,9 @@ def main() -> None:
     speeds = speedup_frame(latest, baseline)
     st.subheader("Speedups per record")
     table(speeds[["device_label", "workload", "shape_label", "precision", "backend", "median_s",
-                  "prequant_median_s", "speedup_e2e", "speedup_prequant", "tflops", "pct_of_peak", "run_id"]],
-          "speedups", median_s=st.column_config.NumberColumn("median_s (s)", format="%.3e"),
+                  "prequant_median_s", "speedup_e2e", "speedup_prequant", "noise", "noisy", "tflops", "pct_of_peak",
+                  "run_id"]],
+          "speedups", noise=NOISE_COLUMN, median_s=st.column_config.NumberColumn("median_s (s)", format="%.3e"),
           prequant_median_s=st.column_config.NumberColumn("prequant_median_s (s)", format="%.3e"),
           speedup_e2e=st.column_config.NumberColumn(format="%.3fx"),
           speedup_prequant=st.column_config.NumberColumn(format="%.3fx"))

@@ -4,9 +4,11 @@ Arithmetic intensity is FLOPs per byte of the minimum memory traffic (each opera
 once, at the precision's element size), so FP8 moves a GEMM to the right of its BF16 twin. The attainable rate at
 intensity ``I`` is ``min(peak TFLOP/s, bandwidth TB/s * I)``: left of the ridge a kernel is memory-bound, right of
 it compute-bound. Each precision has its own compute ceiling (FP8 tensor cores are twice BF16's on Hopper); a CPU's
-ceilings are measured by fp8bench (a large matmul and a large copy), a GPU's come from the device table. Records of
-different runs may carry one ceiling measured several times (a CPU's matmul rate under other load): ceilings within
-:data:`CEILING_TOLERANCE` of each other are drawn as one line.
+ceilings are measured by fp8bench (a large matmul and a large copy), a GPU's come from the device table, and the
+page says which. Records of different runs may carry one ceiling measured several times (a CPU's matmul rate under
+other load): ceilings within :data:`CEILING_TOLERANCE` of each other are drawn as one line. A point above its
+ceiling (more than 100% of peak) means the ceiling is wrong (a CPU ceiling measured under load, a wrong table row),
+and the page says so rather than draw it as a fast kernel.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import streamlit as st
 
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
+    NOISE_COLUMN,
     chart,
     current_view,
     latest_per_case,
@@ -26,6 +29,7 @@ from fp8bench.dashboard.widgets import (
     speed_comparable,
     table,
 )
+from fp8bench.peaks import above_ceiling, ceiling_advice
 
 
 def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None, str]:
@@ -96,9 +100,22 @@ def main() -> None:
     chart(roofline_figure(points, bw), key="roofline_chart")
     bw_text = f"{bw:.3g} TB/s ({bw_source})" if bw else bw_source
     sources = "; ".join(sorted(points["peak_source"].dropna().unique())) or "none stored"
-    st.caption(f"Bandwidth ceiling: {md_text(bw_text)}. Compute ceilings: {md_text(sources)}. Latest record per case.")
+    where = ("fp8bench's own measurement of this CPU (a large matmul and a large copy)" if device_is_cpu(points) else
+             "the device table, fp8bench/data/device_peaks.json, each value with its source")
+    st.caption(f"Ceilings come from {where}. Bandwidth ceiling: {md_text(bw_text)}. Compute ceilings: "
+               f"{md_text(sources)}. Latest record per case.")
+    over = points[points["pct_of_peak"].map(above_ceiling)]
+    if not over.empty:
+        st.warning(f"{len(over)} point(s) above their ceiling (% of peak over 100, marked in the table): the "
+                   f"ceiling is wrong, not the kernel. {md_text(ceiling_advice(str(over['device'].iloc[0])))}.")
+    points = points.assign(above_ceiling=points["pct_of_peak"].map(above_ceiling))
     table(points[["workload", "shape_label", "precision", "backend", "flops", "bytes", "intensity", "tflops",
-                  "gbps", "peak_tflops", "pct_of_peak", "run_id"]], "roofline")
+                  "gbps", "peak_tflops", "pct_of_peak", "above_ceiling", "noise", "noisy", "run_id"]], "roofline",
+          noise=NOISE_COLUMN)
+
+
+def device_is_cpu(points: pd.DataFrame) -> bool:
+    return bool(points["device"].astype(str).str.startswith("cpu").all())
 
 
 main()

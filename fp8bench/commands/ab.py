@@ -11,6 +11,7 @@ from pathlib import Path
 from fp8bench.commands.common import (
     EXIT_HARNESS_ERROR,
     GATE_EXIT_CODES,
+    StepProgress,
     UsageError,
     add_json_flag,
     add_store_flags,
@@ -98,7 +99,9 @@ def _is_checkout(text: str) -> bool:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.ab import AbError, SideSpec, run_ab, temporary_checkouts
+    from rich.console import Console
+
+    from fp8bench.ab import AbError, SideSpec, round_order, run_ab, temporary_checkouts
     from fp8bench.commands.gate import gate_config, publish_report, write_report
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
@@ -122,10 +125,27 @@ def execute(args: argparse.Namespace) -> int:
         if refs:
             paths, cleanup = temporary_checkouts(args.repo.resolve(), refs)
             roots.update(paths)
-        progress = None if args.json else (lambda r, side: print(f"round {r + 1}: {side} done", file=sys.stderr))
-        result = run_ab(SideSpec("base", roots["base"], envs["base"]), SideSpec("head", roots["head"], envs["head"]),
-                        run_args, folder, args.rounds, config, not args.no_rerun, on_round=progress,
-                        round_timeout_s=args.round_timeout, force=args.force)
+        err = Console(stderr=True)
+        progress = StepProgress("ab", 2 * args.rounds, err, enabled=not args.json, unit="runs")
+        rerun = {"phase": ""}
+
+        def on_round(r: int, side: str) -> None:
+            if side == round_order(r)[0]:
+                progress.start(f"{rerun['phase']}round {r + 1} of {args.rounds}, {side} first", announce=False)
+            progress.advance()
+
+        def on_rerun(cases: list[str]) -> None:
+            rerun["phase"] = "rerun "
+            progress.extend(2 * args.rounds)
+            if not args.json:
+                err.print(f"ab: {len(cases)} case(s) inconclusive after {args.rounds} rounds; rerunning them once in "
+                          f"{args.rounds} more rounds: {', '.join(cases)}", markup=False, highlight=False)
+
+        with progress:
+            result = run_ab(SideSpec("base", roots["base"], envs["base"]),
+                            SideSpec("head", roots["head"], envs["head"]), run_args, folder, args.rounds, config,
+                            not args.no_rerun, on_round=on_round, on_rerun=on_rerun,
+                            round_timeout_s=args.round_timeout, force=args.force)
     except (AbError, OSError, ValueError) as exc:
         print(f"fp8bench ab: harness error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR

@@ -65,8 +65,10 @@ GATE_EXIT_CODES = ExitCodes((
     (EXIT_PASS, "pass: no case regressed (and none was inconclusive, unless --fail-on regression)"),
     (EXIT_REGRESSION, "regression: a case is slower (or, with --metric, uses more energy or lost accuracy) beyond "
                       "its threshold, broke, or is missing from the candidate (unless --allow-missing)"),
-    (EXIT_INCONCLUSIVE, "inconclusive or incomparable: a case could be neither confirmed nor ruled out, or nothing "
-                        "could be compared (exits 0 instead under --fail-on regression)"),
+    (EXIT_INCONCLUSIVE, "inconclusive, noisy or incomparable: a case could be neither confirmed nor ruled out, its "
+                        "difference lies within the noise of a side measured under load or with spread samples "
+                        "(rerun as interleaved rounds: `fp8bench ab`), or nothing could be compared (exits 0 "
+                        "instead under --fail-on regression)"),
     (EXIT_HARNESS_ERROR, "harness error or bad input (argparse's own errors included; a timing sample that is not "
                          "finite positive seconds; a run that did not finish, unless --allow-partial): no verdict "
                          "was reached"),
@@ -92,6 +94,103 @@ def add_store_flags(parser: argparse.ArgumentParser) -> None:
                         help="store path or URL (default RESULTS/fp8bench.sqlite; postgresql://... for a shared one)")
     parser.add_argument("--results-dir", type=Path, default=None,
                         help="folder of run files, store and caches (default ./results or $FP8BENCH_RESULTS_DIR)")
+
+
+# A console narrower than this gets the compact table by default: the full one would keep too few columns.
+COMPACT_BELOW_COLUMNS = 100
+# Where stdout is no terminal (a log, a pipe), tables are drawn this wide: a log line may be long, a cut one is lost.
+LOG_COLUMNS = 200
+
+
+def add_table_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table", choices=("auto", "full", "compact"), default="auto",
+                        help="full: one table, the columns that fit the console (the rest named under it); "
+                             f"compact: one plain line per case, for narrow consoles and logs; auto (default): "
+                             f"compact on a terminal under {COMPACT_BELOW_COLUMNS} columns, else full")
+
+
+def table_console(mode: str) -> tuple[Any, bool]:
+    """The console a result table is drawn on and whether it is compact (``mode`` from :func:`add_table_flag`):
+    a terminal's own width (or ``$COLUMNS``), else :data:`LOG_COLUMNS`."""
+    import os
+
+    from rich.console import Console
+
+    probe = Console()
+    console = probe if probe.is_terminal or os.environ.get("COLUMNS") else Console(width=LOG_COLUMNS)
+    compact = mode == "compact" or (mode == "auto" and probe.is_terminal and probe.width < COMPACT_BELOW_COLUMNS)
+    return console, compact
+
+
+class StepProgress:
+    """Progress of a long verb on stderr, in steps of work: on a terminal a bar with the step count, the time spent
+    and the time left; elsewhere (a log, CI) one plain line each time another tenth of the work is done. The time
+    left is the time spent per step so far times the steps to go."""
+
+    def __init__(self, verb: str, total: int, console: Any, enabled: bool = True, unit: str = "steps",
+                 clock: Any = None) -> None:
+        import time
+
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.verb, self.total, self.console, self.enabled, self.unit = verb, max(total, 1), console, enabled, unit
+        self.clock = clock or time.monotonic
+        self.done, self.label, self._reported_tenth = 0, "", 0
+        self.started = self.clock()
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=console,
+                             transient=True) if enabled and console.is_terminal else None
+        self._task = self._bar.add_task("", total=self.total) if self._bar else None
+
+    def __enter__(self) -> StepProgress:
+        if self._bar:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar:
+            self._bar.stop()
+
+    def start(self, label: str, announce: bool = True) -> None:
+        """A new stretch of work begins (a curve, a round): shown beside the bar; in a log said once when
+        ``announce``, else only in the next tenth's line."""
+        self.label = label
+        if self._bar is not None:
+            self._bar.update(self._task, description=label)  # type: ignore[arg-type]
+        elif self.enabled and announce:
+            self.console.print(f"{self.verb}: {label} ({self.remaining_text()})", markup=False, highlight=False)
+
+    def extend(self, steps: int) -> None:
+        """More work than planned (a rerun): the total grows, the time left with it."""
+        self.total += steps
+        self._reported_tenth = 10 * self.done // self.total
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total)  # type: ignore[arg-type]
+
+    def advance(self, steps: int = 1) -> None:
+        self.done = min(self.done + steps, self.total)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done)  # type: ignore[arg-type]
+            return
+        tenth = 10 * self.done // self.total
+        if self.enabled and tenth > self._reported_tenth:
+            self._reported_tenth = tenth
+            self.console.print(f"{self.verb}: {self.label}: {self.done}/{self.total} {self.unit}, "
+                               f"{self.remaining_text()}", markup=False, highlight=False)
+
+    def remaining_text(self) -> str:
+        spent = self.clock() - self.started
+        if not self.done:
+            return f"0 of {self.total} {self.unit}"
+        left = spent / self.done * (self.total - self.done)
+        return f"{spent:.0f} s spent, about {left:.0f} s left"
 
 
 def store_target(args: argparse.Namespace) -> str | Path:

@@ -51,6 +51,7 @@ def execute(args: argparse.Namespace) -> int:
         scaled_mm_api,
     )
     from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+    from fp8bench.cpu_fp8_rate import measure_cpu_fp8_rate
     from fp8bench.devices import resolve_device
     from fp8bench.energy import meter_for
     from fp8bench.environment import software_versions
@@ -101,11 +102,19 @@ def execute(args: argparse.Namespace) -> int:
         "matrix": matrix, "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
         "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
         "silenced_vendor_libraries": _silenced_vendor_libraries(torch.cuda.is_available()),
+        "cpu_fp8_gemm": None, "warnings": [],
     }
+    rate = None
+    if not device.is_cuda and caps.fp8_reasons.get("tensorwise") is None:  # torch runs FP8 GEMMs on this CPU
+        rate = measure_cpu_fp8_rate()
+        if rate is not None:
+            report["cpu_fp8_gemm"] = rate.to_dict()
+            report["warnings"] += [w for w in (rate.warning(),) if w]
     if args.json:
         print_json(report)
         return EXIT_OK
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
@@ -171,12 +180,13 @@ def execute(args: argparse.Namespace) -> int:
         t.add_row(b, report["backend_kinds"][b],
                   ("yes" + (f" ({note})" if note else "")) if why is None else f"no: {why}")
     console.print(t)
-    t = Table(title="backend x precision (workload gemm)", header_style="bold")
-    t.add_column("backend")
-    for p in PRECISIONS:
-        t.add_column(p, justify="center")
+    # Precisions down, backends across: eleven precisions would not fit an 80-column log as columns.
+    t = Table(title="precision x backend (workload gemm)", header_style="bold")
+    t.add_column("precision")
     for b in BACKENDS:
-        t.add_row(b, *["yes" if matrix[b].get("gemm", {}).get(p) is None else "[dim]no[/]" for p in PRECISIONS])
+        t.add_column(b, justify="center")
+    for p in PRECISIONS:
+        t.add_row(p, *["yes" if matrix[b].get("gemm", {}).get(p) is None else "[dim]no[/]" for b in BACKENDS])
     console.print(t)
     for b in BACKENDS:
         reasons = {r for r in matrix[b].get("gemm", {}).values() if r}
@@ -189,6 +199,10 @@ def execute(args: argparse.Namespace) -> int:
                       f"{', '.join(report['silenced_vendor_libraries'])} (their load warnings are silenced)")
     console.print(f"[bold]results[/] {report['results_dir']} "
                   f"({'writable' if report['results_dir_writable'] else 'NOT writable'})")
+    if rate is not None:
+        console.print(f"[bold]CPU GEMM rates[/] {escape(rate.describe())}")
+    for warning in report["warnings"]:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
     return EXIT_OK
 
 

@@ -35,10 +35,10 @@ formats:
 The two tracker formats take measured records only (ok, valid, not interpreted), the latest per case.
 
 examples:
-  fp8bench export --format csv > results.csv
-  fp8bench export results/runs/RUN.json --format github-action-benchmark --out bench.json
-  fp8bench export --format bencher --device cpu --workload gemm --runs RUN_A..RUN_B --out bmf.json
-  fp8bench export --store postgresql://bench@db/fp8bench --format parquet --out fp8bench.parquet"""
+  fp8bench export --format csv > results/records.csv
+  fp8bench export results/runs/RUN.json --format github-action-benchmark --out results/bench.json
+  fp8bench export --format bencher --device cpu --workload gemm --runs RUN_A..RUN_B --out results/bmf.json
+  fp8bench export --store postgresql://bench@db/fp8bench --format parquet --out results/fp8bench.parquet"""
 EXIT_CODES = ExitCodes((
     (EXIT_OK, "written"),
     (EXIT_CASE_FAILED, "no record matched the filters (nothing is written)"),

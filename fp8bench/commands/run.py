@@ -19,8 +19,10 @@ from fp8bench.commands.common import (
     UsageError,
     add_json_flag,
     add_store_flags,
+    add_table_flag,
     default_results_dir,
     print_json,
+    table_console,
 )
 from fp8bench.units import fraction_arg, percent_arg
 
@@ -138,6 +140,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
     add_store_flags(p)
     p.add_argument("--no-store", action="store_true", help="write the run file only")
+    add_table_flag(p)
     add_json_flag(p)
 
 
@@ -279,6 +282,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from fp8bench.noise import host_load, overload_warning
     from fp8bench.profiling import summary_rows
     from fp8bench.record_stream import DiskFull
     from fp8bench.report import render_bandwidths, render_table, summary_counts
@@ -298,6 +302,10 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     cache_dir = None if (args.no_store and args.out and not args.results_dir) else results_dir
 
     err = Console(stderr=True)
+    load = host_load()
+    warning = overload_warning(load)
+    if warning:
+        err.print(f"fp8bench run: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, transient=True, disable=args.json or not err.is_terminal)
     with progress:
@@ -318,16 +326,18 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
         "device": plan.spec if plan else str(device), "timing_mode": timing_mode.value, "counts": counts,
         "n_cases": len(cases), "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
         "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
-        "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors}
+        "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors,
+        "load": load.to_dict() if load else None}
     profile_rows = summary_rows(outcome.records) if settings.profile else []
     if settings.profile:
         summary["profiles"] = profile_rows
     if args.json:
         print_json({**summary, "records": outcome.records})
     else:
-        console = Console(width=max(Console().width, 200))
+        console, compact = table_console(args.table)
         timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
-        render_table(outcome.records, args.baseline, console, title=f"run {outcome.run_id} on {summary['device']}{timed}")
+        render_table(outcome.records, args.baseline, console,
+                     title=f"run {outcome.run_id} on {summary['device']}{timed}", load=load, compact=compact)
         render_bandwidths(outcome.records, args.baseline, console)
         if settings.profile:
             print_profiles(profile_rows, console)

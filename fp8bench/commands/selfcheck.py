@@ -38,7 +38,7 @@ report: docs/selfcheck.md.
 
 examples:
   fp8bench selfcheck
-  fp8bench selfcheck --device cuda:1 --out selfcheck.json
+  fp8bench selfcheck --device cuda:1 --out results/selfcheck-cuda1.json
   fp8bench selfcheck --backend torch emulated --json
   fp8bench selfcheck --check gemm_peak timer_vs_wall      # rerun what failed
 """
@@ -84,7 +84,7 @@ def execute(args: argparse.Namespace) -> int:
         config = SelfcheckConfig(backends=tuple(args.backend) if args.backend else None,
                                  checks=tuple(args.check) if args.check else None)
         check_writable(run_file, overwrite=args.force)
-        probe = probe_for(device)
+        probe = probe_for(device, args.results_dir or default_results_dir())
     except (UsageError, ValueError, RuntimeError) as exc:  # bad input, or a device that cannot be probed
         print(f"fp8bench selfcheck: error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR

@@ -2,9 +2,9 @@
 
 Run (from the repository root)::
 
-    pytest workloads/suites/ci_bench --benchmark-enable --benchmark-json=ci.json
-    fp8bench ingest ci.json            # into the store
-    fp8bench gate base.json ci.json    # against a base run of the same suite
+    pytest workloads/suites/ci_bench --benchmark-enable --benchmark-json=results/ci.json
+    fp8bench ingest results/ci.json                     # into the store
+    fp8bench gate results/base-ci.json results/ci.json  # against a base run of the same suite
 
 Each test measures one case with fp8bench's runner through the ``fp8bench_case`` fixture (the ``fp8bench`` pytest
 plugin). Shapes follow the device: the regression-gate shapes of the ``ci`` suite on a GPU, small ones on a CPU,

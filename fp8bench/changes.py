@@ -286,9 +286,3 @@ def history_records(store: Any, flt: Any, metrics: Sequence[str] = DEFAULT_METRI
 
     columns = tuple(dict.fromkeys([*HISTORY_COLUMNS, *metrics]))
     return store_queries.select_records(store, flt, columns, where=[store_queries.speed_comparable()])
-
-
-def store_changes(store: Any, flt: Any, config: ChangeConfig = ChangeConfig()) -> list[Change]:
-    """Every kept change in the store's history under the filter, newest first (the ``changes`` verb and the
-    dashboard's Regressions page)."""
-    return find_changes(history_records(store, flt, config.metrics), config)

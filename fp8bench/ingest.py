@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,9 @@ def ingest_file(store: Any, path: Path) -> dict[str, Any]:
     from fp8bench.redact import error_line
     from fp8bench.store import StoreError
 
+    skipped: list[RunFileError] = []
     try:
-        payload, source = _read_for_ingest(path)
+        payload, source = _read_for_ingest(path, skipped.append)
     except RunFileError as exc:
         return {"file": str(path), "error": str(exc)}
     run_id = payload["run"]["run_id"]
@@ -139,18 +140,20 @@ def ingest_file(store: Any, path: Path) -> dict[str, Any]:
     except sa.exc.SQLAlchemyError as exc:
         return {"file": str(path), "error": f"{path}: run {run_id} not stored: {error_line(exc)}"}
     return {"file": str(path), "run_id": run_id, "source": source, "new_run": new_run, "records_added": added,
-            "records_in_file": records.count}
+            "records_in_file": records.count + len(skipped), "records_skipped": [str(exc) for exc in skipped]}
 
 
-def _read_for_ingest(path: Path) -> tuple[dict[str, Any], str]:
+def _read_for_ingest(path: Path, on_bad_record: Callable[[RunFileError], None]) -> tuple[dict[str, Any], str]:
     """A results file as a payload whose ``records`` may be an iterator: an fp8bench run file is streamed record
-    by record (:mod:`fp8bench.runfile_stream`: bounded memory), any other file is read whole."""
+    by record (:mod:`fp8bench.runfile_stream`: bounded memory), and a record with a bad field goes to
+    ``on_bad_record`` and is left out, so one bad record never costs the rest of its run. Any other file is read
+    whole."""
     from fp8bench.runfile_stream import stream_run_file
 
     streamed = stream_run_file(path)
     if streamed is None:
         return read_results_file(path)
-    return {**streamed.header, "records": streamed.records()}, SOURCE_FP8BENCH
+    return {**streamed.header, "records": streamed.records(on_bad_record)}, SOURCE_FP8BENCH
 
 
 class _Counted:

@@ -66,6 +66,13 @@ def case_size(flops: Any, shape: str) -> float:
     return float(math.prod(values)) if values else math.nan
 
 
+def shape_family(shape: str) -> str:
+    """The named choices of a stored shape (``route=zipf``, ``op=all_gather``: its values that are not numbers), as
+    ``key=value`` text; ``""`` for a shape of sizes alone. Cases of one family differ only in size, so a size curve
+    joins them and nothing else."""
+    return ",".join(f"{k}={v}" for k, v in parse_stored(str(shape)).items() if not isinstance(v, (int, float)))
+
+
 def _sizes(frame: pd.DataFrame) -> list[float]:
     flops = frame["flops"] if "flops" in frame else pd.Series(math.nan, index=frame.index)
     return [case_size(f, s) for f, s in zip(flops, frame["shape"], strict=True)]

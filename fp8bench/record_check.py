@@ -54,15 +54,20 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+# Every store column holding an integer is 64 bits wide (PostgreSQL BIGINT; Python's sqlite3 cannot pass more).
+_INT64 = (-2**63, 2**63 - 1)
+
+
 def _is_integer(value: Any) -> bool:
     # JavaScript and other writers emit large integers as 1e+21: an integral float is an integer.
-    return (isinstance(value, int) and not isinstance(value, bool)) or (
+    integral = (isinstance(value, int) and not isinstance(value, bool)) or (
         isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    return integral and _INT64[0] <= int(value) <= _INT64[1]
 
 
 TEXT = Kind("text", lambda v: isinstance(v, str))
 NUMBER = Kind("a number", _is_number)
-INTEGER = Kind("an integer", _is_integer)
+INTEGER = Kind("an integer of at most 64 bits", _is_integer)
 BOOLEAN = Kind("true or false", lambda v: isinstance(v, bool))
 OBJECT = Kind("an object", lambda v: isinstance(v, dict))
 LIST = Kind("a list", lambda v: isinstance(v, list))

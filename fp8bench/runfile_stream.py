@@ -18,7 +18,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -119,9 +119,11 @@ class StreamedRun:
     _window: _Window
     _fh: BinaryIO
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self, on_bad_record: Callable[[RunFileError], None] | None = None) -> Iterator[dict[str, Any]]:
         """Each record, in file order, checked (:func:`fp8bench.runfile.check_record`); closes the file at the end.
-        :class:`RunFileError` at the first bad record or byte, naming the file and the record's index."""
+        :class:`RunFileError` at the first bad byte, naming the file and where. A well-formed record with a bad
+        field raises too, unless ``on_bad_record`` is given: then it receives the error (naming the file and the
+        record's index) and the record is left out."""
         window, origin = self._window, str(self.path)
         try:
             if window.char() == "]":
@@ -130,8 +132,14 @@ class StreamedRun:
             index = 0
             while True:
                 record = window.value(f"record {index}")
-                check_record(record, index, origin)
-                yield record
+                try:
+                    check_record(record, index, origin)
+                except RunFileError as exc:
+                    if on_bad_record is None:
+                        raise
+                    on_bad_record(exc)
+                else:
+                    yield record
                 index += 1
                 if window.expect(",]") == "]":
                     break

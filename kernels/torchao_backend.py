@@ -71,6 +71,7 @@ from fp8bench.catalog import BACKENDS, Backend
 from fp8bench.devices import Device
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
 from fp8bench.recipes import Fp8FormatChoice, Fp8Recipe, Granularity, Precision
+from fp8bench.records import SCALE_FP32, SCALE_POW2
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 
@@ -207,6 +208,19 @@ def convert(module: nn.Module, precision: Precision, wgrad_hp: bool = False) -> 
     return convert_to_float8_training(module, module_filter_fn=aligned, config=torchao_config(precision, wgrad_hp))
 
 
+def scale_format(precision: Precision, wgrad_hp: bool = False) -> str | None:
+    """How the torchao float8 recipe for ``precision`` forms its scale factors (``Record.scale_format``): its
+    ``rowwise`` recipes round them down to powers of two (``round_scales_to_power_of_2=True`` in
+    ``Float8LinearConfig.from_recipe_name``, torchao ``float8/config.py``), where fp8bench's ``fp8_rowwise`` is
+    amax / max with any FP32 value; so the record says so, and the comparability key keeps them apart. ``None`` for
+    the MX and 4-bit recipes, whose scale formats (E8M0, E4M3) the precision itself fixes."""
+    name = recipe_name(precision, wgrad_hp)
+    if name in ("mxfp8", *FP4_RECIPES):
+        return None
+    pow2 = getattr(torchao_config(precision, wgrad_hp), "round_scales_to_power_of_2", False)
+    return SCALE_POW2 if pow2 else SCALE_FP32
+
+
 def precision_support(precision: Precision, device: Device) -> str | None:
     """Why torchao cannot run ``precision`` on ``device`` (``None``: it can)."""
     try:
@@ -251,7 +265,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),
                     notes=[f"torchao {name} forward; it quantizes inside forward, so no separate quantize or "
                            "pre-quantized GEMM time"],
-                    extra={"torchao_recipe": name, "torchao_api": api_shape(name)})
+                    extra={"torchao_recipe": name, "torchao_api": api_shape(name)},
+                    scale_format=scale_format(precision, wgrad_hp))
 
 
 # --- model workloads: the attention block and the training step, with their linears swapped for Float8Linear ----
@@ -298,6 +313,7 @@ def _model_builder(build: Callable[[BuildContext, Callable[[nn.Module], nn.Modul
             pipeline = build(ctx, torchao_convert(ctx.precision, ctx.device, wgrad_hp))
         pipeline.notes.append(f"torchao {name}: every aligned nn.Linear converted")
         pipeline.extra.update(torchao_recipe=name, torchao_api=api_shape(name))
+        pipeline.scale_format = scale_format(ctx.precision, wgrad_hp)
         return pipeline
 
     return builder

@@ -169,3 +169,16 @@ def test_changes_verb_lists_the_regression_and_fails_on_new(tmp_path, capsys):
     assert "no such run" in capsys.readouterr().err
     assert main(["changes", "--store", store, "--precision", "fp32", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["changes"] == 0
+
+
+def test_changes_verb_says_when_the_history_is_too_short_to_judge(tmp_path, capsys):
+    """One commit cannot hold a step: the verb says nothing can be judged, never "no regression"."""
+    nightly_store(tmp_path / "short", n=1)
+    assert main(["changes", "--store", str(tmp_path / "short")]) == 0
+    printed = capsys.readouterr().out
+    assert "Not enough history to look for changes: the longest case history has 1 commit(s)" in printed
+    assert "No open regression" not in printed
+    assert json.loads(printed.strip().splitlines()[-1])["judged_histories"] == 0
+    nightly_store(tmp_path / "flat", n=12, slow_from=99)
+    assert main(["changes", "--store", str(tmp_path / "flat")]) == 0
+    assert "No open regression found in the 2 case history(ies) long enough to judge." in capsys.readouterr().out

@@ -70,7 +70,7 @@ def torchrun_run(tmp_path_factory):
     proc = subprocess.run(
         [*torchrun, "--standalone", "--nproc-per-node", "2", "-m", "fp8bench", "run", "--workload",
          "collective", "--shape", *SHAPES, "--precision", "bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise",
-         "--budget", "6", "--min-samples", "5", "--max-time", "0.2", "--no-store", "--out", str(out)],
+         "--budget", "60", "--min-samples", "5", "--max-time", "0.2", "--no-store", "--out", str(out)],
         capture_output=True, text=True, timeout=TORCHRUN_TIMEOUT_S, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout, read_run_file(out)

@@ -112,6 +112,22 @@ def test_payoff_draws_each_workload_on_its_own_axis_in_order_of_flops(monkeypatc
     assert layout["height"] >= 300 * len(panels)
 
 
+def test_a_payoff_line_joins_sizes_of_one_shape_family_only(monkeypatch, every_store):
+    """The every-record store holds grouped GEMMs routed balanced and Zipf-skewed, and collectives of several ops:
+    each line stays within one routing or op, so no line zigzags between two families of one size."""
+    from fp8bench.payoff import shape_family
+
+    assert shape_family("e=8,route=zipf,alpha=1.2,m=64") == "route=zipf"
+    assert shape_family("512x512x512") == "" and shape_family("op=all_gather,m=256,n=128") == "op=all_gather"
+    at = open_app(monkeypatch, every_store["dir"], "payoff")
+    no_failures(at)
+    for trace in chart_spec(at)["data"]:
+        families = {shape_family(x.replace("<br>", "")) for x in trace["x"]}
+        assert len(families) == 1, (trace["name"], families)
+        (family,) = families
+        assert not family or trace["name"].endswith(family)
+
+
 def test_overview_and_payoff_count_the_same_fp8_cells(monkeypatch, every_store):
     overview = open_app(monkeypatch, every_store["dir"])
     no_failures(overview)

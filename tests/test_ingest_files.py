@@ -41,7 +41,7 @@ def stored_runs(store: str) -> set[str]:
     return set(open_store(store).runs_frame()["run_id"])
 
 
-def test_bad_files_are_named_and_skipped_and_the_rest_are_ingested(tmp_path, store_url, capsys):
+def test_bad_files_are_named_and_skipped_and_bad_records_alone_are_left_out(tmp_path, store_url, capsys):
     missing_field = good_run("missing-field")
     del missing_field["records"][2]["workload"]
     not_object = good_run("not-object")
@@ -54,14 +54,17 @@ def test_bad_files_are_named_and_skipped_and_the_rest_are_ingested(tmp_path, sto
     files[3].write_bytes(bytes(range(256)) * 4)
     code, summary, err = ingest(capsys, store_url, *files)
     assert code == EXIT_USAGE
-    assert [r["run_id"] for r in summary["ingested"]] == ["first", "last"]
-    errors = {Path(e["file"]).name: e["error"] for e in summary["errors"]}
-    assert "record 2: field 'workload' must be str, got missing" in errors["missing.json"]
-    assert "record 1 is not an object (got list)" in errors["list.json"]
-    assert "binary.json is not a JSON text file" in errors["binary.json"]
+    assert [r["run_id"] for r in summary["ingested"]] == ["first", "missing-field", "not-object", "last"]
+    skipped = {r["run_id"]: r["records_skipped"] for r in summary["ingested"]}
+    (missing,) = skipped["missing-field"]
+    (listed,) = skipped["not-object"]
+    assert "missing.json: record 2: field 'workload' must be str, got missing" in missing
+    assert "list.json: record 1 is not an object (got list)" in listed
+    (error,) = summary["errors"]  # a file that is not JSON at all is skipped whole
+    assert "binary.json is not a JSON text file" in error["error"]
     assert "Traceback" not in err and err.count("skipped") == 3
-    assert stored_runs(store_url) == {"first", "last"}  # no orphan run row from a bad file
-    assert open_store(store_url).count_records() == 6
+    assert stored_runs(store_url) == {"first", "missing-field", "not-object", "last"}
+    assert open_store(store_url).count_records() == 3 + 2 + 2 + 3
 
 
 def test_nan_and_infinite_samples_are_one_line_errors_naming_the_record(tmp_path, store_url, capsys):
@@ -71,12 +74,12 @@ def test_nan_and_infinite_samples_are_one_line_errors_naming_the_record(tmp_path
     inf["records"][0]["median_s"] = float("inf")
     files = [write(tmp_path / "nan.json", nan, allow_nan=True), write(tmp_path / "inf.json", inf, allow_nan=True)]
     code, summary, err = ingest(capsys, store_url, *files)
-    assert code == EXIT_USAGE and not summary["ingested"]
-    first, second = (e["error"] for e in summary["errors"])
+    assert code == EXIT_USAGE and not summary["errors"]
+    (first,), (second,) = (r["records_skipped"] for r in summary["ingested"])
     assert "nan.json: record 1 (gemm[m=65,n=65,k=65] bf16 torch cpu): sample 1 is nan" in first
     assert "inf.json: record 0" in second and "median_s is inf" in second
     assert len(err.strip().splitlines()) == 2 and "[SQL" not in err and "parameters" not in err
-    assert stored_runs(store_url) == set()
+    assert open_store(store_url).count_records() == 2 + 2
 
 
 def test_over_long_ids_are_refused_in_one_line_naming_the_column(tmp_path, store_url, capsys):

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "tests" / "plugins"
 # Two shapes, so two workers each get one (cases of a shape stay on one worker).
 CASES = ["--shape", "64x64x64", "96x96x96", "--precision", "bf16", "fp8_tensorwise", "fp8_rowwise", "fp32",
-         "--backend", "torch", "--budget", "5", "--max-time", "0.02", "--no-energy"]
+         "--backend", "torch", "--budget", "60", "--max-time", "0.02", "--no-energy"]
 # What must not depend on which worker measured a case (timings naturally do).
 SAME = ("seq", "workload", "shape", "precision", "backend", "device", "status", "reason", "fp8_format",
         "accumulation", "flops", "bytes", "numerics", "timing_mode", "l2_flushed")

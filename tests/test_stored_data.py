@@ -1,5 +1,5 @@
-"""Stored data is data, whatever its shape: a record whose field has the wrong type is named and its file skipped at
-ingest, a store written by an older version that holds such records is repaired by the migration, the store refuses
+"""Stored data is data, whatever its shape: a record whose field has the wrong type is named (file and index) and
+skipped at ingest, the rest of its run and the files after it stored, a store written by an older version that holds such records is repaired by the migration, the store refuses
 on SQLite what PostgreSQL refuses, and a record's identity (its run and seq) is unique.
 
 The tests taking ``store_url`` also run against a real PostgreSQL server in ``test_store_postgres.py``.
@@ -35,7 +35,7 @@ WRONG_TYPES = {
     "extra as text": ("extra", "see notes", "field 'extra' is text 'see notes'; expected an object"),
     "numerics as text": ("numerics", "good", "field 'numerics' is text 'good'; expected an object"),
     "a number as text": ("tflops", "1.5", "field 'tflops' is text '1.5'; expected a number"),
-    "an integer beyond 64 bits": ("n", 2**70, "records.n is an integer of 71 bits"),
+    "an integer beyond 64 bits": ("n", 2**70, "field 'n' is an integer of 71 bits; expected an integer of at most 64"),
     "a shape value 64k": ("shape", {"m": "64k", "n": 64, "k": 64}, "field 'shape.m' is text '64k'"),
     "a phase time as text": ("phases", {"gemm": "fast"}, "field 'phases.gemm' is text 'fast'"),
     "a convergence step as text": ("extra", {"convergence": {"max_gap_step": "7"}},
@@ -44,19 +44,24 @@ WRONG_TYPES = {
 
 
 @pytest.mark.parametrize("case", list(WRONG_TYPES))
-def test_a_wrongly_typed_field_is_named_with_file_and_record_and_the_next_file_is_ingested(tmp_path, store_url,
-                                                                                           capsys, case):
+def test_a_wrongly_typed_field_is_named_with_file_and_record_and_the_rest_is_ingested(tmp_path, store_url,
+                                                                                     capsys, case):
     field, value, words = WRONG_TYPES[case]
     bad = good_run("bad")
     bad["records"][1][field] = value
     files = [write(tmp_path / "bad.json", bad), write(tmp_path / "good.json", good_run("good"))]
     code, summary, err = ingest(capsys, store_url, *files)
-    assert code == EXIT_USAGE and [r["run_id"] for r in summary["ingested"]] == ["good"]
-    (error,) = summary["errors"]
-    assert error["file"] == str(files[0]) and "bad.json" in error["error"] and "record 1" in error["error"]
-    assert words in error["error"]
+    assert code == EXIT_USAGE and [r["run_id"] for r in summary["ingested"]] == ["bad", "good"]
+    assert summary["errors"] == []
+    first, second = summary["ingested"]
+    (problem,) = first["records_skipped"]
+    assert "bad.json" in problem and "record 1" in problem and words in problem
+    assert first["records_added"] == 2 and first["records_in_file"] == 3 and second["records_skipped"] == []
     assert "Traceback" not in err and "[SQL" not in err and len(err.strip().splitlines()) == 1
-    assert set(open_store(store_url).runs_frame()["run_id"]) == {"good"}
+    assert err.startswith("fp8bench ingest: record skipped: ") and "record 1" in err
+    stored = open_store(store_url).records_frame()
+    assert sorted(stored.loc[stored["run_id"] == "bad", "seq"]) == [0, 2]
+    assert len(stored[stored["run_id"] == "good"]) == 3
 
 
 def test_named_and_real_shape_values_are_accepted(tmp_path, store_url, capsys):
@@ -82,8 +87,8 @@ def test_json_nested_200000_deep_is_refused_without_a_crash(tmp_path, store_url,
     # Nested beyond the checker's bound but within the parser's: the same refusal, from the record check.
     files[0].write_text(json.dumps(good_run("deep")).replace('"extra": {}', f'"extra": {{"x": {nested(500)}}}', 1))
     code, summary, _ = ingest(capsys, store_url, files[0])
-    assert code == EXIT_USAGE and "field 'extra'" in summary["errors"][0]["error"]
-    assert "at most 64 levels" in summary["errors"][0]["error"]
+    (problem,) = summary["ingested"][0]["records_skipped"]  # well-formed JSON: only the record is left out
+    assert code == EXIT_USAGE and "field 'extra'" in problem and "at most 64 levels" in problem
 
 
 def test_a_run_header_field_of_the_wrong_type_is_named(tmp_path, store_url, capsys):

@@ -204,3 +204,15 @@ def test_missing_four_bit_configs_are_a_refusal_naming_them(monkeypatch) -> None
     monkeypatch.setattr(tab.importlib, "import_module", without_mx_formats)
     with pytest.raises(Unsupported, match="torchao has no nvfp4 config here"):
         tab.fp4_api("nvfp4")
+
+
+@pytest.mark.parametrize(("precision", "wgrad_hp", "scales"), [
+    ("fp8_tensorwise", False, "fp32"), ("fp8_rowwise", False, "pow2"), ("fp8_rowwise", True, "pow2"),
+    ("mxfp8", False, None)])
+def test_the_record_states_the_scale_format_torchaos_recipe_runs(precision, wgrad_hp, scales) -> None:
+    """torchao's rowwise recipes round scales down to powers of two; fp8bench's fp8_rowwise does not, so a torchao
+    rowwise record must say so, or it would be compared with the torch backend's as one recipe."""
+    assert tab.scale_format(resolve_precision(precision), wgrad_hp) == scales
+    if precision != "mxfp8":
+        pipeline, _ = _build(precision)
+        assert pipeline.scale_format == tab.scale_format(resolve_precision(precision))

@@ -27,7 +27,7 @@ from fp8bench.dashboard.widgets import (
     table,
     wrap_label,
 )
-from fp8bench.payoff import BASELINE, NEVER, cell_speedups, is_scaled, payoff_table
+from fp8bench.payoff import BASELINE, NEVER, cell_speedups, is_scaled, payoff_table, shape_family
 
 # The answer first; where it was read and how many shapes it rests on last.
 SHOWN = ["device", "workload", "precision", "pays_off_from", "speedup_there", "speedup_at_largest", "sqnr_cost_db",
@@ -58,9 +58,10 @@ def curves_figure(curves: pd.DataFrame, baseline: str) -> go.Figure:
     shown: set[str] = set()
     for row, workload in enumerate(workloads, start=1):
         panel = curves[curves["workload"] == workload].assign(
-            tick=lambda f: f["shape_label"].map(wrap_label))
-        for (precision, device), line in panel.groupby(["precision", "device_label"], sort=False):
-            name = precision if len(dashes) == 1 else f"{precision} · {device}"
+            tick=lambda f: f["shape_label"].map(wrap_label), family=lambda f: f["shape"].map(shape_family))
+        # One line per recipe, device and shape family: a line joins sizes, never two routings or two ops.
+        for (precision, device, family), line in panel.groupby(["precision", "device_label", "family"], sort=False):
+            name = " · ".join(filter(None, [precision, device if len(dashes) > 1 else "", family]))
             fig.add_trace(go.Scatter(
                 x=line["tick"], y=line["speedup"], mode="lines+markers", name=name, legendgroup=name,
                 showlegend=name not in shown, line={"color": colours[precision], "dash": dashes[device]},

@@ -105,7 +105,7 @@ def render(changes: list[Any], title: str) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.changes import new_since, store_changes
+    from fp8bench.changes import find_changes, history_depth, history_records, new_since
     from fp8bench.store import open_store
     from fp8bench.store_queries import RecordFilter
 
@@ -116,18 +116,26 @@ def execute(args: argparse.Namespace) -> int:
     since = _since(store, args.fail_on_new) if args.fail_on_new else None
     flt = RecordFilter(device=tuple(args.device), workload=tuple(args.workload), backend=tuple(args.backend),
                        precision=tuple(args.precision), branch=tuple(args.branch))
-    found = store_changes(store, flt, config)
+    history = history_records(store, flt, config.metrics)
+    found = find_changes(history, config)
+    depth = history_depth(history, config)
     shown = found if args.all else [c for c in found if c.kind == "regression" and c.open]
     new = new_since(found, since) if since is not None else []
     summary = {"store": store.url, "changes": len(found), "open_regressions": sum(
         c.kind == "regression" and c.open for c in found), "shown": len(shown),
-        "new_since": args.fail_on_new, "new_regressions": len(new)}
+        "new_since": args.fail_on_new, "new_regressions": len(new), "judged_histories": depth.judged}
     if args.json:
         print_json({**summary, "list": [c.to_dict() for c in shown], "new": [c.to_dict() for c in new]})
     else:
         if shown:
             render(shown, "Changes, newest first" if args.all else "Open regressions, newest first")
+        elif not depth.enough:
+            # "No regression" would reassure where nothing could be judged: too few commits to find a step in.
+            print(f"Not enough history to look for changes: the longest case history has {depth.longest} "
+                  f"commit(s), and a change needs {depth.needed} ({config.min_size} on each side). Nothing can be "
+                  "said yet, either way.")
         else:
-            print("No " + ("change" if args.all else "open regression") + " found.")
+            print("No " + ("change" if args.all else "open regression") + " found in the "
+                  f"{depth.judged} case history(ies) long enough to judge.")
         print_json(summary)
     return EXIT_REGRESSION if new else EXIT_OK

@@ -56,9 +56,12 @@ def execute(args: argparse.Namespace) -> int:
             print(f"fp8bench ingest: skipped: {one_line(done['error'])}", file=sys.stderr)
             continue
         results.append(done)
+        for problem in done["records_skipped"]:
+            print(f"fp8bench ingest: record skipped: {one_line(problem)}", file=sys.stderr)
         if not args.json:  # the run id is the file's text: shown without its control characters
             print(f"{path}: {done['source']} run {one_line(done['run_id'])} "
                   f"{'added' if done['new_run'] else 'already stored'}, "
                   f"{done['records_added']} new record(s) of {done['records_in_file']}")
     print_json({"store": store.url, "ingested": results, "errors": errors})
-    return EXIT_USAGE if errors else EXIT_OK
+    # A skipped record is bad input too: the exit code says so, though the rest of its run is stored.
+    return EXIT_USAGE if errors or any(r["records_skipped"] for r in results) else EXIT_OK

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from fp8bench.core.shapes import parse_stored
 from fp8bench.report import baseline_index, speedups
-from fp8bench.shapes import parse_stored
 
 _FIELDS = ("workload", "precision", "backend", "status", "median_s", "prequant_median_s")
 

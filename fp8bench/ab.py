@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from fp8bench.core.redact import MASK
 from fp8bench.gate import GateConfig, build_report, collect_side, merge_rerun
 from fp8bench.ingest import load_side
-from fp8bench.redact import MASK
 
 # Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.
 _WORKER = r'''

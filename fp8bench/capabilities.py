@@ -61,7 +61,7 @@ from functools import lru_cache
 import torch
 
 from fp8bench import torch_api
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 from fp8bench.recipes import Fp8Recipe, Granularity
 
 

@@ -2,7 +2,7 @@
 
 A nightly history is one series per case and environment (the comparability key: same device model, driver,
 CUDA, torch, power and clock regime, same case definition), ordered by commit along a branch
-(:mod:`fp8bench.commits`). Several runs of one commit are reduced to their median, so each commit is one point.
+(:mod:`fp8bench.core.commits`). Several runs of one commit are reduced to their median, so each commit is one point.
 
 Detection has two stages, as in the CI analyses of MongoDB and Netflix (segment first, then keep what is large and
 significant):
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fp8bench.commits import commit_order
+from fp8bench.core.commits import commit_order
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from fp8bench.commands.common import (
     UsageError,
     help_epilog,
 )
-from fp8bench.redact import has_password, redact
+from fp8bench.core.redact import has_password, redact
 
 GENERAL_DOC = "docs/cli.md"
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         if not _database_error(exc):
             raise
         # SQLAlchemy's own text carries the statement and every parameter (a whole record's JSON): one line only.
-        from fp8bench.redact import error_line
+        from fp8bench.core.redact import error_line
 
         print(f"fp8bench {args.verb}: error: the store failed: {error_line(exc)}", file=sys.stderr)
         return exit_codes_of(verbs[args.verb]).bad_input

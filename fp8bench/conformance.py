@@ -469,9 +469,9 @@ def replay_case(workload: str, shape_text: str, precision: Any, backend: str, ta
     the same scaled GEMMs as the others that go through :mod:`fp8bench.scaled_gemm`), so that a refusal can be
     confirmed as one CUDA really makes.
     """
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-    from fp8bench.devices import Device
-    from fp8bench.pipeline import BuildContext, Unsupported
+    from fp8bench.core.devices import Device
+    from fp8bench.core.pipeline import BuildContext, Unsupported
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 
     load_all()
     cpu = Device("cpu")

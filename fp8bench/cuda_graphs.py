@@ -22,7 +22,7 @@ How (PyTorch's API, torch 2.13; the rules are cited where they are enforced):
    ``CUDAGraph::capture_begin``); :class:`fp8bench.timing.CudaTimer` flushes the L2 and records its events on that
    stream around ``graph.replay()``, so the flush is never inside the timed replay.
 
-What cannot be captured is refused with the reason (:class:`CaptureRefused`, a :class:`fp8bench.pipeline.Unsupported`:
+What cannot be captured is refused with the reason (:class:`CaptureRefused`, a :class:`fp8bench.core.pipeline.Unsupported`:
 the runner records a ``skipped`` case, or a phase that is not timed, never an eager figure in its place):
 
 * a call that synchronizes with the host inside it (``.item()``, ``float(tensor)``, ``.cpu()``,
@@ -50,8 +50,8 @@ from typing import Any
 
 import torch
 
-from fp8bench.devices import Device
-from fp8bench.pipeline import Unsupported, first_line
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Unsupported, first_line
 
 # Eager calls on the side stream before capture: the three of the whole-network example in PyTorch's CUDA-graph notes.
 WARMUP_CALLS = 3

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 from fp8bench.timing import Timer
 
 # torchrun sets all of these in every process it starts (torch/distributed/run.py, "Environment variables").

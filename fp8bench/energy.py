@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 from fp8bench.rapl import POWERCAP, RaplCounter, RaplUnavailable
 from fp8bench.telemetry import (
     DEFAULT_INTERVAL_S,

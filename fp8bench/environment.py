@@ -10,7 +10,7 @@ On a GPU run the ``gpu`` key adds what NVML knows (:func:`gpu_environment`): ide
 UUID, PCI ids, VBIOS), driver and CUDA driver versions, the CUDA runtime torch was built with, ECC, MIG and
 persistence modes, default, current and enforced power limits, the clock policy, the GPU count and topology, and
 the raw ``nvidia-smi -q`` text. The stable fields among them (device name, driver, CUDA, power limit, clock
-policy) feed the comparability key (:mod:`fp8bench.comparability`); the rest explains a surprising number later.
+policy) feed the comparability key (:mod:`fp8bench.core.comparability`); the rest explains a surprising number later.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from fp8bench.commits import web_url
-from fp8bench.devices import Device, cpu_model
-from fp8bench.noise import host_load
+from fp8bench.core.commits import web_url
+from fp8bench.core.devices import Device, cpu_model
+from fp8bench.core.noise import host_load
 
 # Environment variables that change which kernels run or how many threads they use.
 RELEVANT_ENV = (
@@ -152,7 +152,7 @@ def flags() -> dict[str, Any]:
 
 def capture(device: Device) -> dict[str, Any]:
     """Everything about this machine and software that a record's numbers depend on. ``host.load`` is the load
-    when the run starts (:mod:`fp8bench.noise`): a run measured beside other work is noisy."""
+    when the run starts (:mod:`fp8bench.core.noise`): a run measured beside other work is noisy."""
     load = host_load()
     return {
         "git": git_info(),

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fp8bench.escaping import neutralize_formulas
-from fp8bench.records import case_key
+from fp8bench.core.escaping import neutralize_formulas
+from fp8bench.core.records import case_key
 
 if TYPE_CHECKING:  # pandas and the store load only when an export runs, not for `fp8bench --help`
     import pandas as pd
@@ -231,7 +231,7 @@ def bencher_metric_format(rows: Sequence[Row]) -> dict[str, dict[str, dict[str, 
 def render(rows: Sequence[Row], fmt: str, metric: str = "median_s") -> bytes:
     """The export of ``rows`` in ``fmt`` as bytes (UTF-8 text, or Parquet)."""
     if fmt == "csv":
-        # Stored text that a spreadsheet would run as a formula is prefixed with ' (fp8bench.escaping).
+        # Stored text that a spreadsheet would run as a formula is prefixed with ' (fp8bench.core.escaping).
         return neutralize_formulas(to_frame(rows)).to_csv(index=False).encode()
     if fmt == "parquet":
         try:

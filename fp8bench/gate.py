@@ -9,7 +9,7 @@ Method (DESIGN, "Gate method"):
    comparison is made round by round (:func:`fp8bench.stats.compare_paired`), so drift shared within a round
    cancels. With a single run per side the raw samples are used, and the report says that they are treated as
    independent, which they are not quite.
-2. **Comparability.** Cases are compared only when their :mod:`fp8bench.comparability` keys match; otherwise the case
+2. **Comparability.** Cases are compared only when their :mod:`fp8bench.core.comparability` keys match; otherwise the case
    is ``incomparable`` and the differing fields are named.
 3. **Per case:** the ratio of medians ``median(cand) / median(base)`` (above 1 is slower), its percentile-bootstrap
    confidence interval and one-sided Mann-Whitney U p-values (:mod:`fp8bench.stats`); for paired rounds, the
@@ -26,7 +26,7 @@ Method (DESIGN, "Gate method"):
    capping alone never breaks a case (it is how a GPU runs a large GEMM), even in run files from fp8bench versions
    that marked it invalid, unless the run used ``--strict-clocks``.
    ``noisy`` replaces ``slower`` (and ``faster``) when a side is one run (its raw samples) and the difference lies
-   within a side's noise (:mod:`fp8bench.noise`): that side's run started with the host's load above its CPU
+   within a side's noise (:mod:`fp8bench.core.noise`): that side's run started with the host's load above its CPU
    count, or its samples spread (IQR / median) wider than the difference. Raw samples of one run under load can
    sit tight around a median that the load, not the code, moved; only interleaved rounds (``fp8bench ab``)
    separate the two, so the report points there.
@@ -53,16 +53,16 @@ from typing import Any
 
 import numpy as np
 
-from fp8bench.comparability import ComparabilityKey, comparability_key, describe_differences
-from fp8bench.escaping import md_code, md_text
+from fp8bench.core.comparability import ComparabilityKey, comparability_key, describe_differences
+from fp8bench.core.escaping import md_code, md_text
+from fp8bench.core.noise import HostLoad, is_noisy, relative_spread, run_load
+from fp8bench.core.records import case_key
+from fp8bench.core.units import parse_fraction
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
-from fp8bench.noise import HostLoad, is_noisy, relative_spread, run_load
-from fp8bench.records import case_key
 from fp8bench.runfile import check_seconds
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.telemetry import only_power_capped
-from fp8bench.units import parse_fraction
 
 # Case verdicts. Only the first group changes the exit code. Time regresses "slower"; energy and accuracy "worse".
 REGRESSING = ("slower", "worse", "broken", "missing")
@@ -381,7 +381,7 @@ NOISY_ADVICE = ("interleave the two versions in rounds on one machine, `fp8bench
 
 
 def noise_reason(base: Side, cand: Side, case: str, ratio: float) -> str | None:
-    """Why a difference read from one run per side is within the noise of a side (:func:`fp8bench.noise.is_noisy`
+    """Why a difference read from one run per side is within the noise of a side (:func:`fp8bench.core.noise.is_noisy`
     with the difference ``|ratio - 1|`` as the band), or ``None``: a side's run started with the host overloaded,
     or the relative spread of a side's samples of ``case`` is wider than the difference.
 
@@ -574,7 +574,7 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
     """The report as Markdown for a pull-request comment: verdict, counts, then cases (regressions first).
 
     Every string that came from a run file or the command line (case keys, commits, reasons, notes) is escaped
-    (:mod:`fp8bench.escaping`): a failure reason cannot forge a heading, a verdict, an image, a link or a mention,
+    (:mod:`fp8bench.core.escaping`): a failure reason cannot forge a heading, a verdict, an image, a link or a mention,
     and a case key stays inside its cell."""
     counts = ", ".join(f"{n} {v}" for v, n in report["counts"].items() if n)
     fail_on = report["config"].get("fail_on", "inconclusive")

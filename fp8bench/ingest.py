@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fp8bench.records import SCHEMA_VERSION
+from fp8bench.core.records import SCHEMA_VERSION
 from fp8bench.runfile import RunFileError, load_json, validate_records, validate_run
 
 SOURCE_FP8BENCH = "fp8bench"
@@ -121,7 +121,7 @@ def ingest_file(store: Any, path: Path) -> dict[str, Any]:
     error naming the file; never raises for a bad file or a refused write."""
     import sqlalchemy as sa
 
-    from fp8bench.redact import error_line
+    from fp8bench.core.redact import error_line
     from fp8bench.store import StoreError
 
     try:

@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from fp8bench.shapes import parse_stored
+from fp8bench.core.shapes import parse_stored
 
 BASELINE = "bf16"
 # Unscaled precisions: everything else is a scaled low-precision recipe (FP8, MX, 4-bit).

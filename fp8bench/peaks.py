@@ -10,7 +10,7 @@ the results folder. FP8 and FP16 on the CPU are compared against the BF16 ceilin
 offers), so a percentage there answers "how close to the best dense GEMM this CPU runs".
 
 A ceiling measured while other processes held the cores is too low, and every percentage against it too high
-(above 100%). So each measurement records the load it was taken at (:mod:`fp8bench.noise`); one taken with the
+(above 100%). So each measurement records the load it was taken at (:mod:`fp8bench.core.noise`); one taken with the
 load above the CPU count is used for its own run but never cached, a cached one is measured again when it is a
 week old or carries no load, and ``fp8bench selfcheck`` measures afresh and caches what it measured on a quiet
 machine. A percentage above 100 is flagged wherever it is shown (:func:`above_ceiling`).
@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from fp8bench.devices import Device, cpu_model
+from fp8bench.core.devices import Device, cpu_model
+from fp8bench.core.noise import HostLoad, host_load
 from fp8bench.environment import host_alias
-from fp8bench.noise import HostLoad, host_load
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
 from fp8bench.runfile import atomic_write_bytes
 
@@ -106,7 +106,7 @@ def _best_seconds(fn: Any, repeats: int = 5) -> float:
 
 def measure_cpu_ceilings() -> dict[str, Any]:
     """Best-of-5 FP32 and BF16 matmul TFLOP/s at 2048^3 and copy bandwidth (TB/s, read + write), with when and
-    under what load (:mod:`fp8bench.noise`) they were measured."""
+    under what load (:mod:`fp8bench.core.noise`) they were measured."""
     load = host_load()
     n = CEILING_N
     out: dict[str, Any] = {}

@@ -401,10 +401,10 @@ def audit_case(workload: str, shape_text: str, precision_name: str, backend: str
                targets: tuple[Any, ...] | None = None) -> CaseAudit:
     """Build one case as on the first target that runs it (else on the CPU, for backends that run only there),
     then audit ``end_to_end`` and each phase. A case no device runs comes back with the reason as its status."""
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
     from fp8bench.conformance import TARGETS, emulating
-    from fp8bench.devices import Device
-    from fp8bench.pipeline import BuildContext, Unsupported
+    from fp8bench.core.devices import Device
+    from fp8bench.core.pipeline import BuildContext, Unsupported
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
     from fp8bench.recipes import resolve_precision
 
     load_all()
@@ -441,7 +441,7 @@ def audit_case(workload: str, shape_text: str, precision_name: str, backend: str
 def audit_matrix(workloads: tuple[str, ...] = AUDIT_WORKLOADS, backends: tuple[str, ...] | None = None,
                  precisions: tuple[str, ...] | None = None) -> list[CaseAudit]:
     """Every backend x precision x workload (each shape of :data:`AUDIT_SHAPES`)."""
-    from fp8bench.catalog import BACKENDS, load_all
+    from fp8bench.core.plugins import BACKENDS, load_all
     from fp8bench.recipes import PRECISIONS
 
     load_all()

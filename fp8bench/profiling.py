@@ -6,7 +6,7 @@ the profiler's overhead (hooks on every operator, kernel-activity buffers) never
 figures are exactly those of a run without ``--profile``.
 
 The pass calls the pipeline's end-to-end function and then each phase (``quantize``, ``gemm``, ``epilogue``;
-``forward``, ``backward``, ``optimizer``...; :mod:`fp8bench.pipeline`) in the runner's order, a few rounds
+``forward``, ``backward``, ``optimizer``...; :mod:`fp8bench.core.pipeline`) in the runner's order, a few rounds
 (:func:`profile_iterations`, after one round the profiler warms up on and does not record), each call inside a
 range named ``fp8bench/<phase>``. Calls are eager, also in a run timed as CUDA-graph replays. Modes
 (``--profile MODE``; a bare ``--profile`` is ``torch``):
@@ -46,12 +46,12 @@ from typing import Any, Protocol
 
 import torch
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline, first_line
+from fp8bench.core.records import Record
+from fp8bench.core.shapes import Shape, label
 from fp8bench.paths import TRACE_SUFFIX
-from fp8bench.pipeline import Pipeline, first_line
 from fp8bench.recipes import Fp8Recipe, Precision
-from fp8bench.records import Record
-from fp8bench.shapes import Shape, label
 from fp8bench.timing import SamplingPolicy
 
 PROFILE_MODES = ("torch", "nvtx", "nsys")
@@ -304,7 +304,7 @@ def profile_of(record: dict[str, Any]) -> dict[str, Any]:
 
 def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per record with a profile, for the run's summary: its position, case key, and trace or command."""
-    from fp8bench.records import case_key
+    from fp8bench.core.records import case_key
 
     rows = []
     for r in records:

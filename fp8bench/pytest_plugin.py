@@ -67,7 +67,7 @@ def _measurer(config: pytest.Config, quick: bool) -> Any:
     """One measurer per session and mode (inputs and references are cached inside it)."""
     import torch
 
-    from fp8bench.devices import resolve_device
+    from fp8bench.core.devices import resolve_device
     from fp8bench.runner import CaseMeasurer, run_header
 
     state = config.stash[_STATE_KEY]

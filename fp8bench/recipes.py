@@ -68,8 +68,8 @@ from enum import Enum
 
 import torch
 
+from fp8bench.core.registry import Registry
 from fp8bench.formats import E2M1, E4M3, E5M2, MANTISSA_BITS, Fp8Format
-from fp8bench.registry import Registry
 
 
 class Granularity(str, Enum):

@@ -9,7 +9,7 @@ run header is checked where it enters (reading a run file, ingest) and where old
 migration that repairs records stored before this check existed).
 
 The expected types come from one place each: a record's top-level fields from the annotations of
-:class:`fp8bench.records.Record` (``float | None`` is a number or null, ``dict[...]`` an object, ``list[...]`` a
+:class:`fp8bench.core.records.Record` (``float | None`` is a number or null, ``dict[...]`` an object, ``list[...]`` a
 list); the nested fields the store and the pages read from :data:`NESTED_RECORD_FIELDS` and
 :data:`RUN_FIELDS`. A field may always be absent or null. JSON integers have no size limit while SQL integer
 columns do: that bound is the store's to enforce (:mod:`fp8bench.store`), since only it knows the column.
@@ -28,13 +28,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from fp8bench.records import Record
+from fp8bench.core.records import Record
 
 # Deepest nesting of objects and lists accepted inside one record or header (a record fp8bench writes is under 8).
 MAX_DEPTH = 64
 
 # Shape values are integers (``m=4096``), or where a workload takes a named choice or a real number
-# (fp8bench.shapes: ``op=all_gather``, ``route=zipf``, ``alpha=1.2``) a name or a number. A name starts with a letter
+# (fp8bench.core.shapes: ``op=all_gather``, ``route=zipf``, ``alpha=1.2``) a name or a number. A name starts with a letter
 # and holds no ``,``, ``=`` or space, which would break the store's ``k=v,...`` shape text; a count written as text
 # (``64k``) is neither. The test id of a benchmark imported from pytest-benchmark JSON (``shape.test``,
 # fp8bench.ingest) may be any text.
@@ -86,7 +86,7 @@ def _kind_of(annotation: Any) -> Kind | None:
 RECORD_FIELDS: dict[str, Kind] = {
     f.name: kind for f in fields(Record)
     if (kind := _kind_of(typing.get_type_hints(Record)[f.name])) is not None}
-"""Every top-level record field and its kind, from :class:`fp8bench.records.Record`."""
+"""Every top-level record field and its kind, from :class:`fp8bench.core.records.Record`."""
 
 NESTED_RECORD_FIELDS: dict[tuple[str, ...], Kind] = {
     # What the store's typed columns and the pages read below the top level (fp8bench.store_columns).

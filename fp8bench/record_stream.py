@@ -4,7 +4,7 @@ Each finished record is appended to the run file (rewritten atomically, :mod:`fp
 into the store. What can go wrong on the way, and what happens then:
 
 * **The store fails** (stopped, stalled past its statement timeout, full, refusing a value): the error becomes one
-  line (:func:`fp8bench.redact.error_line`: the driver's message, no SQL or parameter dump, no password) and the
+  line (:func:`fp8bench.core.redact.error_line`: the driver's message, no SQL or parameter dump, no password) and the
   store is not written again in this run, so a stalled database costs one timeout instead of one per record. The
   run file is complete; ``fp8bench ingest RUN_FILE`` adds it to the store later.
 * **The disk fills** (``ENOSPC``, or ``EDQUOT`` for a quota) while the run file is rewritten: the record being
@@ -19,7 +19,7 @@ import errno
 from pathlib import Path
 from typing import Any
 
-from fp8bench.redact import error_line
+from fp8bench.core.redact import error_line
 from fp8bench.runfile import RunFileWriter
 
 STATUS_DISK_FULL = "failed: disk full"

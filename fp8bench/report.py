@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fp8bench.noise import NOISY_SPREAD, HostLoad, is_noisy, record_spread
+from fp8bench.core.noise import NOISY_SPREAD, HostLoad, is_noisy, record_spread
+from fp8bench.core.records import SCALE_POW2, full_accum_variant
 from fp8bench.peaks import above_ceiling, ceiling_advice
-from fp8bench.records import SCALE_POW2, full_accum_variant
 
 
 def _shape_text(shape: dict[str, int]) -> str:

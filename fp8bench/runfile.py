@@ -27,8 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from fp8bench.core.records import SCHEMA_VERSION, STATUSES, case_key
 from fp8bench.record_check import MAX_DEPTH, describe, record_problems, run_problems
-from fp8bench.records import SCHEMA_VERSION, STATUSES, case_key
 
 
 class RunFileError(ValueError):

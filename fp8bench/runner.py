@@ -24,7 +24,7 @@ CPU) is there to check correctness: its pipeline runs once, at the smallest lega
 case's shape is over :data:`INTERPRETED_MAX_FLOPS`, its numerics are recorded, and it ends ``ok`` with every timing
 field empty and the reason :data:`INTERPRETED_REASON`. Its times would be meaningless, so none are taken.
 
-Every case runs under its GPU's device guard (:meth:`fp8bench.devices.Device.guard`): inputs, kernels, the timer's
+Every case runs under its GPU's device guard (:meth:`fp8bench.core.devices.Device.guard`): inputs, kernels, the timer's
 events and L2 flush, graph captures and energy windows all act on the case's device, whichever GPU was current.
 
 Ctrl-C (and SIGTERM or SIGHUP, which the command line turns into the same interrupt) stops the run between or
@@ -48,19 +48,19 @@ from typing import Any
 import torch
 
 from fp8bench import environment
-from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
+from fp8bench.core.shapes import Shape, label
 from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
-from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import Numerics, compare, worst
 from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
 from fp8bench.profiling import CaseProfiler, profile_mode
 from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, fp4_settings, resolve_precision
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
-from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
-from fp8bench.shapes import Shape, label
 from fp8bench.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 

@@ -45,16 +45,16 @@ from typing import Any
 
 import torch
 
-from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.shapes import Shape, label
 from fp8bench.energy import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
 from fp8bench.peaks import CEILING_N, Peaks, peak_key, table_peak
-from fp8bench.pipeline import BuildContext, Pipeline
 from fp8bench.predicted_sqnr import predict_gemm_sqnr
 from fp8bench.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
 from fp8bench.runfile import RunFileWriter
 from fp8bench.runner import Case, CaseMeasurer, RunSettings, new_run_id, run_header
-from fp8bench.shapes import Shape, label
 from fp8bench.timing import SamplingPolicy, Timer, timer_for
 
 # A vendor GEMM this large is compute-bound and should run well above half the dense datasheet peak; under half

@@ -11,7 +11,7 @@ fp8bench does it, and why:
   renumber the worker's GPU as ``cuda:0``, so its records would name the wrong device (or need rewriting) and every
   index-based lookup (device properties, the environment capture) would need remapping. With ``set_device`` a
   worker measures each case exactly as ``fp8bench run --device cuda:N`` does: the runner's per-case device guard
-  (:meth:`fp8bench.devices.Device.guard`) already makes ``cuda:N`` current, NVML finds the GPU by UUID
+  (:meth:`fp8bench.core.devices.Device.guard`) already makes ``cuda:N`` current, NVML finds the GPU by UUID
   (:mod:`fp8bench.nvml`), and ``set_device`` also covers library calls made outside a case. The cost: a library
   that ignores the current device can still open a context on ``cuda:0`` from every worker. Indices count the GPUs
   visible to ``fp8bench`` itself, so a ``CUDA_VISIBLE_DEVICES`` the user sets is respected as everywhere in torch.
@@ -56,12 +56,12 @@ from typing import Any
 
 import torch
 
-from fp8bench.devices import Device, DeviceError, resolve_device
+from fp8bench.core.devices import Device, DeviceError, resolve_device
+from fp8bench.core.shapes import label
 from fp8bench.energy import meter_for, not_metered
 from fp8bench.environment import device_properties
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.runner import Case, RunOutcome, RunSettings, case_profiler, case_record, new_run_id, run_header
-from fp8bench.shapes import label
 from fp8bench.timing import timing_mode_for
 
 # A device whose worker died this many times with no finished case in between is given up on: a crashing kernel
@@ -111,7 +111,7 @@ class DevicePlan:
 
 def plan_devices(spec: str, threads: int | None = None, cpus: list[int] | None = None) -> DevicePlan:
     """Parse ``--devices``: ``all`` (every visible CUDA device), or a comma-separated list of ``cuda:N`` (each at
-    most once) or of ``cpu`` (each one more CPU worker). Raises :class:`fp8bench.devices.DeviceError` naming the
+    most once) or of ``cpu`` (each one more CPU worker). Raises :class:`fp8bench.core.devices.DeviceError` naming the
     bad value and what is accepted. ``cpus``: the cores to split among CPU workers (default: this process's)."""
     text = spec.strip().lower()
     if text == ALL:
@@ -186,7 +186,7 @@ def _worker_main(conn: Connection, slot: WorkerSlot, settings: RunSettings, shar
     """Measure ``shard`` (``(seq, case)`` pairs) on ``slot``'s device, sending ``("start", seq)`` before and
     ``("record", seq, record)`` after each case, after ``("pinned", what _pin read back)`` once set up, or
     ``("setup_failed", reason)`` when it cannot be."""
-    from fp8bench.catalog import load_all
+    from fp8bench.core.plugins import load_all
     from fp8bench.interrupts import HANDLED, die_with_parent
     from fp8bench.peaks import Peaks
     from fp8bench.runner import CaseMeasurer

@@ -14,7 +14,7 @@ several processes opening a new or old database at once create or migrate it exa
 Schema history:
 
 * 1: ``meta``, ``runs``, ``records``, ``gate_reports``.
-* 2: ``records.comparability_key`` (:func:`fp8bench.comparability.key_string`), so that the gate and the dashboard
+* 2: ``records.comparability_key`` (:func:`fp8bench.core.comparability.key_string`), so that the gate and the dashboard
   can select comparable measurements in SQL; filled in for existing records by the migration.
 * 3: typed columns for every record field that is read (:mod:`fp8bench.store_columns`: commit, branch and commit
   order, timing mode, accumulation, work and ceilings, energy, numerics, convergence verdict), the
@@ -47,9 +47,9 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from fp8bench.core.records import SCHEMA_VERSION, case_key
+from fp8bench.core.redact import redact
 from fp8bench.record_check import describe, record_problems, repaired, run_problems
-from fp8bench.records import SCHEMA_VERSION, case_key
-from fp8bench.redact import redact
 from fp8bench.runfile import REQUIRED_FIELDS, json_safe
 from fp8bench.store_columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
 
@@ -571,7 +571,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
 
 
 def _record_row(run_id: str, r: dict[str, Any], device_name: str | None, run: dict[str, Any]) -> dict[str, Any]:
-    from fp8bench.comparability import comparability_key, key_string
+    from fp8bench.core.comparability import comparability_key, key_string
 
     numerics = r.get("numerics") or {}
     return {"run_id": run_id, "seq": record_seq(r), "case_key": case_key(r), "workload": r["workload"],
@@ -628,7 +628,7 @@ def _has_v1_records(conn: sa.Connection) -> bool:
 
 def _migrate_1_to_2(conn: sa.Connection) -> None:
     """Add ``records.comparability_key`` and fill it from each record and its run header."""
-    from fp8bench.comparability import comparability_key, key_string
+    from fp8bench.core.comparability import comparability_key, key_string
 
     columns = {c["name"] for c in sa.inspect(conn).get_columns("records")}
     if "comparability_key" not in columns:

@@ -130,7 +130,7 @@ def latest_records(store: Store, flt: RecordFilter = RecordFilter(),
         return empty
     latest = [sa.func.max(sa.case((LATEST_CLASSES[n], R.run_started_at))).label(f"t_{n}") for n in names]
     # Grouped by the stored columns, not the label, so that the scan walks the covering index in order.
-    # A case key names the CUDA-graph mode (fp8bench.records.case_key), so one group has one timing mode.
+    # A case key names the CUDA-graph mode (fp8bench.core.records.case_key), so one group has one timing mode.
     groups = _frame(store, sa.select(R.case_key, R.device_name, R.device, sa.func.max(R.timing_mode)
                                      .label("timing_mode"), *latest).where(*flt.conditions())
                     .group_by(R.case_key, R.device_name, R.device))

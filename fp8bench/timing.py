@@ -39,7 +39,7 @@ the L2 was flushed, in ``l2_flushed``):
     numerics always come from an eager call. A call that cannot be captured (it synchronizes with the host, for
     example) is refused with the reason, never timed eagerly in its place.
 
-Figures from different modes measure different things: the comparability key (:mod:`fp8bench.comparability`) keeps
+Figures from different modes measure different things: the comparability key (:mod:`fp8bench.core.comparability`) keeps
 graph figures apart from eager ones, so neither the gate nor the dashboard compares them.
 """
 
@@ -56,7 +56,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 
 # Standard error of the median of n normal samples is sqrt(pi/2) ~= 1.2533 times that of the mean.
 _MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)

@@ -33,12 +33,12 @@ import torch
 from torch import nn
 
 from fp8bench.capabilities import backend_reason, recipe_gemm_reason
-from fp8bench.catalog import BACKENDS, Backend
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.fp8_linear import Fp8Linear
 from fp8bench.kernels.torch_backend import _tf32
 from fp8bench.kernels.torch_layers import torch_convert
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.quantize import Quantized, cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.scaled_gemm import ScaledGemm

@@ -19,11 +19,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.fp8_linear import EMULATED as EMULATED_GEMM
 from fp8bench.fp8_linear import Fp8Linear, swap_linears
 from fp8bench.kernels.emulated import EMULATED, qdq_float
-from fp8bench.pipeline import BuildContext, Pipeline
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline

@@ -82,11 +82,11 @@ import torch
 from torch import nn
 
 from fp8bench.capabilities import backend_reason, installed_version, parse_version
-from fp8bench.catalog import BACKENDS, Backend
-from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.core.records import SCALE_FP32, SCALE_POW2
 from fp8bench.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
-from fp8bench.records import SCALE_FP32, SCALE_POW2
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 
@@ -260,7 +260,7 @@ def use_fp32_scales(recipe: Any) -> None:
 
 def scale_format(recipe: Any) -> str:
     """What TE's quantizers will read from ``recipe``: ``pow2`` when any role rounds its scales to powers of two,
-    else ``fp32`` (:data:`fp8bench.records.SCALE_FORMATS`)."""
+    else ``fp32`` (:data:`fp8bench.core.records.SCALE_FORMATS`)."""
     pow2 = any(getattr(recipe, role).power_2_scale for role in QPARAM_ROLES if hasattr(recipe, role))
     return SCALE_POW2 if pow2 or getattr(recipe, "use_power_2_scales", False) else SCALE_FP32
 

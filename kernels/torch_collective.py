@@ -2,7 +2,7 @@
 between CPU processes), FP8 packed by :mod:`fp8bench.fp8_comm`, the tensor-parallel GEMM by ``torch.matmul`` or
 ``torch._scaled_mm`` as in the ``gemm`` workload.
 
-Each phase closure works on the state the previous one left (see :mod:`fp8bench.pipeline`), so ``communicate``
+Each phase closure works on the state the previous one left (see :mod:`fp8bench.core.pipeline`), so ``communicate``
 times the collective alone on a buffer already encoded. Collectives go through the single-tensor entry points
 (``all_gather_single``, ``reduce_scatter_single`` in torch 2.13; their older names ``all_gather_into_tensor`` and
 ``reduce_scatter_tensor`` on older releases) and ``all_to_all_single``, which every backend implements.
@@ -17,11 +17,11 @@ import torch
 import torch.distributed as dist
 
 from fp8bench.capabilities import recipe_gemm_reason
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.distributed import world
 from fp8bench.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.quantize import Quantized, cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.scaled_gemm import fp8_scaled_mm

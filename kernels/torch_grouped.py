@@ -23,10 +23,10 @@ from typing import Any
 import torch
 
 from fp8bench.capabilities import capabilities_for, forward_gemm_spec, recipe_gemm_reason
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.quantize import cast_stats, quantizer_for
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.scaled_gemm import ScaledGemm, ScaledGroupedGemm

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from torch import nn
 
 from fp8bench.capabilities import recipe_gemm_reason
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.fp8_linear import NATIVE, Fp8Linear, swap_linears
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
-from fp8bench.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline

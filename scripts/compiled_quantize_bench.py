@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from fp8bench.devices import resolve_device
+from fp8bench.core.devices import resolve_device
 from fp8bench.peaks import Peaks
 from fp8bench.quantize import quantizer_for
 from fp8bench.recipes import resolve_precision

@@ -31,7 +31,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fp8bench.comparability import ComparabilityKey
+from fp8bench.core.comparability import ComparabilityKey
 from fp8bench.gate import GateConfig, Side, SideCase, aa_noise_of, build_report, compare_sides
 
 

@@ -842,7 +842,7 @@ def escaping(tmp: Path) -> None:
     probe("escaping", "payoff with a precision named [/]fp8", payoff)
 
     def remote() -> tuple[bool, str]:
-        code = ("from fp8bench.commits import commit_link, url_template; "
+        code = ("from fp8bench.core.commits import commit_link, url_template; "
                 "print(commit_link(url_template('javascript:alert(1)//{commit}'), 'abc'))")
         shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout.strip()
         return shown == "None", f"link from a javascript: remote: {shown}"

@@ -69,7 +69,7 @@ def test_git_refs_become_temporary_worktrees_and_are_removed(tmp_path):
 
 
 def test_missing_plugin_module_is_named(monkeypatch):
-    from fp8bench.catalog import load_all
+    from fp8bench.core.plugins import load_all
 
     monkeypatch.setenv("FP8BENCH_PLUGINS", "fp8bench_no_such_plugin")
     with pytest.raises(ModuleNotFoundError, match="FP8BENCH_PLUGINS names 'fp8bench_no_such_plugin'"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fp8bench import capabilities as caps
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 from fp8bench.recipes import Granularity
 
 CUDA = Device("cuda", 0)

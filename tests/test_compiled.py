@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from fp8bench.capabilities import backend_reason
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext
 from fp8bench.kernels import compiled, torch_backend
-from fp8bench.pipeline import BuildContext
 from fp8bench.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
@@ -73,7 +73,7 @@ def test_compiled_bf16_gemm_runs_and_is_exact_to_bf16() -> None:
 
 @pytest.mark.slow
 def test_compiled_attention_layers_match_the_eager_fp8_linear() -> None:
-    from fp8bench.catalog import BACKENDS, load_all
+    from fp8bench.core.plugins import BACKENDS, load_all
     from fp8bench.numerics import compare
     from fp8bench.workloads.attention import ATTENTION
 

@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from fp8bench.catalog import WORKLOADS, load_all
 from fp8bench.cli import main
 from fp8bench.convergence import BROKEN, ConvergenceSettings, Curve, assess, smooth, train_curve
-from fp8bench.devices import resolve_device
+from fp8bench.core.devices import resolve_device
+from fp8bench.core.plugins import WORKLOADS, load_all
 from fp8bench.recipes import resolve_precision
 from fp8bench.store import open_store
 

@@ -19,9 +19,9 @@ import torch
 
 from fp8bench import capabilities, torch_api
 from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, parse_version, scaled_gemm_reason
-from fp8bench.catalog import load_all
 from fp8bench.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.plugins import load_all
 from fp8bench.recipes import Fp8Recipe, resolve_precision
 
 load_all()  # registries in their canonical order before any test imports one backend module on its own

@@ -8,7 +8,7 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 from fp8bench.distributed import LaunchEnv, LaunchError, LockstepTimer, device_spec_for, launch_env
 from fp8bench.timing import CpuTimer, SamplingPolicy, agreed, sample
 

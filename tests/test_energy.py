@@ -9,8 +9,9 @@ import pytest
 from fake_nvml import FakeGpu, make_pynvml
 
 from fp8bench import energy
-from fp8bench.catalog import load_all
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
+from fp8bench.core.plugins import load_all
 from fp8bench.energy import (
     EnergyReading,
     MeterUnavailable,
@@ -23,7 +24,6 @@ from fp8bench.energy import (
     nvml_meter,
     rapl_meter,
 )
-from fp8bench.pipeline import Pipeline
 from fp8bench.rapl import RaplCounter, RaplUnavailable
 from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
 from fp8bench.timing import SamplingPolicy

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.commits import commit_link, url_template
-from fp8bench.escaping import md_code, md_text, neutralize_formulas, spreadsheet_safe, term_text, web_url
+from fp8bench.core.commits import commit_link, url_template
+from fp8bench.core.escaping import md_code, md_text, neutralize_formulas, spreadsheet_safe, term_text, web_url
 from fp8bench.gate import GateConfig, build_report, collect_side, render_markdown
 from tests.gate_fixtures import payload, record
 

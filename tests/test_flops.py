@@ -13,7 +13,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from fp8bench.catalog import WORKLOADS, load_all
+from fp8bench.core.plugins import WORKLOADS, load_all
 from fp8bench.workloads.model import (
     Attention,
     ModelConfig,

@@ -163,7 +163,7 @@ def test_autocast_input_is_quantized_from_the_autocast_dtype():
                                        "nvfp4", "mxfp4"])
 def test_native_gemms_on_cuda_agree_with_emulated(precision):
     from fp8bench.capabilities import capabilities_for
-    from fp8bench.devices import resolve_device
+    from fp8bench.core.devices import resolve_device
 
     device = resolve_device("cuda")
     # Stochastic rounding draws differ between the two layers: compare the deterministic 4-bit path.

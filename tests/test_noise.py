@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from fp8bench.cli import main
-from fp8bench.noise import (
+from fp8bench.core.noise import (
     NOISY_SPREAD,
     HostLoad,
     host_load,

@@ -19,7 +19,7 @@ import pytest
 from fake_nvml import RELEASES, FakeGpu, make_pynvml, release_surface
 
 from fp8bench import energy, environment, nvml
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 from fp8bench.energy import WindowPolicy, nvml_meter
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fp8bench import peaks
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 from fp8bench.peaks import (
     CEILING_MAX_AGE,
     Peaks,

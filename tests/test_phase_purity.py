@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import fp8bench.quantize
-from fp8bench.catalog import BACKENDS, load_all
+from fp8bench.core.plugins import BACKENDS, load_all
 from fp8bench.phase_audit import AUDIT_SHAPES, Auditor, CaseAudit, RegionAudit, audit_case
 from fp8bench.recipes import PRECISIONS
 

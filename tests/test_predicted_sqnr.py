@@ -10,11 +10,11 @@ import torch
 from scipy import integrate
 
 import fp8bench.predicted_sqnr as P
-from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Unsupported
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.formats import E2M1, E4M3, E5M2, FP8_FORMATS
 from fp8bench.numerics import compare
-from fp8bench.pipeline import BuildContext, Unsupported
 from fp8bench.quantize import (
     quantize_blockwise,
     quantize_mx,

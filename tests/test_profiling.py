@@ -12,8 +12,8 @@ import torch
 
 from fp8bench.cli import build_parser, main
 from fp8bench.commands import run as run_command
-from fp8bench.devices import Device
-from fp8bench.pipeline import Pipeline
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
 from fp8bench.profiling import (
     NSYS_PROFILE_FLAGS,
     RANGE_PREFIX,

@@ -14,7 +14,7 @@ import torch
 from rich.console import Console
 
 from fp8bench.cli import main
-from fp8bench.comparability import definition_hash
+from fp8bench.core.comparability import definition_hash
 from fp8bench.formats import E4M3
 from fp8bench.quantize import AmaxHistory, scale_from_amax
 from fp8bench.recipes import (

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from fp8bench.core.registry import UnknownNameError
 from fp8bench.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
 from fp8bench.recipes import (
     PRECISIONS,
@@ -10,7 +11,6 @@ from fp8bench.recipes import (
     Granularity,
     resolve_precision,
 )
-from fp8bench.registry import UnknownNameError
 
 
 def test_every_contract_precision_is_registered():

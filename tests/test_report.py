@@ -104,7 +104,7 @@ def test_percent_of_peak_above_100_is_flagged_as_a_ceiling_problem():
 
 def test_an_untimed_record_is_never_noisy():
     """An interpreter's run (Triton on the CPU) has no samples: no noise to show, even when the run was loaded."""
-    from fp8bench.noise import HostLoad
+    from fp8bench.core.noise import HostLoad
     from fp8bench.report import noise_text, table_notes
 
     interpreted = {**record(64, "fp8_rowwise", [], backend="triton"), "interpreted": True, "reason": "interpreted"}

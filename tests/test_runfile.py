@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from fp8bench.records import SCHEMA_VERSION
+from fp8bench.core.records import SCHEMA_VERSION
 from fp8bench.runfile import RunFileError, RunFileWriter, check_writable, read_run_file
 
 

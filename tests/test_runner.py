@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from fp8bench.catalog import BACKENDS, Backend, load_all
-from fp8bench.devices import Device
-from fp8bench.pipeline import Pipeline
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
+from fp8bench.core.plugins import BACKENDS, Backend, load_all
 from fp8bench.runfile import read_run_file
 from fp8bench.runner import Case, CaseMeasurer, RunSettings, expand_cases, run_cases, with_policy
 from fp8bench.store import open_store

@@ -19,7 +19,7 @@ from fake_cuda import FakeCudaTimer, SimulatedClock
 from fake_nvml import FakeGpu, make_pynvml
 
 from fp8bench.cli import main
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 from fp8bench.energy import EnergyReading, WindowPolicy, nvml_meter
 from fp8bench.peaks import table_peak
 from fp8bench.runfile import read_run_file
@@ -158,7 +158,7 @@ def test_energy_disagreeing_with_power_times_time_fails_the_energy_check():
 
 
 def test_a_failing_backend_fails_and_an_unavailable_one_is_listed(monkeypatch):
-    from fp8bench.catalog import BACKENDS
+    from fp8bench.core.plugins import BACKENDS
 
     emulated = BACKENDS.get("emulated")
     builder, supports = emulated.builders["gemm"]

@@ -14,7 +14,7 @@ import torch
 
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_CASE_FAILED, EXIT_OK, EXIT_USAGE
-from fp8bench.devices import Device, DeviceError
+from fp8bench.core.devices import Device, DeviceError
 from fp8bench.record_stream import RecordStream
 from fp8bench.runfile import read_run_file
 from fp8bench.runner import RunSettings, expand_cases

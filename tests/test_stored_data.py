@@ -66,7 +66,7 @@ def test_named_and_real_shape_values_are_accepted(tmp_path, store_url, capsys):
     run["records"][1]["shape"] = {"e": 8, "route": "zipf", "alpha": 1.2, "impl": "loop"}
     code, summary, _ = ingest(capsys, store_url, write(tmp_path / "named.json", run))
     assert code == EXIT_OK and summary["ingested"][0]["records_added"] == 3
-    from fp8bench.shapes import parse_stored
+    from fp8bench.core.shapes import parse_stored
 
     assert parse_stored("op=all_gather,n=1048576") == {"op": "all_gather", "n": 1048576}
 

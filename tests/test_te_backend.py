@@ -14,10 +14,10 @@ import torch
 from fake_te import NEW, OLD, FakeTE, install
 from torch import nn
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Unsupported
 from fp8bench.kernels import te_backend as teb
 from fp8bench.numerics import compare
-from fp8bench.pipeline import BuildContext, Unsupported
 from fp8bench.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 

@@ -46,12 +46,12 @@ from typing import Any, cast
 
 import torch
 
-from fp8bench.catalog import WORKLOADS, Workload
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue
 from fp8bench.distributed import LAUNCH_HINT, world
 from fp8bench.fp8_comm import WIRE_GRANULARITIES, chunk_wire_bytes
 from fp8bench.recipes import Fp8Recipe, Precision
-from fp8bench.shapes import Shape, ShapeError, parse_keyvalue
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.memory import refusal
 

@@ -19,10 +19,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.core.records import case_key
 from fp8bench.dashboard.data import StoreProblem, count_records, load_run_payload
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import chart, current_view, table
-from fp8bench.records import case_key
 from fp8bench.stats import compare_samples
 
 # Newest runs searched for a default pair that shares cases: a year of nightly runs is never read whole for it.

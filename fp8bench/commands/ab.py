@@ -17,7 +17,7 @@ from fp8bench.commands.common import (
     add_store_flags,
     default_results_dir,
 )
-from fp8bench.units import positive_seconds
+from fp8bench.core.units import positive_seconds
 
 # A round of a CI suite takes minutes; one that has not answered in an hour is hung (a deadlocked kernel, a
 # driver wait), and ends the A/B run instead of the CI job's own, much later, timeout.

@@ -45,7 +45,7 @@ DOC = "docs/history-and-changes.md"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from fp8bench.changes import DEFAULT_METRICS, METRICS, ChangeConfig
-    from fp8bench.units import fraction_arg
+    from fp8bench.core.units import fraction_arg
 
     defaults = ChangeConfig()
     p.add_argument("--metric", nargs="+", default=list(DEFAULT_METRICS), choices=list(METRICS),
@@ -89,7 +89,7 @@ def render(changes: list[Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from fp8bench.escaping import term_text
+    from fp8bench.core.escaping import term_text
 
     table = Table(title=title)
     for name in ("first bad", "last good", "case", "device", "metric", "change", "interval", "p", "state"):

@@ -214,9 +214,9 @@ def check_filter_names(filters: Mapping[str, Iterable[str]],
     A filter that matches nothing would otherwise read as an empty store or "no change found": a typo must be bad
     input naming the value. Names found only in ``stored`` (written by an older version or a plugin not loaded now)
     stay accepted, since their records can still be read."""
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.registry import UnknownNameError
     from fp8bench.recipes import PRECISIONS
-    from fp8bench.registry import UnknownNameError
 
     load_all()
     registered = {"workload": WORKLOADS.names(), "backend": BACKENDS.names(), "precision": PRECISIONS.names()}

@@ -124,7 +124,7 @@ def serve(cmd: list[str], env: dict[str, str]) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.redact import redact
+    from fp8bench.core.redact import redact
 
     cmd = streamlit_command(args)
     target = str(store_target(args))

@@ -50,9 +50,9 @@ def execute(args: argparse.Namespace) -> int:
         probe_recipe,
         scaled_mm_api,
     )
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
     from fp8bench.cpu_fp8_rate import measure_cpu_fp8_rate
-    from fp8bench.devices import resolve_device
     from fp8bench.energy import meter_for
     from fp8bench.environment import software_versions
     from fp8bench.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision

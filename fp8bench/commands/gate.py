@@ -19,8 +19,8 @@ from fp8bench.commands.common import (
     lazy_read_only_store,
     print_json,
 )
+from fp8bench.core.units import fraction_arg
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS
-from fp8bench.units import fraction_arg
 
 NAME = "gate"
 HELP = "fail on a real regression in time, energy or accuracy: ratio of medians, bootstrap CI, Benjamini-Hochberg"
@@ -126,7 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def warn_same_runs(report: dict[str, Any]) -> None:
     """Say on stderr when both sides are the same run(s): such a gate can only pass."""
-    from fp8bench.escaping import one_line
+    from fp8bench.core.escaping import one_line
     from fp8bench.gate import SAME_RUN_NOTE
 
     prefix = SAME_RUN_NOTE.split("{", 1)[0]
@@ -162,7 +162,7 @@ def write_report(report: dict[str, Any], folder: Path, overwrite: bool = False,
 
 def store_report(report: dict[str, Any], target: Any) -> str | None:
     """Add the report to the store; returns an error text instead of raising (the files are already written)."""
-    from fp8bench.redact import error_line
+    from fp8bench.core.redact import error_line
     from fp8bench.store import StoreError, open_store
 
     try:

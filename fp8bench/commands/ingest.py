@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.escaping import one_line
+    from fp8bench.core.escaping import one_line
     from fp8bench.ingest import ingest_file
     from fp8bench.store import open_store
 

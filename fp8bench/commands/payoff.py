@@ -57,9 +57,9 @@ def execute(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from fp8bench import store_queries
-    from fp8bench.escaping import term_text
+    from fp8bench.core.escaping import term_text
+    from fp8bench.core.shapes import shape_label
     from fp8bench.payoff import payoff_table
-    from fp8bench.shapes import shape_label
     from fp8bench.store import open_store
     from fp8bench.store_queries import RecordFilter
 

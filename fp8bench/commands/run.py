@@ -24,7 +24,7 @@ from fp8bench.commands.common import (
     print_json,
     table_console,
 )
-from fp8bench.units import fraction_arg, percent_arg
+from fp8bench.core.units import fraction_arg, percent_arg
 
 NAME = "run"
 HELP = "measure cases: table, run file, store rows"
@@ -146,7 +146,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Cases, settings overrides and the spec (for the run header) from a suite and/or flags."""
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
     from fp8bench.recipes import PRECISIONS
     from fp8bench.suites import load_suite
     from fp8bench.workloads.shape_sets import shape_set
@@ -221,7 +221,7 @@ def _kept(outcome: Any, run_file: Path) -> str:
 
 def execute(args: argparse.Namespace) -> int:
     from fp8bench import distributed
-    from fp8bench.devices import resolve_device
+    from fp8bench.core.devices import resolve_device
     from fp8bench.recipes import PRECISIONS
     from fp8bench.report import summary_counts
     from fp8bench.runner import expand_cases, run_cases
@@ -282,7 +282,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fp8bench.noise import host_load, overload_warning
+    from fp8bench.core.noise import host_load, overload_warning
     from fp8bench.profiling import summary_rows
     from fp8bench.record_stream import DiskFull
     from fp8bench.report import render_bandwidths, render_table, summary_counts

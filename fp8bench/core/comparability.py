@@ -11,7 +11,7 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
 * the case itself (workload, shape, precision with its FP8 format, device kind) and its backend;
 * the scale factors the library ran with, where it states them (``scale_format``: Transformer Engine's
   Float8CurrentScaling and Float8BlockScaling can round scales to powers of two; see
-  :data:`fp8bench.records.SCALE_FORMATS`). A record that states none (every other backend, and TE records written
+  :data:`fp8bench.core.records.SCALE_FORMATS`). A record that states none (every other backend, and TE records written
   before it was stated, whose block scaling most likely ran TE's power-of-two default) keys ``None``; TE records
   stating ``fp32`` therefore never share a key with those older ones, and no other record's key changes;
 * a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, its
@@ -21,7 +21,7 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
 
 Graph replays and eager calls measure different things (a replay has no launch gaps; see :mod:`fp8bench.timing`), so
 a ``cuda_graph`` record never shares a key with an eager one: its case names the mode
-(:func:`fp8bench.records.case_key`) and the mode enters its definition hash. Both happen only for graph records: the
+(:func:`fp8bench.core.records.case_key`) and the mode enters its definition hash. Both happen only for graph records: the
 key of every eager record, and of every record written before the mode was recorded (all eager), is unchanged, so
 keys already in a store stay valid.
 
@@ -37,7 +37,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fp8bench.records import case_key, full_accum_variant
+from fp8bench.core.records import case_key, full_accum_variant
 
 # Run settings that change what one sample measures (see the module docstring).
 DEFINITION_SETTINGS = ("flush_l2", "seed", "threads")

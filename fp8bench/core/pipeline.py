@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.shapes import Shape
 from fp8bench.recipes import Precision
-from fp8bench.shapes import Shape
 
 if TYPE_CHECKING:
     from fp8bench.quantize import CastStats

@@ -38,7 +38,7 @@ class Record:
     delayed_scaling: dict[str, Any] = field(default_factory=dict)
     # The scale factors the library ran with (SCALE_FORMATS), stated by backends whose library can round them to
     # powers of two (te: Float8CurrentScaling, Float8BlockScaling). ``None`` elsewhere: fp8bench's own quantizers
-    # always use FP32 scales. Enters the comparability key (fp8bench.comparability).
+    # always use FP32 scales. Enters the comparability key (fp8bench.core.comparability).
     scale_format: str | None = None
     samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
     median_s: float | None = None  # end-to-end median, seconds

@@ -29,7 +29,7 @@ import re
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
-from fp8bench.redact import redact
+from fp8bench.core.redact import redact
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -88,7 +88,7 @@ def commit_link(template: str | None, commit: str | None) -> str | None:
     """The web page of ``commit``, or ``None`` without a template or a commit, or when the result is not an
     ``http``/``https`` address: a template comes from a stored git remote, which a run file can set to
     ``javascript:...``, and a link is only ever drawn to a web page."""
-    from fp8bench.escaping import web_url
+    from fp8bench.core.escaping import web_url
 
     if not template or not commit:
         return None

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.registry import Registry
+from fp8bench.core.shapes import Shape
 from fp8bench.recipes import Precision
-from fp8bench.registry import Registry
-from fp8bench.shapes import Shape
 
 
 class Workload(ABC):
@@ -37,7 +37,7 @@ class Workload(ABC):
 
     @abstractmethod
     def parse_shape(self, text: str) -> Shape:
-        """Parse and validate a shape string; raise :class:`fp8bench.shapes.ShapeError` naming the bad part."""
+        """Parse and validate a shape string; raise :class:`fp8bench.core.shapes.ShapeError` naming the bad part."""
 
     @abstractmethod
     def flops(self, shape: Shape) -> int:

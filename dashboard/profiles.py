@@ -31,7 +31,7 @@ import streamlit as st
 from fp8bench.dashboard.data import store_target
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.paths import PROFILE_DIR_SUFFIX, TRACE_SUFFIX, default_results_dir
-from fp8bench.store import normalize_url
+from fp8bench.results.store import normalize_url
 
 PERFETTO_URL = "https://ui.perfetto.dev"
 MAX_TRACE_BYTES = 512 * 2**20  # Perfetto UI itself loads traces of a few hundred MB in the browser

@@ -14,7 +14,7 @@ from fp8bench.core.escaping import neutralize_formulas
 from fp8bench.dashboard.data import FILL_COMMAND, Snapshot
 from fp8bench.dashboard.filters import Filters
 from fp8bench.dashboard.safe_text import safe_figure
-from fp8bench.store_queries import RecordFilter
+from fp8bench.results.store.queries import RecordFilter
 
 _VIEW_KEY = "fp8bench_view"
 # The records' noise (fp8bench.core.noise): relative spread of the samples, shown in percent.

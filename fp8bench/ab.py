@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from fp8bench.core.redact import MASK
 from fp8bench.gate import GateConfig, build_report, collect_side, merge_rerun
-from fp8bench.ingest import load_side
+from fp8bench.results.ingest import load_side
 
 # Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.
 _WORKER = r'''

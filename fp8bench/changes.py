@@ -55,7 +55,7 @@ METRICS = {
     "sqnr_db": Metric("sqnr_db", lower_is_better=False, log=False, unit="dB"),
 }
 DEFAULT_METRICS = ("median_s",)
-# Columns a history needs (typed store columns; see fp8bench.store_columns).
+# Columns a history needs (typed store columns; see fp8bench.results.store.columns).
 HISTORY_COLUMNS = ("id", "run_id", "seq", "case_key", "comparability_key", "device_name", "device", "git_commit",
                    "git_branch", "commit_depth", "commit_time", "run_started_at")
 
@@ -280,9 +280,9 @@ def new_since(changes: Sequence[Change], started_at: str) -> list[Change]:
 
 
 def history_records(store: Any, flt: Any, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
-    """The speed-comparable records of ``store`` under ``flt`` (a :class:`fp8bench.store_queries.RecordFilter`),
+    """The speed-comparable records of ``store`` under ``flt`` (a :class:`fp8bench.results.store.queries.RecordFilter`),
     with the columns change detection reads, in run order."""
-    from fp8bench import store_queries
+    from fp8bench.results.store import queries as store_queries
 
     columns = tuple(dict.fromkeys([*HISTORY_COLUMNS, *metrics]))
     return store_queries.select_records(store, flt, columns, where=[store_queries.speed_comparable()])

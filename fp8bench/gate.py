@@ -60,7 +60,7 @@ from fp8bench.core.records import case_key
 from fp8bench.core.units import parse_fraction
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
-from fp8bench.runfile import check_seconds
+from fp8bench.results.runfile import check_seconds
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.telemetry import only_power_capped
 
@@ -188,7 +188,7 @@ def measured(record: dict[str, Any], run: dict[str, Any]) -> bool:
 
 
 def origin_of(payload: dict[str, Any]) -> str:
-    """Where a run payload came from, for messages: its file (set by :func:`fp8bench.ingest.load_side`) or run id."""
+    """Where a run payload came from, for messages: its file (set by :func:`fp8bench.results.ingest.load_side`) or run id."""
     return str(payload.get("origin") or f"run {payload['run'].get('run_id')}")
 
 
@@ -210,7 +210,7 @@ def check_finished(payloads: Sequence[dict[str, Any]], side: str) -> None:
 
 def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -> Side:
     """Per-case samples of one side: per-round medians with >= 2 runs, else the single run's raw samples.
-    Raises :class:`fp8bench.runfile.RunFileError` on a timing value that is not finite positive seconds (payloads
+    Raises :class:`fp8bench.results.runfile.RunFileError` on a timing value that is not finite positive seconds (payloads
     read from files were checked on reading; a store's were not).
 
     For another ``metric`` than time each record holds one value (energy per iteration, SQNR), so the samples are

@@ -29,7 +29,7 @@ events and L2 flush, graph captures and energy windows all act on the case's dev
 
 Ctrl-C (and SIGTERM or SIGHUP, which the command line turns into the same interrupt) stops the run between or
 inside cases; every record finished before it stays in the run file and store. A full disk stops the run too,
-with status ``failed: disk full`` (:mod:`fp8bench.record_stream`).
+with status ``failed: disk full`` (:mod:`fp8bench.results.stream`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
 from fp8bench.profiling import CaseProfiler, profile_mode
 from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, fp4_settings, resolve_precision
-from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
+from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 

@@ -53,7 +53,7 @@ from fp8bench.energy import EnergyMeter, EnergyReading, NullMeter, configure_met
 from fp8bench.peaks import CEILING_N, Peaks, peak_key, table_peak
 from fp8bench.predicted_sqnr import predict_gemm_sqnr
 from fp8bench.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
-from fp8bench.runfile import RunFileWriter
+from fp8bench.results.runfile import RunFileWriter
 from fp8bench.runner import Case, CaseMeasurer, RunSettings, new_run_id, run_header
 from fp8bench.timing import SamplingPolicy, Timer, timer_for
 

@@ -27,7 +27,7 @@ fp8bench does it, and why:
   runs on one worker: shard sweeps of many shapes (the suites). The in-order merge below waits at most for the
   groups before a finished one.
 * **One run file and store, in case order.** Only the parent writes: workers send each finished record through a
-  pipe, and the parent hands records to :class:`fp8bench.record_stream.RecordStream` in case order (a record that
+  pipe, and the parent hands records to :class:`fp8bench.results.stream.RecordStream` in case order (a record that
   finishes early waits in memory for the cases before it). The run file and store get the same records, in the same
   order, with the same ``seq``, that one worker would have written; each record names the device that measured it.
 * **A worker that dies** is seen through its process sentinel (``multiprocessing.connection.wait``): the case it
@@ -60,7 +60,7 @@ from fp8bench.core.devices import Device, DeviceError, resolve_device
 from fp8bench.core.shapes import label
 from fp8bench.energy import meter_for, not_metered
 from fp8bench.environment import device_properties
-from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
+from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.runner import Case, RunOutcome, RunSettings, case_profiler, case_record, new_run_id, run_header
 from fp8bench.timing import timing_mode_for
 

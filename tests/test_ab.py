@@ -117,7 +117,7 @@ def test_ab_with_a_slowed_kernel_fails_and_names_the_case(tmp_path, results_dir,
     assert verdicts["gemm[m=64,n=64,k=64] fp32 torch cpu"]["verdict"] in ("same", "faster")
     assert verdicts["gemm[m=64,n=64,k=64] bf16 torch cpu"]["ratio"] > 2
     assert report.get("store_error") is None, report.get("store_error")
-    stored = __import__("fp8bench.store", fromlist=["open_store"]).open_store(results_dir).gate_reports_frame()
+    stored = __import__("fp8bench.results.store", fromlist=["open_store"]).open_store(results_dir).gate_reports_frame()
     assert list(stored["verdict"]) == ["regression"]
     assert "bf16" in (out / "report.md").read_text()
 

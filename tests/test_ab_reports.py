@@ -14,7 +14,7 @@ import pytest
 from fp8bench.ab import AbError, SideSpec, run_ab
 from fp8bench.cli import main
 from fp8bench.gate import GateConfig, build_report, collect_side, render_markdown
-from fp8bench.store import open_store
+from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record
 
 ROOT = Path(__file__).resolve().parents[1]

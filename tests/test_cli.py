@@ -10,8 +10,8 @@ import time
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.runfile import read_run_file
-from fp8bench.store import open_store
+from fp8bench.results.runfile import read_run_file
+from fp8bench.results.store import open_store
 
 
 def run_cli(capsys, *argv):

@@ -24,7 +24,7 @@ from test_dashboard_apptest import TITLES, no_failures, open_app  # noqa: E402
 from fp8bench.core.shapes import shape_label  # noqa: E402
 from fp8bench.dashboard.widgets import LABEL_WIDTH  # noqa: E402
 from fp8bench.payoff import WORKLOAD_ORDER  # noqa: E402
-from fp8bench.store import open_store  # noqa: E402
+from fp8bench.results.store import open_store  # noqa: E402
 from tests.gate_fixtures import payload, record  # noqa: E402
 
 PAGES = {**TITLES, "regressions": "Regressions"}

@@ -21,8 +21,8 @@ from fp8bench.gate import (
     parse_override,
     render_markdown,
 )
-from fp8bench.runfile import atomic_write_json
-from fp8bench.store import open_store
+from fp8bench.results.runfile import atomic_write_json
+from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record, rounds
 
 CASES = {(64, "bf16"): 1e-3, (64, "fp32"): 2e-3, (128, "bf16"): 4e-3}

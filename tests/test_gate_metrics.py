@@ -18,7 +18,7 @@ from fp8bench.gate import (
     render_markdown,
 )
 from fp8bench.gate_metrics import floor_for, metric_value, parse_sqnr_floor, sqnr_verdict
-from fp8bench.runfile import atomic_write_json
+from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import payload, record
 
 

@@ -14,7 +14,7 @@ from fp8bench.gate import (
     merge_rerun,
     render_markdown,
 )
-from fp8bench.runfile import atomic_write_json
+from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import rounds
 
 CASES = {(64, "bf16"): 1e-3, (64, "fp32"): 2e-3}

@@ -24,8 +24,8 @@ from fp8bench.profiling import (
     profile_iterations,
     top_ops,
 )
+from fp8bench.results.store import open_store
 from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases, with_policy
-from fp8bench.store import open_store
 from fp8bench.timing import CpuTimer
 
 CPU = Device("cpu")

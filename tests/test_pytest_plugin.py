@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.ingest import read_results_file
-from fp8bench.store import open_store
+from fp8bench.results.ingest import read_results_file
+from fp8bench.results.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "workloads" / "suites" / "ci_bench"

@@ -28,7 +28,7 @@ from fp8bench.core.commits import commit_order
 from fp8bench.dashboard.data import cached, commit_url_template, open_for_page
 from fp8bench.dashboard.safe_text import plot_link
 from fp8bench.dashboard.widgets import chart, current_view, table
-from fp8bench.store_queries import RecordFilter
+from fp8bench.results.store.queries import RecordFilter
 
 
 @cached

@@ -86,7 +86,7 @@ def check_outputs(folder: Path, rounds: int, force: bool) -> None:
     A/B run's, unless ``force``; a device, FIFO or link, ever), the rerun's included."""
     from fp8bench.ab import round_files
     from fp8bench.commands.gate import check_report_dir
-    from fp8bench.runfile import check_writable
+    from fp8bench.results.runfile import check_writable
 
     check_report_dir(folder, force, "--out")
     for place in (folder, folder / "rerun"):

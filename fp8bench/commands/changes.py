@@ -106,8 +106,8 @@ def render(changes: list[Any], title: str) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from fp8bench.changes import new_since, store_changes
-    from fp8bench.store import open_store
-    from fp8bench.store_queries import RecordFilter
+    from fp8bench.results.store import open_store
+    from fp8bench.results.store.queries import RecordFilter
 
     config = _config(args)
     store = open_store(store_target(args), read_only=True)

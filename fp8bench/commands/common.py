@@ -202,7 +202,7 @@ def lazy_read_only_store(args: argparse.Namespace) -> Callable[[], Any]:
     need a store only when a side names run ids, not for two files)."""
     from functools import cache
 
-    from fp8bench.store import open_store
+    from fp8bench.results.store import open_store
 
     return cache(lambda: open_store(store_target(args), read_only=True))
 
@@ -230,7 +230,7 @@ def check_filter_names(filters: Mapping[str, Iterable[str]],
 
 def stored_names(store: Any) -> dict[str, list[str]]:
     """The workload, backend and precision names that ``store``'s records carry."""
-    from fp8bench.store_queries import filter_options
+    from fp8bench.results.store.queries import filter_options
 
     options = filter_options(store)
     return {kind: list(options[kind].dropna().unique()) for kind in ("workload", "backend", "precision")}

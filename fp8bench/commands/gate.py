@@ -140,8 +140,8 @@ REPORT_FILES = ("report.md", "report.json")
 
 def check_report_dir(folder: Path, overwrite: bool, flag: str) -> None:
     """Refuse, before anything is measured or compared, report files that must not be replaced (see
-    :func:`fp8bench.runfile.check_writable`)."""
-    from fp8bench.runfile import check_writable
+    :func:`fp8bench.results.runfile.check_writable`)."""
+    from fp8bench.results.runfile import check_writable
 
     for name in REPORT_FILES:
         check_writable(folder / name, overwrite, what="the report", flag=flag)
@@ -151,7 +151,7 @@ def write_report(report: dict[str, Any], folder: Path, overwrite: bool = False,
                  flag: str = "--report-dir") -> tuple[Path, Path]:
     """Write report.md and report.json into ``folder``; returns their paths."""
     from fp8bench.gate import render_markdown
-    from fp8bench.runfile import json_safe, write_user_file
+    from fp8bench.results.runfile import json_safe, write_user_file
 
     md, js = (folder / name for name in REPORT_FILES)
     write_user_file(md, render_markdown(report).encode(), overwrite, what="the report", flag=flag)
@@ -163,7 +163,7 @@ def write_report(report: dict[str, Any], folder: Path, overwrite: bool = False,
 def store_report(report: dict[str, Any], target: Any) -> str | None:
     """Add the report to the store; returns an error text instead of raising (the files are already written)."""
     from fp8bench.core.redact import error_line
-    from fp8bench.store import StoreError, open_store
+    from fp8bench.results.store import StoreError, open_store
 
     try:
         open_store(target).add_gate_report(report)
@@ -181,7 +181,7 @@ def execute(args: argparse.Namespace) -> int:
             check_report_dir(args.report_dir, args.force, "--report-dir")
         config = gate_config(args)
         store = lazy_read_only_store(args)  # opened only when a side names run ids
-        from fp8bench.ingest import load_side
+        from fp8bench.results.ingest import load_side
 
         report = gate(load_side(args.base, store), load_side(args.cand, store), config)
     except Exception as exc:  # any failure to produce a verdict is a harness error, never a pass

@@ -284,12 +284,12 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
 
     from fp8bench.core.noise import host_load, overload_warning
     from fp8bench.profiling import summary_rows
-    from fp8bench.record_stream import DiskFull
     from fp8bench.report import render_bandwidths, render_table, summary_counts
-    from fp8bench.runfile import check_writable
+    from fp8bench.results.runfile import check_writable
+    from fp8bench.results.store import open_store
+    from fp8bench.results.stream import DiskFull
     from fp8bench.runner import new_run_id, run_cases
     from fp8bench.sharding import run_sharded
-    from fp8bench.store import open_store
 
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()

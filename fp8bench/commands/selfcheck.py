@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from fp8bench.core.devices import resolve_device
     from fp8bench.core.plugins import BACKENDS, load_all
-    from fp8bench.runfile import check_writable
+    from fp8bench.results.runfile import check_writable
     from fp8bench.runner import new_run_id
     from fp8bench.selfcheck import SelfcheckConfig, probe_for
 

@@ -1,7 +1,7 @@
 """Export results for the tools CI already reads: CSV, Parquet, github-action-benchmark and Bencher.
 
 Records come from run files (or pytest-benchmark JSON) or from a store, narrowed by the dashboard's filters
-(:class:`fp8bench.store_queries.RecordFilter`: device, workload, backend, precision, branch, and a run range that
+(:class:`fp8bench.results.store.queries.RecordFilter`: device, workload, backend, precision, branch, and a run range that
 becomes run start times): as SQL on a store, the same rules in Python on files (:func:`keeps`). Four formats:
 
 * ``csv`` and ``parquet``: one row per record, every status included, flat columns (:data:`COLUMNS`; each phase's
@@ -42,8 +42,8 @@ from fp8bench.core.records import case_key
 if TYPE_CHECKING:  # pandas and the store load only when an export runs, not for `fp8bench --help`
     import pandas as pd
 
-    from fp8bench.store import Store
-    from fp8bench.store_queries import RecordFilter
+    from fp8bench.results.store import Store
+    from fp8bench.results.store.queries import RecordFilter
 
 FORMATS = ("csv", "parquet", "github-action-benchmark", "bencher")
 TEXT_FORMATS = ("csv", "github-action-benchmark", "bencher")
@@ -128,7 +128,7 @@ def store_runs(store: Store) -> dict[str, dict[str, Any]]:
 
 def rows_from_store(store: Store, flt: RecordFilter, headers: Mapping[str, dict[str, Any]]) -> list[Row]:
     """The records ``flt`` selects in a store (in SQL), with their run headers, oldest run first."""
-    from fp8bench.store_queries import record_json, select_records
+    from fp8bench.results.store.queries import record_json, select_records
 
     picked = select_records(store, flt, columns=["id", "run_id"])
     full = record_json(store, [int(i) for i in picked["id"]])
@@ -260,7 +260,7 @@ def count(rows: Sequence[Row], fmt: str, metric: str = "median_s") -> int:
 
 def write(data: bytes, out: Path, overwrite: bool = False) -> None:
     """Write ``data`` to ``out`` atomically (a reader never sees half a file), never over a device, a FIFO or a
-    link, nor over an existing file unless ``overwrite`` (:func:`fp8bench.runfile.write_user_file`)."""
-    from fp8bench.runfile import write_user_file
+    link, nor over an existing file unless ``overwrite`` (:func:`fp8bench.results.runfile.write_user_file`)."""
+    from fp8bench.results.runfile import write_user_file
 
     write_user_file(out, data, overwrite, what="the export")

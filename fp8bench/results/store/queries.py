@@ -10,7 +10,7 @@ one on each device model. So the dashboard, ``payoff`` and ``changes`` ask the d
 * :func:`count_records_by`: counts per group (energy coverage, case outcomes per run);
 * :func:`select_records`: the records of some cases, or of some status, in time order (history, change points).
 
-Every query reads typed columns only (store schema 3, :mod:`fp8bench.store_columns`), never the record JSON, and
+Every query reads typed columns only (store schema 3, :mod:`fp8bench.results.store.columns`), never the record JSON, and
 takes a :class:`RecordFilter`, the dashboard's sidebar as SQL.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from fp8bench.store import Store, record_data_table, record_phases_table, records_table, runs_table
+from fp8bench.results.store import Store, record_data_table, record_phases_table, records_table, runs_table
 
 R = records_table.c
 # Appended to the device label of records timed as CUDA-graph replays: every page groups and compares by device
@@ -214,7 +214,7 @@ def select_records(store: Store, flt: RecordFilter, columns: Sequence[str] | Non
 def store_fingerprint(store: Store) -> tuple[int, int, int]:
     """Numbers that change whenever a record, run or gate report is added: the highest record id and the run and
     report counts (index lookups, not a scan of the records)."""
-    from fp8bench.store import gate_reports_table
+    from fp8bench.results.store import gate_reports_table
 
     stmt = sa.select(sa.select(sa.func.max(R.id)).scalar_subquery(),
                      sa.select(sa.func.count()).select_from(runs_table).scalar_subquery(),
@@ -226,7 +226,7 @@ def store_fingerprint(store: Store) -> tuple[int, int, int]:
 
 def record_json(store: Store, record_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """The full record JSON of a few records (a loss curve, the raw samples), by id."""
-    from fp8bench.store import _as_dict
+    from fp8bench.results.store import _as_dict
 
     out: dict[int, dict[str, Any]] = {}
     ids = [int(i) for i in record_ids]

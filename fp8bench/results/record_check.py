@@ -12,7 +12,7 @@ The expected types come from one place each: a record's top-level fields from th
 :class:`fp8bench.core.records.Record` (``float | None`` is a number or null, ``dict[...]`` an object, ``list[...]`` a
 list); the nested fields the store and the pages read from :data:`NESTED_RECORD_FIELDS` and
 :data:`RUN_FIELDS`. A field may always be absent or null. JSON integers have no size limit while SQL integer
-columns do: that bound is the store's to enforce (:mod:`fp8bench.store`), since only it knows the column.
+columns do: that bound is the store's to enforce (:mod:`fp8bench.results.store`), since only it knows the column.
 
 Containers nested deeper than :data:`MAX_DEPTH` are refused too: Python's own JSON parser gives up near 1,000
 levels with a ``RecursionError``, and nothing fp8bench writes comes near the bound.
@@ -37,7 +37,7 @@ MAX_DEPTH = 64
 # (fp8bench.core.shapes: ``op=all_gather``, ``route=zipf``, ``alpha=1.2``) a name or a number. A name starts with a letter
 # and holds no ``,``, ``=`` or space, which would break the store's ``k=v,...`` shape text; a count written as text
 # (``64k``) is neither. The test id of a benchmark imported from pytest-benchmark JSON (``shape.test``,
-# fp8bench.ingest) may be any text.
+# fp8bench.results.ingest) may be any text.
 SHAPE_TEXT_KEYS = ("test",)
 _SHAPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.+-]*")
 
@@ -89,7 +89,7 @@ RECORD_FIELDS: dict[str, Kind] = {
 """Every top-level record field and its kind, from :class:`fp8bench.core.records.Record`."""
 
 NESTED_RECORD_FIELDS: dict[tuple[str, ...], Kind] = {
-    # What the store's typed columns and the pages read below the top level (fp8bench.store_columns).
+    # What the store's typed columns and the pages read below the top level (fp8bench.results.store.columns).
     ("numerics", "sqnr_db"): NUMBER, ("numerics", "rel_err"): NUMBER, ("numerics", "max_abs_err"): NUMBER,
     ("numerics", "overflow_frac"): NUMBER, ("numerics", "underflow_frac"): NUMBER,
     ("energy", "method"): TEXT, ("energy", "reason"): TEXT, ("energy", "invalid_reasons"): LIST,
@@ -184,7 +184,7 @@ def _too_deep(data: dict[str, Any]) -> Iterator[Problem]:
 
 def record_problems(record: dict[str, Any]) -> list[Problem]:
     """Every field of ``record`` whose value its readers cannot take (required fields are checked by the run-file
-    reader, :func:`fp8bench.runfile.validate_records`, which names what is missing)."""
+    reader, :func:`fp8bench.results.runfile.validate_records`, which names what is missing)."""
     problems = list(_too_deep(record))
     deep = {p.path for p in problems}
     top: dict[tuple[str, ...], Kind] = {(name,): kind for name, kind in RECORD_FIELDS.items()}

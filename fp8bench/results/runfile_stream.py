@@ -10,7 +10,7 @@ too deep for the parser) is exactly what reading the whole file would accept and
 fit the window yet makes it grow, up to :data:`MAX_RECORD_BYTES`: a longer one is refused, which bounds memory
 whatever the file holds. The incremental layout needs the keys in the order fp8bench writes them
 (``schema_version``, ``run``, then ``records``); a file in another order, or one that is not a run file at all
-(pytest-benchmark JSON), is read whole by :func:`fp8bench.runfile.load_json` instead.
+(pytest-benchmark JSON), is read whole by :func:`fp8bench.results.runfile.load_json` instead.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from fp8bench.record_check import MAX_DEPTH
-from fp8bench.runfile import RunFileError, check_header, check_record, open_regular
+from fp8bench.results.record_check import MAX_DEPTH
+from fp8bench.results.runfile import RunFileError, check_header, check_record, open_regular
 
 CHUNK_BYTES = 1 << 20  # read size; a record is decoded once it is whole in the window
 MAX_RECORD_BYTES = 64 << 20  # one record's text at most (a record with 100,000 raw samples is about 2.5 MB)
@@ -120,7 +120,7 @@ class StreamedRun:
     _fh: BinaryIO
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Each record, in file order, checked (:func:`fp8bench.runfile.check_record`); closes the file at the end.
+        """Each record, in file order, checked (:func:`fp8bench.results.runfile.check_record`); closes the file at the end.
         :class:`RunFileError` at the first bad record or byte, naming the file and the record's index."""
         window, origin = self._window, str(self.path)
         try:

@@ -12,7 +12,7 @@ an existing run file unless overwriting was asked for.
 
 Reading checks what the store and the gate rely on: only a regular file is opened (never a FIFO or a device), every
 record is an object with its identifying fields and every field of the type its readers expect
-(:mod:`fp8bench.record_check`), and every timing sample a finite positive number of seconds; the error names the
+(:mod:`fp8bench.results.record_check`), and every timing sample a finite positive number of seconds; the error names the
 file and the first bad record.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from fp8bench.core.records import SCHEMA_VERSION, STATUSES, case_key
-from fp8bench.record_check import MAX_DEPTH, describe, record_problems, run_problems
+from fp8bench.results.record_check import MAX_DEPTH, describe, record_problems, run_problems
 
 
 class RunFileError(ValueError):
@@ -247,7 +247,7 @@ def validate_records(records: list[Any], origin: str) -> None:
 
 def check_record(rec: Any, i: int, origin: str) -> None:
     """Raise :class:`RunFileError`, naming the file and the record's index, unless record ``i`` is an object with
-    the required fields, every field of the type its readers expect (:mod:`fp8bench.record_check`), and its
+    the required fields, every field of the type its readers expect (:mod:`fp8bench.results.record_check`), and its
     samples and median finite positive seconds."""
     if not isinstance(rec, dict):
         raise RunFileError(f"{origin}: record {i} is not an object (got {type(rec).__name__})")

@@ -1,6 +1,6 @@
 """Streaming a run's records to where they are kept: the run file (the record of truth) and the store.
 
-Each finished record is appended to the run file (rewritten atomically, :mod:`fp8bench.runfile`) and inserted
+Each finished record is appended to the run file (rewritten atomically, :mod:`fp8bench.results.runfile`) and inserted
 into the store. What can go wrong on the way, and what happens then:
 
 * **The store fails** (stopped, stalled past its statement timeout, full, refusing a value): the error becomes one
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8bench.core.redact import error_line
-from fp8bench.runfile import RunFileWriter
+from fp8bench.results.runfile import RunFileWriter
 
 STATUS_DISK_FULL = "failed: disk full"
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)

@@ -17,7 +17,7 @@ ids): ingesting the same file twice stores it once.
 not JSON, a record missing a field or with a field of the wrong type, a sample that is not finite positive seconds)
 or that the store refuses (a value its column cannot hold, two records with one seq) is reported with its name, the
 record's index and what is wrong, stores nothing, and does not stop the files after it. An fp8bench run file is
-streamed record by record (:mod:`fp8bench.runfile_stream`), so memory does not grow with the file.
+streamed record by record (:mod:`fp8bench.results.runfile_stream`), so memory does not grow with the file.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8bench.core.records import SCHEMA_VERSION
-from fp8bench.runfile import RunFileError, load_json, validate_records, validate_run
+from fp8bench.results.runfile import RunFileError, load_json, validate_records, validate_run
 
 SOURCE_FP8BENCH = "fp8bench"
 SOURCE_PYTEST_BENCHMARK = "pytest-benchmark"
@@ -122,7 +122,7 @@ def ingest_file(store: Any, path: Path) -> dict[str, Any]:
     import sqlalchemy as sa
 
     from fp8bench.core.redact import error_line
-    from fp8bench.store import StoreError
+    from fp8bench.results.store import StoreError
 
     try:
         payload, source = _read_for_ingest(path)
@@ -144,8 +144,8 @@ def ingest_file(store: Any, path: Path) -> dict[str, Any]:
 
 def _read_for_ingest(path: Path) -> tuple[dict[str, Any], str]:
     """A results file as a payload whose ``records`` may be an iterator: an fp8bench run file is streamed record
-    by record (:mod:`fp8bench.runfile_stream`: bounded memory), any other file is read whole."""
-    from fp8bench.runfile_stream import stream_run_file
+    by record (:mod:`fp8bench.results.runfile_stream`: bounded memory), any other file is read whole."""
+    from fp8bench.results.runfile_stream import stream_run_file
 
     streamed = stream_run_file(path)
     if streamed is None:

@@ -16,7 +16,7 @@ Schema history:
 * 1: ``meta``, ``runs``, ``records``, ``gate_reports``.
 * 2: ``records.comparability_key`` (:func:`fp8bench.core.comparability.key_string`), so that the gate and the dashboard
   can select comparable measurements in SQL; filled in for existing records by the migration.
-* 3: typed columns for every record field that is read (:mod:`fp8bench.store_columns`: commit, branch and commit
+* 3: typed columns for every record field that is read (:mod:`fp8bench.results.store.columns`: commit, branch and commit
   order, timing mode, accumulation, work and ceilings, energy, numerics, convergence verdict), the
   ``record_phases`` side table (one row per record and phase), ``runs.git_branch``, ``runs.commit_depth`` and
   ``runs.commit_time``, and indexes for the dashboard's filters and per-case history; back-filled from the record
@@ -24,7 +24,7 @@ Schema history:
   to its own table, ``record_data``: a scan of the typed columns no longer reads past every record's JSON.
 * 4: ``records.profile_trace`` (the path of a case's profile trace).
 * 5: no new column. Records and run headers stored before the types of their fields were checked
-  (:mod:`fp8bench.record_check`) are repaired: a field that no reader can take becomes null, with a note in the
+  (:mod:`fp8bench.results.record_check`) are repaired: a field that no reader can take becomes null, with a note in the
   JSON's ``notes``, and the typed columns are written again from the repaired JSON.
 """
 
@@ -49,9 +49,9 @@ from sqlalchemy.engine import Engine
 
 from fp8bench.core.records import SCHEMA_VERSION, case_key
 from fp8bench.core.redact import redact
-from fp8bench.record_check import describe, record_problems, repaired, run_problems
-from fp8bench.runfile import REQUIRED_FIELDS, json_safe
-from fp8bench.store_columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
+from fp8bench.results.record_check import describe, record_problems, repaired, run_problems
+from fp8bench.results.runfile import REQUIRED_FIELDS, json_safe
+from fp8bench.results.store.columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
 
 STORE_SCHEMA_VERSION = 5
 DEFAULT_DB_NAME = "fp8bench.sqlite"
@@ -117,7 +117,7 @@ records_table = sa.Table(
 )
 
 # Schema 3 indexes: a case's history in time order, covering what the latest-record-per-case query reads (so that
-# query scans the index, not the table: fp8bench.store_queries.latest_records), the run-range filter, and the
+# query scans the index, not the table: fp8bench.results.store.queries.latest_records), the run-range filter, and the
 # sidebar's list filters.
 RECORD_INDEXES = {
     "ix_records_case_history": ("case_key", "device_name", "device", "run_started_at", "seq", "status", "valid",
@@ -719,7 +719,7 @@ REPAIRED_WHEN = "the store was migrated to schema 5"
 
 def _checked(data: Any, problems_of: Callable[[dict[str, Any]], list[Any]]) -> tuple[dict[str, Any], bool]:
     """Stored JSON as an object with every field its readers cannot take set to null (and a note saying so), and
-    whether anything was changed; see :mod:`fp8bench.record_check`."""
+    whether anything was changed; see :mod:`fp8bench.results.record_check`."""
     value = _as_dict(data)
     if not isinstance(value, dict):
         return {"notes": [f"the stored JSON was {describe(value)}, not an object; dropped when {REPAIRED_WHEN}"]}, True
@@ -740,7 +740,7 @@ def _readable_run(data: Any) -> dict[str, Any]:
 def _migrate_4_to_5(conn: sa.Connection) -> None:
     """Repair what older versions stored without checking its shape: a record or run header field of a type its
     readers cannot take (``phases`` as a list, ``numerics`` as text, a number as text, a shape of ``"64k"``)
-    becomes null, with a note in the JSON's ``notes`` (:mod:`fp8bench.record_check`); the repaired records' typed
+    becomes null, with a note in the JSON's ``notes`` (:mod:`fp8bench.results.record_check`); the repaired records' typed
     columns and phases are written again from the repaired JSON. Every record's JSON is read once, in batches."""
     runs: dict[str, dict[str, Any]] = {}
     for run_id, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data)).all():

@@ -23,7 +23,7 @@ functions do *not* check, each written down from the CUDA source that enforces i
   (E8M0 scales per 32) has a CUDA kernel there from 2.10 on, while ``torch._scaled_mm`` takes it on ROCm only.
 
 **Which entry point** a recipe's GEMMs take depends on what the target's torch has
-(:func:`fp8bench.torch_api.gemm_entry_point`; for this process's GPU, detected; for a conformance target, the
+(:func:`fp8bench.numerics.torch_api.gemm_entry_point`; for this process's GPU, detected; for a conformance target, the
 surface recorded from its release's wheel). A recipe with no entry point on that torch is refused with the release
 that adds one.
 
@@ -60,9 +60,9 @@ from functools import lru_cache
 
 import torch
 
-from fp8bench import torch_api
 from fp8bench.core.devices import Device
-from fp8bench.recipes import Fp8Recipe, Granularity
+from fp8bench.numerics import torch_api
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity
 
 
 class ScaleLayout(str, Enum):
@@ -138,7 +138,7 @@ class CudaTarget:
 
     def surface(self) -> torch_api.TorchSurface:
         """The scaled-GEMM API of the target's torch: detected for this process's GPU, else the recorded surface
-        of its release (:mod:`fp8bench.torch_api`)."""
+        of its release (:mod:`fp8bench.numerics.torch_api`)."""
         return torch_api.detect() if self.live else torch_api.release_surface(self.torch)
 
     def describe(self) -> str:
@@ -315,8 +315,8 @@ def scaled_gemm_reason(spec: ScaledGemmSpec, target: CudaTarget) -> str | None:
 # --- the GEMMs each FP8 path runs ------------------------------------------------------------------------------
 
 def scaled_mm_api(recipe: Fp8Recipe, surface: torch_api.TorchSurface) -> str | None:
-    """Which PyTorch entry point :mod:`fp8bench.scaled_gemm` calls for ``recipe``'s GEMMs on a torch with
-    ``surface`` (``None``: that torch has none; :func:`fp8bench.torch_api.gemm_entry_point`)."""
+    """Which PyTorch entry point :mod:`fp8bench.numerics.scaled_gemm` calls for ``recipe``'s GEMMs on a torch with
+    ``surface`` (``None``: that torch has none; :func:`fp8bench.numerics.torch_api.gemm_entry_point`)."""
     return torch_api.gemm_entry_point(recipe.granularity, recipe.is_fp4, surface)
 
 
@@ -330,7 +330,7 @@ def forward_gemm_spec(recipe: Fp8Recipe, api: str = "any") -> ScaledGemmSpec:
 
 
 def layer_gemm_specs(recipe: Fp8Recipe, backward: bool = True, api: str = "any") -> dict[str, ScaledGemmSpec]:
-    """The GEMMs of one FP8 linear layer (:mod:`fp8bench.fp8_linear`): forward, and dgrad and wgrad in training.
+    """The GEMMs of one FP8 linear layer (:mod:`fp8bench.numerics.fp8_linear`): forward, and dgrad and wgrad in training.
 
     Gradients take the recipe's backward format (E5M2 under ``hybrid``). Block recipes tile the weight 128x128 in
     the forward and dgrad GEMMs and every activation or gradient 1x128 (the wgrad GEMM's right operand, the input

@@ -22,7 +22,7 @@ the group offsets, whose *values* the replay reads from the real CPU tensor. (``
 ``torch._scaled_grouped_mm``.)
 
 :class:`CudaConformance` is a ``TorchDispatchMode``: torch's dispatcher is the one interception point, so every
-caller is covered (fp8bench's :mod:`fp8bench.scaled_gemm` and FP8 linear layer, and vendor libraries such as
+caller is covered (fp8bench's :mod:`fp8bench.numerics.scaled_gemm` and FP8 linear layer, and vendor libraries such as
 torchao that call ``torch._scaled_mm`` themselves). For each scaled GEMM it records the call, replays it on fake
 CUDA tensors, applies the rules, and then behaves like the target GPU would: a refused call raises the error type
 PyTorch raises (``RuntimeError`` from a meta check, ``NotImplementedError`` for an architecture, ``ValueError`` for
@@ -51,10 +51,11 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fp8bench import capabilities, torch_api
+from fp8bench import capabilities
 from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, parse_version, scaled_gemm_reason
 from fp8bench.grouped_rules import ARCH_RULES as GROUPED_ARCH_RULES
 from fp8bench.grouped_rules import GROUPED_RULES, GroupedGemmSpec, grouped_gemm_reason
+from fp8bench.numerics import torch_api
 
 _aten = torch.ops.aten
 # The dispatcher ops behind torch._scaled_mm, torch.nn.functional.scaled_mm and torch._scaled_grouped_mm.
@@ -183,7 +184,7 @@ def gemm_spec(op_name: str, bound: dict[str, Any]) -> ScaledGemmSpec:
 def release_reason(op_name: str, bound: dict[str, Any], surface: torch_api.TorchSurface) -> str | None:
     """Why the torch release of ``surface`` cannot make this dispatched call: its op, a dtype or a ``ScalingType``
     / ``SwizzleType`` value it lacks (a call's Python arguments are checked where it is made,
-    :func:`fp8bench.torch_api.as_release`)."""
+    :func:`fp8bench.numerics.torch_api.as_release`)."""
     entry = torch_api.OP_ENTRY_POINTS.get(op_name, f"torch.{op_name}")
     if not surface.has(entry):
         return f"torch {surface.release} has no {entry} (aten.{op_name})"
@@ -466,7 +467,7 @@ def replay_case(workload: str, shape_text: str, precision: Any, backend: str, ta
     """Build one case on CPU tensors as if on ``target``: its skip verdict there, and every scaled GEMM replayed.
 
     A case fp8bench skips is still built (with ``builder_backend``, default: the ``torch`` backend, which issues
-    the same scaled GEMMs as the others that go through :mod:`fp8bench.scaled_gemm`), so that a refusal can be
+    the same scaled GEMMs as the others that go through :mod:`fp8bench.numerics.scaled_gemm`), so that a refusal can be
     confirmed as one CUDA really makes.
     """
     from fp8bench.core.devices import Device

@@ -13,7 +13,7 @@ recipe and compares the per-step losses to BF16's:
   otherwise **ok**.
 
 The 4-bit recipes (``nvfp4``, ``mxfp4``) train through the same layers with E2M1 operands in all three GEMMs; their
-gradient options (stochastic rounding, the random Hadamard transform in wgrad; :mod:`fp8bench.fp8_linear`) are
+gradient options (stochastic rounding, the random Hadamard transform in wgrad; :mod:`fp8bench.numerics.fp8_linear`) are
 recorded with each curve (``extra.fp4_options``).
 
 A negative control, ``fp8_unscaled`` (E4M3 with every scale fixed at 1, i.e. scaling disabled), shows the check can
@@ -39,8 +39,8 @@ from torch import nn
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
 from fp8bench.core.shapes import Shape
-from fp8bench.fp8_linear import EMULATED, NATIVE, Fp8Linear, fp8_layers, swap_linears
-from fp8bench.recipes import Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, fp8_layers, swap_linears
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.corpus import SyntheticCorpus
 from fp8bench.workloads.model import init_parameters, model_flops
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, TrainingStep, config_of
@@ -200,7 +200,7 @@ def baseline_verdict(curve: Curve, settings: ConvergenceSettings) -> Verdict:
 def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, settings: ConvergenceSettings,
                  seq: int, fp8_format: str | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The record of one curve, in the run file's record layout (see :mod:`fp8bench.core.records`); ``options`` are a
-    4-bit recipe's gradient options (:func:`fp8bench.recipes.fp4_settings`), kept in ``extra.fp4_options``."""
+    4-bit recipe's gradient options (:func:`fp8bench.numerics.recipes.fp4_settings`), kept in ``extra.fp4_options``."""
     from statistics import median
 
     from fp8bench.core.records import Record

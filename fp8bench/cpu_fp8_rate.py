@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from fp8bench.formats import E4M3
-from fp8bench.quantize import quantize_tensorwise
-from fp8bench.scaled_gemm import fp8_scaled_mm
+from fp8bench.numerics.formats import E4M3
+from fp8bench.numerics.quantize import quantize_tensorwise
+from fp8bench.numerics.scaled_gemm import fp8_scaled_mm
 
 # Small enough that the slowest path known takes ~0.2 s a call (8.4 MFLOP at ~0.05 GFLOP/s), large enough that a
 # tuned kernel's time is not all call overhead.

@@ -33,7 +33,7 @@ import torch
 from fp8bench.core.devices import Device, cpu_model
 from fp8bench.core.noise import HostLoad, host_load
 from fp8bench.environment import host_alias
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
 from fp8bench.results.runfile import atomic_write_bytes
 
 

@@ -50,8 +50,8 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline, first_line
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
+from fp8bench.numerics.recipes import Fp8Recipe, Precision
 from fp8bench.paths import TRACE_SUFFIX
-from fp8bench.recipes import Fp8Recipe, Precision
 from fp8bench.timing import SamplingPolicy
 
 PROFILE_MODES = ("torch", "nvtx", "nsys")
@@ -226,7 +226,7 @@ def nvtx_profile(pipeline: Pipeline, device: Device, iterations: int) -> dict[st
 
 
 def _precision_flags(case: Case) -> list[str]:
-    """The flags that resolve to ``case.precision`` again (``fp8bench.recipes.resolve_precision``)."""
+    """The flags that resolve to ``case.precision`` again (``fp8bench.numerics.recipes.resolve_precision``)."""
     p = case.precision
     flags = ["--precision", p.name]
     if isinstance(p, Fp8Recipe):

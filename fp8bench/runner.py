@@ -55,11 +55,17 @@ from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
-from fp8bench.numerics import Numerics, compare, worst
+from fp8bench.numerics.accuracy import Numerics, compare, worst
+from fp8bench.numerics.recipes import (
+    Fp8Recipe,
+    Precision,
+    delayed_scaling_settings,
+    fp4_settings,
+    resolve_precision,
+)
 from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
 from fp8bench.profiling import CaseProfiler, profile_mode
-from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, fp4_settings, resolve_precision
 from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for

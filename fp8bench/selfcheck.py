@@ -19,7 +19,7 @@ compares the result with an expectation that does not come from the thing being 
   :data:`TIMER_TOLERANCE`. Events recorded on another device's stream read about zero; a wrong unit reads 1000x off.
 * ``sqnr``: every FP8 recipe, in E4M3 and E5M2, through the ``torch`` backend (the ``emulated`` reference where
   ``torch`` refuses the recipe on this device, and the table says so): the measured SQNR against the FP64 reference
-  is within :data:`SQNR_TOLERANCE_DB` of :func:`fp8bench.predicted_sqnr.predict_gemm_sqnr`. A scale in the wrong
+  is within :data:`SQNR_TOLERANCE_DB` of :func:`fp8bench.numerics.predicted_sqnr.predict_gemm_sqnr`. A scale in the wrong
   layout or a wrong output dtype reads many dB off.
 * ``energy`` (GPU): NVML's total-energy counter advances over a loaded window, and the energy per iteration it gives
   agrees within :data:`ENERGY_TOLERANCE` with the average of the NVML power samples times the time per iteration.
@@ -50,9 +50,9 @@ from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
+from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
+from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
 from fp8bench.peaks import CEILING_N, Peaks, peak_key, table_peak
-from fp8bench.predicted_sqnr import predict_gemm_sqnr
-from fp8bench.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
 from fp8bench.results.runfile import RunFileWriter
 from fp8bench.runner import Case, CaseMeasurer, RunSettings, new_run_id, run_header
 from fp8bench.timing import SamplingPolicy, Timer, timer_for

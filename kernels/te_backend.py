@@ -24,7 +24,7 @@ fp8bench           TE recipe                   notes
 =================  ==========================  ===================================================================
 
 **Scale factors.** fp8bench's per-tensor and per-block FP8 recipes scale by FP32 ``amax / fmt.max`` on every backend
-(:mod:`fp8bench.quantize`). TE's ``Float8BlockScaling`` rounds its scales down to powers of two by default and
+(:mod:`fp8bench.numerics.quantize`). TE's ``Float8BlockScaling`` rounds its scales down to powers of two by default and
 ``Float8CurrentScaling`` does so when ``NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1``: both switches are environment
 variables TE reads *once, when it is imported*, into class attributes of the recipe (``fp8_quant_fwd_inp``,
 ``fp8_quant_fwd_weight``, ``fp8_quant_bwd_grad``, QParams that are not dataclass fields), so neither the constructor
@@ -86,7 +86,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.core.records import SCALE_FP32, SCALE_POW2
-from fp8bench.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 

@@ -1,5 +1,5 @@
 """The ``torch`` backend's ``collective`` pipelines: ``torch.distributed`` collectives (NCCL between GPUs, gloo
-between CPU processes), FP8 packed by :mod:`fp8bench.fp8_comm`, the tensor-parallel GEMM by ``torch.matmul`` or
+between CPU processes), FP8 packed by :mod:`fp8bench.numerics.fp8_comm`, the tensor-parallel GEMM by ``torch.matmul`` or
 ``torch._scaled_mm`` as in the ``gemm`` workload.
 
 Each phase closure works on the state the previous one left (see :mod:`fp8bench.core.pipeline`), so ``communicate``
@@ -20,11 +20,11 @@ from fp8bench.capabilities import recipe_gemm_reason
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.distributed import world
-from fp8bench.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
-from fp8bench.quantize import Quantized, cast_stats, quantizer_for
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.scaled_gemm import fp8_scaled_mm
+from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack
+from fp8bench.numerics.quantize import Quantized, cast_stats, quantizer_for
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.scaled_gemm import fp8_scaled_mm
 from fp8bench.workloads.collective import COLLECTIVE, collective_extra, op_of, result_dtype
 from fp8bench.workloads.gemm import output_dtype
 

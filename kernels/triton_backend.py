@@ -24,8 +24,8 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.kernels import triton_kernels as tk
-from fp8bench.quantize import AmaxHistory, Quantized, cast_stats
-from fp8bench.recipes import Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.quantize import AmaxHistory, Quantized, cast_stats
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.gemm import output_dtype
 
 TRITON = BACKENDS.add("triton", Backend(

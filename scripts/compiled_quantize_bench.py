@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from fp8bench.core.devices import resolve_device
+from fp8bench.numerics.quantize import quantizer_for
+from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.peaks import Peaks
-from fp8bench.quantize import quantizer_for
-from fp8bench.recipes import resolve_precision
 from fp8bench.timing import timer_for
 
 RECIPES = ("fp8_tensorwise", "fp8_rowwise", "fp8_blockwise")

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "fp8bench" / "data" / "torch_surfaces.json"
+DATA = ROOT / "fp8bench" / "numerics" / "data" / "torch_surfaces.json"
 # The releases recorded when the file does not exist yet: the newest patch of every minor release from 2.4.
 DEFAULT_RELEASES = ("2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0",
                     "2.14.1")

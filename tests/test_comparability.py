@@ -25,7 +25,7 @@ def test_records_from_before_accumulation_was_recorded_keep_their_keys() -> None
 
 def test_fast_accumulation_defaults_match_the_recipe_registry() -> None:
     from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT
-    from fp8bench.recipes import PRECISIONS, Fp8Recipe
+    from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe
 
     assert tuple(name for name, p in PRECISIONS.items()
                                           if isinstance(p, Fp8Recipe) and p.fast_accum) == FAST_ACCUM_BY_DEFAULT

@@ -30,7 +30,7 @@ from fp8bench.core.plugins import BACKENDS, WORKLOADS, Backend, Workload, load_a
 from fp8bench.core.records import TIMING_MODES, Record, case_key
 from fp8bench.cuda_graphs import CAPTURE_ERROR_MODE, WARMUP_CALLS, CaptureRefused, GraphCapturer
 from fp8bench.energy import WindowMeter, WindowPolicy
-from fp8bench.recipes import resolve_precision
+from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.runner import Case, CaseMeasurer, RunSettings
 from fp8bench.timing import CudaTimer, SamplingPolicy, TimingMode, timing_mode_for
 

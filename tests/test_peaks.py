@@ -12,6 +12,7 @@ import pytest
 
 from fp8bench import peaks
 from fp8bench.core.devices import Device
+from fp8bench.numerics.recipes import PRECISIONS
 from fp8bench.peaks import (
     CEILING_MAX_AGE,
     Peaks,
@@ -23,7 +24,6 @@ from fp8bench.peaks import (
     peak_key,
     table_peak,
 )
-from fp8bench.recipes import PRECISIONS
 
 
 def test_every_table_value_names_a_known_source():

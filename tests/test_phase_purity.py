@@ -20,10 +20,10 @@ import functools
 import pytest
 import torch
 
-import fp8bench.quantize
+import fp8bench.numerics.quantize
 from fp8bench.core.plugins import BACKENDS, load_all
+from fp8bench.numerics.recipes import PRECISIONS
 from fp8bench.phase_audit import AUDIT_SHAPES, Auditor, CaseAudit, RegionAudit, audit_case
-from fp8bench.recipes import PRECISIONS
 
 load_all()
 
@@ -53,8 +53,8 @@ def test_every_way_of_reading_a_device_value_is_a_host_synchronization(read) -> 
 
 
 def test_host_tensors_moved_in_a_timed_region_are_host_to_device_copies(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fp8bench.quantize, "_AUDIT_TEST_TABLE", torch.arange(8.0), raising=False)
-    constant = _audit(lambda x: fp8bench.quantize._AUDIT_TEST_TABLE.to(x.device))  # a module-level constant
+    monkeypatch.setattr(fp8bench.numerics.quantize, "_AUDIT_TEST_TABLE", torch.arange(8.0), raising=False)
+    constant = _audit(lambda x: fp8bench.numerics.quantize._AUDIT_TEST_TABLE.to(x.device))  # a module-level constant
     built = _audit(lambda x: torch.ones(16, 16).to(x.device) @ x.t())  # a factory call without device=
     literal = _audit(lambda x: torch.tensor([0.5, 1.0], device=x.device))  # device data from Python values
     for region in (constant, built, literal):

@@ -20,7 +20,7 @@ from fake_cuda_runtime import ILLEGAL_ADDRESS, LAUNCH_FAILURE, cuda_error
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend, load_all
-from fp8bench.recipes import resolve_precision
+from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases
 from fp8bench.timing import SamplingPolicy
 from fp8bench.workloads.gemm import GEMM
@@ -165,7 +165,7 @@ def _raiser(error: BaseException):
 
 def _torch_gemm(monkeypatch, error):
     from fp8bench.kernels import torch_backend
-    from fp8bench.scaled_gemm import ScaledGemm
+    from fp8bench.numerics.scaled_gemm import ScaledGemm
 
     monkeypatch.setattr(ScaledGemm, "__call__", _raiser(error))  # the kernel launch
     return torch_backend.build_gemm(_gemm_ctx("fp8_rowwise"))

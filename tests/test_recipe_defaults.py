@@ -15,9 +15,9 @@ from rich.console import Console
 
 from fp8bench.cli import main
 from fp8bench.core.comparability import definition_hash
-from fp8bench.formats import E4M3
-from fp8bench.quantize import AmaxHistory, scale_from_amax
-from fp8bench.recipes import (
+from fp8bench.numerics.formats import E4M3
+from fp8bench.numerics.quantize import AmaxHistory, scale_from_amax
+from fp8bench.numerics.recipes import (
     TE_DELAYED_SCALING_DEFAULTS,
     Fp8Recipe,
     default_fp8_format,

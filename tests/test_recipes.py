@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from fp8bench.core.registry import UnknownNameError
-from fp8bench.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
-from fp8bench.recipes import (
+from fp8bench.numerics.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
+from fp8bench.numerics.recipes import (
     PRECISIONS,
     FloatPrecision,
     Fp8FormatChoice,

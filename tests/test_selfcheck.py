@@ -124,7 +124,7 @@ def test_events_disagreeing_with_the_wall_clock_fail_the_timer_check():
 
 def test_a_kernel_with_wrong_weight_scales_fails_the_sqnr_check(monkeypatch):
     """A scaled GEMM that reads the weights' scales as 1 (a scale-layout bug) through the torch backend."""
-    from fp8bench.scaled_gemm import ScaledGemm
+    from fp8bench.numerics.scaled_gemm import ScaledGemm
 
     real = ScaledGemm.prepare
 

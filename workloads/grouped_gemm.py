@@ -51,7 +51,7 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError, parse_positive
-from fp8bench.recipes import Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.gemm import OPERAND_BYTES, OUTPUT_BYTES, output_dtype
 from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.transformer_step import PROBE_MIN_RATIO

@@ -31,7 +31,7 @@ from torch import nn
 
 from fp8bench.core.devices import Device
 from fp8bench.core.shapes import ShapeError, parse_positive
-from fp8bench.recipes import Fp8Recipe, Precision
+from fp8bench.numerics.recipes import Fp8Recipe, Precision
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ def execute(args: argparse.Namespace) -> int:
     )
     from fp8bench.core.devices import resolve_device
     from fp8bench.core.plugins import WORKLOADS, load_all
-    from fp8bench.recipes import PRECISIONS, Fp8Recipe, fp4_settings, resolve_precision
+    from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, fp4_settings, resolve_precision
     from fp8bench.results.runfile import check_writable
     from fp8bench.results.store import open_store
     from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream

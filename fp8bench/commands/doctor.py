@@ -39,7 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     import torch
 
-    from fp8bench import torch_api
     from fp8bench.capabilities import (
         MATRIX_KEYS,
         MIN_VERSIONS,
@@ -55,7 +54,8 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.cpu_fp8_rate import measure_cpu_fp8_rate
     from fp8bench.energy import meter_for
     from fp8bench.environment import software_versions
-    from fp8bench.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
+    from fp8bench.numerics import torch_api
+    from fp8bench.numerics.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
 
     load_all()
     device = resolve_device(args.device)

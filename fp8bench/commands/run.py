@@ -147,7 +147,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Cases, settings overrides and the spec (for the run header) from a suite and/or flags."""
     from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-    from fp8bench.recipes import PRECISIONS
+    from fp8bench.numerics.recipes import PRECISIONS
     from fp8bench.suites import load_suite
     from fp8bench.workloads.shape_sets import shape_set
 
@@ -222,7 +222,7 @@ def _kept(outcome: Any, run_file: Path) -> str:
 def execute(args: argparse.Namespace) -> int:
     from fp8bench import distributed
     from fp8bench.core.devices import resolve_device
-    from fp8bench.recipes import PRECISIONS
+    from fp8bench.numerics.recipes import PRECISIONS
     from fp8bench.report import summary_counts
     from fp8bench.runner import expand_cases, run_cases
     from fp8bench.timing import Timer, timer_for, timing_mode_for

@@ -19,7 +19,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.registry import Registry
 from fp8bench.core.shapes import Shape
-from fp8bench.recipes import Precision
+from fp8bench.numerics.recipes import Precision
 
 
 class Workload(ABC):

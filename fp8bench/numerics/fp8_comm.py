@@ -2,7 +2,7 @@
 
 Sending a tensor in FP8 takes three steps, which the ``collective`` workload times as its phases:
 
-1. **encode**: quantize with the recipe's shared quantizer (:mod:`fp8bench.quantize`: amax, scale, saturating cast)
+1. **encode**: quantize with the recipe's shared quantizer (:mod:`fp8bench.numerics.quantize`: amax, scale, saturating cast)
    and pack the FP8 bytes and their FP32 dequantization scales into one ``uint8`` buffer per destination chunk;
 2. **communicate**: move the bytes (an all-gather, or an all-to-all for a reduction, below);
 3. **decode**: unpack each sender's bytes and scales and dequantize (``x ~= data * scale``), in FP32.
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8bench.formats import Fp8Format
-from fp8bench.quantize import Quantized, Quantizer
-from fp8bench.recipes import Granularity
+from fp8bench.numerics.formats import Fp8Format
+from fp8bench.numerics.quantize import Quantized, Quantizer
+from fp8bench.numerics.recipes import Granularity
 
 SCALE_BYTES = 4  # FP32 dequantization scales
 # Granularities whose scales split with the rows of a tensor (tensorwise: one per chunk; rowwise: one per row).

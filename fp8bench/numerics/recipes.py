@@ -20,14 +20,14 @@ that is what ``torch._scaled_mm`` consumes. Recipes differ in how many values sh
 * ``mxfp8``: OCP Microscaling: one power-of-two scale (8-bit exponent, E8M0) per 32 consecutive values along the
   reduction dimension. Power-of-two scales make rescaling exact; hardware support starts at compute capability 10.0.
 
-Two 4-bit recipes put E2M1 elements (values 0 to 6, one mantissa bit; :mod:`fp8bench.formats`) under small-block
+Two 4-bit recipes put E2M1 elements (values 0 to 6, one mantissa bit; :mod:`fp8bench.numerics.formats`) under small-block
 scales, and quantize every operand of every GEMM (gradients included) to 4 bits:
 
 * ``nvfp4``: NVIDIA's format: one E4M3 scale per 16 consecutive values along the reduction dimension, times one
   FP32 scale per tensor. The tensor scale ``amax / (6 * 448)`` maps the tensor's amax onto the largest value both
   levels reach together; each block's scale ``block_amax / 6`` (relative to the tensor scale) is then *rounded to
   E4M3*, so a block's largest value lands near 6, not exactly on it (the ``nvfp4`` physics in
-  :mod:`fp8bench.predicted_sqnr`). Transformer Engine's ``NVFP4BlockScaling`` (2.8+) adds two training options that
+  :mod:`fp8bench.numerics.predicted_sqnr`). Transformer Engine's ``NVFP4BlockScaling`` (2.8+) adds two training options that
   act on the gradient GEMMs, each a field here: ``stochastic_rounding`` (gradients rounded up or down at random, in
   proportion to the distance, so the rounding is unbiased) and ``rht`` (a random Hadamard transform of 16x16 applied
   to both operands of the weight-gradient GEMM along its reduction dimension: it spreads outliers across a block
@@ -69,7 +69,7 @@ from enum import Enum
 import torch
 
 from fp8bench.core.registry import Registry
-from fp8bench.formats import E2M1, E4M3, E5M2, MANTISSA_BITS, Fp8Format
+from fp8bench.numerics.formats import E2M1, E4M3, E5M2, MANTISSA_BITS, Fp8Format
 
 
 class Granularity(str, Enum):

@@ -1,10 +1,10 @@
 """Predicted SQNR: what quantizing a known input distribution to an element format should cost, in dB.
 
-A measured SQNR (:mod:`fp8bench.numerics`) is only useful against an expectation: 28 dB is right for an E4M3 GEMM
+A measured SQNR (:mod:`fp8bench.numerics.accuracy`) is only useful against an expectation: 28 dB is right for an E4M3 GEMM
 and a bug for a BF16 one. This module derives the expectation from the format's physics (mantissa bits, the
 subnormal step, saturation at the largest finite value) and the scaling rule (how many values share one scale, and
 how the scale is chosen), for a given input distribution. Nothing here runs a quantizer: the tests compare these
-predictions with what the shared quantizers (:mod:`fp8bench.quantize`) measure.
+predictions with what the shared quantizers (:mod:`fp8bench.numerics.quantize`) measure.
 
 Derivation
 ----------
@@ -26,8 +26,8 @@ how the density slopes across a cell; it is off by up to 0.06 dB for E5M2 and mo
 only for formats too wide to enumerate (:data:`MAX_EXACT_CELLS`), where it is exact to about 1e-6.
 
 **A group sharing one scale.** With current scaling, a group of ``n`` values gets ``s = amax * 2**margin / max``
-(:func:`fp8bench.quantize.scale_from_amax`); with OCP MX scaling, ``s = 2**(floor(log2(amax)) - emax)`` where
-``emax = floor(log2(max))`` (:func:`fp8bench.quantize.quantize_mx`). Either way the scale depends on the group's
+(:func:`fp8bench.numerics.quantize.scale_from_amax`); with OCP MX scaling, ``s = 2**(floor(log2(amax)) - emax)`` where
+``emax = floor(log2(max))`` (:func:`fp8bench.numerics.quantize.quantize_mx`). Either way the scale depends on the group's
 largest magnitude ``A``. For ``n`` independent values, ``P(A <= a) = F(a)**n`` with ``F(a) = P(|x| <= a)``, and
 given ``A = a`` the other ``n - 1`` values are independent draws of ``x`` conditioned on ``|x| <= a``. Hence the
 expected squared error of a group is
@@ -41,9 +41,9 @@ midpoint rule over the quantiles of ``A``, ``a = F^-1(v**(1/n))`` for ``v`` even
 the amax values where the scale jumps (powers of two under MX), which stays accurate for a million-element tensor
 (``A`` then sits in a narrow band far in the tail). The noise-to-signal ratio
 is that error divided by ``n * E[x**2]``; SQNR is ``-10 log10`` of it. Because errors are ratios of noise *sums* to
-signal *sums*, this is the tensor-level SQNR :func:`fp8bench.numerics.compare` reports, not a mean of per-group SQNRs.
+signal *sums*, this is the tensor-level SQNR :func:`fp8bench.numerics.accuracy.compare` reports, not a mean of per-group SQNRs.
 
-**NVFP4's two-level scale.** ``nvfp4`` (:func:`fp8bench.quantize.quantize_nvfp4`) first takes a tensor scale
+**NVFP4's two-level scale.** ``nvfp4`` (:func:`fp8bench.numerics.quantize.quantize_nvfp4`) first takes a tensor scale
 ``s_t = A_t / (6 * 448)`` from the tensor's amax ``A_t``, then gives each 16-value block the scale
 ``s = round_E4M3(a / (6 s_t)) * s_t``: the ideal ``a / 6`` rounded to the nearest E4M3 value (in units of ``s_t``).
 The group formula above holds unchanged with that rule (:class:`NvFp4Scale`): ``s(a)`` is piecewise constant,
@@ -78,8 +78,8 @@ import numpy as np
 import torch
 from scipy import special
 
-from fp8bench.formats import E2M1, E4M3
-from fp8bench.recipes import Fp8Recipe, Granularity
+from fp8bench.numerics.formats import E2M1, E4M3
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity
 
 # Points of the midpoint rule over the quantiles of a group's amax (split where the scale jumps), and the fewest
 # points one piece gets. 1024 keeps every prediction here within 0.005 dB of a 16384-point rule (see the tests).
@@ -91,7 +91,7 @@ AMAX_TAIL = 1e-12
 
 
 class ElementFormat(Protocol):
-    """What the prediction needs of a format: its grid. :class:`fp8bench.formats.Fp8Format` is one."""
+    """What the prediction needs of a format: its grid. :class:`fp8bench.numerics.formats.Fp8Format` is one."""
 
     @property
     def name(self) -> str: ...
@@ -120,7 +120,7 @@ def format_of_dtype(dtype: torch.dtype) -> FloatFormat:
     """The grid of a standard torch floating-point dtype (BF16, FP16), from ``torch.finfo`` (``eps = 2**-m``).
 
     Not for FP8: torch 2.13 reports ``eps = 0.125`` for ``float8_e5m2fnuz``, which has two mantissa bits. FP8
-    formats come from the table in :mod:`fp8bench.formats`, which the tests check against every bit pattern.
+    formats come from the table in :mod:`fp8bench.numerics.formats`, which the tests check against every bit pattern.
     """
     info = torch.finfo(dtype)
     mantissa = round(-math.log2(info.eps))
@@ -229,7 +229,7 @@ class PowerOfTwoScale:
 @dataclass(frozen=True)
 class NvFp4Scale:
     """NVFP4: ``s = round_E4M3(amax / (6 s_t)) * s_t`` with the tensor scale ``s_t = tensor_amax / (6 * 448)``
-    (:func:`fp8bench.quantize.quantize_nvfp4`; the element format's max stands for 6)."""
+    (:func:`fp8bench.numerics.quantize.quantize_nvfp4`; the element format's max stands for 6)."""
 
     tensor_amax: float
 
@@ -391,7 +391,7 @@ def median_amax(dist: Distribution, n: int) -> float:
 
 def operand_grouping(recipe: Fp8Recipe, role: str, rows: int, cols: int,
                      dist: Distribution | None = None) -> Grouping:
-    """The scale groups :func:`fp8bench.quantize.quantizer_for` uses for one ``[rows, cols]`` GEMM operand.
+    """The scale groups :func:`fp8bench.numerics.quantize.quantizer_for` uses for one ``[rows, cols]`` GEMM operand.
 
     ``role`` is ``"lhs"`` (activations, ``[M, K]``) or ``"rhs"`` (weights, ``[N, K]``); both share scales along K.
     ``dist`` (the operand's distribution) is needed by ``nvfp4``, whose block scales depend on the tensor's amax.

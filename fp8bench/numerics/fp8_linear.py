@@ -11,13 +11,13 @@ dgrad        ``dx = dy @ W``   [M, K]    ``dy``  [M, N]                 ``W^T`` 
 wgrad        ``dW = dy^T @ x`` [N, K]    ``dy^T`` [N, M]                ``x^T`` [K, M]
 ===========  ==========================  =============================  ===========================
 
-Every operand is handed to :func:`fp8bench.scaled_gemm.fp8_scaled_mm` as ``[rows, reduction]`` row-major, the
+Every operand is handed to :func:`fp8bench.numerics.scaled_gemm.fp8_scaled_mm` as ``[rows, reduction]`` row-major, the
 layout ``torch._scaled_mm`` requires, so the backward GEMMs need transposed copies. How they are made depends on
 the recipe's granularity:
 
 * **tensorwise** (current or delayed): one scale covers a tensor and its transpose, so the FP8 data of ``x`` and
   ``W`` from the forward pass is transposed and reused, and ``dy`` is quantized once. Delayed scaling keeps one
-  :class:`~fp8bench.quantize.AmaxHistory` per tensor (input, weight, gradient) in the layer, so the history
+  :class:`~fp8bench.numerics.quantize.AmaxHistory` per tensor (input, weight, gradient) in the layer, so the history
   persists across training steps, as in Transformer Engine.
 * **rowwise, blockwise, MX**: scales run along the reduction dimension, which differs between the GEMMs, so each
   operand is quantized afresh along the dimension its GEMM reduces over (torchao's rowwise recipe does the same).
@@ -41,8 +41,8 @@ Gradients (``dy``) use the recipe's backward format: E5M2 under ``hybrid``, else
 three GEMMs write BF16 (the activation dtype); the weight gradient is then cast to the master weight's dtype (FP32),
 as torchao does. BF16 is also the one output CUTLASS's per-row kernels wrote in PyTorch builds before mid-2026.
 Accumulation: the forward GEMM uses the recipe's ``fast_accum`` switch, both gradient GEMMs always accumulate in
-full precision (the vendors' split, see :mod:`fp8bench.recipes`). The quantizers are the shared ones in
-:mod:`fp8bench.quantize`; nothing here re-implements scaling.
+full precision (the vendors' split, see :mod:`fp8bench.numerics.recipes`). The quantizers are the shared ones in
+:mod:`fp8bench.numerics.quantize`; nothing here re-implements scaling.
 
 The GEMM itself is pluggable: :data:`NATIVE` calls PyTorch's scaled matmul (real FP8 kernels), :data:`EMULATED`
 dequantizes and multiplies in FP32, which runs every recipe on any device with the same numbers up to accumulation
@@ -61,7 +61,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.quantize import (
+from fp8bench.numerics.quantize import (
     Quantized,
     Quantizer,
     cast_stats,
@@ -70,8 +70,8 @@ from fp8bench.quantize import (
     quantizer_for,
     random_hadamard_transform,
 )
-from fp8bench.recipes import Fp8Recipe, Granularity
-from fp8bench.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity
+from fp8bench.numerics.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm
 
 GemmFn = Callable[[Quantized, Quantized, torch.dtype, bool], torch.Tensor]  # (lhs, rhs, out dtype, fast_accum)
 NATIVE: GemmFn = fp8_scaled_mm
@@ -243,7 +243,7 @@ def alignment_reason(recipe: Fp8Recipe, tokens: int, layers: dict[str, tuple[int
     """Why FP8 linear layers of these sizes cannot run under ``recipe`` (``None``: every GEMM is aligned).
 
     ``layers`` maps a name to ``(in_features, out_features)``. Each GEMM's ``(M, N, K)`` must meet the recipe's
-    :meth:`~fp8bench.recipes.Fp8Recipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also dgrad
+    :meth:`~fp8bench.numerics.recipes.Fp8Recipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also dgrad
     ``(tokens, in, out)`` and wgrad ``(out, in, tokens)``, whose reduction runs over the tokens.
     """
     need = recipe.gemm_alignment()

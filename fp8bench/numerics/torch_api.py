@@ -2,7 +2,7 @@
 as recorded from its wheel.
 
 PyTorch exposes FP8 and FP4 GEMMs through a few entry points that arrived in different releases (read from each
-release's wheel by ``scripts/torch_surface.py`` into ``fp8bench/data/torch_surfaces.json``):
+release's wheel by ``scripts/torch_surface.py`` into ``fp8bench/numerics/data/torch_surfaces.json``):
 
 * ``torch._scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)``: every recorded
   release, 2.4 to 2.14 (``aten._scaled_mm``). The kernel infers the scaling from the scales' dtypes and shapes: FP32 tensorwise and
@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from fp8bench.recipes import Granularity
+from fp8bench.numerics.recipes import Granularity
 
 # The oldest torch release fp8bench supports (pyproject.toml's ``torch>=``); tests keep the two equal.
 TORCH_FLOOR = (2, 9)
@@ -128,8 +128,8 @@ def _release_key(release: str) -> tuple[int, ...]:
 
 @cache
 def recorded() -> dict[str, TorchSurface]:
-    """Every recorded release, oldest first (``fp8bench/data/torch_surfaces.json``)."""
-    raw = json.loads(resources.files("fp8bench").joinpath("data/torch_surfaces.json").read_text())["releases"]
+    """Every recorded release, oldest first (``fp8bench/numerics/data/torch_surfaces.json``)."""
+    raw = json.loads(resources.files("fp8bench.numerics").joinpath("data/torch_surfaces.json").read_text())["releases"]
     out = {}
     for release in sorted(raw, key=_release_key):
         r = raw[release]

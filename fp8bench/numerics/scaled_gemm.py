@@ -1,4 +1,4 @@
-"""The scaled FP8 and FP4 GEMM calls: fp8bench's :class:`~fp8bench.quantize.Quantized` operands laid out for, and
+"""The scaled FP8 and FP4 GEMM calls: fp8bench's :class:`~fp8bench.numerics.quantize.Quantized` operands laid out for, and
 fed to, PyTorch's scaled-matmul entry points. Shared by the ``gemm`` and ``grouped_gemm`` workloads, the FP8 linear
 layer and the FP8 collective.
 
@@ -15,7 +15,7 @@ the kernel reads (E2M1 pairs packed into bytes, scales transposed, padded or swi
 views, nothing else (checked by :mod:`fp8bench.phase_audit`).
 
 **Which entry point** is decided once per :class:`ScaledGemm`, from what the installed torch has
-(:func:`fp8bench.torch_api.gemm_entry_point`): ``torch.nn.functional.scaled_mm`` (``aten._scaled_mm_v2``, torch 2.10+)
+(:func:`fp8bench.numerics.torch_api.gemm_entry_point`): ``torch.nn.functional.scaled_mm`` (``aten._scaled_mm_v2``, torch 2.10+)
 for block scales where it exists, ``torch._scaled_mm`` otherwise. The layouts (each CUDA rule is checked on fake CUDA
 tensors by :mod:`fp8bench.conformance`):
 
@@ -31,7 +31,7 @@ tensors by :mod:`fp8bench.conformance`):
 * **MX** (E8M0 scales per 32 elements; ``_scaled_mxfp8_mxfp8``): each operand's ``[rows, K/32]`` scales padded to
   ``[round_up(rows, 128), round_up(K/32, 4)]`` and rearranged into cuBLAS's blocked layout (``SWIZZLE_32_4_4``,
   :func:`to_blocked_scales`), flattened; ``F.scaled_mm`` is told the swizzle, ``torch._scaled_mm`` assumes it.
-* **4-bit** (E2M1 operands packed two per byte as ``float4_e2m1fn_x2``, :func:`fp8bench.quantize.pack_e2m1`), through
+* **4-bit** (E2M1 operands packed two per byte as ``float4_e2m1fn_x2``, :func:`fp8bench.numerics.quantize.pack_e2m1`), through
   ``F.scaled_mm`` only:
 
   - NVFP4 (``_scaled_nvfp4_nvfp4``): each operand's ``[rows, K/16]`` E4M3 block scales blocked as for MX, *plus* its
@@ -41,7 +41,7 @@ tensors by :mod:`fp8bench.conformance`):
     ``f4f4bf16``), while ``torch._scaled_mm`` takes packed FP4 with E8M0 scales on ROCm only.
 
 Fast accumulation (``use_fast_accum``) applies to tensorwise and rowwise kernels; block-scaled recipes accumulate in
-full precision (:mod:`fp8bench.recipes`), and cuBLASLt refuses the flag with 1x128/128x128 scales (``CUDABlas.cpp``:
+full precision (:mod:`fp8bench.numerics.recipes`), and cuBLASLt refuses the flag with 1x128/128x128 scales (``CUDABlas.cpp``:
 ``scaled_gemm``) and with FP4 operands.
 """
 
@@ -53,9 +53,9 @@ from typing import Any
 
 import torch
 
-from fp8bench import torch_api
-from fp8bench.quantize import Quantized, pack_e2m1
-from fp8bench.recipes import Granularity
+from fp8bench.numerics import torch_api
+from fp8bench.numerics.quantize import Quantized, pack_e2m1
+from fp8bench.numerics.recipes import Granularity
 
 BLOCKED_ROWS, BLOCKED_COLS = 128, 4  # one tile of cuBLAS's blocked scale layout: 128 rows x 4 scale columns
 
@@ -116,7 +116,7 @@ class ScaledGemm:
     """The scaled GEMM of one scaling kind through the entry point this torch has (see the module docstring).
 
     ``granularity`` and ``fp4`` name the kind; ``surface`` is the torch to call (default: the installed one,
-    :func:`fp8bench.torch_api.detect`). Raises :class:`ValueError` with the reason when that torch has no entry
+    :func:`fp8bench.numerics.torch_api.detect`). Raises :class:`ValueError` with the reason when that torch has no entry
     point for the kind (NVFP4 and MXFP4 without ``torch.nn.functional.scaled_mm``). Build it outside any compiled
     region (a layer builds its own at construction): choosing the entry point asks torch what it has.
     """

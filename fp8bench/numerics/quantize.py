@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8bench.formats import E2M1, E4M3, Fp8Format
-from fp8bench.recipes import Fp8Recipe, Granularity
+from fp8bench.numerics.formats import E2M1, E4M3, Fp8Format
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity
 
 # A group whose amax is zero (an all-zero row, say) would get a zero scale and divide by it; this floor keeps the
 # scale finite. It is far below any amax a real tensor has (FP32's smallest normal is ~1.2e-38).

@@ -7,7 +7,7 @@ Every case's output is compared with an FP64 reference computed from the same FP
   for a GEMM whose two operands are both rounded.
 * **relative error**, ``||out - ref|| / ||ref||`` (Frobenius): the same information as SQNR on a linear scale.
 * **max absolute error**: the single worst element.
-* **overflow / underflow fractions** of each quantized operand (from :func:`fp8bench.quantize.cast_stats`).
+* **overflow / underflow fractions** of each quantized operand (from :func:`fp8bench.numerics.quantize.cast_stats`).
 
 A NaN or infinity anywhere in the output means the result is unusable whatever its timing: the record becomes
 ``invalid``.

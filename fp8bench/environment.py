@@ -207,7 +207,7 @@ def gpu_environment(device: Device, nv: Any = None,
     CUDA's view of the device (``nv`` is the ``pynvml`` module, loaded when ``None``). Never raises."""
     if not device.is_cuda:
         return {"available": False, "reason": f"{device} run: no GPU in use"}
-    from fp8bench import nvml
+    from fp8bench.energy import nvml
 
     cuda = _torch_gpu(device)
     keys = ("name", "uuid", "driver_version", "cuda_driver_version", "power_limit_w", "enforced_power_limit_w")

@@ -58,11 +58,11 @@ from fp8bench.core.escaping import md_code, md_text
 from fp8bench.core.noise import HostLoad, is_noisy, relative_spread, run_load
 from fp8bench.core.records import case_key
 from fp8bench.core.units import parse_fraction
+from fp8bench.energy.telemetry import only_power_capped
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
 from fp8bench.results.runfile import check_seconds
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
-from fp8bench.telemetry import only_power_capped
 
 # Case verdicts. Only the first group changes the exit code. Time regresses "slower"; energy and accuracy "worse".
 REGRESSING = ("slower", "worse", "broken", "missing")

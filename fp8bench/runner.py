@@ -17,7 +17,7 @@ Per case (see DESIGN, "Measurement method"):
    figure of the record is taken, so no profiling overhead enters a timed sample.
 
 Clocks and throttle reasons are polled through the timed samples of step 3, energy or not, and through every
-energy window of step 5; a throttled device makes the case ``invalid`` (:mod:`fp8bench.telemetry`).
+energy window of step 5; a throttled device makes the case ``invalid`` (:mod:`fp8bench.energy.telemetry`).
 
 An **interpreted** case (a backend whose kernels run under an interpreter on this device, such as Triton's on the
 CPU) is there to check correctness: its pipeline runs once, at the smallest legal shape of the workload when the
@@ -54,7 +54,8 @@ from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
-from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
+from fp8bench.energy.meters import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
+from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.numerics.accuracy import Numerics, compare, worst
 from fp8bench.numerics.recipes import (
     Fp8Recipe,
@@ -67,7 +68,6 @@ from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
 from fp8bench.profiling import CaseProfiler, profile_mode
 from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
-from fp8bench.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 
 # Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
@@ -217,7 +217,7 @@ class CaseMeasurer:
             self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
                                          settings.strict_clocks)
             # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
-            # whether or not energy is metered (fp8bench.telemetry).
+            # whether or not energy is metered (fp8bench.energy.telemetry).
             self.telemetry = getattr(self.meter, "source", None)
             self.throttle: ThrottlePolicy = getattr(self.meter, "throttle", ThrottlePolicy())
             self.telemetry_absent = ((getattr(self.meter, "reason", None) or "the energy meter reads no telemetry")

@@ -49,7 +49,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.shapes import Shape, label
-from fp8bench.energy import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
+from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
 from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
 from fp8bench.peaks import CEILING_N, Peaks, peak_key, table_peak

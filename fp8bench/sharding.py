@@ -12,7 +12,7 @@ fp8bench does it, and why:
   index-based lookup (device properties, the environment capture) would need remapping. With ``set_device`` a
   worker measures each case exactly as ``fp8bench run --device cuda:N`` does: the runner's per-case device guard
   (:meth:`fp8bench.core.devices.Device.guard`) already makes ``cuda:N`` current, NVML finds the GPU by UUID
-  (:mod:`fp8bench.nvml`), and ``set_device`` also covers library calls made outside a case. The cost: a library
+  (:mod:`fp8bench.energy.nvml`), and ``set_device`` also covers library calls made outside a case. The cost: a library
   that ignores the current device can still open a context on ``cuda:0`` from every worker. Indices count the GPUs
   visible to ``fp8bench`` itself, so a ``CUDA_VISIBLE_DEVICES`` the user sets is respected as everywhere in torch.
 * **CPU workers** (``--devices cpu,cpu``): the CPU is one device (torch has no ``cpu:N``), so each ``cpu`` in the
@@ -58,7 +58,7 @@ import torch
 
 from fp8bench.core.devices import Device, DeviceError, resolve_device
 from fp8bench.core.shapes import label
-from fp8bench.energy import meter_for, not_metered
+from fp8bench.energy.meters import meter_for, not_metered
 from fp8bench.environment import device_properties
 from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.runner import Case, RunOutcome, RunSettings, case_profiler, case_record, new_run_id, run_header

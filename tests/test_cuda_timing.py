@@ -22,14 +22,14 @@ from fake_cuda_runtime import (
     FakeCuda,
 )
 
-from fp8bench import energy
 from fp8bench.core.comparability import comparability_key
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, Backend, Workload, load_all
 from fp8bench.core.records import TIMING_MODES, Record, case_key
 from fp8bench.cuda_graphs import CAPTURE_ERROR_MODE, WARMUP_CALLS, CaptureRefused, GraphCapturer
-from fp8bench.energy import WindowMeter, WindowPolicy
+from fp8bench.energy import meters as energy
+from fp8bench.energy.meters import WindowMeter, WindowPolicy
 from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.runner import Case, CaseMeasurer, RunSettings
 from fp8bench.timing import CudaTimer, SamplingPolicy, TimingMode, timing_mode_for

@@ -52,7 +52,7 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.core.devices import resolve_device
     from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
     from fp8bench.cpu_fp8_rate import measure_cpu_fp8_rate
-    from fp8bench.energy import meter_for
+    from fp8bench.energy.meters import meter_for
     from fp8bench.environment import software_versions
     from fp8bench.numerics import torch_api
     from fp8bench.numerics.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, TypeVar
 
-from fp8bench.telemetry import Sample
+from fp8bench.energy.telemetry import Sample
 
 T = TypeVar("T")
 

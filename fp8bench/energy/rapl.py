@@ -11,7 +11,7 @@ shared machine over-counts; since Linux 5.10 ``energy_uj`` is readable only by r
 and virtual machines and containers usually hide it. Where it cannot be read, the CPU has no meter and energy is
 ``null`` with the reason.
 
-This module only reads the counters; :func:`fp8bench.energy.rapl_meter` turns them into a window meter.
+This module only reads the counters; :func:`fp8bench.energy.meters.rapl_meter` turns them into a window meter.
 """
 
 from __future__ import annotations

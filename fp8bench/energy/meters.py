@@ -20,14 +20,14 @@ Methods, best first
   the window. Approximate: on Ampere (except GA100) and newer NVML reports a one-second running average, and even
   instantaneous readings cover only part of the runtime, so short bursts are smoothed away. Marked as approximate
   in the reading's ``reason``.
-* ``rapl``: the CPU package counters under ``/sys/class/powercap`` (:mod:`fp8bench.rapl`), where readable.
+* ``rapl``: the CPU package counters under ``/sys/class/powercap`` (:mod:`fp8bench.energy.rapl`), where readable.
 * ``none``: no meter; joules are ``null`` and ``reason`` says why.
 
-Every window also samples telemetry (:mod:`fp8bench.telemetry`) where the device has it; a window during which the
+Every window also samples telemetry (:mod:`fp8bench.energy.telemetry`) where the device has it; a window during which the
 device throttled keeps its numbers but is marked ``valid: false`` with the reasons. Power capping alone, and the
 clock drop it causes, is the normal state of a GPU at full load: it is recorded in ``clock_notes`` and invalidates
 only with ``--strict-clocks``. The same rule watches the case's timed samples: the runner opens a
-:class:`~fp8bench.telemetry.TelemetryWindow` on the meter's :attr:`WindowMeter.source`. An idle baseline (power with
+:class:`~fp8bench.energy.telemetry.TelemetryWindow` on the meter's :attr:`WindowMeter.source`. An idle baseline (power with
 nothing running, measured once before the cases) can be subtracted; the raw figure stays the headline and the
 above-idle figure is reported beside it.
 """
@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from fp8bench.core.devices import Device
-from fp8bench.rapl import POWERCAP, RaplCounter, RaplUnavailable
-from fp8bench.telemetry import (
+from fp8bench.energy.rapl import POWERCAP, RaplCounter, RaplUnavailable
+from fp8bench.energy.telemetry import (
     DEFAULT_INTERVAL_S,
     ENERGY_WINDOW,
     Sample,
@@ -446,7 +446,7 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
     ``nv`` is the ``pynvml`` module (loaded when ``None``). Raises :class:`MeterUnavailable` with the reason when
     NVML cannot be used or the GPU reports neither energy nor power.
     """
-    from fp8bench import nvml
+    from fp8bench.energy import nvml
 
     try:
         dev = nvml.open_device(device.index or 0, _cuda_uuid(device), nv)
@@ -479,7 +479,7 @@ def _rapl_factory(device: Device) -> EnergyMeter | None:
 
 
 def rapl_meter(root: Path = POWERCAP, policy: WindowPolicy | None = None) -> WindowMeter:
-    """A window meter on the CPU packages' RAPL counters (:mod:`fp8bench.rapl`); raises
+    """A window meter on the CPU packages' RAPL counters (:mod:`fp8bench.energy.rapl`); raises
     :class:`MeterUnavailable` with the reason where none is readable."""
     try:
         counter = RaplCounter(root)

@@ -9,7 +9,7 @@ cumulative violation counters read at its edges:
 
 * the **timed samples** (:class:`TelemetryWindow`, opened by the runner around the end-to-end and phase sampling,
   with or without energy metering); their median SM clock is the record's ``sm_clock_mhz``;
-* each **energy window** (:mod:`fp8bench.energy`).
+* each **energy window** (:mod:`fp8bench.energy.meters`).
 
 One rule (:class:`ThrottlePolicy`, applied by :func:`judge`) marks either stretch ``valid: false`` when
 
@@ -50,7 +50,7 @@ from typing import Any
 # every 20-100 ms, so faster polling only burns a CPU core the benchmark may need.
 DEFAULT_INTERVAL_S = 0.05
 
-# Reason bits (names from :data:`fp8bench.nvml.REASON_BITS`) that make a window invalid, with the words used in
+# Reason bits (names from :data:`fp8bench.energy.nvml.REASON_BITS`) that make a window invalid, with the words used in
 # the record's reasons.
 THROTTLE_REASONS = {
     "sw_thermal_slowdown": "thermal slowdown (software)",
@@ -260,7 +260,7 @@ class TelemetrySource:
     """Where a device's telemetry comes from: ``read`` takes one :class:`Sample`; ``violations`` reads the
     cumulative throttle counters (nanoseconds held by the power and thermal limits, ``None`` per counter a device
     lacks); ``decode`` names the bits of a reasons mask; ``reference_clock_mhz`` is the SM clock a loaded device
-    should hold (:meth:`fp8bench.nvml.NvmlDevice.reference_sm_clock_mhz`)."""
+    should hold (:meth:`fp8bench.energy.nvml.NvmlDevice.reference_sm_clock_mhz`)."""
 
     read: Callable[[], Sample]
     decode: Callable[[int], list[str]] = lambda mask: [f"0x{mask:x}"]

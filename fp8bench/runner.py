@@ -47,7 +47,6 @@ from typing import Any
 
 import torch
 
-from fp8bench import environment
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
@@ -56,6 +55,8 @@ from fp8bench.core.shapes import Shape, label
 from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.energy.meters import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy
+from fp8bench.hardware import environment
+from fp8bench.hardware.peaks import Peaks
 from fp8bench.numerics.accuracy import Numerics, compare, worst
 from fp8bench.numerics.recipes import (
     Fp8Recipe,
@@ -65,7 +66,6 @@ from fp8bench.numerics.recipes import (
     resolve_precision,
 )
 from fp8bench.paths import default_results_dir, profile_dir
-from fp8bench.peaks import Peaks
 from fp8bench.profiling import CaseProfiler, profile_mode
 from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
@@ -225,7 +225,7 @@ class CaseMeasurer:
                                      "GPUs")
             # Idle power is measured once, before any case runs, so that no case's heat is in it.
             self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
-        # A timer shared by several processes (fp8bench.distributed.LockstepTimer) makes every decision together.
+        # A timer shared by several processes (fp8bench.hardware.distributed.LockstepTimer) makes every decision together.
         self.lockstep = hasattr(self.timer, "agree")
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
         self._refs: dict[tuple[str, str], torch.Tensor] = {}
@@ -547,7 +547,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     A ``KeyboardInterrupt`` ends the loop; the run is marked ``interrupted`` and everything already measured is
     kept. Store write errors are collected, not raised: the run file is the record of truth and can be ingested
     later. ``timer`` replaces the device's own (a distributed run passes a
-    :class:`fp8bench.distributed.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
+    :class:`fp8bench.hardware.distributed.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
     """
     if settings.threads:
         torch.set_num_threads(settings.threads)

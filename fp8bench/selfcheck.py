@@ -6,13 +6,13 @@ compares the result with an expectation that does not come from the thing being 
 
 * ``gemm_peak`` (GPU): a square BF16 and FP8 (tensorwise) GEMM of 8192 (halved until it fits in free memory), run
   by the runner on the ``torch`` backend, reaches at least :data:`PEAK_FRACTION` of the device table's dense peak
-  (:mod:`fp8bench.peaks`) and not more than :data:`PEAK_CEILING`. FP8 is judged on its GEMM phase (operands
+  (:mod:`fp8bench.hardware.peaks`) and not more than :data:`PEAK_CEILING`. FP8 is judged on its GEMM phase (operands
   already quantized): the table's peak is a kernel rate. Below: a slow kernel, a wrong library, clocks held low, or
   a timer that over-counts. Above: a timer that under-counts, or a wrong table row.
 * ``cpu_ceiling`` (CPU): the CPU has no datasheet; fp8bench measures its ceilings (best of a few large matmuls and a
   large copy). The runner's BF16 GEMM at the ceiling's own size must land within the same band of the ceiling just
   measured, which checks the runner's timing and the ceiling against each other. The ceilings measured here replace
-  the results folder's cached ones when the machine is quiet (:mod:`fp8bench.peaks`), so later runs' percentages of
+  the results folder's cached ones when the machine is quiet (:mod:`fp8bench.hardware.peaks`), so later runs' percentages of
   peak use them.
 * ``timer_vs_wall``: the device timer (CUDA events; ``perf_counter_ns`` on the CPU) and the wall clock
   (``time.time``) time the same long loop of GEMMs (:data:`TIMER_LOOP_S`); they must agree within
@@ -50,9 +50,9 @@ from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
+from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key, table_peak
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
 from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
-from fp8bench.peaks import CEILING_N, Peaks, peak_key, table_peak
 from fp8bench.results.runfile import RunFileWriter
 from fp8bench.runner import Case, CaseMeasurer, RunSettings, new_run_id, run_header
 from fp8bench.timing import SamplingPolicy, Timer, timer_for
@@ -356,7 +356,7 @@ class Selfcheck:
                 continue
             if peak is None:
                 yield CheckResult("gemm_peak", name, Verdict.FAIL, f"no {peak_key(precision)} peak for "
-                                  f"{self.probe.device_name!r} in the device table (fp8bench/data/device_peaks.json):"
+                                  f"{self.probe.device_name!r} in the device table (fp8bench/hardware/data/device_peaks.json):"
                                   f" add its row with a source", measured)
                 continue
             what = f"{n}^3 " + ("GEMM phase (operands pre-quantized)" if fp8 else "GEMM")

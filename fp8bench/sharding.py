@@ -59,7 +59,7 @@ import torch
 from fp8bench.core.devices import Device, DeviceError, resolve_device
 from fp8bench.core.shapes import label
 from fp8bench.energy.meters import meter_for, not_metered
-from fp8bench.environment import device_properties
+from fp8bench.hardware.environment import device_properties
 from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.runner import Case, RunOutcome, RunSettings, case_profiler, case_record, new_run_id, run_header
 from fp8bench.timing import timing_mode_for
@@ -187,8 +187,8 @@ def _worker_main(conn: Connection, slot: WorkerSlot, settings: RunSettings, shar
     ``("record", seq, record)`` after each case, after ``("pinned", what _pin read back)`` once set up, or
     ``("setup_failed", reason)`` when it cannot be."""
     from fp8bench.core.plugins import load_all
+    from fp8bench.hardware.peaks import Peaks
     from fp8bench.interrupts import HANDLED, die_with_parent
-    from fp8bench.peaks import Peaks
     from fp8bench.runner import CaseMeasurer
 
     # The parent decides when a worker stops: a terminal's Ctrl-C, or a SIGTERM sent to the process group, reaches

@@ -140,7 +140,7 @@ class CudaTimer:
 def agreed(timer: Timer, flag: bool) -> bool:
     """A decision taken on this process's clock, as every process timing together takes it.
 
-    A timer shared by several processes (:class:`fp8bench.distributed.LockstepTimer`) has ``agree``: the flag is
+    A timer shared by several processes (:class:`fp8bench.hardware.distributed.LockstepTimer`) has ``agree``: the flag is
     true when it is true on any of them, so all ranks stop or go on together. A timer of one process has none, and
     the flag stands.
     """

@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.capabilities import backend_reason, recipe_gemm_reason
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.hardware.capabilities import backend_reason, recipe_gemm_reason
 from fp8bench.kernels.torch_backend import _tf32
 from fp8bench.kernels.torch_layers import torch_convert
 from fp8bench.numerics.fp8_linear import Fp8Linear

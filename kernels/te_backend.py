@@ -59,7 +59,7 @@ Two API shapes are supported, detected by name: TE 2.9 and newer (``te.autocast(
 ``te.is_*_available`` checks) and TE 2.0-2.8 (``te.fp8_autocast(fp8_recipe=...)``, the checks in
 ``transformer_engine.pytorch.fp8``). The record's ``te_api`` says which one ran.
 
-Availability is layered: :func:`fp8bench.capabilities.backend_reason` says whether TE can be used at all (CUDA, an
+Availability is layered: :func:`fp8bench.hardware.capabilities.backend_reason` says whether TE can be used at all (CUDA, an
 installed TE 2.0+, read from package metadata without importing it); :class:`TEApi` then imports it, and per case
 TE's own ``is_*_available(return_reason=True)`` checks decide whether the recipe runs on this GPU: a refusal is a
 ``skipped`` case carrying TE's reason. Shapes follow TE's alignment rules (tokens % 8 and features % 16 for FP8;
@@ -81,11 +81,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.capabilities import backend_reason, installed_version, parse_version
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.core.records import SCALE_FP32, SCALE_POW2
+from fp8bench.hardware.capabilities import backend_reason, installed_version, parse_version
 from fp8bench.numerics.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline

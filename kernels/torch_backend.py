@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from fp8bench.capabilities import recipe_gemm_reason
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.numerics.quantize import cast_stats, quantizer_for
 from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.numerics.scaled_gemm import ScaledGemm, fp8_scaled_mm  # noqa: F401  (re-exported: other backends use it)

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fp8bench.capabilities import recipe_gemm_reason
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
-from fp8bench.distributed import world
+from fp8bench.hardware.capabilities import recipe_gemm_reason
+from fp8bench.hardware.distributed import world
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack
 from fp8bench.numerics.quantize import Quantized, cast_stats, quantizer_for

@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections import Counter
 
-from fp8bench.conformance import TARGETS, replay_case
+from fp8bench.hardware.conformance import TARGETS, replay_case
 from fp8bench.numerics import torch_api
 from fp8bench.numerics.recipes import resolve_precision
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fp8bench import capabilities as caps
 from fp8bench.core.devices import Device
+from fp8bench.hardware import capabilities as caps
 from fp8bench.numerics.recipes import Granularity
 
 CUDA = Device("cuda", 0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8bench.capabilities import backend_reason
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext
+from fp8bench.hardware.capabilities import backend_reason
 from fp8bench.kernels import compiled, torch_backend
 from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM

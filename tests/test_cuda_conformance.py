@@ -1,10 +1,10 @@
 """CUDA conformance: every scaled GEMM of every FP8 path, replayed on fake CUDA tensors for real target GPUs.
 
 For each case (workload x FP8 recipe x element format x backend) and each target in
-:data:`fp8bench.conformance.TARGETS`, the capability matrix decides whether fp8bench runs the case there. Then:
+:data:`fp8bench.hardware.conformance.TARGETS`, the capability matrix decides whether fp8bench runs the case there. Then:
 
 * a case fp8bench runs must build on the simulated target with every scaled GEMM accepted by torch's meta
-  functions and by the CUDA rules of :mod:`fp8bench.capabilities`, and it must issue at least one scaled GEMM;
+  functions and by the CUDA rules of :mod:`fp8bench.hardware.capabilities`, and it must issue at least one scaled GEMM;
 * a case the capability matrix refuses for a GEMM rule must really be refused when replayed (no refusal is made
   up), and the skip reason names the rule.
 
@@ -17,11 +17,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8bench import capabilities
-from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, parse_version, scaled_gemm_reason
-from fp8bench.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
+from fp8bench.hardware import capabilities
+from fp8bench.hardware.capabilities import (
+    CudaTarget,
+    ScaledGemmSpec,
+    ScaleLayout,
+    parse_version,
+    scaled_gemm_reason,
+)
+from fp8bench.hardware.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
 from fp8bench.numerics import torch_api
 from fp8bench.numerics.recipes import Fp8Recipe, resolve_precision
 

@@ -162,8 +162,8 @@ def test_autocast_input_is_quantized_from_the_autocast_dtype():
 @pytest.mark.parametrize("precision", ["fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8",
                                        "nvfp4", "mxfp4"])
 def test_native_gemms_on_cuda_agree_with_emulated(precision):
-    from fp8bench.capabilities import capabilities_for
     from fp8bench.core.devices import resolve_device
+    from fp8bench.hardware.capabilities import capabilities_for
 
     device = resolve_device("cuda")
     # Stochastic rounding draws differ between the two layers: compare the deterministic 4-bit path.

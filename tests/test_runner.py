@@ -181,7 +181,7 @@ def test_cpu_ceilings_give_a_percent_of_peak_and_are_cached(results_dir, monkeyp
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))  # a quiet host: its ceilings are cached
     record = CaseMeasurer(FAST, CPU, peaks=None).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])
     assert record.pct_of_peak is None
-    from fp8bench.peaks import Peaks
+    from fp8bench.hardware.peaks import Peaks
 
     peaks = Peaks(CPU, "cpu", results_dir)
     record = CaseMeasurer(FAST, CPU, peaks=peaks).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])

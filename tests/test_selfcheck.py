@@ -21,7 +21,7 @@ from fake_nvml import FakeGpu, make_pynvml
 from fp8bench.cli import main
 from fp8bench.core.devices import Device
 from fp8bench.energy.meters import EnergyReading, WindowPolicy, nvml_meter
-from fp8bench.peaks import table_peak
+from fp8bench.hardware.peaks import table_peak
 from fp8bench.results.runfile import read_run_file
 from fp8bench.selfcheck import (
     PEAK_FRACTION,

@@ -141,7 +141,7 @@ def test_device_and_devices_together_are_a_usage_error(capsys, tmp_path):
 
 
 def test_devices_under_torchrun_is_a_usage_error(capsys, tmp_path, monkeypatch):
-    from fp8bench.distributed import _LAUNCH_VARS
+    from fp8bench.hardware.distributed import _LAUNCH_VARS
 
     for name, value in zip(_LAUNCH_VARS, ("0", "2", "0"), strict=True):  # rank 0 of 2, as torchrun sets them
         monkeypatch.setenv(name, value)

@@ -232,7 +232,7 @@ def test_fp32_is_refused_on_te_because_its_fp32_gemm_is_tf32(te: FakeTE) -> None
 
 @pytest.mark.gpu
 def test_real_te_linear_on_cuda_matches_the_reference() -> None:
-    from fp8bench.capabilities import backend_reason
+    from fp8bench.hardware.capabilities import backend_reason
 
     device = Device("cuda", 0)
     why = backend_reason("te", device)

@@ -18,8 +18,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fp8bench.capabilities import parse_version
-from fp8bench.conformance import TARGETS
+from fp8bench.hardware.capabilities import parse_version
+from fp8bench.hardware.conformance import TARGETS
 from fp8bench.numerics import torch_api
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -35,7 +35,7 @@ Closed forms, per call, with ``p`` ranks:
 Numerics: each rank's result against the full-precision one computed from the same FP32 inputs in FP64 (the record
 keeps rank 0's): the gathered weight, the rank's reduced rows, the layer's gathered output.
 
-The workload needs a process group of two or more ranks (``torchrun``, :mod:`fp8bench.distributed`); outside one,
+The workload needs a process group of two or more ranks (``torchrun``, :mod:`fp8bench.hardware.distributed`); outside one,
 its cases are skipped with the command that launches them.
 """
 
@@ -49,7 +49,7 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue
-from fp8bench.distributed import LAUNCH_HINT, world
+from fp8bench.hardware.distributed import LAUNCH_HINT, world
 from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, chunk_wire_bytes
 from fp8bench.numerics.recipes import Fp8Recipe, Precision
 from fp8bench.workloads.gemm import output_dtype

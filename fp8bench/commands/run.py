@@ -220,8 +220,8 @@ def _kept(outcome: Any, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench import distributed
     from fp8bench.core.devices import resolve_device
+    from fp8bench.hardware import distributed
     from fp8bench.numerics.recipes import PRECISIONS
     from fp8bench.report import summary_counts
     from fp8bench.runner import expand_cases, run_cases

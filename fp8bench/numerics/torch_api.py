@@ -16,7 +16,7 @@ release's wheel by ``scripts/torch_surface.py`` into ``fp8bench/numerics/data/to
 
 fp8bench never parses a version string to choose among them: :func:`detect` asks the installed torch what it has
 (``hasattr`` on ``torch`` and ``torch.nn.functional``, the enums' members), and
-:func:`fp8bench.capabilities.scaled_mm_api` picks the entry point from that answer. The recorded surfaces serve
+:func:`fp8bench.hardware.capabilities.scaled_mm_api` picks the entry point from that answer. The recorded surfaces serve
 two purposes: the conformance replay judges every call against its target release's surface (the entry point exists,
 the arguments bind to that release's signature, the dtypes and enum values exist), and a refusal names the first
 release that has what is missing.
@@ -282,7 +282,7 @@ def as_release(surface: TorchSurface) -> Iterator[TorchSurface]:
     """Within the block, :func:`detect` answers with ``surface`` and :func:`entry_point` hands out that release's
     entry points only, checked against its signatures. torch's own modules are left untouched (their internals
     import these names), so a call that bypasses :func:`entry_point` is judged where it reaches the dispatcher
-    (:class:`fp8bench.conformance.CudaConformance`)."""
+    (:class:`fp8bench.hardware.conformance.CudaConformance`)."""
     global _generation, _shown
     previous = _shown
     _shown = surface

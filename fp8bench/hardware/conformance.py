@@ -11,12 +11,12 @@ first H100 rejects. Two sources of truth close that gap:
    dtype only, so the real computation runs on small CPU tensors and each scaled GEMM's arguments are replayed as
    fakes (``torch.empty_strided(shape, stride, dtype, device="cuda")``).
 2. **The rules the meta functions lack** (architecture, CUDA and torch versions, operand dtypes per kernel, output
-   dtypes): :data:`fp8bench.capabilities.SCALED_GEMM_RULES`, each with the CUDA source that enforces it, judged
-   against a :class:`~fp8bench.capabilities.CudaTarget` (an H100 with CUDA 12.9, a B200, an L4 ...).
+   dtypes): :data:`fp8bench.hardware.capabilities.SCALED_GEMM_RULES`, each with the CUDA source that enforces it, judged
+   against a :class:`~fp8bench.hardware.capabilities.CudaTarget` (an H100 with CUDA 12.9, a B200, an L4 ...).
 
 The MoE grouped GEMM ``torch._scaled_grouped_mm`` is replayed the same way (its meta function checks int32 offsets,
 column-major ``mat_b``, 16-byte strides and the rowwise or MX scale shapes), and judged by its own kernels' rules,
-:data:`fp8bench.grouped_rules.GROUPED_RULES`: architecture, BF16 output, ``N`` multiple of 16, and the alignment of
+:data:`fp8bench.hardware.grouped_rules.GROUPED_RULES`: architecture, BF16 output, ``N`` multiple of 16, and the alignment of
 the group offsets, whose *values* the replay reads from the real CPU tensor. (``torch.nn.functional
 .scaled_grouped_mm``'s op, ``_scaled_grouped_mm_v2``, has no meta function in torch 2.13, so fp8bench calls
 ``torch._scaled_grouped_mm``.)
@@ -29,7 +29,7 @@ PyTorch raises (``RuntimeError`` from a meta check, ``NotImplementedError`` for 
 a dtype rule), an accepted one returns zeros of the output's shape and dtype (the values are not the point, and no
 slow CPU kernel runs). Everything else runs on the CPU as usual.
 
-:func:`emulating` also makes :func:`fp8bench.capabilities.capabilities_for` answer for the target, so backends'
+:func:`emulating` also makes :func:`fp8bench.hardware.capabilities.capabilities_for` answer for the target, so backends'
 support checks, builders and the replay all see one simulated GPU.
 
 What this cannot see: code that Inductor generates (under a dispatch mode Dynamo runs the eager path, so the
@@ -51,17 +51,23 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fp8bench import capabilities
-from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, parse_version, scaled_gemm_reason
-from fp8bench.grouped_rules import ARCH_RULES as GROUPED_ARCH_RULES
-from fp8bench.grouped_rules import GROUPED_RULES, GroupedGemmSpec, grouped_gemm_reason
+from fp8bench.hardware import capabilities
+from fp8bench.hardware.capabilities import (
+    CudaTarget,
+    ScaledGemmSpec,
+    ScaleLayout,
+    parse_version,
+    scaled_gemm_reason,
+)
+from fp8bench.hardware.grouped_rules import ARCH_RULES as GROUPED_ARCH_RULES
+from fp8bench.hardware.grouped_rules import GROUPED_RULES, GroupedGemmSpec, grouped_gemm_reason
 from fp8bench.numerics import torch_api
 
 _aten = torch.ops.aten
 # The dispatcher ops behind torch._scaled_mm, torch.nn.functional.scaled_mm and torch._scaled_grouped_mm.
 SCALED_GEMM_OPS = {_aten._scaled_mm.default: "_scaled_mm", _aten._scaled_mm_v2.default: "_scaled_mm_v2",
                    _aten._scaled_grouped_mm.default: "_scaled_grouped_mm"}
-# Grouped ops are judged by fp8bench.grouped_rules (their own kernels' rules) instead of SCALED_GEMM_RULES.
+# Grouped ops are judged by fp8bench.hardware.grouped_rules (their own kernels' rules) instead of SCALED_GEMM_RULES.
 GROUPED_OPS = ("_scaled_grouped_mm",)
 
 # ``ScalingType`` values of aten._scaled_mm_v2 (torch.nn.functional.ScalingType) and the layouts they name.
@@ -376,7 +382,7 @@ class CudaConformance(TorchDispatchMode):
         return torch.zeros(out.shape, dtype=out.dtype, device=args[0].device)
 
     def _judge_grouped(self, call: ReplayedCall, bound: dict[str, Any], offsets: tuple[int, ...] | None) -> None:
-        """Apply :data:`fp8bench.grouped_rules.GROUPED_RULES`; raise as CUDA would when one refuses."""
+        """Apply :data:`fp8bench.hardware.grouped_rules.GROUPED_RULES`; raise as CUDA would when one refuses."""
         try:
             call.grouped = grouped_spec(bound, offsets)
         except (KeyError, ValueError) as exc:

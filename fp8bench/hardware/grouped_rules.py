@@ -5,7 +5,7 @@ A grouped GEMM multiplies jagged row groups of ``A`` ``[M, K]`` (row-major, FP8)
 offsets. PyTorch's meta function (``torch/_meta_registrations.py``: ``_meta_grouped_mm_common``) already checks
 what fake CUDA tensors can show: E4M3 operands, row-major ``A``, column-major ``B``, strides that are multiples of
 16 bytes, int32 1-D offsets, FP32 scales ``[M]`` for ``A`` and ``[G, N]`` for ``B`` (rowwise) or E8M0 scales with
-the blocked sizes (MXFP8), no bias, BF16 output when one is named. :mod:`fp8bench.conformance` replays every call
+the blocked sizes (MXFP8), no bias, BF16 output when one is named. :mod:`fp8bench.hardware.conformance` replays every call
 through it. The rules below are the rest, each with the source that enforces it:
 
 * **Architecture.** ATen admits compute capability 9.0 and 10.0 only (``aten/src/ATen/native/cuda/GroupedBlas.cpp``,
@@ -14,7 +14,7 @@ through it. The rules below are the rest, each with the source that enforces it:
   ``evaluate_platform_supports_fp8_grouped_gemm``, ``SM90OrLater and not SM100OrLater``), so fp8bench takes 9.0.
   MXFP8 runs the MSLK kernel on 10.0 only, CUDA 12.8+ (``_check_mslk_grouped_inputs``;
   ``evaluate_platform_supports_mxfp8_grouped_gemm``: built with MSLK and ``IS_SM100``). Whether a build has MSLK
-  is not visible from a :class:`~fp8bench.capabilities.CudaTarget`; a build without it refuses at the call, and
+  is not visible from a :class:`~fp8bench.hardware.capabilities.CudaTarget`; a build without it refuses at the call, and
   that refusal is recorded as the reason.
 * **Output dtype.** BF16 only (``_scaled_grouped_mm_cuda``: "Only bf16 high precision output types are supported
   for grouped gemm"). The meta function accepts an unnamed output dtype and leaves it unchecked.
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout
+from fp8bench.hardware.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout
 
 # Rows each token group must be padded to, per scale layout of the left operand (see the module docstring).
 GROUP_ALIGN_ROWS = {ScaleLayout.ROWWISE: 16, ScaleLayout.MX_1X32: 32}

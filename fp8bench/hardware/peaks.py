@@ -32,7 +32,7 @@ import torch
 
 from fp8bench.core.devices import Device, cpu_model
 from fp8bench.core.noise import HostLoad, host_load
-from fp8bench.environment import host_alias
+from fp8bench.hardware.environment import host_alias
 from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
 from fp8bench.results.runfile import atomic_write_bytes
 
@@ -46,7 +46,7 @@ class Peak:
 
 @lru_cache(maxsize=1)
 def device_table() -> dict[str, Any]:
-    return json.loads(resources.files("fp8bench").joinpath("data/device_peaks.json").read_text())
+    return json.loads(resources.files("fp8bench.hardware").joinpath("data/device_peaks.json").read_text())
 
 
 def peak_key(precision: Precision) -> str:
@@ -81,7 +81,7 @@ def ceiling_advice(device: str) -> str:
     if str(device).startswith("cpu"):
         return ("Re-measure the CPU's ceilings on a quiet machine: `fp8bench selfcheck --check cpu_ceiling` "
                 "(a measurement under load is never cached)")
-    return ("Check the device table's row for this GPU (fp8bench/data/device_peaks.json, each value with its "
+    return ("Check the device table's row for this GPU (fp8bench/hardware/data/device_peaks.json, each value with its "
             "source) and the timer: `fp8bench selfcheck`")
 
 

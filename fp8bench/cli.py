@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one verb; returns the process exit code (usage errors included, instead of raising SystemExit)."""
     # Every bad-input error of fp8bench (unknown name, bad shape, missing device, unreadable run file or suite) is
     # a ValueError; StoreError is the one exception. Importing only those keeps torch out of verbs that need none.
-    from fp8bench.interrupts import signals_interrupt
+    from fp8bench.measure.interrupts import signals_interrupt
     from fp8bench.results.store import StoreError
 
     verbs = _verbs()

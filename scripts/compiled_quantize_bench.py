@@ -32,9 +32,9 @@ import torch
 
 from fp8bench.core.devices import resolve_device
 from fp8bench.hardware.peaks import Peaks
+from fp8bench.measure.timing import timer_for
 from fp8bench.numerics.quantize import quantizer_for
 from fp8bench.numerics.recipes import resolve_precision
-from fp8bench.timing import timer_for
 
 RECIPES = ("fp8_tensorwise", "fp8_rowwise", "fp8_blockwise")
 

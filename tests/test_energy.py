@@ -25,8 +25,8 @@ from fp8bench.energy.meters import (
     rapl_meter,
 )
 from fp8bench.energy.rapl import RaplCounter, RaplUnavailable
-from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
-from fp8bench.timing import SamplingPolicy
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
+from fp8bench.measure.timing import SamplingPolicy
 
 load_all()
 CPU = Device("cpu")

@@ -10,8 +10,8 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend, load_all
 from fp8bench.gate import gate
+from fp8bench.measure.runner import INTERPRETED_REASON, CaseMeasurer, RunSettings, expand_cases
 from fp8bench.report import baseline_index, speedups
-from fp8bench.runner import INTERPRETED_REASON, CaseMeasurer, RunSettings, expand_cases
 from tests.gate_fixtures import payload, record, rounds
 
 load_all()

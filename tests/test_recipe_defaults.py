@@ -15,6 +15,7 @@ from rich.console import Console
 
 from fp8bench.cli import main
 from fp8bench.core.comparability import definition_hash
+from fp8bench.measure.runner import RunSettings, expand_cases
 from fp8bench.numerics.formats import E4M3
 from fp8bench.numerics.quantize import AmaxHistory, scale_from_amax
 from fp8bench.numerics.recipes import (
@@ -25,7 +26,6 @@ from fp8bench.numerics.recipes import (
     resolve_precision,
 )
 from fp8bench.report import render_table
-from fp8bench.runner import RunSettings, expand_cases
 
 TE_DEFAULTS = {"amax_history_len": 1024, "amax_compute_algo": "max", "margin": 0, "fp8_format": "hybrid"}
 

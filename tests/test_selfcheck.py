@@ -22,8 +22,7 @@ from fp8bench.cli import main
 from fp8bench.core.devices import Device
 from fp8bench.energy.meters import EnergyReading, WindowPolicy, nvml_meter
 from fp8bench.hardware.peaks import table_peak
-from fp8bench.results.runfile import read_run_file
-from fp8bench.selfcheck import (
+from fp8bench.measure.selfcheck import (
     PEAK_FRACTION,
     TIMER_REPEATS,
     Probe,
@@ -39,7 +38,8 @@ from fp8bench.selfcheck import (
     probe_for,
     run_selfcheck,
 )
-from fp8bench.timing import SamplingPolicy
+from fp8bench.measure.timing import SamplingPolicy
+from fp8bench.results.runfile import read_run_file
 
 H100 = "NVIDIA H100 80GB HBM3"
 BF16_PEAK, FP8_PEAK = table_peak(H100, "bf16").value, table_peak(H100, "fp8").value  # type: ignore[union-attr]

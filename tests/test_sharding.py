@@ -15,11 +15,8 @@ import torch
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_CASE_FAILED, EXIT_OK, EXIT_USAGE
 from fp8bench.core.devices import Device, DeviceError
-from fp8bench.results.runfile import read_run_file
-from fp8bench.results.store import open_store
-from fp8bench.results.stream import RecordStream
-from fp8bench.runner import RunSettings, expand_cases
-from fp8bench.sharding import (
+from fp8bench.measure.runner import RunSettings, expand_cases
+from fp8bench.measure.sharding import (
     MAX_CRASHES_IN_A_ROW,
     DevicePlan,
     WorkerSlot,
@@ -28,6 +25,9 @@ from fp8bench.sharding import (
     plan_devices,
     run_sharded,
 )
+from fp8bench.results.runfile import read_run_file
+from fp8bench.results.store import open_store
+from fp8bench.results.stream import RecordStream
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "tests" / "plugins"

@@ -37,7 +37,9 @@ CASE_HEIGHT, LINE_HEIGHT = 44, 14
 
 def relative_gap(curve: list[float], base: list[float], window: int) -> list[float]:
     """``(L - L_bf16) / L_bf16`` per step of the smoothed curves: the convergence check's own definition."""
-    from fp8bench.convergence import smooth  # the check's smoothing, so the chart and the verdict agree
+    from fp8bench.measure.convergence import (
+        smooth,  # the check's smoothing, so the chart and the verdict agree
+    )
 
     n = min(len(curve), len(base))
     c, b = smooth(curve[:n], window), smooth(base[:n], window)

@@ -90,7 +90,9 @@ def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fp8bench.convergence import (
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.core.plugins import WORKLOADS, load_all
+    from fp8bench.measure.convergence import (
         BASELINE,
         BROKEN,
         ConvergenceSettings,
@@ -99,13 +101,11 @@ def execute(args: argparse.Namespace) -> int:
         curve_record,
         train_curve,
     )
-    from fp8bench.core.devices import resolve_device
-    from fp8bench.core.plugins import WORKLOADS, load_all
+    from fp8bench.measure.runner import RunSettings, new_run_id, run_header
     from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, fp4_settings, resolve_precision
     from fp8bench.results.runfile import check_writable
     from fp8bench.results.store import open_store
     from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
-    from fp8bench.runner import RunSettings, new_run_id, run_header
     from fp8bench.workloads.transformer_step import LAYER_CONVERTERS
 
     load_all()

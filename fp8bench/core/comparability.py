@@ -19,7 +19,7 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
   the CPU thread count, the timing mode when it is ``cuda_graph``, and for a distributed run the number of ranks
   and of ranks per node, from the run header's ``spec.distributed``).
 
-Graph replays and eager calls measure different things (a replay has no launch gaps; see :mod:`fp8bench.timing`), so
+Graph replays and eager calls measure different things (a replay has no launch gaps; see :mod:`fp8bench.measure.timing`), so
 a ``cuda_graph`` record never shares a key with an eager one: its case names the mode
 (:func:`fp8bench.core.records.case_key`) and the mode enters its definition hash. Both happen only for graph records: the
 key of every eager record, and of every record written before the mode was recorded (all eager), is unchanged, so

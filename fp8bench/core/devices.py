@@ -1,7 +1,7 @@
 """Devices: ``auto``, ``cpu``, ``cuda`` and ``cuda:N``.
 
 The CPU is a first-class device and the default when no GPU is present. CUDA specifics (synchronization, device
-properties, which GPU is *current*) stay in this module and :mod:`fp8bench.timing`, so the rest of the harness
+properties, which GPU is *current*) stay in this module and :mod:`fp8bench.measure.timing`, so the rest of the harness
 never branches on the device kind except through them.
 
 The current CUDA device

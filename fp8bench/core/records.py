@@ -18,7 +18,7 @@ STATUSES = ("ok", "failed", "skipped", "invalid")
 # rounded to a power of two (Transformer Engine's block-scaling default, kernels/te_backend.py).
 SCALE_FP32, SCALE_POW2 = "fp32", "pow2"
 SCALE_FORMATS = (SCALE_FP32, SCALE_POW2)
-# Values of ``Record.timing_mode`` (fp8bench.timing.TimingMode, kept free of torch here).
+# Values of ``Record.timing_mode`` (fp8bench.measure.timing.TimingMode, kept free of torch here).
 TIMING_MODES = ("cpu", "cuda_events", "cuda_graph")
 
 
@@ -76,7 +76,7 @@ class Record:
     # The timer that produced every figure of this record (samples, phases, energy per iteration), or that the run
     # used, for a record without figures: ``cpu`` (host clock), ``cuda_events`` (events around eager calls: launch
     # gaps included) or ``cuda_graph`` (events around replays of a captured CUDA graph: no launch gaps); see
-    # fp8bench.timing. ``None`` in records written before it.
+    # fp8bench.measure.timing. ``None`` in records written before it.
     timing_mode: str | None = None
     # Whether the device's L2 cache was flushed before each sample (outside the timed region; CUDA only, so always
     # False on the CPU). ``None`` in records written before it.

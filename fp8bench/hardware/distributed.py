@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from fp8bench.core.devices import Device
-from fp8bench.timing import Timer
+from fp8bench.measure.timing import Timer
 
 # torchrun sets all of these in every process it starts (torch/distributed/run.py, "Environment variables").
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -135,7 +135,7 @@ def world() -> tuple[int, int]:
 
 
 class LockstepTimer:
-    """A :class:`~fp8bench.timing.Timer` for a distributed run: barrier, the device's own timer, max over ranks.
+    """A :class:`~fp8bench.measure.timing.Timer` for a distributed run: barrier, the device's own timer, max over ranks.
 
     ``inner`` is the rank's timer (``perf_counter_ns`` on the CPU, CUDA events on a GPU). Small tensors for the
     reductions live on ``device``: NCCL reduces GPU tensors only.

@@ -12,7 +12,7 @@ does not stretch with host work:
 
 * **no host synchronization**: ``.item()``, ``float(t)``, ``.tolist()``, ``.cpu()`` and ops whose output size depends
   on the data (``nonzero``, boolean indexing, ``unique``...) wait for the GPU; inside a capture CUDA refuses them
-  (``cudaErrorStreamCaptureUnsupported``, see :mod:`fp8bench.cuda_graphs`);
+  (``cudaErrorStreamCaptureUnsupported``, see :mod:`fp8bench.measure.cuda_graphs`);
 * **no host-to-device copy**: a tensor created on the host (a module-level constant, a factory call without
   ``device=``) and moved with ``.to(device)`` inside the region is a pageable ``cudaMemcpyAsync`` on every call, which
   a capture also refuses. Constants are built once per device, outside the timed region.
@@ -125,7 +125,7 @@ class RegionAudit:
         return ", ".join(f"{name} x{count}" if count > 1 else name for name, count in self.ops.items()) or "(none)"
 
     def capture_refusal(self) -> str | None:
-        """Why ``--cuda-graph`` could not capture this region, as :mod:`fp8bench.cuda_graphs` would word it: its first
+        """Why ``--cuda-graph`` could not capture this region, as :mod:`fp8bench.measure.cuda_graphs` would word it: its first
         host synchronization (``cudaErrorStreamCaptureUnsupported``) or host-to-device copy (a pageable
         ``cudaMemcpyAsync``, refused while a stream captures); ``None``: a simulated capture passes."""
         if not self.violations:

@@ -68,7 +68,7 @@ def _timing_mode(r: dict[str, Any], _run: dict[str, Any]) -> str | None:
 
 
 def profile_trace_of(r: dict[str, Any], _run: dict[str, Any] | None = None) -> str | None:
-    """Where the case's profile trace was written (``fp8bench run --profile``, :mod:`fp8bench.profiling`)."""
+    """Where the case's profile trace was written (``fp8bench run --profile``, :mod:`fp8bench.measure.profiling`)."""
     profile = (r.get("extra") or {}).get("profile")
     trace = profile.get("trace") if isinstance(profile, dict) else None
     return str(trace) if trace else None
@@ -94,7 +94,7 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
                  "commits on the branch's first-parent chain up to this one (orders commits)"),
     RecordColumn("commit_time", sa.String(40), _git("commit_time"), "committer date, ISO 8601"),
     # How it was timed.
-    RecordColumn("timing_mode", sa.String(32), _timing_mode, "cpu, cuda_events or cuda_graph (fp8bench.timing)"),
+    RecordColumn("timing_mode", sa.String(32), _timing_mode, "cpu, cuda_events or cuda_graph (fp8bench.measure.timing)"),
     RecordColumn("accumulation", sa.String(16), _field("accumulation"),
                  "FP8 accumulation: fast_forward (fast accumulation in the forward GEMM) or full"),
     RecordColumn("n", sa.Integer, _field("n"), "samples taken"),

@@ -27,7 +27,7 @@ from fp8bench.results.store import Store, record_data_table, record_phases_table
 
 R = records_table.c
 # Appended to the device label of records timed as CUDA-graph replays: every page groups and compares by device
-# label, so graph figures (no launch gaps, fp8bench.timing) are never set against eager ones of the same GPU.
+# label, so graph figures (no launch gaps, fp8bench.measure.timing) are never set against eager ones of the same GPU.
 GRAPH_LABEL = " · CUDA graph"
 # The device as people name it: the model (``NVIDIA H100 80GB HBM3``, the CPU's brand) or, failing that, the kind;
 # with GRAPH_LABEL for CUDA-graph records. :func:`device_labels` is the same rule on a frame.

@@ -9,11 +9,11 @@ Per case (see DESIGN, "Measurement method"):
    the full call's cost extrapolated by FLOPs; a case whose minimum sampling would overrun the budget is skipped as
    ``over budget`` before it can hang the run (FP16 GEMMs on some CPUs run at 0.4 GFLOP/s).
 3. **Warm up** (compilation, autotuning, allocator, thread pools), then **sample** the end-to-end call and each
-   phase adaptively (:mod:`fp8bench.timing`): eagerly, or as replays of a CUDA graph captured from each call
-   (``cuda_graph``, :mod:`fp8bench.cuda_graphs`; a call that cannot be captured is skipped with the reason).
+   phase adaptively (:mod:`fp8bench.measure.timing`): eagerly, or as replays of a CUDA graph captured from each call
+   (``cuda_graph``, :mod:`fp8bench.measure.cuda_graphs`; a call that cannot be captured is skipped with the reason).
 4. **Check numerics** against the FP64 reference, outside any timed region.
 5. **Meter energy** over a window of repeated calls where a meter exists.
-6. **Profile** (``profile``, :mod:`fp8bench.profiling`): one more pass of the calls under a profiler, after every
+6. **Profile** (``profile``, :mod:`fp8bench.measure.profiling`): one more pass of the calls under a profiler, after every
    figure of the record is taken, so no profiling overhead enters a timed sample.
 
 Clocks and throttle reasons are polled through the timed samples of step 3, energy or not, and through every
@@ -52,11 +52,13 @@ from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_li
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.core.shapes import Shape, label
-from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.energy.meters import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.hardware import environment
 from fp8bench.hardware.peaks import Peaks
+from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
+from fp8bench.measure.profiling import CaseProfiler, profile_mode
+from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 from fp8bench.numerics.accuracy import Numerics, compare, worst
 from fp8bench.numerics.recipes import (
     Fp8Recipe,
@@ -66,9 +68,7 @@ from fp8bench.numerics.recipes import (
     resolve_precision,
 )
 from fp8bench.paths import default_results_dir, profile_dir
-from fp8bench.profiling import CaseProfiler, profile_mode
 from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
-from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 
 # Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
 # CPU kernel seen (FP16 matmul); the larger levels refine estimates for kernels that are slow only on small shapes.
@@ -114,7 +114,7 @@ class RunSettings:
     cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
     clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
     strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
-    profile: str | None = None  # a profiled pass after the measurement: torch | nvtx | nsys (fp8bench.profiling)
+    profile: str | None = None  # a profiled pass after the measurement: torch | nvtx | nsys (fp8bench.measure.profiling)
 
     def __post_init__(self) -> None:
         # A budget of inf (or a cooldown of inf) would let one case hang the run: every time must be finite.
@@ -268,7 +268,7 @@ class CaseMeasurer:
 
     def _timed_call(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         """What the timer samples for ``fn``: the eager call, or the replay of a CUDA graph captured from it
-        (raises :class:`fp8bench.cuda_graphs.CaptureRefused` with the reason when it cannot be captured)."""
+        (raises :class:`fp8bench.measure.cuda_graphs.CaptureRefused` with the reason when it cannot be captured)."""
         return self.graphs.capture(name, fn).replay if self.graphs is not None else fn
 
     def _measure_or_explain(self, case: Case, seq: int, started: float) -> Record:

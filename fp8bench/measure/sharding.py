@@ -34,10 +34,10 @@ fp8bench does it, and why:
   was measuring becomes a ``failed`` record whose reason names the device, the process and the signal or exit code;
   a fresh worker takes the device's remaining cases. After :data:`MAX_CRASHES_IN_A_ROW` deaths without a finished
   case in between (a broken device), the device's remaining cases are recorded ``failed`` with the last reason.
-* **Ctrl-C, SIGTERM, SIGHUP** reach the parent as ``KeyboardInterrupt`` (:mod:`fp8bench.interrupts`); workers
+* **Ctrl-C, SIGTERM, SIGHUP** reach the parent as ``KeyboardInterrupt`` (:mod:`fp8bench.measure.interrupts`); workers
   ignore them (a terminal's Ctrl-C reaches every process of its group) and are killed by the parent, which keeps
   every record that had finished, waiting or not, and marks the run ``interrupted``. Workers also ask Linux to kill
-  them when the parent dies (:func:`fp8bench.interrupts.die_with_parent`), so none outlives a killed run.
+  them when the parent dies (:func:`fp8bench.measure.interrupts.die_with_parent`), so none outlives a killed run.
 """
 
 from __future__ import annotations
@@ -60,9 +60,17 @@ from fp8bench.core.devices import Device, DeviceError, resolve_device
 from fp8bench.core.shapes import label
 from fp8bench.energy.meters import meter_for, not_metered
 from fp8bench.hardware.environment import device_properties
+from fp8bench.measure.runner import (
+    Case,
+    RunOutcome,
+    RunSettings,
+    case_profiler,
+    case_record,
+    new_run_id,
+    run_header,
+)
+from fp8bench.measure.timing import timing_mode_for
 from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
-from fp8bench.runner import Case, RunOutcome, RunSettings, case_profiler, case_record, new_run_id, run_header
-from fp8bench.timing import timing_mode_for
 
 # A device whose worker died this many times with no finished case in between is given up on: a crashing kernel
 # fails its own case, a broken device must not cost one worker start per remaining case.
@@ -188,8 +196,8 @@ def _worker_main(conn: Connection, slot: WorkerSlot, settings: RunSettings, shar
     ``("setup_failed", reason)`` when it cannot be."""
     from fp8bench.core.plugins import load_all
     from fp8bench.hardware.peaks import Peaks
-    from fp8bench.interrupts import HANDLED, die_with_parent
-    from fp8bench.runner import CaseMeasurer
+    from fp8bench.measure.interrupts import HANDLED, die_with_parent
+    from fp8bench.measure.runner import CaseMeasurer
 
     # The parent decides when a worker stops: a terminal's Ctrl-C, or a SIGTERM sent to the process group, reaches
     # every worker too, and must not turn a worker's case into a crash before the parent has kept what finished.
@@ -293,7 +301,7 @@ class _Shards:
                  results_dir: Path | None, merge: _InOrder, on_start: Callable[[int, Case], None] | None,
                  profiler: Any = None) -> None:
         self.cases, self.settings, self.device_name, self.results_dir = cases, settings, device_name, results_dir
-        self.profiler = profiler  # fp8bench.profiling.CaseProfiler or None: each case's profile is named by its seq
+        self.profiler = profiler  # fp8bench.measure.profiling.CaseProfiler or None: each case's profile is named by its seq
         self.merge, self.on_start = merge, on_start
         self.ctx = multiprocessing.get_context("spawn")
         self.workers = [_Worker(slot, deque(shard)) for slot, shard in zip(plan.slots, plan.shards(cases),
@@ -401,7 +409,7 @@ def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, pla
                 on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None,
                 timer: Any = None) -> RunOutcome:
     """Measure ``cases`` on ``plan``'s workers, streaming records to ``run_file`` and ``store`` in case order: the
-    sharded counterpart of :func:`fp8bench.runner.run_cases`, with its arguments and outcome (``device`` is
+    sharded counterpart of :func:`fp8bench.measure.runner.run_cases`, with its arguments and outcome (``device`` is
     ``plan.device``, the one the run header describes; ``timer`` must be ``None``: each worker times with its own
     device's timer, and a distributed run's lockstep timer has no meaning across separate workers)."""
     if device != plan.device:

@@ -51,11 +51,11 @@ from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
 from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key, table_peak
+from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, new_run_id, run_header
+from fp8bench.measure.timing import SamplingPolicy, Timer, timer_for
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
 from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
 from fp8bench.results.runfile import RunFileWriter
-from fp8bench.runner import Case, CaseMeasurer, RunSettings, new_run_id, run_header
-from fp8bench.timing import SamplingPolicy, Timer, timer_for
 
 # A vendor GEMM this large is compute-bound and should run well above half the dense datasheet peak; under half
 # means something is wrong. The bar is deliberately loose: it catches broken setups, not tuning gaps.

@@ -30,7 +30,7 @@ the L2 was flushed, in ``l2_flushed``):
     is then part of the sample.
 ``cuda_graph``
     GPU time between two events around one replay of a CUDA graph captured from the call (``--cuda-graph``; see
-    :mod:`fp8bench.cuda_graphs`). The replay submits every kernel with one launch, so the figure is the kernels'
+    :mod:`fp8bench.measure.cuda_graphs`). The replay submits every kernel with one launch, so the figure is the kernels'
     own time back to back, without launch gaps or host overhead: the best case an application that uses CUDA graphs
     (or ``torch.compile(mode="reduce-overhead")``) can reach. Excludes the L2 flush (enqueued before the start
     event, outside the graph) and the one graph launch (hidden behind the flush; without a flush, one launch latency

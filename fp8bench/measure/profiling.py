@@ -50,9 +50,9 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline, first_line
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
+from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.numerics.recipes import Fp8Recipe, Precision
 from fp8bench.paths import TRACE_SUFFIX
-from fp8bench.timing import SamplingPolicy
 
 PROFILE_MODES = ("torch", "nvtx", "nsys")
 BARE_PROFILE_MODE = "torch"  # what a bare ``--profile`` means
@@ -73,7 +73,7 @@ NSYS_PROFILE_FLAGS = ("--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi
 
 
 class Case(Protocol):
-    """What profiling reads of a case (:class:`fp8bench.runner.Case`; the runner imports this module, not the
+    """What profiling reads of a case (:class:`fp8bench.measure.runner.Case`; the runner imports this module, not the
     other way round)."""
 
     @property
@@ -88,7 +88,7 @@ class Case(Protocol):
 
 
 class RunSettings(Protocol):
-    """What a rerun repeats of the run's settings (:class:`fp8bench.runner.RunSettings`)."""
+    """What a rerun repeats of the run's settings (:class:`fp8bench.measure.runner.RunSettings`)."""
 
     @property
     def seed(self) -> int: ...

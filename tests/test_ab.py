@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8bench.ab import AbError, SideSpec, Worker, round_order
+from fp8bench.analysis.gate.ab import AbError, SideSpec, Worker, round_order
 from fp8bench.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def test_worker_needs_a_project_root(tmp_path):
 def test_git_refs_become_temporary_worktrees_and_are_removed(tmp_path):
     import subprocess
 
-    from fp8bench.ab import temporary_checkouts
+    from fp8bench.analysis.gate.ab import temporary_checkouts
 
     repo = tmp_path / "repo"
     subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(repo)], check=True, timeout=120)

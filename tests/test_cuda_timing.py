@@ -373,7 +373,7 @@ def test_comparability_key_separates_graph_from_eager_and_keeps_eager_keys():
 
 
 def test_gate_never_compares_graph_with_eager():
-    from fp8bench.gate import gate
+    from fp8bench.analysis.gate.verdicts import gate
     from tests.gate_fixtures import payload, record
 
     eager = record(64, "bf16", [1e-3] * 12)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from rich.console import Console
 
+from fp8bench.analysis.report import render_table
 from fp8bench.cli import main
 from fp8bench.core.comparability import definition_hash
 from fp8bench.measure.runner import RunSettings, expand_cases
@@ -25,7 +26,6 @@ from fp8bench.numerics.recipes import (
     delayed_scaling_settings,
     resolve_precision,
 )
-from fp8bench.report import render_table
 
 TE_DEFAULTS = {"amax_history_len": 1024, "amax_compute_algo": "max", "margin": 0, "fp8_format": "hybrid"}
 

@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from fp8bench.analysis.payoff import in_reading_order
 from fp8bench.dashboard.widgets import (
     chart,
     current_view,
@@ -27,7 +28,6 @@ from fp8bench.dashboard.widgets import (
     table,
     wrap_label,
 )
-from fp8bench.payoff import in_reading_order
 
 METRICS = {"SQNR (dB, higher is better)": "sqnr_db", "relative error (lower is better)": "rel_err"}
 BASELINE_CURVE = "bf16"

@@ -44,7 +44,7 @@ DOC = "docs/history-and-changes.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.changes import DEFAULT_METRICS, METRICS, ChangeConfig
+    from fp8bench.analysis.changes import DEFAULT_METRICS, METRICS, ChangeConfig
     from fp8bench.core.units import fraction_arg
 
     defaults = ChangeConfig()
@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from fp8bench.changes import ChangeConfig
+    from fp8bench.analysis.changes import ChangeConfig
 
     return ChangeConfig(metrics=tuple(args.metric), threshold=args.threshold, threshold_db=args.threshold_db,
                         alpha=args.alpha, min_size=args.min_size, penalty=args.penalty)
@@ -105,7 +105,7 @@ def render(changes: list[Any], title: str) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.changes import new_since, store_changes
+    from fp8bench.analysis.changes import new_since, store_changes
     from fp8bench.results.store import open_store
     from fp8bench.results.store.queries import RecordFilter
 

@@ -220,12 +220,12 @@ def _kept(outcome: Any, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from fp8bench.analysis.report import summary_counts
     from fp8bench.core.devices import resolve_device
     from fp8bench.hardware import distributed
     from fp8bench.measure.runner import expand_cases, run_cases
     from fp8bench.measure.timing import Timer, timer_for, timing_mode_for
     from fp8bench.numerics.recipes import PRECISIONS
-    from fp8bench.report import summary_counts
 
     launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)
@@ -282,11 +282,11 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from fp8bench.analysis.report import render_bandwidths, render_table, summary_counts
     from fp8bench.core.noise import host_load, overload_warning
     from fp8bench.measure.profiling import summary_rows
     from fp8bench.measure.runner import new_run_id, run_cases
     from fp8bench.measure.sharding import run_sharded
-    from fp8bench.report import render_bandwidths, render_table, summary_counts
     from fp8bench.results.runfile import check_writable
     from fp8bench.results.store import open_store
     from fp8bench.results.stream import DiskFull

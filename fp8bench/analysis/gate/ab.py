@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, merge_rerun
 from fp8bench.core.redact import MASK
-from fp8bench.gate import GateConfig, build_report, collect_side, merge_rerun
 from fp8bench.results.ingest import load_side
 
 # Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.

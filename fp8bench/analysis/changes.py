@@ -14,7 +14,7 @@ significant):
    (``MAD / 0.6745 / sqrt(2)``: steps barely move it, unlike the standard deviation). Segments are at least
    ``min_size`` commits long: one slow night is an outlier, not a change.
 2. **Filtering** of each cut: the ratio of the medians after and before it, with a bootstrap interval and one-sided
-   Mann-Whitney p-values (:func:`fp8bench.stats.compare_samples`, the gate's own arithmetic). A change is kept
+   Mann-Whitney p-values (:func:`fp8bench.analysis.stats.compare_samples`, the gate's own arithmetic). A change is kept
    when it is at least ``threshold`` (5% by default, the gate's T), its interval excludes 1, and its p-value is
    under ``alpha``.
 
@@ -205,7 +205,7 @@ def _test_cut(raw: np.ndarray, cuts: list[int], i: int, metric: Metric,
               config: ChangeConfig) -> tuple[Any, float, float, float, bool]:
     """The ratio estimate, p-value and medians of cut ``i`` between its neighbouring cuts, and whether it passes:
     large enough, its interval excluding 1 and its p-value under alpha."""
-    from fp8bench.stats import compare_samples
+    from fp8bench.analysis.stats import compare_samples
 
     bounds = [0, *cuts, len(raw)]
     before, after = raw[bounds[i]:bounds[i + 1]], raw[bounds[i + 1]:bounds[i + 2]]

@@ -6,13 +6,13 @@ Method (DESIGN, "Gate method"):
    samples are its per-round medians: drift of the machine (clocks, neighbours, thermals) then shows up as
    round-to-round spread that both sides share, instead of hiding inside one long run. When the rounds are
    *paired* (``fp8bench ab``, or ``fp8bench gate --paired``: round ``i`` of both sides ran back to back), the
-   comparison is made round by round (:func:`fp8bench.stats.compare_paired`), so drift shared within a round
+   comparison is made round by round (:func:`fp8bench.analysis.stats.compare_paired`), so drift shared within a round
    cancels. With a single run per side the raw samples are used, and the report says that they are treated as
    independent, which they are not quite.
 2. **Comparability.** Cases are compared only when their :mod:`fp8bench.core.comparability` keys match; otherwise the case
    is ``incomparable`` and the differing fields are named.
 3. **Per case:** the ratio of medians ``median(cand) / median(base)`` (above 1 is slower), its percentile-bootstrap
-   confidence interval and one-sided Mann-Whitney U p-values (:mod:`fp8bench.stats`); for paired rounds, the
+   confidence interval and one-sided Mann-Whitney U p-values (:mod:`fp8bench.analysis.stats`); for paired rounds, the
    median of the per-round ratios, its bootstrap interval over rounds and one-sided Wilcoxon signed-rank p-values.
 4. **Across cases:** Benjamini-Hochberg adjusts the p-values, so that a suite of many cases does not raise a false
    alarm just because one of many noisy cases drew an unlucky sample.
@@ -53,6 +53,14 @@ from typing import Any
 
 import numpy as np
 
+from fp8bench.analysis.gate.metrics import (
+    DEFAULT_SQNR_TOLERANCE_DB,
+    METRICS,
+    floor_for,
+    metric_value,
+    sqnr_verdict,
+)
+from fp8bench.analysis.stats import benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.core.comparability import ComparabilityKey, comparability_key, describe_differences
 from fp8bench.core.escaping import md_code, md_text
 from fp8bench.core.noise import HostLoad, is_noisy, relative_spread, run_load
@@ -60,9 +68,7 @@ from fp8bench.core.records import case_key
 from fp8bench.core.units import parse_fraction
 from fp8bench.energy.telemetry import only_power_capped
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
-from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
 from fp8bench.results.runfile import check_seconds
-from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
 
 # Case verdicts. Only the first group changes the exit code. Time regresses "slower"; energy and accuracy "worse".
 REGRESSING = ("slower", "worse", "broken", "missing")
@@ -406,7 +412,7 @@ def noise_reason(base: Side, cand: Side, case: str, ratio: float) -> str | None:
 
 def compare_values(base: Side, cand: Side, config: GateConfig) -> list[dict[str, Any]]:
     """Per-case results for a deterministic metric (SQNR): the median of each side's values, compared against
-    the tolerance and the candidate's floor (:func:`fp8bench.gate_metrics.sqnr_verdict`)."""
+    the tolerance and the candidate's floor (:func:`fp8bench.analysis.gate.metrics.sqnr_verdict`)."""
     names = list(base.cases) + [c for c in cand.cases if c not in base.cases]
     results = []
     for name in names:

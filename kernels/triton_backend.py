@@ -32,7 +32,8 @@ TRITON = BACKENDS.add("triton", Backend(
     name="triton", kind="custom",
     description="fp8bench's Triton kernels: fused amax/scale/cast quantizers and a scaled FP8 GEMM "
                 "(CUDA: compiled and autotuned; CPU: Triton interpreter, correctness only)",
-    availability=lambda device: backend_reason("triton", device),
+    # The library rule, then the mode this process imported Triton in (interpreter or compiled: tk.device_reason).
+    availability=lambda device: backend_reason("triton", device) or tk.device_reason(device.torch),
     interpreted=lambda device: tk.INTERPRETED,
 ))
 

@@ -12,6 +12,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,7 +20,9 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.registry import Registry
 from fp8bench.core.shapes import Shape
-from fp8bench.numerics.recipes import Precision
+
+if TYPE_CHECKING:
+    from fp8bench.numerics.recipes import Precision
 
 
 class Workload(ABC):
@@ -76,7 +79,7 @@ class Workload(ABC):
 
 
 Builder = Callable[[BuildContext], Pipeline]
-SupportCheck = Callable[[Precision, Device], "str | None"]
+SupportCheck = Callable[["Precision", Device], "str | None"]
 
 
 @dataclass

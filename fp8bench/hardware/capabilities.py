@@ -39,7 +39,8 @@ whether they can run on the device. :func:`backend_reason` is the availability c
 
 * ``torch``, ``emulated``: always (per-precision rules above).
 * ``triton``: Triton >= 3.0. CUDA runs compiled kernels (FP8 ``tl.dot`` needs 8.9+, checked per precision); the CPU
-  runs them under Triton's interpreter, for correctness only.
+  runs them under Triton's interpreter, for correctness only. Which of the two modes this process imported Triton in
+  is the kernels' own state, so the backend adds that check itself (``kernels/triton_backend.py``).
 * ``compiled``: ``torch.compile`` with Inductor: a C++ compiler on the CPU, Triton on CUDA.
 * ``torchao``: torchao >= 0.10 (its float8 training API). It makes no device check itself; FP8 GEMMs follow the rules
   above (the CPU's ``_scaled_mm`` runs its tensorwise and rowwise recipes).
@@ -549,12 +550,7 @@ def backend_reason(backend: str, device: Device) -> str | None:
     if backend in ("torch", "emulated"):
         return None
     if backend == "triton":
-        lib = library_status("triton")
-        if lib.reason:
-            return lib.reason
-        from fp8bench.kernels import triton_kernels  # imported here: it decides Triton's interpreter mode
-
-        return triton_kernels.device_reason(device.torch)
+        return library_status("triton").reason
     if backend == "compiled":
         if not hasattr(torch, "compile"):
             return f"torch {torch.__version__} has no torch.compile"

@@ -29,13 +29,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from fp8bench.core.devices import Device
-from fp8bench.measure.timing import Timer
+
+if TYPE_CHECKING:
+    from fp8bench.measure.timing import Timer
 
 # torchrun sets all of these in every process it starts (torch/distributed/run.py, "Environment variables").
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")

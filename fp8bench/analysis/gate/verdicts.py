@@ -112,7 +112,7 @@ class GateConfig:
     fail_on: str = "inconclusive"  # or "regression": an undecided outcome then exits 0 (see FAIL_ON)
     allow_missing: bool = False  # a base case absent from the candidate is "removed" (informational), not "missing"
     allow_partial: bool = False  # accept runs that did not finish (interrupted, running, failed)
-    metric: str = "median_s"  # what is compared: a key of gate_metrics.METRICS
+    metric: str = "median_s"  # what is compared: a key of fp8bench.analysis.gate.metrics.METRICS
     sqnr_tolerance_db: float = DEFAULT_SQNR_TOLERANCE_DB  # sqnr_db: a larger drop is a regression
     sqnr_floors: tuple[tuple[str, float], ...] = ()  # sqnr_db: (fnmatch pattern on the precision, dB); last wins
 

@@ -3,7 +3,7 @@
 fp8bench calls PyTorch's scaled-GEMM entry points, and which of them exist, with which parameters, enum members and
 dtypes, changes from release to release (``torch.nn.functional.scaled_mm``, ``ScalingType`` and ``SwizzleType``
 arrived after ``torch._scaled_mm``). Only one torch installs on a machine, so the conformance replay
-(``fp8bench.conformance``) judges each call against the surface recorded here for its target's release, and the
+(``fp8bench.hardware.conformance``) judges each call against the surface recorded here for its target's release, and the
 tests read this file (CI has no network).
 
 Any platform's wheel holds a release's Python files, stubs and headers; the macOS arm64 ones are the smallest (about
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "fp8bench" / "data" / "torch_surfaces.json"
+DATA = ROOT / "fp8bench" / "numerics" / "data" / "torch_surfaces.json"
 # The releases recorded when the file does not exist yet: the newest patch of every minor release from 2.4.
 DEFAULT_RELEASES = ("2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0",
                     "2.14.1")

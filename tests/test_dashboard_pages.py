@@ -21,10 +21,10 @@ pytest.importorskip("plotly")
 
 from test_dashboard_apptest import TITLES, no_failures, open_app  # noqa: E402
 
+from fp8bench.analysis.payoff import WORKLOAD_ORDER  # noqa: E402
+from fp8bench.core.shapes import shape_label  # noqa: E402
 from fp8bench.dashboard.widgets import LABEL_WIDTH  # noqa: E402
-from fp8bench.payoff import WORKLOAD_ORDER  # noqa: E402
-from fp8bench.shapes import shape_label  # noqa: E402
-from fp8bench.store import open_store  # noqa: E402
+from fp8bench.results.store import open_store  # noqa: E402
 from tests.gate_fixtures import payload, record  # noqa: E402
 
 PAGES = {**TITLES, "regressions": "Regressions"}
@@ -67,12 +67,12 @@ def test_every_page_draws_every_record_the_product_writes(monkeypatch, every_sto
 
 
 def test_a_page_that_raises_shows_one_line_and_a_hint_not_a_traceback(monkeypatch, every_store, caplog):
-    import fp8bench.payoff
+    import fp8bench.analysis.payoff
 
     def broken(*args, **kwargs):
         raise RuntimeError("the summary broke\n  File \"/srv/fp8bench/payoff.py\", line 1")
 
-    monkeypatch.setattr(fp8bench.payoff, "payoff_table", broken)
+    monkeypatch.setattr(fp8bench.analysis.payoff, "payoff_table", broken)
     at = open_app(monkeypatch, every_store["dir"], "payoff")
     assert not at.exception, [e.value for e in at.exception]
     [error] = [as_read(e.value) for e in at.error]
@@ -115,7 +115,7 @@ def test_payoff_draws_each_workload_on_its_own_axis_in_order_of_flops(monkeypatc
 def test_a_payoff_line_joins_sizes_of_one_shape_family_only(monkeypatch, every_store):
     """The every-record store holds grouped GEMMs routed balanced and Zipf-skewed, and collectives of several ops:
     each line stays within one routing or op, so no line zigzags between two families of one size."""
-    from fp8bench.payoff import shape_family
+    from fp8bench.analysis.payoff import shape_family
 
     assert shape_family("e=8,route=zipf,alpha=1.2,m=64") == "route=zipf"
     assert shape_family("512x512x512") == "" and shape_family("op=all_gather,m=256,n=128") == "op=all_gather"

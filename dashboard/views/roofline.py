@@ -29,7 +29,7 @@ from fp8bench.dashboard.widgets import (
     speed_comparable,
     table,
 )
-from fp8bench.peaks import above_ceiling, ceiling_advice
+from fp8bench.hardware.peaks import above_ceiling, ceiling_advice
 
 
 def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None, str]:
@@ -37,7 +37,7 @@ def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None
     stored = pd.to_numeric(points["peak_mem_tbps"], errors="coerce").dropna()
     if not stored.empty:
         return float(stored.iloc[-1]), "stored with the records"
-    from fp8bench.peaks import table_peak
+    from fp8bench.hardware.peaks import table_peak
 
     peak = table_peak(device_name, "mem_bw")
     if peak is not None:
@@ -101,7 +101,7 @@ def main() -> None:
     bw_text = f"{bw:.3g} TB/s ({bw_source})" if bw else bw_source
     sources = "; ".join(sorted(points["peak_source"].dropna().unique())) or "none stored"
     where = ("fp8bench's own measurement of this CPU (a large matmul and a large copy)" if device_is_cpu(points) else
-             "the device table, fp8bench/data/device_peaks.json, each value with its source")
+             "the device table, fp8bench/hardware/data/device_peaks.json, each value with its source")
     st.caption(f"Ceilings come from {where}. Bandwidth ceiling: {md_text(bw_text)}. Compute ceilings: "
                f"{md_text(sources)}. Latest record per case.")
     over = points[points["pct_of_peak"].map(above_ceiling)]

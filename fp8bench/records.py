@@ -63,6 +63,10 @@ class Record:
     tflops_per_w: float | None = None
     energy: dict[str, Any] = field(default_factory=dict)
     numerics: dict[str, Any] = field(default_factory=dict)
+    # The last timed call's output against a fresh call's (fp8bench.output_check): method (bitwise | sqnr | None),
+    # passed (None: not checked, with the reason), differing_frac, sqnr_db, threshold_db. Empty in records written
+    # before it.
+    output_check: dict[str, Any] = field(default_factory=dict)
     # Device telemetry through the case: ``timing`` (the timed samples) and ``energy`` (the energy window), each a
     # summary of clocks, temperature, power and throttle reasons, or a ``reason`` where none was taken.
     telemetry: dict[str, Any] = field(default_factory=dict)

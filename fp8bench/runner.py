@@ -53,6 +53,7 @@ from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.numerics import Numerics, compare, worst
+from fp8bench.output_check import OutputWatch, deterministic
 from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.peaks import Peaks
 from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
@@ -377,6 +378,9 @@ class CaseMeasurer:
         pipeline = self._build(case, case.shape, inputs)
         # Building (torch.compile, Triton autotuning) is setup, recorded by the backend, not measurement time.
         deadline += time.monotonic() - build_started
+        # A fresh call's output, before any warm-up, to check the last timed call against (fp8bench.output_check).
+        outputs = OutputWatch(pipeline.output, pipeline.end_to_end, self.graphs is not None,
+                              deterministic(case.precision))
 
         # Warm-up: at least warmup_iters calls and warmup_s seconds, stopping early if one call is too slow.
         warm_start = time.monotonic()
@@ -402,8 +406,9 @@ class CaseMeasurer:
         # Clocks and throttle reasons are polled through all the timed samples (end to end and phases).
         watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
         with watch:
-            e2e_call = self._timed_call("end_to_end", pipeline.end_to_end)
+            e2e_call = self._timed_call("end_to_end", outputs.timed(pipeline.end_to_end))
             e2e = sample(e2e_call, self.timer, s.policy, e2e_deadline)
+            outputs.keep_last()
             timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
                 f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
             if e2e.over_budget:
@@ -430,6 +435,7 @@ class CaseMeasurer:
 
         numerics_started = time.monotonic()
         num = self._numerics(case, case.shape, pipeline)
+        output_check = outputs.verdict(self._reference_for(case.workload, case.shape))
         timing["numerics_s"] = time.monotonic() - numerics_started
 
         # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work.
@@ -446,6 +452,9 @@ class CaseMeasurer:
         status, reason, valid = "ok", None, True
         if not num.finite:
             status, reason, valid = "invalid", f"non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf", False
+        if output_check.passed is False:
+            status, valid = "invalid", False
+            reason = "; ".join(filter(None, [reason, output_check.reason]))
         throttled = [*watched.invalid_reasons, *(energy.invalid_reasons if energy is not None else ())]
         if throttled:
             status, valid = "invalid", False
@@ -478,7 +487,7 @@ class CaseMeasurer:
             tflops_per_w=(flops / joules / 1e12) if joules else None,
             energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (s.energy and self.lockstep)
                                                     else "energy metering disabled"},
-            numerics=num.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
+            numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
             scale_format=pipeline.scale_format)
         return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)

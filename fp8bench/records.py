@@ -19,7 +19,11 @@ STATUSES = ("ok", "failed", "skipped", "invalid")
 SCALE_FP32, SCALE_POW2 = "fp32", "pow2"
 SCALE_FORMATS = (SCALE_FP32, SCALE_POW2)
 # Values of ``Record.timing_mode`` (fp8bench.timing.TimingMode, kept free of torch here).
-TIMING_MODES = ("cpu", "cuda_events", "cuda_graph")
+TIMING_MODES = ("cpu", "cuda_events", "cuda_graph", "blocked_stream")
+# Modes whose figures are a different measurement from eager ``cuda_events`` ones (no launch gaps): their records
+# carry the mode in the case key and the comparability key, and a label beside the device name on every page.
+# ``cpu`` and ``cuda_events`` keys stay as they were before modes were recorded.
+SEPARATE_TIMING_MODES = {"cuda_graph": "CUDA graph", "blocked_stream": "blocked stream"}
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,6 @@ def case_key(record: dict[str, Any]) -> str:
     shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
     fmt = f"/{record['fp8_format']}" if record.get("fp8_format") else ""
     accum = "/full-accum" if full_accum_variant(record) else ""
-    graph = " cuda_graph" if record.get("timing_mode") == "cuda_graph" else ""
+    graph = f" {record['timing_mode']}" if record.get("timing_mode") in SEPARATE_TIMING_MODES else ""
     return (f"{record['workload']}[{shape}] {record['precision']}{fmt}{accum} {record['backend']} "
             f"{record['device']}{graph}")

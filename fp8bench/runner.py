@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from fp8bench import environment
+from fp8bench.blocking import held_timer, timer_for_calls
 from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
 from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.devices import Device
@@ -101,6 +102,7 @@ class RunSettings:
     amax_compute_algo: str | None = None
     flush_l2: bool = True
     cuda_graph: bool = False  # CUDA: time replays of a CUDA graph of each call instead of eager calls (timing.py)
+    blocked_stream: bool = False  # CUDA: time eager calls queued behind a held stream (fp8bench.blocking)
     phases: bool = True
     energy: bool = True
     energy_window_s: float = 1.0  # minimum energy window: ~10 updates of NVML's ~100 ms counter
@@ -202,13 +204,17 @@ class CaseMeasurer:
                  timer: Timer | None = None, profiler: CaseProfiler | None = None) -> None:
         self.settings, self.device = settings, device
         self.profiler = profiler  # adds a profile to each measured record, after its figures are taken
-        self.timing_mode = timing_mode_for(device, settings.cuda_graph)
+        self.timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
         self.l2_flushed = device.is_cuda and settings.flush_l2
         self.peaks = peaks
         with device.guard():
             # ``timer`` replaces the device's own (the selfcheck passes the probe's, so its fakes reach every sample).
             self.timer = timer or timer_for(device, settings.flush_l2)
             self.graphs = GraphCapturer(device) if settings.cuda_graph else None
+            # blocked_stream: its timer, or None and the note each record carries about the mode used instead.
+            self.blocked, self.blocked_note = held_timer(device, settings.blocked_stream, settings.flush_l2, timer)
+            if settings.blocked_stream and self.blocked is None:
+                self.timing_mode = timing_mode_for(device, settings.cuda_graph)
             self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
                                          settings.strict_clocks)
             # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
@@ -403,11 +409,17 @@ class CaseMeasurer:
         phase_samples: dict[str, Samples] = {}
         phase_calls: dict[str, Callable[[], Any]] = {}
         notes = list(pipeline.notes)
+        # blocked_stream: each call is tried once held; a call that synchronizes sends the case to cuda_events.
+        timer, timing_mode, mode_note = self.timer, self.timing_mode, self.blocked_note
+        if self.blocked is not None:
+            timer, timing_mode, mode_note = timer_for_calls(self.blocked, self.timer,
+                                                            [pipeline.end_to_end, *pipeline.phases.values()])
+        notes += [mode_note] if mode_note else []
         # Clocks and throttle reasons are polled through all the timed samples (end to end and phases).
         watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
         with watch:
             e2e_call = self._timed_call("end_to_end", outputs.timed(pipeline.end_to_end))
-            e2e = sample(e2e_call, self.timer, s.policy, e2e_deadline)
+            e2e = sample(e2e_call, timer, s.policy, e2e_deadline)
             outputs.keep_last()
             timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
                 f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
@@ -424,7 +436,7 @@ class CaseMeasurer:
                     except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
                         notes.append(f"phase {name} not timed: {exc}")
                         continue
-                    phase_samples[name] = sample(phase_calls[name], self.timer, s.policy, deadline)
+                    phase_samples[name] = sample(phase_calls[name], timer, s.policy, deadline)
                     if phase_samples[name].n == 0:
                         notes.append(f"phase {name} not timed: budget spent")
         watched = watch.verdict(self.throttle)
@@ -489,7 +501,7 @@ class CaseMeasurer:
                                                     else "energy metering disabled"},
             numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
-            scale_format=pipeline.scale_format)
+            scale_format=pipeline.scale_format, timing_mode=timing_mode.value)
         return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
 
 

@@ -39,6 +39,13 @@ the L2 was flushed, in ``l2_flushed``):
     numerics always come from an eager call. A call that cannot be captured (it synchronizes with the host, for
     example) is refused with the reason, never timed eagerly in its place.
 
+``blocked_stream``
+    GPU time between two events around one eager call whose kernels were all queued behind a spin kernel holding
+    the stream, then released at once (``--blocked-stream``; see :mod:`fp8bench.blocking`). Like ``cuda_graph``,
+    the kernels back to back without launch gaps or host overhead, but from eager launches: nothing is captured.
+    Excludes the spin kernel, its release and the L2 flush. A call that synchronizes with the host cannot be held;
+    its case is timed with ``cuda_events`` and says why.
+
 Figures from different modes measure different things: the comparability key (:mod:`fp8bench.comparability`) keeps
 graph figures apart from eager ones, so neither the gate nor the dashboard compares them.
 """
@@ -70,15 +77,21 @@ class TimingMode(str, Enum):
     CPU = "cpu"
     CUDA_EVENTS = "cuda_events"
     CUDA_GRAPH = "cuda_graph"
+    BLOCKED_STREAM = "blocked_stream"
 
 
-def timing_mode_for(device: Device, cuda_graph: bool) -> TimingMode:
-    """The mode a run on ``device`` uses; raises ``ValueError`` when CUDA graphs are asked of a non-CUDA device."""
+def timing_mode_for(device: Device, cuda_graph: bool, blocked_stream: bool = False) -> TimingMode:
+    """The mode a run on ``device`` uses; raises ``ValueError`` when CUDA graphs are asked of a non-CUDA device, or
+    with blocked streams. (``blocked_stream`` on the CPU falls back to ``cpu``: :mod:`fp8bench.blocking`.)"""
+    if cuda_graph and blocked_stream:
+        raise ValueError("--cuda-graph and --blocked-stream are two ways to remove launch gaps; choose one")
     if not device.is_cuda:
         if cuda_graph:
             raise ValueError(f"CUDA-graph timing needs a CUDA device; this run is on {device} "
                              "(use --device cuda or cuda:N, or drop --cuda-graph)")
         return TimingMode.CPU
+    if blocked_stream:
+        return TimingMode.BLOCKED_STREAM
     return TimingMode.CUDA_GRAPH if cuda_graph else TimingMode.CUDA_EVENTS
 
 

@@ -110,6 +110,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "its replays: kernels back to back, without the launch gaps of eager calls. A call that "
                         "cannot be captured (it synchronizes with the host, say) is skipped with the reason. Records "
                         "say timing_mode cuda_graph and are never compared with eager ones (docs/timing-modes.md)")
+    p.add_argument("--blocked-stream", action="store_true",
+                   help="CUDA: time each eager call queued behind a spin kernel that holds the stream, then "
+                        "released at once: kernels back to back without launch gaps, and nothing captured (needs "
+                        "Triton). A call that synchronizes with the host cannot be held: its case is timed with "
+                        "cuda_events and says why; on the CPU the host clock times every case. Records say "
+                        "timing_mode blocked_stream and are never compared with eager ones (docs/timing-modes.md)")
     p.add_argument("--no-energy", action="store_true",
                    help="skip the energy window of each case (clocks and throttle reasons are still watched "
                         "through the timed samples)")
@@ -193,6 +199,7 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        amax_compute_algo=args.amax_compute_algo,
                        flush_l2=not args.no_l2_flush, cuda_graph=args.cuda_graph, phases=not args.no_phases,
+                       blocked_stream=args.blocked_stream,
                        profile=args.profile,
                        **_energy_settings(args, overrides))
 
@@ -237,7 +244,8 @@ def execute(args: argparse.Namespace) -> int:
     plan = _device_plan(args, launch)
     device = plan.device if plan else resolve_device(
         distributed.device_spec_for(args.device, launch) if launch else args.device)
-    timing_mode = timing_mode_for(device, settings.cuda_graph)  # refuses --cuda-graph on the CPU, before any write
+    # Refuses --cuda-graph on the CPU (and with --blocked-stream), before any write.
+    timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
     timer: Timer | None = None
     if launch:
         if settings.cuda_graph:
@@ -335,7 +343,8 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
         print_json({**summary, "records": outcome.records})
     else:
         console, compact = table_console(args.table)
-        timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
+        timed = ", timed as CUDA-graph replays" if settings.cuda_graph else \
+            ", timed on held streams (blocked_stream)" if timing_mode.value == "blocked_stream" else ""
         render_table(outcome.records, args.baseline, console,
                      title=f"run {outcome.run_id} on {summary['device']}{timed}", load=load, compact=compact)
         render_bandwidths(outcome.records, args.baseline, console)

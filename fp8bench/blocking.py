@@ -166,10 +166,12 @@ class BlockedStreamTimer(CudaTimer):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record(stream)
+            host_start = self.host_clock()
             fn()  # 2. every kernel of the call queues behind the spin kernel
             end.record(stream)
             self.hold.release(self.generation)  # 3. the queue drains back to back
             end.synchronize()
+            self.last_host_s = self.host_clock() - host_start
             if self.hold.gave_up():  # 4. the host waited inside fn: the events time a broken hold
                 raise HoldTimedOut("the call waits for the GPU while its stream is held (it synchronizes with the "
                                    "host: .item(), float(tensor), .cpu(), a synchronize; or it launches more kernels "

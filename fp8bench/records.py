@@ -46,6 +46,12 @@ class Record:
     scale_format: str | None = None
     samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
     median_s: float | None = None  # end-to-end median, seconds
+    # GPUs: host wall time of each end-to-end sample (from before the call until its end event completed), its
+    # median, and the launch overhead: that median less the device median (median_s), seconds. Empty / None on the
+    # CPU (its one clock is the host's) and in records written before they were recorded.
+    host_samples_s: list[float] = field(default_factory=list)
+    host_median_s: float | None = None
+    launch_overhead_s: float | None = None
     iqr_s: float | None = None
     rsd: float | None = None
     n: int = 0
@@ -77,6 +83,10 @@ class Record:
     # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU) and in
     # records written before it.
     sm_clock_mhz: float | None = None
+    # Timed samples discarded because the SM clock read right after them was under the throttle threshold, and
+    # retaken (fp8bench.clocks); ``None`` where no clock is read (the CPU) and in records written before it. The
+    # clock and power beside each kept end-to-end sample are in ``telemetry.per_sample``.
+    discarded_samples: int | None = None
     valid: bool = True
     interpreted: bool = False
     notes: list[str] = field(default_factory=list)

@@ -50,6 +50,13 @@ import torch
 from fp8bench import environment
 from fp8bench.blocking import held_timer, timer_for_calls
 from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
+from fp8bench.clocks import (
+    RECOVERY_DELAY_S,
+    THROTTLE_THRESHOLD,
+    ClockCheckedTimer,
+    lock_clocks,
+    locked_clock_policy,
+)
 from fp8bench.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.devices import Device
 from fp8bench.energy import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
@@ -112,6 +119,11 @@ class RunSettings:
     clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
     strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
     profile: str | None = None  # a profiled pass after the measurement: torch | nvtx | nsys (fp8bench.profiling)
+    lock_clocks: str | None = None  # base | max: the GPU's SM clock locked for the run (fp8bench.clocks)
+    # A timed sample under this fraction of the reference SM clock is discarded and retaken after the recovery
+    # delay, seconds (nvbench's defaults; fp8bench.clocks). 0 turns the per-sample check off.
+    throttle_threshold: float = THROTTLE_THRESHOLD
+    throttle_recovery_s: float = RECOVERY_DELAY_S
 
     def __post_init__(self) -> None:
         # A budget of inf (or a cooldown of inf) would let one case hang the run: every time must be finite.
@@ -133,6 +145,11 @@ class RunSettings:
         if not 0 <= self.clock_floor <= 1:
             raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
         profile_mode(self.profile)
+        if not 0 <= self.throttle_threshold <= 1:
+            raise ValueError(f"throttle threshold must be a fraction of the reference clock in [0, 1], got "
+                             f"{self.throttle_threshold}")
+        if not (math.isfinite(self.throttle_recovery_s) and self.throttle_recovery_s >= 0):
+            raise ValueError(f"throttle recovery delay must be finite seconds >= 0, got {self.throttle_recovery_s}")
 
 
 @dataclass(frozen=True)
@@ -266,6 +283,15 @@ class CaseMeasurer:
                 if self.graphs is not None:
                     self.graphs.release()
         return replace(record, timing={**record.timing, "case_wall_s": time.monotonic() - started})
+
+    def _clock_checked(self, timer: Timer) -> ClockCheckedTimer | None:
+        """``timer`` with the per-sample clock check (fp8bench.clocks), where the device reports its SM clock and a
+        reference, the check is on, and the run is not in lockstep (each rank would retake different samples)."""
+        source, s = self.telemetry, self.settings
+        if source is None or not source.reference_clock_mhz or not s.throttle_threshold or self.lockstep:
+            return None
+        return ClockCheckedTimer(timer, source.read, float(source.reference_clock_mhz), s.throttle_threshold,
+                                 s.throttle_recovery_s)
 
     def _timed_call(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         """What the timer samples for ``fn``: the eager call, or the replay of a CUDA graph captured from it
@@ -415,12 +441,16 @@ class CaseMeasurer:
             timer, timing_mode, mode_note = timer_for_calls(self.blocked, self.timer,
                                                             [pipeline.end_to_end, *pipeline.phases.values()])
         notes += [mode_note] if mode_note else []
+        # GPUs: the SM clock and power read after every sample; a sample at a throttled clock is retaken.
+        checked = self._clock_checked(timer)
+        timer = checked or timer
         # Clocks and throttle reasons are polled through all the timed samples (end to end and phases).
         watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
         with watch:
             e2e_call = self._timed_call("end_to_end", outputs.timed(pipeline.end_to_end))
             e2e = sample(e2e_call, timer, s.policy, e2e_deadline)
             outputs.keep_last()
+            per_sample = checked.take_record() if checked is not None else None
             timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
                 f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
             if e2e.over_budget:
@@ -440,6 +470,9 @@ class CaseMeasurer:
                     if phase_samples[name].n == 0:
                         notes.append(f"phase {name} not timed: budget spent")
         watched = watch.verdict(self.throttle)
+        discarded = None
+        if checked is not None and per_sample is not None:
+            discarded = per_sample["discarded_samples"] + checked.take_record()["discarded_samples"]
         phases = {k: v.median_s for k, v in phase_samples.items() if v.median_s is not None}
         prequant = None
         if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
@@ -477,6 +510,8 @@ class CaseMeasurer:
         if pipeline.interpreted:
             notes.append("interpreted: timings are not comparable and never gate anything")
         telemetry = {"timing": watched.telemetry}
+        if per_sample is not None:
+            telemetry["per_sample"] = per_sample
         if energy is not None:
             telemetry["energy"] = energy.telemetry or {"reason": f"not sampled: {energy.reason or 'no telemetry'}"}
         joules = energy.joules_per_iter if energy else None
@@ -488,6 +523,8 @@ class CaseMeasurer:
         record = self._base(
             case, seq, status, reason,
             samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
+            host_samples_s=e2e.host_samples_s, host_median_s=e2e.host_median_s,
+            launch_overhead_s=e2e.launch_overhead_s,
             target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
             prequant_tflops=flops / prequant / 1e12 if prequant and flops else None,
             gbps=nbytes / median / 1e9 if median else None,
@@ -501,7 +538,7 @@ class CaseMeasurer:
                                                     else "energy metering disabled"},
             numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
-            scale_format=pipeline.scale_format, timing_mode=timing_mode.value)
+            scale_format=pipeline.scale_format, timing_mode=timing_mode.value, discarded_samples=discarded)
         return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
 
 
@@ -569,6 +606,12 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     run_id = run_id or new_run_id()
     started = time.monotonic()
     header = run_header(run_id, device, settings.device, settings, spec or {})
+    # --lock-clocks: refused here, before anything is written, where it cannot lock; undone after the last case
+    # (below), on Ctrl-C (caught below) and at interpreter exit after any other error (fp8bench.clocks).
+    lock = lock_clocks(device, settings.lock_clocks)
+    if lock is not None:
+        header["clock_lock"] = lock.environment()
+        header.setdefault("gpu", {})["clock_policy"] = locked_clock_policy(lock)
     stream = RecordStream(run_file, header, store)
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
                             profiler=case_profiler(settings, run_file, results_dir, run_id))
@@ -588,6 +631,8 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
         interrupted_by = getattr(exc, "signal_name", "SIGINT")
     except DiskFull:
         disk_full = True
+    if lock is not None:
+        lock.reset()
     status = STATUS_DISK_FULL if disk_full else "interrupted" if interrupted_by else "complete"
     stream.finish(status=status, finished_at=datetime.now(timezone.utc).isoformat(),
                   n_records=len(stream.records), n_cases=len(cases))

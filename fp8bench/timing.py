@@ -127,6 +127,10 @@ class CudaTimer:
         self.device = device
         self.index = device.cuda_index
         self._flush: torch.Tensor | None = None
+        # Host wall time of the last sample, seconds: from just before the call until its end event completed
+        # (launches, host work, the wait for the GPU). ``host_clock`` is the host's clock in seconds.
+        self.last_host_s: float | None = None
+        self.host_clock: Callable[[], float] = time.perf_counter
         if flush_l2:
             with device.guard():
                 l2 = int(torch.cuda.get_device_properties(self.index).L2_cache_size)
@@ -144,9 +148,11 @@ class CudaTimer:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record(stream)
+            host_start = self.host_clock()
             fn()
             end.record(stream)
             end.synchronize()
+            self.last_host_s = self.host_clock() - host_start
             return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
 
@@ -191,6 +197,8 @@ class Samples:
     """Raw samples (seconds) and their summary."""
 
     samples_s: list[float] = field(default_factory=list)
+    # Host wall time of each sample where the timer's clock is not the host's (CUDA: ``CudaTimer.last_host_s``).
+    host_samples_s: list[float] = field(default_factory=list)
     stopped_by: str = ""  # target | max_samples | max_time | budget
     min_samples: int = 10
 
@@ -201,6 +209,20 @@ class Samples:
     @property
     def median_s(self) -> float | None:
         return float(np.median(self.samples_s)) if self.samples_s else None
+
+    @property
+    def host_median_s(self) -> float | None:
+        return float(np.median(self.host_samples_s)) if self.host_samples_s else None
+
+    @property
+    def launch_overhead_s(self) -> float | None:
+        """Host wall time beyond device time, seconds: the median host sample less the median device sample.
+        ``None`` where the host is the device. What it holds depends on the mode: under ``blocked_stream`` and
+        ``cuda_graph`` the device figure is the kernels alone, so this is the host's launching and host work; under
+        ``cuda_events`` the launch gaps are already inside the device figure, so it holds only the host time
+        outside the events (docs/timing-modes.md)."""
+        host, device = self.host_median_s, self.median_s
+        return host - device if host is not None and device is not None else None
 
     @property
     def iqr_s(self) -> float | None:
@@ -263,6 +285,9 @@ def _sample(fn: Callable[[], Any], timer: Timer, policy: SamplingPolicy, deadlin
             return result
         t = timer.time(fn)
         result.samples_s.append(t)
+        host = getattr(timer, "last_host_s", None)
+        if host is not None:
+            result.host_samples_s.append(host)
         total += t
         if result.n < policy.min_samples:
             continue

@@ -116,6 +116,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "Triton). A call that synchronizes with the host cannot be held: its case is timed with "
                         "cuda_events and says why; on the CPU the host clock times every case. Records say "
                         "timing_mode blocked_stream and are never compared with eager ones (docs/timing-modes.md)")
+    p.add_argument("--lock-clocks", choices=("base", "max"), default=None,
+                   help="CUDA: lock the GPU's SM clock for the run through NVML (base: the clock the board sustains "
+                        "within its power limit; max: the maximum SM clock), undone when the run ends, on Ctrl-C and "
+                        "at exit after an error; needs root. Recorded in the run header (clock_lock) and as the clock "
+                        "policy of the comparability key (docs/timing-modes.md)")
+    p.add_argument("--throttle-threshold", type=fraction_arg("--throttle-threshold"), default=None,
+                   help="CUDA: a timed sample after which the SM clock reads under this fraction of the reference "
+                        "clock is discarded and timed again after a recovery delay (75%% or 0.75, nvbench's "
+                        "default; 0 turns the check off)")
+    p.add_argument("--throttle-recovery-delay", type=float, default=None,
+                   help="seconds to wait before retaking a discarded sample, doubling while discards repeat "
+                        "(default 0.05, nvbench's)")
     p.add_argument("--no-energy", action="store_true",
                    help="skip the energy window of each case (clocks and throttle reasons are still watched "
                         "through the timed samples)")
@@ -199,9 +211,16 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        amax_compute_algo=args.amax_compute_algo,
                        flush_l2=not args.no_l2_flush, cuda_graph=args.cuda_graph, phases=not args.no_phases,
-                       blocked_stream=args.blocked_stream,
+                       blocked_stream=args.blocked_stream, lock_clocks=args.lock_clocks,
+                       **_throttle_settings(args),
                        profile=args.profile,
                        **_energy_settings(args, overrides))
+
+
+def _throttle_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The per-sample clock check's settings the command line gives (the rest keep RunSettings' defaults)."""
+    given = {"throttle_threshold": args.throttle_threshold, "throttle_recovery_s": args.throttle_recovery_delay}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:

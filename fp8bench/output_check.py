@@ -74,8 +74,8 @@ class OutputCheck:
     threshold_db: float | None = None  # what ``sqnr_db`` had to reach (sqnr)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) and v < 0 else v)
-                for k, v in asdict(self).items()}
+        # JSON has no infinities: an SQNR of +inf (identical outputs) or -inf is stored as null.
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
 def not_checked(reason: str) -> OutputCheck:
@@ -115,13 +115,13 @@ def check(timed: torch.Tensor | None, fresh: torch.Tensor | None, exact: bool,
                            f"timed output differs from a fresh call's: {tuple(timed.shape)} {timed.dtype} against "
                            f"{tuple(fresh.shape)} {fresh.dtype}")
     a, b = timed.detach().cpu(), fresh.detach().cpu()
+    # Bits, not values: NaN != NaN and -0.0 == 0.0 would both mislead a value comparison.
+    differ = a.reshape(-1).view(torch.uint8).reshape(a.numel(), -1) != \
+        b.reshape(-1).view(torch.uint8).reshape(b.numel(), -1)
+    frac = float(differ.any(dim=1).double().mean()) if a.numel() else 0.0
+    if frac == 0:
+        return OutputCheck(BITWISE if exact else SQNR, True, differing_frac=0.0)
     if exact:
-        # Bits, not values: NaN != NaN and -0.0 == 0.0 would both mislead a value comparison.
-        differ = a.reshape(-1).view(torch.uint8).reshape(a.numel(), -1) != \
-            b.reshape(-1).view(torch.uint8).reshape(b.numel(), -1)
-        frac = float(differ.any(dim=1).double().mean()) if a.numel() else 0.0
-        if frac == 0:
-            return OutputCheck(BITWISE, True, differing_frac=0.0)
         return OutputCheck(BITWISE, False, f"timed output differs from a fresh call's: {frac:.3%} of elements "
                            "differ bitwise (a deterministic kernel on the same inputs)", differing_frac=frac)
     threshold = sqnr_threshold_db(fresh_sqnr_db)

@@ -113,6 +113,9 @@ class RunSettings:
     phases: bool = True
     energy: bool = True
     energy_window_s: float = 1.0  # minimum energy window: ~10 updates of NVML's ~100 ms counter
+    # Energy windows are sized so the counter's quantization error stays under this fraction (None: fixed windows
+    # of energy_window_s; fp8bench.energy_windows).
+    energy_error_target: float | None = 0.01
     energy_phases: bool = False  # also meter each phase looped alone
     idle_baseline_s: float = 0.0  # >0: measure idle power this long before the cases and report energy above it
     cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
@@ -145,6 +148,8 @@ class RunSettings:
         if not 0 <= self.clock_floor <= 1:
             raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
         profile_mode(self.profile)
+        if self.energy_error_target is not None and not 0 < self.energy_error_target < 1:
+            raise ValueError(f"energy error target must be a fraction in (0, 1), got {self.energy_error_target}")
         if not 0 <= self.throttle_threshold <= 1:
             raise ValueError(f"throttle threshold must be a fraction of the reference clock in [0, 1], got "
                              f"{self.throttle_threshold}")
@@ -233,7 +238,7 @@ class CaseMeasurer:
             if settings.blocked_stream and self.blocked is None:
                 self.timing_mode = timing_mode_for(device, settings.cuda_graph)
             self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
-                                         settings.strict_clocks)
+                                         settings.strict_clocks, settings.energy_error_target)
             # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
             # whether or not energy is metered (fp8bench.telemetry).
             self.telemetry = getattr(self.meter, "source", None)

@@ -133,6 +133,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "through the timed samples)")
     p.add_argument("--energy-window", type=float, default=None,
                    help="minimum seconds per energy window (default 1: ~10 updates of NVML's ~100 ms counter)")
+    p.add_argument("--energy-error", type=fraction_arg("--energy-error"), default=None,
+                   help="size each energy window from the counter's measured update period so its quantization "
+                        "error stays under this fraction (default 1%%; the bound is recorded with each figure, "
+                        "docs/energy.md); 0 keeps every window at --energy-window")
     p.add_argument("--energy-phases", action="store_true",
                    help="also meter each phase looped alone (quantize, gemm, ...), stated as such in the record")
     p.add_argument("--idle-baseline", type=float, default=None, metavar="SECONDS",
@@ -220,7 +224,10 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
 def _throttle_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The per-sample clock check's settings the command line gives (the rest keep RunSettings' defaults)."""
     given = {"throttle_threshold": args.throttle_threshold, "throttle_recovery_s": args.throttle_recovery_delay}
-    return {k: v for k, v in given.items() if v is not None}
+    out = {k: v for k, v in given.items() if v is not None}
+    if args.energy_error is not None:  # 0: fixed windows
+        out["energy_error_target"] = args.energy_error or None
+    return out
 
 
 def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:

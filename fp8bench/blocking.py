@@ -105,7 +105,9 @@ def spin_kernels() -> tuple[Any, Any]:
         import triton
         import triton.language as tl
 
-        @triton.jit
+        # Integer arguments are not specialized (Triton compiles a variant for a value of 1 or a multiple of 16):
+        # a new variant compiling while the stream is held would eat the spin's patience.
+        @triton.jit(do_not_specialize=["generation", "max_checks"])
         def spin(flag_ptr, gave_up_ptr, generation, max_checks):
             # One program, one warp: it occupies one SM while the queued kernels wait behind it on its stream.
             seen = tl.load(flag_ptr, volatile=True)
@@ -115,7 +117,7 @@ def spin_kernels() -> tuple[Any, Any]:
                 checks += 1
             tl.store(gave_up_ptr, (seen < generation).to(tl.int32))
 
-        @triton.jit
+        @triton.jit(do_not_specialize=["generation"])
         def release(flag_ptr, generation):
             tl.atomic_xchg(flag_ptr, generation)
 
@@ -133,6 +135,10 @@ class TritonStreamHold:
             self.flag = torch.zeros(1, dtype=torch.int32, device=device.torch)
             self.gave_up_flag = torch.zeros(1, dtype=torch.int32, device=device.torch)
             self.side = torch.cuda.Stream(device.torch)  # the release must not queue behind the held stream
+            # Compile both kernels now, not inside the first held sample: generation 0 is already "released".
+            self.release_kernel[(1,)](self.flag, 0, num_warps=1)
+            self.spin[(1,)](self.flag, self.gave_up_flag, 0, self.max_checks, num_warps=1)
+            torch.cuda.synchronize(device.torch)
 
     def hold(self, stream: Any, generation: int) -> None:
         with torch.cuda.stream(stream):

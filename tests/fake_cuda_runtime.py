@@ -45,7 +45,7 @@ reaches it. Costs are illustrative orders of magnitude (microseconds per launch)
 relations they imply (launch gaps in eager timing, none in replays), never the constants themselves. Anything this
 fake does not model raises :class:`Unmodelled` rather than pretend.
 
-Held streams (the ``blocked_stream`` timing mode, fp8bench/blocking.py)
+Held streams (the ``blocked_stream`` timing mode, fp8bench/measure/blocking.py)
 -----------------------------------------------------------------------
 :class:`FakeStreamHold` stands for the Triton spin and release kernels. CUDA's rules for them: a stream runs its work
 in order, so work launched behind a spinning kernel waits until the spin ends (CUDA programming guide, "Streams":
@@ -522,7 +522,7 @@ class _Spin:
 
 
 class FakeStreamHold:
-    """fp8bench.blocking's ``StreamHold`` on the fake runtime: a spin kernel on the held stream, a release kernel
+    """fp8bench.measure.blocking's ``StreamHold`` on the fake runtime: a spin kernel on the held stream, a release kernel
     on a side stream of the same device (module docstring, "Held streams"). ``give_up_s=None`` models a spin kernel
     without a give-up rule."""
 

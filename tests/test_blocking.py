@@ -1,4 +1,4 @@
-"""The ``blocked_stream`` timing mode (fp8bench/blocking.py).
+"""The ``blocked_stream`` timing mode (fp8bench/measure/blocking.py).
 
 Two layers. The Triton spin and release kernels themselves run under Triton's CPU interpreter (the flag, the
 generation count, the give-up rule). The timer and the runner run on the fake CUDA runtime of
@@ -25,14 +25,14 @@ from fake_cuda_runtime import (
 from test_cuda_timing import GPU1, PHASE_S, POLICY, kernels_on
 
 import fp8bench.kernels  # noqa: F401 - sets TRITON_INTERPRET=1 on a machine without CUDA, before Triton is imported
-from fp8bench import blocking
-from fp8bench.blocking import BlockedStreamTimer, HoldTimedOut, held_timer, timer_for_calls
-from fp8bench.comparability import comparability_key
-from fp8bench.cuda_graphs import GraphCapturer
-from fp8bench.devices import Device
-from fp8bench.records import case_key
-from fp8bench.runner import CaseMeasurer, RunSettings
-from fp8bench.timing import CudaTimer, TimingMode, timing_mode_for
+from fp8bench.core.comparability import comparability_key
+from fp8bench.core.devices import Device
+from fp8bench.core.records import case_key
+from fp8bench.measure import blocking
+from fp8bench.measure.blocking import BlockedStreamTimer, HoldTimedOut, held_timer, timer_for_calls
+from fp8bench.measure.cuda_graphs import GraphCapturer
+from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.timing import CudaTimer, TimingMode, timing_mode_for
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 FLUSH_S = 2 * H100_L2_BYTES / FLUSH_BYTES_PER_S
@@ -213,7 +213,7 @@ def test_runner_falls_back_to_events_when_a_call_synchronizes(fake_cuda, fake_ho
 
 
 def test_blocked_stream_falls_back_on_the_cpu_and_without_triton(monkeypatch):
-    from fp8bench.runner import expand_cases
+    from fp8bench.measure.runner import expand_cases
 
     (case,) = expand_cases([("gemm", ["32x32x32"])], ["bf16"], ["torch"], RunSettings(device="cpu"))
     s = RunSettings(device="cpu", policy=POLICY, warmup_s=0.0, energy=False, blocked_stream=True)

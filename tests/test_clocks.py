@@ -1,4 +1,4 @@
-"""Clocks under control (fp8bench/clocks.py): --lock-clocks through NVML, and samples at a throttled clock
+"""Clocks under control (fp8bench/hardware/clocks.py): --lock-clocks through NVML, and samples at a throttled clock
 discarded and retaken.
 
 NVML is the fake of ``tests/fake_nvml.py`` (an autospec of the real nvidia-ml-py surface, so a call the release
@@ -18,8 +18,11 @@ import test_cuda_timing
 from fake_nvml import FakeGpu, make_pynvml
 from test_cuda_timing import GPU1, POLICY
 
-from fp8bench import clocks, energy
-from fp8bench.clocks import (
+from fp8bench.core.devices import Device
+from fp8bench.energy import meters as energy
+from fp8bench.energy.telemetry import Sample
+from fp8bench.hardware import clocks
+from fp8bench.hardware.clocks import (
     MAX_CONSECUTIVE_DISCARDS,
     RECOVERY_DELAY_S,
     THROTTLE_THRESHOLD,
@@ -28,9 +31,7 @@ from fp8bench.clocks import (
     ClockLockRefused,
     lock_clocks,
 )
-from fp8bench.devices import Device
-from fp8bench.runner import CaseMeasurer, RunSettings, run_cases
-from fp8bench.telemetry import Sample
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, run_cases
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 FLOOR_RELEASE = "12.535.77"  # the oldest nvidia-ml-py pyproject.toml allows (tests/data/pynvml)
@@ -82,7 +83,7 @@ def test_a_crashing_process_resets_the_lock_at_exit(tmp_path):
     script = textwrap.dedent("""
         import sys
         from types import SimpleNamespace
-        from fp8bench.clocks import ClockLock
+        from fp8bench.hardware.clocks import ClockLock
 
         class NVMLError(Exception):
             pass
@@ -104,7 +105,7 @@ def test_run_records_the_lock_and_resets_it_after_a_ctrl_c(fake_cuda, chain, mon
     nv = make_pynvml(gpu)
     monkeypatch.setattr(clocks, "lock_clocks", lambda device, policy: ClockLock(
         nv, nv.nvmlDeviceGetHandleByIndex(0), policy).__enter__())
-    monkeypatch.setattr("fp8bench.runner.lock_clocks", clocks.lock_clocks)
+    monkeypatch.setattr("fp8bench.measure.runner.lock_clocks", clocks.lock_clocks)
     case = chain()
     s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, lock_clocks="max")
 

@@ -1,4 +1,4 @@
-"""Energy windows sized to the measurement (fp8bench/energy_windows.py): a counter's update period measured, the
+"""Energy windows sized to the measurement (fp8bench/energy/windows.py): a counter's update period measured, the
 window long enough for a 1 % quantization error, the bound recorded with each energy figure.
 
 The counters are fakes: a simulated one driven by a simulated clock (exact), and the fake NVML's, which steps every
@@ -12,11 +12,11 @@ import test_cuda_timing
 from fake_nvml import FakeGpu, make_pynvml
 from test_cuda_timing import GPU1, POLICY
 
-from fp8bench import energy
-from fp8bench.devices import Device
-from fp8bench.energy import WindowMeter, WindowPolicy, nvml_meter
-from fp8bench.energy_windows import ERROR_TARGET, error_bound, measure_update_period, sized_window_s
-from fp8bench.runner import CaseMeasurer, RunSettings
+from fp8bench.core.devices import Device
+from fp8bench.energy import meters as energy
+from fp8bench.energy.meters import WindowMeter, WindowPolicy, nvml_meter
+from fp8bench.energy.windows import ERROR_TARGET, error_bound, measure_update_period, sized_window_s
+from fp8bench.measure.runner import CaseMeasurer, RunSettings
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 

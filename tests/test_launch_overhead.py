@@ -12,11 +12,11 @@ from fake_cuda_runtime import EVENT_RECORD_S, LAUNCH_S, FakeStreamHold
 from rich.console import Console
 from test_cuda_timing import GPU1, PHASE_S, POLICY, kernels_on
 
-from fp8bench import blocking
-from fp8bench.blocking import BlockedStreamTimer
-from fp8bench.report import render_table
-from fp8bench.runner import CaseMeasurer, RunSettings
-from fp8bench.timing import CudaTimer
+from fp8bench.analysis.report import render_table
+from fp8bench.measure import blocking
+from fp8bench.measure.blocking import BlockedStreamTimer
+from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.timing import CudaTimer
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 
@@ -67,8 +67,8 @@ def test_record_carries_host_samples_median_and_launch_overhead(fake_cuda, chain
 
 
 def test_cpu_records_have_no_host_split():
-    from fp8bench.devices import Device
-    from fp8bench.runner import expand_cases
+    from fp8bench.core.devices import Device
+    from fp8bench.measure.runner import expand_cases
 
     (case,) = expand_cases([("gemm", ["16x16x16"])], ["bf16"], ["torch"], RunSettings(device="cpu"))
     record = CaseMeasurer(RunSettings(device="cpu", policy=POLICY, warmup_s=0.0, energy=False),

@@ -1,4 +1,4 @@
-"""Outputs checked after timing (fp8bench/output_check.py): the last timed call against a fresh call."""
+"""Outputs checked after timing (fp8bench/measure/output_check.py): the last timed call against a fresh call."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8bench.output_check import (
+from fp8bench.measure.output_check import (
     SQNR_CEILING_DB,
     SQNR_TOLERANCE_DB,
     OutputWatch,
@@ -19,7 +19,7 @@ from fp8bench.output_check import (
     deterministic,
     sqnr_threshold_db,
 )
-from fp8bench.recipes import resolve_precision
+from fp8bench.numerics.recipes import resolve_precision
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 

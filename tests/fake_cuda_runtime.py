@@ -44,10 +44,22 @@ the host one :data:`GRAPH_LAUNCH_S` and runs its captured kernels back to back. 
 reaches it. Costs are illustrative orders of magnitude (microseconds per launch), not measurements; tests assert
 relations they imply (launch gaps in eager timing, none in replays), never the constants themselves. Anything this
 fake does not model raises :class:`Unmodelled` rather than pretend.
+
+Held streams (the ``blocked_stream`` timing mode, fp8bench/measure/blocking.py)
+-----------------------------------------------------------------------
+:class:`FakeStreamHold` stands for the Triton spin and release kernels. CUDA's rules for them: a stream runs its work
+in order, so work launched behind a spinning kernel waits until the spin ends (CUDA programming guide, "Streams":
+operations issued to one stream execute in issue order); the release runs on another stream, which does not wait
+for the held one (torch's streams are ``cudaStreamNonBlocking``, as above); the host's launches return at once while
+the work waits (launches are asynchronous); a host wait for held work (a device or stream synchronize, an event
+synchronize, ``.item()``) lasts until the spin ends; querying it returns "not ready". A spin kernel with no give-up
+rule that never sees its release therefore **hangs the host for real** here (the thread blocks until a test sets
+:attr:`FakeCuda.unstick`); one with a give-up time ends that long after it started, and says it gave up.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -119,6 +131,8 @@ class FakeStream:
         self.device = torch.device("cuda", index)
         self.ready_s = 0.0  # simulated time at which the work queued on this stream completes
         self.capture: FakeGraph | None = None
+        self.spin: _Spin | None = None  # a spin kernel holding this stream (FakeStreamHold)
+        self.pending: list[tuple[str, Any, float]] = []  # work queued behind it: (kind, name or event, seconds)
         self._cuda.streams.append(self)
 
     @property
@@ -128,19 +142,22 @@ class FakeStream:
     def wait_stream(self, other: FakeStream) -> None:
         if other.capture is not None or self.capture is not None:
             raise Unmodelled("cross-stream dependencies during a capture")
+        if other.spin is not None or self.spin is not None:
+            raise Unmodelled("cross-stream dependencies on a held stream")
         self.ready_s = max(self.ready_s, other.ready_s)
 
     def synchronize(self) -> None:
         if self.capture is not None:
             self.capture.invalidated = True
             raise cuda_error(CAPTURE_UNSUPPORTED)
+        self._cuda.wait_for_spin(self)
         self._cuda.host_s = max(self._cuda.host_s, self.ready_s)
 
     def query(self) -> bool:
         if self.capture is not None:
             self.capture.invalidated = True
             raise cuda_error(CAPTURE_UNSUPPORTED)
-        return self.ready_s <= self._cuda.host_s
+        return self.spin is None and self.ready_s <= self._cuda.host_s
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FakeStream) and (other.device_index, other.stream_id) == (self.device_index,
@@ -178,6 +195,11 @@ class FakeEvent:
             stream.capture.nodes.append(("event_record", 0.0))
             return
         self.in_capture = False
+        self.stream = stream
+        if stream.spin is not None:  # queued behind the spin: its time is known when the stream drains
+            self.time_s = None
+            stream.pending.append(("event", self, 0.0))
+            return
         self.time_s = max(stream.ready_s, cuda.host_s)
         stream.ready_s = self.time_s
         cuda.log.append(Op("event", stream.device_index, stream.stream_id, start_s=self.time_s, end_s=self.time_s))
@@ -185,11 +207,19 @@ class FakeEvent:
     def query(self) -> bool:
         if self.in_capture:
             raise cuda_error(CAPTURED_EVENT)
+        if self._held():
+            return False
         return self.time_s is None or self.time_s <= self._cuda.host_s
+
+    def _held(self) -> bool:
+        stream = getattr(self, "stream", None)
+        return stream is not None and stream.spin is not None and any(e is self for _, e, _ in stream.pending)
 
     def synchronize(self) -> None:
         if self.in_capture:
             raise cuda_error(CAPTURED_EVENT)
+        if self._held():
+            self._cuda.wait_for_spin(self.stream)
         if self.time_s is not None:
             self._cuda.host_s = max(self._cuda.host_s, self.time_s)
 
@@ -316,6 +346,8 @@ class FakeCuda:
     properties_read: list[int] = field(default_factory=list)  # device indices whose properties were queried
     graphs_reset: int = 0
     capturing: FakeGraph | None = None
+    unstick: threading.Event = field(default_factory=threading.Event)  # set by a test to end a hang
+    hung: bool = False  # a host wait on a held stream that nothing will ever release
 
     def __post_init__(self) -> None:
         self._next_id = 1
@@ -377,6 +409,8 @@ class FakeCuda:
         if self.capturing is not None and self.capturing.device == index:
             self.capturing.invalidated = True
             raise cuda_error(CAPTURE_UNSUPPORTED)
+        for stream in [s for s in self.streams if s.device_index == index and s.spin is not None]:
+            self.wait_for_spin(stream)
         self.host_s = max([self.host_s] + [s.ready_s for s in self.streams if s.device_index == index])
         self.log.append(Op("sync", index, -1, start_s=self.host_s, end_s=self.host_s))
 
@@ -399,9 +433,41 @@ class FakeCuda:
             stream.capture.nodes.append((name, seconds))
             self.log.append(Op("captured", index, stream.stream_id, name))
             return
+        if stream.spin is not None:
+            stream.pending.append(("kernel", name, seconds))
+            return
         start = max(stream.ready_s, self.host_s)
         stream.ready_s = start + seconds
         self.log.append(Op("kernel", index, stream.stream_id, name, start, stream.ready_s))
+
+    # -- held streams (module docstring) --------------------------------------------------------------------------
+    def drain(self, stream: FakeStream, spin_end_s: float) -> None:
+        """The spin on ``stream`` ends at ``spin_end_s``: its queued work runs back to back from then (it was all
+        launched before, so nothing waits for the host)."""
+        stream.spin = None
+        stream.ready_s = spin_end_s
+        for kind, what, seconds in stream.pending:
+            if kind == "event":
+                what.time_s = stream.ready_s
+                self.log.append(Op("event", stream.device_index, stream.stream_id, start_s=stream.ready_s,
+                                   end_s=stream.ready_s))
+            else:
+                start, stream.ready_s = stream.ready_s, stream.ready_s + seconds
+                self.log.append(Op("kernel", stream.device_index, stream.stream_id, what, start, stream.ready_s))
+        stream.pending = []
+
+    def wait_for_spin(self, stream: FakeStream) -> None:
+        """A host wait for work behind a spin kernel: it lasts until the spin gives up, or forever."""
+        spin = stream.spin
+        if spin is None:
+            return
+        if spin.give_up_s is None:
+            self.hung = True
+            self.unstick.wait()  # the host thread blocks, as cudaStreamSynchronize would, until a test ends it
+            raise Unmodelled("a host wait on a stream held by a spin kernel that nothing releases (a hang)")
+        spin.gave_up = True
+        self.drain(stream, spin.start_s + spin.give_up_s)
+        self.host_s = max(self.host_s, stream.ready_s)
 
     def item(self, device: Any = None) -> float:
         """``Tensor.item()`` of a CUDA tensor (aten/src/ATen/native/cuda/CUDAScalar.cu, ``_local_scalar_dense_cuda``):
@@ -411,6 +477,7 @@ class FakeCuda:
         if stream.capture is not None:
             stream.capture.invalidated = True
             raise cuda_error(CAPTURE_UNSUPPORTED)
+        self.wait_for_spin(stream)
         self.host_s = max(self.host_s, stream.ready_s)
         return 0.0
 
@@ -444,3 +511,55 @@ class FakeCuda:
         # torch.cuda.graph.__enter__ empties the pinned-host cache too; the CPU build has no such binding.
         monkeypatch.setattr(torch._C, "_host_emptyCache", lambda: None, raising=False)
         return _DeviceAllocations(self)
+
+
+@dataclass
+class _Spin:
+    start_s: float  # when the spin kernel started polling
+    generation: int  # the release it waits for
+    give_up_s: float | None  # seconds of polling before it gives up; None: never
+    gave_up: bool = False
+
+
+class FakeStreamHold:
+    """fp8bench.measure.blocking's ``StreamHold`` on the fake runtime: a spin kernel on the held stream, a release kernel
+    on a side stream of the same device (module docstring, "Held streams"). ``give_up_s=None`` models a spin kernel
+    without a give-up rule."""
+
+    def __init__(self, cuda: FakeCuda, device: int, give_up_s: float | None = 1.0) -> None:
+        self.cuda, self.device, self.give_up_s = cuda, device, give_up_s
+        self.side = cuda.Stream(device)
+        self.flag = 0
+        self.last: _Spin | None = None
+        self.holds = self.releases = 0
+
+    def hold(self, stream: FakeStream, generation: int) -> None:
+        cuda = self.cuda
+        if stream.capture is not None:
+            raise Unmodelled("holding a capturing stream")
+        if stream.spin is not None:
+            raise Unmodelled("a second spin kernel behind a spinning one")
+        cuda.host_s += LAUNCH_S
+        start = max(stream.ready_s, cuda.host_s)
+        self.holds += 1
+        self.last = _Spin(start, generation, self.give_up_s)
+        if self.flag >= generation:  # already released: the spin reads the flag once and ends
+            stream.ready_s = start
+            return
+        stream.spin = self.last
+        cuda.log.append(Op("spin", stream.device_index, stream.stream_id, "spin", start, start))
+
+    def release(self, generation: int) -> None:
+        cuda = self.cuda
+        cuda.host_s += LAUNCH_S
+        at = max(self.side.ready_s, cuda.host_s)
+        self.side.ready_s = at
+        self.flag = max(self.flag, generation)
+        self.releases += 1
+        cuda.log.append(Op("release", self.device, self.side.stream_id, "release", at, at))
+        for stream in cuda.streams:
+            if stream.spin is not None and stream.device_index == self.device and stream.spin.generation <= self.flag:
+                cuda.drain(stream, max(stream.spin.start_s, at))
+
+    def gave_up(self) -> bool:
+        return self.last is not None and self.last.gave_up

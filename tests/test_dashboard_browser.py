@@ -314,3 +314,48 @@ def test_regressions_page_lists_the_step_and_draws_its_history(browser, tmp_path
     finally:
         page.close()
         stop(proc)
+
+
+def test_history_page_shows_sm_clock_and_power_beside_the_time(browser, tmp_path, shots):
+    """Eight nightly GPU runs of one case; on the sixth night the GPU ran hot (1,410 MHz, its time 30% up): the
+    History page, opened in the browser, draws the time and, under it, the SM clock and power of every point."""
+    import numpy as np
+    from gate_fixtures import record
+    from test_changes import commit_of
+
+    from fp8bench.results.store import open_store
+
+    store = open_store(tmp_path / "store")
+    rng = np.random.default_rng(3)
+    for night in range(8):
+        hot = night == 5
+        clock, power = (1410.0, 700.0) if hot else (1980.0, 560.0 + night)
+        samples = list((1.3e-3 if hot else 1e-3) * np.exp(rng.normal(0, 0.01, 5)))
+        rec = {**record(4096, "bf16", samples), "device": "cuda", "sm_clock_mhz": clock,
+               "flops": 2 * 4096**3, "tflops": 2 * 4096**3 / float(np.median(samples)) / 1e12,
+               "telemetry": {"timing": {"power_w": {"min": power, "median": power, "mean": power, "max": power}}}}
+        run = {"run_id": f"gpu{night}", "started_at": f"2026-04-{1 + night:02d}T02:00:00+00:00",
+               "status": "complete", "git": {"commit": commit_of(night), "branch": "main", "dirty": False,
+                                             "first_parent_depth": 10 + night},
+               "host": {"alias": "h"}, "device": {"name": "NVIDIA H100 80GB HBM3"}, "device_spec": "cuda:0",
+               "software": {"torch": "2.13.0"}, "settings": {}}
+        store.ingest_run({"schema_version": 1, "run": run, "records": [rec]})
+    proc, base = serve(tmp_path / "store")
+    page = browser.new_page(viewport={"width": 1400, "height": 2600})
+    try:
+        page.goto(f"{base}/history")
+        wait_rendered(page, "History by commit")
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.get_by_role("heading", name="Device state while timed").wait_for(timeout=RENDER_TIMEOUT_MS)
+        page.locator(".js-plotly-plot").nth(1).locator(".main-svg").first.wait_for(state="visible",
+                                                                                     timeout=RENDER_TIMEOUT_MS)
+        state = page.locator(".js-plotly-plot").nth(1)
+        text = state.inner_text()
+        assert "SM clock (MHz)" in text and "power (W)" in text
+        # Two panels, one line each (the case on the H100), eight points per line.
+        assert state.locator(".scatterlayer .trace").count() == 2
+        assert state.locator(".scatterlayer .trace").first.locator(".point").count() == 8
+        picture(page, shots / "history_device_state.png")
+    finally:
+        page.close()
+        stop(proc)

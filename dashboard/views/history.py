@@ -7,6 +7,10 @@ or the git remote the runs recorded). Long histories are thinned for drawing onl
 :data:`MAX_POINTS` points, keeping each stretch's minimum and maximum so that spikes and steps stay visible; the
 table and the CSV keep every point. The regression gate (``fp8bench gate``) draws its verdict at the candidate
 run's commit: green pass, red regression, grey inconclusive, black harness error.
+
+Below the metric, the device's state while each point was timed (GPUs): the median SM clock and board power through
+the timed samples, on the same commit axis, so a slow night can be told from a hot or throttled one. Records without
+device telemetry (the CPU, runs before it was recorded) leave it out and say so.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
+from plotly.subplots import make_subplots
 
 from fp8bench.core.commits import commit_link, commit_order
 from fp8bench.dashboard.data import commit_url_template, count_records, list_records
@@ -28,6 +33,8 @@ VERDICT_COLOURS = {"pass": "green", "regression": "red", "inconclusive": "grey",
 SPEED_METRICS = {"tflops", "median_s", "prequant_median_s", "pct_of_peak", "energy_j", "tflops_per_w"}
 POINT_COLUMNS = ("id", "run_id", "seq", "case_key", "device_name", "device", "git_commit", "git_branch",
                  "commit_depth", "commit_time", "run_started_at", "status", "valid", "interpreted", "backend")
+# Device state through the timed samples (store schema 6), drawn under the metric: column -> axis title.
+DEVICE_STATE = {"sm_clock_mhz": "SM clock (MHz)", "timed_power_w": "power (W)"}
 _DEFAULT_CASES = 4
 _NO_BRANCH = "(no branch recorded)"
 
@@ -61,6 +68,27 @@ def history_figure(points: pd.DataFrame, metric: str, label: str, marks: pd.Data
     return fig
 
 
+def device_state_figure(points: pd.DataFrame, ticks: pd.DataFrame) -> go.Figure:
+    """SM clock and power per point, one panel each, on the metric chart's commit axis."""
+    fig = make_subplots(rows=len(DEVICE_STATE), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=list(DEVICE_STATE.values()))
+    colours = px.colors.qualitative.Plotly
+    for i, ((case, device), group) in enumerate(points.groupby(["case", "device_label"], sort=False)):
+        for row, column in enumerate(DEVICE_STATE, start=1):
+            fig.add_trace(go.Scatter(x=group["position"], y=group[column], mode="lines+markers",
+                                     name=f"{case} · {device}", legendgroup=f"{case} · {device}",
+                                     showlegend=row == 1, line={"color": colours[i % len(colours)]}),
+                          row=row, col=1)
+    for row, title in enumerate(DEVICE_STATE.values(), start=1):
+        fig.update_yaxes(title_text=title, row=row, col=1)
+    step = max(1, len(ticks) // 40)
+    shown = ticks.iloc[::step]
+    fig.update_xaxes(tickmode="array", tickvals=shown["position"].tolist(), ticktext=shown["tick"].tolist(),
+                     tickangle=-45, row=len(DEVICE_STATE), col=1)
+    fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
+    return fig
+
+
 def main() -> None:
     view = current_view()
     st.title("History by commit")
@@ -82,8 +110,8 @@ def main() -> None:
     if not cases:
         nothing_selected("cases")
         return
-    on_branch = list_records(view.snapshot, view.query, subset=subset, columns=(*POINT_COLUMNS, metric),
-                             limit=None, cases=tuple(cases))
+    on_branch = list_records(view.snapshot, view.query, subset=subset,
+                             columns=(*POINT_COLUMNS, metric, *DEVICE_STATE), limit=None, cases=tuple(cases))
     on_branch = on_branch[on_branch["git_branch"].fillna(_NO_BRANCH) == branch]
     points = on_branch[on_branch[metric].notna()].copy()
     if points.empty:
@@ -102,8 +130,15 @@ def main() -> None:
     if len(drawn) < len(points):
         st.caption(f"{len(points):,} points, {len(drawn):,} drawn (each stretch's minimum and maximum kept); "
                    "the table has them all.")
+    st.subheader("Device state while timed")
+    with_state = points[points[list(DEVICE_STATE)].notna().any(axis=1)]
+    if with_state.empty:
+        st.caption("No SM clock or power recorded for these points (CPU runs, or runs before device state was "
+                   "recorded).")
+    else:
+        chart(device_state_figure(with_state.sort_values("position"), ticks), key="device_state_chart")
     table(points[["position", "commit", "commit_url", "run_started_at", "device_label", "case_key", metric,
-                  "run_id"]].sort_values(["position", "run_started_at"]), "history",
+                  *DEVICE_STATE, "run_id"]].sort_values(["position", "run_started_at"]), "history",
           commit_url=st.column_config.LinkColumn("commit page", display_text="open"))
     st.subheader("Gate verdicts")
     reports = view.snapshot.gate_reports

@@ -4,7 +4,9 @@ FP8 pays for its faster GEMM with a quantize phase (find the absolute maximum, c
 epilogue (rescale the output). Each phase is timed on its own, so the stacked bars show how much of the gain the
 scaling eats; the diamond marks the end-to-end median, timed as one call (it can differ from the stack's sum by
 launch gaps and cache effects between phases). A case run with ``fp8bench run --profile`` lists its profile traces
-(one per precision and backend) below the table. Cases are listed in reading order (workload, then FLOPs), and
+(one per precision and backend) below the table. On a GPU the table also gives the host's wall time per call and the
+launch overhead (that time less the device time: launches and host work the GPU did not overlap), which says how
+much of a small case is Python and the driver rather than kernels. Cases are listed in reading order (workload, then FLOPs), and
 the page opens on the first that measured an FP8 or 4-bit recipe: the GEMMs before the collectives.
 """
 
@@ -59,7 +61,8 @@ def main() -> None:
     case = records[records["case"] == case_name].sort_values(["precision", "backend"])
     phase_cols = [c for c in phase_cols if case[c].notna().any()]  # this case's phases: a GEMM has no optimizer
     chart(phase_figure(case, phase_cols), key="phases_chart")
-    shown = case[["precision", "backend", "median_s", "prequant_median_s", *phase_cols, "run_id"]].copy()
+    host = [c for c in ("host_median_s", "launch_overhead_s") if c in case and case[c].notna().any()]
+    shown = case[["precision", "backend", "median_s", *host, "prequant_median_s", *phase_cols, "run_id"]].copy()
     quantize = PHASE_PREFIX + "quantize"
     if quantize in shown:
         shown["quantize_share"] = shown[quantize] / case[phase_cols].sum(axis=1, min_count=1)

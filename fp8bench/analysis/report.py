@@ -147,7 +147,8 @@ def table_columns(baseline: str) -> tuple[Column, ...]:
             Column("e2e ms", "right", 1), Column("pre-q ms", "right", 8), Column("TFLOP/s", "right", 10),
             Column("% peak", "right", 5), Column(f"vs {baseline}", "right", 2), Column("pre-q vs", "right", 7),
             Column("noise", "right", 3), Column("phases", "left", 6, floor=12), Column("SQNR dB", "right", 4),
-            Column("rel err", "right", 9), Column("ovf/unf %", "right", 11))
+            Column("rel err", "right", 9), Column("ovf/unf %", "right", 11),
+            Column("launch ms", "right", 12))  # last: left out when no record has it (render_table)
 
 
 def _cells(r: dict[str, Any], index: dict[tuple[Any, ...], dict[str, Any]], loaded: bool) -> list[str]:
@@ -159,7 +160,12 @@ def _cells(r: dict[str, Any], index: dict[tuple[Any, ...], dict[str, Any]], load
             ms_text(r.get("median_s")), ms_text(r.get("prequant_median_s")),
             _fmt(r.get("tflops") and r["tflops"], ".3g"), peak_text(r), speedup_text(e2e), speedup_text(pre),
             noise_text(r, loaded), phase_split(r), _fmt(num.get("sqnr_db"), ".1f"), _fmt(num.get("rel_err"), ".2e"),
-            "-" if ovf is None else f"{100 * ovf:.2g}/{100 * (unf or 0):.2g}"]
+            "-" if ovf is None else f"{100 * ovf:.2g}/{100 * (unf or 0):.2g}", _launch_text(r.get("launch_overhead_s"))]
+
+
+def _launch_text(seconds: float | None) -> str:
+    """A launch overhead in ms; none at all (the host kept up with the GPU) reads 0, not as a missing figure."""
+    return "-" if seconds is None else ms_text(seconds) if seconds > 0 else "0"
 
 
 def status_text(r: dict[str, Any]) -> str:
@@ -220,6 +226,8 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
     loaded = bool(load and load.overloaded)
     columns = table_columns(baseline)
     rows = [_cells(r, index, loaded) for r in records]
+    if all(row[-1] == "-" for row in rows):  # launch overhead exists on GPUs only: no empty column for a CPU run
+        columns, rows = columns[:-1], [row[:-1] for row in rows]
     if compact:
         if title:
             console.print(title, markup=False, highlight=False, soft_wrap=True)

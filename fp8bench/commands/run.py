@@ -110,11 +110,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "its replays: kernels back to back, without the launch gaps of eager calls. A call that "
                         "cannot be captured (it synchronizes with the host, say) is skipped with the reason. Records "
                         "say timing_mode cuda_graph and are never compared with eager ones (docs/timing-modes.md)")
+    p.add_argument("--blocked-stream", action="store_true",
+                   help="CUDA: time each eager call queued behind a spin kernel that holds the stream, then "
+                        "released at once: kernels back to back without launch gaps, and nothing captured (needs "
+                        "Triton). A call that synchronizes with the host cannot be held: its case is timed with "
+                        "cuda_events and says why; on the CPU the host clock times every case. Records say "
+                        "timing_mode blocked_stream and are never compared with eager ones (docs/timing-modes.md)")
+    p.add_argument("--lock-clocks", choices=("base", "max"), default=None,
+                   help="CUDA: lock the GPU's SM clock for the run through NVML (base: the clock the board sustains "
+                        "within its power limit; max: the maximum SM clock), undone when the run ends, on Ctrl-C and "
+                        "at exit after an error; needs root. Recorded in the run header (clock_lock) and as the clock "
+                        "policy of the comparability key (docs/timing-modes.md)")
+    p.add_argument("--throttle-threshold", type=fraction_arg("--throttle-threshold"), default=None,
+                   help="CUDA: a timed sample after which the SM clock reads under this fraction of the reference "
+                        "clock is discarded and timed again after a recovery delay (75%% or 0.75, nvbench's "
+                        "default; 0 turns the check off)")
+    p.add_argument("--throttle-recovery-delay", type=float, default=None,
+                   help="seconds to wait before retaking a discarded sample, doubling while discards repeat "
+                        "(default 0.05, nvbench's)")
     p.add_argument("--no-energy", action="store_true",
                    help="skip the energy window of each case (clocks and throttle reasons are still watched "
                         "through the timed samples)")
     p.add_argument("--energy-window", type=float, default=None,
                    help="minimum seconds per energy window (default 1: ~10 updates of NVML's ~100 ms counter)")
+    p.add_argument("--energy-error", type=fraction_arg("--energy-error"), default=None,
+                   help="size each energy window from the counter's measured update period so its quantization "
+                        "error stays under this fraction (default 1%%; the bound is recorded with each figure, "
+                        "docs/energy.md); 0 keeps every window at --energy-window")
     p.add_argument("--energy-phases", action="store_true",
                    help="also meter each phase looped alone (quantize, gemm, ...), stated as such in the record")
     p.add_argument("--idle-baseline", type=float, default=None, metavar="SECONDS",
@@ -193,8 +215,19 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        amax_compute_algo=args.amax_compute_algo,
                        flush_l2=not args.no_l2_flush, cuda_graph=args.cuda_graph, phases=not args.no_phases,
+                       blocked_stream=args.blocked_stream, lock_clocks=args.lock_clocks,
+                       **_throttle_settings(args),
                        profile=args.profile,
                        **_energy_settings(args, overrides))
+
+
+def _throttle_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The per-sample clock check's settings the command line gives (the rest keep RunSettings' defaults)."""
+    given = {"throttle_threshold": args.throttle_threshold, "throttle_recovery_s": args.throttle_recovery_delay}
+    out = {k: v for k, v in given.items() if v is not None}
+    if args.energy_error is not None:  # 0: fixed windows
+        out["energy_error_target"] = args.energy_error or None
+    return out
 
 
 def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -237,7 +270,8 @@ def execute(args: argparse.Namespace) -> int:
     plan = _device_plan(args, launch)
     device = plan.device if plan else resolve_device(
         distributed.device_spec_for(args.device, launch) if launch else args.device)
-    timing_mode = timing_mode_for(device, settings.cuda_graph)  # refuses --cuda-graph on the CPU, before any write
+    # Refuses --cuda-graph on the CPU (and with --blocked-stream), before any write.
+    timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
     timer: Timer | None = None
     if launch:
         if settings.cuda_graph:
@@ -335,7 +369,8 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
         print_json({**summary, "records": outcome.records})
     else:
         console, compact = table_console(args.table)
-        timed = ", timed as CUDA-graph replays" if settings.cuda_graph else ""
+        timed = ", timed as CUDA-graph replays" if settings.cuda_graph else \
+            ", timed on held streams (blocked_stream)" if timing_mode.value == "blocked_stream" else ""
         render_table(outcome.records, args.baseline, console,
                      title=f"run {outcome.run_id} on {summary['device']}{timed}", load=load, compact=compact)
         render_bandwidths(outcome.records, args.baseline, console)

@@ -16,11 +16,11 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
   stating ``fp32`` therefore never share a key with those older ones, and no other record's key changes;
 * a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, its
   delayed-scaling settings if any, the run settings that change the measured region: L2 flushing, the input seed and
-  the CPU thread count, the timing mode when it is ``cuda_graph``, and for a distributed run the number of ranks
+  the CPU thread count, the timing mode when it is ``cuda_graph`` or ``blocked_stream``, and for a distributed run the number of ranks
   and of ranks per node, from the run header's ``spec.distributed``).
 
 Graph replays and eager calls measure different things (a replay has no launch gaps; see :mod:`fp8bench.measure.timing`), so
-a ``cuda_graph`` record never shares a key with an eager one: its case names the mode
+a ``cuda_graph`` (or ``blocked_stream``) record never shares a key with an eager one: its case names the mode
 (:func:`fp8bench.core.records.case_key`) and the mode enters its definition hash. Both happen only for graph records: the
 key of every eager record, and of every record written before the mode was recorded (all eager), is unchanged, so
 keys already in a store stay valid.
@@ -37,7 +37,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fp8bench.core.records import case_key, full_accum_variant
+from fp8bench.core.records import SEPARATE_TIMING_MODES, case_key, full_accum_variant
 
 # Run settings that change what one sample measures (see the module docstring).
 DEFINITION_SETTINGS = ("flush_l2", "seed", "threads")
@@ -106,8 +106,8 @@ def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
         definition["accumulation"] = "full"
     if record.get("delayed_scaling"):  # history, amax algorithm and margin change what a delayed case computes
         definition["delayed_scaling"] = record["delayed_scaling"]
-    if record.get("timing_mode") == "cuda_graph":  # only then: eager hashes stay as they were (module docstring)
-        definition["timing_mode"] = "cuda_graph"
+    if record.get("timing_mode") in SEPARATE_TIMING_MODES:  # only then: eager hashes stay as they were (module
+        definition["timing_mode"] = record["timing_mode"]  # docstring)
     distributed = (run.get("spec") or {}).get("distributed")
     if distributed:  # only then, as above: ranks and their spread over nodes change what a sample is
         definition["distributed"] = {k: distributed.get(k) for k in ("world_size", "ranks_per_node")}

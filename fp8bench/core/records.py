@@ -19,7 +19,11 @@ STATUSES = ("ok", "failed", "skipped", "invalid")
 SCALE_FP32, SCALE_POW2 = "fp32", "pow2"
 SCALE_FORMATS = (SCALE_FP32, SCALE_POW2)
 # Values of ``Record.timing_mode`` (fp8bench.measure.timing.TimingMode, kept free of torch here).
-TIMING_MODES = ("cpu", "cuda_events", "cuda_graph")
+TIMING_MODES = ("cpu", "cuda_events", "cuda_graph", "blocked_stream")
+# Modes whose figures are a different measurement from eager ``cuda_events`` ones (no launch gaps): their records
+# carry the mode in the case key and the comparability key, and a label beside the device name on every page.
+# ``cpu`` and ``cuda_events`` keys stay as they were before modes were recorded.
+SEPARATE_TIMING_MODES = {"cuda_graph": "CUDA graph", "blocked_stream": "blocked stream"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,12 @@ class Record:
     scale_format: str | None = None
     samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
     median_s: float | None = None  # end-to-end median, seconds
+    # GPUs: host wall time of each end-to-end sample (from before the call until its end event completed), its
+    # median, and the launch overhead: that median less the device median (median_s), seconds. Empty / None on the
+    # CPU (its one clock is the host's) and in records written before they were recorded.
+    host_samples_s: list[float] = field(default_factory=list)
+    host_median_s: float | None = None
+    launch_overhead_s: float | None = None
     iqr_s: float | None = None
     rsd: float | None = None
     n: int = 0
@@ -63,12 +73,20 @@ class Record:
     tflops_per_w: float | None = None
     energy: dict[str, Any] = field(default_factory=dict)
     numerics: dict[str, Any] = field(default_factory=dict)
+    # The last timed call's output against a fresh call's (fp8bench.measure.output_check): method (bitwise | sqnr | None),
+    # passed (None: not checked, with the reason), differing_frac, sqnr_db, threshold_db. Empty in records written
+    # before it.
+    output_check: dict[str, Any] = field(default_factory=dict)
     # Device telemetry through the case: ``timing`` (the timed samples) and ``energy`` (the energy window), each a
     # summary of clocks, temperature, power and throttle reasons, or a ``reason`` where none was taken.
     telemetry: dict[str, Any] = field(default_factory=dict)
     # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU) and in
     # records written before it.
     sm_clock_mhz: float | None = None
+    # Timed samples discarded because the SM clock read right after them was under the throttle threshold, and
+    # retaken (fp8bench.hardware.clocks); ``None`` where no clock is read (the CPU) and in records written before it. The
+    # clock and power beside each kept end-to-end sample are in ``telemetry.per_sample``.
+    discarded_samples: int | None = None
     valid: bool = True
     interpreted: bool = False
     notes: list[str] = field(default_factory=list)
@@ -119,6 +137,6 @@ def case_key(record: dict[str, Any]) -> str:
     shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
     fmt = f"/{record['fp8_format']}" if record.get("fp8_format") else ""
     accum = "/full-accum" if full_accum_variant(record) else ""
-    graph = " cuda_graph" if record.get("timing_mode") == "cuda_graph" else ""
+    graph = f" {record['timing_mode']}" if record.get("timing_mode") in SEPARATE_TIMING_MODES else ""
     return (f"{record['workload']}[{shape}] {record['precision']}{fmt}{accum} {record['backend']} "
             f"{record['device']}{graph}")

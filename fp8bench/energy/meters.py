@@ -57,6 +57,7 @@ from fp8bench.energy.telemetry import (
     judge,
     summarize,
 )
+from fp8bench.energy.windows import UpdatePeriod, error_bound, measure_update_period, sized_window_s
 
 T = TypeVar("T")
 
@@ -85,6 +86,10 @@ class EnergyReading:
     joules_above_idle_per_iter: float | None = None  # joules_per_iter minus idle power x time per iteration
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-phase readings, each phase looped alone
     clock_notes: tuple[str, ...] = ()  # limiters seen that do not invalidate (power capping, unless strict)
+    # The counter's measured update period (s) and the bound of this window's relative quantization error it gives
+    # (a fraction; fp8bench.energy.windows). ``None`` where the window was not sized (no counter, period unseen).
+    counter_update_s: float | None = None
+    error_bound: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +139,9 @@ class WindowPolicy:
     max_window_s: float = 10.0  # keep looping this long at most while waiting for the counter to move
     max_iterations: int = 10_000_000  # guards against a zero or wildly wrong per-call estimate
     telemetry_interval_s: float = DEFAULT_INTERVAL_S
+    # Size each window from the counter's update period so its quantization error stays under this fraction
+    # (fp8bench.energy.windows); ``None``: every window lasts ``min_window_s``.
+    error_target: float | None = None
 
     def __post_init__(self) -> None:
         if not self.min_window_s > 0:
@@ -159,7 +167,7 @@ class WindowMeter:
                  decode: Callable[[int], list[str]] = lambda mask: [f"0x{mask:x}"],
                  reference_clock_mhz: int | None = None, note: str | None = None,
                  policy: WindowPolicy | None = None, throttle: ThrottlePolicy | None = None,
-                 close: Callable[[], None] | None = None) -> None:
+                 close: Callable[[], None] | None = None, counter_unit_j: float = 0.0) -> None:
         if counter is None and telemetry is None:
             raise ValueError("a window meter needs an energy counter or a power-reporting telemetry source")
         self.method, self.counter, self.telemetry, self.violations = method, counter, telemetry, violations
@@ -169,13 +177,50 @@ class WindowMeter:
                        if telemetry is not None else None)
         self.policy, self.throttle = policy or WindowPolicy(), throttle or ThrottlePolicy()
         self._close = close
+        self.counter_unit_j = counter_unit_j  # the counter's unit, joules (NVML: 1 mJ)
+        self.update_period: UpdatePeriod | None = None  # measured on the first sized window
+
+    def window_s(self) -> float:
+        """The minimum length (seconds) of the next looped window: sized from the counter's update period where
+        the policy asks for an error target (fp8bench.energy.windows), else the policy's minimum."""
+        p = self.policy
+        if p.error_target is None or self.counter is None:
+            return p.min_window_s
+        if self.update_period is None:
+            counter = self.counter
+            try:
+                self.update_period = measure_update_period(counter)
+            except Exception as exc:  # a failing counter costs the sizing; the window itself will report it
+                self.update_period = UpdatePeriod(None, 0, f"counter unreadable: {describe_error(exc)}")
+        if self.update_period.seconds is None:
+            return p.min_window_s
+        return sized_window_s(self.update_period.seconds, p.min_window_s, p.max_window_s, p.error_target)
+
+    def _bounded(self, reading: EnergyReading) -> EnergyReading:
+        """``reading`` with its quantization error bound, and a reason when the bound misses the target."""
+        period = self.update_period.seconds if self.update_period is not None else None
+        if self.policy.error_target is None or self.counter is None:
+            return reading
+        if period is None:
+            why = self.update_period.reason if self.update_period is not None else "not measured"
+            return replace(reading, reason="; ".join(filter(None, [reading.reason, f"window not sized to an error "
+                                                                    f"bound: {why}"])))
+        bound = error_bound(period, reading.window_s, reading.window_j, self.counter_unit_j)
+        reading = replace(reading, counter_update_s=period, error_bound=bound)
+        capped = (reading.window_s or 0.0) >= self.policy.max_window_s  # else it lasted period / target at least
+        if bound is not None and bound > self.policy.error_target and capped:
+            reading = replace(reading, reason="; ".join(filter(None, [reading.reason, (
+                f"quantization error up to {bound:.1%}: the counter updates every {period * 1e3:.3g} ms and the "
+                f"window lasted {reading.window_s:.3g} s (capped at {self.policy.max_window_s:g} s)")])))
+        return reading
 
     def close(self) -> None:
         if self._close is not None:
             self._close()
             self._close = None
 
-    def _chunk(self, fn: Callable[[], Any], device: Device, seconds_per_call: float) -> int:
+    def _chunk(self, fn: Callable[[], Any], device: Device, seconds_per_call: float,
+               window_s: float | None = None) -> int:
         """Calls per chunk: about a quarter of the minimum window, so the loop checks the clock a few times."""
         if not seconds_per_call > 0:  # unknown: time one synchronized call
             device.synchronize()
@@ -183,7 +228,7 @@ class WindowMeter:
             fn()
             device.synchronize()
             seconds_per_call = max(time.perf_counter() - t, 1e-9)
-        calls = math.ceil(self.policy.min_window_s / 4 / seconds_per_call)
+        calls = math.ceil((window_s or self.policy.min_window_s) / 4 / seconds_per_call)
         return max(1, min(calls, self.policy.max_iterations))
 
     def measure(self, fn: Callable[[], Any], device: Device, seconds_per_call: float,
@@ -194,10 +239,11 @@ class WindowMeter:
         with the reason. Errors raised by ``fn`` itself propagate. ``fn`` runs with ``device`` current (its device
         guard), so work that names no device lands on the metered GPU.
         """
+        window = self.window_s()  # before the span: sizing reads the counter in a loop of its own
         span = _Span(self, device)
         iterations = 0
         with device.guard():
-            chunk = self._chunk(fn, device, seconds_per_call)
+            chunk = self._chunk(fn, device, seconds_per_call, window)
             try:
                 span.begin()
                 while iterations < self.policy.max_iterations:
@@ -205,14 +251,14 @@ class WindowMeter:
                         fn()
                     iterations += chunk
                     elapsed, moved = span.mark()
-                    if elapsed >= self.policy.max_window_s or (elapsed >= self.policy.min_window_s and moved):
+                    if elapsed >= self.policy.max_window_s or (elapsed >= window and moved):
                         break
                 span.end()
             except _MeterError as exc:  # a meter failure costs this window's energy, never the case or the run
                 span.error = exc.__cause__
             finally:
                 span.stop()
-        return span.reading(name, iterations)
+        return self._bounded(span.reading(name, iterations))
 
     @contextlib.contextmanager
     def window(self, name: str, device: Device, iterations: int = 1) -> Iterator[WindowHandle]:
@@ -347,12 +393,13 @@ def _read(source: Callable[[], T] | None) -> T | None:
 
 
 def configure_meter(meter: EnergyMeter, min_window_s: float, clock_floor: float,
-                    strict_clocks: bool = False) -> EnergyMeter:
-    """Apply a run's window length (seconds), clock floor (fraction) and ``--strict-clocks`` (power capping
-    invalidates) to a window meter; others pass through."""
+                    strict_clocks: bool = False, error_target: float | None = None) -> EnergyMeter:
+    """Apply a run's minimum window length (seconds), clock floor (fraction), ``--strict-clocks`` (power capping
+    invalidates) and energy error target (a fraction: windows sized to it, fp8bench.energy.windows) to a window
+    meter; others pass through."""
     if isinstance(meter, WindowMeter):
         meter.policy = replace(meter.policy, min_window_s=min_window_s,
-                               max_window_s=max(meter.policy.max_window_s, min_window_s))
+                               max_window_s=max(meter.policy.max_window_s, min_window_s), error_target=error_target)
         meter.throttle = replace(meter.throttle, clock_floor=clock_floor, power_cap_invalid=strict_clocks)
     return meter
 
@@ -459,7 +506,7 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
                               "close": dev.close}
     why = dev.energy_counter_reason()
     if why is None:
-        return WindowMeter("nvml_counter", counter=lambda: dev.energy_mj() / 1000.0, **common)
+        return WindowMeter("nvml_counter", counter=lambda: dev.energy_mj() / 1000.0, counter_unit_j=1e-3, **common)
     try:
         dev.power_w()
     except dev.nv.NVMLError as exc:
@@ -486,7 +533,7 @@ def rapl_meter(root: Path = POWERCAP, policy: WindowPolicy | None = None) -> Win
     except RaplUnavailable as exc:
         raise MeterUnavailable(str(exc)) from exc
     names = ", ".join(f"{d.path.name} ({d.name})" for d in counter.domains)
-    return WindowMeter("rapl", counter=counter.read_j, policy=policy,
+    return WindowMeter("rapl", counter=counter.read_j, policy=policy, counter_unit_j=1e-6,
                        note=f"RAPL package energy of {names}: includes everything else running on the socket")
 
 

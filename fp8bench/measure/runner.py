@@ -55,8 +55,17 @@ from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
 from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.hardware import environment
+from fp8bench.hardware.clocks import (
+    RECOVERY_DELAY_S,
+    THROTTLE_THRESHOLD,
+    ClockCheckedTimer,
+    lock_clocks,
+    locked_clock_policy,
+)
 from fp8bench.hardware.peaks import Peaks
+from fp8bench.measure.blocking import held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
+from fp8bench.measure.output_check import OutputWatch, deterministic
 from fp8bench.measure.profiling import CaseProfiler, profile_mode
 from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 from fp8bench.numerics.accuracy import Numerics, compare, worst
@@ -106,15 +115,24 @@ class RunSettings:
     amax_compute_algo: str | None = None
     flush_l2: bool = True
     cuda_graph: bool = False  # CUDA: time replays of a CUDA graph of each call instead of eager calls (timing.py)
+    blocked_stream: bool = False  # CUDA: time eager calls queued behind a held stream (fp8bench.measure.blocking)
     phases: bool = True
     energy: bool = True
     energy_window_s: float = 1.0  # minimum energy window: ~10 updates of NVML's ~100 ms counter
+    # Energy windows are sized so the counter's quantization error stays under this fraction (None: fixed windows
+    # of energy_window_s; fp8bench.energy.windows).
+    energy_error_target: float | None = 0.01
     energy_phases: bool = False  # also meter each phase looped alone
     idle_baseline_s: float = 0.0  # >0: measure idle power this long before the cases and report energy above it
     cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
     clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
     strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
     profile: str | None = None  # a profiled pass after the measurement: torch | nvtx | nsys (fp8bench.measure.profiling)
+    lock_clocks: str | None = None  # base | max: the GPU's SM clock locked for the run (fp8bench.hardware.clocks)
+    # A timed sample under this fraction of the reference SM clock is discarded and retaken after the recovery
+    # delay, seconds (nvbench's defaults; fp8bench.hardware.clocks). 0 turns the per-sample check off.
+    throttle_threshold: float = THROTTLE_THRESHOLD
+    throttle_recovery_s: float = RECOVERY_DELAY_S
 
     def __post_init__(self) -> None:
         # A budget of inf (or a cooldown of inf) would let one case hang the run: every time must be finite.
@@ -136,6 +154,13 @@ class RunSettings:
         if not 0 <= self.clock_floor <= 1:
             raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
         profile_mode(self.profile)
+        if self.energy_error_target is not None and not 0 < self.energy_error_target < 1:
+            raise ValueError(f"energy error target must be a fraction in (0, 1), got {self.energy_error_target}")
+        if not 0 <= self.throttle_threshold <= 1:
+            raise ValueError(f"throttle threshold must be a fraction of the reference clock in [0, 1], got "
+                             f"{self.throttle_threshold}")
+        if not (math.isfinite(self.throttle_recovery_s) and self.throttle_recovery_s >= 0):
+            raise ValueError(f"throttle recovery delay must be finite seconds >= 0, got {self.throttle_recovery_s}")
 
 
 @dataclass(frozen=True)
@@ -207,15 +232,19 @@ class CaseMeasurer:
                  timer: Timer | None = None, profiler: CaseProfiler | None = None) -> None:
         self.settings, self.device = settings, device
         self.profiler = profiler  # adds a profile to each measured record, after its figures are taken
-        self.timing_mode = timing_mode_for(device, settings.cuda_graph)
+        self.timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
         self.l2_flushed = device.is_cuda and settings.flush_l2
         self.peaks = peaks
         with device.guard():
             # ``timer`` replaces the device's own (the selfcheck passes the probe's, so its fakes reach every sample).
             self.timer = timer or timer_for(device, settings.flush_l2)
             self.graphs = GraphCapturer(device) if settings.cuda_graph else None
+            # blocked_stream: its timer, or None and the note each record carries about the mode used instead.
+            self.blocked, self.blocked_note = held_timer(device, settings.blocked_stream, settings.flush_l2, timer)
+            if settings.blocked_stream and self.blocked is None:
+                self.timing_mode = timing_mode_for(device, settings.cuda_graph)
             self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
-                                         settings.strict_clocks)
+                                         settings.strict_clocks, settings.energy_error_target)
             # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
             # whether or not energy is metered (fp8bench.energy.telemetry).
             self.telemetry = getattr(self.meter, "source", None)
@@ -265,6 +294,15 @@ class CaseMeasurer:
                 if self.graphs is not None:
                     self.graphs.release()
         return replace(record, timing={**record.timing, "case_wall_s": time.monotonic() - started})
+
+    def _clock_checked(self, timer: Timer) -> ClockCheckedTimer | None:
+        """``timer`` with the per-sample clock check (fp8bench.hardware.clocks), where the device reports its SM clock and a
+        reference, the check is on, and the run is not in lockstep (each rank would retake different samples)."""
+        source, s = self.telemetry, self.settings
+        if source is None or not source.reference_clock_mhz or not s.throttle_threshold or self.lockstep:
+            return None
+        return ClockCheckedTimer(timer, source.read, float(source.reference_clock_mhz), s.throttle_threshold,
+                                 s.throttle_recovery_s)
 
     def _timed_call(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         """What the timer samples for ``fn``: the eager call, or the replay of a CUDA graph captured from it
@@ -383,6 +421,9 @@ class CaseMeasurer:
         pipeline = self._build(case, case.shape, inputs)
         # Building (torch.compile, Triton autotuning) is setup, recorded by the backend, not measurement time.
         deadline += time.monotonic() - build_started
+        # A fresh call's output, before any warm-up, to check the last timed call against (fp8bench.measure.output_check).
+        outputs = OutputWatch(pipeline.output, pipeline.end_to_end, self.graphs is not None,
+                              deterministic(case.precision))
 
         # Warm-up: at least warmup_iters calls and warmup_s seconds, stopping early if one call is too slow.
         warm_start = time.monotonic()
@@ -405,11 +446,22 @@ class CaseMeasurer:
         phase_samples: dict[str, Samples] = {}
         phase_calls: dict[str, Callable[[], Any]] = {}
         notes = list(pipeline.notes)
+        # blocked_stream: each call is tried once held; a call that synchronizes sends the case to cuda_events.
+        timer, timing_mode, mode_note = self.timer, self.timing_mode, self.blocked_note
+        if self.blocked is not None:
+            timer, timing_mode, mode_note = timer_for_calls(self.blocked, self.timer,
+                                                            [pipeline.end_to_end, *pipeline.phases.values()])
+        notes += [mode_note] if mode_note else []
+        # GPUs: the SM clock and power read after every sample; a sample at a throttled clock is retaken.
+        checked = self._clock_checked(timer)
+        timer = checked or timer
         # Clocks and throttle reasons are polled through all the timed samples (end to end and phases).
         watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
         with watch:
-            e2e_call = self._timed_call("end_to_end", pipeline.end_to_end)
-            e2e = sample(e2e_call, self.timer, s.policy, e2e_deadline)
+            e2e_call = self._timed_call("end_to_end", outputs.timed(pipeline.end_to_end))
+            e2e = sample(e2e_call, timer, s.policy, e2e_deadline)
+            outputs.keep_last()
+            per_sample = checked.take_record() if checked is not None else None
             timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
                 f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
             if e2e.over_budget:
@@ -425,10 +477,13 @@ class CaseMeasurer:
                     except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
                         notes.append(f"phase {name} not timed: {exc}")
                         continue
-                    phase_samples[name] = sample(phase_calls[name], self.timer, s.policy, deadline)
+                    phase_samples[name] = sample(phase_calls[name], timer, s.policy, deadline)
                     if phase_samples[name].n == 0:
                         notes.append(f"phase {name} not timed: budget spent")
         watched = watch.verdict(self.throttle)
+        discarded = None
+        if checked is not None and per_sample is not None:
+            discarded = per_sample["discarded_samples"] + checked.take_record()["discarded_samples"]
         phases = {k: v.median_s for k, v in phase_samples.items() if v.median_s is not None}
         prequant = None
         if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
@@ -436,6 +491,7 @@ class CaseMeasurer:
 
         numerics_started = time.monotonic()
         num = self._numerics(case, case.shape, pipeline)
+        output_check = outputs.verdict(self._reference_for(case.workload, case.shape))
         timing["numerics_s"] = time.monotonic() - numerics_started
 
         # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work.
@@ -452,6 +508,9 @@ class CaseMeasurer:
         status, reason, valid = "ok", None, True
         if not num.finite:
             status, reason, valid = "invalid", f"non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf", False
+        if output_check.passed is False:
+            status, valid = "invalid", False
+            reason = "; ".join(filter(None, [reason, output_check.reason]))
         throttled = [*watched.invalid_reasons, *(energy.invalid_reasons if energy is not None else ())]
         if throttled:
             status, valid = "invalid", False
@@ -462,6 +521,8 @@ class CaseMeasurer:
         if pipeline.interpreted:
             notes.append("interpreted: timings are not comparable and never gate anything")
         telemetry = {"timing": watched.telemetry}
+        if per_sample is not None:
+            telemetry["per_sample"] = per_sample
         if energy is not None:
             telemetry["energy"] = energy.telemetry or {"reason": f"not sampled: {energy.reason or 'no telemetry'}"}
         joules = energy.joules_per_iter if energy else None
@@ -473,6 +534,8 @@ class CaseMeasurer:
         record = self._base(
             case, seq, status, reason,
             samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
+            host_samples_s=e2e.host_samples_s, host_median_s=e2e.host_median_s,
+            launch_overhead_s=e2e.launch_overhead_s,
             target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
             prequant_tflops=flops / prequant / 1e12 if prequant and flops else None,
             gbps=nbytes / median / 1e9 if median else None,
@@ -484,9 +547,9 @@ class CaseMeasurer:
             tflops_per_w=(flops / joules / 1e12) if joules else None,
             energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (s.energy and self.lockstep)
                                                     else "energy metering disabled"},
-            numerics=num.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
+            numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
-            scale_format=pipeline.scale_format)
+            scale_format=pipeline.scale_format, timing_mode=timing_mode.value, discarded_samples=discarded)
         return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
 
 
@@ -554,6 +617,12 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     run_id = run_id or new_run_id()
     started = time.monotonic()
     header = run_header(run_id, device, settings.device, settings, spec or {})
+    # --lock-clocks: refused here, before anything is written, where it cannot lock; undone after the last case
+    # (below), on Ctrl-C (caught below) and at interpreter exit after any other error (fp8bench.hardware.clocks).
+    lock = lock_clocks(device, settings.lock_clocks)
+    if lock is not None:
+        header["clock_lock"] = lock.environment()
+        header.setdefault("gpu", {})["clock_policy"] = locked_clock_policy(lock)
     stream = RecordStream(run_file, header, store)
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
                             profiler=case_profiler(settings, run_file, results_dir, run_id))
@@ -573,6 +642,8 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
         interrupted_by = getattr(exc, "signal_name", "SIGINT")
     except DiskFull:
         disk_full = True
+    if lock is not None:
+        lock.reset()
     status = STATUS_DISK_FULL if disk_full else "interrupted" if interrupted_by else "complete"
     stream.finish(status=status, finished_at=datetime.now(timezone.utc).isoformat(),
                   n_records=len(stream.records), n_cases=len(cases))

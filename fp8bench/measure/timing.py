@@ -39,6 +39,13 @@ the L2 was flushed, in ``l2_flushed``):
     numerics always come from an eager call. A call that cannot be captured (it synchronizes with the host, for
     example) is refused with the reason, never timed eagerly in its place.
 
+``blocked_stream``
+    GPU time between two events around one eager call whose kernels were all queued behind a spin kernel holding
+    the stream, then released at once (``--blocked-stream``; see :mod:`fp8bench.measure.blocking`). Like ``cuda_graph``,
+    the kernels back to back without launch gaps or host overhead, but from eager launches: nothing is captured.
+    Excludes the spin kernel, its release and the L2 flush. A call that synchronizes with the host cannot be held;
+    its case is timed with ``cuda_events`` and says why.
+
 Figures from different modes measure different things: the comparability key (:mod:`fp8bench.core.comparability`) keeps
 graph figures apart from eager ones, so neither the gate nor the dashboard compares them.
 """
@@ -70,15 +77,21 @@ class TimingMode(str, Enum):
     CPU = "cpu"
     CUDA_EVENTS = "cuda_events"
     CUDA_GRAPH = "cuda_graph"
+    BLOCKED_STREAM = "blocked_stream"
 
 
-def timing_mode_for(device: Device, cuda_graph: bool) -> TimingMode:
-    """The mode a run on ``device`` uses; raises ``ValueError`` when CUDA graphs are asked of a non-CUDA device."""
+def timing_mode_for(device: Device, cuda_graph: bool, blocked_stream: bool = False) -> TimingMode:
+    """The mode a run on ``device`` uses; raises ``ValueError`` when CUDA graphs are asked of a non-CUDA device, or
+    with blocked streams. (``blocked_stream`` on the CPU falls back to ``cpu``: :mod:`fp8bench.measure.blocking`.)"""
+    if cuda_graph and blocked_stream:
+        raise ValueError("--cuda-graph and --blocked-stream are two ways to remove launch gaps; choose one")
     if not device.is_cuda:
         if cuda_graph:
             raise ValueError(f"CUDA-graph timing needs a CUDA device; this run is on {device} "
                              "(use --device cuda or cuda:N, or drop --cuda-graph)")
         return TimingMode.CPU
+    if blocked_stream:
+        return TimingMode.BLOCKED_STREAM
     return TimingMode.CUDA_GRAPH if cuda_graph else TimingMode.CUDA_EVENTS
 
 
@@ -114,6 +127,10 @@ class CudaTimer:
         self.device = device
         self.index = device.cuda_index
         self._flush: torch.Tensor | None = None
+        # Host wall time of the last sample, seconds: from just before the call until its end event completed
+        # (launches, host work, the wait for the GPU). ``host_clock`` is the host's clock in seconds.
+        self.last_host_s: float | None = None
+        self.host_clock: Callable[[], float] = time.perf_counter
         if flush_l2:
             with device.guard():
                 l2 = int(torch.cuda.get_device_properties(self.index).L2_cache_size)
@@ -131,9 +148,11 @@ class CudaTimer:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record(stream)
+            host_start = self.host_clock()
             fn()
             end.record(stream)
             end.synchronize()
+            self.last_host_s = self.host_clock() - host_start
             return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
 
@@ -178,6 +197,8 @@ class Samples:
     """Raw samples (seconds) and their summary."""
 
     samples_s: list[float] = field(default_factory=list)
+    # Host wall time of each sample where the timer's clock is not the host's (CUDA: ``CudaTimer.last_host_s``).
+    host_samples_s: list[float] = field(default_factory=list)
     stopped_by: str = ""  # target | max_samples | max_time | budget
     min_samples: int = 10
 
@@ -188,6 +209,20 @@ class Samples:
     @property
     def median_s(self) -> float | None:
         return float(np.median(self.samples_s)) if self.samples_s else None
+
+    @property
+    def host_median_s(self) -> float | None:
+        return float(np.median(self.host_samples_s)) if self.host_samples_s else None
+
+    @property
+    def launch_overhead_s(self) -> float | None:
+        """Host wall time beyond device time, seconds: the median host sample less the median device sample.
+        ``None`` where the host is the device. What it holds depends on the mode: under ``blocked_stream`` and
+        ``cuda_graph`` the device figure is the kernels alone, so this is the host's launching and host work; under
+        ``cuda_events`` the launch gaps are already inside the device figure, so it holds only the host time
+        outside the events (docs/timing-modes.md)."""
+        host, device = self.host_median_s, self.median_s
+        return host - device if host is not None and device is not None else None
 
     @property
     def iqr_s(self) -> float | None:
@@ -250,6 +285,9 @@ def _sample(fn: Callable[[], Any], timer: Timer, policy: SamplingPolicy, deadlin
             return result
         t = timer.time(fn)
         result.samples_s.append(t)
+        host = getattr(timer, "last_host_s", None)
+        if host is not None:
+            result.host_samples_s.append(host)
         total += t
         if result.n < policy.min_samples:
             continue

@@ -26,6 +26,9 @@ Schema history:
 * 5: no new column. Records and run headers stored before the types of their fields were checked
   (:mod:`fp8bench.results.record_check`) are repaired: a field that no reader can take becomes null, with a note in the
   JSON's ``notes``, and the typed columns are written again from the repaired JSON.
+* 6: ``records.host_median_s``, ``records.launch_overhead_s`` (host wall time per call and its excess over device
+  time), ``records.sm_clock_mhz`` and ``records.timed_power_w`` (device state through the timed samples), for the
+  Phases and History pages; the last two back-filled from the JSON of records that carry them.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from fp8bench.results.record_check import describe, record_problems, repaired, r
 from fp8bench.results.runfile import REQUIRED_FIELDS, json_safe
 from fp8bench.results.store.columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
 
-STORE_SCHEMA_VERSION = 5
+STORE_SCHEMA_VERSION = 6
 DEFAULT_DB_NAME = "fp8bench.sqlite"
 
 
@@ -781,9 +784,29 @@ def _migrate_4_to_5(conn: sa.Connection) -> None:
                 conn.execute(record_phases_table.insert(), phases)
 
 
+# The columns schema 6 adds; records stored before carry only the device state among them, in their telemetry.
+_SCHEMA_6_COLUMNS = ("host_median_s", "launch_overhead_s", "sm_clock_mhz", "timed_power_w")
+
+
+def _migrate_5_to_6(conn: sa.Connection) -> None:
+    """Add the columns of :data:`_SCHEMA_6_COLUMNS` and fill them from the JSON of the records that can have a
+    value (an SM clock or a power reading: only GPU records with telemetry), found as text in SQL."""
+    add_missing_columns(conn, records_table)
+    readers = {c.name: c.read for c in RECORD_COLUMNS if c.name in _SCHEMA_6_COLUMNS}
+    text = sa.cast(record_data_table.c.data, sa.Text)
+    rows = conn.execute(sa.select(record_data_table.c.record_id, record_data_table.c.data)
+                        .where(sa.or_(text.like('%"sm_clock_mhz": %'), text.like('%"power_w"%')))).all()
+    for rec_id, data in rows:
+        record = _readable_record(data)
+        values = {name: read(record, {}) for name, read in readers.items()}
+        if any(v is not None for v in values.values()):
+            conn.execute(records_table.update().where(records_table.c.id == rec_id).values(values))
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3,
-                                                          3: _migrate_3_to_4, 4: _migrate_4_to_5}
+                                                          3: _migrate_3_to_4, 4: _migrate_4_to_5,
+                                                          5: _migrate_5_to_6}
 
 
 def _readable(url: str, exc: sa.exc.DatabaseError) -> str:

@@ -57,6 +57,14 @@ def _convergence(name: str) -> Reader:
     return read
 
 
+def _timed_power(r: dict[str, Any], _run: dict[str, Any]) -> float | None:
+    """The median power of the telemetry polled through the timed samples (``telemetry.timing.power_w.median``)."""
+    timing = (r.get("telemetry") or {}).get("timing") or {}
+    power = timing.get("power_w") if isinstance(timing, dict) else None
+    value = power.get("median") if isinstance(power, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _has_losses(r: dict[str, Any], _run: dict[str, Any]) -> bool:
     losses = (r.get("extra") or {}).get("losses")
     return isinstance(losses, list) and bool(losses)
@@ -94,7 +102,7 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
                  "commits on the branch's first-parent chain up to this one (orders commits)"),
     RecordColumn("commit_time", sa.String(40), _git("commit_time"), "committer date, ISO 8601"),
     # How it was timed.
-    RecordColumn("timing_mode", sa.String(32), _timing_mode, "cpu, cuda_events or cuda_graph (fp8bench.measure.timing)"),
+    RecordColumn("timing_mode", sa.String(32), _timing_mode, "cpu, cuda_events, cuda_graph or blocked_stream (fp8bench.measure.timing)"),
     RecordColumn("accumulation", sa.String(16), _field("accumulation"),
                  "FP8 accumulation: fast_forward (fast accumulation in the forward GEMM) or full"),
     RecordColumn("n", sa.Integer, _field("n"), "samples taken"),
@@ -123,6 +131,12 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
     RecordColumn("conv_max_gap", sa.Float, _convergence("max_gap"), "largest relative loss gap"),
     RecordColumn("conv_max_gap_step", sa.Integer, _convergence("max_gap_step"), "step of the largest gap"),
     RecordColumn("conv_window", sa.Integer, _convergence("window"), "smoothing window, steps"),
+    # Store schema 6: host time and device state through the timed samples (GPUs; null on the CPU and before).
+    RecordColumn("host_median_s", sa.Float, _field("host_median_s"), "median host wall time per call, s"),
+    RecordColumn("launch_overhead_s", sa.Float, _field("launch_overhead_s"),
+                 "host wall time beyond device time per call (launches, host work), s"),
+    RecordColumn("sm_clock_mhz", sa.Float, _field("sm_clock_mhz"), "median SM clock through the timed samples, MHz"),
+    RecordColumn("timed_power_w", sa.Float, _timed_power, "median power through the timed samples, W"),
     # Store schema 4: profiles on demand (fp8bench run --profile).
     RecordColumn("profile_trace", sa.Text, profile_trace_of, "path of the case's torch.profiler trace (Chrome JSON)"),
 )

@@ -23,16 +23,19 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
+from fp8bench.core.records import SEPARATE_TIMING_MODES
 from fp8bench.results.store import Store, record_data_table, record_phases_table, records_table, runs_table
 
 R = records_table.c
-# Appended to the device label of records timed as CUDA-graph replays: every page groups and compares by device
+# Appended to the device label of records timed as CUDA-graph replays (and " · blocked stream" to blocked-stream
+# ones, records.SEPARATE_TIMING_MODES): every page groups and compares by device
 # label, so graph figures (no launch gaps, fp8bench.measure.timing) are never set against eager ones of the same GPU.
-GRAPH_LABEL = " · CUDA graph"
+GRAPH_LABEL = f" · {SEPARATE_TIMING_MODES['cuda_graph']}"
 # The device as people name it: the model (``NVIDIA H100 80GB HBM3``, the CPU's brand) or, failing that, the kind;
 # with GRAPH_LABEL for CUDA-graph records. :func:`device_labels` is the same rule on a frame.
 DEVICE_LABEL = sa.func.coalesce(R.device_name, R.device, type_=sa.String).concat(
-    sa.case((R.timing_mode == "cuda_graph", GRAPH_LABEL), else_="")).label("device_label")
+    sa.case(*((R.timing_mode == mode, f" · {name}") for mode, name in SEPARATE_TIMING_MODES.items()),
+            else_="")).label("device_label")
 # Every typed column (the record JSON lives in record_data).
 SLIM_COLUMNS = list(records_table.columns)
 MEASURED = ("ok", "invalid")
@@ -70,7 +73,8 @@ def device_labels(frame: pd.DataFrame) -> pd.Series:
     """:data:`DEVICE_LABEL` of each row of a frame with ``device_name``, ``device`` and (if read) ``timing_mode``."""
     labels = frame["device_name"].where(frame["device_name"].notna(), frame["device"]).astype(str)
     if "timing_mode" in frame:
-        labels = labels.where(frame["timing_mode"] != "cuda_graph", labels + GRAPH_LABEL)
+        for mode, name in SEPARATE_TIMING_MODES.items():
+            labels = labels.where(frame["timing_mode"] != mode, labels + f" · {name}")
     return labels
 
 

@@ -1,0 +1,79 @@
+"""Energy windows sized to the measurement: long enough that the counter's steps cost under 1 % of the reading.
+
+A cumulative energy counter (NVML's total-energy counter, RAPL) is published in steps: its value is the energy up to
+its last update, every ``P`` seconds. A window reads it at its start and at its end, and each reading lags the
+truth by up to one period, so the window's energy is off by at most one period's worth: at a steady power ``p`` the
+error is under ``P * p`` out of ``W * p``, a relative error under **P / W** (plus the counter's unit, 1 mJ for NVML,
+1 uJ for RAPL, over the window's joules). To keep it under a target ``e`` the window must last ``W >= P / e``:
+100 periods for 1 %. NVIDIA does not document ``P`` (about 100 ms has been observed, 10 to 100 ms reported:
+``shared/reference/nvml_and_peaks.md``), so it is measured, not assumed: the counter is read in a tight loop until
+it has changed :data:`PERIOD_TICKS` times, and ``P`` is the median time between changes (:func:`measure_update_period`,
+once per meter and run). The call's own time sets how many calls the window loops (the window is whole calls, so a
+call longer than ``P / e`` makes the window one call, with a smaller bound).
+
+The window is capped (``max_window_s``, 10 s by default): where ``P / e`` is longer, the window stops at the cap and
+the record says so, with the larger bound it reached. Each energy figure carries its bound
+(``energy.error_bound``, a fraction) and the period it was derived from (``energy.counter_update_s``). Zeus sizes its
+windows itself the same way, from the counter's behaviour rather than a fixed length. Power integration
+(``nvml_power``) has no counter steps: its error is that of NVML's one-second power average, which no window length
+bounds, so it carries no bound and says why.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The quantization error a window is sized for: 1 %.
+ERROR_TARGET = 0.01
+# Counter changes observed to estimate its update period, and how long to wait for them (seconds): 4 intervals at
+# the ~100 ms period NVML is observed to have take ~0.5 s.
+PERIOD_TICKS = 5
+PERIOD_PROBE_MAX_S = 2.0
+
+
+@dataclass(frozen=True)
+class UpdatePeriod:
+    """A counter's measured update period (seconds), or ``None`` with the reason it was not seen to change."""
+
+    seconds: float | None
+    changes: int
+    reason: str | None = None
+
+
+def measure_update_period(counter: Callable[[], float], clock: Callable[[], float] = time.perf_counter,
+                          max_s: float = PERIOD_PROBE_MAX_S, ticks: int = PERIOD_TICKS) -> UpdatePeriod:
+    """Read ``counter`` in a tight loop until it has changed ``ticks`` times (or ``max_s`` passed); the period is
+    the median time between changes. The first change only marks a start: the time to it is not a whole period."""
+    start = clock()
+    last = counter()
+    stamps: list[float] = []
+    while len(stamps) < ticks and clock() - start < max_s:
+        value = counter()
+        if value != last:
+            stamps.append(clock())
+            last = value
+    if len(stamps) < 2:
+        return UpdatePeriod(None, len(stamps), f"the counter changed {len(stamps)} time(s) in {max_s:g} s, too "
+                                               "few to measure its update period")
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return UpdatePeriod(statistics.median(gaps), len(stamps))
+
+
+def sized_window_s(period_s: float, min_s: float, max_s: float, target: float = ERROR_TARGET) -> float:
+    """The window (seconds) whose quantization error is under ``target``: ``period / target``, at least ``min_s``
+    and at most ``max_s``."""
+    if not 0 < target < 1:
+        raise ValueError(f"energy error target must be a fraction in (0, 1), got {target}")
+    return min(max(period_s / target, min_s), max_s)
+
+
+def error_bound(period_s: float | None, window_s: float | None, window_j: float | None,
+                unit_j: float = 0.0) -> float | None:
+    """Upper bound of a counter window's relative quantization error: ``period / window`` plus one counter unit
+    over the window's joules (module docstring). ``None`` where any input is missing."""
+    if period_s is None or not window_s or not window_j:
+        return None
+    return period_s / window_s + unit_j / window_j

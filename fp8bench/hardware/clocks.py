@@ -1,0 +1,198 @@
+"""Clocks under control: a GPU's SM clock locked for a run, and every timed sample taken at a clock worth timing.
+
+A GPU's SM clock moves with its power and temperature (:mod:`fp8bench.energy.telemetry`), so two runs of one kernel can
+differ by the clock alone. nvbench controls this twice, and fp8bench follows it:
+
+**Locking** (``fp8bench run --lock-clocks base|max``, nvbench's ``--lock-gpu-clocks``): the driver pins the SM clock
+for the run with ``nvmlDeviceSetGpuLockedClocks(handle, min_mhz, max_mhz)``, undone by
+``nvmlDeviceResetGpuLockedClocks(handle)``. ``base`` passes ``NVML_CLOCK_LIMIT_ID_TDP`` for both bounds (the clock
+the board sustains within its power limit, nvbench's ``clock_rate::base``); ``max`` locks both bounds to the
+maximum SM clock, ``nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM)`` (nvbench locks its default clock rate,
+CUDA's ``cudaDevAttrClockRate``, the peak clock). Locking needs root and a Volta or newer GPU; NVML refuses
+otherwise (``NVMLError_NoPermission``, ``NVMLError_NotSupported``), and so does fp8bench, before any case runs,
+naming the cause. The lock is undone when the run ends: normally, on Ctrl-C, SIGTERM or SIGHUP (the command line
+turns them into an interrupt that unwinds through :class:`ClockLock`), on an error, and at interpreter exit
+(``atexit``) should anything skip the unwinding. A ``SIGKILL`` cannot be caught: ``nvidia-smi -rgc`` (as root)
+undoes a lock left behind. The lock is recorded in the run's environment (``clock_lock``). All three names exist in
+nvidia-ml-py 12.535.77, the oldest release fp8bench allows (its recorded surface, ``tests/data/pynvml``).
+
+**Per-sample clock check** (:class:`ClockCheckedTimer`, nvbench's throttle detection in ``measure_cold``): after
+each timed sample the SM clock and board power are read through NVML (two driver calls, outside the sample). A
+sample taken while the SM clock is under ``threshold`` of the reference clock is discarded, the timer waits a
+recovery delay, and the call is timed again. nvbench's defaults are the starting point: a threshold of 75 % of the
+default clock (``--throttle-threshold``, "Default is 75") and a recovery delay of 0.05 s
+(``--throttle-recovery-delay``, "Default is 0.05 seconds"), both from nvbench ``docs/cli_help.md``; like nvbench,
+the delay doubles while discards repeat. After :data:`MAX_CONSECUTIVE_DISCARDS` discards in a row the sample is
+kept and the check stops for the rest of the end-to-end samples (or of the phases, which follow them): a device that stays throttled is the throttle rule's to
+judge (:mod:`fp8bench.energy.telemetry`; the case is then ``invalid``), not a reason to spend the case's budget waiting.
+The record keeps the clock and power beside every kept sample and the count of discarded ones. nvbench reads the
+clock with a GPU timer kernel over the sample; NVML's reading is a snapshot taken right after it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fp8bench.energy.telemetry import Sample
+
+LOCK_POLICIES = ("base", "max")
+# nvbench's defaults (module docstring): 75 % of the default clock, 0.05 s to recover.
+THROTTLE_THRESHOLD = 0.75
+RECOVERY_DELAY_S = 0.05
+# The recovery delay doubles with each discard in a row (nvbench grows its delay while throttling repeats); a
+# sample is kept after this many discards in a row (0.05 + 0.1 + 0.2 s of waiting at the default delay).
+MAX_CONSECUTIVE_DISCARDS = 3
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+class ClockLockRefused(ValueError):
+    """The clocks cannot be locked here; the message says why and what would work."""
+
+
+class ClockLock:
+    """``--lock-clocks``: locks the SM clock of one NVML device on ``__enter__`` and resets it on ``__exit__`` or at
+    interpreter exit, whichever comes first. ``nv`` is the ``pynvml`` module, ``handle`` the device's handle."""
+
+    def __init__(self, nv: Any, handle: Any, policy: str, close: Callable[[], None] | None = None) -> None:
+        if policy not in LOCK_POLICIES:
+            raise ValueError(f"--lock-clocks {policy!r}; accepted: {', '.join(LOCK_POLICIES)}")
+        self.nv, self.handle, self.policy, self._close = nv, handle, policy, close
+        self.locked = False
+        self.setting: dict[str, Any] = {}
+
+    def _bounds(self) -> tuple[int, int, dict[str, Any]]:
+        nv = self.nv
+        if self.policy == "base":
+            tdp = int(nv.NVML_CLOCK_LIMIT_ID_TDP)
+            return tdp, tdp, {"policy": "base", "min_mhz": "tdp", "max_mhz": "tdp"}
+        top = int(nv.nvmlDeviceGetMaxClockInfo(self.handle, nv.NVML_CLOCK_SM))
+        return top, top, {"policy": "max", "min_mhz": top, "max_mhz": top}
+
+    def __enter__(self) -> ClockLock:
+        nv = self.nv
+        try:
+            low, high, self.setting = self._bounds()
+            nv.nvmlDeviceSetGpuLockedClocks(self.handle, low, high)
+        except nv.NVMLError_NoPermission as exc:
+            raise ClockLockRefused(f"--lock-clocks {self.policy}: locking GPU clocks needs root (NVML: no "
+                                   "permission); run as root (sudo), or drop --lock-clocks") from exc
+        except nv.NVMLError_NotSupported as exc:
+            raise ClockLockRefused(f"--lock-clocks {self.policy}: this GPU cannot lock its clocks (NVML: not "
+                                   "supported; locking needs a Volta or newer GPU); drop --lock-clocks") from exc
+        except nv.NVMLError as exc:
+            raise ClockLockRefused(f"--lock-clocks {self.policy}: NVML refused to lock the clocks: "
+                                   f"{type(exc).__name__}") from exc
+        finally:
+            if not self.locked and self._close is not None:
+                self._close()
+        self.locked = True
+        atexit.register(self.reset)  # should the unwinding below be skipped (an exit from a thread, say)
+        return self
+
+    def reset(self) -> None:
+        """Undo the lock (once; later calls do nothing)."""
+        if not self.locked:
+            return
+        self.locked = False
+        atexit.unregister(self.reset)
+        try:
+            self.nv.nvmlDeviceResetGpuLockedClocks(self.handle)
+        finally:
+            if self._close is not None:
+                self._close()
+
+    def __exit__(self, *exc: object) -> None:
+        self.reset()
+
+    def environment(self) -> dict[str, Any]:
+        """What the run's environment records under ``clock_lock``."""
+        return {**self.setting, "locked": self.locked, "via": "nvmlDeviceSetGpuLockedClocks"}
+
+
+@dataclass
+class ClockCheckedTimer:
+    """A timer whose samples are each followed by an SM clock and power reading; a sample under ``threshold`` of
+    ``reference_clock_mhz`` is discarded and retaken after a recovery delay (module docstring). ``read`` takes one
+    telemetry :class:`fp8bench.energy.telemetry.Sample`; ``sleep`` waits (seconds)."""
+
+    inner: Any  # the device's Timer
+    read: Callable[[], Sample]
+    reference_clock_mhz: float
+    threshold: float = THROTTLE_THRESHOLD
+    recovery_delay_s: float = RECOVERY_DELAY_S
+    sleep: Callable[[float], None] = field(default=lambda seconds: _sleep(seconds))  # _sleep, read at each call
+    sm_clock_mhz: list[float | None] = field(default_factory=list)  # beside each kept sample
+    power_w: list[float | None] = field(default_factory=list)
+    discarded: int = 0
+    gave_up: bool = False  # a sample was kept after MAX_CONSECUTIVE_DISCARDS: no more checks until take_record
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"throttle threshold must be a fraction of the reference clock in (0, 1], got "
+                             f"{self.threshold}")
+        if not self.reference_clock_mhz > 0:
+            raise ValueError(f"reference clock must be positive MHz, got {self.reference_clock_mhz}")
+
+    @property
+    def last_host_s(self) -> float | None:
+        return getattr(self.inner, "last_host_s", None)
+
+    def time(self, fn: Callable[[], Any]) -> float:
+        delay = self.recovery_delay_s
+        for attempt in range(MAX_CONSECUTIVE_DISCARDS + 1):
+            seconds = self.inner.time(fn)
+            state = self.read()  # right after the sample, outside it
+            clock = state.sm_clock_mhz
+            throttled = clock is not None and clock < self.threshold * self.reference_clock_mhz
+            if not throttled or self.gave_up or attempt == MAX_CONSECUTIVE_DISCARDS:
+                self.gave_up = self.gave_up or throttled
+                self.sm_clock_mhz.append(float(clock) if clock is not None else None)
+                self.power_w.append(state.power_w)
+                return seconds
+            self.discarded += 1  # taken at a throttled clock: let the device recover, and time the call again
+            self.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable: the last attempt is always kept")
+
+    def take_record(self) -> dict[str, Any]:
+        """The record's per-sample device state, and resets it for the next sampled function."""
+        known = [c for c in self.sm_clock_mhz if c is not None]
+        out = {"sample_sm_clock_mhz": list(self.sm_clock_mhz), "sample_power_w": list(self.power_w),
+               "discarded_samples": self.discarded, "kept_throttled": self.gave_up, "throttle_threshold": self.threshold,
+               "reference_sm_clock_mhz": self.reference_clock_mhz,
+               "median_sample_sm_clock_mhz": statistics.median(known) if known else None}
+        self.sm_clock_mhz, self.power_w, self.discarded, self.gave_up = [], [], 0, False
+        return out
+
+
+def lock_clocks(device: Any, policy: str | None, nv: Any = None) -> ClockLock | None:
+    """The entered :class:`ClockLock` of ``device`` under ``policy`` (``None``: no lock asked, nothing done).
+    Raises :class:`ClockLockRefused` with the reason where it cannot lock, before anything is measured."""
+    if policy is None:
+        return None
+    if policy not in LOCK_POLICIES:
+        raise ClockLockRefused(f"--lock-clocks {policy!r}; accepted: {', '.join(LOCK_POLICIES)}")
+    if not device.is_cuda:
+        raise ClockLockRefused(f"--lock-clocks locks an NVIDIA GPU's clocks through NVML; this run is on {device} "
+                               "(drop --lock-clocks)")
+    from fp8bench.energy import nvml
+    from fp8bench.energy.meters import _cuda_uuid
+
+    try:
+        dev = nvml.open_device(device.index or 0, _cuda_uuid(device), nv)  # by UUID: NVML ignores CUDA's order
+    except nvml.NvmlUnavailable as exc:
+        raise ClockLockRefused(f"--lock-clocks {policy}: {exc}") from exc
+    return ClockLock(dev.nv, dev.handle, policy, close=dev.close).__enter__()
+
+
+def locked_clock_policy(lock: ClockLock) -> str:
+    """The run's clock policy (part of the comparability key) under a lock: ``locked:base`` or ``locked:<MHz>``."""
+    return "locked:base" if lock.policy == "base" else f"locked:{lock.setting['max_mhz']}"

@@ -1,0 +1,224 @@
+"""The ``blocked_stream`` timing mode: kernel time without launch gaps, and without capturing a graph.
+
+The problem. Events around an *eager* call (``cuda_events``) time the GPU from the start event to the end event,
+and the GPU runs each kernel as soon as the host has launched it. When the host needs longer to launch a kernel
+(Python, dispatch, ``cudaLaunchKernel``: microseconds) than the GPU needs to run the previous one, the GPU idles in
+between, and those launch gaps are in the figure. A quantize-GEMM-epilogue call at a small shape is made of such
+kernels. ``cuda_graph`` removes the gaps by capturing the call, but refuses anything that synchronizes with the
+host, the training step among them.
+
+The method (nvbench's cold measurement, ``nvbench/detail/measure_cold.cuh`` with ``blocking_kernel``; tritonbench's
+``gpu_events`` mode, ``components/do_bench/gpu_events.py``). For each sample:
+
+1. **hold the stream**: launch a one-warp *spin kernel* that polls a flag in device memory until it reads the
+   sample's number (a generation count, so no reset of the flag is ever needed and no reset can race a release);
+2. queue the L2 flush, the start event, **the call** and the end event behind it: the host launches every kernel
+   while the GPU still spins, so they sit in the stream's queue;
+3. **release**: a one-thread kernel on a second stream writes the sample's number into the flag; the spin kernel
+   ends and the queued kernels run back to back;
+4. wait for the end event; read whether the spin kernel had to give up (below). The sample is the events' time.
+
+What the figure includes: every kernel of the call and the GPU's own time between them (no host launch gaps), like
+``cuda_graph``, but from eager launches, so nothing is captured and nothing is refused for being uncapturable.
+Excluded: the spin, the release, the flush (all before the start event) and all host work.
+
+Where it cannot apply, the case is timed with ``cuda_events`` instead, with the reason in its notes and
+``timing_mode`` saying ``cuda_events`` (a record's figures all come from one mode):
+
+* **not a CUDA device**: there is no stream to hold; the host clock times the call (``cpu``);
+* **Triton is not installed**: the spin kernel is written in Triton (the ``triton`` extra);
+* **a call that synchronizes with the host** (``.item()``, ``float(loss)``, ``.cpu()``, ``torch.cuda.synchronize()``):
+  the host waits for work queued behind the spin kernel, which waits for a release the host never gets to launch.
+  A deadlock, so the spin kernel gives up after :data:`SPIN_MAX_CHECKS` polls and records that it did; the host's
+  wait then ends, the sample is thrown away and the case falls back. Every call of a case is tried once, held,
+  before sampling, so the fall-back is decided before any figure is taken. A call of more kernels than the
+  stream's launch queue holds (about a thousand: tritonbench caps its queued calls at 50 for this reason) blocks
+  the host the same way and falls back the same way.
+
+Why a Triton kernel, and not ``torch.cuda._sleep``: ``_sleep(cycles)`` spins for a fixed number of clock cycles and
+cannot wait for a flag. If the host needs longer to queue the call than the sleep lasts, the GPU starts early and the
+launch gaps are back in the figure without any sign. And why a device-memory flag released by a kernel
+(tritonbench's way) rather than nvbench's host-mapped pinned flag written by the host: the flag stays an ordinary
+CUDA tensor handed to Triton, the release is itself ordered GPU work, and no host-mapped pointer has to be passed
+through Triton's launcher.
+
+Verification: the spin and release kernels run under Triton's CPU interpreter in the tests (the flag, the
+generation count and the give-up rule); the whole timer runs on the fake CUDA runtime of ``tests/fake_cuda_runtime.py``,
+which holds a stream behind a spin kernel and hangs, as CUDA does, when nothing releases it. Neither has run on a
+GPU here: the seconds one poll takes on a GPU, and so the time :data:`SPIN_MAX_CHECKS` polls last, are unmeasured.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import torch
+
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Unsupported
+from fp8bench.measure.timing import CudaTimer, Timer, TimingMode
+
+# Polls before the spin kernel gives up. A poll is one uncached global-memory load (of the order of a microsecond on
+# a data-centre GPU; unmeasured here), so a few seconds: far longer than any host needs to queue one call, short
+# enough that a call which synchronizes costs the run seconds, not minutes. tritonbench gives up after ~1 s
+# (1000 polls with a 1 ms sleep each).
+SPIN_MAX_CHECKS = 1 << 22
+
+
+class HoldTimedOut(Unsupported):
+    """The spin kernel gave up before its release: the call waited for the GPU while the stream was held."""
+
+
+class StreamHold(Protocol):
+    """Holds one stream until released (module docstring, steps 1 and 3)."""
+
+    def hold(self, stream: Any, generation: int) -> None:
+        """Launch the spin kernel on ``stream``, waiting for the flag to reach ``generation``."""
+        ...
+
+    def release(self, generation: int) -> None:
+        """Write ``generation`` into the flag, from another stream."""
+        ...
+
+    def gave_up(self) -> bool:
+        """Whether the last spin kernel stopped polling before it saw its release (read after a synchronize)."""
+        ...
+
+
+def triton_missing_reason() -> str | None:
+    """Why the spin kernel cannot be built here, or ``None``."""
+    if importlib.util.find_spec("triton") is None:
+        return "the spin kernel that holds the stream is a Triton kernel, and Triton is not installed " \
+               "(pip install 'fp8bench[triton]')"
+    return None
+
+
+_KERNELS: dict[str, Any] = {}
+
+
+def spin_kernels() -> tuple[Any, Any]:
+    """The Triton ``(spin, release)`` kernels, defined on first use (Triton is an optional extra, and reads
+    ``TRITON_INTERPRET`` when a kernel is defined)."""
+    if not _KERNELS:
+        import triton
+        import triton.language as tl
+
+        # Integer arguments are not specialized (Triton compiles a variant for a value of 1 or a multiple of 16):
+        # a new variant compiling while the stream is held would eat the spin's patience.
+        @triton.jit(do_not_specialize=["generation", "max_checks"])
+        def spin(flag_ptr, gave_up_ptr, generation, max_checks):
+            # One program, one warp: it occupies one SM while the queued kernels wait behind it on its stream.
+            seen = tl.load(flag_ptr, volatile=True)
+            checks = 0
+            while (seen < generation) & (checks < max_checks):
+                seen = tl.load(flag_ptr, volatile=True)  # volatile: read memory every time, never a cached value
+                checks += 1
+            tl.store(gave_up_ptr, (seen < generation).to(tl.int32))
+
+        @triton.jit(do_not_specialize=["generation"])
+        def release(flag_ptr, generation):
+            tl.atomic_xchg(flag_ptr, generation)
+
+        _KERNELS["spin"], _KERNELS["release"] = spin, release
+    return _KERNELS["spin"], _KERNELS["release"]
+
+
+class TritonStreamHold:
+    """:class:`StreamHold` with the Triton kernels of :func:`spin_kernels` and a flag in the device's memory."""
+
+    def __init__(self, device: Device, max_checks: int = SPIN_MAX_CHECKS) -> None:
+        self.spin, self.release_kernel = spin_kernels()
+        self.max_checks = max_checks
+        with device.guard():
+            self.flag = torch.zeros(1, dtype=torch.int32, device=device.torch)
+            self.gave_up_flag = torch.zeros(1, dtype=torch.int32, device=device.torch)
+            self.side = torch.cuda.Stream(device.torch)  # the release must not queue behind the held stream
+            # Compile both kernels now, not inside the first held sample: generation 0 is already "released".
+            self.release_kernel[(1,)](self.flag, 0, num_warps=1)
+            self.spin[(1,)](self.flag, self.gave_up_flag, 0, self.max_checks, num_warps=1)
+            torch.cuda.synchronize(device.torch)
+
+    def hold(self, stream: Any, generation: int) -> None:
+        with torch.cuda.stream(stream):
+            self.spin[(1,)](self.flag, self.gave_up_flag, generation, self.max_checks, num_warps=1)
+
+    def release(self, generation: int) -> None:
+        with torch.cuda.stream(self.side):
+            self.release_kernel[(1,)](self.flag, generation, num_warps=1)
+
+    def gave_up(self) -> bool:
+        return bool(self.gave_up_flag.item())
+
+
+class BlockedStreamTimer(CudaTimer):
+    """``Timer.time`` in the ``blocked_stream`` mode (module docstring): events around one call queued behind a
+    held stream, with :class:`fp8bench.measure.timing.CudaTimer`'s device binding and L2 flush; seconds of GPU time.
+    Raises :class:`HoldTimedOut` when the call waited for the GPU."""
+
+    def __init__(self, device: Device, hold: StreamHold, flush_l2: bool = True) -> None:
+        super().__init__(device, flush_l2)
+        self.hold = hold
+        self.generation = 0
+
+    def time(self, fn: Callable[[], Any]) -> float:
+        with self.device.guard():
+            stream = torch.cuda.current_stream(self.index)
+            self.generation += 1
+            self.hold.hold(stream, self.generation)  # 1. nothing below runs until the release
+            if self._flush is not None:
+                self._flush.zero_()  # cold L2, before the start event, as in cuda_events
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            host_start = self.host_clock()
+            fn()  # 2. every kernel of the call queues behind the spin kernel
+            end.record(stream)
+            self.hold.release(self.generation)  # 3. the queue drains back to back
+            end.synchronize()
+            self.last_host_s = self.host_clock() - host_start
+            if self.hold.gave_up():  # 4. the host waited inside fn: the events time a broken hold
+                raise HoldTimedOut("the call waits for the GPU while its stream is held (it synchronizes with the "
+                                   "host: .item(), float(tensor), .cpu(), a synchronize; or it launches more kernels "
+                                   "than the launch queue holds)")
+            return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
+
+
+def unavailable_reason(device: Device) -> str | None:
+    """Why ``blocked_stream`` cannot time on ``device``, or ``None``."""
+    if not device.is_cuda:
+        return f"blocked_stream timing holds a CUDA stream; {device} has none"
+    return triton_missing_reason()
+
+
+def stream_hold_for(device: Device) -> StreamHold:
+    """The stream hold of ``device`` (the one place a test puts the fake CUDA runtime's in its stead)."""
+    return TritonStreamHold(device)
+
+
+def held_timer(device: Device, blocked_stream: bool, flush_l2: bool,
+               replaced_by: Timer | None = None) -> tuple[BlockedStreamTimer | None, str | None]:
+    """The ``blocked_stream`` timer of a run on ``device`` when it asks for one and it can apply, else ``None``
+    with the note every record of the run carries about the mode used instead (``None`` when none was asked).
+    A timer that ``replaced_by`` replaces the device's own (a distributed run's lockstep timer) is kept."""
+    if not blocked_stream:
+        return None, None
+    fallback = "cpu" if not device.is_cuda else "cuda_events"
+    why = unavailable_reason(device) or ("a distributed run times in lockstep across its ranks, which holding one "
+                                         "rank's stream would break" if replaced_by is not None else None)
+    if why:
+        return None, f"timed with {fallback}, not blocked_stream: {why}"
+    return BlockedStreamTimer(device, stream_hold_for(device), flush_l2), None
+
+
+def timer_for_calls(blocked: BlockedStreamTimer, fallback: Timer,
+                    calls: Iterable[Callable[[], Any]]) -> tuple[Timer, TimingMode, str | None]:
+    """The timer of one case: ``blocked`` when every call in ``calls`` runs held once (each such try is a warm-up
+    call, outside any sample), else ``fallback`` (``cuda_events``) and the note that says why."""
+    for call in calls:
+        try:
+            blocked.time(call)
+        except HoldTimedOut as exc:
+            return fallback, TimingMode.CUDA_EVENTS, f"timed with cuda_events, not blocked_stream: {exc}"
+    return blocked, TimingMode.BLOCKED_STREAM, None

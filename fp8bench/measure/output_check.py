@@ -1,0 +1,176 @@
+"""Outputs checked after timing: the last timed call must have computed what a fresh call computes.
+
+Why: numerics come from an untimed call (:meth:`fp8bench.core.pipeline.Pipeline.output`), so a kernel could be correct
+when called once and do less when called back to back: return a stale or partly written buffer, skip work it
+believes it has already done, race with a stream it never waits for. Kernel leaderboards have been gamed exactly so
+(kernels that cache or skip work on repeated calls). The timed figure of such a kernel describes work it did not do.
+
+The check, per case:
+
+1. **Fresh reference.** Right after the pipeline is built, before any warm-up or timed call, one call of the
+   pipeline's output is kept (a copy). It is the first call of a fresh pipeline: nothing cached yet.
+2. **Timed output.** The end-to-end call is sampled through :class:`LastOutput`, which keeps what each call
+   returns (one reference assignment, ~0.1 us of host time inside each sample: nothing the GPU waits for); the
+   value left after the last sample is the output of the last timed call, copied before any other call runs.
+3. **Compared.** ``bitwise`` where the case is deterministic: the same kernel on the same inputs with no state
+   carried between calls must return the same bits (cuBLAS: "all cuBLAS API routines from a given toolkit version
+   generate the same bit-wise results at every run when executed on GPUs with the same architecture and the same
+   number of SMs", cuBLAS documentation, "Results reproducibility"; CPU kernels on a fixed thread count likewise).
+   ``sqnr`` where the recipe carries state between calls (delayed scaling's amax history moves the scale between
+   the first call and the last): the SQNR of the timed output against the fresh one must reach
+   :func:`sqnr_threshold_db`, derived from the fresh output's own SQNR against the FP64 reference.
+
+A timed output that fails makes the record ``invalid``, with the reason, whatever its speed.
+
+Where the check cannot apply it says why in the record (``output_check.reason``) and nothing is invalidated:
+a pipeline whose ``output`` is a separate function from its timed call (the two compute different things, e.g. a
+training step's loss against a fresh model's loss and gradients), a CUDA-graph replay (it hands back no output), an
+output that is not one tensor. What this check cannot see: a kernel that caches its result keyed on its inputs
+returns the right values, from the same inputs, every time; only changing the inputs between calls would reveal it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from fp8bench.numerics.accuracy import compare
+
+BITWISE, SQNR = "bitwise", "sqnr"
+# SQNR check: the difference of two outputs that each carry the recipe's own quantization error has up to twice
+# that error's power (3 dB) when the errors are uncorrelated; 3 dB more leaves room for a scale that moved between
+# the two calls (delayed scaling). A corrupted output misses by tens of dB.
+SQNR_TOLERANCE_DB = 6.0
+# The threshold never asks more than this: above it two outputs differ by rounding in the last bits only (FP32 is
+# ~140 dB), which a kernel with a different accumulation order legitimately produces.
+SQNR_CEILING_DB = 60.0
+
+
+class LastOutput:
+    """A call that keeps what it returned last (``value``); used around the timed end-to-end call."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.value: Any = None
+
+    def __call__(self) -> Any:
+        self.value = self.fn()
+        return self.value
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """The outcome, as stored in ``Record.output_check``. ``passed`` is ``None`` when the check did not apply."""
+
+    method: str | None  # bitwise | sqnr | None (not checked)
+    passed: bool | None
+    reason: str | None = None  # why it failed, or why it was not checked
+    differing_frac: float | None = None  # share of elements whose bits differ (bitwise)
+    sqnr_db: float | None = None  # timed output against the fresh one
+    threshold_db: float | None = None  # what ``sqnr_db`` had to reach (sqnr)
+
+    def to_dict(self) -> dict[str, Any]:
+        # JSON has no infinities: an SQNR of +inf (identical outputs) or -inf is stored as null.
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def not_checked(reason: str) -> OutputCheck:
+    return OutputCheck(None, None, reason)
+
+
+def applicability(output_fn: Callable[[], Any], timed_fn: Callable[[], Any], graph: bool) -> str | None:
+    """Why the timed output cannot be compared with a fresh output of this pipeline, or ``None`` when it can."""
+    if graph:
+        return "not checked: CUDA-graph replays hand back no output (the graph's kernels write their own buffers)"
+    if output_fn is not timed_fn:
+        return ("not checked: the pipeline's output comes from a separate function, not from its timed call, so the "
+                "two need not be equal")
+    return None
+
+
+def snapshot(value: Any) -> torch.Tensor | None:
+    """A copy of ``value`` that later calls cannot overwrite, or ``None`` when it is not one tensor."""
+    return value.detach().clone() if isinstance(value, torch.Tensor) else None
+
+
+def sqnr_threshold_db(fresh_sqnr_db: float | None) -> float:
+    """The SQNR (dB) a timed output must reach against the fresh one: the fresh output's SQNR against the FP64
+    reference less :data:`SQNR_TOLERANCE_DB`, at most :data:`SQNR_CEILING_DB`, at least 0 dB."""
+    if fresh_sqnr_db is None or math.isnan(fresh_sqnr_db):
+        return SQNR_CEILING_DB
+    return max(0.0, min(SQNR_CEILING_DB, fresh_sqnr_db - SQNR_TOLERANCE_DB))
+
+
+def check(timed: torch.Tensor | None, fresh: torch.Tensor | None, exact: bool,
+          fresh_sqnr_db: float | None) -> OutputCheck:
+    """Compare the last timed output with the fresh one (module docstring, step 3)."""
+    if timed is None or fresh is None:
+        return not_checked("not checked: the timed call returned no tensor")
+    if timed.shape != fresh.shape or timed.dtype != fresh.dtype:
+        return OutputCheck(BITWISE if exact else SQNR, False,
+                           f"timed output differs from a fresh call's: {tuple(timed.shape)} {timed.dtype} against "
+                           f"{tuple(fresh.shape)} {fresh.dtype}")
+    a, b = timed.detach().cpu(), fresh.detach().cpu()
+    # Bits, not values: NaN != NaN and -0.0 == 0.0 would both mislead a value comparison.
+    differ = a.reshape(-1).view(torch.uint8).reshape(a.numel(), -1) != \
+        b.reshape(-1).view(torch.uint8).reshape(b.numel(), -1)
+    frac = float(differ.any(dim=1).double().mean()) if a.numel() else 0.0
+    if frac == 0:
+        return OutputCheck(BITWISE if exact else SQNR, True, differing_frac=0.0)
+    if exact:
+        return OutputCheck(BITWISE, False, f"timed output differs from a fresh call's: {frac:.3%} of elements "
+                           "differ bitwise (a deterministic kernel on the same inputs)", differing_frac=frac)
+    threshold = sqnr_threshold_db(fresh_sqnr_db)
+    sqnr = compare(a, b).sqnr_db
+    if sqnr is not None and sqnr >= threshold:
+        return OutputCheck(SQNR, True, sqnr_db=sqnr, threshold_db=threshold)
+    shown = "non-finite values" if sqnr is None else f"SQNR {sqnr:.1f} dB"
+    return OutputCheck(SQNR, False, f"timed output differs from a fresh call's: {shown} against it, under the "
+                       f"{threshold:.1f} dB the recipe's own error allows", sqnr_db=sqnr, threshold_db=threshold)
+
+
+def deterministic(precision: Any) -> bool:
+    """Whether a case's calls carry no state from one call to the next, so that its outputs must agree bitwise:
+    every precision but delayed scaling (its amax history moves the scale between calls)."""
+    return not getattr(precision, "delayed", False)
+
+
+class OutputWatch:
+    """The check of one case, in the order the runner takes its steps (module docstring).
+
+    ``OutputWatch(pipeline.output, pipeline.end_to_end, graph, exact)`` takes the fresh output at once (before any
+    warm-up); :meth:`timed` wraps the end-to-end call the timer samples; :meth:`keep_last` copies the last timed
+    output when sampling ends; :meth:`verdict` compares the two, given the FP64 reference.
+    """
+
+    def __init__(self, output_fn: Callable[[], Any], timed_fn: Callable[[], Any], graph: bool, exact: bool) -> None:
+        self.exact = exact
+        self.reason = applicability(output_fn, timed_fn, graph)
+        self.fresh = snapshot(output_fn()) if self.reason is None else None
+        self._last: LastOutput | None = None
+        self.timed_output: torch.Tensor | None = None
+
+    def timed(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """What the timer samples for the end-to-end call ``fn``: ``fn`` itself where nothing is checked."""
+        if self.reason is not None:
+            return fn
+        self._last = LastOutput(fn)
+        return self._last
+
+    def keep_last(self) -> None:
+        if self._last is not None:
+            self.timed_output = snapshot(self._last.value)
+            self._last.value = None
+
+    def verdict(self, reference: torch.Tensor) -> OutputCheck:
+        if self.reason is not None:
+            return not_checked(self.reason)
+        if self.timed_output is None:
+            return not_checked("not checked: the timed call returned no tensor")
+        fresh_sqnr = compare(self.fresh, reference).sqnr_db if self.fresh is not None and \
+            self.fresh.shape == reference.shape else None
+        return check(self.timed_output, self.fresh, self.exact, fresh_sqnr)

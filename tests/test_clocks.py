@@ -1,0 +1,203 @@
+"""Clocks under control (fp8bench/hardware/clocks.py): --lock-clocks through NVML, and samples at a throttled clock
+discarded and retaken.
+
+NVML is the fake of ``tests/fake_nvml.py`` (an autospec of the real nvidia-ml-py surface, so a call the release
+lacks or a wrong signature fails), the GPU the fake CUDA runtime of ``tests/fake_cuda_runtime.py``. No GPU and no
+root were involved: the lock has never been set on hardware here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import test_cuda_timing
+from fake_nvml import FakeGpu, make_pynvml
+from test_cuda_timing import GPU1, POLICY
+
+from fp8bench.core.devices import Device
+from fp8bench.energy import meters as energy
+from fp8bench.energy.telemetry import Sample
+from fp8bench.hardware import clocks
+from fp8bench.hardware.clocks import (
+    MAX_CONSECUTIVE_DISCARDS,
+    RECOVERY_DELAY_S,
+    THROTTLE_THRESHOLD,
+    ClockCheckedTimer,
+    ClockLock,
+    ClockLockRefused,
+    lock_clocks,
+)
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, run_cases
+
+fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
+FLOOR_RELEASE = "12.535.77"  # the oldest nvidia-ml-py pyproject.toml allows (tests/data/pynvml)
+
+
+# -- locking -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("release", [None, FLOOR_RELEASE])
+@pytest.mark.parametrize("policy", ["base", "max"])
+def test_lock_sets_and_resets_through_nvml(release, policy):
+    gpu = FakeGpu()
+    nv = make_pynvml(gpu, release)
+    handle = nv.nvmlDeviceGetHandleByIndex(0)
+    with ClockLock(nv, handle, policy) as lock:
+        assert lock.locked
+        expected = nv.NVML_CLOCK_LIMIT_ID_TDP if policy == "base" else gpu.max_sm_clock_mhz
+        nv.nvmlDeviceSetGpuLockedClocks.assert_called_once_with(handle, expected, expected)
+        nv.nvmlDeviceResetGpuLockedClocks.assert_not_called()
+    nv.nvmlDeviceResetGpuLockedClocks.assert_called_once_with(handle)
+    assert lock.environment()["policy"] == policy and lock.environment()["locked"] is False
+
+
+def test_lock_is_reset_on_ctrl_c_inside_it():
+    nv = make_pynvml(FakeGpu())
+    handle = nv.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(KeyboardInterrupt), ClockLock(nv, handle, "base"):
+        raise KeyboardInterrupt
+    nv.nvmlDeviceResetGpuLockedClocks.assert_called_once_with(handle)
+
+
+@pytest.mark.parametrize(("error", "words"), [("NVMLError_NoPermission", r"needs root \(NVML: no permission\); run as root"),
+                                               ("NVMLError_NotSupported", "cannot lock its clocks")])
+def test_lock_refusals_say_why(error, words):
+    nv = make_pynvml(FakeGpu())
+    nv.nvmlDeviceSetGpuLockedClocks.side_effect = getattr(nv, error)(
+        {"NVMLError_NoPermission": nv.NVML_ERROR_NO_PERMISSION,
+         "NVMLError_NotSupported": nv.NVML_ERROR_NOT_SUPPORTED}[error])
+    closed = []
+    with pytest.raises(ClockLockRefused, match=words):
+        ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "max", close=lambda: closed.append(1)).__enter__()
+    assert closed == [1]  # NVML is shut down again
+    with pytest.raises(ClockLockRefused, match="this run is on cpu"):
+        lock_clocks(Device("cpu"), "base")
+    with pytest.raises(ClockLockRefused, match="--lock-clocks 'turbo'; accepted: base, max"):
+        lock_clocks(Device("cpu"), "turbo")
+
+
+def test_a_crashing_process_resets_the_lock_at_exit(tmp_path):
+    """An error nothing catches: the interpreter's exit runs the reset (atexit)."""
+    script = textwrap.dedent("""
+        import sys
+        from types import SimpleNamespace
+        from fp8bench.hardware.clocks import ClockLock
+
+        class NVMLError(Exception):
+            pass
+
+        nv = SimpleNamespace(NVML_CLOCK_LIMIT_ID_TDP=0xFFFFFF01, NVMLError=NVMLError, NVMLError_NoPermission=NVMLError,
+                             NVMLError_NotSupported=NVMLError,
+                             nvmlDeviceSetGpuLockedClocks=lambda h, lo, hi: print("set", lo, hi, flush=True),
+                             nvmlDeviceResetGpuLockedClocks=lambda h: print("reset", flush=True))
+        ClockLock(nv, "handle", "base").__enter__()
+        raise RuntimeError("a crash")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "RuntimeError: a crash" in proc.stderr
+    assert proc.stdout.splitlines() == [f"set {0xFFFFFF01} {0xFFFFFF01}", "reset"]
+
+
+def test_run_records_the_lock_and_resets_it_after_a_ctrl_c(fake_cuda, chain, monkeypatch, tmp_path):
+    gpu = FakeGpu()
+    nv = make_pynvml(gpu)
+    monkeypatch.setattr(clocks, "lock_clocks", lambda device, policy: ClockLock(
+        nv, nv.nvmlDeviceGetHandleByIndex(0), policy).__enter__())
+    monkeypatch.setattr("fp8bench.measure.runner.lock_clocks", clocks.lock_clocks)
+    case = chain()
+    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, lock_clocks="max")
+
+    def interrupt(i, _case):
+        if i == 1:
+            raise KeyboardInterrupt
+
+    outcome = run_cases([case, case], s, GPU1, run_file=tmp_path / "run.json", on_start=interrupt)
+    assert outcome.interrupted and len(outcome.records) == 1
+    header = json.loads((tmp_path / "run.json").read_text())["run"]
+    assert header["clock_lock"] == {"policy": "max", "min_mhz": 1980, "max_mhz": 1980, "locked": True,
+                                    "via": "nvmlDeviceSetGpuLockedClocks"}
+    assert header["gpu"]["clock_policy"] == "locked:1980"
+    nv.nvmlDeviceResetGpuLockedClocks.assert_called_once()
+
+
+# -- per-sample clock check ----------------------------------------------------------------------------------------
+def test_defaults_are_nvbenchs():
+    assert THROTTLE_THRESHOLD == 0.75 and RECOVERY_DELAY_S == 0.05
+
+
+def test_a_throttled_sample_is_discarded_and_retaken_after_a_recovery_delay():
+    clocks_read = iter([1980, 900, 1000, 1980, 1980])
+    slept = []
+    timer = ClockCheckedTimer(inner=type("T", (), {"time": lambda self, fn: fn()})(),
+                              read=lambda: Sample(0.0, sm_clock_mhz=next(clocks_read), power_w=650.0),
+                              reference_clock_mhz=1755.0, sleep=slept.append)
+    calls = []
+    for i in range(3):
+        timer.time(lambda i=i: calls.append(i) or 1e-3)
+    # Sample 2 was read at 900 and 1000 MHz (under 75% of 1755): two discards, delays doubling, then kept.
+    assert calls == [0, 1, 1, 1, 2] and slept == [RECOVERY_DELAY_S, 2 * RECOVERY_DELAY_S]
+    record = timer.take_record()
+    assert record["discarded_samples"] == 2 and record["sample_sm_clock_mhz"] == [1980, 1980, 1980]
+    assert record["sample_power_w"] == [650.0] * 3 and record["kept_throttled"] is False
+
+
+def nvml_on_fake_gpu(monkeypatch, gpu):
+    nv = make_pynvml(gpu)
+    monkeypatch.setattr(energy, "_FACTORIES", [lambda device: energy.nvml_meter(device, nv=nv)])
+    return nv
+
+
+def test_simulated_throttle_mid_run_discards_and_retakes_samples(fake_cuda, chain, monkeypatch):
+    """The GPU drops to 900 MHz at its 10th kernel and recovers during the recovery delay."""
+    gpu = FakeGpu(sm_clock_mhz=1980, default_sm_clock_mhz=1755)
+    nvml_on_fake_gpu(monkeypatch, gpu)
+    slept = []
+
+    def recover(seconds):
+        slept.append(seconds)
+        gpu.sm_clock_mhz = 1980
+
+    monkeypatch.setattr(clocks, "_sleep", recover)
+    launches = [0]
+    kernel = fake_cuda.kernel
+
+    def throttling_kernel(*args, **kwargs):
+        launches[0] += 1
+        if launches[0] == 10:  # the 3rd end-to-end sample (4 warm-up launches before)
+            gpu.sm_clock_mhz = 900
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(fake_cuda, "kernel", throttling_kernel)
+    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False)
+    record = CaseMeasurer(s, GPU1).measure(chain())
+    assert record.status == "ok", record.reason
+    assert record.discarded_samples == 1 and slept == [RECOVERY_DELAY_S]
+    per_sample = record.telemetry["per_sample"]
+    assert len(per_sample["sample_sm_clock_mhz"]) == record.n and set(per_sample["sample_sm_clock_mhz"]) == {1980}
+    assert per_sample["reference_sm_clock_mhz"] == 1755 and per_sample["sample_power_w"] == [300.0] * record.n
+
+
+def test_a_device_that_stays_throttled_is_not_waited_for_and_ends_invalid(fake_cuda, chain, monkeypatch):
+    gpu = FakeGpu(sm_clock_mhz=900, default_sm_clock_mhz=1755)
+    nvml_on_fake_gpu(monkeypatch, gpu)
+    slept = []
+    monkeypatch.setattr(clocks, "_sleep", slept.append)
+    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False)
+    record = CaseMeasurer(s, GPU1).measure(chain())
+    # Three discards in a row for the end-to-end samples and three for the phases, then each keeps its samples and
+    # stops checking: at the default delay 0.35 s of waiting each, not the case's budget.
+    assert record.discarded_samples == 2 * MAX_CONSECUTIVE_DISCARDS and len(slept) == 2 * MAX_CONSECUTIVE_DISCARDS
+    assert record.telemetry["per_sample"]["kept_throttled"] is True
+    assert record.status == "invalid" and "median SM clock 900 MHz" in record.reason
+
+
+def test_run_verb_refuses_lock_clocks_on_the_cpu_before_writing_anything(tmp_path, capsys):
+    from fp8bench.cli import main
+
+    out = tmp_path / "run.json"
+    code = main(["run", "--device", "cpu", "--lock-clocks", "base", "--shape", "16x16x16", "--precision", "bf16",
+                 "--no-store", "--out", str(out)])
+    assert code == 2 and not out.exists()
+    assert "--lock-clocks locks an NVIDIA GPU's clocks through NVML; this run is on cpu" in capsys.readouterr().err

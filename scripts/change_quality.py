@@ -4,7 +4,7 @@
 Each history is ``--commits`` nightly points of one case, log-normal around 1 ms with the given coefficient of
 variation (the noise levels of the gate study, ``scripts/gate_quality.py``: CV 1% to 5%). A *step* history is
 slower by ``--step`` (10% by default) from a random commit on (at least ``--min-size`` commits from either end);
-a *flat* history never changes. Every history goes through the real detector (:func:`fp8bench.changes.find_changes`:
+a *flat* history never changes. Every history goes through the real detector (:func:`fp8bench.analysis.changes.find_changes`:
 PELT from ``ruptures``, then the size, interval and Mann-Whitney filters), as ``fp8bench changes`` runs it.
 
 Reported per CV:
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from gate_quality import lognormal, wilson_upper  # the gate study's noise model and interval
 
-from fp8bench.changes import ChangeConfig, find_changes
+from fp8bench.analysis.changes import ChangeConfig, find_changes
 
 
 def history(values: np.ndarray, name: str) -> pd.DataFrame:

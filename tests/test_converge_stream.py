@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from fp8bench import convergence
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_CASE_FAILED, EXIT_INTERRUPTED
-from fp8bench.runfile import read_run_file
-from fp8bench.store import open_store
+from fp8bench.measure import convergence
+from fp8bench.results.runfile import read_run_file
+from fp8bench.results.store import open_store
 
 SHORT = "tiny,layers=1,seq=32"  # 128 tokens per step
 

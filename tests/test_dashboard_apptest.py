@@ -20,9 +20,9 @@ pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import fp8bench.dashboard  # noqa: E402
+from fp8bench.analysis.stats import compare_samples  # noqa: E402
 from fp8bench.dashboard.data import FILL_COMMAND, STORE_ENV, loss_curve, shape_label  # noqa: E402
-from fp8bench.stats import compare_samples  # noqa: E402
-from fp8bench.store import open_store  # noqa: E402
+from fp8bench.results.store import open_store  # noqa: E402
 
 APP = Path(fp8bench.dashboard.__file__).parent / "app.py"
 TITLES = {"overview": "Overview: does FP8 pay off?", "roofline": "Roofline", "phases": "Phases", "energy": "Energy",

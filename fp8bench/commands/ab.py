@@ -19,7 +19,7 @@ from fp8bench.commands.common import (
     add_store_flags,
     default_results_dir,
 )
-from fp8bench.units import positive_seconds
+from fp8bench.core.units import positive_seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -89,9 +89,9 @@ def _env(pairs: list[str], flag: str) -> dict[str, str]:
 def check_outputs(folder: Path, rounds: int, force: bool) -> None:
     """Refuse, before any round runs, round files and reports in ``folder`` that must not be replaced (an earlier
     A/B run's, unless ``force``; a device, FIFO or link, ever), the rerun's included."""
-    from fp8bench.ab import round_files
+    from fp8bench.analysis.gate.ab import round_files
     from fp8bench.commands.gate import check_report_dir
-    from fp8bench.runfile import check_writable
+    from fp8bench.results.runfile import check_writable
 
     check_report_dir(folder, force, "--out")
     for place in (folder, folder / "rerun"):
@@ -107,7 +107,7 @@ def _round_progress(progress: StepProgress, rounds: int, err: Console,
                     quiet: bool) -> tuple[Callable[[int, str], None], Callable[[list[str]], None]]:
     """The callbacks that advance ``progress`` per run of a round and say on ``err`` (unless ``quiet``) which cases
     are rerun."""
-    from fp8bench.ab import round_order
+    from fp8bench.analysis.gate.ab import round_order
 
     rerun = {"phase": ""}
 
@@ -129,7 +129,7 @@ def _round_progress(progress: StepProgress, rounds: int, err: Console,
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from fp8bench.ab import AbError, SideSpec, run_ab, temporary_checkouts
+    from fp8bench.analysis.gate.ab import AbError, SideSpec, run_ab, temporary_checkouts
     from fp8bench.commands.gate import gate_config, publish_report, write_report
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args

@@ -44,8 +44,8 @@ DOC = "docs/history-and-changes.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.changes import DEFAULT_METRICS, METRICS, ChangeConfig
-    from fp8bench.units import fraction_arg
+    from fp8bench.analysis.changes import DEFAULT_METRICS, METRICS, ChangeConfig
+    from fp8bench.core.units import fraction_arg
 
     defaults = ChangeConfig()
     p.add_argument("--metric", nargs="+", default=list(DEFAULT_METRICS), choices=list(METRICS),
@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from fp8bench.changes import ChangeConfig
+    from fp8bench.analysis.changes import ChangeConfig
 
     return ChangeConfig(metrics=tuple(args.metric), threshold=args.threshold, threshold_db=args.threshold_db,
                         alpha=args.alpha, min_size=args.min_size, penalty=args.penalty)
@@ -89,7 +89,7 @@ def render(changes: list[Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from fp8bench.escaping import term_text
+    from fp8bench.core.escaping import term_text
 
     table = Table(title=title)
     for name in ("first bad", "last good", "case", "device", "metric", "change", "interval", "p", "state"):
@@ -105,9 +105,9 @@ def render(changes: list[Any], title: str) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.changes import new_since, store_changes
-    from fp8bench.store import open_store
-    from fp8bench.store_queries import RecordFilter
+    from fp8bench.analysis.changes import new_since, store_changes
+    from fp8bench.results.store import open_store
+    from fp8bench.results.store.queries import RecordFilter
 
     config = _config(args)
     store = open_store(store_target(args), read_only=True)

@@ -24,16 +24,16 @@ from fp8bench.commands.common import (
     default_results_dir,
     print_json,
 )
-from fp8bench.units import fraction_arg
+from fp8bench.core.units import fraction_arg
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from fp8bench.convergence import ConvergenceSettings, Curve
-    from fp8bench.devices import Device
-    from fp8bench.recipes import Precision
-    from fp8bench.runner import RunOutcome
-    from fp8bench.shapes import Shape
+    from fp8bench.core.devices import Device
+    from fp8bench.core.shapes import Shape
+    from fp8bench.measure.convergence import ConvergenceSettings, Curve
+    from fp8bench.measure.runner import RunOutcome
+    from fp8bench.numerics.recipes import Precision
 
 NAME = "converge"
 HELP = "convergence check: FP8 and 4-bit loss curves against BF16 on the same model and data"
@@ -100,7 +100,7 @@ def execute(args: argparse.Namespace) -> int:
     """Parse the flags, train every curve (:func:`converge`), then render the table and the summary line."""
     from rich.console import Console
 
-    from fp8bench.record_stream import DiskFull
+    from fp8bench.results.stream import DiskFull
 
     err = Console(stderr=True)
     results_dir = args.results_dir or default_results_dir()
@@ -130,7 +130,7 @@ def execute(args: argparse.Namespace) -> int:
 
 @dataclass(frozen=True)
 class ConvergeOutcome:
-    """What a convergence run kept (:class:`fp8bench.runner.RunOutcome`: its records, how it ended) and what it
+    """What a convergence run kept (:class:`fp8bench.measure.runner.RunOutcome`: its records, how it ended) and what it
     trained: ``steps`` training steps per curve of the decoder ``shape`` through ``backend`` on ``device``."""
 
     run: RunOutcome
@@ -146,7 +146,7 @@ class ConvergeOutcome:
 
     @property
     def control(self) -> dict[str, Any] | None:
-        from fp8bench.convergence import BROKEN
+        from fp8bench.measure.convergence import BROKEN
 
         return next((r for r in self.rows if r["precision"] == BROKEN), None)
 
@@ -158,7 +158,7 @@ class ConvergeOutcome:
     @property
     def diverged(self) -> list[str]:
         """The recipes, the control aside, that diverged or failed to train."""
-        from fp8bench.convergence import BROKEN
+        from fp8bench.measure.convergence import BROKEN
 
         return [r["precision"] for r in self.rows if r["verdict"] in ("diverged", "failed") and r["precision"] != BROKEN]
 
@@ -183,21 +183,21 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
     negative control when ``control``), streaming each curve's record to the run file and the store as it ends.
 
     ``window`` (steps), ``tolerance`` and ``diverge_gap`` (relative gaps) judge each curve against BF16's
-    (:class:`fp8bench.convergence.ConvergenceSettings`); ``stochastic_rounding`` and ``rht`` override the 4-bit
+    (:class:`fp8bench.measure.convergence.ConvergenceSettings`); ``stochastic_rounding`` and ``rht`` override the 4-bit
     recipes' gradient options (``None``: each recipe's own). ``run_file`` defaults to
     ``results_dir/runs/RUN_ID.json``; ``store`` is a store URL or folder, ``None`` for the run file only.
     Progress and each failed recipe go to ``console`` (stderr). Bad input raises :class:`UsageError`; a disk
-    already full raises :class:`fp8bench.record_stream.DiskFull` before anything trains.
+    already full raises :class:`fp8bench.results.stream.DiskFull` before anything trains.
     """
     from rich.console import Console
 
-    from fp8bench.catalog import WORKLOADS, load_all
-    from fp8bench.convergence import BASELINE, BROKEN
-    from fp8bench.devices import resolve_device
-    from fp8bench.record_stream import RecordStream
-    from fp8bench.runfile import check_writable
-    from fp8bench.runner import RunSettings, StreamedRun, new_run_id, run_header
-    from fp8bench.store import open_store
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.core.plugins import WORKLOADS, load_all
+    from fp8bench.measure.convergence import BASELINE, BROKEN
+    from fp8bench.measure.runner import RunSettings, StreamedRun, new_run_id, run_header
+    from fp8bench.results.runfile import check_writable
+    from fp8bench.results.store import open_store
+    from fp8bench.results.stream import RecordStream
 
     load_all()
     settings = _settings(steps=steps, window=window, tolerance=tolerance, diverge_gap=diverge_gap,
@@ -235,7 +235,7 @@ def _on_off(value: str | None) -> bool | None:
 def _settings(*, steps: int, window: int, tolerance: float, diverge_gap: float, stats_every: int, seed: int,
               backend: str) -> ConvergenceSettings:
     """The check's settings (the smoothing window at most the steps), refusing a backend that cannot train."""
-    from fp8bench.convergence import ConvergenceSettings
+    from fp8bench.measure.convergence import ConvergenceSettings
     from fp8bench.workloads.transformer_step import LAYER_CONVERTERS
 
     try:
@@ -252,7 +252,7 @@ def _recipes(names: list[str], fp8_format: str | None, stochastic_rounding: bool
              rht: bool | None) -> list[Precision]:
     """Each precision name resolved for training: ``fp8_format`` for the FP8 recipes, the gradient options for
     the 4-bit ones (E2M1 elements: ``fp8_format`` does not apply)."""
-    from fp8bench.recipes import PRECISIONS, resolve_precision
+    from fp8bench.numerics.recipes import PRECISIONS, resolve_precision
 
     def resolve(name: str) -> Precision:
         if getattr(PRECISIONS.get(name), "is_fp4", False):
@@ -282,8 +282,8 @@ class _Curves:
     def record(self, seq: int, precision: Precision | str) -> dict[str, Any]:
         """Train one curve and return its record. A recipe that fails to train gives a ``failed`` record with the
         error, so the other curves still run."""
-        from fp8bench import convergence
-        from fp8bench.recipes import Fp8Recipe, fp4_settings
+        from fp8bench.measure import convergence
+        from fp8bench.numerics.recipes import Fp8Recipe, fp4_settings
 
         name = precision if isinstance(precision, str) else precision.name
         recipe = precision if isinstance(precision, Fp8Recipe) else None

@@ -19,10 +19,10 @@ from fp8bench.commands.common import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from fp8bench.capabilities import DeviceCapabilities
-    from fp8bench.cpu_fp8_rate import CpuFp8Rate
-    from fp8bench.devices import Device
-    from fp8bench.torch_api import TorchSurface
+    from fp8bench.core.devices import Device
+    from fp8bench.hardware.capabilities import DeviceCapabilities
+    from fp8bench.hardware.cpu_fp8_rate import CpuFp8Rate
+    from fp8bench.numerics.torch_api import TorchSurface
 
 NAME = "doctor"
 HELP = "what this machine can run, and why not"
@@ -72,18 +72,18 @@ def doctor(*, device: str = "auto") -> DoctorReport:
     results folder; on a CPU that runs FP8 GEMMs, their measured rate against BF16's."""
     import torch
 
-    from fp8bench import torch_api
-    from fp8bench.capabilities import (
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.core.plugins import BACKENDS, load_all
+    from fp8bench.energy.meters import meter_for
+    from fp8bench.hardware.capabilities import (
         MIN_VERSIONS,
         SCALED_GEMM_RULES,
         capabilities_for,
         library_status,
     )
-    from fp8bench.catalog import BACKENDS, load_all
-    from fp8bench.cpu_fp8_rate import measure_cpu_fp8_rate
-    from fp8bench.devices import resolve_device
-    from fp8bench.energy import meter_for
-    from fp8bench.environment import software_versions
+    from fp8bench.hardware.cpu_fp8_rate import measure_cpu_fp8_rate
+    from fp8bench.hardware.environment import software_versions
+    from fp8bench.numerics import torch_api
 
     load_all()
     on = resolve_device(device)
@@ -119,8 +119,8 @@ def doctor(*, device: str = "auto") -> DoctorReport:
 
 def _backend_matrix(device: Device) -> dict[str, dict[str, dict[str, str | None]]]:
     """backend -> workload -> precision -> why the backend cannot run it on ``device`` (``None``: it can)."""
-    from fp8bench.catalog import BACKENDS, WORKLOADS
-    from fp8bench.recipes import PRECISIONS
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS
+    from fp8bench.numerics.recipes import PRECISIONS
 
     return {bname: {wname: {p: backend.unsupported_reason(wname, prec, device) for p, prec in PRECISIONS.items()}
                     for wname in WORKLOADS}
@@ -130,7 +130,7 @@ def _backend_matrix(device: Device) -> dict[str, dict[str, dict[str, str | None]
 def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | None]]:
     """Scaled recipe -> FP8 element format -> why its forward, dgrad and wgrad GEMMs cannot run (``None``: they
     can); a 4-bit recipe has E2M1 elements, so only its ``e4m3`` cell is checked."""
-    from fp8bench.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
+    from fp8bench.numerics.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
 
     def training_reason(name: str, prec: Fp8Recipe, fmt: str) -> str | None:
         if prec.is_fp4 and fmt != "e4m3":
@@ -144,8 +144,8 @@ def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | Non
 def _torch_api_report(surface: TorchSurface) -> dict[str, Any]:
     """The scaled-GEMM API this torch has, which entry point each scaling kind takes, and whether the surface is
     the one recorded from this release's wheel."""
-    from fp8bench import torch_api
-    from fp8bench.capabilities import MATRIX_KEYS, probe_recipe, scaled_mm_api
+    from fp8bench.hardware.capabilities import MATRIX_KEYS, probe_recipe, scaled_mm_api
+    from fp8bench.numerics import torch_api
 
     recorded = torch_api.installed_release()
     return {
@@ -178,7 +178,7 @@ def _render_device(report: DoctorReport, console: Console) -> None:
     import torch
     from rich.table import Table
 
-    from fp8bench import torch_api
+    from fp8bench.numerics import torch_api
 
     data, caps = report.data, report.caps
     sw = data["software"]
@@ -208,7 +208,7 @@ def _render_fp8(report: DoctorReport, console: Console) -> None:
     """Native FP8 and FP4 GEMM per scaling, then each recipe in training per element format, refusals numbered."""
     from rich.table import Table
 
-    from fp8bench.recipes import Fp8FormatChoice
+    from fp8bench.numerics.recipes import Fp8FormatChoice
 
     caps = report.caps
     t = Table(title=f"native FP8 and FP4 GEMM on this device (FP8 variant: {caps.fp8_variant})",
@@ -242,7 +242,7 @@ def _render_fp8(report: DoctorReport, console: Console) -> None:
 def _render_rules(console: Console) -> None:
     from rich.table import Table
 
-    from fp8bench.capabilities import SCALED_GEMM_RULES
+    from fp8bench.hardware.capabilities import SCALED_GEMM_RULES
 
     t = Table(title="CUDA scaled-GEMM rules (beyond PyTorch's meta checks)", header_style="bold")
     t.add_column("rule")
@@ -256,9 +256,9 @@ def _render_backends(report: DoctorReport, console: Console) -> None:
     """Each backend's availability, then precision x backend for the GEMM with each refusal's reason."""
     from rich.table import Table
 
-    from fp8bench.capabilities import backend_note
-    from fp8bench.catalog import BACKENDS
-    from fp8bench.recipes import PRECISIONS
+    from fp8bench.core.plugins import BACKENDS
+    from fp8bench.hardware.capabilities import backend_note
+    from fp8bench.numerics.recipes import PRECISIONS
 
     data, matrix = report.data, report.data["matrix"]
     t = Table(title="backends on this device", header_style="bold")
@@ -304,11 +304,11 @@ def _render_footer(report: DoctorReport, console: Console) -> None:
 
 def _silenced_vendor_libraries(cuda_available: bool) -> list[str]:
     """Import torchao (when installed and no CUDA is here) and name the CUDA libraries whose load warnings
-    :mod:`fp8bench.vendor_logs` silenced; said once here instead of on every run."""
+    :mod:`fp8bench.hardware.vendor_logs` silenced; said once here instead of on every run."""
     import importlib
 
-    from fp8bench.capabilities import library_status
-    from fp8bench.vendor_logs import silenced
+    from fp8bench.hardware.capabilities import library_status
+    from fp8bench.hardware.vendor_logs import silenced
 
     if cuda_available or library_status("torchao").reason:
         return []

@@ -24,16 +24,16 @@ from fp8bench.commands.common import (
     print_json,
     table_console,
 )
-from fp8bench.units import fraction_arg, percent_arg
+from fp8bench.core.units import fraction_arg, percent_arg
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from fp8bench.devices import Device
-    from fp8bench.noise import HostLoad
-    from fp8bench.runner import Case, RunOutcome, RunSettings
-    from fp8bench.sharding import DevicePlan
-    from fp8bench.timing import Timer
+    from fp8bench.core.devices import Device
+    from fp8bench.core.noise import HostLoad
+    from fp8bench.measure.runner import Case, RunOutcome, RunSettings
+    from fp8bench.measure.sharding import DevicePlan
+    from fp8bench.measure.timing import Timer
 
 NAME = "run"
 HELP = "measure cases: table, run file, store rows"
@@ -155,9 +155,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Cases, settings overrides and the spec (for the run header) from a suite and/or flags."""
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-    from fp8bench.recipes import PRECISIONS
-    from fp8bench.suites import load_suite
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.measure.suites import load_suite
+    from fp8bench.numerics.recipes import PRECISIONS
     from fp8bench.workloads.shape_sets import shape_set
 
     load_all()
@@ -187,8 +187,8 @@ def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str
 
 
 def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
-    from fp8bench.runner import RunSettings
-    from fp8bench.timing import SamplingPolicy
+    from fp8bench.measure.runner import RunSettings
+    from fp8bench.measure.timing import SamplingPolicy
 
     policy_fields: dict[str, Any] = {k: overrides[k] for k in ("min_samples", "min_time_s", "max_time_s", "target_rse",
                                                "max_samples") if k in overrides}
@@ -229,12 +229,12 @@ def _kept(outcome: Any, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench import distributed
-    from fp8bench.devices import resolve_device
-    from fp8bench.recipes import PRECISIONS
-    from fp8bench.report import summary_counts
-    from fp8bench.runner import expand_cases, run_cases
-    from fp8bench.timing import timer_for, timing_mode_for
+    from fp8bench.analysis.report import summary_counts
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.hardware import distributed
+    from fp8bench.measure.runner import expand_cases, run_cases
+    from fp8bench.measure.timing import timer_for, timing_mode_for
+    from fp8bench.numerics.recipes import PRECISIONS
 
     launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)
@@ -270,10 +270,10 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _device_plan(args: argparse.Namespace, launch: Any) -> Any:
-    """The workers of ``--devices`` (:mod:`fp8bench.sharding`), or ``None`` for a run on one device."""
+    """The workers of ``--devices`` (:mod:`fp8bench.measure.sharding`), or ``None`` for a run on one device."""
     if not args.devices:
         return None
-    from fp8bench.sharding import plan_devices
+    from fp8bench.measure.sharding import plan_devices
 
     if launch:
         raise UsageError("--devices starts a worker process per device; under torchrun every rank is already a "
@@ -289,12 +289,12 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     distributed run: on rank 0)."""
     from rich.console import Console
 
-    from fp8bench.noise import host_load, overload_warning
-    from fp8bench.profiling import summary_rows
-    from fp8bench.record_stream import DiskFull
-    from fp8bench.report import summary_counts
-    from fp8bench.runfile import check_writable
-    from fp8bench.runner import new_run_id
+    from fp8bench.analysis.report import summary_counts
+    from fp8bench.core.noise import host_load, overload_warning
+    from fp8bench.measure.profiling import summary_rows
+    from fp8bench.measure.runner import new_run_id
+    from fp8bench.results.runfile import check_writable
+    from fp8bench.results.stream import DiskFull
 
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
@@ -340,14 +340,14 @@ def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_fil
     """Measure ``cases`` on ``device`` (on ``plan``'s worker processes when given), streaming each record to
     ``run_file`` and ``store`` (a store URL or folder; ``None``: the run file only) under ``run_id``;
     ``results_dir`` caches the CPU's measured ceilings (``None``: not cached). A progress bar goes to ``console``
-    (stderr) when it is a terminal and ``show_progress``. Raises :class:`fp8bench.record_stream.DiskFull` when the
+    (stderr) when it is a terminal and ``show_progress``. Raises :class:`fp8bench.results.stream.DiskFull` when the
     run file cannot even be started."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fp8bench.runner import run_cases
-    from fp8bench.sharding import run_sharded
-    from fp8bench.store import open_store
+    from fp8bench.measure.runner import run_cases
+    from fp8bench.measure.sharding import run_sharded
+    from fp8bench.results.store import open_store
 
     opened = None if store is None else open_store(store)
     console = console or Console(stderr=True)
@@ -369,7 +369,7 @@ def render(outcome: RunOutcome, summary: dict[str, Any], *, baseline: str, table
     and summary line on stdout; on ``err``, how an interrupted run or a failed store write left its records."""
     from rich.markup import escape
 
-    from fp8bench.report import render_bandwidths, render_table
+    from fp8bench.analysis.report import render_bandwidths, render_table
 
     console, compact = table_console(table)
     timed = ", timed as CUDA-graph replays" if cuda_graph else ""

@@ -140,48 +140,64 @@ def _reduce_scatter_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeli
 
 
 def _tp_linear_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeline:
-    precision, device = ctx.precision, ctx.device.torch
-    m, n = ctx.shape["m"], ctx.shape["n"]
-    cols = n // ranks
+    """A column-parallel linear layer: each rank multiplies by its ``n / ranks`` columns of the weight, then the
+    output blocks are all-gathered."""
+    precision = ctx.precision
+    cols = ctx.shape["n"] // ranks
     x = ctx.inputs["x"].to(precision.activation_dtype)
     w = ctx.inputs["w"][rank * cols:(rank + 1) * cols].to(precision.activation_dtype)
+    if isinstance(precision, FloatPrecision):
+        return _tp_linear_float(ctx, x, w, ranks)
+    assert isinstance(precision, Fp8Recipe)
+    return _tp_linear_fp8(ctx, precision, x, w, ranks)
+
+
+def _reassemble(chunks: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """``[ranks, m, n/ranks]`` column blocks into ``[m, n]``."""
+    return chunks.permute(1, 0, 2).reshape(m, n)
+
+
+def _tp_linear_float(ctx: BuildContext, x: torch.Tensor, w: torch.Tensor, ranks: int) -> Pipeline:
+    """The column-parallel layer in an unscaled precision: the GEMM's output is gathered in its own dtype."""
+    m, n = ctx.shape["m"], ctx.shape["n"]
+    cols = n // ranks
+    gathered = torch.empty(ranks * m, cols, dtype=x.dtype, device=ctx.device.torch)
     state: dict[str, Any] = {}
 
-    def reassemble(chunks: torch.Tensor) -> torch.Tensor:
-        """``[ranks, m, n/ranks]`` column blocks into ``[m, n]``."""
-        return chunks.permute(1, 0, 2).reshape(m, n)
+    def gemm() -> None:
+        state["y"] = torch.matmul(x, w.t())
 
-    if isinstance(precision, FloatPrecision):
-        gathered = torch.empty(ranks * m, cols, dtype=x.dtype, device=device)
+    def communicate() -> None:
+        _all_gather(gathered, state["y"])
 
-        def gemm() -> None:
-            state["y"] = torch.matmul(x, w.t())
+    def decode_() -> torch.Tensor:
+        return _reassemble(gathered.view(ranks, m, cols), m, n)
 
-        def communicate() -> None:
-            _all_gather(gathered, state["y"])
+    def end_to_end() -> torch.Tensor:
+        gemm()
+        communicate()
+        return decode_()
 
-        def decode_() -> torch.Tensor:
-            return reassemble(gathered.view(ranks, m, cols))
+    return Pipeline(end_to_end=end_to_end, phases={"gemm": gemm, "communicate": communicate, "decode": decode_},
+                    output=end_to_end, prequantized_phases=("gemm", "communicate"),
+                    notes=[f"column-parallel: each rank's GEMM is {m}x{cols}x{ctx.shape['k']}; the output is "
+                           f"gathered in {_name(x.dtype)}"])
 
-        def end_to_end() -> torch.Tensor:
-            gemm()
-            communicate()
-            return decode_()
 
-        return Pipeline(end_to_end=end_to_end, phases={"gemm": gemm, "communicate": communicate, "decode": decode_},
-                        output=end_to_end, prequantized_phases=("gemm", "communicate"),
-                        notes=[f"column-parallel: each rank's GEMM is {m}x{cols}x{ctx.shape['k']}; the output is "
-                               f"gathered in {_name(x.dtype)}"])
-
-    assert isinstance(precision, Fp8Recipe)
+def _tp_linear_fp8(ctx: BuildContext, precision: Fp8Recipe, x: torch.Tensor, w: torch.Tensor,
+                   ranks: int) -> Pipeline:
+    """The column-parallel layer in a scaled recipe: a scaled GEMM, its output quantized and gathered as FP8."""
     why = recipe_gemm_reason(ctx.device, precision)
     if why:
         raise Unsupported(f"torch does not run {precision.name} GEMMs on {ctx.device}: {why}")
+    m, n = ctx.shape["m"], ctx.shape["n"]
+    cols = n // ranks
     quant_x, quant_w = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
     quant_y = quantizer_for(precision, "lhs")
     layout = WireLayout(m, cols, 1, precision.forward_format, precision.granularity)
-    received = torch.empty(ranks, layout.chunk_bytes, dtype=torch.uint8, device=device)
+    received = torch.empty(ranks, layout.chunk_bytes, dtype=torch.uint8, device=ctx.device.torch)
     out_dtype = output_dtype(precision)
+    state: dict[str, Any] = {}
 
     def quantize() -> None:
         state["qx"], state["qw"] = quant_x(x), quant_w(w)
@@ -197,7 +213,7 @@ def _tp_linear_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeline:
         _all_gather(received.view(-1), state["packed"])
 
     def decode_() -> torch.Tensor:
-        return reassemble(decode(received, layout)).to(out_dtype)
+        return _reassemble(decode(received, layout), m, n).to(out_dtype)
 
     def end_to_end() -> torch.Tensor:
         quantize()

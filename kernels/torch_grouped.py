@@ -58,63 +58,113 @@ def _grouped_kernel_reason(ctx: BuildContext, n: int, k: int) -> str | None:
 @TORCH.builder("grouped_gemm", supports=_grouped_support)
 def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
     precision, grouped = ctx.precision, ctx.shape["impl"] == "grouped"
-    a_src, w_src, offs = ctx.inputs["a"], ctx.inputs["w"], ctx.inputs["offs"]
-    experts, n, k = w_src.shape
-    bounds = group_bounds(offs)  # once, at build time: the routing is fixed by the shape
     refused = f"torch refused {precision.name} grouped_gemm (impl={ctx.shape['impl']}) on {ctx.device}"
-
     if isinstance(precision, FloatPrecision):
-        a, w = a_src.to(precision.dtype), w_src.to(precision.dtype)
-        # The loop writes every group into one output, as the grouped kernel does (no concatenation copy).
-        out = torch.empty(0 if grouped else a.shape[0], n, dtype=precision.dtype, device=a.device)
-
-        def grouped_mm() -> torch.Tensor:
-            return torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
-
-        def loop_mm() -> torch.Tensor:
-            for e, start, end in bounds:
-                torch.mm(a[start:end], w[e].t(), out=out[start:end])
-            return out
-
-        gemm: Callable[[], torch.Tensor] = grouped_mm if grouped else loop_mm
-        with refusals(refused, ATEN_REFUSALS):
-            gemm()
-        return Pipeline(end_to_end=gemm, phases={"gemm": gemm}, output=gemm, prequantized_phases=("gemm",),
-                        notes=[_impl_note(grouped, a.device.type == "cpu"),
-                               "inputs arrive in the GEMM dtype: no quantize phase; epilogue fused"],
-                        extra=routing_fields(ctx.shape))
-
+        return _float_grouped_gemm(ctx, precision, grouped, refused)
     assert isinstance(precision, Fp8Recipe)
     if grouped:
+        experts, n, k = ctx.inputs["w"].shape
         why = _grouped_kernel_reason(ctx, n, k)
         if why:
             raise Unsupported(f"{refused}: {why}")
-    a = a_src.to(precision.activation_dtype)
-    w = w_src.reshape(experts * n, k).to(precision.activation_dtype)
-    quant_a, quant_w = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
-    out_dtype = output_dtype(precision)
+        return _scaled_grouped_kernel(ctx, precision, refused)
+    return _scaled_expert_loop(ctx, precision, refused)
+
+
+def _float_grouped_gemm(ctx: BuildContext, precision: FloatPrecision, grouped: bool, refused: str) -> Pipeline:
+    """An unscaled precision: one grouped kernel (``torch._grouped_mm``) or a loop of ``mm`` over the experts."""
+    a_src, w_src, offs = ctx.inputs["a"], ctx.inputs["w"], ctx.inputs["offs"]
+    n = w_src.shape[1]
+    bounds = group_bounds(offs)  # once, at build time: the routing is fixed by the shape
+    a, w = a_src.to(precision.dtype), w_src.to(precision.dtype)
+    # The loop writes every group into one output, as the grouped kernel does (no concatenation copy).
+    out = torch.empty(0 if grouped else a.shape[0], n, dtype=precision.dtype, device=a.device)
+
+    def grouped_mm() -> torch.Tensor:
+        return torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
+
+    def loop_mm() -> torch.Tensor:
+        for e, start, end in bounds:
+            torch.mm(a[start:end], w[e].t(), out=out[start:end])
+        return out
+
+    gemm: Callable[[], torch.Tensor] = grouped_mm if grouped else loop_mm
+    with refusals(refused, ATEN_REFUSALS):
+        gemm()
+    return Pipeline(end_to_end=gemm, phases={"gemm": gemm}, output=gemm, prequantized_phases=("gemm",),
+                    notes=[_impl_note(grouped, a.device.type == "cpu"),
+                           "inputs arrive in the GEMM dtype: no quantize phase; epilogue fused"],
+                    extra=routing_fields(ctx.shape))
+
+
+def _scaled_operands(ctx: BuildContext, precision: Fp8Recipe) -> tuple[torch.Tensor, torch.Tensor, Any, Any]:
+    """The activations and the experts' weights (stacked as one ``(experts * n, k)`` matrix) in the recipe's
+    activation dtype, with the quantizer of each."""
+    experts, n, k = ctx.inputs["w"].shape
+    a = ctx.inputs["a"].to(precision.activation_dtype)
+    w = ctx.inputs["w"].reshape(experts * n, k).to(precision.activation_dtype)
+    return a, w, quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
+
+
+def _scaled_pipeline(ctx: BuildContext, end_to_end: Callable[[], torch.Tensor], phases: dict[str, Callable[[], Any]],
+                     state: dict[str, Any], a: torch.Tensor, w: torch.Tensor, grouped: bool, refused: str) -> Pipeline:
+    """The pipeline of a scaled grouped GEMM, once PyTorch has accepted (or refused) its scaling layout."""
+    with refusals(refused, ATEN_REFUSALS):  # before anything is timed
+        end_to_end()
+
+    def stats() -> dict[str, Any]:
+        return {"a": cast_stats(a, state["qa"]), "w": cast_stats(w, state["qw"])}
+
+    return Pipeline(end_to_end=end_to_end, phases=phases, output=end_to_end,
+                    prequantized_phases=("gemm",) if grouped else ("gemm", "epilogue"), cast_stats=stats,
+                    notes=[_impl_note(grouped, a.device.type == "cpu"),
+                           "activations arrive in bfloat16; epilogue (scales, output cast) fused into the scaled GEMM"
+                           + ("" if grouped else "; the loop's epilogue joins the experts' outputs")],
+                    extra=routing_fields(ctx.shape))
+
+
+# Quantization ends with every operand laid out as its kernel reads it (scales blocked per group or per expert), so
+# that the gemm phase times the kernels alone.
+def _scaled_grouped_kernel(ctx: BuildContext, precision: Fp8Recipe, refused: str) -> Pipeline:
+    """A scaled recipe through one grouped kernel for every expert."""
+    offs = ctx.inputs["offs"]
+    experts = ctx.inputs["w"].shape[0]
+    a, w, quant_a, quant_w = _scaled_operands(ctx, precision)
     state: dict[str, Any] = {}
     with refusals(refused, ATEN_REFUSALS):
-        if grouped:
-            kernel = ScaledGroupedGemm(precision.granularity, experts, bounds, out_dtype, precision.fast_accum)
-        else:
-            per_expert = ScaledGemm(precision.granularity, precision.is_fp4)
+        kernel = ScaledGroupedGemm(precision.granularity, experts, group_bounds(offs), output_dtype(precision),
+                                   precision.fast_accum)
 
-    # Quantization ends with every operand laid out as its kernel reads it (scales blocked per group or per expert),
-    # so that the gemm phase times the kernels alone.
-    def quantize_grouped() -> None:
+    def quantize() -> None:
         state["qa"], state["qw"] = quant_a(a), quant_w(w)
         state["ka"], state["kw"] = kernel.prepare_lhs(state["qa"]), kernel.prepare_rhs(state["qw"])
 
-    def quantize_loop() -> None:
+    def gemm() -> torch.Tensor:
+        return kernel(state["ka"], state["kw"], offs)
+
+    def end_to_end() -> torch.Tensor:
+        quantize()
+        return gemm()
+
+    return _scaled_pipeline(ctx, end_to_end, {"quantize": quantize, "gemm": gemm}, state, a, w, True, refused)
+
+
+def _scaled_expert_loop(ctx: BuildContext, precision: Fp8Recipe, refused: str) -> Pipeline:
+    """A scaled recipe as one scaled GEMM per non-empty expert, their outputs joined in the epilogue."""
+    n = ctx.inputs["w"].shape[1]
+    bounds = group_bounds(ctx.inputs["offs"])
+    a, w, quant_a, quant_w = _scaled_operands(ctx, precision)
+    out_dtype = output_dtype(precision)
+    state: dict[str, Any] = {}
+    with refusals(refused, ATEN_REFUSALS):
+        per_expert = ScaledGemm(precision.granularity, precision.is_fp4)
+
+    def quantize() -> None:
         qa, qw = state["qa"], state["qw"] = quant_a(a), quant_w(w)
         state["groups"] = [(per_expert.prepare(qa.rows(start, end), "lhs"),
                             per_expert.prepare(qw.rows(e * n, (e + 1) * n), "rhs")) for e, start, end in bounds]
 
-    def grouped_fp8() -> torch.Tensor:
-        return kernel(state["ka"], state["kw"], offs)
-
-    def loop_fp8() -> list[torch.Tensor]:
+    def gemm() -> list[torch.Tensor]:
         state["parts"] = [per_expert(ka, kw, out_dtype, precision.fast_accum) for ka, kw in state["groups"]]
         return state["parts"]
 
@@ -123,29 +173,12 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
         return torch.cat(state["parts"])
 
     def end_to_end() -> torch.Tensor:
-        if grouped:
-            quantize_grouped()
-            return grouped_fp8()
-        quantize_loop()
-        loop_fp8()
+        quantize()
+        gemm()
         return concatenate()
 
-    # PyTorch accepts or refuses the scaling layout before anything is timed.
-    with refusals(refused, ATEN_REFUSALS):
-        end_to_end()
-
-    def stats() -> dict[str, Any]:
-        return {"a": cast_stats(a, state["qa"]), "w": cast_stats(w, state["qw"])}
-
-    phases: dict[str, Callable[[], Any]] = (
-        {"quantize": quantize_grouped, "gemm": grouped_fp8} if grouped
-        else {"quantize": quantize_loop, "gemm": loop_fp8, "epilogue": concatenate})
-    return Pipeline(end_to_end=end_to_end, phases=phases, output=end_to_end,
-                    prequantized_phases=("gemm",) if grouped else ("gemm", "epilogue"), cast_stats=stats,
-                    notes=[_impl_note(grouped, a.device.type == "cpu"),
-                           "activations arrive in bfloat16; epilogue (scales, output cast) fused into the scaled GEMM"
-                           + ("" if grouped else "; the loop's epilogue joins the experts' outputs")],
-                    extra=routing_fields(ctx.shape))
+    phases: dict[str, Callable[[], Any]] = {"quantize": quantize, "gemm": gemm, "epilogue": concatenate}
+    return _scaled_pipeline(ctx, end_to_end, phases, state, a, w, False, refused)
 
 
 def _impl_note(grouped: bool, cpu: bool) -> str:

@@ -324,3 +324,34 @@ def test_cli_bad_input_exits_3(tmp_path, capsys):
     assert main(["selfcheck", "--device", "cpu", "--out", str(tmp_path / "dir.json")]) == 3
     for argv in (["selfcheck", "--bogus"], ["selfcheck", "--device"]):  # argparse's own errors
         assert main(argv) == 3
+
+
+def test_a_full_disk_stops_the_selfcheck_and_keeps_its_records(tmp_path, capsys, monkeypatch):
+    """The run file's disk fills on the second case record and has room again at the final write: the selfcheck
+    stops there (no further check runs into the full disk), exits 74, and the run file keeps both records and says
+    ``failed: disk full``. The failure is injected at the operating-system boundary (``os.fsync`` raising ENOSPC
+    once), since a disk cannot be filled on cue."""
+    import errno
+
+    import fp8bench.results.runfile as runfile
+
+    real_fsync, calls = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 3:  # header, record 0, then record 1 fails
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(runfile.os, "fsync", fsync)
+    out_file = tmp_path / "sc.json"
+    rc = main(["selfcheck", "--device", "cpu", "--check", "backend", "--backend", "emulated", "torch", "--json",
+               "--out", str(out_file), "--results-dir", str(tmp_path / "results")])
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert rc == 74, captured.err
+    assert "disk full" in captured.err and summary["disk_full"]
+    assert summary["checks"] == []  # the backend check stopped inside its first backend: no verdict was reached
+    kept = read_run_file(out_file)
+    assert kept["run"]["status"] == "failed: disk full"
+    assert [r["precision"] for r in kept["records"]] == ["bf16", "fp8_tensorwise"]

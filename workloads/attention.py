@@ -216,18 +216,56 @@ def build_attention_pipeline(ctx: BuildContext, convert: Convert) -> Pipeline:
     shape, precision = ctx.shape, ctx.precision
     train = bool(shape["backward"])
     block = convert(_block(shape, ctx.inputs, torch.float32))
-    notes = []
-    if shape["fp8_attn"]:
-        if not isinstance(precision, Fp8Recipe):
-            raise Unsupported(f"fp8_attn=1 needs an FP8 recipe, got {precision.name}")
-        block.qkv_hook = fp8_qkv_hook(precision)
-        notes.append(f"FP8 attention emulated: Q, K, V quantize-dequantized to {precision.forward_format.name} "
-                     "with per-tensor scales; attention in BF16")
+    notes = _quantize_qkv(block, shape, precision)
     x = ctx.inputs["x"].to(precision.activation_dtype).detach().requires_grad_(train)
     state: dict[str, Any] = {}
 
-    def params(module: nn.Module) -> list[nn.Parameter]:
-        return [p for p in module.parameters() if p.requires_grad]
+    def amp_ctx() -> Any:
+        return precision_context(precision, ctx.device)
+
+    def end_to_end() -> torch.Tensor:
+        with amp_ctx():
+            y = block(x)
+        if train:
+            torch.autograd.grad(y, [x, *_params(block)], state["dy"])
+        return y
+
+    def output() -> torch.Tensor:
+        x_out = x.detach().requires_grad_(train)
+        with amp_ctx():
+            y = block(x_out)
+        return _output(y, x_out, ctx.inputs["dy"], train)
+
+    with amp_ctx():
+        state["dy"] = ctx.inputs["dy"].to(block(x).dtype)
+    end_to_end()
+    phases = _phases(block, x, state, amp_ctx, train)
+    for fn in phases.values():  # every phase's state exists even if the runner's budget skips an earlier phase
+        fn()
+    notes.append("phases cut the graph between projections and attention; end_to_end runs it whole")
+    return Pipeline(end_to_end=end_to_end, phases=phases, output=output, notes=notes,
+                    extra={"tokens_per_step": shape["b"] * shape["s"]})
+
+
+def _quantize_qkv(block: Attention, shape: dict[str, int], precision: Precision) -> list[str]:
+    """With ``fp8_attn=1``, hook FP8 quantize-dequantize of Q, K and V into ``block``; the notes that say so."""
+    if not shape["fp8_attn"]:
+        return []
+    if not isinstance(precision, Fp8Recipe):
+        raise Unsupported(f"fp8_attn=1 needs an FP8 recipe, got {precision.name}")
+    block.qkv_hook = fp8_qkv_hook(precision)
+    return [f"FP8 attention emulated: Q, K, V quantize-dequantized to {precision.forward_format.name} with "
+            "per-tensor scales; attention in BF16"]
+
+
+def _params(module: nn.Module) -> list[nn.Parameter]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def _phases(block: Attention, x: torch.Tensor, state: dict[str, Any], amp_ctx: Callable[[], Any],
+            train: bool) -> dict[str, Callable[[], Any]]:
+    """The block cut between its projections and attention: each piece forward, and backward when ``train``
+    (each backward from the upstream gradient its forward's output received)."""
 
     def qkv_proj() -> torch.Tensor:
         with amp_ctx():
@@ -247,42 +285,19 @@ def build_attention_pipeline(ctx: BuildContext, convert: Convert) -> Pipeline:
         return state["y"]
 
     def out_proj_bwd() -> None:
-        grads = torch.autograd.grad(state["y"], [state["o_in"], *params(block.out)], state["dy"], retain_graph=True)
+        grads = torch.autograd.grad(state["y"], [state["o_in"], *_params(block.out)], state["dy"], retain_graph=True)
         state["do"] = grads[0]
 
     def attention_bwd() -> None:
         (state["dqkv"],) = torch.autograd.grad(state["o"], state["qkv_in"], state["do"], retain_graph=True)
 
     def qkv_proj_bwd() -> None:
-        torch.autograd.grad(state["qkv"], [x, *params(block.qkv)], state["dqkv"], retain_graph=True)
+        torch.autograd.grad(state["qkv"], [x, *_params(block.qkv)], state["dqkv"], retain_graph=True)
 
-    def end_to_end() -> torch.Tensor:
-        with amp_ctx():
-            y = block(x)
-        if train:
-            torch.autograd.grad(y, [x, *params(block)], state["dy"])
-        return y
-
-    def output() -> torch.Tensor:
-        x_out = x.detach().requires_grad_(train)
-        with amp_ctx():
-            y = block(x_out)
-        return _output(y, x_out, ctx.inputs["dy"], train)
-
-    def amp_ctx() -> Any:
-        return precision_context(precision, ctx.device)
-
-    with amp_ctx():
-        state["dy"] = ctx.inputs["dy"].to(block(x).dtype)
-    end_to_end()
     phases: dict[str, Callable[[], Any]] = {"qkv_proj": qkv_proj, "attention": attention, "out_proj": out_proj}
     if train:
         phases.update(out_proj_bwd=out_proj_bwd, attention_bwd=attention_bwd, qkv_proj_bwd=qkv_proj_bwd)
-    for fn in phases.values():  # every phase's state exists even if the runner's budget skips an earlier phase
-        fn()
-    notes.append("phases cut the graph between projections and attention; end_to_end runs it whole")
-    return Pipeline(end_to_end=end_to_end, phases=phases, output=output, notes=notes,
-                    extra={"tokens_per_step": shape["b"] * shape["s"]})
+    return phases
 
 
 ATTENTION = WORKLOADS.add("attention", AttentionBlock())

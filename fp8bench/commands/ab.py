@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fp8bench.commands.common import (
     EXIT_HARNESS_ERROR,
@@ -18,6 +20,9 @@ from fp8bench.commands.common import (
     default_results_dir,
 )
 from fp8bench.core.units import positive_seconds
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # A round of a CI suite takes minutes; one that has not answered in an hour is hung (a deadlocked kernel, a
 # driver wait), and ends the A/B run instead of the CI job's own, much later, timeout.
@@ -98,10 +103,33 @@ def _is_checkout(text: str) -> bool:
     return (Path(text) / "pyproject.toml").is_file()
 
 
+def _round_progress(progress: StepProgress, rounds: int, err: Console,
+                    quiet: bool) -> tuple[Callable[[int, str], None], Callable[[list[str]], None]]:
+    """The callbacks that advance ``progress`` per run of a round and say on ``err`` (unless ``quiet``) which cases
+    are rerun."""
+    from fp8bench.analysis.gate.ab import round_order
+
+    rerun = {"phase": ""}
+
+    def on_round(r: int, side: str) -> None:
+        if side == round_order(r)[0]:
+            progress.start(f"{rerun['phase']}round {r + 1} of {rounds}, {side} first", announce=False)
+        progress.advance()
+
+    def on_rerun(cases: list[str]) -> None:
+        rerun["phase"] = "rerun "
+        progress.extend(2 * rounds)
+        if not quiet:
+            err.print(f"ab: {len(cases)} case(s) inconclusive after {rounds} rounds; rerunning them once in "
+                      f"{rounds} more rounds: {', '.join(cases)}", markup=False, highlight=False)
+
+    return on_round, on_rerun
+
+
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from fp8bench.analysis.gate.ab import AbError, SideSpec, round_order, run_ab, temporary_checkouts
+    from fp8bench.analysis.gate.ab import AbError, SideSpec, run_ab, temporary_checkouts
     from fp8bench.commands.gate import gate_config, publish_report, write_report
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
@@ -127,20 +155,7 @@ def execute(args: argparse.Namespace) -> int:
             roots.update(paths)
         err = Console(stderr=True)
         progress = StepProgress("ab", 2 * args.rounds, err, enabled=not args.json, unit="runs")
-        rerun = {"phase": ""}
-
-        def on_round(r: int, side: str) -> None:
-            if side == round_order(r)[0]:
-                progress.start(f"{rerun['phase']}round {r + 1} of {args.rounds}, {side} first", announce=False)
-            progress.advance()
-
-        def on_rerun(cases: list[str]) -> None:
-            rerun["phase"] = "rerun "
-            progress.extend(2 * args.rounds)
-            if not args.json:
-                err.print(f"ab: {len(cases)} case(s) inconclusive after {args.rounds} rounds; rerunning them once in "
-                          f"{args.rounds} more rounds: {', '.join(cases)}", markup=False, highlight=False)
-
+        on_round, on_rerun = _round_progress(progress, args.rounds, err, quiet=args.json)
         with progress:
             result = run_ab(SideSpec("base", roots["base"], envs["base"]),
                             SideSpec("head", roots["head"], envs["head"]), run_args, folder, args.rounds, config,

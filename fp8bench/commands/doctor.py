@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fp8bench.commands.common import (
     EXIT_OK,
@@ -14,6 +15,14 @@ from fp8bench.commands.common import (
     default_results_dir,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fp8bench.core.devices import Device
+    from fp8bench.hardware.capabilities import DeviceCapabilities
+    from fp8bench.hardware.cpu_fp8_rate import CpuFp8Rate
+    from fp8bench.numerics.torch_api import TorchSurface
 
 NAME = "doctor"
 HELP = "what this machine can run, and why not"
@@ -37,46 +46,109 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Gather the report (:func:`doctor`), then print it as JSON or as tables."""
+    report = doctor(device=args.device)
+    if args.json:
+        print_json(report.data)
+    else:
+        render(report, rules=args.rules)
+    return EXIT_OK
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What ``doctor`` found: the JSON document (``data``) and the typed values its tables are drawn from."""
+
+    device: Device
+    caps: DeviceCapabilities
+    surface: TorchSurface
+    cpu_rate: CpuFp8Rate | None  # measured only where torch runs FP8 GEMMs on this CPU
+    data: dict[str, Any]
+
+
+def doctor(*, device: str = "auto") -> DoctorReport:
+    """What ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``) can run here, and why not: library versions,
+    torch's scaled-GEMM API, the FP8 capability matrix, backend availability per precision, the energy meter, the
+    results folder; on a CPU that runs FP8 GEMMs, their measured rate against BF16's."""
     import torch
 
     from fp8bench.core.devices import resolve_device
-    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.plugins import BACKENDS, load_all
     from fp8bench.energy.meters import meter_for
     from fp8bench.hardware.capabilities import (
-        MATRIX_KEYS,
         MIN_VERSIONS,
         SCALED_GEMM_RULES,
-        backend_note,
         capabilities_for,
         library_status,
-        probe_recipe,
-        scaled_mm_api,
     )
     from fp8bench.hardware.cpu_fp8_rate import measure_cpu_fp8_rate
     from fp8bench.hardware.environment import software_versions
     from fp8bench.numerics import torch_api
-    from fp8bench.numerics.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
 
     load_all()
-    device = resolve_device(args.device)
-    caps = capabilities_for(device)
-    meter = meter_for(device)
-    matrix: dict[str, dict[str, dict[str, str | None]]] = {}
-    for bname, backend in BACKENDS.items():
-        matrix[bname] = {}
-        for wname in WORKLOADS:
-            matrix[bname][wname] = {p: backend.unsupported_reason(wname, prec, device)
-                                    for p, prec in PRECISIONS.items()}
+    on = resolve_device(device)
+    caps = capabilities_for(on)
+    meter = meter_for(on)
+    surface = torch_api.detect()
+    results_dir = default_results_dir()
+    data: dict[str, Any] = {
+        "device": str(on), "device_name": caps.name, "compute_capability": caps.compute_capability,
+        "cuda_available": torch.cuda.is_available(), "threads": torch.get_num_threads(),
+        "software": software_versions(), "torch_api": _torch_api_report(surface), "fp8_variant": caps.fp8_variant,
+        "fp8_gemm": {g: r for g, r in caps.fp8_reasons.items()},
+        "fp8_training_gemms": _training_reasons(caps),  # recipe -> format -> why its GEMMs cannot run in training
+        "cuda_target": caps.target.describe() if caps.target else None,
+        "scaled_gemm_rules": [{"name": r.name, "source": r.source} for r in SCALED_GEMM_RULES],
+        "backends": {b: BACKENDS.get(b).availability(on) for b in BACKENDS},
+        "backend_kinds": {b: BACKENDS.get(b).kind for b in BACKENDS},
+        "libraries": {name: {"version": st.version, "reason": st.reason}
+                      for name, st in ((n, library_status(n)) for n in MIN_VERSIONS)},
+        "matrix": _backend_matrix(on), "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
+        "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
+        "silenced_vendor_libraries": _silenced_vendor_libraries(torch.cuda.is_available()),
+        "cpu_fp8_gemm": None, "warnings": [],
+    }
+    rate = None
+    if not on.is_cuda and caps.fp8_reasons.get("tensorwise") is None:  # torch runs FP8 GEMMs on this CPU
+        rate = measure_cpu_fp8_rate()
+        if rate is not None:
+            data["cpu_fp8_gemm"] = rate.to_dict()
+            data["warnings"] += [w for w in (rate.warning(),) if w]
+    return DoctorReport(on, caps, surface, rate, data)
+
+
+def _backend_matrix(device: Device) -> dict[str, dict[str, dict[str, str | None]]]:
+    """backend -> workload -> precision -> why the backend cannot run it on ``device`` (``None``: it can)."""
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS
+    from fp8bench.numerics.recipes import PRECISIONS
+
+    return {bname: {wname: {p: backend.unsupported_reason(wname, prec, device) for p, prec in PRECISIONS.items()}
+                    for wname in WORKLOADS}
+            for bname, backend in BACKENDS.items()}
+
+
+def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | None]]:
+    """Scaled recipe -> FP8 element format -> why its forward, dgrad and wgrad GEMMs cannot run (``None``: they
+    can); a 4-bit recipe has E2M1 elements, so only its ``e4m3`` cell is checked."""
+    from fp8bench.numerics.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
+
     def training_reason(name: str, prec: Fp8Recipe, fmt: str) -> str | None:
         if prec.is_fp4 and fmt != "e4m3":
             return NO_FP8_FORMAT
         return caps.recipe_reason(resolve_precision(name, fmt), backward=True)  # type: ignore[arg-type]
 
-    recipes = {name: {fmt.value: training_reason(name, prec, fmt.value) for fmt in Fp8FormatChoice}
-               for name, prec in PRECISIONS.items() if isinstance(prec, Fp8Recipe)}
-    surface = torch_api.detect()
+    return {name: {fmt.value: training_reason(name, prec, fmt.value) for fmt in Fp8FormatChoice}
+            for name, prec in PRECISIONS.items() if isinstance(prec, Fp8Recipe)}
+
+
+def _torch_api_report(surface: TorchSurface) -> dict[str, Any]:
+    """The scaled-GEMM API this torch has, which entry point each scaling kind takes, and whether the surface is
+    the one recorded from this release's wheel."""
+    from fp8bench.hardware.capabilities import MATRIX_KEYS, probe_recipe, scaled_mm_api
+    from fp8bench.numerics import torch_api
+
     recorded = torch_api.installed_release()
-    torch_report: dict[str, Any] = {
+    return {
         "present": {name: surface.has(name) for name in (*torch_api.ENTRY_POINTS, *torch_api.ENUM_NAMES)},
         "enums": surface.enums, "dtypes": sorted(surface.dtypes),
         "gemm_entry_points": {key: torch_api.entry_point_name(scaled_mm_api(probe_recipe(key), surface))
@@ -86,44 +158,36 @@ def execute(args: argparse.Namespace) -> int:
             set(surface.functions) == set(recorded.functions) and surface.names == recorded.names
             and surface.enums == recorded.enums and surface.dtypes == recorded.dtypes),
     }
-    results_dir = default_results_dir()
-    report: dict[str, Any] = {
-        "device": str(device), "device_name": caps.name, "compute_capability": caps.compute_capability,
-        "cuda_available": torch.cuda.is_available(), "threads": torch.get_num_threads(),
-        "software": software_versions(), "torch_api": torch_report, "fp8_variant": caps.fp8_variant,
-        "fp8_gemm": {g: r for g, r in caps.fp8_reasons.items()},
-        "fp8_training_gemms": recipes,  # recipe -> element format -> why its forward/dgrad/wgrad GEMMs cannot run
-        "cuda_target": caps.target.describe() if caps.target else None,
-        "scaled_gemm_rules": [{"name": r.name, "source": r.source} for r in SCALED_GEMM_RULES],
-        "backends": {b: BACKENDS.get(b).availability(device) for b in BACKENDS},
-        "backend_kinds": {b: BACKENDS.get(b).kind for b in BACKENDS},
-        "libraries": {name: {"version": st.version, "reason": st.reason}
-                      for name, st in ((n, library_status(n)) for n in MIN_VERSIONS)},
-        "matrix": matrix, "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
-        "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
-        "silenced_vendor_libraries": _silenced_vendor_libraries(torch.cuda.is_available()),
-        "cpu_fp8_gemm": None, "warnings": [],
-    }
-    rate = None
-    if not device.is_cuda and caps.fp8_reasons.get("tensorwise") is None:  # torch runs FP8 GEMMs on this CPU
-        rate = measure_cpu_fp8_rate()
-        if rate is not None:
-            report["cpu_fp8_gemm"] = rate.to_dict()
-            report["warnings"] += [w for w in (rate.warning(),) if w]
-    if args.json:
-        print_json(report)
-        return EXIT_OK
+
+
+def render(report: DoctorReport, *, rules: bool = False, console: Console | None = None) -> None:
+    """The report as tables on ``console`` (stdout); ``rules`` adds the CUDA scaled-GEMM rules and their sources."""
     from rich.console import Console
-    from rich.markup import escape
+
+    console = console or Console()
+    _render_device(report, console)
+    _render_fp8(report, console)
+    if rules:
+        _render_rules(console)
+    _render_backends(report, console)
+    _render_footer(report, console)
+
+
+def _render_device(report: DoctorReport, console: Console) -> None:
+    """The device, the library versions and torch's scaled-GEMM API."""
+    import torch
     from rich.table import Table
 
-    console = Console()
-    sw = report["software"]
-    console.print(f"[bold]device[/] {device} - {caps.name}"
+    from fp8bench.numerics import torch_api
+
+    data, caps = report.data, report.caps
+    sw = data["software"]
+    console.print(f"[bold]device[/] {report.device} - {caps.name}"
                   + (f" (compute capability {caps.compute_capability[0]}.{caps.compute_capability[1]})"
-                     if caps.compute_capability else f", {report['threads']} torch threads"))
+                     if caps.compute_capability else f", {data['threads']} torch threads"))
     console.print(f"[bold]software[/] torch {sw['torch']}, CUDA {sw['cuda_runtime']}, cuDNN {sw['cudnn']}, "
                   f"triton {sw['triton']}, TE {sw['transformer_engine']}, torchao {sw['torchao']}")
+    torch_report = data["torch_api"]
     if torch_report["recorded_release"] is None:
         recorded_note = "no recorded surface for this release (scripts/torch_surface.py records one)"
     else:
@@ -133,11 +197,20 @@ def execute(args: argparse.Namespace) -> int:
     t = Table(title=f"scaled-GEMM API of torch {torch.__version__} ({recorded_note})", header_style="bold")
     t.add_column("name")
     t.add_column("present")
-    for name, text in torch_api.describe(surface):
+    for name, text in torch_api.describe(report.surface):
         t.add_row(name, text if text == "yes" else f"[dim]{text}[/]")
     console.print(t)
     console.print("[bold]entry point per scaling[/] " + ", ".join(
         f"{key}: {api}" for key, api in torch_report["gemm_entry_points"].items()))
+
+
+def _render_fp8(report: DoctorReport, console: Console) -> None:
+    """Native FP8 and FP4 GEMM per scaling, then each recipe in training per element format, refusals numbered."""
+    from rich.table import Table
+
+    from fp8bench.numerics.recipes import Fp8FormatChoice
+
+    caps = report.caps
     t = Table(title=f"native FP8 and FP4 GEMM on this device (FP8 variant: {caps.fp8_variant})",
               header_style="bold")
     t.add_column("scaling")
@@ -151,7 +224,7 @@ def execute(args: argparse.Namespace) -> int:
     for fmt in Fp8FormatChoice:
         t.add_column(fmt.value)
     notes: list[str] = []
-    for name, by_fmt in recipes.items():
+    for name, by_fmt in report.data["fp8_training_gemms"].items():
         cells = []
         for why in by_fmt.values():
             if why == NO_FP8_FORMAT:
@@ -164,20 +237,37 @@ def execute(args: argparse.Namespace) -> int:
     console.print(t)
     for i, why in enumerate(notes, 1):
         console.print(f"  [dim]({i}) {why}[/]")
-    if args.rules:
-        t = Table(title="CUDA scaled-GEMM rules (beyond PyTorch's meta checks)", header_style="bold")
-        t.add_column("rule")
-        t.add_column("enforced by")
-        for rule in SCALED_GEMM_RULES:
-            t.add_row(rule.name, rule.source)
-        console.print(t)
+
+
+def _render_rules(console: Console) -> None:
+    from rich.table import Table
+
+    from fp8bench.hardware.capabilities import SCALED_GEMM_RULES
+
+    t = Table(title="CUDA scaled-GEMM rules (beyond PyTorch's meta checks)", header_style="bold")
+    t.add_column("rule")
+    t.add_column("enforced by")
+    for rule in SCALED_GEMM_RULES:
+        t.add_row(rule.name, rule.source)
+    console.print(t)
+
+
+def _render_backends(report: DoctorReport, console: Console) -> None:
+    """Each backend's availability, then precision x backend for the GEMM with each refusal's reason."""
+    from rich.table import Table
+
+    from fp8bench.core.plugins import BACKENDS
+    from fp8bench.hardware.capabilities import backend_note
+    from fp8bench.numerics.recipes import PRECISIONS
+
+    data, matrix = report.data, report.data["matrix"]
     t = Table(title="backends on this device", header_style="bold")
     for col in ("backend", "kind", "available"):
         t.add_column(col)
     for b in BACKENDS:
-        why = report["backends"][b]
-        note = backend_note(b, device) if why is None else None
-        t.add_row(b, report["backend_kinds"][b],
+        why = data["backends"][b]
+        note = backend_note(b, report.device) if why is None else None
+        t.add_row(b, data["backend_kinds"][b],
                   ("yes" + (f" ({note})" if note else "")) if why is None else f"no: {why}")
     console.print(t)
     # Precisions down, backends across: eleven precisions would not fit an 80-column log as columns.
@@ -192,18 +282,24 @@ def execute(args: argparse.Namespace) -> int:
         reasons = {r for r in matrix[b].get("gemm", {}).values() if r}
         for r in sorted(reasons):
             console.print(f"  [dim]{b}: {r}[/]")
-    console.print(f"[bold]energy[/] {meter.method}" + (f" - {report['energy']['reason']}" if meter.method == "none"
-                                                     else ""))
-    if report["silenced_vendor_libraries"]:
+
+
+def _render_footer(report: DoctorReport, console: Console) -> None:
+    """The energy meter, the silenced vendor libraries, the results folder, the CPU's GEMM rates, warnings."""
+    from rich.markup import escape
+
+    data = report.data
+    method = data["energy"]["method"]
+    console.print(f"[bold]energy[/] {method}" + (f" - {data['energy']['reason']}" if method == "none" else ""))
+    if data["silenced_vendor_libraries"]:
         console.print("[bold]torchao[/] CUDA extension libraries not loaded, as expected without CUDA: "
-                      f"{', '.join(report['silenced_vendor_libraries'])} (their load warnings are silenced)")
-    console.print(f"[bold]results[/] {report['results_dir']} "
-                  f"({'writable' if report['results_dir_writable'] else 'NOT writable'})")
-    if rate is not None:
-        console.print(f"[bold]CPU GEMM rates[/] {escape(rate.describe())}")
-    for warning in report["warnings"]:
+                      f"{', '.join(data['silenced_vendor_libraries'])} (their load warnings are silenced)")
+    console.print(f"[bold]results[/] {data['results_dir']} "
+                  f"({'writable' if data['results_dir_writable'] else 'NOT writable'})")
+    if report.cpu_rate is not None:
+        console.print(f"[bold]CPU GEMM rates[/] {escape(report.cpu_rate.describe())}")
+    for warning in data["warnings"]:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
-    return EXIT_OK
 
 
 def _silenced_vendor_libraries(cuda_available: bool) -> list[str]:

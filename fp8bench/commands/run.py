@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fp8bench.commands.common import (
     BAD_INPUT,
@@ -25,6 +25,15 @@ from fp8bench.commands.common import (
     table_console,
 )
 from fp8bench.core.units import fraction_arg, percent_arg
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fp8bench.core.devices import Device
+    from fp8bench.core.noise import HostLoad
+    from fp8bench.measure.runner import Case, RunOutcome, RunSettings
+    from fp8bench.measure.sharding import DevicePlan
+    from fp8bench.measure.timing import Timer
 
 NAME = "run"
 HELP = "measure cases: table, run file, store rows"
@@ -257,7 +266,7 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.core.devices import resolve_device
     from fp8bench.hardware import distributed
     from fp8bench.measure.runner import expand_cases, run_cases
-    from fp8bench.measure.timing import Timer, timer_for, timing_mode_for
+    from fp8bench.measure.timing import timer_for, timing_mode_for
     from fp8bench.numerics.recipes import PRECISIONS
 
     launch = distributed.launch_env()
@@ -313,47 +322,33 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     """Measure ``cases`` (on ``plan``'s workers when sharded) and write the table, run file and store (a
     distributed run: on rank 0)."""
     from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fp8bench.analysis.report import render_bandwidths, render_table, summary_counts
+    from fp8bench.analysis.report import summary_counts
     from fp8bench.core.noise import host_load, overload_warning
     from fp8bench.measure.profiling import summary_rows
-    from fp8bench.measure.runner import new_run_id, run_cases
-    from fp8bench.measure.sharding import run_sharded
+    from fp8bench.measure.runner import new_run_id
     from fp8bench.results.runfile import check_writable
-    from fp8bench.results.store import open_store
     from fp8bench.results.stream import DiskFull
 
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
     run_file = args.out or results_dir / "runs" / f"{run_id}.json"
     check_writable(run_file, overwrite=args.force)
-    store = None
-    if not args.no_store:
-        store = open_store(args.store or results_dir)
-    # The results folder also caches the CPU's measured ceilings; `--no-store --out FILE` leaves it untouched.
-    cache_dir = None if (args.no_store and args.out and not args.results_dir) else results_dir
-
     err = Console(stderr=True)
     load = host_load()
     warning = overload_warning(load)
     if warning:
         err.print(f"fp8bench run: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
-    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err, transient=True, disable=args.json or not err.is_terminal)
-    with progress:
-        task = progress.add_task("starting", total=len(cases))
-        try:
-            measure = run_cases if plan is None else functools.partial(run_sharded, plan=plan)
-            outcome = measure(
-                cases, settings, device, run_file=run_file, store=store, spec=spec, results_dir=cache_dir,
-                run_id=run_id, timer=timer,
-                on_start=lambda i, case: progress.update(task, description=case.describe()),
-                on_record=lambda i, case, rec: progress.advance(task))
-        except DiskFull as exc:  # before any case: the run file could not even be started
-            err.print(f"fp8bench run: error: disk full: {exc}; nothing was measured", markup=False, soft_wrap=True)
-            return EXIT_DISK_FULL
+    try:
+        outcome = measure(
+            cases=cases, settings=settings, device=device, plan=plan, run_file=run_file, run_id=run_id, spec=spec,
+            timer=timer, store=None if args.no_store else args.store or results_dir,
+            # The results folder also caches the CPU's measured ceilings; `--no-store --out FILE` leaves it alone.
+            results_dir=None if (args.no_store and args.out and not args.results_dir) else results_dir,
+            console=err, show_progress=not args.json)
+    except DiskFull as exc:  # before any case: the run file could not even be started
+        err.print(f"fp8bench run: error: disk full: {exc}; nothing was measured", markup=False, soft_wrap=True)
+        return EXIT_DISK_FULL
     counts = summary_counts(outcome.records)
     summary: dict[str, Any] = {
         "run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
@@ -362,27 +357,73 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
         "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
         "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors,
         "load": load.to_dict() if load else None}
-    profile_rows = summary_rows(outcome.records) if settings.profile else []
     if settings.profile:
-        summary["profiles"] = profile_rows
+        summary["profiles"] = summary_rows(outcome.records)
     if args.json:
         print_json({**summary, "records": outcome.records})
     else:
-        console, compact = table_console(args.table)
-        timed = ", timed as CUDA-graph replays" if settings.cuda_graph else \
-            ", timed on held streams (blocked_stream)" if timing_mode.value == "blocked_stream" else ""
-        render_table(outcome.records, args.baseline, console,
-                     title=f"run {outcome.run_id} on {summary['device']}{timed}", load=load, compact=compact)
-        render_bandwidths(outcome.records, args.baseline, console)
-        if settings.profile:
-            print_profiles(profile_rows, console)
-        if outcome.interrupted:
-            err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of {len(cases)} "
-                      f"cases kept in {run_file}")
-        for e in outcome.store_errors:
-            err.print(f"[red]store write failed[/] ({escape(e)}); later records went to the run file only: "
-                      f"`fp8bench ingest {run_file}`", soft_wrap=True)
-        print_json(summary)
+        render(outcome, summary, baseline=args.baseline, table=args.table, cuda_graph=settings.cuda_graph,
+               load=load, err=err)
+    return _exit_code(outcome, counts, run_file, err)
+
+
+def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_file: Path, run_id: str,
+            spec: dict[str, Any], plan: DevicePlan | None = None, timer: Timer | None = None,
+            store: str | Path | None = None, results_dir: Path | None = None, console: Console | None = None,
+            show_progress: bool = True) -> RunOutcome:
+    """Measure ``cases`` on ``device`` (on ``plan``'s worker processes when given), streaming each record to
+    ``run_file`` and ``store`` (a store URL or folder; ``None``: the run file only) under ``run_id``;
+    ``results_dir`` caches the CPU's measured ceilings (``None``: not cached). A progress bar goes to ``console``
+    (stderr) when it is a terminal and ``show_progress``. Raises :class:`fp8bench.results.stream.DiskFull` when the
+    run file cannot even be started."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fp8bench.measure.runner import run_cases
+    from fp8bench.measure.sharding import run_sharded
+    from fp8bench.results.store import open_store
+
+    opened = None if store is None else open_store(store)
+    console = console or Console(stderr=True)
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console, transient=True,
+                        disable=not show_progress or not console.is_terminal)
+    with progress:
+        task = progress.add_task("starting", total=len(cases))
+        run = run_cases if plan is None else functools.partial(run_sharded, plan=plan)
+        return run(cases, settings, device, run_file=run_file, store=opened, spec=spec, results_dir=results_dir,
+                   run_id=run_id, timer=timer,
+                   on_start=lambda i, case: progress.update(task, description=case.describe()),
+                   on_record=lambda i, case, rec: progress.advance(task))
+
+
+def render(outcome: RunOutcome, summary: dict[str, Any], *, baseline: str, table: str, cuda_graph: bool,
+           load: HostLoad | None, err: Console) -> None:
+    """The run's table (speedups against ``baseline``; ``table``: the ``--table`` layout), bandwidths, profiles
+    and summary line on stdout; on ``err``, how an interrupted run or a failed store write left its records."""
+    from rich.markup import escape
+
+    from fp8bench.analysis.report import render_bandwidths, render_table
+
+    console, compact = table_console(table)
+    timed = ", timed as CUDA-graph replays" if cuda_graph else \
+        ", timed on held streams (blocked_stream)" if summary.get("timing_mode") == "blocked_stream" else ""
+    render_table(outcome.records, baseline, console,
+                 title=f"run {outcome.run_id} on {summary['device']}{timed}", load=load, compact=compact)
+    render_bandwidths(outcome.records, baseline, console)
+    if "profiles" in summary:
+        print_profiles(summary["profiles"], console)
+    if outcome.interrupted:
+        err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of "
+                  f"{summary['n_cases']} cases kept in {outcome.run_file}")
+    for e in outcome.store_errors:
+        err.print(f"[red]store write failed[/] ({escape(e)}); later records went to the run file only: "
+                  f"`fp8bench ingest {outcome.run_file}`", soft_wrap=True)
+    print_json(summary)
+
+
+def _exit_code(outcome: RunOutcome, counts: dict[str, int], run_file: Path, err: Console) -> int:
+    """The verb's exit code, after saying on ``err`` where a full disk left the records."""
     if outcome.disk_full:
         err.print(f"fp8bench run: error: disk full ({outcome.disk_full}); {_kept(outcome, run_file)}",
                   markup=False, highlight=False, soft_wrap=True)

@@ -10,6 +10,7 @@ from typing import Any
 from fp8bench.commands.common import (
     BAD_INPUT,
     EXIT_CASE_FAILED,
+    EXIT_DISK_FULL,
     EXIT_HARNESS_ERROR,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -47,6 +48,8 @@ EXIT_CODES = ExitCodes((
     (EXIT_OK, "every check that ran passed (checks that need a GPU are listed as such, never as passed)"),
     (EXIT_CASE_FAILED, "a check failed"),
     (EXIT_HARNESS_ERROR, "harness error (a check broke; the other checks still ran) or " + BAD_INPUT),
+    (EXIT_DISK_FULL, "the disk filled: the run stopped, status 'failed: disk full'; the run file keeps every record "
+                     "written before"),
     (EXIT_INTERRUPTED, INTERRUPTED + " in the run file"),
 ), bad_input=EXIT_HARNESS_ERROR)
 DOC = "docs/selfcheck.md"
@@ -96,14 +99,20 @@ def _run(args: argparse.Namespace, probe: Any, config: Any, run_file: Path, run_
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from fp8bench.measure.selfcheck import Verdict, run_selfcheck
+    from fp8bench.results.stream import DiskFull
 
     err = Console(stderr=True)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                         transient=True, disable=args.json or not err.is_terminal)
     with progress:
         task = progress.add_task("starting", total=None)
-        outcome = run_selfcheck(probe, config, run_file, run_id=run_id,
-                                on_check=lambda name: progress.update(task, description=f"selfcheck: {name}"))
+        try:
+            outcome = run_selfcheck(probe, config, run_file, run_id=run_id,
+                                    on_check=lambda name: progress.update(task, description=f"selfcheck: {name}"))
+        except DiskFull as exc:  # before any check: the run file could not even be started
+            err.print(f"fp8bench selfcheck: error: disk full: {exc}; nothing was checked", markup=False,
+                      soft_wrap=True)
+            return EXIT_DISK_FULL
     summary = {**outcome.summary(), "device": str(probe.device), "device_name": probe.device_name}
     if args.json:
         print_json(summary)
@@ -112,6 +121,10 @@ def _run(args: argparse.Namespace, probe: Any, config: Any, run_file: Path, run_
         if outcome.interrupted:
             err.print(f"[yellow]interrupted:[/] {len(outcome.records)} cases kept in {run_file}")
         print_json({k: v for k, v in summary.items() if k != "checks"})
+    if outcome.disk_full:
+        err.print(f"fp8bench selfcheck: error: disk full ({outcome.disk_full}); the records written before are in "
+                  f"{run_file}", markup=False, soft_wrap=True)
+        return EXIT_DISK_FULL
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return {Verdict.ERROR: EXIT_HARNESS_ERROR, Verdict.FAIL: EXIT_CASE_FAILED, None: EXIT_OK}[outcome.verdict]

@@ -232,3 +232,19 @@ def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, s
                "tokens_per_s": cfg.tokens / med if med else None, **({"fp4_options": options} if options else {})},
         seq=seq,
     ).to_dict()
+
+
+def failed_curve_record(precision: str, backend: str, reason: str, shape: Shape, device: Device,
+                        settings: ConvergenceSettings, seq: int, fp8_format: str | None,
+                        options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The record of a curve that could not be trained (its recipe raised): status ``failed`` with the error as
+    its reason, in the layout of :func:`curve_record` but with no losses, timings or verdict."""
+    from fp8bench.core.records import Record
+
+    return Record(
+        workload="transformer_step", shape=dict(shape), precision=precision, backend=backend, device=str(device),
+        status="failed", reason=reason, fp8_format=fp8_format, flops=model_flops(config_of(shape)), valid=False,
+        notes=["convergence check: the recipe failed to train, so it has no loss curve"],
+        extra={"mode": "convergence", "seed": settings.seed, **({"fp4_options": options} if options else {})},
+        seq=seq,
+    ).to_dict()

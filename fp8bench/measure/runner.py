@@ -52,8 +52,15 @@ from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_li
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.core.shapes import Shape, label
-from fp8bench.energy.meters import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
-from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy
+from fp8bench.energy.meters import (
+    EnergyReading,
+    configure_meter,
+    idle_baseline,
+    measure_case_energy,
+    meter_for,
+    not_metered,
+)
+from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy, ThrottleVerdict
 from fp8bench.hardware import environment
 from fp8bench.hardware.clocks import (
     RECOVERY_DELAY_S,
@@ -65,7 +72,7 @@ from fp8bench.hardware.clocks import (
 from fp8bench.hardware.peaks import Peaks
 from fp8bench.measure.blocking import held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
-from fp8bench.measure.output_check import OutputWatch, deterministic
+from fp8bench.measure.output_check import OutputWatch, OutputCheck, deterministic
 from fp8bench.measure.profiling import CaseProfiler, profile_mode
 from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 from fp8bench.numerics.accuracy import Numerics, compare, worst
@@ -395,21 +402,16 @@ class CaseMeasurer:
                           energy={"method": None, "joules_per_iter": None, "reason": INTERPRETED_REASON})
 
     def _measure(self, case: Case, seq: int, started: float) -> Record:
-        s = self.settings
-        workload = WORKLOADS.get(case.workload)
-        backend = BACKENDS.get(case.backend)
-        why = backend.unsupported_reason(case.workload, case.precision, self.device)
-        why = self._agree_reason(why or workload.shape_reason(case.shape, case.precision))
-        if why:
-            return self._base(case, seq, "skipped", why)
-        oom = self._agree_reason(workload.memory_reason(case.shape, case.precision, self.device))
-        if oom:  # refused before allocating: on the CPU a real out-of-memory kills the whole process
-            return self._base(case, seq, "failed", oom)
-        if backend.interpreted(self.device):
+        """Measure ``case``: refuse it, check it (interpreted backends), or build, warm up, time, check numerics,
+        meter energy, and turn what was measured into its record."""
+        refused = self._refusal(case, seq)
+        if refused is not None:
+            return refused
+        if BACKENDS.get(case.backend).interpreted(self.device):
             return self._check_interpreted(case, seq, started)
+        s = self.settings
         deadline = started + s.budget_s
         min_needed = s.policy.min_samples + s.warmup_iters
-
         estimate = self._estimate_call_s(case, s.budget_s)
         if estimate and estimate[0] * min_needed > s.budget_s:
             return self._base(case, seq, "skipped", f"over budget: one call is estimated at {estimate[0]:.3g} s "
@@ -421,84 +423,132 @@ class CaseMeasurer:
         pipeline = self._build(case, case.shape, inputs)
         # Building (torch.compile, Triton autotuning) is setup, recorded by the backend, not measurement time.
         deadline += time.monotonic() - build_started
-        # A fresh call's output, before any warm-up, to check the last timed call against (fp8bench.measure.output_check).
+        # A fresh call's output, before any warm-up, to check the last timed call against
+        # (fp8bench.measure.output_check).
         outputs = OutputWatch(pipeline.output, pipeline.end_to_end, self.graphs is not None,
                               deterministic(case.precision))
-
-        # Warm-up: at least warmup_iters calls and warmup_s seconds, stopping early if one call is too slow.
-        warm_start = time.monotonic()
-        warm_calls, last_call = 0, 0.0
-        # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
-        while agreed(self.timer, warm_calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s):
-            t0 = time.monotonic()
-            pipeline.end_to_end()
-            self.device.synchronize()
-            last_call = time.monotonic() - t0
-            warm_calls += 1
-            remaining = deadline - time.monotonic()
-            if agreed(self.timer, last_call * s.policy.min_samples > remaining):
-                return self._base(case, seq, "skipped", f"over budget: one call takes {last_call:.3g} s, "
-                                  f"{s.policy.min_samples} samples exceed the {s.budget_s:g} s budget",
-                                  timing={"warmup_calls": warm_calls, "last_call_s": last_call})
-        warmup_s = time.monotonic() - warm_start
-
-        e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
-        phase_samples: dict[str, Samples] = {}
-        phase_calls: dict[str, Callable[[], Any]] = {}
-        notes = list(pipeline.notes)
-        # blocked_stream: each call is tried once held; a call that synchronizes sends the case to cuda_events.
-        timer, timing_mode, mode_note = self.timer, self.timing_mode, self.blocked_note
-        if self.blocked is not None:
-            timer, timing_mode, mode_note = timer_for_calls(self.blocked, self.timer,
-                                                            [pipeline.end_to_end, *pipeline.phases.values()])
-        notes += [mode_note] if mode_note else []
-        # GPUs: the SM clock and power read after every sample; a sample at a throttled clock is retaken.
-        checked = self._clock_checked(timer)
-        timer = checked or timer
-        # Clocks and throttle reasons are polled through all the timed samples (end to end and phases).
-        watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
-        with watch:
-            e2e_call = self._timed_call("end_to_end", outputs.timed(pipeline.end_to_end))
-            e2e = sample(e2e_call, timer, s.policy, e2e_deadline)
-            outputs.keep_last()
-            per_sample = checked.take_record() if checked is not None else None
-            timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
-                f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
-            if e2e.over_budget:
-                return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.policy.min_samples} samples "
-                                  f"in the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
-            if s.phases and len(pipeline.phases) > 0:
-                for name, fn in pipeline.phases.items():
-                    if fn is pipeline.end_to_end:  # a one-phase pipeline: its phase was just measured
-                        phase_samples[name], phase_calls[name] = e2e, e2e_call
-                        continue
-                    try:
-                        phase_calls[name] = self._timed_call(name, fn)
-                    except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
-                        notes.append(f"phase {name} not timed: {exc}")
-                        continue
-                    phase_samples[name] = sample(phase_calls[name], timer, s.policy, deadline)
-                    if phase_samples[name].n == 0:
-                        notes.append(f"phase {name} not timed: budget spent")
-        watched = watch.verdict(self.throttle)
-        discarded = None
-        if checked is not None and per_sample is not None:
-            discarded = per_sample["discarded_samples"] + checked.take_record()["discarded_samples"]
-        phases = {k: v.median_s for k, v in phase_samples.items() if v.median_s is not None}
-        prequant = None
-        if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
-            prequant = sum(phases[p] for p in pipeline.prequantized_phases)
+        warm = self._warm_up(pipeline, deadline)
+        if warm.over_budget:
+            return self._base(case, seq, "skipped", warm.over_budget,
+                              timing={"warmup_calls": warm.calls, "last_call_s": warm.last_call_s})
+        timed = self._time(pipeline, deadline, outputs)
+        timing: dict[str, Any] = {"warmup_s": warm.seconds, "warmup_calls": warm.calls, **{
+            f"e2e_{k}": v for k, v in timed.e2e.summary().items() if k not in ("median_s", "n")}}
+        if timed.e2e.over_budget:
+            e2e = timed.e2e
+            return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.policy.min_samples} samples "
+                              f"in the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
 
         numerics_started = time.monotonic()
         num = self._numerics(case, case.shape, pipeline)
         output_check = outputs.verdict(self._reference_for(case.workload, case.shape))
         timing["numerics_s"] = time.monotonic() - numerics_started
+        energy = self._energy(pipeline, timed)
+        timing["timed_s"] = timed.seconds
+        if self.graphs is not None:
+            timing["graph_capture_s"] = sum(c.capture_s for c in self.graphs.captured)
+        timing["overhead_s"] = time.monotonic() - started - timed.seconds - warm.seconds
+        record = self._measured_record(case, seq, pipeline, timed, num, output_check, energy, timing)
+        return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
 
+    def _refusal(self, case: Case, seq: int) -> Record | None:
+        """The record of a case that is not measured here, with the reason: its backend does not support it, its
+        shape does not fit its recipe, or it would not fit in memory; ``None`` when it can be measured."""
+        workload = WORKLOADS.get(case.workload)
+        backend = BACKENDS.get(case.backend)
+        why = backend.unsupported_reason(case.workload, case.precision, self.device)
+        why = self._agree_reason(why or workload.shape_reason(case.shape, case.precision))
+        if why:
+            return self._base(case, seq, "skipped", why)
+        oom = self._agree_reason(workload.memory_reason(case.shape, case.precision, self.device))
+        if oom:  # refused before allocating: on the CPU a real out-of-memory kills the whole process
+            return self._base(case, seq, "failed", oom)
+        return None
+
+    def _warm_up(self, pipeline: Pipeline, deadline: float) -> _Warmup:
+        """Warm up: at least ``warmup_iters`` calls and ``warmup_s`` seconds, stopping early if one call is too
+        slow for the samples to fit before ``deadline``."""
+        s = self.settings
+        warm = _Warmup()
+        warm_start = time.monotonic()
+        # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
+        while agreed(self.timer, warm.calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s):
+            t0 = time.monotonic()
+            pipeline.end_to_end()
+            self.device.synchronize()
+            warm.last_call_s = time.monotonic() - t0
+            warm.calls += 1
+            remaining = deadline - time.monotonic()
+            if agreed(self.timer, warm.last_call_s * s.policy.min_samples > remaining):
+                warm.over_budget = (f"over budget: one call takes {warm.last_call_s:.3g} s, {s.policy.min_samples} "
+                                    f"samples exceed the {s.budget_s:g} s budget")
+                return warm
+        warm.seconds = time.monotonic() - warm_start
+        return warm
+
+    def _time(self, pipeline: Pipeline, deadline: float, outputs: OutputWatch) -> _Timed:
+        """The timed samples: end to end first (in its share of the budget), then each phase until ``deadline``,
+        with clocks and throttle reasons polled through all of them; ``outputs`` keeps the last timed output."""
+        s = self.settings
+        e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
+        # blocked_stream: each call is tried once held; a call that synchronizes sends the case to cuda_events.
+        timer, timing_mode, mode_note = self.timer, self.timing_mode, self.blocked_note
+        if self.blocked is not None:
+            timer, timing_mode, mode_note = timer_for_calls(self.blocked, self.timer,
+                                                            [pipeline.end_to_end, *pipeline.phases.values()])
+        # GPUs: the SM clock and power read after every sample; a sample at a throttled clock is retaken.
+        checked = self._clock_checked(timer)
+        timer = checked or timer
+        watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
+        with watch:
+            e2e_call = self._timed_call("end_to_end", outputs.timed(pipeline.end_to_end))
+            timed = _Timed(sample(e2e_call, timer, s.policy, e2e_deadline), e2e_call,
+                           notes=[*pipeline.notes, *([mode_note] if mode_note else [])],
+                           timing_mode=timing_mode.value)
+            outputs.keep_last()
+            timed.per_sample = checked.take_record() if checked is not None else None
+            if not timed.e2e.over_budget and s.phases and len(pipeline.phases) > 0:
+                self._time_phases(pipeline, timed, deadline, timer)
+        timed.watched = watch.verdict(self.throttle)
+        if checked is not None and timed.per_sample is not None:
+            timed.discarded = timed.per_sample["discarded_samples"] + checked.take_record()["discarded_samples"]
+        return timed
+
+    def _time_phases(self, pipeline: Pipeline, timed: _Timed, deadline: float, timer: Timer) -> None:
+        """Sample each phase of ``pipeline`` into ``timed``, noting a phase that could not be timed and why."""
+        for name, fn in pipeline.phases.items():
+            if fn is pipeline.end_to_end:  # a one-phase pipeline: its phase was just measured
+                timed.phase_samples[name], timed.phase_calls[name] = timed.e2e, timed.e2e_call
+                continue
+            try:
+                timed.phase_calls[name] = self._timed_call(name, fn)
+            except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
+                timed.notes.append(f"phase {name} not timed: {exc}")
+                continue
+            timed.phase_samples[name] = sample(timed.phase_calls[name], timer, self.settings.policy, deadline)
+            if timed.phase_samples[name].n == 0:
+                timed.notes.append(f"phase {name} not timed: budget spent")
+
+    def _energy(self, pipeline: Pipeline, timed: _Timed) -> EnergyReading | None:
+        """The case's energy, or ``None`` when it is not metered (disabled, or a distributed run's lockstep)."""
+        s = self.settings
+        if not s.energy or self.lockstep:
+            return None
         # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work.
-        metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=e2e_call, phases=phase_calls)
-        energy = measure_case_energy(self.meter, metered, self.device, e2e.median_s or 0.0, phases,
-                                     s.energy_phases, self.idle) if s.energy and not self.lockstep else None
+        metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=timed.e2e_call,
+                                                               phases=timed.phase_calls)
+        return measure_case_energy(self.meter, metered, self.device, timed.e2e.median_s or 0.0, timed.phases,
+                                   s.energy_phases, self.idle)
 
+    def _measured_record(self, case: Case, seq: int, pipeline: Pipeline, timed: _Timed, num: Numerics,
+                         output_check: OutputCheck, energy: EnergyReading | None, timing: dict[str, Any]) -> Record:
+        """The record of a measured case: its rates and share of the device's peak, its numerics and energy, and
+        its status (``invalid`` for a non-finite output or a throttled device)."""
+        workload = WORKLOADS.get(case.workload)
+        e2e, phases, watched = timed.e2e, timed.phases, timed.watched
+        prequant = None
+        if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
+            prequant = sum(phases[p] for p in pipeline.prequantized_phases)
         flops = workload.flops(case.shape)
         nbytes = workload.min_bytes(case.shape, case.precision)
         median = e2e.median_s
@@ -515,23 +565,16 @@ class CaseMeasurer:
         if throttled:
             status, valid = "invalid", False
             reason = "; ".join(filter(None, [reason, *throttled]))
-        notes += watched.notes
-        if energy is not None:
-            notes += energy.clock_notes
+        notes = [*timed.notes, *watched.notes, *(energy.clock_notes if energy is not None else ())]
         if pipeline.interpreted:
             notes.append("interpreted: timings are not comparable and never gate anything")
         telemetry = {"timing": watched.telemetry}
-        if per_sample is not None:
-            telemetry["per_sample"] = per_sample
+        if timed.per_sample is not None:
+            telemetry["per_sample"] = timed.per_sample
         if energy is not None:
             telemetry["energy"] = energy.telemetry or {"reason": f"not sampled: {energy.reason or 'no telemetry'}"}
         joules = energy.joules_per_iter if energy else None
-        timed = sum(e2e.samples_s) + sum(sum(v.samples_s) for v in phase_samples.values() if v is not e2e)
-        timing["timed_s"] = timed
-        if self.graphs is not None:
-            timing["graph_capture_s"] = sum(c.capture_s for c in self.graphs.captured)
-        timing["overhead_s"] = time.monotonic() - started - timed - warmup_s
-        record = self._base(
+        return self._base(
             case, seq, status, reason,
             samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
             host_samples_s=e2e.host_samples_s, host_median_s=e2e.host_median_s,
@@ -542,15 +585,53 @@ class CaseMeasurer:
             pct_of_peak=100 * tflops / peak.value if (tflops and peak) else None,
             peak_tflops=peak.value if peak else None, peak_source=peak.source if peak else None,
             peak_mem_tbps=bandwidth.value if bandwidth else None,
-            phases=phases, phase_stats={k: v.summary() for k, v in phase_samples.items()},
+            phases=phases, phase_stats={k: v.summary() for k, v in timed.phase_samples.items()},
             energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
             tflops_per_w=(flops / joules / 1e12) if joules else None,
-            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (s.energy and self.lockstep)
+            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (self.settings.energy
+                                                                                        and self.lockstep)
                                                     else "energy metering disabled"},
             numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
-            scale_format=pipeline.scale_format, timing_mode=timing_mode.value, discarded_samples=discarded)
-        return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
+            scale_format=pipeline.scale_format, timing_mode=timed.timing_mode, discarded_samples=timed.discarded)
+
+
+@dataclass
+class _Warmup:
+    """The warm-up of one case: the calls made, the last one's seconds, the seconds spent, and why the case is
+    over budget (``None``: it fits)."""
+
+    calls: int = 0
+    last_call_s: float = 0.0
+    seconds: float = 0.0
+    over_budget: str | None = None
+
+
+@dataclass
+class _Timed:
+    """The timed samples of one case: end to end and per phase, what the timer called for each (the eager call or
+    a CUDA-graph replay), the notes on phases not timed, and the device telemetry's verdict over all of them."""
+
+    e2e: Samples
+    e2e_call: Callable[[], Any]
+    phase_samples: dict[str, Samples] = field(default_factory=dict)
+    phase_calls: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    watched: ThrottleVerdict = field(default_factory=lambda: ThrottleVerdict({}))
+    timing_mode: str = ""  # the mode the samples were taken in (blocked_stream falls back per case)
+    per_sample: dict[str, Any] | None = None  # GPUs: SM clock and power after each end-to-end sample
+    discarded: int | None = None  # samples retaken after a throttled clock reading (None: not checked)
+
+    @property
+    def phases(self) -> dict[str, float]:
+        """Median seconds of each timed phase."""
+        return {k: v.median_s for k, v in self.phase_samples.items() if v.median_s is not None}
+
+    @property
+    def seconds(self) -> float:
+        """Seconds inside timed samples (a phase timed by the end-to-end samples counted once)."""
+        return sum(self.e2e.samples_s) + sum(sum(v.samples_s) for v in self.phase_samples.values()
+                                             if v is not self.e2e)
 
 
 def _extra(pipeline: Pipeline, median_s: float | None, phases: dict[str, float]) -> dict[str, Any]:
@@ -623,33 +704,72 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     if lock is not None:
         header["clock_lock"] = lock.environment()
         header.setdefault("gpu", {})["clock_policy"] = locked_clock_policy(lock)
-    stream = RecordStream(run_file, header, store)
+    run = StreamedRun(RecordStream(run_file, header, store), started)
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
                             profiler=case_profiler(settings, run_file, results_dir, run_id))
-    interrupted_by: str | None = None
-    disk_full = False
-    try:
+    with run:
         for i, case in enumerate(cases):
             if settings.cooldown_s and i > 0:
                 time.sleep(settings.cooldown_s)
             if on_start:
                 on_start(i, case)
             record = measurer.measure(case, seq=i).to_dict()
-            stream.add(record)
+            run.stream.add(record)
             if on_record:
                 on_record(i, case, record)
-    except KeyboardInterrupt as exc:
-        interrupted_by = getattr(exc, "signal_name", "SIGINT")
-    except DiskFull:
-        disk_full = True
     if lock is not None:
         lock.reset()
-    status = STATUS_DISK_FULL if disk_full else "interrupted" if interrupted_by else "complete"
-    stream.finish(status=status, finished_at=datetime.now(timezone.utc).isoformat(),
-                  n_records=len(stream.records), n_cases=len(cases))
-    return RunOutcome(run_id, stream.records, interrupted_by is not None, run_file, getattr(store, "url", None),
-                      stream.store_errors, time.monotonic() - started, stream.disk_error,
-                      stream.file_complete or run_file is None, interrupted_by)
+    run.finish(n_cases=len(cases))
+    return run.outcome(run_id, run_file, store)
+
+
+class StreamedRun:
+    """The one way a command that streams records ends: every verb that keeps records as they finish (``run``,
+    sharded and distributed runs, ``converge``, ``selfcheck``) produces them inside ``with StreamedRun(stream):``,
+    adding each to the :class:`fp8bench.results.stream.RecordStream`, then calls :meth:`finish`.
+
+    The block ends early, without losing a record already added, on a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM
+    and SIGHUP through :mod:`fp8bench.measure.interrupts`) or on :class:`fp8bench.results.stream.DiskFull`; any other
+    exception propagates. :meth:`finish` then writes the final header with the status that says which it was.
+    """
+
+    def __init__(self, stream: RecordStream, started: float | None = None) -> None:
+        self.stream = stream
+        self.started = time.monotonic() if started is None else started  # the run's wall clock starts here
+        self.interrupted_by: str | None = None  # SIGINT (Ctrl-C), SIGTERM or SIGHUP
+        self.disk_full = False
+
+    def __enter__(self) -> StreamedRun:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, KeyboardInterrupt):
+            self.interrupted_by = getattr(exc, "signal_name", "SIGINT")
+            return True
+        if isinstance(exc, DiskFull):
+            self.disk_full = True
+            return True
+        return False
+
+    @property
+    def interrupted(self) -> bool:
+        return self.interrupted_by is not None
+
+    @property
+    def status(self) -> str:
+        """The run header's final status: ``complete``, ``interrupted`` or ``failed: disk full``."""
+        return STATUS_DISK_FULL if self.disk_full else "interrupted" if self.interrupted else "complete"
+
+    def finish(self, **fields: Any) -> None:
+        """Write the final header: the status, when it finished, how many records were kept, and ``fields``."""
+        self.stream.finish(status=self.status, finished_at=datetime.now(timezone.utc).isoformat(),
+                           n_records=len(self.stream.records), **fields)
+
+    def outcome(self, run_id: str, run_file: Path | None, store: Any | None) -> RunOutcome:
+        stream = self.stream
+        return RunOutcome(run_id, stream.records, self.interrupted, run_file, getattr(store, "url", None),
+                          stream.store_errors, time.monotonic() - self.started, stream.disk_error,
+                          stream.file_complete or run_file is None, self.interrupted_by)
 
 
 def with_policy(settings: RunSettings, **changes: Any) -> RunSettings:

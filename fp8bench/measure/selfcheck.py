@@ -38,7 +38,6 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -51,11 +50,11 @@ from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
 from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key, table_peak
-from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, new_run_id, run_header
+from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, StreamedRun, new_run_id, run_header
 from fp8bench.measure.timing import SamplingPolicy, Timer, timer_for
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
 from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
-from fp8bench.results.runfile import RunFileWriter
+from fp8bench.results.stream import DiskFull, RecordStream
 
 # A vendor GEMM this large is compute-bound and should run well above half the dense datasheet peak; under half
 # means something is wrong. The bar is deliberately loose: it catches broken setups, not tuning gaps.
@@ -310,7 +309,7 @@ class Selfcheck:
                 for result in step():
                     self.results.append(replace(result, seconds=round(time.monotonic() - started, 3)))
                     started = time.monotonic()
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, DiskFull):  # the run stops; its records so far are kept
                 raise
             except Exception as exc:  # a broken check is a harness error, reported; the other checks still run
                 where = traceback.extract_tb(exc.__traceback__)[-1]
@@ -496,6 +495,7 @@ class SelfcheckOutcome:
     run_file: Path | None
     interrupted: bool
     wall_s: float
+    disk_full: str | None = None  # what failed when the run file's disk filled; the run stopped there
 
     @property
     def verdict(self) -> Verdict | None:
@@ -505,37 +505,27 @@ class SelfcheckOutcome:
         counts = {v.value: sum(r.verdict is v for r in self.results) for v in Verdict}
         return {"run_id": self.run_id, "run_file": str(self.run_file) if self.run_file else None,
                 "verdict": (self.verdict or Verdict.PASS).value if not self.interrupted else "interrupted",
-                "counts": counts, "interrupted": self.interrupted, "wall_s": round(self.wall_s, 3),
-                "checks": [r.to_dict() for r in self.results]}
+                "counts": counts, "interrupted": self.interrupted, "disk_full": self.disk_full,
+                "wall_s": round(self.wall_s, 3), "checks": [r.to_dict() for r in self.results]}
 
 
 def run_selfcheck(probe: Probe, config: SelfcheckConfig | None = None, run_file: Path | None = None,
                   on_check: Callable[[str], None] = lambda name: None, run_id: str | None = None) -> SelfcheckOutcome:
     """Run every check, writing each case's record to ``run_file`` as it finishes and the verdicts at the end.
-    Ctrl-C ends the run early; the run file then keeps what was measured and says ``interrupted``."""
+    Ctrl-C ends the run early; the run file then keeps what was measured and says ``interrupted``. A full disk
+    ends it too (status ``failed: disk full``, :mod:`fp8bench.results.stream`); a disk full before the first
+    record raises :class:`fp8bench.results.stream.DiskFull`."""
     started = time.monotonic()
     run_id = run_id or new_run_id()
-    records: list[dict[str, Any]] = []
     check = Selfcheck(probe, config, on_check=on_check)
     settings = RunSettings(device=str(probe.device), budget_s=check.config.budget_s, energy=False)
     header = run_header(run_id, probe.device, str(probe.device), settings, {"selfcheck": check.settings()})
-    writer = RunFileWriter(run_file, header) if run_file else None
-
-    def keep(record: dict[str, Any]) -> None:
-        records.append(record)
-        if writer:
-            writer.append(record)
-
-    check.on_record = keep
-    interrupted = False
-    try:
+    run = StreamedRun(RecordStream(run_file, header, None), started)
+    check.on_record = run.stream.add
+    with run:
         check.run()
-    except KeyboardInterrupt:
-        interrupted = True
-    outcome = SelfcheckOutcome(run_id, check.results, records, run_file, interrupted, time.monotonic() - started)
-    if writer:
-        summary = outcome.summary()
-        writer.finish(status="interrupted" if interrupted else "complete", n_records=len(records),
-                      finished_at=datetime.now(timezone.utc).isoformat(),
-                      selfcheck={k: v for k, v in summary.items() if k not in ("run_id", "run_file")})
+    outcome = SelfcheckOutcome(run_id, check.results, run.stream.records, run_file, run.interrupted,
+                               time.monotonic() - started, run.stream.disk_error if run.disk_full else None)
+    summary = outcome.summary()
+    run.finish(selfcheck={k: v for k, v in summary.items() if k not in ("run_id", "run_file")})
     return outcome

@@ -49,7 +49,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -64,13 +63,14 @@ from fp8bench.measure.runner import (
     Case,
     RunOutcome,
     RunSettings,
+    StreamedRun,
     case_profiler,
     case_record,
     new_run_id,
     run_header,
 )
 from fp8bench.measure.timing import timing_mode_for
-from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
+from fp8bench.results.stream import DiskFull, RecordStream
 
 # A device whose worker died this many times with no finished case in between is given up on: a crashing kernel
 # fails its own case, a broken device must not cost one worker start per remaining case.
@@ -426,30 +426,18 @@ def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, pla
             props["threads"] = plan.threads
     shards = plan.shards(cases)
     header["workers"] = [{**slot.describe(), "cases": shard} for slot, shard in zip(plan.slots, shards, strict=True)]
-    stream = RecordStream(run_file, header, store)
-    merge = _InOrder(stream, lambda seq, rec: on_record(seq, cases[seq], rec) if on_record else None)
+    run = StreamedRun(RecordStream(run_file, header, store), started)
+    merge = _InOrder(run.stream, lambda seq, rec: on_record(seq, cases[seq], rec) if on_record else None)
     workers = _Shards(plan, cases, settings, header["device"]["name"], results_dir, merge, on_start,
                       case_profiler(settings, run_file, results_dir, run_id))
-    interrupted_by: str | None = None
-    disk_full = False
-    try:
+    with run:
         try:
             workers.run()
         finally:
             workers.stop()
-    except KeyboardInterrupt as exc:
-        interrupted_by = getattr(exc, "signal_name", "SIGINT")
-    except DiskFull:
-        disk_full = True
-    try:
+    with run:  # the records finished out of order before the run stopped
         merge.flush()
-    except DiskFull:
-        disk_full = True
     header["workers"] = [{**h, "pids": w["pids"], "pinned": w["pinned"], "deaths": w["deaths"]}
                          for h, w in zip(header["workers"], workers.describe(), strict=True)]
-    status = STATUS_DISK_FULL if disk_full else "interrupted" if interrupted_by else "complete"
-    stream.finish(status=status, finished_at=datetime.now(timezone.utc).isoformat(),
-                  n_records=len(stream.records), n_cases=len(cases), workers=header["workers"])
-    return RunOutcome(run_id, stream.records, interrupted_by is not None, run_file, getattr(store, "url", None),
-                      stream.store_errors, time.monotonic() - started, stream.disk_error,
-                      stream.file_complete or run_file is None, interrupted_by)
+    run.finish(n_cases=len(cases), workers=header["workers"])
+    return run.outcome(run_id, run_file, store)

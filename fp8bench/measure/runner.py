@@ -72,7 +72,7 @@ from fp8bench.hardware.clocks import (
 from fp8bench.hardware.peaks import Peaks
 from fp8bench.measure.blocking import held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
-from fp8bench.measure.output_check import OutputWatch, OutputCheck, deterministic
+from fp8bench.measure.output_check import OutputCheck, OutputWatch, deterministic
 from fp8bench.measure.profiling import CaseProfiler, profile_mode
 from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 from fp8bench.numerics.accuracy import Numerics, compare, worst

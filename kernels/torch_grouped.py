@@ -28,7 +28,7 @@ from fp8bench.hardware.capabilities import capabilities_for, forward_gemm_spec, 
 from fp8bench.hardware.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.numerics.quantize import cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm, ScaledGroupedGemm
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
@@ -37,7 +37,7 @@ from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
 def _grouped_support(precision: Precision, device: Device) -> str | None:
     if isinstance(precision, FloatPrecision):
         return None  # the workload refuses the float precisions it does not measure
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     # The per-expert scaled GEMM's rules hold for both implementations; the grouped kernel's own rules are
     # checked when a grouped case is built (they depend on the routing).
     return recipe_gemm_reason(device, precision)
@@ -46,7 +46,7 @@ def _grouped_support(precision: Precision, device: Device) -> str | None:
 def _grouped_kernel_reason(ctx: BuildContext, n: int, k: int) -> str | None:
     """On a real GPU, why ``torch._scaled_grouped_mm`` cannot run this case (``None``: it can)."""
     precision = ctx.precision
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     target = capabilities_for(ctx.device).target if ctx.device.is_cuda else None
     if target is None:
         return None  # the CPU: PyTorch itself refuses the call, and its message is the reason
@@ -84,7 +84,7 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
                                "inputs arrive in the GEMM dtype: no quantize phase; epilogue fused"],
                         extra=routing_fields(ctx.shape))
 
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     if grouped:
         why = _grouped_kernel_reason(ctx, n, k)
         if why:
@@ -98,7 +98,7 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
         if grouped:
             kernel = ScaledGroupedGemm(precision.granularity, experts, bounds, out_dtype, precision.fast_accum)
         else:
-            per_expert = ScaledGemm(precision.granularity, precision.is_fp4)
+            per_expert = ScaledGemm.for_recipe(precision)
 
     # Quantization ends with every operand laid out as its kernel reads it (scales blocked per group or per expert),
     # so that the gemm phase times the kernels alone.

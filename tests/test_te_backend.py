@@ -63,7 +63,7 @@ def test_float_precisions_run_with_autocast_off() -> None:
 
 
 def test_old_te_refuses_newer_recipes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(teb, "installed_version", lambda name: "2.1.0")
+    monkeypatch.setattr(teb, "te_version", lambda: "2.1.0")
     why = teb.precision_support(resolve_precision("fp8_tensorwise"), Device("cuda", 0))
     assert why == "Float8CurrentScaling needs Transformer Engine 2.2+, installed 2.1.0"
     assert teb.precision_support(resolve_precision("fp8_delayed", "hybrid"), Device("cuda", 0)) is None
@@ -232,10 +232,8 @@ def test_fp32_is_refused_on_te_because_its_fp32_gemm_is_tf32(te: FakeTE) -> None
 
 @pytest.mark.gpu
 def test_real_te_linear_on_cuda_matches_the_reference() -> None:
-    from fp8bench.hardware.capabilities import backend_reason
-
     device = Device("cuda", 0)
-    why = backend_reason("te", device)
+    why = teb.TE.availability(device)
     if why:
         pytest.skip(why)
     sh = GEMM.parse_shape("256x256x256")
@@ -398,5 +396,5 @@ def test_nvfp4_recipe_is_one_te_accepts_and_runs_on_10x_only(te: FakeTE) -> None
 
 
 def test_te_older_than_2_8_refuses_nvfp4(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(teb, "installed_version", lambda dist: "2.7.0")
+    monkeypatch.setattr(teb, "te_version", lambda: "2.7.0")
     assert "needs Transformer Engine 2.8+" in teb.precision_support(resolve_precision("nvfp4"), Device("cuda", 0))

@@ -102,7 +102,7 @@ def execute(args: argparse.Namespace) -> int:
         train_curve,
     )
     from fp8bench.measure.runner import RunSettings, new_run_id, run_header
-    from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, fp4_settings, resolve_precision
+    from fp8bench.numerics.recipes import PRECISIONS, Fp4Recipe, ScaledRecipe, fp4_settings, resolve_precision
     from fp8bench.results.runfile import check_writable
     from fp8bench.results.store import open_store
     from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
@@ -122,7 +122,7 @@ def execute(args: argparse.Namespace) -> int:
     sr, rht = (None if v is None else ON_OFF[v] for v in (args.stochastic_rounding, args.rht))
 
     def resolve(name: str) -> Any:
-        if getattr(PRECISIONS.get(name), "is_fp4", False):  # E2M1 elements: --fp8-format is for the FP8 recipes
+        if isinstance(PRECISIONS.get(name), Fp4Recipe):  # E2M1 elements: --fp8-format is for the FP8 recipes
             return resolve_precision(name, None, trains=True, stochastic_rounding=sr, rht=rht)
         return resolve_precision(name, args.fp8_format, trains=True)
 
@@ -176,10 +176,10 @@ def execute(args: argparse.Namespace) -> int:
                            else assess(curve, baseline, settings))
                 if baseline is None:
                     baseline = curve
-                fmt = precision.format_label if isinstance(precision, Fp8Recipe) else (
+                fmt = precision.format_label if isinstance(precision, ScaledRecipe) else (
                     "e4m3" if name == BROKEN else None)
                 record = curve_record(curve, verdict, shape, device, settings, seq, fmt,
-                                      fp4_settings(precision) if isinstance(precision, Fp8Recipe) else None)
+                                      fp4_settings(precision) if isinstance(precision, ScaledRecipe) else None)
                 records.append(record)
                 stream.add(record)
         except KeyboardInterrupt:

@@ -40,22 +40,25 @@ def execute(args: argparse.Namespace) -> int:
     import torch
 
     from fp8bench.core.devices import resolve_device
-    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, declared_libraries, load_all
     from fp8bench.energy.meters import meter_for
     from fp8bench.hardware.capabilities import (
         MATRIX_KEYS,
-        MIN_VERSIONS,
         SCALED_GEMM_RULES,
-        backend_note,
         capabilities_for,
-        library_status,
         probe_recipe,
         scaled_mm_api,
     )
     from fp8bench.hardware.cpu_fp8_rate import measure_cpu_fp8_rate
     from fp8bench.hardware.environment import software_versions
     from fp8bench.numerics import torch_api
-    from fp8bench.numerics.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
+    from fp8bench.numerics.recipes import (
+        PRECISIONS,
+        Fp4Recipe,
+        Fp8FormatChoice,
+        ScaledRecipe,
+        resolve_precision,
+    )
 
     load_all()
     device = resolve_device(args.device)
@@ -67,13 +70,13 @@ def execute(args: argparse.Namespace) -> int:
         for wname in WORKLOADS:
             matrix[bname][wname] = {p: backend.unsupported_reason(wname, prec, device)
                                     for p, prec in PRECISIONS.items()}
-    def training_reason(name: str, prec: Fp8Recipe, fmt: str) -> str | None:
-        if prec.is_fp4 and fmt != "e4m3":
+    def training_reason(name: str, prec: ScaledRecipe, fmt: str) -> str | None:
+        if isinstance(prec, Fp4Recipe) and fmt != "e4m3":
             return NO_FP8_FORMAT
         return caps.recipe_reason(resolve_precision(name, fmt), backward=True)  # type: ignore[arg-type]
 
     recipes = {name: {fmt.value: training_reason(name, prec, fmt.value) for fmt in Fp8FormatChoice}
-               for name, prec in PRECISIONS.items() if isinstance(prec, Fp8Recipe)}
+               for name, prec in PRECISIONS.items() if isinstance(prec, ScaledRecipe)}
     surface = torch_api.detect()
     recorded = torch_api.installed_release()
     torch_report: dict[str, Any] = {
@@ -97,8 +100,8 @@ def execute(args: argparse.Namespace) -> int:
         "scaled_gemm_rules": [{"name": r.name, "source": r.source} for r in SCALED_GEMM_RULES],
         "backends": {b: BACKENDS.get(b).availability(device) for b in BACKENDS},
         "backend_kinds": {b: BACKENDS.get(b).kind for b in BACKENDS},
-        "libraries": {name: {"version": st.version, "reason": st.reason}
-                      for name, st in ((n, library_status(n)) for n in MIN_VERSIONS)},
+        "libraries": {lib.name: {"version": st.version, "reason": st.reason}
+                      for lib, st in ((lib, lib.status()) for lib in declared_libraries())},
         "matrix": matrix, "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
         "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
         "silenced_vendor_libraries": _silenced_vendor_libraries(torch.cuda.is_available()),
@@ -176,7 +179,7 @@ def execute(args: argparse.Namespace) -> int:
         t.add_column(col)
     for b in BACKENDS:
         why = report["backends"][b]
-        note = backend_note(b, device) if why is None else None
+        note = BACKENDS.get(b).note(device) if why is None else None
         t.add_row(b, report["backend_kinds"][b],
                   ("yes" + (f" ({note})" if note else "")) if why is None else f"no: {why}")
     console.print(t)
@@ -211,10 +214,10 @@ def _silenced_vendor_libraries(cuda_available: bool) -> list[str]:
     :mod:`fp8bench.hardware.vendor_logs` silenced; said once here instead of on every run."""
     import importlib
 
-    from fp8bench.hardware.capabilities import library_status
     from fp8bench.hardware.vendor_logs import silenced
+    from fp8bench.kernels.torchao_backend import TORCHAO_LIBRARY
 
-    if cuda_available or library_status("torchao").reason:
+    if cuda_available or TORCHAO_LIBRARY.status().reason:
         return []
     try:
         importlib.import_module("torchao")

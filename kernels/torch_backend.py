@@ -35,6 +35,7 @@ ATEN_REFUSALS: tuple[type[BaseException], ...] = (ValueError, RuntimeError, NotI
 TORCH = BACKENDS.add("torch", Backend(
     name="torch", kind="vendor",
     description="torch.matmul and torch._scaled_mm / F.scaled_mm (cuBLASLt on CUDA, reference kernels on CPU)",
+    runs_eager_pipelines=True,  # a workload that brings its own PyTorch pipeline runs here with no builder added
 ))
 
 

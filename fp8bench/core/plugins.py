@@ -79,6 +79,23 @@ class Workload(ABC):
         """A smaller shape of the same kind for estimating a big case's cost, or ``None`` if ``shape`` is small."""
         return None
 
+    def eager_pipeline(self, ctx: BuildContext) -> Pipeline:
+        """The workload's own pipeline in plain PyTorch ops, which a backend that runs workloads' own pipelines
+        (``torch``) uses when it has no builder of its own for the workload. Workloads without one keep this
+        default, and such a backend records their cases as skipped."""
+        raise NotImplementedError(f"workload {self.name} has no pipeline of its own")
+
+    def eager_support(self, precision: Precision, device: Device) -> str | None:
+        """Why :meth:`eager_pipeline` cannot run ``precision`` (``None``: it can). By default it runs the plain float
+        precisions: a scaled recipe needs a backend's quantizers and scaled GEMMs."""
+        if precision.is_fp8:
+            return (f"the {self.name} workload's own pipeline runs float precisions; no backend has a "
+                    f"{precision.name} implementation of it")
+        return None
+
+    def has_eager_pipeline(self) -> bool:
+        return type(self).eager_pipeline is not Workload.eager_pipeline
+
     def trains(self, shape: Shape) -> bool:
         """Whether a call of ``shape`` runs a backward pass (gradients exist, so FP8 recipes may use E5M2 for
         them: Transformer Engine's ``HYBRID`` format)."""
@@ -110,6 +127,7 @@ class Backend:
     check: Callable[[Device], str | None] = lambda device: None
     note: Callable[[Device], str | None] = lambda device: None
     interpreted: Callable[[Device], bool] = lambda device: False
+    runs_eager_pipelines: bool = False  # runs a workload's own pipeline when it has no builder for the workload
     builders: dict[str, tuple[Builder, SupportCheck]] = field(default_factory=dict)
 
     def availability(self, device: Device) -> str | None:
@@ -137,13 +155,25 @@ class Backend:
         reason = self.availability(device)
         if reason:
             return f"backend {self.name} unavailable: {reason}"
-        if workload not in self.builders:
+        if workload in self.builders:
+            why = self.builders[workload][1](precision, device)
+        elif self._runs_own_pipeline_of(workload):
+            why = WORKLOADS.get(workload).eager_support(precision, device)
+        else:
             return f"backend {self.name} has no {workload} implementation"
-        why = self.builders[workload][1](precision, device)
         return f"{self.name} does not run {precision.name} on {device}: {why}" if why else None
 
     def build(self, ctx: BuildContext) -> Pipeline:
-        return self.builders[ctx.workload][0](ctx)
+        if ctx.workload in self.builders:
+            return self.builders[ctx.workload][0](ctx)
+        return WORKLOADS.get(ctx.workload).eager_pipeline(ctx)
+
+    def workloads(self) -> list[str]:
+        """The workloads this backend runs: those it has builders for, then those whose own pipeline it runs."""
+        return [*self.builders, *(w for w in WORKLOADS if w not in self.builders and self._runs_own_pipeline_of(w))]
+
+    def _runs_own_pipeline_of(self, workload: str) -> bool:
+        return self.runs_eager_pipelines and workload in WORKLOADS and WORKLOADS.get(workload).has_eager_pipeline()
 
 
 WORKLOADS: Registry[Workload] = Registry("workload")

@@ -83,3 +83,8 @@ def test_torch_and_emulated_are_always_available_and_have_no_note() -> None:
     for name in ("torch", "emulated"):
         assert BACKENDS.get(name).availability(CPU) is None and BACKENDS.get(name).note(CPU) is None
     assert "interpreter" in BACKENDS.get("triton").note(CPU)
+
+
+def test_a_library_outside_the_extras_names_its_own_package() -> None:
+    lib = Library("no_such_library_xyz", (1, 0), distributions=("no-such-library-xyz",))
+    assert lib.status().reason == "no_such_library_xyz is not installed (pip install no-such-library-xyz)"

@@ -29,13 +29,18 @@ class Library:
 
     ``name`` is the import name (and the key of ``fp8bench doctor``'s library table); ``distributions`` are the
     package names it may be installed under (the first found wins); ``min_version`` is the oldest release whose API
-    the backend is written against; ``extra`` is the ``pip install 'fp8bench[EXTRA]'`` that installs it.
+    the backend is written against; ``extra`` is the ``pip install 'fp8bench[EXTRA]'`` that installs it (``None``:
+    no extra of fp8bench does; the refusal then names the package itself).
     """
 
     name: str
     min_version: tuple[int, ...]
-    extra: str
+    extra: str | None = None
     distributions: tuple[str, ...] = ()
+
+    @property
+    def install_command(self) -> str:
+        return f"pip install 'fp8bench[{self.extra}]'" if self.extra else f"pip install {(*self.distributions, self.name)[0]}"
 
     def installed_version(self) -> str | None:
         """The installed version, from package metadata (no import); ``None`` when it is not installed."""
@@ -50,7 +55,7 @@ class Library:
         """Whether the library is installed and new enough; ``version`` stands for the installed one (tests)."""
         version = version if version is not None else self.installed_version()
         if version is None:
-            return LibraryStatus(self.name, None, f"{self.name} is not installed (pip install 'fp8bench[{self.extra}]')")
+            return LibraryStatus(self.name, None, f"{self.name} is not installed ({self.install_command})")
         if parse_version(version) < self.min_version:
             minimum = ".".join(map(str, self.min_version))
             return LibraryStatus(self.name, version, f"{self.name} {version} is too old; fp8bench needs {minimum}+")

@@ -24,9 +24,12 @@ either recompile for or graph-break on (Transformer Engine refuses DelayedScalin
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -35,21 +38,47 @@ from torch import nn
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
-from fp8bench.hardware.capabilities import backend_reason, recipe_gemm_reason
+from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.kernels.torch_backend import _tf32
 from fp8bench.kernels.torch_layers import torch_convert
+from fp8bench.kernels.triton_backend import TRITON_LIBRARY
 from fp8bench.numerics.fp8_linear import Fp8Linear
 from fp8bench.numerics.quantize import Quantized, cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Fp4Recipe, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 
+
+@lru_cache(maxsize=1)
+def cxx_compiler() -> str | None:
+    """The C++ compiler Inductor's CPU backend would call (``CXX``, else ``g++``/``c++``/``clang++``), or ``None``."""
+    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+def compiler_reason(device: Device) -> str | None:
+    """Why Inductor cannot generate code for ``device`` here: Triton kernels on CUDA, C++ on the CPU."""
+    if not hasattr(torch, "compile"):
+        return f"torch {torch.__version__} has no torch.compile"
+    if device.is_cuda:
+        return TRITON_LIBRARY.status().reason
+    if cxx_compiler() is None:
+        return "Inductor's CPU backend needs a C++ compiler (set CXX or install g++)"
+    return None
+
+
+def _compiler_note(device: Device) -> str | None:
+    return None if device.is_cuda else f"Inductor C++ backend ({cxx_compiler()}); compile time recorded as compile_s"
+
+
 COMPILED = BACKENDS.add("compiled", Backend(
     name="compiled", kind="custom",
     description="torch.compile (Inductor) of fp8bench's quantizers + scaled GEMM; compile time recorded",
-    availability=lambda device: backend_reason("compiled", device),
+    check=compiler_reason, note=_compiler_note,
 ))
 
 
@@ -62,7 +91,7 @@ def precision_support(precision: Precision, device: Device) -> str | None:
     if precision.delayed:
         return ("delayed scaling keeps a Python-side amax history that changes every call; "
                 "compiled runs current-scaling recipes")
-    if precision.is_fp4:
+    if isinstance(precision, Fp4Recipe):
         return ("compiled fuses the FP8 quantizers into (data, scale) pairs; the 4-bit recipes (E2M1 data, NVFP4's "
                 "second scale level) run on the torch and emulated backends")
     return recipe_gemm_reason(device, precision)
@@ -89,7 +118,7 @@ def timed_first_calls(device: Device, *calls: Callable[[], Any]) -> float:
     return total
 
 
-def quantize_pair(precision: Fp8Recipe, kernel: ScaledGemm) -> Callable[[torch.Tensor, torch.Tensor],
+def quantize_pair(precision: ScaledRecipe, kernel: ScaledGemm) -> Callable[[torch.Tensor, torch.Tensor],
                                                                         tuple[torch.Tensor, ...]]:
     """The eager function Inductor compiles: both operands through the shared quantizers and laid out for
     ``kernel`` (:meth:`ScaledGemm.prepare`), as plain tensors: each operand's FP8 data, its scales as quantized
@@ -110,7 +139,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     reset_compiler()
     if isinstance(precision, FloatPrecision):
         return _build_float_gemm(ctx, precision)
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     a, b = ctx.inputs["a"].to(precision.activation_dtype), ctx.inputs["b"].to(precision.activation_dtype)
     fmt, g = precision.forward_format, precision.granularity
     refused = f"torch.compile could not build {precision.name} on {ctx.device}"

@@ -17,7 +17,7 @@ import torch
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.numerics.quantize import cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.gemm import output_dtype
 
 EMULATED = BACKENDS.add("emulated", Backend(
@@ -60,7 +60,7 @@ def emulated_gemm_pipeline(precision: Precision, a: torch.Tensor, b: torch.Tenso
     ``names`` label the operands' cast statistics."""
     out_dtype = output_dtype(precision)
     state: dict[str, Any] = {}
-    if isinstance(precision, Fp8Recipe):
+    if isinstance(precision, ScaledRecipe):
         quant_a, quant_b = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
 
         def quantize() -> None:

@@ -24,7 +24,7 @@ from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.kernels.emulated import EMULATED, qdq_float
 from fp8bench.numerics.fp8_linear import EMULATED as EMULATED_GEMM
 from fp8bench.numerics.fp8_linear import Fp8Linear, swap_linears
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 
@@ -52,7 +52,7 @@ class RoundedLinear(nn.Module):
 
 
 def emulated_convert(precision: Precision, device: Device) -> Callable[[nn.Module], nn.Module]:
-    if isinstance(precision, Fp8Recipe):
+    if isinstance(precision, ScaledRecipe):
         return lambda m: swap_linears(m, lambda lin: Fp8Linear.from_linear(lin, precision, gemm=EMULATED_GEMM))
     assert isinstance(precision, FloatPrecision)
     return lambda m: swap_linears(m, lambda lin: RoundedLinear(lin, precision))

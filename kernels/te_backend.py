@@ -59,7 +59,7 @@ Two API shapes are supported, detected by name: TE 2.9 and newer (``te.autocast(
 ``te.is_*_available`` checks) and TE 2.0-2.8 (``te.fp8_autocast(fp8_recipe=...)``, the checks in
 ``transformer_engine.pytorch.fp8``). The record's ``te_api`` says which one ran.
 
-Availability is layered: :func:`fp8bench.hardware.capabilities.backend_reason` says whether TE can be used at all (CUDA, an
+Availability is layered: the backend's declaration (:data:`TE`) says whether TE can be used at all (CUDA, not ROCm, an
 installed TE 2.0+, read from package metadata without importing it); :class:`TEApi` then imports it, and per case
 TE's own ``is_*_available(return_reason=True)`` checks decide whether the recipe runs on this GPU: a refusal is a
 ``skipped`` case carrying TE's reason. Shapes follow TE's alignment rules (tokens % 8 and features % 16 for FP8;
@@ -82,11 +82,18 @@ import torch
 from torch import nn
 
 from fp8bench.core.devices import Device
+from fp8bench.core.libraries import Library, parse_version
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.core.records import SCALE_FP32, SCALE_POW2
-from fp8bench.hardware.capabilities import backend_reason, installed_version, parse_version
-from fp8bench.numerics.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.recipes import (
+    FloatPrecision,
+    Fp4Recipe,
+    Fp8FormatChoice,
+    Granularity,
+    Precision,
+    ScaledRecipe,
+)
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 
@@ -97,11 +104,29 @@ TE_REFUSALS: tuple[type[BaseException], ...] = (RuntimeError, AssertionError, Va
 # The QParams of TE's per-tensor and per-block FP8 recipes, one per operand role (module docstring, "Scale factors").
 QPARAM_ROLES = ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight", "fp8_quant_bwd_grad")
 
+# TE 2.0 is the oldest with MXFP8BlockScaling; Float8CurrentScaling (2.2), Float8BlockScaling (2.3) and
+# NVFP4BlockScaling (2.8) are checked per recipe by their own versions (TERecipeSpec.min_version).
+TE_LIBRARY = Library("transformer_engine", (2, 0), extra="te",
+                     distributions=("transformer_engine", "transformer-engine"))
+
+
+def te_version() -> str | None:
+    """The installed Transformer Engine version (package metadata; TE is not imported)."""
+    return TE_LIBRARY.installed_version()
+
+
+def _not_rocm(device: Device) -> str | None:
+    if getattr(torch.version, "hip", None) is not None:
+        return "Transformer Engine's PyTorch build here is CUDA-only (ROCm has its own fork)"
+    return None
+
+
 TE = BACKENDS.add("te", Backend(
     name="te", kind="vendor",
     description="NVIDIA Transformer Engine te.Linear under te.autocast (DelayedScaling, Float8CurrentScaling, "
                 "Float8BlockScaling, MXFP8BlockScaling, NVFP4BlockScaling); CUDA only",
-    availability=lambda device: backend_reason("te", device),
+    device_kinds=("cuda",), device_kinds_reason="Transformer Engine runs on CUDA devices only",
+    requires=(TE_LIBRARY,), check=_not_rocm,
 ))
 
 
@@ -124,13 +149,13 @@ def te_recipe_spec(precision: Precision) -> TERecipeSpec | None:
     """
     if isinstance(precision, FloatPrecision):
         return None
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     if precision.fp8_format is Fp8FormatChoice.E5M2:
         raise Unsupported("Transformer Engine rejects pure E5M2 training in every recipe; use e4m3 or hybrid")
     fmt = {"fp8_format": precision.fp8_format.value.upper()}  # E4M3 | HYBRID
     g = precision.granularity
-    if precision.is_fp4:
-        if g is not Granularity.NVFP4:
+    if isinstance(precision, Fp4Recipe):
+        if not precision.nvfp4():
             raise Unsupported("Transformer Engine has no MXFP4 recipe (its 4-bit recipe is NVFP4BlockScaling)")
         # get_align_size_for_quantization (pytorch/quantization.py, 2.9+) returns 128 for NVFP4.
         return TERecipeSpec("NVFP4BlockScaling", {"fp4_format": "E2M1", "fp8_format": "E4M3",
@@ -178,7 +203,7 @@ def precision_support(precision: Precision, device: Device) -> str | None:
         spec = te_recipe_spec(precision)
     except Unsupported as exc:
         return str(exc)
-    version = installed_version("transformer_engine")
+    version = te_version()
     if spec and version and parse_version(version) < spec.min_version:
         return (f"{spec.cls} needs Transformer Engine {'.'.join(map(str, spec.min_version))}+, "
                 f"installed {version}")
@@ -265,19 +290,9 @@ def scale_format(recipe: Any) -> str:
     return SCALE_POW2 if pow2 or getattr(recipe, "use_power_2_scales", False) else SCALE_FP32
 
 
-_API_FACTORY: Callable[[], TEApi] = TEApi
-
-
 def te_api() -> TEApi:
-    """The TE boundary in use (a fake in tests; see :func:`set_api_factory`)."""
-    return _API_FACTORY()
-
-
-def set_api_factory(factory: Callable[[], TEApi]) -> Callable[[], TEApi]:
-    """Replace how :func:`te_api` builds the boundary; returns the previous factory (tests restore it)."""
-    global _API_FACTORY
-    previous, _API_FACTORY = _API_FACTORY, factory
-    return previous
+    """The TE boundary (tests install fakes of TE's modules under TE's own names, so this is the real class)."""
+    return TEApi()
 
 
 @dataclass

@@ -23,7 +23,7 @@ from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.numerics.quantize import cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm, fp8_scaled_mm  # noqa: F401  (re-exported: other backends use it)
 from fp8bench.workloads.gemm import output_dtype
 
@@ -35,6 +35,7 @@ ATEN_REFUSALS: tuple[type[BaseException], ...] = (ValueError, RuntimeError, NotI
 TORCH = BACKENDS.add("torch", Backend(
     name="torch", kind="vendor",
     description="torch.matmul and torch._scaled_mm / F.scaled_mm (cuBLASLt on CUDA, reference kernels on CPU)",
+    runs_eager_pipelines=True,  # a workload that brings its own PyTorch pipeline runs here with no builder added
 ))
 
 
@@ -43,7 +44,7 @@ def _gemm_support(precision: Precision, device: Device) -> str | None:
         if precision.tf32 and not device.is_cuda:
             return "TF32 is a CUDA tensor-core mode; torch.matmul on the CPU would run plain FP32"
         return None
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     return recipe_gemm_reason(device, precision)
 
 
@@ -62,13 +63,13 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         return Pipeline(end_to_end=matmul, phases={"gemm": matmul}, output=matmul, prequantized_phases=("gemm",),
                         notes=["inputs arrive in the GEMM dtype: no quantize phase; epilogue fused"])
 
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     act_dtype = precision.activation_dtype
     a, b = a_src.to(act_dtype), b_src.to(act_dtype)
     quant_a, quant_b = quantizer_for(precision, "lhs"), quantizer_for(precision, "rhs")
     refused = f"torch refused {precision.name} on {ctx.device}"
     with refusals(refused, ATEN_REFUSALS):  # a torch without an entry point for the recipe: ValueError
-        kernel = ScaledGemm(precision.granularity, precision.is_fp4)
+        kernel = ScaledGemm.for_recipe(precision)
     out_dtype = output_dtype(precision)
     state: dict[str, Any] = {}
 

@@ -23,7 +23,7 @@ from fp8bench.hardware.distributed import world
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack
 from fp8bench.numerics.quantize import Quantized, cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import fp8_scaled_mm
 from fp8bench.workloads.collective import COLLECTIVE, collective_extra, op_of, result_dtype
 from fp8bench.workloads.gemm import output_dtype
@@ -38,7 +38,7 @@ def _support(precision: Precision, device: Device) -> str | None:
         if precision.tf32:
             return "TF32 is a GEMM mode on FP32 data; fp32 communicates FP32"
         return None
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     if precision.granularity not in WIRE_GRANULARITIES:
         return (f"FP8 communication packs {' or '.join(g.value for g in WIRE_GRANULARITIES)} scales; "
                 f"{precision.granularity.value} scales are not implemented for collectives")
@@ -82,7 +82,7 @@ def _all_gather_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeline:
                         prequantized_phases=("communicate",),
                         notes=[f"the shard arrives in {_name(shard.dtype)}: nothing to encode"])
 
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     layout = WireLayout(rows, n, 1, precision.forward_format, precision.granularity)
     quantize = quantizer_for(precision, "rhs")
     received = torch.empty(ranks, layout.chunk_bytes, dtype=torch.uint8, device=device)
@@ -119,7 +119,7 @@ def _reduce_scatter_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeli
                         prequantized_phases=("communicate",),
                         notes=[f"the gradient arrives in {_name(grad.dtype)} and is summed in it by the backend"])
 
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     layout = WireLayout(m, n, ranks, precision.backward_format, precision.granularity)
     quantize = quantizer_for(precision, "rhs", precision.backward_format)
     received = torch.empty(ranks, layout.chunk_bytes, dtype=torch.uint8, device=device)
@@ -148,7 +148,7 @@ def _tp_linear_pipeline(ctx: BuildContext, rank: int, ranks: int) -> Pipeline:
     w = ctx.inputs["w"][rank * cols:(rank + 1) * cols].to(precision.activation_dtype)
     if isinstance(precision, FloatPrecision):
         return _tp_linear_float(ctx, x, w, ranks)
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     return _tp_linear_fp8(ctx, precision, x, w, ranks)
 
 
@@ -184,7 +184,7 @@ def _tp_linear_float(ctx: BuildContext, x: torch.Tensor, w: torch.Tensor, ranks:
                            f"gathered in {_name(x.dtype)}"])
 
 
-def _tp_linear_fp8(ctx: BuildContext, precision: Fp8Recipe, x: torch.Tensor, w: torch.Tensor,
+def _tp_linear_fp8(ctx: BuildContext, precision: ScaledRecipe, x: torch.Tensor, w: torch.Tensor,
                    ranks: int) -> Pipeline:
     """The column-parallel layer in a scaled recipe: a scaled GEMM, its output quantized and gathered as FP8."""
     why = recipe_gemm_reason(ctx.device, precision)
@@ -238,7 +238,7 @@ def _pack(q: Quantized, layout: WireLayout) -> torch.Tensor:
     return packed.reshape(-1) if layout.chunks == 1 else packed
 
 
-def _fp8_note(precision: Fp8Recipe, layout: WireLayout, what: str) -> str:
+def _fp8_note(precision: ScaledRecipe, layout: WireLayout, what: str) -> str:
     scales = "one scale per rank's " + what if layout.scales_per_chunk == 1 else "one scale per row"
     return (f"FP8 on the wire: {layout.fmt.name} bytes + FP32 scales ({scales}), "
             f"{layout.chunk_bytes} bytes per chunk")

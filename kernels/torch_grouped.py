@@ -28,7 +28,7 @@ from fp8bench.hardware.capabilities import capabilities_for, forward_gemm_spec, 
 from fp8bench.hardware.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.numerics.quantize import cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm, ScaledGroupedGemm
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
@@ -37,7 +37,7 @@ from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
 def _grouped_support(precision: Precision, device: Device) -> str | None:
     if isinstance(precision, FloatPrecision):
         return None  # the workload refuses the float precisions it does not measure
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     # The per-expert scaled GEMM's rules hold for both implementations; the grouped kernel's own rules are
     # checked when a grouped case is built (they depend on the routing).
     return recipe_gemm_reason(device, precision)
@@ -46,7 +46,7 @@ def _grouped_support(precision: Precision, device: Device) -> str | None:
 def _grouped_kernel_reason(ctx: BuildContext, n: int, k: int) -> str | None:
     """On a real GPU, why ``torch._scaled_grouped_mm`` cannot run this case (``None``: it can)."""
     precision = ctx.precision
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     target = capabilities_for(ctx.device).target if ctx.device.is_cuda else None
     if target is None:
         return None  # the CPU: PyTorch itself refuses the call, and its message is the reason
@@ -61,7 +61,7 @@ def build_grouped_gemm(ctx: BuildContext) -> Pipeline:
     refused = f"torch refused {precision.name} grouped_gemm (impl={ctx.shape['impl']}) on {ctx.device}"
     if isinstance(precision, FloatPrecision):
         return _float_grouped_gemm(ctx, precision, grouped, refused)
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     if grouped:
         experts, n, k = ctx.inputs["w"].shape
         why = _grouped_kernel_reason(ctx, n, k)
@@ -97,7 +97,7 @@ def _float_grouped_gemm(ctx: BuildContext, precision: FloatPrecision, grouped: b
                     extra=routing_fields(ctx.shape))
 
 
-def _scaled_operands(ctx: BuildContext, precision: Fp8Recipe) -> tuple[torch.Tensor, torch.Tensor, Any, Any]:
+def _scaled_operands(ctx: BuildContext, precision: ScaledRecipe) -> tuple[torch.Tensor, torch.Tensor, Any, Any]:
     """The activations and the experts' weights (stacked as one ``(experts * n, k)`` matrix) in the recipe's
     activation dtype, with the quantizer of each."""
     experts, n, k = ctx.inputs["w"].shape
@@ -125,7 +125,7 @@ def _scaled_pipeline(ctx: BuildContext, end_to_end: Callable[[], torch.Tensor], 
 
 # Quantization ends with every operand laid out as its kernel reads it (scales blocked per group or per expert), so
 # that the gemm phase times the kernels alone.
-def _scaled_grouped_kernel(ctx: BuildContext, precision: Fp8Recipe, refused: str) -> Pipeline:
+def _scaled_grouped_kernel(ctx: BuildContext, precision: ScaledRecipe, refused: str) -> Pipeline:
     """A scaled recipe through one grouped kernel for every expert."""
     offs = ctx.inputs["offs"]
     experts = ctx.inputs["w"].shape[0]
@@ -149,7 +149,7 @@ def _scaled_grouped_kernel(ctx: BuildContext, precision: Fp8Recipe, refused: str
     return _scaled_pipeline(ctx, end_to_end, {"quantize": quantize, "gemm": gemm}, state, a, w, True, refused)
 
 
-def _scaled_expert_loop(ctx: BuildContext, precision: Fp8Recipe, refused: str) -> Pipeline:
+def _scaled_expert_loop(ctx: BuildContext, precision: ScaledRecipe, refused: str) -> Pipeline:
     """A scaled recipe as one scaled GEMM per non-empty expert, their outputs joined in the epilogue."""
     n = ctx.inputs["w"].shape[1]
     bounds = group_bounds(ctx.inputs["offs"])
@@ -157,7 +157,7 @@ def _scaled_expert_loop(ctx: BuildContext, precision: Fp8Recipe, refused: str) -
     out_dtype = output_dtype(precision)
     state: dict[str, Any] = {}
     with refusals(refused, ATEN_REFUSALS):
-        per_expert = ScaledGemm(precision.granularity, precision.is_fp4)
+        per_expert = ScaledGemm.for_recipe(precision)
 
     def quantize() -> None:
         qa, qw = state["qa"], state["qw"] = quant_a(a), quant_w(w)

@@ -21,7 +21,7 @@ from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.numerics.fp8_linear import NATIVE, Fp8Linear, swap_linears
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 
@@ -31,7 +31,7 @@ def layer_support(precision: Precision, device: Device) -> str | None:
         if precision.tf32 and not device.is_cuda:
             return "TF32 is a CUDA tensor-core mode; on the CPU the GEMMs would run plain FP32"
         return None
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     # Every FP8 projection runs its forward, dgrad and wgrad GEMMs (the attention block's forward-only mode too is
     # judged by all three: one rule for the workload, whatever its flags).
     return recipe_gemm_reason(device, precision, backward=True)
@@ -39,7 +39,7 @@ def layer_support(precision: Precision, device: Device) -> str | None:
 
 def torch_convert(precision: Precision, device: Device) -> Callable[[nn.Module], nn.Module]:
     """Swap ``nn.Linear`` for native FP8 layers under an FP8 recipe; leave them alone otherwise."""
-    if isinstance(precision, Fp8Recipe):
+    if isinstance(precision, ScaledRecipe):
         return lambda module: swap_linears(module, lambda lin: Fp8Linear.from_linear(lin, precision, gemm=NATIVE))
     return lambda module: module
 

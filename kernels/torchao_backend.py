@@ -67,19 +67,23 @@ import torch
 from torch import nn
 
 from fp8bench.core.devices import Device
+from fp8bench.core.libraries import Library
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.core.records import SCALE_FP32, SCALE_POW2
-from fp8bench.hardware.capabilities import backend_reason, recipe_hardware_reason
-from fp8bench.numerics.recipes import Fp8FormatChoice, Fp8Recipe, Granularity, Precision
+from fp8bench.hardware.capabilities import recipe_hardware_reason
+from fp8bench.numerics.recipes import Fp4Recipe, Fp8FormatChoice, Granularity, Precision, ScaledRecipe
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
+
+# torchao 0.10 is the oldest with Float8LinearConfig.from_recipe_name and the rowwise recipes.
+TORCHAO_LIBRARY = Library("torchao", (0, 10), extra="torchao")
 
 TORCHAO = BACKENDS.add("torchao", Backend(
     name="torchao", kind="vendor",
     description="torchao Float8Linear (convert_to_float8_training): tensorwise, rowwise, rowwise_with_gw_hp; "
                 "MXFP8 training on compute capability 10.0+",
-    availability=lambda device: backend_reason("torchao", device),
+    requires=(TORCHAO_LIBRARY,),
 ))
 
 
@@ -88,7 +92,7 @@ def recipe_name(precision: Precision, wgrad_hp: bool = False) -> str:
 
     Raises :class:`Unsupported` with the reason for precisions torchao has no recipe for.
     """
-    if not isinstance(precision, Fp8Recipe):
+    if not isinstance(precision, ScaledRecipe):
         raise Unsupported(f"torchao runs FP8 recipes; {precision.name} is plain nn.Linear (the torch backend)")
     if precision.delayed:
         raise Unsupported("torchao float8 training scales dynamically only (ScalingType DYNAMIC or DISABLED); "
@@ -96,8 +100,8 @@ def recipe_name(precision: Precision, wgrad_hp: bool = False) -> str:
     g = precision.granularity
     if wgrad_hp and g is not Granularity.ROWWISE:
         raise Unsupported(f"wgrad_hp (rowwise_with_gw_hp) is a rowwise recipe; got {precision.name}")
-    if precision.is_fp4:
-        return "nvfp4" if g is Granularity.NVFP4 else "mxfp4"
+    if isinstance(precision, Fp4Recipe):
+        return precision.capability_key  # torchao's config names are the recipe kinds: nvfp4, mxfp4
     if g is Granularity.TENSORWISE:
         return "tensorwise"
     if g is Granularity.ROWWISE:
@@ -119,7 +123,7 @@ def torchao_config(precision: Precision, wgrad_hp: bool = False) -> Any:
         raise ValueError(f"{name} is configured by {'mx_api' if name == 'mxfp8' else 'fp4_api'}(), "
                          "not Float8LinearConfig")
     config = Float8LinearConfig.from_recipe_name(name)
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     if not precision.fast_accum:
         # torchao's recipes use fast accumulation in the output (forward) GEMM only: gemm_config_output.
         config = dataclasses.replace(config, gemm_config_output=Float8GemmConfig(use_fast_accum=False))
@@ -227,13 +231,13 @@ def precision_support(precision: Precision, device: Device) -> str | None:
         recipe_name(precision)
     except Unsupported as exc:
         return str(exc)
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     return recipe_hardware_reason(device, precision)
 
 
 def model_support(precision: Precision, device: Device) -> str | None:
     """The training workloads: as :func:`precision_support`, without the inference-only 4-bit configs."""
-    if isinstance(precision, Fp8Recipe) and precision.is_fp4:
+    if isinstance(precision, Fp4Recipe):
         return FP4_INFERENCE_ONLY
     return precision_support(precision, device)
 

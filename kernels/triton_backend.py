@@ -20,20 +20,28 @@ from typing import Any
 import torch
 
 from fp8bench.core.devices import Device
+from fp8bench.core.libraries import Library
 from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
-from fp8bench.hardware.capabilities import backend_reason, fp8_gemm_reason
+from fp8bench.hardware.capabilities import fp8_gemm_reason
 from fp8bench.kernels import triton_kernels as tk
 from fp8bench.numerics.quantize import AmaxHistory, Quantized, cast_stats
-from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.recipes import Granularity, Precision, ScaledRecipe
 from fp8bench.workloads.gemm import output_dtype
+
+# Triton 3.0 is the oldest with tl.float8e4nv dots and knobs-free jit arguments. Its wheels are named after the
+# build (pytorch-triton for nightlies, pytorch-triton-rocm on ROCm).
+TRITON_LIBRARY = Library("triton", (3, 0), extra="triton",
+                         distributions=("triton", "pytorch-triton", "pytorch-triton-rocm"))
 
 TRITON = BACKENDS.add("triton", Backend(
     name="triton", kind="custom",
     description="fp8bench's Triton kernels: fused amax/scale/cast quantizers and a scaled FP8 GEMM "
                 "(CUDA: compiled and autotuned; CPU: Triton interpreter, correctness only)",
-    # The library rule, then the mode this process imported Triton in (interpreter or compiled: tk.device_reason).
-    availability=lambda device: backend_reason("triton", device) or tk.device_reason(device.torch),
+    # The library, then the mode this process imported Triton in (interpreter or compiled: tk.device_reason).
+    requires=(TRITON_LIBRARY,),
+    check=lambda device: tk.device_reason(device.torch),
+    note=lambda device: None if device.is_cuda else "Triton interpreter on the CPU: correctness only, timings never compared",
     interpreted=lambda device: tk.INTERPRETED,
 ))
 
@@ -42,7 +50,7 @@ GEMM_GRANULARITIES = (Granularity.TENSORWISE, Granularity.ROWWISE, Granularity.B
 
 def gemm_support(precision: Precision, device: Device) -> str | None:
     """Why the Triton GEMM cannot run ``precision`` on ``device`` (``None``: it can)."""
-    if not isinstance(precision, Fp8Recipe):
+    if not isinstance(precision, ScaledRecipe):
         return "the triton backend implements FP8 recipes; float precisions run through torch"
     if precision.granularity not in GEMM_GRANULARITIES:
         return f"the Triton FP8 GEMM takes tensorwise, rowwise or blockwise scales, not {precision.granularity.value}"
@@ -58,7 +66,7 @@ def gemm_support(precision: Precision, device: Device) -> str | None:
     return None
 
 
-def operand_quantizer(recipe: Fp8Recipe, role: str = "lhs") -> Any:
+def operand_quantizer(recipe: ScaledRecipe, role: str = "lhs") -> Any:
     """A callable ``x -> Quantized`` running the Triton kernel for ``recipe`` (delayed: with its own history).
 
     ``role`` is ``"lhs"`` (activations) or ``"rhs"`` (weights): blockwise recipes tile them differently.
@@ -85,7 +93,7 @@ def operand_quantizer(recipe: Fp8Recipe, role: str = "lhs") -> Any:
 @TRITON.builder("gemm", supports=gemm_support)
 def build_gemm(ctx: BuildContext) -> Pipeline:
     precision = ctx.precision
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     act_dtype = precision.activation_dtype
     a, b = ctx.inputs["a"].to(act_dtype), ctx.inputs["b"].to(act_dtype)
     quant_a, quant_b = operand_quantizer(precision, "lhs"), operand_quantizer(precision, "rhs")

@@ -85,11 +85,6 @@ _ROW_TILE = 16  # rows per program of the rowwise and 1xN blockwise quantizers
 _COL_TILE = 128  # columns per step of the rowwise quantizer's two sweeps
 
 
-def available() -> str | None:
-    """Why these kernels cannot run at all (``None``: Triton imported)."""
-    return TRITON_IMPORT_ERROR
-
-
 if triton is not None:
 
     @triton.jit

@@ -591,5 +591,5 @@ def install(monkeypatch: Any, version: str = NEW, gpu: FakeGpu | None = None,
         monkeypatch.setitem(sys.modules, name, module)
     from fp8bench.kernels import te_backend
 
-    monkeypatch.setattr(te_backend, "installed_version", lambda dist: version)
+    monkeypatch.setattr(te_backend, "te_version", lambda: version)
     return fake

@@ -1,4 +1,4 @@
-"""The device capability matrix and the per-backend availability rules."""
+"""The device capability matrix: the hardware rules of every scaled GEMM."""
 
 from __future__ import annotations
 
@@ -70,68 +70,3 @@ def test_cpu_runs_tensorwise_and_rowwise_only() -> None:
     assert "tensorwise and rowwise" in c.fp8_reason(Granularity.BLOCKWISE)
     assert c.fp8_reason(Granularity.MX) is not None
     assert "no FP4 kernel" in c.fp8_reasons["nvfp4"] and "no FP4 kernel" in c.fp8_reasons["mxfp4"]
-
-
-@pytest.mark.parametrize(("text", "parsed"), [("2.20.2+cu128", (2, 20, 2)), ("0.18.0", (0, 18, 0)),
-                                              ("3.0.0.dev20240101", (3, 0, 0)), ("2.9rc1", (2, 9))])
-def test_parse_version(text, parsed) -> None:
-    assert caps.parse_version(text) == parsed
-
-
-def test_library_status_names_missing_and_old_versions() -> None:
-    assert caps.library_status("torchao", version="0.18.0").reason is None
-    old = caps.library_status("transformer_engine", version="1.13.0")
-    assert "1.13.0 is too old" in old.reason and "2.0+" in old.reason
-    with pytest.raises(ValueError, match="unknown library 'tensorrt'"):
-        caps.library_status("tensorrt")
-
-
-def test_library_status_reads_installed_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(caps, "installed_version", lambda name: None)
-    missing = caps.library_status("torchao")
-    assert missing.version is None and "fp8bench[torchao]" in missing.reason
-
-
-def test_te_needs_cuda_and_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert caps.backend_reason("te", CPU) == "Transformer Engine runs on CUDA devices only"
-    monkeypatch.setattr(caps, "_is_rocm", lambda: False)
-    monkeypatch.setattr(caps, "installed_version", lambda name: None)
-    assert "transformer_engine is not installed" in caps.backend_reason("te", CUDA)
-    monkeypatch.setattr(caps, "installed_version", lambda name: "2.20.2")
-    assert caps.backend_reason("te", CUDA) is None
-
-
-def test_compiled_on_cpu_needs_a_cxx_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(caps, "cxx_compiler", lambda: None)
-    assert "C++ compiler" in caps.backend_reason("compiled", CPU)
-    monkeypatch.setattr(caps, "cxx_compiler", lambda: "g++")
-    assert caps.backend_reason("compiled", CPU) is None
-
-
-def test_torch_and_emulated_are_always_available_and_unknown_names_fail() -> None:
-    assert caps.backend_reason("torch", CPU) is None and caps.backend_reason("emulated", CPU) is None
-    with pytest.raises(ValueError, match="unknown backend 'cutlass'"):
-        caps.backend_reason("cutlass", CPU)
-
-
-@pytest.mark.parametrize("name", ["triton", "compiled", "torchao", "te"])
-def test_each_backend_availability_is_the_matrix_rule(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib
-
-    module = importlib.import_module(f"fp8bench.kernels.{BACKEND_MODULES[name]}")
-    backend = getattr(module, name.upper())
-    assert backend.availability(CPU) == caps.backend_reason(name, CPU)
-    monkeypatch.setattr(module, "backend_reason", lambda b, d: f"{b} off for the test")
-    assert backend.availability(CPU) == f"{name} off for the test"
-
-
-BACKEND_MODULES = {"triton": "triton_backend", "compiled": "compiled", "torchao": "torchao_backend",
-                   "te": "te_backend"}
-
-
-def test_doctor_notes_say_how_available_backends_run_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(caps, "backend_reason", lambda b, d: None)
-    monkeypatch.setattr(caps, "cxx_compiler", lambda: "g++")
-    assert "interpreter" in caps.backend_note("triton", CPU)
-    assert "g++" in caps.backend_note("compiled", CPU)
-    assert caps.backend_note("torch", CPU) is None

@@ -7,14 +7,13 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext
-from fp8bench.hardware.capabilities import backend_reason
 from fp8bench.kernels import compiled, torch_backend
 from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 CPU = Device("cpu")
-pytestmark = pytest.mark.skipif(backend_reason("compiled", CPU) is not None,
-                                reason=str(backend_reason("compiled", CPU)))
+pytestmark = pytest.mark.skipif(compiled.COMPILED.availability(CPU) is not None,
+                                reason=str(compiled.COMPILED.availability(CPU)))
 
 
 def _ctx(precision: str, shape: str = "64x96x128") -> BuildContext:

@@ -29,7 +29,7 @@ from fp8bench.hardware.capabilities import (
 )
 from fp8bench.hardware.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
 from fp8bench.numerics import torch_api
-from fp8bench.numerics.recipes import Fp8Recipe, resolve_precision
+from fp8bench.numerics.recipes import ScaledRecipe, resolve_precision
 
 load_all()  # registries in their canonical order before any test imports one backend module on its own
 CUDA = Device("cuda", 0)
@@ -209,7 +209,7 @@ def test_capability_matrix_and_recipes_read_the_same_rules() -> None:
     assert h100.recipe_reason(hybrid) is None
     assert "dgrad GEMM" in h100.recipe_reason(hybrid, backward=True)
     assert "E5M2 x E5M2" in h100.recipe_reason(resolve_precision("fp8_rowwise", "e5m2"))
-    assert isinstance(hybrid, Fp8Recipe)
+    assert isinstance(hybrid, ScaledRecipe)
 
 
 # --- 4-bit recipes --------------------------------------------------------------------------------------------

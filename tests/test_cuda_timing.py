@@ -151,29 +151,6 @@ def test_capture_refuses_a_call_whose_work_runs_on_another_gpu(fake_cuda):
         GraphCapturer(GPU1).capture("gemm", kernels_on(fake_cuda, device=0))
 
 
-def test_fake_refuses_what_torch_and_cuda_refuse(fake_cuda):
-    """The fake's own rules (fake_cuda.py docstring), checked so that a fake that accepts anything fails here."""
-    graph = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="CUDA graphs must be captured on a non-default stream"):
-        graph.capture_begin()
-    with pytest.raises(RuntimeError, match="Unknown capture error mode. Expected `global`, `thread_local`, or "
-                                           "`relaxed`, got strict"):
-        graph.capture_begin(capture_error_mode="strict")
-    with pytest.raises(RuntimeError, match="Called CUDAGraph::replay without a preceding successful capture"):
-        graph.replay()
-    event = torch.cuda.Event(enable_timing=True)
-    event.record(torch.cuda.current_stream(0))
-    with pytest.raises(RuntimeError, match="Event device 0 does not match recording stream's device 1"):
-        event.record(torch.cuda.current_stream(1))
-    untimed = torch.cuda.Event()
-    untimed.record()
-    with pytest.raises(ValueError, match="enable_timing=True"):
-        untimed.elapsed_time(event)
-    with pytest.raises(torch.AcceleratorError, match="invalid device ordinal"):
-        torch.cuda.set_device(2)
-
-
-# -- the runner: every CUDA path of a case on its device, graph mode end to end ---------------------------------------
 class KernelChain(Workload):
     """Two phases of fake kernels on the current device; records which device was current when inputs were made."""
 

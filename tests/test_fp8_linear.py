@@ -11,9 +11,10 @@ import torch
 from torch import nn
 
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.formats import E5M2, rounding_sqnr_db
+from fp8bench.numerics.formats import E5M2
 from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, swap_linears
 from fp8bench.numerics.recipes import resolve_precision
+from tests.rounding_theory import rounding_sqnr_db
 
 M, K, N = 256, 128, 128  # whole 128-blocks, so every recipe (blockwise included) takes the shape
 # A GEMM's SQNR sits below one rounding's: two rounded operands add their noise (-3 dB) and per-group scales put

@@ -8,8 +8,8 @@ from fp8bench.core.pipeline import BuildContext
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.shapes import ShapeError
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.formats import rounding_sqnr_db
 from fp8bench.numerics.recipes import PRECISIONS, resolve_precision
+from tests.rounding_theory import rounding_sqnr_db
 
 load_all()
 GEMM = WORKLOADS.get("gemm")

@@ -191,8 +191,8 @@ def _torchao_gemm(monkeypatch, error):
 def _triton_gemm(monkeypatch, error):
     from fp8bench.kernels import triton_backend
 
-    if triton_backend.tk.available() is not None:
-        pytest.skip(triton_backend.tk.available())
+    if triton_backend.tk.TRITON_IMPORT_ERROR is not None:
+        pytest.skip(triton_backend.tk.TRITON_IMPORT_ERROR)
     monkeypatch.setattr(triton_backend.tk, "scaled_mm", _raiser(error))
     return triton_backend.build_gemm(_gemm_ctx("fp8_rowwise"))
 

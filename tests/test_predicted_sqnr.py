@@ -22,13 +22,18 @@ from fp8bench.numerics.quantize import (
     quantize_rowwise,
     quantize_tensorwise,
 )
-from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, resolve_precision
+from fp8bench.numerics.recipes import PRECISIONS, Fp4Recipe, ScaledRecipe, resolve_precision
 
 # Measured SQNRs are one draw of a random tensor. With a million elements their spread is a few hundredths of a dB
 # (largest seen: 0.035 dB, MX with 32-element groups); a modelling error of one mantissa bit would be 6 dB.
 TOLERANCE_DB = 0.1
 
 ROWS, COLS = 512, 2048
+
+
+def predict_sqnr_db(dist: P.Distribution, fmt: P.ElementFormat, grouping: P.Grouping) -> float:
+    """Predicted SQNR (dB) of quantizing values drawn from ``dist`` to ``fmt`` under ``grouping``."""
+    return P.nsr_to_db(P.group_nsr(dist, fmt, grouping))
 
 
 def _groupings(rows: int, cols: int) -> dict[str, tuple[P.Grouping, object]]:
@@ -50,7 +55,7 @@ def test_prediction_matches_the_shared_quantizers(fmt_name, sigma):
     x = torch.randn(ROWS, COLS, generator=torch.Generator().manual_seed(7)) * sigma
     for granularity, (grouping, quantize) in _groupings(ROWS, COLS).items():
         measured = compare(quantize(x, fmt).dequantize(), x).sqnr_db
-        predicted = P.predict_sqnr_db(P.Normal(sigma), fmt, grouping)
+        predicted = predict_sqnr_db(P.Normal(sigma), fmt, grouping)
         assert predicted == pytest.approx(measured, abs=TOLERANCE_DB), (granularity, predicted, measured)
 
 
@@ -63,16 +68,16 @@ def test_e2m1_prediction_matches_the_shared_quantizers(sigma):
     cases = {"nvfp4": (nv, quantize_nvfp4(x)), "mxfp4": (P.Grouping(32, P.PowerOfTwoScale()), quantize_mx(x, E2M1))}
     for name, (grouping, q) in cases.items():
         measured = compare(q.dequantize(), x).sqnr_db
-        predicted = P.predict_sqnr_db(dist, E2M1, grouping)
+        predicted = predict_sqnr_db(dist, E2M1, grouping)
         assert predicted == pytest.approx(measured, abs=TOLERANCE_DB), (name, predicted, measured)
 
 
 def test_e2m1_physics():
     """One mantissa bit: about 20 dB per 16-value block, and the E4M3 rounding of NVFP4's scales is visible."""
     dist = P.Normal(1.0)
-    ideal = P.predict_sqnr_db(dist, E2M1, P.Grouping(16, P.CurrentScale()))
-    nv = P.predict_sqnr_db(dist, E2M1, P.Grouping(16, P.NvFp4Scale(P.median_amax(dist, 1 << 20))))
-    mx = P.predict_sqnr_db(dist, E2M1, P.Grouping(32, P.PowerOfTwoScale()))
+    ideal = predict_sqnr_db(dist, E2M1, P.Grouping(16, P.CurrentScale()))
+    nv = predict_sqnr_db(dist, E2M1, P.Grouping(16, P.NvFp4Scale(P.median_amax(dist, 1 << 20))))
+    mx = predict_sqnr_db(dist, E2M1, P.Grouping(32, P.PowerOfTwoScale()))
     assert 18 < mx < nv < ideal < 22
     assert 0.02 < ideal - nv < 0.5  # the scale's own 3-bit rounding costs a little, not a mantissa bit (6 dB)
     np.testing.assert_array_equal(P.grid(E2M1), [0, 0.5, 1, 1.5, 2, 3, 4, 6])
@@ -97,14 +102,14 @@ def gemm_inputs():
 
 
 @pytest.mark.parametrize("fp8_format", ["e4m3", "e5m2"])
-@pytest.mark.parametrize("recipe", [p for p, r in PRECISIONS.items() if isinstance(r, Fp8Recipe)])
+@pytest.mark.parametrize("recipe", [p for p, r in PRECISIONS.items() if isinstance(r, ScaledRecipe)])
 def test_gemm_prediction_matches_the_backends(gemm_inputs, recipe, fp8_format):
     """Through the emulated backend always, and the torch backend's real CPU kernels where they run."""
     inputs, reference = gemm_inputs
-    if PRECISIONS.get(recipe).is_fp4 and fp8_format != "e4m3":
+    if isinstance(PRECISIONS.get(recipe), Fp4Recipe) and fp8_format != "e4m3":
         pytest.skip("4-bit recipes have E2M1 elements: no FP8 format to choose")
     precision = resolve_precision(recipe, fp8_format)
-    assert isinstance(precision, Fp8Recipe)
+    assert isinstance(precision, ScaledRecipe)
     predicted = P.predict_gemm_sqnr(precision, GEMM_SHAPE).sqnr_db
     measured_by = {}
     for backend in ("emulated", "torch"):
@@ -120,7 +125,7 @@ def test_gemm_prediction_matches_the_backends(gemm_inputs, recipe, fp8_format):
 
 def test_gemm_prediction_parts_add_as_noise_powers():
     recipe = resolve_precision("fp8_rowwise", "e4m3")
-    assert isinstance(recipe, Fp8Recipe)
+    assert isinstance(recipe, ScaledRecipe)
     pred = P.predict_gemm_sqnr(recipe, GEMM_SHAPE)
     nsr = [10 ** (-db / 10) for db in (pred.lhs_db, pred.rhs_db)]
     total = P.combine_product_nsr(*nsr) + 10 ** (-pred.output_db / 10)
@@ -150,7 +155,7 @@ def test_one_mantissa_bit_is_worth_six_db():
     """A format with E4M3's range and one more mantissa bit: a table entry the code has never seen."""
     e4m4 = P.FloatFormat("e4m4", 4, E4M3.max, E4M3.min_normal, E4M3.min_subnormal / 2)
     grouping = P.Grouping(1 << 20, P.CurrentScale())
-    gain = P.predict_sqnr_db(P.Normal(1.0), e4m4, grouping) - P.predict_sqnr_db(P.Normal(1.0), E4M3, grouping)
+    gain = predict_sqnr_db(P.Normal(1.0), e4m4, grouping) - predict_sqnr_db(P.Normal(1.0), E4M3, grouping)
     assert gain == pytest.approx(20 * math.log10(2), abs=0.1)
 
 
@@ -160,9 +165,9 @@ def test_wide_formats_use_the_binade_model_and_it_agrees(monkeypatch):
     assert P.cast_nsr(P.Normal(1.0), P.BF16) == pytest.approx(exact, rel=1e-3)
     # E5M2's coarse steps are where the uniform-error model is worst; still within 0.1 dB of the exact sum.
     g = P.Grouping(4096, P.CurrentScale())
-    binade_db = P.predict_sqnr_db(P.Normal(1.0), E5M2, g)
+    binade_db = predict_sqnr_db(P.Normal(1.0), E5M2, g)
     monkeypatch.undo()
-    assert binade_db == pytest.approx(P.predict_sqnr_db(P.Normal(1.0), E5M2, g), abs=0.1)
+    assert binade_db == pytest.approx(predict_sqnr_db(P.Normal(1.0), E5M2, g), abs=0.1)
 
 
 def test_bf16_cast_matches_torch():
@@ -174,9 +179,9 @@ def test_bf16_cast_matches_torch():
 def test_amax_quadrature_has_converged(monkeypatch):
     cases = [(P.Normal(s), f, P.Grouping(n, r)) for s in (1.0, 3.0) for f in (E4M3, E5M2)
              for n, r in ((32, P.PowerOfTwoScale()), (128, P.CurrentScale()), (1 << 22, P.CurrentScale()))]
-    default = [P.predict_sqnr_db(*c) for c in cases]
+    default = [predict_sqnr_db(*c) for c in cases]
     monkeypatch.setattr(P, "AMAX_QUANTILES", 16384)
-    fine = [P.predict_sqnr_db(*c) for c in cases]
+    fine = [predict_sqnr_db(*c) for c in cases]
     np.testing.assert_allclose(default, fine, atol=0.005)
 
 
@@ -199,9 +204,9 @@ def test_gemm_input_distributions_describe_the_workload(gemm_inputs):
 
 
 def test_operand_grouping_follows_the_recipe():
-    def rec(name: str) -> Fp8Recipe:
+    def rec(name: str) -> ScaledRecipe:
         r = PRECISIONS.get(name)
-        assert isinstance(r, Fp8Recipe)
+        assert isinstance(r, ScaledRecipe)
         return r
 
     assert P.operand_grouping(rec("fp8_tensorwise"), "lhs", 64, 256).size == 64 * 256

@@ -24,9 +24,10 @@ from fp8bench.measure.profiling import (
     profile_iterations,
     top_ops,
 )
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases, with_policy
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
 from fp8bench.measure.timing import CpuTimer
 from fp8bench.results.store import open_store
+from tests.settings_support import with_policy
 
 CPU = Device("cpu")
 FP8_CASE = ["--shape", "64x64x64", "--precision", "fp8_tensorwise", "--backend", "emulated", "--device", "cpu",

@@ -2,15 +2,18 @@ import pytest
 import torch
 
 from fp8bench.core.registry import UnknownNameError
-from fp8bench.numerics.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
+from fp8bench.numerics.formats import E4M3, E4M3FNUZ, E5M2, E5M2FNUZ, FP8_FORMATS
 from fp8bench.numerics.recipes import (
     PRECISIONS,
     FloatPrecision,
+    Fp4Recipe,
     Fp8FormatChoice,
     Fp8Recipe,
     Granularity,
+    ScaledRecipe,
     resolve_precision,
 )
+from tests.rounding_theory import rounding_sqnr_db
 
 
 def test_every_contract_precision_is_registered():
@@ -29,8 +32,8 @@ def test_format_constants_match_torch(fmt):
 
 
 def test_fnuz_twins_and_sqnr_rule():
-    assert fnuz_variant(E4M3).max == 240.0
-    assert fnuz_variant(E5M2).name == "e5m2fnuz"
+    assert E4M3FNUZ.max == 240.0 and E4M3FNUZ.mantissa_bits == E4M3.mantissa_bits
+    assert E5M2FNUZ.name == "e5m2fnuz" and E5M2FNUZ.max == E5M2.max
     # 6.02 dB per mantissa bit plus 4.77 dB for a uniform rounding error.
     assert rounding_sqnr_db(3) == pytest.approx(6.0206 * 4 + 4.7712, abs=1e-3)
 
@@ -96,13 +99,13 @@ def test_four_bit_recipe_validation_names_the_bad_value():
     # A run's FP8 options reach every precision it names; the 4-bit recipes keep E2M1 (records name e2m1).
     assert resolve_precision("nvfp4", "hybrid", margin=2).format_label == "e2m1"
     with pytest.raises(ValueError, match="need block scales"):
-        Fp8Recipe("x", Granularity.ROWWISE, element_bits=4)
+        Fp4Recipe("x", Granularity.ROWWISE)
     with pytest.raises(ValueError, match="4-bit"):
         Fp8Recipe("x", Granularity.NVFP4)
     with pytest.raises(ValueError, match="options of the 4-bit recipes"):
         Fp8Recipe("x", Granularity.TENSORWISE, rht=True)
     with pytest.raises(ValueError, match="16 elements"):
-        Fp8Recipe("x", Granularity.NVFP4, element_bits=4, nv_block=32)
+        Fp4Recipe("x", Granularity.NVFP4, nv_block=32)
 
 
 def test_resolve_sets_four_bit_options_and_ignores_off_for_fp8():
@@ -113,3 +116,19 @@ def test_resolve_sets_four_bit_options_and_ignores_off_for_fp8():
     assert not resolve_precision("fp8_tensorwise", "e4m3", stochastic_rounding=False).stochastic_rounding
     with pytest.raises(ValueError, match="options of the 4-bit"):
         resolve_precision("fp8_rowwise", "e4m3", rht=True)
+
+
+def test_each_recipe_kind_answers_for_itself():
+    """The FP8 and 4-bit kinds differ by method, not by a flag the callers branch on."""
+    fp8, nv, mx4, mx8 = (PRECISIONS.get(n) for n in ("fp8_tensorwise", "nvfp4", "mxfp4", "mxfp8"))
+    assert isinstance(fp8, Fp8Recipe) and isinstance(mx8, Fp8Recipe)
+    assert isinstance(nv, Fp4Recipe) and isinstance(mx4, Fp4Recipe)
+    assert all(isinstance(r, ScaledRecipe) and r.is_scaled for r in (fp8, nv, mx4, mx8))
+    assert (fp8.element_bits, nv.element_bits) == (8, 4)
+    assert nv.nvfp4() and not nv.mxfp4() and mx4.mxfp4() and mx8.mxfp8() and not mx4.mxfp8()
+    assert [r.capability_key for r in (fp8, nv, mx4, mx8)] == ["tensorwise", "nvfp4", "mxfp4", "mx"]
+    # Bytes of 1024 operand values: FP8 one each; E2M1 two per byte plus a 1-byte scale per block; BF16 two each.
+    assert fp8.operand_bytes(1024) == 1024
+    assert nv.operand_bytes(1024) == 512 + 64 and mx4.operand_bytes(1024) == 512 + 32
+    assert PRECISIONS.get("bf16").operand_bytes(1024) == 2048
+    assert nv.training_options() == {"stochastic_rounding": True, "rht": True} and fp8.training_options() == {}

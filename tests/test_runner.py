@@ -13,10 +13,11 @@ from work_clock import WorkClock
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend, load_all
-from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, expand_cases, run_cases, with_policy
+from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, expand_cases, run_cases
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
+from tests.settings_support import with_policy
 
 load_all()
 CPU = Device("cpu")

@@ -55,7 +55,7 @@ def test_the_recorded_surfaces_hold_the_release_boundaries() -> None:
         assert not old.has(name) and new.has(name), name
         assert torch_api.first_release_with(name) == "2.10.0"
     assert old.has("torch._scaled_mm") and old.has("torch._scaled_grouped_mm") and old.has("torch.float4_e2m1fn_x2")
-    assert new.enum_value("ScalingType", "BlockWise1x32") == 3 and new.enum_value("SwizzleType", "SWIZZLE_32_4_4") == 1
+    assert new.enums["ScalingType"]["BlockWise1x32"] == 3 and new.enums["SwizzleType"]["SWIZZLE_32_4_4"] == 1
     assert [p.name for p in new.functions[F_SCALED_MM]][:6] == ["mat_a", "mat_b", "scale_a", "scale_recipe_a",
                                                                 "scale_b", "scale_recipe_b"]
     assert "out_dtype" in {p.name for p in old.functions["torch._scaled_mm"]}

@@ -40,7 +40,7 @@ from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError
 from fp8bench.numerics.fp8_linear import alignment_reason
 from fp8bench.numerics.quantize import quantize_tensorwise
-from fp8bench.numerics.recipes import Fp8Recipe, Precision
+from fp8bench.numerics.recipes import Precision, ScaledRecipe
 from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.model import (
     Attention,
@@ -65,7 +65,7 @@ PRESETS: dict[str, dict[str, int]] = {
 _META_KEYS = ("b", "h", "s", "d", "kv_heads", "causal", "backward", "fp8_attn")
 
 
-def fp8_qkv_hook(recipe: Fp8Recipe) -> Callable[..., tuple[torch.Tensor, ...]]:
+def fp8_qkv_hook(recipe: ScaledRecipe) -> Callable[..., tuple[torch.Tensor, ...]]:
     """Quantize-dequantize Q, K, V to the recipe's forward format with per-tensor scales.
 
     The backward pass treats the rounding as identity (straight-through), as FP8 attention kernels do.
@@ -127,8 +127,8 @@ class AttentionBlock(Workload):
     def min_bytes(self, shape: Shape, precision: Precision) -> int:
         b, h, s, d, kv = (shape[k] for k in SHAPE_KEYS)
         width, tokens = h * d, b * s
-        elem = 1 if isinstance(precision, Fp8Recipe) else precision.dtype.itemsize
-        act = 2 if isinstance(precision, Fp8Recipe) else elem
+        elem = 1 if isinstance(precision, ScaledRecipe) else precision.dtype.itemsize
+        act = 2 if isinstance(precision, ScaledRecipe) else elem
         weights = ((h + 2 * kv) * d * width + width * width) * elem
         fwd = tokens * width * act * 2 + weights  # x read, y written, weights read
         if not shape["backward"]:
@@ -136,9 +136,9 @@ class AttentionBlock(Workload):
         return 2 * fwd + ((h + 2 * kv) * d * width + width * width) * 4  # + dy read, dx written, FP32 dW written
 
     def shape_reason(self, shape: Shape, precision: Precision) -> str | None:
-        if shape["fp8_attn"] and not isinstance(precision, Fp8Recipe):
+        if shape["fp8_attn"] and not isinstance(precision, ScaledRecipe):
             return f"fp8_attn=1 quantizes Q, K, V with an FP8 recipe; {precision.name} is not one"
-        if isinstance(precision, Fp8Recipe):
+        if isinstance(precision, ScaledRecipe):
             need_m, need_n, need_k = precision.gemm_alignment()
             tokens, width = shape["b"] * shape["s"], shape["h"] * shape["d"]
             qkv = (shape["h"] + 2 * shape["kv_heads"]) * shape["d"]
@@ -251,7 +251,7 @@ def _quantize_qkv(block: Attention, shape: dict[str, int], precision: Precision)
     """With ``fp8_attn=1``, hook FP8 quantize-dequantize of Q, K and V into ``block``; the notes that say so."""
     if not shape["fp8_attn"]:
         return []
-    if not isinstance(precision, Fp8Recipe):
+    if not isinstance(precision, ScaledRecipe):
         raise Unsupported(f"fp8_attn=1 needs an FP8 recipe, got {precision.name}")
     block.qkv_hook = fp8_qkv_hook(precision)
     return [f"FP8 attention emulated: Q, K, V quantize-dequantized to {precision.forward_format.name} with "

@@ -51,7 +51,7 @@ from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue
 from fp8bench.hardware.distributed import LAUNCH_HINT, world
 from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, chunk_wire_bytes
-from fp8bench.numerics.recipes import Fp8Recipe, Precision
+from fp8bench.numerics.recipes import Precision, ScaledRecipe
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.memory import refusal
 
@@ -118,7 +118,7 @@ class Collective(Workload):
         """nccl-tests' size ``S`` of the collective, in the bytes sent (module docstring)."""
         ranks = world()[1]
         rows, cols = comm_rows_cols(shape, ranks)
-        if isinstance(precision, Fp8Recipe):
+        if isinstance(precision, ScaledRecipe):
             if precision.granularity in WIRE_GRANULARITIES:
                 return ranks * chunk_wire_bytes(rows, cols, precision.granularity)
             return shape["m"] * shape["n"]  # a recipe the collective refuses: its FP8 bytes, scales unknown
@@ -133,7 +133,7 @@ class Collective(Workload):
         split, size = ("n", shape["n"]) if op == "tp_linear" else ("m", shape["m"])
         if size % ranks:
             return f"{op} splits {split}={size} across {ranks} ranks: {split} must be a multiple of {ranks}"
-        if op == "tp_linear" and isinstance(precision, Fp8Recipe):
+        if op == "tp_linear" and isinstance(precision, ScaledRecipe):
             need = precision.gemm_alignment()
             got = (shape["m"], shape["n"] // ranks, shape["k"])
             if any(g % d for g, d in zip(got, need, strict=True)):

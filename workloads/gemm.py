@@ -24,7 +24,7 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue, parse_positive
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.memory import refusal
 
 _MNK = re.compile(r"^\s*([^x]+)x([^x]+)x([^x]+)\s*$", re.IGNORECASE)
@@ -40,7 +40,7 @@ OUTPUT_BYTES = {"device": 4 + 8, "cpu": 4 + 8 + 3 * 8}
 
 def output_dtype(precision: Precision) -> torch.dtype:
     """FP8 GEMMs write BF16; the float precisions write their own dtype."""
-    return torch.bfloat16 if isinstance(precision, Fp8Recipe) else precision.dtype
+    return torch.bfloat16 if isinstance(precision, ScaledRecipe) else precision.dtype
 
 
 class Gemm(Workload):
@@ -63,12 +63,7 @@ class Gemm(Workload):
 
     def min_bytes(self, shape: Shape, precision: Precision) -> int:
         m, n, k = shape["m"], shape["n"], shape["k"]
-        if isinstance(precision, Fp8Recipe) and precision.is_fp4:
-            # Two E2M1 values per byte, plus one 1-byte (E4M3 or E8M0) scale per block.
-            elements = m * k + n * k
-            return elements // 2 + elements // precision.block_elements + m * n * output_dtype(precision).itemsize
-        in_bytes = 1 if isinstance(precision, Fp8Recipe) else precision.dtype.itemsize
-        return (m * k + n * k) * in_bytes + m * n * output_dtype(precision).itemsize
+        return precision.operand_bytes(m * k + n * k) + m * n * output_dtype(precision).itemsize
 
     def make_inputs(self, shape: Shape, device: Device, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed)

@@ -51,7 +51,7 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError, parse_positive
-from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.recipes import Granularity, Precision, ScaledRecipe
 from fp8bench.workloads.gemm import OPERAND_BYTES, OUTPUT_BYTES, output_dtype
 from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.transformer_step import PROBE_MIN_RATIO
@@ -199,14 +199,14 @@ class GroupedGemm(Workload):
     def min_bytes(self, shape: Shape, precision: Precision) -> int:
         r = routing(shape)
         n, k = shape["n"], shape["k"]
-        in_bytes = 1 if isinstance(precision, Fp8Recipe) else precision.dtype.itemsize
+        in_bytes = 1 if isinstance(precision, ScaledRecipe) else precision.dtype.itemsize
         return (r.rows * k + r.active * n * k) * in_bytes + r.rows * n * output_dtype(precision).itemsize
 
     def shape_reason(self, shape: Shape, precision: Precision) -> str | None:
         if precision.name not in PRECISIONS:
             return (f"grouped_gemm measures {', '.join(PRECISIONS)}; {precision.name} is not among them "
                     "(no grouped kernel takes it)")
-        if not isinstance(precision, Fp8Recipe):
+        if not isinstance(precision, ScaledRecipe):
             return None
         _need_m, need_n, need_k = precision.gemm_alignment()
         bad = [f"{key} = {shape[key]} (multiple of {need})" for key, need in (("n", need_n), ("k", need_k))

@@ -31,7 +31,7 @@ from torch import nn
 
 from fp8bench.core.devices import Device
 from fp8bench.core.shapes import ShapeError, parse_positive
-from fp8bench.numerics.recipes import Fp8Recipe, Precision
+from fp8bench.numerics.recipes import Precision, ScaledRecipe
 
 
 @dataclass(frozen=True)
@@ -253,7 +253,7 @@ def build_decoder(cfg: ModelConfig, params: dict[str, torch.Tensor], device: tor
 def autocast_dtype(precision: Precision) -> torch.dtype | None:
     """The autocast dtype a precision trains under: BF16 for BF16 and every FP8 recipe (FP8 layers quantize BF16
     activations), FP16 for FP16, none for FP32/TF32."""
-    if isinstance(precision, Fp8Recipe):
+    if isinstance(precision, ScaledRecipe):
         return torch.bfloat16
     return None if precision.dtype == torch.float32 else precision.dtype
 

@@ -44,7 +44,7 @@ from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError
 from fp8bench.numerics.fp8_linear import alignment_reason
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.corpus import SyntheticCorpus
 from fp8bench.workloads.memory import peak_memory, refusal
 from fp8bench.workloads.model import (
@@ -120,7 +120,7 @@ class TransformerStep(Workload):
 
     def shape_reason(self, shape: Shape, precision: Precision) -> str | None:
         """FP8 recipes: every projection's forward, dgrad and wgrad GEMM must meet the recipe's alignment."""
-        if not isinstance(precision, Fp8Recipe):
+        if not isinstance(precision, ScaledRecipe):
             return None
         cfg = config_of(shape)
         qkv = (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim

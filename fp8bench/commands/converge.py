@@ -252,10 +252,10 @@ def _recipes(names: list[str], fp8_format: str | None, stochastic_rounding: bool
              rht: bool | None) -> list[Precision]:
     """Each precision name resolved for training: ``fp8_format`` for the FP8 recipes, the gradient options for
     the 4-bit ones (E2M1 elements: ``fp8_format`` does not apply)."""
-    from fp8bench.numerics.recipes import PRECISIONS, resolve_precision
+    from fp8bench.numerics.recipes import PRECISIONS, Fp4Recipe, resolve_precision
 
     def resolve(name: str) -> Precision:
-        if getattr(PRECISIONS.get(name), "is_fp4", False):
+        if isinstance(PRECISIONS.get(name), Fp4Recipe):  # E2M1 elements: fp8_format is for the FP8 recipes
             return resolve_precision(name, None, trains=True, stochastic_rounding=stochastic_rounding, rht=rht)
         return resolve_precision(name, fp8_format, trains=True)
 
@@ -283,10 +283,10 @@ class _Curves:
         """Train one curve and return its record. A recipe that fails to train gives a ``failed`` record with the
         error, so the other curves still run."""
         from fp8bench.measure import convergence
-        from fp8bench.numerics.recipes import Fp8Recipe, fp4_settings
+        from fp8bench.numerics.recipes import ScaledRecipe, fp4_settings
 
         name = precision if isinstance(precision, str) else precision.name
-        recipe = precision if isinstance(precision, Fp8Recipe) else None
+        recipe = precision if isinstance(precision, ScaledRecipe) else None
         fmt = recipe.format_label if recipe else ("e4m3" if name == convergence.BROKEN else None)
         options = fp4_settings(recipe) if recipe else None
         self.progress.start(f"curve {seq + 1} of {self.total}: {name} on {self.backend}")

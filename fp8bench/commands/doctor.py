@@ -73,14 +73,9 @@ def doctor(*, device: str = "auto") -> DoctorReport:
     import torch
 
     from fp8bench.core.devices import resolve_device
-    from fp8bench.core.plugins import BACKENDS, load_all
+    from fp8bench.core.plugins import BACKENDS, declared_libraries, load_all
     from fp8bench.energy.meters import meter_for
-    from fp8bench.hardware.capabilities import (
-        MIN_VERSIONS,
-        SCALED_GEMM_RULES,
-        capabilities_for,
-        library_status,
-    )
+    from fp8bench.hardware.capabilities import SCALED_GEMM_RULES, capabilities_for
     from fp8bench.hardware.cpu_fp8_rate import measure_cpu_fp8_rate
     from fp8bench.hardware.environment import software_versions
     from fp8bench.numerics import torch_api
@@ -101,8 +96,8 @@ def doctor(*, device: str = "auto") -> DoctorReport:
         "scaled_gemm_rules": [{"name": r.name, "source": r.source} for r in SCALED_GEMM_RULES],
         "backends": {b: BACKENDS.get(b).availability(on) for b in BACKENDS},
         "backend_kinds": {b: BACKENDS.get(b).kind for b in BACKENDS},
-        "libraries": {name: {"version": st.version, "reason": st.reason}
-                      for name, st in ((n, library_status(n)) for n in MIN_VERSIONS)},
+        "libraries": {lib.name: {"version": st.version, "reason": st.reason}
+                      for lib, st in ((lib, lib.status()) for lib in declared_libraries())},
         "matrix": _backend_matrix(on), "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
         "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
         "silenced_vendor_libraries": _silenced_vendor_libraries(torch.cuda.is_available()),
@@ -130,15 +125,21 @@ def _backend_matrix(device: Device) -> dict[str, dict[str, dict[str, str | None]
 def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | None]]:
     """Scaled recipe -> FP8 element format -> why its forward, dgrad and wgrad GEMMs cannot run (``None``: they
     can); a 4-bit recipe has E2M1 elements, so only its ``e4m3`` cell is checked."""
-    from fp8bench.numerics.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
+    from fp8bench.numerics.recipes import (
+        PRECISIONS,
+        Fp4Recipe,
+        Fp8FormatChoice,
+        ScaledRecipe,
+        resolve_precision,
+    )
 
-    def training_reason(name: str, prec: Fp8Recipe, fmt: str) -> str | None:
-        if prec.is_fp4 and fmt != "e4m3":
+    def training_reason(name: str, prec: ScaledRecipe, fmt: str) -> str | None:
+        if isinstance(prec, Fp4Recipe) and fmt != "e4m3":
             return NO_FP8_FORMAT
         return caps.recipe_reason(resolve_precision(name, fmt), backward=True)  # type: ignore[arg-type]
 
     return {name: {fmt.value: training_reason(name, prec, fmt.value) for fmt in Fp8FormatChoice}
-            for name, prec in PRECISIONS.items() if isinstance(prec, Fp8Recipe)}
+            for name, prec in PRECISIONS.items() if isinstance(prec, ScaledRecipe)}
 
 
 def _torch_api_report(surface: TorchSurface) -> dict[str, Any]:
@@ -257,7 +258,6 @@ def _render_backends(report: DoctorReport, console: Console) -> None:
     from rich.table import Table
 
     from fp8bench.core.plugins import BACKENDS
-    from fp8bench.hardware.capabilities import backend_note
     from fp8bench.numerics.recipes import PRECISIONS
 
     data, matrix = report.data, report.data["matrix"]
@@ -266,7 +266,7 @@ def _render_backends(report: DoctorReport, console: Console) -> None:
         t.add_column(col)
     for b in BACKENDS:
         why = data["backends"][b]
-        note = backend_note(b, report.device) if why is None else None
+        note = BACKENDS.get(b).note(report.device) if why is None else None
         t.add_row(b, data["backend_kinds"][b],
                   ("yes" + (f" ({note})" if note else "")) if why is None else f"no: {why}")
     console.print(t)
@@ -307,10 +307,10 @@ def _silenced_vendor_libraries(cuda_available: bool) -> list[str]:
     :mod:`fp8bench.hardware.vendor_logs` silenced; said once here instead of on every run."""
     import importlib
 
-    from fp8bench.hardware.capabilities import library_status
     from fp8bench.hardware.vendor_logs import silenced
+    from fp8bench.kernels.torchao_backend import TORCHAO_LIBRARY
 
-    if cuda_available or library_status("torchao").reason:
+    if cuda_available or TORCHAO_LIBRARY.status().reason:
         return []
     try:
         importlib.import_module("torchao")

@@ -36,7 +36,7 @@ def execute(args: argparse.Namespace) -> int:
         "workloads": {n: {"default_shape": w.default_shape, "phases": list(w.phases), "description": w.description}
                       for n, w in WORKLOADS.items()},
         "precisions": {n: p.describe() for n, p in PRECISIONS.items()},
-        "backends": {n: {"kind": b.kind, "description": b.description, "workloads": list(b.builders)}
+        "backends": {n: {"kind": b.kind, "description": b.description, "workloads": b.workloads()}
                      for n, b in BACKENDS.items()},
         "suites": {n: load_suite(n).description for n in sorted(builtin_suites())},
         "shape-sets": {n: v for n, v in SHAPE_SETS.items()},

@@ -118,7 +118,7 @@ class Record:
         return case_key(self.to_dict())
 
 
-# Precisions whose default is fast accumulation in the forward GEMM (``Fp8Recipe.fast_accum``); block-scaled
+# Precisions whose default is fast accumulation in the forward GEMM (``ScaledRecipe.fast_accum``); block-scaled
 # recipes always accumulate in full precision, so "full" is their default and not a variant. A test keeps this list
 # equal to the registry's (this module stays free of torch).
 FAST_ACCUM_BY_DEFAULT = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise")

@@ -449,19 +449,10 @@ def not_metered(meter: EnergyMeter, status: str) -> dict[str, Any]:
             "reason": f"case {status}: no energy window ran" + (f"; {why}" if why else "")}
 
 
-_FACTORIES: list[Callable[[Device], EnergyMeter | None]] = []
-
-
-def register_meter_factory(factory: Callable[[Device], EnergyMeter | None]) -> None:
-    """Add a meter factory; factories are tried in order. A factory returns ``None`` when it does not apply to a
-    device and raises :class:`MeterUnavailable` when it applies but cannot meter it (the reason is kept)."""
-    _FACTORIES.append(factory)
-
-
 def meter_for(device: Device) -> EnergyMeter:
     """The best meter for ``device``, or a :class:`NullMeter` saying why there is none."""
     reasons = []
-    for factory in (*_FACTORIES, *_BUILTIN_FACTORIES):
+    for factory in _FACTORIES:
         try:
             meter = factory(device)
         except MeterUnavailable as exc:
@@ -537,4 +528,6 @@ def rapl_meter(root: Path = POWERCAP, policy: WindowPolicy | None = None) -> Win
                        note=f"RAPL package energy of {names}: includes everything else running on the socket")
 
 
-_BUILTIN_FACTORIES: tuple[Callable[[Device], EnergyMeter | None], ...] = (_nvml_factory, _rapl_factory)
+# The meters, best first. A factory returns ``None`` when it does not apply to a device and raises
+# :class:`MeterUnavailable` when it applies but cannot meter it (the reason is kept).
+_FACTORIES: tuple[Callable[[Device], EnergyMeter | None], ...] = (_nvml_factory, _rapl_factory)

@@ -33,37 +33,24 @@ that adds one.
 A rule here says what the hardware and PyTorch's kernels can do; a backend may still refuse a case at build time
 (its library too old, a layout it lacks), and that refusal is recorded with its own message.
 
-The second half of the matrix is software: which optional kernel libraries are installed, at which version, and
-whether they can run on the device. :func:`backend_reason` is the availability check of every backend, so
-``fp8bench doctor`` and the runner read the same rules:
-
-* ``torch``, ``emulated``: always (per-precision rules above).
-* ``triton``: Triton >= 3.0. CUDA runs compiled kernels (FP8 ``tl.dot`` needs 8.9+, checked per precision); the CPU
-  runs them under Triton's interpreter, for correctness only. Which of the two modes this process imported Triton in
-  is the kernels' own state, so the backend adds that check itself (``kernels/triton_backend.py``).
-* ``compiled``: ``torch.compile`` with Inductor: a C++ compiler on the CPU, Triton on CUDA.
-* ``torchao``: torchao >= 0.10 (its float8 training API). It makes no device check itself; FP8 GEMMs follow the rules
-  above (the CPU's ``_scaled_mm`` runs its tensorwise and rowwise recipes).
-* ``te``: Transformer Engine >= 2.0, CUDA only (it cannot be imported without CUDA libraries). Its version is read
-  from package metadata so that this check never imports it on a machine where the import would fail.
+Software is not here: each backend declares the libraries it needs, their oldest versions and the devices it
+runs on in its own module (``kernels/*.py``; :meth:`fp8bench.core.plugins.Backend.availability`), and applies
+the hardware rules above per precision.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
-import re
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
 
 import torch
 
 from fp8bench.core.devices import Device
+from fp8bench.core.libraries import parse_version
 from fp8bench.numerics import torch_api
-from fp8bench.numerics.recipes import Fp8Recipe, Granularity
+from fp8bench.numerics.recipes import Fp4Recipe, Fp8Recipe, Granularity, ScaledRecipe
 
 
 class ScaleLayout(str, Enum):
@@ -315,13 +302,13 @@ def scaled_gemm_reason(spec: ScaledGemmSpec, target: CudaTarget) -> str | None:
 
 # --- the GEMMs each FP8 path runs ------------------------------------------------------------------------------
 
-def scaled_mm_api(recipe: Fp8Recipe, surface: torch_api.TorchSurface) -> str | None:
+def scaled_mm_api(recipe: ScaledRecipe, surface: torch_api.TorchSurface) -> str | None:
     """Which PyTorch entry point :mod:`fp8bench.numerics.scaled_gemm` calls for ``recipe``'s GEMMs on a torch with
     ``surface`` (``None``: that torch has none; :func:`fp8bench.numerics.torch_api.gemm_entry_point`)."""
-    return torch_api.gemm_entry_point(recipe.granularity, recipe.is_fp4, surface)
+    return torch_api.gemm_entry_point(recipe.granularity, recipe.element_bits == 4, surface)
 
 
-def forward_gemm_spec(recipe: Fp8Recipe, api: str = "any") -> ScaledGemmSpec:
+def forward_gemm_spec(recipe: ScaledRecipe, api: str = "any") -> ScaledGemmSpec:
     """The ``gemm`` workload's product and an FP8 layer's forward GEMM: activations x weights, BF16 out, through
     the entry point ``api``."""
     fwd = recipe.forward_format.dtype
@@ -330,7 +317,7 @@ def forward_gemm_spec(recipe: Fp8Recipe, api: str = "any") -> ScaledGemmSpec:
                           recipe.fast_accum, api)
 
 
-def layer_gemm_specs(recipe: Fp8Recipe, backward: bool = True, api: str = "any") -> dict[str, ScaledGemmSpec]:
+def layer_gemm_specs(recipe: ScaledRecipe, backward: bool = True, api: str = "any") -> dict[str, ScaledGemmSpec]:
     """The GEMMs of one FP8 linear layer (:mod:`fp8bench.numerics.fp8_linear`): forward, and dgrad and wgrad in training.
 
     Gradients take the recipe's backward format (E5M2 under ``hybrid``). Block recipes tile the weight 128x128 in
@@ -348,7 +335,7 @@ def layer_gemm_specs(recipe: Fp8Recipe, backward: bool = True, api: str = "any")
     return specs
 
 
-def target_recipe_reason(recipe: Fp8Recipe, target: CudaTarget, backward: bool = False) -> str | None:
+def target_recipe_reason(recipe: ScaledRecipe, target: CudaTarget, backward: bool = False) -> str | None:
     """Why ``recipe``'s GEMMs cannot run on ``target``: its torch has no entry point for them, or a GEMM breaks a
     CUDA rule through the entry point it has (``backward``: an FP8 layer's three GEMMs)."""
     surface = target.surface()
@@ -356,7 +343,8 @@ def target_recipe_reason(recipe: Fp8Recipe, target: CudaTarget, backward: bool =
     why = gemms_reason(layer_gemm_specs(recipe, backward, api or "any"), target)
     if why or api is not None:
         return why
-    return torch_api.entry_point_reason(capability_key(recipe), recipe.granularity, recipe.is_fp4, surface)
+    return torch_api.entry_point_reason(capability_key(recipe), recipe.granularity, recipe.element_bits == 4,
+                                         surface)
 
 
 def gemms_reason(specs: dict[str, ScaledGemmSpec], target: CudaTarget) -> str | None:
@@ -373,19 +361,17 @@ def gemms_reason(specs: dict[str, ScaledGemmSpec], target: CudaTarget) -> str | 
 MATRIX_KEYS: tuple[str, ...] = (*(g.value for g in Granularity if g is not Granularity.NVFP4), "nvfp4", "mxfp4")
 
 
-def capability_key(recipe: Fp8Recipe) -> str:
+def capability_key(recipe: ScaledRecipe) -> str:
     """The matrix row a recipe's hardware rule is read from."""
-    if recipe.is_fp4:
-        return "mxfp4" if recipe.granularity is Granularity.MX else "nvfp4"
-    return recipe.granularity.value
+    return recipe.capability_key
 
 
-def probe_recipe(key: str) -> Fp8Recipe:
+def probe_recipe(key: str) -> ScaledRecipe:
     """A recipe standing for one matrix row (E4M3 for the FP8 rows)."""
     if key == "mxfp4":
-        return Fp8Recipe("probe_mxfp4", Granularity.MX, element_bits=4)
+        return Fp4Recipe("probe_mxfp4", Granularity.MX)
     if key == "nvfp4":
-        return Fp8Recipe("probe_nvfp4", Granularity.NVFP4, element_bits=4)
+        return Fp4Recipe("probe_nvfp4", Granularity.NVFP4)
     return Fp8Recipe(f"probe_{key}", Granularity(key))
 
 
@@ -402,7 +388,7 @@ class DeviceCapabilities:
         """The hardware rule of an FP8 granularity (``nvfp4``: the 4-bit NVFP4 row)."""
         return self.fp8_reasons[granularity.value]
 
-    def recipe_reason(self, recipe: Fp8Recipe, backward: bool = False) -> str | None:
+    def recipe_reason(self, recipe: ScaledRecipe, backward: bool = False) -> str | None:
         """Why ``recipe``'s native GEMMs cannot run here: its matrix row's hardware rule, then (on CUDA) each
         GEMM the recipe runs with its formats, accumulation and output (``backward``: an FP8 layer's three)."""
         why = self.fp8_reasons[capability_key(recipe)]
@@ -472,123 +458,16 @@ def capabilities_for(device: Device, name: str | None = None, cc: tuple[int, int
     return DeviceCapabilities(str(device), name, cc, "ocp", _cuda_reasons(target), target)
 
 
-# --- software: optional kernel libraries and per-backend availability ---------------------------------------------
-
-# Oldest versions whose APIs the backends are written against: Triton 3.0 (tl.float8e4nv dots, knobs-free jit
-# arguments), torchao 0.10 (Float8LinearConfig.from_recipe_name with the rowwise recipes), Transformer Engine 2.0
-# (MXFP8BlockScaling; Float8CurrentScaling and Float8BlockScaling are checked per recipe by their own versions).
-MIN_VERSIONS: dict[str, tuple[int, ...]] = {"triton": (3, 0), "torchao": (0, 10), "transformer_engine": (2, 0)}
-_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
-    "triton": ("triton", "pytorch-triton", "pytorch-triton-rocm"),
-    "torchao": ("torchao",),
-    "transformer_engine": ("transformer_engine", "transformer-engine"),
-}
-
-
-@dataclass(frozen=True)
-class LibraryStatus:
-    """An optional library: its installed version (``None``: not installed) and why it is unusable, if it is."""
-
-    name: str
-    version: str | None
-    reason: str | None
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """Leading numeric release of a version string: ``"2.20.2+cu128"`` -> ``(2, 20, 2)``."""
-    parts: list[int] = []
-    for piece in text.split("."):
-        m = re.match(r"\d+", piece)
-        if not m:
-            break
-        parts.append(int(m.group()))
-        if m.end() != len(piece):
-            break
-    return tuple(parts)
-
-
-def installed_version(name: str) -> str | None:
-    """Installed version of one of the optional libraries, from package metadata (no import)."""
-    for dist in _DISTRIBUTIONS.get(name, (name,)):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def library_status(name: str, version: str | None = None) -> LibraryStatus:
-    """Whether ``name`` is installed and new enough; ``version`` overrides the metadata lookup (for tests)."""
-    if name not in MIN_VERSIONS:
-        raise ValueError(f"unknown library {name!r}; known: {', '.join(MIN_VERSIONS)}")
-    version = version if version is not None else installed_version(name)
-    minimum = ".".join(map(str, MIN_VERSIONS[name]))
-    if version is None:
-        return LibraryStatus(name, None, f"{name} is not installed (pip install 'fp8bench[{_extra(name)}]')")
-    if parse_version(version) < MIN_VERSIONS[name]:
-        return LibraryStatus(name, version, f"{name} {version} is too old; fp8bench needs {minimum}+")
-    return LibraryStatus(name, version, None)
-
-
-def _extra(name: str) -> str:
-    return {"transformer_engine": "te"}.get(name, name)
-
-
-@lru_cache(maxsize=1)
-def cxx_compiler() -> str | None:
-    """The C++ compiler Inductor's CPU backend would call (``CXX``, else ``g++``/``c++``/``clang++``), or ``None``."""
-    import os
-
-    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if candidate and shutil.which(candidate):
-            return candidate
-    return None
-
-
-def backend_reason(backend: str, device: Device) -> str | None:
-    """Why ``backend`` cannot run on ``device`` at all (``None``: it can). The one availability rule per backend."""
-    if backend in ("torch", "emulated"):
-        return None
-    if backend == "triton":
-        return library_status("triton").reason
-    if backend == "compiled":
-        if not hasattr(torch, "compile"):
-            return f"torch {torch.__version__} has no torch.compile"
-        if device.is_cuda:
-            return library_status("triton").reason  # Inductor generates Triton kernels for CUDA
-        if cxx_compiler() is None:
-            return "Inductor's CPU backend needs a C++ compiler (set CXX or install g++)"
-        return None
-    if backend == "torchao":
-        return library_status("torchao").reason
-    if backend == "te":
-        if not device.is_cuda:
-            return "Transformer Engine runs on CUDA devices only"
-        if _is_rocm():
-            return "Transformer Engine's PyTorch build here is CUDA-only (ROCm has its own fork)"
-        return library_status("transformer_engine").reason
-    raise ValueError(f"unknown backend {backend!r}; known: torch, emulated, triton, compiled, torchao, te")
-
-
-def backend_note(backend: str, device: Device) -> str | None:
-    """A caveat on an available backend (how it runs here), for ``fp8bench doctor``; ``None`` if there is none."""
-    if backend == "triton" and not device.is_cuda and backend_reason("triton", device) is None:
-        return "Triton interpreter on the CPU: correctness only, timings never compared"
-    if backend == "compiled" and not device.is_cuda and backend_reason("compiled", device) is None:
-        return f"Inductor C++ backend ({cxx_compiler()}); compile time recorded as compile_s"
-    return None
-
-
 def fp8_gemm_reason(device: Device, granularity: Granularity) -> str | None:
     """Shorthand for the hardware rule of one FP8 scaling granularity on ``device``."""
     return capabilities_for(device).fp8_reason(granularity)
 
 
-def recipe_hardware_reason(device: Device, recipe: Fp8Recipe) -> str | None:
+def recipe_hardware_reason(device: Device, recipe: ScaledRecipe) -> str | None:
     """The hardware rule of ``recipe``'s matrix row on ``device`` (4-bit recipes get their own rows)."""
     return capabilities_for(device).fp8_reasons[capability_key(recipe)]
 
 
-def recipe_gemm_reason(device: Device, recipe: Fp8Recipe, backward: bool = False) -> str | None:
+def recipe_gemm_reason(device: Device, recipe: ScaledRecipe, backward: bool = False) -> str | None:
     """Shorthand for :meth:`DeviceCapabilities.recipe_reason` on ``device``."""
     return capabilities_for(device).recipe_reason(recipe, backward)

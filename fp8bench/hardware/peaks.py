@@ -33,7 +33,7 @@ import torch
 from fp8bench.core.devices import Device, cpu_model
 from fp8bench.core.noise import HostLoad, host_load
 from fp8bench.hardware.environment import host_alias
-from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.results.runfile import atomic_write_bytes
 
 
@@ -51,10 +51,10 @@ def device_table() -> dict[str, Any]:
 
 def peak_key(precision: Precision) -> str:
     """Which column of the table a precision's GEMM is held to."""
-    if isinstance(precision, Fp8Recipe):
-        if precision.is_fp4:
+    if isinstance(precision, ScaledRecipe):
+        if precision.element_bits == 4:
             return "fp4"  # FP4 tensor-core rate; the table has no fp4 column yet, so no percentage of peak
-        return "mxfp8" if precision.granularity is Granularity.MX else "fp8"
+        return "mxfp8" if precision.mxfp8() else "fp8"
     assert isinstance(precision, FloatPrecision)
     return {"float32": "tf32" if precision.tf32 else "fp32", "bfloat16": "bf16", "float16": "fp16"}[
         precision.dtype_name]

@@ -51,7 +51,7 @@ from fp8bench.core.pipeline import Pipeline, first_line
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.measure.timing import SamplingPolicy
-from fp8bench.numerics.recipes import Fp8Recipe, Precision
+from fp8bench.numerics.recipes import Precision, ScaledRecipe
 from fp8bench.paths import TRACE_SUFFIX
 
 PROFILE_MODES = ("torch", "nvtx", "nsys")
@@ -229,7 +229,7 @@ def _precision_flags(case: Case) -> list[str]:
     """The flags that resolve to ``case.precision`` again (``fp8bench.numerics.recipes.resolve_precision``)."""
     p = case.precision
     flags = ["--precision", p.name]
-    if isinstance(p, Fp8Recipe):
+    if isinstance(p, ScaledRecipe):
         # The run applies its delayed-scaling flags to every FP8 recipe (resolve_precision): all are repeated.
         flags += ["--fp8-format", p.fp8_format.value, "--fast-accum", "on" if p.fast_accum else "off",
                   "--amax-history-len", str(p.amax_history_len), "--amax-compute-algo", p.amax_compute_algo,

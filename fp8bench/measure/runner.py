@@ -77,8 +77,8 @@ from fp8bench.measure.profiling import CaseProfiler, profile_mode
 from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
 from fp8bench.numerics.accuracy import Numerics, compare, worst
 from fp8bench.numerics.recipes import (
-    Fp8Recipe,
     Precision,
+    ScaledRecipe,
     delayed_scaling_settings,
     fp4_settings,
     resolve_precision,
@@ -179,7 +179,7 @@ class Case:
 
     def describe(self) -> str:
         p = self.precision
-        accum = " full-accum" if isinstance(p, Fp8Recipe) and p.name in FAST_ACCUM_BY_DEFAULT and not p.fast_accum else ""
+        accum = " full-accum" if isinstance(p, ScaledRecipe) and p.name in FAST_ACCUM_BY_DEFAULT and not p.fast_accum else ""
         return f"{self.workload}[{label(self.shape)}] {self.precision.name}{accum} {self.backend}"
 
 
@@ -219,7 +219,7 @@ def case_record(case: Case, device: Device, seq: int, status: str, reason: str |
     """A record of ``case`` on ``device`` with what every record states (names, recipe settings, FLOPs, bytes, its
     position ``seq`` in the run); measured fields come in ``fields``."""
     workload = WORKLOADS.get(case.workload)
-    fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
+    fp8 = case.precision if isinstance(case.precision, ScaledRecipe) else None
     record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
                     backend=case.backend, device=str(device), status=status, reason=reason,
                     fp8_format=fp8.format_label if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
@@ -771,8 +771,4 @@ class StreamedRun:
                           stream.store_errors, time.monotonic() - self.started, stream.disk_error,
                           stream.file_complete or run_file is None, self.interrupted_by)
 
-
-def with_policy(settings: RunSettings, **changes: Any) -> RunSettings:
-    """A copy of ``settings`` with sampling-policy fields changed (``min_samples=...``)."""
-    return replace(settings, policy=replace(settings.policy, **changes))
 

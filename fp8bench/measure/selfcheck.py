@@ -53,7 +53,7 @@ from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key, table_peak
 from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, StreamedRun, new_run_id, run_header
 from fp8bench.measure.timing import SamplingPolicy, Timer, timer_for
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
-from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, resolve_precision
+from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, ScaledRecipe, resolve_precision
 from fp8bench.results.stream import DiskFull, RecordStream
 
 # A vendor GEMM this large is compute-bound and should run well above half the dense datasheet peak; under half
@@ -345,7 +345,7 @@ class Selfcheck:
             precision = PRECISIONS.get(name)
             record = self._measure(self._peak, "gemm_peak", Case("gemm", _gemm_shape((n, n, n)), precision, "torch"))
             peak = table_peak(self.probe.device_name, peak_key(precision))
-            fp8 = isinstance(precision, Fp8Recipe)
+            fp8 = isinstance(precision, ScaledRecipe)
             tflops = record.get("prequant_tflops") if fp8 else record.get("tflops")
             measured = {"size": n, "tflops": tflops, "peak_tflops": peak.value if peak else None,
                         "peak_source": peak.source if peak else None, "status": record["status"]}
@@ -427,14 +427,14 @@ class Selfcheck:
 
     def _sqnr(self) -> Iterator[CheckResult]:
         shape = _gemm_shape(self.config.sqnr_shape or ((2048, 2048, 2048) if self.probe.gpu else (256, 512, 2048)))
-        recipes = [p for _, p in PRECISIONS.items() if isinstance(p, Fp8Recipe)]
+        recipes = [p for _, p in PRECISIONS.items() if isinstance(p, ScaledRecipe)]
         for recipe in recipes:
             # 4-bit recipes have one element format (E2M1): no FP8 format to sweep.
-            for fmt in ("e4m3",) if recipe.is_fp4 else SQNR_FORMATS:
+            for fmt in SQNR_FORMATS if isinstance(recipe, Fp8Recipe) else ("e4m3",):
                 yield self._sqnr_one(resolve_precision(recipe.name, fmt), shape)
 
     def _sqnr_one(self, recipe: Precision, shape: Shape) -> CheckResult:
-        assert isinstance(recipe, Fp8Recipe)
+        assert isinstance(recipe, ScaledRecipe)
         subject = f"{recipe.name}/{recipe.format_label}"
         predicted = predict_gemm_sqnr(recipe, shape)
         record = self._measure(self._light, "sqnr", Case("gemm", shape, recipe, "torch"))

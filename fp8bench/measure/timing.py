@@ -136,10 +136,6 @@ class CudaTimer:
                 l2 = int(torch.cuda.get_device_properties(self.index).L2_cache_size)
                 self._flush = torch.empty(l2_flush_bytes(l2), dtype=torch.uint8, device=device.torch)
 
-    @property
-    def flushes_l2(self) -> bool:
-        return self._flush is not None
-
     def time(self, fn: Callable[[], Any]) -> float:
         with self.device.guard():
             stream = torch.cuda.current_stream(self.index)

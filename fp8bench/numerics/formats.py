@@ -32,7 +32,6 @@ quantization-noise ratio of rounding: about 6.02 dB per mantissa bit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -78,18 +77,3 @@ FP4_FORMATS: dict[str, Fp8Format] = {E2M1.name: E2M1}
 
 # Mantissa (fraction) bits of the high-precision formats. TF32 keeps FP32's 8-bit exponent and 10 mantissa bits.
 MANTISSA_BITS: dict[str, int] = {"fp32": 23, "tf32": 10, "bf16": 7, "fp16": 10, "e4m3": 3, "e5m2": 2, "e2m1": 1}
-
-
-def fnuz_variant(fmt: Fp8Format) -> Fp8Format:
-    """The MI300-class (``fnuz``) twin of an OCP format."""
-    return {"e4m3": E4M3FNUZ, "e5m2": E5M2FNUZ}.get(fmt.name, fmt)
-
-
-def rounding_sqnr_db(mantissa_bits: int) -> float:
-    """Expected SQNR (dB) of round-to-nearest to ``mantissa_bits`` for values whose mantissas are spread evenly.
-
-    The relative error of one rounding is uniform in ``+-2**-(m+1)``, so its power relative to the signal is
-    ``2**-(2m+2) / 3`` and the SQNR is ``6.02*(m+1) + 4.77`` dB. Real tensors deviate by a few dB (mantissas are
-    not uniform, and a GEMM adds the noise of both operands), so tests compare against a band, not this point.
-    """
-    return 20 * math.log10(2.0 ** (mantissa_bits + 1)) + 10 * math.log10(3.0)

@@ -70,7 +70,7 @@ from fp8bench.numerics.quantize import (
     quantizer_for,
     random_hadamard_transform,
 )
-from fp8bench.numerics.recipes import Fp8Recipe, Granularity
+from fp8bench.numerics.recipes import Granularity, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm
 
 GemmFn = Callable[[Quantized, Quantized, torch.dtype, bool], torch.Tensor]  # (lhs, rhs, out dtype, fast_accum)
@@ -88,7 +88,7 @@ def _transposed(q: Quantized) -> Quantized:
 class _Operands:
     """The quantizers one FP8 linear layer applies, one per (GEMM, operand) that needs its own scales."""
 
-    def __init__(self, recipe: Fp8Recipe, disable_scaling: bool) -> None:
+    def __init__(self, recipe: ScaledRecipe, disable_scaling: bool) -> None:
         fwd, bwd = recipe.forward_format, recipe.backward_format
         self.reuse_transposes = recipe.granularity is Granularity.TENSORWISE or disable_scaling
         if disable_scaling:
@@ -98,7 +98,7 @@ class _Operands:
             self.x, self.w, self.grad = unscaled(fwd), unscaled(fwd), unscaled(bwd)
             return
         # Delayed scaling: each closure owns an AmaxHistory, so these three persist across steps.
-        stochastic = recipe.is_fp4 and recipe.stochastic_rounding  # gradients only, as in NVIDIA's NVFP4 recipe
+        stochastic = recipe.stochastic_rounding  # gradients only (a 4-bit option), as in NVIDIA's NVFP4 recipe
         self.x = quantizer_for(recipe, "lhs", fwd)
         self.w = quantizer_for(recipe, "rhs", fwd)
         self.grad = quantizer_for(recipe, "lhs", bwd, stochastic=stochastic)
@@ -108,7 +108,7 @@ class _Operands:
             self.x_t = quantizer_for(recipe, "lhs", fwd)  # x^T [K, M] in wgrad: an activation, 1x128 blocks
         self.hadamard_signs: torch.Tensor | None = None
         self._hadamard: dict[torch.device, torch.Tensor] = {}  # the matrix on each device it is used on
-        if recipe.is_fp4 and recipe.rht:
+        if recipe.rht:  # a 4-bit option
             draw = torch.rand(16, generator=torch.Generator().manual_seed(RHT_SEED))
             self.hadamard_signs = torch.where(draw < 0.5, -1.0, 1.0)
 
@@ -180,7 +180,7 @@ class Fp8Linear(nn.Module):
     calls (read them from :attr:`stats`); sampling costs extra passes over each tensor, so it is off by default.
     """
 
-    def __init__(self, in_features: int, out_features: int, recipe: Fp8Recipe, *, bias: bool = False,
+    def __init__(self, in_features: int, out_features: int, recipe: ScaledRecipe, *, bias: bool = False,
                  gemm: GemmFn = NATIVE, disable_scaling: bool = False, compute_dtype: torch.dtype = torch.bfloat16,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
@@ -194,14 +194,14 @@ class Fp8Linear(nn.Module):
         self.kernel: ScaledGemm | None = None
         if gemm is NATIVE:
             self.kernel = (ScaledGemm(Granularity.TENSORWISE, False) if disable_scaling
-                           else ScaledGemm(recipe.granularity, recipe.is_fp4))
+                           else ScaledGemm.for_recipe(recipe))
         self.compute_dtype = compute_dtype
         self.operands = _Operands(recipe, disable_scaling)
         self.sample_stats = False
         self.stats: dict[str, dict[str, float]] = {}
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, recipe: Fp8Recipe, **kwargs: Any) -> Fp8Linear:
+    def from_linear(cls, linear: nn.Linear, recipe: ScaledRecipe, **kwargs: Any) -> Fp8Linear:
         """An FP8 layer sharing ``linear``'s parameters (so an optimizer built later sees the same tensors)."""
         layer = cls(linear.in_features, linear.out_features, recipe, bias=False, device="meta", **kwargs)
         layer.weight = linear.weight  # type: ignore[assignment]  # torch types nn.Linear.weight as Tensor
@@ -238,12 +238,12 @@ class Fp8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {scaling}, {gemm} GEMM"
 
 
-def alignment_reason(recipe: Fp8Recipe, tokens: int, layers: dict[str, tuple[int, int]],
+def alignment_reason(recipe: ScaledRecipe, tokens: int, layers: dict[str, tuple[int, int]],
                      backward: bool = True) -> str | None:
     """Why FP8 linear layers of these sizes cannot run under ``recipe`` (``None``: every GEMM is aligned).
 
     ``layers`` maps a name to ``(in_features, out_features)``. Each GEMM's ``(M, N, K)`` must meet the recipe's
-    :meth:`~fp8bench.numerics.recipes.Fp8Recipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also dgrad
+    :meth:`~fp8bench.numerics.recipes.ScaledRecipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also dgrad
     ``(tokens, in, out)`` and wgrad ``(out, in, tokens)``, whose reduction runs over the tokens.
     """
     need = recipe.gemm_alignment()

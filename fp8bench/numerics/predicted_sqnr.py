@@ -79,7 +79,7 @@ import torch
 from scipy import special
 
 from fp8bench.numerics.formats import E2M1, E4M3
-from fp8bench.numerics.recipes import Fp8Recipe, Granularity
+from fp8bench.numerics.recipes import Granularity, ScaledRecipe
 
 # Points of the midpoint rule over the quantiles of a group's amax (split where the scale jumps), and the fewest
 # points one piece gets. 1024 keeps every prediction here within 0.005 dB of a 16384-point rule (see the tests).
@@ -376,11 +376,6 @@ def nsr_to_db(nsr: float) -> float:
     return math.inf if nsr <= 0 else -10.0 * math.log10(nsr)
 
 
-def predict_sqnr_db(dist: Distribution, fmt: ElementFormat, grouping: Grouping) -> float:
-    """Predicted SQNR (dB) of quantizing values drawn from ``dist`` to ``fmt`` under ``grouping``."""
-    return nsr_to_db(group_nsr(dist, fmt, grouping))
-
-
 # --- recipes and the gemm workload -----------------------------------------------------------------------------
 
 
@@ -389,7 +384,7 @@ def median_amax(dist: Distribution, n: int) -> float:
     return float(_amax_at(dist, n, np.asarray(0.5)))
 
 
-def operand_grouping(recipe: Fp8Recipe, role: str, rows: int, cols: int,
+def operand_grouping(recipe: ScaledRecipe, role: str, rows: int, cols: int,
                      dist: Distribution | None = None) -> Grouping:
     """The scale groups :func:`fp8bench.numerics.quantize.quantizer_for` uses for one ``[rows, cols]`` GEMM operand.
 
@@ -411,7 +406,7 @@ def operand_grouping(recipe: Fp8Recipe, role: str, rows: int, cols: int,
     if g is Granularity.NVFP4:
         if dist is None:
             raise ValueError("the nvfp4 prediction needs the operand's distribution (its tensor amax sets the scales)")
-        return Grouping(recipe.nv_block, NvFp4Scale(median_amax(dist, rows * cols)))
+        return Grouping(recipe.block_elements, NvFp4Scale(median_amax(dist, rows * cols)))
     raise ValueError(f"no SQNR prediction for granularity {g.value!r}")
 
 
@@ -439,7 +434,7 @@ class GemmPrediction:
         return {"sqnr_db": self.sqnr_db, "lhs_db": self.lhs_db, "rhs_db": self.rhs_db, "output_db": self.output_db}
 
 
-def predict_gemm_sqnr(recipe: Fp8Recipe, shape: dict[str, int], fmt: ElementFormat | None = None,
+def predict_gemm_sqnr(recipe: ScaledRecipe, shape: dict[str, int], fmt: ElementFormat | None = None,
                       activation: ElementFormat | None = BF16, output: ElementFormat | None = BF16,
                       inputs: tuple[Distribution, Distribution] | None = None) -> GemmPrediction:
     """Predicted SQNR of the ``gemm`` workload ``Y = A @ B^T`` under an FP8 or 4-bit recipe, against the exact

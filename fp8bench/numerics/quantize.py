@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from fp8bench.numerics.formats import E2M1, E4M3, Fp8Format
-from fp8bench.numerics.recipes import Fp8Recipe, Granularity
+from fp8bench.numerics.recipes import Granularity, ScaledRecipe
 
 # A group whose amax is zero (an all-zero row, say) would get a zero scale and divide by it; this floor keeps the
 # scale finite. It is far below any amax a real tensor has (FP32's smallest normal is ~1.2e-38).
@@ -306,7 +306,7 @@ def quantize_delayed(x: torch.Tensor, fmt: Fp8Format, history: AmaxHistory) -> Q
 Quantizer = Callable[[torch.Tensor], Quantized]
 
 
-def quantizer_for(recipe: Fp8Recipe, role: str, fmt: Fp8Format | None = None, stochastic: bool = False,
+def quantizer_for(recipe: ScaledRecipe, role: str, fmt: Fp8Format | None = None, stochastic: bool = False,
                   generator: torch.Generator | None = None) -> Quantizer:
     """The quantizer a recipe applies to one GEMM operand.
 
@@ -322,7 +322,7 @@ def quantizer_for(recipe: Fp8Recipe, role: str, fmt: Fp8Format | None = None, st
     if stochastic and not fmt.is_fp4:
         raise ValueError(f"{recipe.name}: stochastic rounding is implemented for E2M1 elements only")
     if g is Granularity.NVFP4:
-        return lambda x: quantize_nvfp4(x, recipe.nv_block, stochastic, generator)
+        return lambda x: quantize_nvfp4(x, recipe.block_elements, stochastic, generator)
     if g is Granularity.TENSORWISE and recipe.delayed:
         history = AmaxHistory(recipe.amax_history_len, recipe.margin, recipe.amax_compute_algo)
         return lambda x: quantize_delayed(x, fmt, history)

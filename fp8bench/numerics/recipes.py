@@ -39,7 +39,7 @@ scales, and quantize every operand of every GEMM (gradients included) to 4 bits:
 
 4-bit recipes take no FP8 element format: their ``fp8_format`` stays ``e4m3`` (for ``nvfp4`` the format of its
 block scales, TE's ``fp8_format=E4M3``), :func:`resolve_precision` leaves it alone when a run names another one for
-its FP8 recipes, and records name ``e2m1`` (:attr:`Fp8Recipe.format_label`). Their GEMMs accumulate in full precision (no fast mode for FP4 in
+its FP8 recipes, and records name ``e2m1`` (:attr:`Fp4Recipe.format_label`). Their GEMMs accumulate in full precision (no fast mode for FP4 in
 PyTorch: ``use_fast_accum`` with ``Float4_e2m1fn_x2`` operands is refused in ``ScaledBlas.cpp``).
 
 FP8 element format: ``e4m3`` (default), ``e5m2``, or ``hybrid`` (E4M3 in the forward pass, E5M2 for gradients, the
@@ -65,6 +65,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import Enum
+from typing import ClassVar, TypeVar
 
 import torch
 
@@ -98,7 +99,7 @@ class FloatPrecision:
     dtype_name: str  # float32 | bfloat16 | float16
     tf32: bool = False
 
-    is_fp8 = False
+    is_scaled = False
 
     def __post_init__(self) -> None:
         if self.dtype_name not in ("float32", "bfloat16", "float16"):
@@ -120,6 +121,10 @@ class FloatPrecision:
         """The dtype a workload's activations arrive in before this precision's GEMM."""
         return self.dtype
 
+    def operand_bytes(self, elements: int) -> int:
+        """Bytes that ``elements`` operand values occupy in memory."""
+        return elements * self.dtype.itemsize
+
     def describe(self) -> str:
         return f"{self.name}: {'TF32 tensor-core' if self.tf32 else self.dtype_name} GEMM"
 
@@ -133,9 +138,19 @@ TE_DELAYED_SCALING_DEFAULTS: dict[str, object] = {
 AMAX_COMPUTE_ALGOS = ("max", "most_recent")
 
 
+_Recipe = TypeVar("_Recipe", bound="ScaledRecipe")
+
+
 @dataclass(frozen=True)
-class Fp8Recipe:
-    """An FP8 scaling recipe. Frozen: a run's recipe cannot change under it; use :meth:`with_options`."""
+class ScaledRecipe:
+    """A scaled low-precision recipe: elements in a narrow format, each group of them under a scale. Frozen: a run's
+    recipe cannot change under it; use :meth:`with_options`.
+
+    Two kinds, one class each (as Transformer Engine has one class per recipe): :class:`Fp8Recipe` (E4M3/E5M2
+    elements) and :class:`Fp4Recipe` (E2M1 elements). What differs between them (element bytes, GEMM alignment,
+    formats, the options a run may set) is a method of each kind; code asks the recipe, never which kind it is.
+    ``stochastic_rounding`` and ``rht`` are the 4-bit kind's training options; the FP8 kind refuses them.
+    """
 
     name: str
     granularity: Granularity
@@ -148,34 +163,17 @@ class Fp8Recipe:
     weight_block: tuple[int, int] = (128, 128)  # blockwise tile of the right operand
     mx_block: int = 32  # elements per E8M0 scale along the reduction dimension (OCP MX spec)
     fast_accum: bool = True  # forward GEMM in fast (reduced-precision) accumulation; backward GEMMs never
-    element_bits: int = 8  # 8: FP8 elements (fp8_format); 4: E2M1 elements (nvfp4, mxfp4)
-    nv_block: int = 16  # elements per E4M3 scale along the reduction dimension (nvfp4)
     stochastic_rounding: bool = False  # 4-bit: gradients rounded stochastically (TE NVFP4BlockScaling's default)
     rht: bool = False  # 4-bit: random Hadamard transform (16x16) on the wgrad GEMM's operands
 
-    is_fp8 = True
+    is_scaled = True  # a scale per group of values (FP8 and 4-bit), as opposed to a plain float precision
+    element_bits: ClassVar[int]  # storage bits of one element: 8 (FP8) or 4 (E2M1)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "granularity", Granularity(self.granularity))
         object.__setattr__(self, "fp8_format", Fp8FormatChoice(self.fp8_format))
         if self.granularity in (Granularity.BLOCKWISE, Granularity.MX, Granularity.NVFP4):
             object.__setattr__(self, "fast_accum", False)  # block-scaled kernels accumulate in full precision
-        if self.element_bits not in (4, 8):
-            raise ValueError(f"{self.name}: element_bits must be 8 (FP8) or 4 (E2M1), got {self.element_bits}")
-        if self.element_bits == 4:
-            if self.granularity not in (Granularity.MX, Granularity.NVFP4):
-                raise ValueError(f"{self.name}: 4-bit elements need block scales (mx or nvfp4), "
-                                 f"not {self.granularity.value}")
-            if self.fp8_format is not Fp8FormatChoice.E4M3:
-                raise ValueError(f"{self.name}: 4-bit recipes have E2M1 elements; --fp8-format "
-                                 f"{self.fp8_format.value} does not apply (accepted: e4m3, the default)")
-        elif self.granularity is Granularity.NVFP4:
-            raise ValueError(f"{self.name}: nvfp4 scaling is defined for 4-bit (E2M1) elements only")
-        elif self.stochastic_rounding or self.rht:
-            raise ValueError(f"{self.name}: stochastic rounding and the Hadamard transform are options of the "
-                             "4-bit recipes (nvfp4, mxfp4)")
-        if self.nv_block != 16:
-            raise ValueError(f"{self.name}: NVFP4 blocks hold 16 elements (E4M3 scales), got {self.nv_block}")
         if self.delayed and self.granularity is not Granularity.TENSORWISE:
             raise ValueError(f"{self.name}: delayed scaling is defined per tensor only")
         if self.amax_history_len < 1:
@@ -191,34 +189,56 @@ class Fp8Recipe:
         if self.mx_block < 1:
             raise ValueError(f"{self.name}: mx_block must be positive, got {self.mx_block}")
 
-    @property
-    def is_fp4(self) -> bool:
-        """Whether the elements are 4-bit E2M1 (``nvfp4``, ``mxfp4``)."""
-        return self.element_bits == 4
+    # Predicates in Transformer Engine's style (``recipe.nvfp4()``, ``recipe.mxfp8()``).
+    def nvfp4(self) -> bool:
+        return False
+
+    def mxfp4(self) -> bool:
+        return False
+
+    def mxfp8(self) -> bool:
+        return False
 
     @property
     def forward_format(self) -> Fp8Format:
         """Element format of activations and weights."""
-        if self.is_fp4:
-            return E2M1
-        return E5M2 if self.fp8_format is Fp8FormatChoice.E5M2 else E4M3
+        raise NotImplementedError
 
     @property
     def backward_format(self) -> Fp8Format:
-        """Element format of gradients: E5M2 under ``hybrid``; E2M1 in the 4-bit recipes."""
-        if self.is_fp4:
-            return E2M1
-        return E4M3 if self.fp8_format is Fp8FormatChoice.E4M3 else E5M2
+        """Element format of gradients."""
+        raise NotImplementedError
 
     @property
     def format_label(self) -> str:
-        """The element format a record names: the FP8 format choice, or ``e2m1`` for the 4-bit recipes."""
-        return "e2m1" if self.is_fp4 else self.fp8_format.value
+        """The element format a record names."""
+        raise NotImplementedError
+
+    @property
+    def capability_key(self) -> str:
+        """The row of the hardware capability matrix this recipe's kernels are held to."""
+        return self.granularity.value
 
     @property
     def block_elements(self) -> int:
         """Elements per scale along the reduction dimension of the block-scaled recipes (MX 32, NVFP4 16)."""
-        return self.nv_block if self.granularity is Granularity.NVFP4 else self.mx_block
+        return self.mx_block
+
+    def operand_bytes(self, elements: int) -> int:
+        """Bytes that ``elements`` quantized operand values occupy in memory, scales of the small blocks included."""
+        raise NotImplementedError
+
+    def gemm_alignment(self) -> tuple[int, int, int]:
+        """Divisors (M, N, K) a GEMM shape must meet for this recipe's kernels."""
+        raise NotImplementedError
+
+    def training_options(self) -> dict[str, object]:
+        """What a record keeps of the recipe's kind-specific training options (empty for the FP8 kind)."""
+        return {}
+
+    def with_run_options(self, options: RunOptions) -> ScaledRecipe:
+        """This recipe with the run's options applied, those that its kind takes."""
+        raise NotImplementedError
 
     @property
     def mantissa_bits(self) -> int:
@@ -226,52 +246,186 @@ class Fp8Recipe:
 
     @property
     def activation_dtype(self) -> torch.dtype:
-        """FP8 recipes quantize BF16 activations: the dtype training keeps them in between layers."""
+        """Scaled recipes quantize BF16 activations: the dtype training keeps them in between layers."""
         return torch.bfloat16
-
-    def gemm_alignment(self) -> tuple[int, int, int]:
-        """Divisors (M, N, K) a GEMM shape must meet for this recipe's kernels.
-
-        FP8 tensor-core GEMMs need N and K in multiples of 16 (cuBLASLt, ``torch._scaled_mm``); fp8bench asks the
-        same of M so that transposed (backward) GEMMs stay aligned. Block recipes need whole blocks along K (and
-        along N for 128x128 weight tiles).
-        """
-        if self.granularity is Granularity.BLOCKWISE:
-            return (16, self.weight_block[0], max(self.activation_block[1], self.weight_block[1]))
-        if self.is_fp4:
-            # Two E2M1 values per byte: the packed K/2 must be a multiple of 16 (the kernels' rule), and whole
-            # blocks along K.
-            return (16, 16, max(32, self.block_elements))
-        if self.granularity is Granularity.MX:
-            return (16, 16, max(16, self.mx_block))
-        return (16, 16, 16)
 
     @property
     def accumulation(self) -> str:
         """The record's name for the accumulation mode: ``fast_forward`` (the vendors' default) or ``full``."""
         return "fast_forward" if self.fast_accum else "full"
 
-    def with_options(self, **changes: object) -> Fp8Recipe:
+    def with_options(self: _Recipe, **changes: object) -> _Recipe:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        how = {Granularity.TENSORWISE: "per-tensor", Granularity.ROWWISE: "per-row",
-               Granularity.BLOCKWISE: f"{self.activation_block[0]}x{self.activation_block[1]} / "
-               f"{self.weight_block[0]}x{self.weight_block[1]} block",
-               Granularity.MX: f"{self.mx_block}-element E8M0",
-               Granularity.NVFP4: f"{self.nv_block}-element E4M3 x per-tensor FP32"}[self.granularity]
+        raise NotImplementedError
+
+    def _scales_text(self) -> str:
+        return {Granularity.TENSORWISE: "per-tensor", Granularity.ROWWISE: "per-row",
+                Granularity.BLOCKWISE: f"{self.activation_block[0]}x{self.activation_block[1]} / "
+                f"{self.weight_block[0]}x{self.weight_block[1]} block",
+                Granularity.MX: f"{self.mx_block}-element E8M0",
+                Granularity.NVFP4: f"{self.block_elements}-element E4M3 x per-tensor FP32"}[self.granularity]
+
+    def _accumulation_text(self) -> str:
+        return "fast accumulation in the forward GEMM" if self.fast_accum else "full-precision accumulation"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The scaling options a run passes to every recipe it measures (``None``: the recipe's own setting).
+    ``trains``: whether the workload runs a backward pass (it picks the default FP8 format)."""
+
+    fp8_format: str | None = "e4m3"
+    amax_history_len: int | None = None
+    margin: int | None = None
+    fast_accum: bool | None = None
+    amax_compute_algo: str | None = None
+    trains: bool = False
+    stochastic_rounding: bool | None = None
+    rht: bool | None = None
+
+
+@dataclass(frozen=True)
+class Fp8Recipe(ScaledRecipe):
+    """An FP8 scaling recipe: E4M3/E5M2 elements (one byte each) under tensor, row, block or MX scales."""
+
+    element_bits: ClassVar[int] = 8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.granularity is Granularity.NVFP4:
+            raise ValueError(f"{self.name}: nvfp4 scaling is defined for 4-bit (E2M1) elements only")
+        if self.stochastic_rounding or self.rht:
+            raise ValueError(f"{self.name}: stochastic rounding and the Hadamard transform are options of the "
+                             "4-bit recipes (nvfp4, mxfp4)")
+
+    def mxfp8(self) -> bool:
+        return self.granularity is Granularity.MX
+
+    @property
+    def forward_format(self) -> Fp8Format:
+        return E5M2 if self.fp8_format is Fp8FormatChoice.E5M2 else E4M3
+
+    @property
+    def backward_format(self) -> Fp8Format:
+        """E5M2 under ``hybrid`` and ``e5m2``; E4M3 otherwise."""
+        return E4M3 if self.fp8_format is Fp8FormatChoice.E4M3 else E5M2
+
+    @property
+    def format_label(self) -> str:
+        return self.fp8_format.value
+
+    def operand_bytes(self, elements: int) -> int:
+        return elements  # one byte per element; the per-tensor, per-row or 128-element scales are negligible
+
+    def gemm_alignment(self) -> tuple[int, int, int]:
+        """FP8 tensor-core GEMMs need N and K in multiples of 16 (cuBLASLt, ``torch._scaled_mm``); fp8bench asks the
+        same of M so that transposed (backward) GEMMs stay aligned. Block recipes need whole blocks along K (and
+        along N for 128x128 weight tiles)."""
+        if self.granularity is Granularity.BLOCKWISE:
+            return (16, self.weight_block[0], max(self.activation_block[1], self.weight_block[1]))
+        if self.granularity is Granularity.MX:
+            return (16, 16, max(16, self.mx_block))
+        return (16, 16, 16)
+
+    def with_run_options(self, options: RunOptions) -> Fp8Recipe:
+        fp8_format = options.fp8_format
+        if fp8_format is None:
+            fp8_format = default_fp8_format(self, options.trains)
+        try:
+            choice = Fp8FormatChoice(fp8_format)
+        except ValueError:
+            raise ValueError(f"unknown FP8 format {fp8_format!r}; accepted: "
+                             f"{', '.join(c.value for c in Fp8FormatChoice)}") from None
+        changes: dict[str, object] = {"fp8_format": choice}
+        for option in ("amax_history_len", "margin", "fast_accum", "amax_compute_algo"):
+            if getattr(options, option) is not None:
+                changes[option] = getattr(options, option)
+        for option in ("stochastic_rounding", "rht"):
+            if getattr(options, option):  # off is every FP8 recipe's only setting: asking for it changes nothing
+                changes[option] = True  # on is refused by __post_init__, with the reason
+        return self.with_options(**changes)
+
+    def describe(self) -> str:
         scaling = (f"delayed (history {self.amax_history_len}, amax {self.amax_compute_algo}, margin {self.margin})"
                    if self.delayed else "current")
-        accum = "fast accumulation in the forward GEMM" if self.fast_accum else "full-precision accumulation"
-        if self.is_fp4:
-            options = [o for o, on in (("stochastic rounding of gradients", self.stochastic_rounding),
-                                       ("16x16 random Hadamard transform in wgrad", self.rht)) if on]
-            extra = f", {', '.join(options)}" if options else ""
-            return f"{self.name}: e2m1, {how} scales, current scaling, {accum}{extra}"
-        return f"{self.name}: {self.fp8_format.value}, {how} scales, {scaling} scaling, {accum}"
+        return (f"{self.name}: {self.fp8_format.value}, {self._scales_text()} scales, {scaling} scaling, "
+                f"{self._accumulation_text()}")
 
 
-Precision = FloatPrecision | Fp8Recipe
+@dataclass(frozen=True)
+class Fp4Recipe(ScaledRecipe):
+    """A 4-bit recipe: E2M1 elements (two per byte) under small-block scales (``nvfp4``: 16-element E4M3 times an
+    FP32 tensor scale; ``mxfp4``: 32-element E8M0). Every operand of every GEMM is quantized, gradients included."""
+
+    nv_block: int = 16  # elements per E4M3 scale along the reduction dimension (nvfp4)
+
+    element_bits: ClassVar[int] = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.granularity not in (Granularity.MX, Granularity.NVFP4):
+            raise ValueError(f"{self.name}: 4-bit elements need block scales (mx or nvfp4), "
+                             f"not {self.granularity.value}")
+        if self.fp8_format is not Fp8FormatChoice.E4M3:
+            raise ValueError(f"{self.name}: 4-bit recipes have E2M1 elements; --fp8-format "
+                             f"{self.fp8_format.value} does not apply (accepted: e4m3, the default)")
+        if self.nv_block != 16:
+            raise ValueError(f"{self.name}: NVFP4 blocks hold 16 elements (E4M3 scales), got {self.nv_block}")
+
+    def nvfp4(self) -> bool:
+        return self.granularity is Granularity.NVFP4
+
+    def mxfp4(self) -> bool:
+        return self.granularity is Granularity.MX
+
+    @property
+    def forward_format(self) -> Fp8Format:
+        return E2M1
+
+    @property
+    def backward_format(self) -> Fp8Format:
+        return E2M1
+
+    @property
+    def format_label(self) -> str:
+        return "e2m1"
+
+    @property
+    def capability_key(self) -> str:
+        return "nvfp4" if self.nvfp4() else "mxfp4"  # mxfp4 shares MX scales with mxfp8, not its kernels
+
+    @property
+    def block_elements(self) -> int:
+        return self.nv_block if self.nvfp4() else self.mx_block
+
+    def operand_bytes(self, elements: int) -> int:
+        return elements // 2 + elements // self.block_elements  # two E2M1 per byte, one 1-byte scale per block
+
+    def gemm_alignment(self) -> tuple[int, int, int]:
+        """Two E2M1 values per byte: the packed K/2 must be a multiple of 16 (the kernels' rule), and whole blocks
+        along K."""
+        return (16, 16, max(32, self.block_elements))
+
+    def training_options(self) -> dict[str, object]:
+        return {"stochastic_rounding": self.stochastic_rounding, "rht": self.rht}
+
+    def with_run_options(self, options: RunOptions) -> Fp4Recipe:
+        # E2M1 elements: the FP8 format, history and margin options are the FP8 recipes' (a run over several
+        # precisions passes them to every one); only the 4-bit options apply.
+        changes = {option: getattr(options, option) for option in ("stochastic_rounding", "rht")
+                   if getattr(options, option) is not None}
+        return self.with_options(**changes)
+
+    def describe(self) -> str:
+        options = [o for o, on in (("stochastic rounding of gradients", self.stochastic_rounding),
+                                   ("16x16 random Hadamard transform in wgrad", self.rht)) if on]
+        extra = f", {', '.join(options)}" if options else ""
+        return f"{self.name}: e2m1, {self._scales_text()} scales, current scaling, {self._accumulation_text()}{extra}"
+
+
+Precision = FloatPrecision | ScaledRecipe
 
 PRECISIONS: Registry[Precision] = Registry("precision")
 for _p in (
@@ -284,13 +438,13 @@ for _p in (
     Fp8Recipe("fp8_rowwise", Granularity.ROWWISE),
     Fp8Recipe("fp8_blockwise", Granularity.BLOCKWISE),
     Fp8Recipe("mxfp8", Granularity.MX),
-    Fp8Recipe("nvfp4", Granularity.NVFP4, element_bits=4, stochastic_rounding=True, rht=True),
-    Fp8Recipe("mxfp4", Granularity.MX, element_bits=4),
+    Fp4Recipe("nvfp4", Granularity.NVFP4, stochastic_rounding=True, rht=True),
+    Fp4Recipe("mxfp4", Granularity.MX),
 ):
     PRECISIONS.add(_p.name, _p)
 
 
-def default_fp8_format(recipe: Fp8Recipe, trains: bool) -> str:
+def default_fp8_format(recipe: ScaledRecipe, trains: bool) -> str:
     """The FP8 format a recipe takes when the user names none: Transformer Engine's ``DelayedScaling`` default,
     ``hybrid``, for delayed scaling on a workload with a backward pass (elsewhere hybrid and E4M3 are the same
     forward format, and E4M3 is what is recorded); E4M3 for every other recipe, as before."""
@@ -308,49 +462,22 @@ def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_l
     whether the workload runs a backward pass).
     """
     precision = PRECISIONS.get(name)
-    if not isinstance(precision, Fp8Recipe):
+    if not isinstance(precision, ScaledRecipe):
         return precision
-    if precision.is_fp4:
-        # E2M1 elements: the FP8 format, history and margin options are the FP8 recipes' (a run over several
-        # precisions passes them to every one); only the 4-bit options apply.
-        changes4: dict[str, object] = {}
-        for option, value in (("stochastic_rounding", stochastic_rounding), ("rht", rht)):
-            if value is not None:
-                changes4[option] = value
-        return precision.with_options(**changes4)
-    if fp8_format is None:
-        fp8_format = default_fp8_format(precision, trains)
-    try:
-        choice = Fp8FormatChoice(fp8_format)
-    except ValueError:
-        raise ValueError(f"unknown FP8 format {fp8_format!r}; accepted: "
-                         f"{', '.join(c.value for c in Fp8FormatChoice)}") from None
-    changes: dict[str, object] = {"fp8_format": choice}
-    if amax_history_len is not None:
-        changes["amax_history_len"] = amax_history_len
-    if margin is not None:
-        changes["margin"] = margin
-    if fast_accum is not None:
-        changes["fast_accum"] = fast_accum
-    if amax_compute_algo is not None:
-        changes["amax_compute_algo"] = amax_compute_algo
-    for option, value in (("stochastic_rounding", stochastic_rounding), ("rht", rht)):
-        if value:  # off is every FP8 recipe's only setting: asking for it changes nothing; on is refused
-            changes[option] = value
-    return precision.with_options(**changes)
+    return precision.with_run_options(RunOptions(
+        fp8_format=fp8_format, amax_history_len=amax_history_len, margin=margin, fast_accum=fast_accum,
+        amax_compute_algo=amax_compute_algo, trains=trains, stochastic_rounding=stochastic_rounding, rht=rht))
 
 
 def fp4_settings(precision: Precision) -> dict[str, object]:
     """What a record keeps of a 4-bit recipe's training options (empty for every other precision)."""
-    if not isinstance(precision, Fp8Recipe) or not precision.is_fp4:
-        return {}
-    return {"stochastic_rounding": precision.stochastic_rounding, "rht": precision.rht}
+    return precision.training_options() if isinstance(precision, ScaledRecipe) else {}
 
 
 def delayed_scaling_settings(precision: Precision) -> dict[str, object]:
     """What a record keeps of a delayed-scaling recipe: history length (iterations), amax algorithm, margin
     (powers of two). Empty for every other precision."""
-    if not isinstance(precision, Fp8Recipe) or not precision.delayed:
+    if not isinstance(precision, ScaledRecipe) or not precision.delayed:
         return {}
     return {"amax_history_len": precision.amax_history_len, "amax_compute_algo": precision.amax_compute_algo,
             "margin": precision.margin}

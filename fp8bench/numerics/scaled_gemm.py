@@ -55,7 +55,7 @@ import torch
 
 from fp8bench.numerics import torch_api
 from fp8bench.numerics.quantize import Quantized, pack_e2m1
-from fp8bench.numerics.recipes import Granularity
+from fp8bench.numerics.recipes import Granularity, ScaledRecipe
 
 BLOCKED_ROWS, BLOCKED_COLS = 128, 4  # one tile of cuBLAS's blocked scale layout: 128 rows x 4 scale columns
 
@@ -120,6 +120,11 @@ class ScaledGemm:
     point for the kind (NVFP4 and MXFP4 without ``torch.nn.functional.scaled_mm``). Build it outside any compiled
     region (a layer builds its own at construction): choosing the entry point asks torch what it has.
     """
+
+    @classmethod
+    def for_recipe(cls, recipe: ScaledRecipe) -> ScaledGemm:
+        """The scaled GEMM of ``recipe``'s kind on the installed torch."""
+        return cls(recipe.granularity, recipe.element_bits == 4)
 
     def __init__(self, granularity: Granularity, fp4: bool, surface: torch_api.TorchSurface | None = None) -> None:
         surface = surface or torch_api.detect()

@@ -92,9 +92,6 @@ class TorchSurface:
             return name.removeprefix("torch.") in self.dtypes
         return name in self.functions or name in self.names
 
-    def enum_value(self, enum: str, member: str) -> int | None:
-        return self.enums.get(enum, {}).get(member)
-
     def signature(self, name: str) -> inspect.Signature | None:
         """The entry point's recorded signature (defaults shown as ``<default>``)."""
         params = self.functions.get(name)

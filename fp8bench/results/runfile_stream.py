@@ -33,10 +33,6 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
 
-class _Incomplete(Exception):
-    """The window ends before the value does: read more."""
-
-
 class _Window:
     """A sliding window of decoded text over a UTF-8 file, with the position of the next unread character."""
 

@@ -1,0 +1,13 @@
+"""Run settings for tests that pin the sampler (a fixed number of samples, a short minimum time)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fp8bench.measure.runner import RunSettings
+
+
+def with_policy(settings: RunSettings, **changes: Any) -> RunSettings:
+    """A copy of ``settings`` with sampling-policy fields changed (``min_samples=...``)."""
+    return replace(settings, policy=replace(settings.policy, **changes))

@@ -23,10 +23,16 @@ import pytest
 from tests.conftest import skip_or_fail
 from tests.test_ingest_files import (  # noqa: F401 - collected again here, against PostgreSQL
     test_a_non_finite_statistic_outside_the_samples_is_stored_as_null,
-    test_bad_files_are_named_and_skipped_and_the_rest_are_ingested,
+    test_bad_files_are_named_and_skipped_and_bad_records_alone_are_left_out,
     test_gate_report_of_many_rounds_is_stored_with_its_run_range,
     test_nan_and_infinite_samples_are_one_line_errors_naming_the_record,
     test_over_long_ids_are_refused_in_one_line_naming_the_column,
+)
+from tests.test_select import (  # noqa: F401 - collected again here, against PostgreSQL
+    mixed_store,
+    test_fastest_cells_take_the_fastest_non_reference_backend,
+    test_latest_per_case_sql_and_frame_agree,
+    test_speed_comparable_sql_frame_and_dict_forms_agree,
 )
 from tests.test_store import (  # noqa: F401 - collected again here, against PostgreSQL
     EXPECTED_AFTER_RACE,
@@ -45,7 +51,7 @@ from tests.test_store_queries import (  # noqa: F401 - collected again here, aga
 )
 from tests.test_stored_data import (  # noqa: F401 - collected again here, against PostgreSQL
     test_a_different_case_under_a_stored_run_and_seq_is_refused,
-    test_a_wrongly_typed_field_is_named_with_file_and_record_and_the_next_file_is_ingested,
+    test_a_wrongly_typed_field_is_named_with_file_and_record_and_the_rest_is_ingested,
     test_an_older_partial_copy_never_rewinds_a_finished_run,
     test_an_older_store_holding_such_records_is_repaired_when_migrated,
     test_json_nested_200000_deep_is_refused_without_a_crash,

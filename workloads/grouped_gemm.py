@@ -51,7 +51,9 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError, parse_positive
-from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
+from fp8bench.hardware.capabilities import operand_layout
+from fp8bench.hardware.grouped_rules import GROUP_ALIGN_ROWS
+from fp8bench.numerics.recipes import Fp8Recipe, Precision
 from fp8bench.workloads.gemm import OPERAND_BYTES, OUTPUT_BYTES, output_dtype
 from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.transformer_step import PROBE_MIN_RATIO
@@ -67,8 +69,6 @@ DEFAULTS: dict[str, Any] = {"g": 8, "tokens": 512, "top_k": 2, "n": 256, "k": 25
 DEFAULT_ALPHA = 1.2
 # The precisions this workload measures: the float baselines and the two FP8 recipes grouped kernels exist for.
 PRECISIONS = ("fp32", "bf16", "fp8_rowwise", "mxfp8")
-# Token-group alignment each FP8 recipe's grouped kernel needs (rows): 16 bytes of FP8 per TMA load; one MX block.
-FP8_GROUP_ALIGN = {Granularity.ROWWISE: 16, Granularity.MX: 32}
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,8 @@ class GroupedGemm(Workload):
         _need_m, need_n, need_k = precision.gemm_alignment()
         bad = [f"{key} = {shape[key]} (multiple of {need})" for key, need in (("n", need_n), ("k", need_k))
                if shape[key] % need]
-        align = FP8_GROUP_ALIGN[precision.granularity]
+        # The token-group alignment the recipe's grouped kernel needs, rows (the conformance rule's own table).
+        align = GROUP_ALIGN_ROWS[operand_layout(precision.granularity)]
         if shape["align"] % align:
             bad.append(f"align = {shape['align']} (token groups padded to a multiple of {align} rows)")
         if bad:

@@ -50,7 +50,7 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
-from fp8bench.core.shapes import Shape, ShapeError, parse_positive
+from fp8bench.core.shapes import Shape, ShapeError, parse_positive, split_pair
 from fp8bench.hardware.capabilities import operand_layout
 from fp8bench.hardware.grouped_rules import GROUP_ALIGN_ROWS
 from fp8bench.numerics.recipes import Fp8Recipe, Precision
@@ -174,9 +174,7 @@ class GroupedGemm(Workload):
     def parse_shape(self, text: str) -> Shape:
         values: dict[str, Any] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
-            key, sep, raw = (s.strip() for s in part.partition("="))
-            if not sep:
-                raise ShapeError(f"grouped_gemm shape {text!r}: {part!r} is not key=value; keys: {', '.join(KEYS)}")
+            key, raw = split_pair(part, text, "grouped_gemm shape", f"; keys: {', '.join(KEYS)}")
             if key not in KEYS:
                 raise ShapeError(f"grouped_gemm shape {text!r}: unknown key {key!r}; accepted: {', '.join(KEYS)}")
             if key in values:

@@ -129,6 +129,23 @@ def test_trackers_get_measured_records_only():
     assert list(bencher_metric_format(rows, comparable=is_speed_comparable)) == ["gemm[m=64,n=64,k=64] bf16 torch cpu [Test CPU]"]
 
 
+def test_trackers_take_the_gates_rule_for_power_capped_records():
+    """A record an older fp8bench invalidated for power capping alone is measured for the gate (docs/energy.md), so a
+    tracker gets it too; under --strict-clocks it stays out, as a thermal one always does."""
+    why = "throttled: power cap (sw_power_cap) during the energy window"
+    capped = {**record(64, "bf16", [1e-3] * 3), "status": "invalid", "valid": False, "reason": why,
+              "energy": {"invalid_reasons": [why]}}
+    thermal_why = "throttled: thermal (hw_thermal_slowdown) during the energy window"
+    thermal = {**record(64, "fp32", [1e-3] * 3), "status": "invalid", "valid": False, "reason": thermal_why,
+               "energy": {"invalid_reasons": [thermal_why]}}
+    run = {"run_id": "r", "started_at": "t", "device": {"name": "GPU"}, "settings": {"strict_clocks": False}}
+    strict = {**run, "settings": {"strict_clocks": True}}
+    names = [e["name"] for e in github_action_benchmark([Row(run, capped), Row(run, thermal)],
+                                                        comparable=is_speed_comparable)]
+    assert names == ["gemm[m=64,n=64,k=64] bf16 torch cpu [GPU]"]
+    assert not bencher_metric_format([Row(strict, capped)], comparable=is_speed_comparable)
+
+
 def test_energy_metric_for_github_action_benchmark():
     run = {"run_id": "r", "started_at": "t", "device": {"name": "GPU"}}
     rows = [Row(run, {**record(64, "bf16", [1e-3] * 3), "energy_j": 0.25}),

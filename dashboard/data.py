@@ -26,6 +26,7 @@ import pandas as pd
 import sqlalchemy as sa
 import streamlit as st
 
+from fp8bench.analysis.select import LATEST_CLASSES, speed_comparable_sql
 from fp8bench.core.commits import checkout_remote, url_template
 from fp8bench.core.noise import is_noisy, record_spread, run_load
 from fp8bench.core.redact import error_line, redact
@@ -37,7 +38,7 @@ from fp8bench.results.store.queries import RecordFilter
 
 # Named record subsets a page may count or list (SQL conditions on typed columns).
 SUBSETS = {"all": sa.true(), "measured": store_queries.R.status.in_(store_queries.MEASURED),
-           "not_ok": store_queries.R.status != "ok", "speed": store_queries.speed_comparable()}
+           "not_ok": store_queries.R.status != "ok", "speed": speed_comparable_sql()}
 
 STORE_ENV = "FP8BENCH_DASHBOARD_STORE"
 REPO_URL_ENV = "FP8BENCH_REPO_URL"  # commit link template or repository address (`fp8bench dashboard --repo-url`)
@@ -215,7 +216,7 @@ def _query(snapshot: Snapshot, read: Callable[[Store], pd.DataFrame]) -> pd.Data
 @st.cache_data(show_spinner="Reading the latest records...", max_entries=16)
 def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter) -> pd.DataFrame:
     store = _store(target)
-    frame = store_queries.latest_records(store, flt)
+    frame = store_queries.latest_records(store, LATEST_CLASSES, flt)
     curves = frame.loc[frame["has_losses"].fillna(False).astype(bool), "id"].tolist()
     losses = {i: loss_curve(r) for i, r in store_queries.record_json(store, curves).items()}
     return enrich(frame, losses)

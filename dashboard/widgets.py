@@ -71,18 +71,6 @@ def nothing_selected(what: str = "records") -> None:
     st.info(f"No {what} match the filters. Widen them in the sidebar, or add data with `{FILL_COMMAND}`.")
 
 
-def speed_comparable(records: pd.DataFrame) -> pd.DataFrame:
-    """Records whose timings may be compared: measured, valid, and not run by an interpreter."""
-    return records[(records["status"] == "ok") & records["valid"] & ~records["interpreted"]
-                   & records["median_s"].notna()]
-
-
-def latest_per_case(records: pd.DataFrame) -> pd.DataFrame:
-    """The most recent record of each case on each device model (records arrive ordered by run start, then
-    position in the run; the case key names the device kind, ``cuda``, so the model name is added)."""
-    return records.drop_duplicates(["device_label", "case_key"], keep="last")
-
-
 def ratio_text(value: float) -> str:
     """A speedup for people: three significant digits (``0.00162x``, ``1.71x``, ``213x``), so a case 500x slower
     never reads as ``0.00x``."""

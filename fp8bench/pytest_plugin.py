@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # torch loads only when a benchmark runs
+    from fp8bench.measure.runner import CaseMeasurer, RunSettings
 
 _STATE_KEY = pytest.StashKey[dict[str, Any]]()
 
@@ -47,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STATE_KEY] = {"measurers": {}, "header": None}
 
 
-def _settings(config: pytest.Config, quick: bool) -> Any:
+def _settings(config: pytest.Config, quick: bool) -> RunSettings:
     from fp8bench.measure.runner import RunSettings
     from fp8bench.measure.timing import SamplingPolicy
 
@@ -63,7 +66,7 @@ def _settings(config: pytest.Config, quick: bool) -> Any:
                        policy=policy, threads=config.getoption("fp8bench_threads"))
 
 
-def _measurer(config: pytest.Config, quick: bool) -> Any:
+def _measurer(config: pytest.Config, quick: bool) -> CaseMeasurer:
     """One measurer per session and mode (inputs and references are cached inside it)."""
     import torch
 

@@ -70,11 +70,11 @@ def one_trial(rng: np.random.Generator, cv: float, slowdown: float, n_cases: int
         return _side(base, subset), _side(cand, subset)
 
     results = compare_sides(*draw(names), config)
-    verdicts = {r["case"]: r["verdict"] for r in results}
+    verdicts = {r.case: r.verdict for r in results}
     again = [n for n, v in verdicts.items() if v == "inconclusive"]
     if again:
         for r in compare_sides(*draw(again), config):
-            verdicts[r["case"]] = r["verdict"]
+            verdicts[r.case] = r.verdict
     return [verdicts[n] for n in names]
 
 

@@ -362,6 +362,7 @@ def test_gate_never_compares_graph_with_eager():
 
 
 def test_store_queries_and_dashboard_label_graph_records_apart(results_dir):
+    from fp8bench.analysis.select import LATEST_CLASSES
     from fp8bench.results.store import open_store
     from fp8bench.results.store.queries import GRAPH_LABEL, RecordFilter, filter_options, latest_records
     from tests.gate_fixtures import payload, record
@@ -370,11 +371,12 @@ def test_store_queries_and_dashboard_label_graph_records_apart(results_dir):
     eager = record(64, "bf16", [1e-3] * 3)
     graph = {**record(64, "bf16", [4e-4] * 3), "timing_mode": "cuda_graph"}
     store.ingest_run(payload("r1", [eager, graph]))
-    latest = latest_records(store, classes=("speed",))
+    speed = {"speed": LATEST_CLASSES["speed"]}
+    latest = latest_records(store, speed)
     labels = dict(zip(latest["timing_mode"].fillna("eager"), latest["device_label"], strict=True))
     assert labels == {"eager": "Test CPU", "cuda_graph": "Test CPU" + GRAPH_LABEL}  # two rows, never one
     assert set(filter_options(store)["device_label"]) == {"Test CPU", "Test CPU" + GRAPH_LABEL}
-    only_graph = latest_records(store, RecordFilter(device=("Test CPU" + GRAPH_LABEL,)), classes=("speed",))
+    only_graph = latest_records(store, speed, RecordFilter(device=("Test CPU" + GRAPH_LABEL,)))
     assert list(only_graph["timing_mode"]) == ["cuda_graph"]
     pytest.importorskip("streamlit")
     from fp8bench.dashboard.data import enrich

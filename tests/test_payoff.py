@@ -12,9 +12,9 @@ from fp8bench.analysis.payoff import (
     case_size,
     cell_speedups,
     in_reading_order,
-    is_scaled,
     payoff_table,
 )
+from fp8bench.analysis.select import is_scaled
 from fp8bench.cli import main
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record

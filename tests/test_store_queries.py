@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fp8bench.analysis.select import LATEST_CLASSES
 from fp8bench.results.store import open_store
 from fp8bench.results.store.queries import (
     RecordFilter,
@@ -46,7 +47,7 @@ def store(store_url):
 
 def test_latest_per_class_matches_pandas(store):
     every = store.records_frame().sort_values(["started_at", "seq"])
-    latest = latest_records(store, classes=("any", "speed"))
+    latest = latest_records(store, {n: LATEST_CLASSES[n] for n in ("any", "speed")})
     any_ = every.drop_duplicates(["case_key"], keep="last")
     ok = every[(every["status"] == "ok") & every["valid"]].drop_duplicates(["case_key"], keep="last")
     assert set(latest["id"]) == set(any_["id"]) | set(ok["id"])
@@ -73,4 +74,4 @@ def test_fingerprint_moves_with_every_new_run(store):
     store.ingest_run(payload("run-new", [record(64, "bf16", [1e-3])], started_at="2026-12-01T00:00:00+00:00"))
     after = store_fingerprint(store)
     assert after[0] > before[0] and after[1] == before[1] + 1
-    assert isinstance(latest_records(store, RecordFilter(workload=("none",))), pd.DataFrame)
+    assert isinstance(latest_records(store, LATEST_CLASSES, RecordFilter(workload=("none",))), pd.DataFrame)

@@ -50,8 +50,10 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
-from fp8bench.core.shapes import Shape, ShapeError, parse_positive
-from fp8bench.numerics.recipes import Granularity, Precision, ScaledRecipe
+from fp8bench.core.shapes import Shape, ShapeError, parse_positive, split_pair
+from fp8bench.hardware.capabilities import operand_layout
+from fp8bench.hardware.grouped_rules import GROUP_ALIGN_ROWS
+from fp8bench.numerics.recipes import Precision, ScaledRecipe
 from fp8bench.workloads.gemm import OPERAND_BYTES, OUTPUT_BYTES, output_dtype
 from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.transformer_step import PROBE_MIN_RATIO
@@ -67,8 +69,6 @@ DEFAULTS: dict[str, Any] = {"g": 8, "tokens": 512, "top_k": 2, "n": 256, "k": 25
 DEFAULT_ALPHA = 1.2
 # The precisions this workload measures: the float baselines and the two FP8 recipes grouped kernels exist for.
 PRECISIONS = ("fp32", "bf16", "fp8_rowwise", "mxfp8")
-# Token-group alignment each FP8 recipe's grouped kernel needs (rows): 16 bytes of FP8 per TMA load; one MX block.
-FP8_GROUP_ALIGN = {Granularity.ROWWISE: 16, Granularity.MX: 32}
 
 
 @dataclass(frozen=True)
@@ -174,9 +174,7 @@ class GroupedGemm(Workload):
     def parse_shape(self, text: str) -> Shape:
         values: dict[str, Any] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
-            key, sep, raw = (s.strip() for s in part.partition("="))
-            if not sep:
-                raise ShapeError(f"grouped_gemm shape {text!r}: {part!r} is not key=value; keys: {', '.join(KEYS)}")
+            key, raw = split_pair(part, text, "grouped_gemm shape", f"; keys: {', '.join(KEYS)}")
             if key not in KEYS:
                 raise ShapeError(f"grouped_gemm shape {text!r}: unknown key {key!r}; accepted: {', '.join(KEYS)}")
             if key in values:
@@ -211,7 +209,8 @@ class GroupedGemm(Workload):
         _need_m, need_n, need_k = precision.gemm_alignment()
         bad = [f"{key} = {shape[key]} (multiple of {need})" for key, need in (("n", need_n), ("k", need_k))
                if shape[key] % need]
-        align = FP8_GROUP_ALIGN[precision.granularity]
+        # The token-group alignment the recipe's grouped kernel needs, rows (the conformance rule's own table).
+        align = GROUP_ALIGN_ROWS[operand_layout(precision.granularity)]
         if shape["align"] % align:
             bad.append(f"align = {shape['align']} (token groups padded to a multiple of {align} rows)")
         if bad:

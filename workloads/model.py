@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8bench.core.devices import Device
-from fp8bench.core.shapes import ShapeError, parse_positive
+from fp8bench.core.shapes import ShapeError, parse_positive, split_pair
 from fp8bench.numerics.recipes import Precision, ScaledRecipe
 
 
@@ -289,9 +289,7 @@ def parse_preset_shape(text: str, presets: dict[str, dict[str, int]], default: s
                              "(or key=value pairs)")
     values = dict(presets[name])
     for part in parts:
-        key, sep, raw = (s.strip() for s in part.partition("="))
-        if not sep:
-            raise ShapeError(f"{what} {text!r}: {part!r} is not key=value")
+        key, raw = split_pair(part, text, what)
         if key in flag_keys:
             if raw not in ("0", "1"):
                 raise ShapeError(f"{what} {text!r}: {key} = {raw!r} must be 0 or 1")

@@ -20,10 +20,10 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from fp8bench.analysis.payoff import in_reading_order
+from fp8bench.analysis.select import latest_per_case
 from fp8bench.dashboard.widgets import (
     chart,
     current_view,
-    latest_per_case,
     nothing_selected,
     table,
     wrap_label,

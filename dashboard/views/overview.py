@@ -17,17 +17,16 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from fp8bench.analysis.payoff import REFERENCE_BACKENDS, cell_speedups, is_scaled
+from fp8bench.analysis.payoff import cell_speedups
+from fp8bench.analysis.select import REFERENCE_BACKENDS, is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.speedup import speedup_frame
 from fp8bench.dashboard.widgets import (
     NOISE_COLUMN,
     chart,
     current_view,
-    latest_per_case,
     nothing_selected,
     ratio_text,
-    speed_comparable,
     table,
     wrap_label,
 )
@@ -78,7 +77,7 @@ def scaled_metrics(cells: pd.DataFrame, column: str, baseline: str) -> None:
 def main() -> None:
     view = current_view()
     st.title("Overview: does FP8 pay off?")
-    comparable = speed_comparable(view.records)
+    comparable = speed_comparable_frame(view.records)
     if comparable.empty:
         nothing_selected("measured, valid, non-interpreted records")
         return

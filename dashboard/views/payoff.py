@@ -16,15 +16,14 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from fp8bench.analysis.payoff import BASELINE, NEVER, cell_speedups, is_scaled, payoff_table, shape_family
+from fp8bench.analysis.payoff import BASELINE, NEVER, cell_speedups, payoff_table, shape_family
+from fp8bench.analysis.select import is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
     chart,
     current_view,
-    latest_per_case,
     nothing_selected,
     ratio_text,
-    speed_comparable,
     table,
     wrap_label,
 )
@@ -82,7 +81,7 @@ def curves_figure(curves: pd.DataFrame, baseline: str) -> go.Figure:
 def main() -> None:
     view = current_view()
     st.title("Where FP8 pays off")
-    records = latest_per_case(speed_comparable(view.records))
+    records = latest_per_case(speed_comparable_frame(view.records))
     if records.empty:
         nothing_selected("measured, valid, non-interpreted records")
         return

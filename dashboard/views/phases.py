@@ -17,15 +17,14 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from fp8bench.analysis.payoff import in_reading_order, is_scaled
+from fp8bench.analysis.payoff import in_reading_order
+from fp8bench.analysis.select import is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.dashboard.data import PHASE_PREFIX, phase_columns
 from fp8bench.dashboard.profiles import show_traces
 from fp8bench.dashboard.widgets import (
     chart,
     current_view,
-    latest_per_case,
     nothing_selected,
-    speed_comparable,
     table,
 )
 
@@ -47,7 +46,7 @@ def phase_figure(case: pd.DataFrame, phase_cols: list[str]) -> go.Figure:
 def main() -> None:
     view = current_view()
     st.title("Phases")
-    records = speed_comparable(view.records)
+    records = speed_comparable_frame(view.records)
     phase_cols = [c for c in phase_columns(records) if records[c].notna().any()] if not records.empty else []
     if not phase_cols:
         nothing_selected("measured records with phase timings")

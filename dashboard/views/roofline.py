@@ -19,14 +19,13 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.analysis.select import latest_per_case, speed_comparable_frame
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
     NOISE_COLUMN,
     chart,
     current_view,
-    latest_per_case,
     nothing_selected,
-    speed_comparable,
     table,
 )
 from fp8bench.hardware.peaks import above_ceiling, ceiling_advice
@@ -88,7 +87,7 @@ def roofline_figure(points: pd.DataFrame, bw: float | None) -> go.Figure:
 def main() -> None:
     view = current_view()
     st.title("Roofline")
-    points = speed_comparable(view.records).dropna(subset=["intensity", "tflops"])
+    points = speed_comparable_frame(view.records).dropna(subset=["intensity", "tflops"])
     points = points[(points["intensity"] > 0) & (points["tflops"] > 0)]  # a log axis has no place for zero
     if points.empty:
         nothing_selected("measured records with FLOP and byte counts")

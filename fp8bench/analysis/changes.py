@@ -29,12 +29,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from fp8bench.core.commits import commit_order
+
+if TYPE_CHECKING:  # the store loads only when history is read
+    from fp8bench.results.store import Store
+    from fp8bench.results.store.queries import RecordFilter
 
 
 @dataclass(frozen=True)
@@ -279,10 +283,10 @@ def new_since(changes: Sequence[Change], started_at: str) -> list[Change]:
     return [c for c in changes if c.kind == "regression" and c.open and (c.first_bad_started_at or "") > started_at]
 
 
-def history_records(store: Any, flt: Any, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
-    """The speed-comparable records of ``store`` under ``flt`` (a :class:`fp8bench.results.store.queries.RecordFilter`),
-    with the columns change detection reads, in run order."""
+def history_records(store: Store, flt: RecordFilter, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
+    """The speed-comparable records of ``store`` under ``flt``, with the columns change detection reads, in run order."""
+    from fp8bench.analysis.select import speed_comparable_sql
     from fp8bench.results.store import queries as store_queries
 
     columns = tuple(dict.fromkeys([*HISTORY_COLUMNS, *metrics]))
-    return store_queries.select_records(store, flt, columns, where=[store_queries.speed_comparable()])
+    return store_queries.select_records(store, flt, columns, where=[speed_comparable_sql()])

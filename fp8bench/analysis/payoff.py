@@ -22,11 +22,11 @@ Each cell takes the fastest backend of that precision at that shape, among vendo
 ``emulated`` backend is a quantize-dequantize reference, never a way to run a model, so it is left out. Records
 are the latest valid, non-interpreted measurement of each case.
 
-The rules that decide what a cell is and in which order cases are listed live here once, for this summary and the
-dashboard's pages alike: :func:`fastest_cells` (one cell per device, workload, shape and precision),
-:func:`cell_speedups` (each cell against the baseline's cell of the same shape), :func:`is_scaled` (FP8, MX and
-4-bit recipes, the precisions a payoff is asked of) and :func:`in_reading_order` (cases by workload, then by
-FLOPs).
+What a cell is (:func:`fp8bench.analysis.select.fastest_cells`: one per device, workload, shape and precision)
+and which precisions a payoff is asked of (:func:`fp8bench.analysis.select.is_scaled`: FP8, MX and 4-bit) are
+shared selection rules (:mod:`fp8bench.analysis.select`). The rules that compare cells and order cases live here
+once, for this summary and the dashboard's pages alike: :func:`cell_speedups` (each cell against the baseline's
+cell of the same shape) and :func:`in_reading_order` (cases by workload, then by FLOPs).
 """
 
 from __future__ import annotations
@@ -36,24 +36,15 @@ from typing import Any
 
 import pandas as pd
 
+from fp8bench.analysis.select import CELL, fastest_cells, is_scaled
 from fp8bench.core.shapes import parse_stored
 
 BASELINE = "bf16"
-# Unscaled precisions: everything else is a scaled low-precision recipe (FP8, MX, 4-bit).
-UNSCALED = ("fp32", "tf32", "bf16", "fp16")
-REFERENCE_BACKENDS = ("emulated",)
 # The public contract's workloads in the order pages list them: the single GEMM first, communication last.
 WORKLOAD_ORDER = ("gemm", "attention", "transformer_step", "grouped_gemm", "collective")
-CELL = ["device_label", "workload", "shape", "precision"]
 NEVER = "never within the measured shapes"
 COLUMNS = ("device", "workload", "precision", "shapes", "pays_off_from", "speedup_there", "backend_there",
            "largest_shape", "speedup_at_largest", "sqnr_cost_db", "energy_ratio", "energy_note", "measured_at")
-
-
-def is_scaled(precision: str) -> bool:
-    """Whether ``precision`` is a scaled low-precision recipe (FP8, MX or 4-bit: a scale travels with the data),
-    as opposed to a plain float type."""
-    return precision not in UNSCALED
 
 
 def case_size(flops: Any, shape: str) -> float:
@@ -87,13 +78,6 @@ def in_reading_order(frame: pd.DataFrame, first: tuple[str, ...] = ("device_labe
     keyed = frame.assign(_rank=rank.to_numpy(), _size=_sizes(frame))
     order = [*first, "_rank", "workload", "_size", "shape"]
     return keyed.sort_values(order, kind="stable", na_position="last").drop(columns=["_rank", "_size"])
-
-
-def fastest_cells(records: pd.DataFrame) -> pd.DataFrame:
-    """One cell per (device, workload, shape, precision): the backend with the lowest end-to-end median among the
-    vendor and custom kernels (the reference backends are left out), from speed-comparable records."""
-    usable = records[~records["backend"].isin(REFERENCE_BACKENDS) & records["median_s"].notna()]
-    return usable.sort_values("median_s", kind="stable").drop_duplicates(CELL)
 
 
 def cell_speedups(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:

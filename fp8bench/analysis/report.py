@@ -17,13 +17,13 @@ from rich.text import Text
 
 from fp8bench.core.noise import NOISY_SPREAD, HostLoad, is_noisy, record_spread
 from fp8bench.core.records import SCALE_POW2, full_accum_variant
+from fp8bench.core.shapes import label, shape_label
 from fp8bench.hardware.peaks import above_ceiling, ceiling_advice
 
 
 def _shape_text(shape: dict[str, int]) -> str:
-    if set(shape) == {"m", "n", "k"}:
-        return f"{shape['m']}x{shape['n']}x{shape['k']}"
-    return ",".join(f"{k}={v}" for k, v in shape.items())
+    """A record's shape for people: ``MxNxK`` for a GEMM, else its canonical text (:mod:`fp8bench.core.shapes`)."""
+    return shape_label(label(shape))
 
 
 def baseline_index(records: list[dict[str, Any]], baseline: str) -> dict[tuple[Any, ...], dict[str, Any]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fp8bench.commands.common import (
     BAD_INPUT,
@@ -19,6 +19,10 @@ from fp8bench.commands.common import (
     store_target,
     stored_names,
 )
+
+if TYPE_CHECKING:  # each loads only when the verb runs, not for `fp8bench --help`
+    from fp8bench.analysis.changes import Change, ChangeConfig
+    from fp8bench.results.store import Store
 
 NAME = "changes"
 HELP = "change points in the nightly history: regressions and improvements by commit, newest first"
@@ -70,14 +74,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json_flag(p)
 
 
-def _config(args: argparse.Namespace) -> Any:
+def _config(args: argparse.Namespace) -> ChangeConfig:
     from fp8bench.analysis.changes import ChangeConfig
 
     return ChangeConfig(metrics=tuple(args.metric), threshold=args.threshold, threshold_db=args.threshold_db,
                         alpha=args.alpha, min_size=args.min_size, penalty=args.penalty)
 
 
-def _since(store: Any, run_id: str) -> str:
+def _since(store: Store, run_id: str) -> str:
     runs = store.runs_frame()
     match = runs[runs["run_id"] == run_id]
     if match.empty:
@@ -85,7 +89,7 @@ def _since(store: Any, run_id: str) -> str:
     return str(match.iloc[0]["started_at"])
 
 
-def render(changes: list[Any], title: str) -> None:
+def render(changes: list[Change], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Re-exported for the verbs: they take every shared name from this module.
 from fp8bench.exit_codes import (  # noqa: F401
@@ -29,6 +29,9 @@ from fp8bench.exit_codes import (  # noqa: F401
     EXIT_USAGE,
 )
 from fp8bench.paths import default_results_dir  # noqa: F401
+
+if TYPE_CHECKING:  # the store loads only when a verb opens one
+    from fp8bench.results.store import Store
 
 BAD_INPUT = "bad input: an unknown flag or name, a value that does not parse, an unreadable file (one line on stderr)"
 INTERRUPTED = "interrupted by Ctrl-C, SIGTERM or SIGHUP; everything finished before it is kept"
@@ -228,7 +231,7 @@ def check_filter_names(filters: Mapping[str, Iterable[str]],
                 raise UnknownNameError(kind, name, accepted)
 
 
-def stored_names(store: Any) -> dict[str, list[str]]:
+def stored_names(store: Store) -> dict[str, list[str]]:
     """The workload, backend and precision names that ``store``'s records carry."""
     from fp8bench.results.store.queries import filter_options
 

@@ -32,7 +32,7 @@ formats:
   github-action-benchmark   benchmark-action/github-action-benchmark input for tool: customSmallerIsBetter
                             (end-to-end median in ms by default; --metric energy_j or prequant_median_s)
   bencher                   Bencher Metric Format JSON: latency (ns), throughput-tflops, energy-j, sqnr-db
-The two tracker formats take measured records only (ok, valid, not interpreted), the latest per case.
+The two tracker formats take speed-comparable records only (ok, valid, not interpreted, timed), the latest per case.
 
 examples:
   fp8bench export --format csv > results/records.csv
@@ -101,6 +101,7 @@ def _rows(args: argparse.Namespace) -> list[Any]:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from fp8bench.analysis.select import is_speed_comparable
     from fp8bench.results.export import count, render, write
     from fp8bench.results.runfile import check_writable
 
@@ -109,12 +110,12 @@ def execute(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_writable(args.out, overwrite=args.force, what="the export")
     rows = _rows(args)
-    entries = count(rows, args.format, args.metric)
+    entries = count(rows, args.format, args.metric, comparable=is_speed_comparable)
     if not entries:
         what = "record" if args.format in ("csv", "parquet") else "measured record"
         print(f"fp8bench export: no {what} matched ({len(rows)} record(s) selected); nothing written", file=sys.stderr)
         return EXIT_CASE_FAILED
-    data = render(rows, args.format, args.metric)
+    data = render(rows, args.format, args.metric, comparable=is_speed_comparable)
     if args.out is None:
         sys.stdout.write(data.decode())
         sys.stdout.flush()

@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fp8bench.analysis.gate.metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS
 from fp8bench.commands.common import (
@@ -21,6 +21,9 @@ from fp8bench.commands.common import (
     print_json,
 )
 from fp8bench.core.units import fraction_arg
+
+if TYPE_CHECKING:  # the gate loads only when the verb runs, not for `fp8bench --help`
+    from fp8bench.analysis.gate.verdicts import GateConfig
 
 NAME = "gate"
 HELP = "fail on a real regression in time, energy or accuracy: ratio of medians, bootstrap CI, Benjamini-Hochberg"
@@ -82,7 +85,7 @@ def add_gate_flags(p: argparse.ArgumentParser) -> None:
                         "PRECISION is an fnmatch pattern (fp8_*=20); repeatable, the last match wins")
 
 
-def gate_config(args: argparse.Namespace) -> Any:
+def gate_config(args: argparse.Namespace) -> GateConfig:
     from fp8bench.analysis.gate.metrics import parse_sqnr_floor
     from fp8bench.analysis.gate.verdicts import GateConfig, aa_noise_of, parse_override
 

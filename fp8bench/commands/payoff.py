@@ -57,6 +57,7 @@ def execute(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from fp8bench.analysis.payoff import payoff_table
+    from fp8bench.analysis.select import LATEST_CLASSES
     from fp8bench.core.escaping import term_text
     from fp8bench.core.shapes import shape_label
     from fp8bench.results.store import open_store
@@ -68,7 +69,7 @@ def execute(args: argparse.Namespace) -> int:
                         "precision": [*args.precision, args.baseline]}, stored_names(store))
     flt = RecordFilter(device=tuple(args.device), workload=tuple(args.workload), backend=tuple(args.backend),
                        precision=tuple(args.precision), branch=tuple(args.branch))
-    latest = store_queries.latest_records(store, flt, classes=("speed",), with_phases=False)
+    latest = store_queries.latest_records(store, {"speed": LATEST_CLASSES["speed"]}, flt, with_phases=False)
     latest["shape_label"] = latest["shape"].map(shape_label)
     table = payoff_table(latest, args.baseline)
     rows = table.to_dict("records")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fp8bench.commands.common import (
     BAD_INPUT,
@@ -21,6 +21,11 @@ from fp8bench.commands.common import (
     default_results_dir,
     print_json,
 )
+
+if TYPE_CHECKING:  # the checks and rich load only when the verb runs, not for `fp8bench --help`
+    from rich.console import Console
+
+    from fp8bench.measure.selfcheck import CheckResult, Probe, SelfcheckConfig
 
 NAME = "selfcheck"
 HELP = "acceptance check of a device: peak GEMM rate, timers, FP8 numerics, energy meter, backends"
@@ -94,7 +99,7 @@ def execute(args: argparse.Namespace) -> int:
     return _run(args, probe, config, run_file, run_id)
 
 
-def _run(args: argparse.Namespace, probe: Any, config: Any, run_file: Path, run_id: str) -> int:
+def _run(args: argparse.Namespace, probe: Probe, config: SelfcheckConfig, run_file: Path, run_id: str) -> int:
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -133,7 +138,7 @@ def _run(args: argparse.Namespace, probe: Any, config: Any, run_file: Path, run_
 _STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "needs a GPU": "yellow", "not run": "dim"}
 
 
-def _render(results: list[Any], probe: Any, console: Any) -> None:
+def _render(results: list[CheckResult], probe: Probe, console: Console) -> None:
     from rich.table import Table
 
     table = Table(title=f"fp8bench selfcheck on {probe.device} ({probe.device_name})", header_style="bold",

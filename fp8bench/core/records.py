@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fp8bench.core.shapes import label
+
 SCHEMA_VERSION = 1
 
 STATUSES = ("ok", "failed", "skipped", "invalid")
@@ -134,7 +136,7 @@ def case_key(record: dict[str, Any]) -> str:
     default fast-forward one), backend, device (+ ``cuda_graph`` when timed as CUDA-graph replays: a different
     measurement, never compared with eager timings; eager keys, and keys of records that predate the mode, are
     unchanged)."""
-    shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
+    shape = label(record["shape"])
     fmt = f"/{record['fp8_format']}" if record.get("fp8_format") else ""
     accum = "/full-accum" if full_accum_variant(record) else ""
     graph = f" {record['timing_mode']}" if record.get("timing_mode") in SEPARATE_TIMING_MODES else ""

@@ -15,14 +15,22 @@ class ShapeError(ValueError):
 Shape = dict[str, int]
 
 
+def split_pair(part: str, text: str, what: str, accepted: str = "") -> tuple[str, str]:
+    """One ``key=value`` part of the shape ``text`` as ``(key, value)``, stripped; a part without ``=`` is a
+    :class:`ShapeError` naming ``what`` is parsed (``"shape"``, ``"grouped_gemm shape"``) and, after it, ``accepted``
+    (``"; expected keys m, n, k"``). Every workload's parser splits its text with this."""
+    key, sep, value = (s.strip() for s in part.partition("="))
+    if not sep:
+        raise ShapeError(f"{what} {text!r}: {part!r} is not key=value{accepted}")
+    return key, value
+
+
 def parse_keyvalue(text: str, keys: tuple[str, ...], optional: dict[str, int] | None = None) -> Shape:
     """Parse ``k=v,...`` into a dict with exactly ``keys`` (plus ``optional`` ones, defaulted)."""
     optional = optional or {}
     shape: Shape = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
-        if "=" not in part:
-            raise ShapeError(f"shape {text!r}: {part!r} is not key=value; expected keys {', '.join(keys)}")
-        key, _, value = (s.strip() for s in part.partition("="))
+        key, value = split_pair(part, text, "shape", f"; expected keys {', '.join(keys)}")
         if key not in keys and key not in optional:
             raise ShapeError(f"shape {text!r}: unknown key {key!r}; accepted: {', '.join([*keys, *optional])}")
         shape[key] = parse_positive(value, f"shape {text!r}: {key}")

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from fp8bench.core.devices import Device
 from fp8bench.energy.rapl import POWERCAP, RaplCounter, RaplUnavailable
@@ -58,6 +58,9 @@ from fp8bench.energy.telemetry import (
     summarize,
 )
 from fp8bench.energy.windows import UpdatePeriod, error_bound, measure_update_period, sized_window_s
+
+if TYPE_CHECKING:  # a pipeline is only called here
+    from fp8bench.core.pipeline import Pipeline
 
 T = TypeVar("T")
 
@@ -420,7 +423,7 @@ def idle_baseline(meter: EnergyMeter, device: Device, seconds: float) -> EnergyR
 PHASE_ENERGY_METHOD = "each phase looped alone on the state left by the previous phase"
 
 
-def measure_case_energy(meter: EnergyMeter, pipeline: Any, device: Device, seconds_per_call: float,
+def measure_case_energy(meter: EnergyMeter, pipeline: Pipeline, device: Device, seconds_per_call: float,
                         phase_seconds: dict[str, float], per_phase: bool,
                         idle: EnergyReading | None) -> EnergyReading:
     """The end-to-end reading of one case, plus one reading per phase when ``per_phase`` (see

@@ -45,7 +45,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -62,6 +62,9 @@ from fp8bench.hardware.capabilities import (
 from fp8bench.hardware.grouped_rules import ARCH_RULES as GROUPED_ARCH_RULES
 from fp8bench.hardware.grouped_rules import GROUPED_RULES, GroupedGemmSpec, grouped_gemm_reason
 from fp8bench.numerics import torch_api
+
+if TYPE_CHECKING:
+    from fp8bench.numerics.recipes import Precision
 
 _aten = torch.ops.aten
 # The dispatcher ops behind torch._scaled_mm, torch.nn.functional.scaled_mm and torch._scaled_grouped_mm.
@@ -468,7 +471,7 @@ class CaseReplay:
         return bool(refused) and all(c.grouped is not None and c.refused_by in _GROUPED_RULE_NAMES for c in refused)
 
 
-def replay_case(workload: str, shape_text: str, precision: Any, backend: str, target: CudaTarget,
+def replay_case(workload: str, shape_text: str, precision: Precision, backend: str, target: CudaTarget,
                 builder_backend: str | None = None) -> CaseReplay:
     """Build one case on CPU tensors as if on ``target``: its skip verdict there, and every scaled GEMM replayed.
 

@@ -19,8 +19,9 @@ becomes run start times): as SQL on a store, the same rules in Python on files (
   ``energy-j`` (per iteration) and ``sqnr-db`` where the record has them; a measure Bencher does not know yet is
   created on first use.
 
-The two benchmark formats take measured records only (status ``ok``, valid, not interpreted: an interpreter's
-time means nothing) and one per benchmark name: the latest run's, since a tracker wants one value per benchmark in
+The two benchmark formats take speed-comparable records only (the rule of
+:func:`fp8bench.analysis.select.is_speed_comparable`, which the ``export`` verb passes in as ``comparable``: measured,
+valid, not interpreted, with a median; an interpreter's time means nothing) and one per benchmark name: the latest run's, since a tracker wants one value per benchmark in
 each report. A benchmark's name is the case key (workload, shape, precision and format, backend, device kind)
 followed by the device model, so that results from two GPU models never share a series.
 """
@@ -31,13 +32,14 @@ import io
 import json
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fp8bench.core.escaping import neutralize_formulas
 from fp8bench.core.records import case_key
+from fp8bench.core.shapes import label
 
 if TYPE_CHECKING:  # pandas and the store load only when an export runs, not for `fp8bench --help`
     import pandas as pd
@@ -64,6 +66,11 @@ SMALLER_IS_BETTER: dict[str, tuple[str, float]] = {
 
 class ExportError(ValueError):
     """An export that cannot be made as asked (a format's missing library, an unwritable path)."""
+
+
+# Which records a tracker may get, given a record and its run header: the speed-comparable rule
+# (fp8bench.analysis.select.is_speed_comparable, a layer above this one, so the verb passes it in).
+Comparable = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ def flat(row: Row) -> dict[str, Any]:
     out: dict[str, Any] = {
         "run_id": run.get("run_id"), "started_at": run.get("started_at"),
         "git_commit": (run.get("git") or {}).get("commit"), "device_name": row.device_label,
-        "case_key": case_key(rec), "shape": ",".join(f"{k}={v}" for k, v in (rec.get("shape") or {}).items()),
+        "case_key": case_key(rec), "shape": label(rec.get("shape") or {}),
     }
     for name in COLUMNS:
         if name not in out:
@@ -161,30 +168,26 @@ def to_frame(rows: Sequence[Row]) -> pd.DataFrame:
     return pd.DataFrame(records, columns=[*COLUMNS, *phases])
 
 
-def measured(row: Row) -> bool:
-    """Whether a record's numbers may go to a benchmark tracker."""
-    rec = row.record
-    return rec.get("status") == "ok" and bool(rec.get("valid", True)) and not rec.get("interpreted")
-
-
 def benchmark_name(row: Row) -> str:
     return f"{case_key(row.record)} [{row.device_label}]"
 
 
-def latest_per_benchmark(rows: Sequence[Row]) -> list[Row]:
-    """The latest measured row of each benchmark name (rows arrive oldest run first), in first-seen order."""
+def latest_per_benchmark(rows: Sequence[Row], comparable: Comparable) -> list[Row]:
+    """The latest row of each benchmark name whose record is ``comparable(record, run)`` (rows arrive oldest run
+    first), in first-seen order."""
     latest: dict[str, Row] = {}
     for row in rows:
-        if measured(row):
+        if comparable(row.record, row.run):
             latest[benchmark_name(row)] = row
     return list(latest.values())
 
 
-def github_action_benchmark(rows: Sequence[Row], metric: str = "median_s") -> list[dict[str, Any]]:
+def github_action_benchmark(rows: Sequence[Row], metric: str = "median_s", *,
+                            comparable: Comparable) -> list[dict[str, Any]]:
     """``customSmallerIsBetter`` entries for ``metric`` (a key of :data:`SMALLER_IS_BETTER`)."""
     unit, scale = SMALLER_IS_BETTER[metric]
     out = []
-    for row in latest_per_benchmark(rows):
+    for row in latest_per_benchmark(rows, comparable):
         rec = row.record
         value = rec.get(metric)
         if value is None:
@@ -203,10 +206,10 @@ def github_action_benchmark(rows: Sequence[Row], metric: str = "median_s") -> li
     return out
 
 
-def bencher_metric_format(rows: Sequence[Row]) -> dict[str, dict[str, dict[str, float]]]:
+def bencher_metric_format(rows: Sequence[Row], *, comparable: Comparable) -> dict[str, dict[str, dict[str, float]]]:
     """BMF JSON: each benchmark's ``latency`` (ns, quartile bounds), TFLOP/s, joules and SQNR where present."""
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for row in latest_per_benchmark(rows):
+    for row in latest_per_benchmark(rows, comparable):
         rec = row.record
         measures: dict[str, dict[str, float]] = {}
         if rec.get("median_s") is not None:
@@ -228,7 +231,7 @@ def bencher_metric_format(rows: Sequence[Row]) -> dict[str, dict[str, dict[str, 
     return out
 
 
-def render(rows: Sequence[Row], fmt: str, metric: str = "median_s") -> bytes:
+def render(rows: Sequence[Row], fmt: str, metric: str = "median_s", *, comparable: Comparable) -> bytes:
     """The export of ``rows`` in ``fmt`` as bytes (UTF-8 text, or Parquet)."""
     if fmt == "csv":
         # Stored text that a spreadsheet would run as a formula is prefixed with ' (fp8bench.core.escaping).
@@ -242,20 +245,20 @@ def render(rows: Sequence[Row], fmt: str, metric: str = "median_s") -> bytes:
         to_frame(rows).to_parquet(buffer, engine="pyarrow", index=False)
         return buffer.getvalue()
     if fmt == "github-action-benchmark":
-        return (json.dumps(github_action_benchmark(rows, metric), indent=1, allow_nan=False, ensure_ascii=False)
+        return (json.dumps(github_action_benchmark(rows, metric, comparable=comparable), indent=1, allow_nan=False, ensure_ascii=False)
                 + "\n").encode()
     if fmt == "bencher":
-        return (json.dumps(bencher_metric_format(rows), indent=1, allow_nan=False) + "\n").encode()
+        return (json.dumps(bencher_metric_format(rows, comparable=comparable), indent=1, allow_nan=False) + "\n").encode()
     raise ExportError(f"unknown export format {fmt!r}; accepted: {', '.join(FORMATS)}")
 
 
-def count(rows: Sequence[Row], fmt: str, metric: str = "median_s") -> int:
+def count(rows: Sequence[Row], fmt: str, metric: str = "median_s", *, comparable: Comparable) -> int:
     """How many entries the export of ``rows`` holds (records for tables, benchmarks for trackers)."""
     if fmt in ("csv", "parquet"):
         return len(rows)
     if fmt == "github-action-benchmark":
-        return len(github_action_benchmark(rows, metric))
-    return len(bencher_metric_format(rows))
+        return len(github_action_benchmark(rows, metric, comparable=comparable))
+    return len(bencher_metric_format(rows, comparable=comparable))
 
 
 def write(data: bytes, out: Path, overwrite: bool = False) -> None:

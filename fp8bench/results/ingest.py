@@ -26,10 +26,13 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fp8bench.core.records import SCHEMA_VERSION
 from fp8bench.results.runfile import RunFileError, load_json, validate_records, validate_run
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) loads only when a file is ingested
+    from fp8bench.results.store import Store
 
 SOURCE_FP8BENCH = "fp8bench"
 SOURCE_PYTEST_BENCHMARK = "pytest-benchmark"
@@ -115,7 +118,7 @@ def _with_origin(path: Path) -> dict[str, Any]:
     return {**read_results_file(path)[0], "origin": str(path)}
 
 
-def ingest_file(store: Any, path: Path) -> dict[str, Any]:
+def ingest_file(store: Store, path: Path) -> dict[str, Any]:
     """Read one results file and store it in one transaction. Returns what happened (``file``, ``run_id``,
     ``source``, ``new_run``, ``records_added``, ``records_in_file``), or ``{"file", "error"}`` with a one-line
     error naming the file; never raises for a bad file or a refused write."""

@@ -47,7 +47,7 @@ from __future__ import annotations
 import fnmatch
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -60,13 +60,13 @@ from fp8bench.analysis.gate.metrics import (
     metric_value,
     sqnr_verdict,
 )
-from fp8bench.analysis.stats import benjamini_hochberg, compare_batch, compare_paired
+from fp8bench.analysis.select import timings_count
+from fp8bench.analysis.stats import RatioEstimate, benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.core.comparability import ComparabilityKey, comparability_key, describe_differences
 from fp8bench.core.escaping import md_code, md_text
 from fp8bench.core.noise import HostLoad, is_noisy, relative_spread, run_load
 from fp8bench.core.records import case_key
 from fp8bench.core.units import parse_fraction
-from fp8bench.energy.telemetry import only_power_capped
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.results.runfile import check_seconds
 
@@ -181,18 +181,6 @@ class Side:
     loaded: dict[str, HostLoad] = field(default_factory=dict)  # run id -> its load, for runs started overloaded
 
 
-def measured(record: dict[str, Any], run: dict[str, Any]) -> bool:
-    """Whether a record's timings count. An ``ok`` record does; so does one that an older fp8bench marked invalid
-    for power capping alone, or for the clock drop power capping alone caused (the normal state of a GPU at full
-    load, recorded but no longer invalidating), unless its run asked for ``--strict-clocks``."""
-    if record.get("status") == "ok" and record.get("valid", True):
-        return True
-    strict = bool((run.get("settings") or {}).get("strict_clocks"))
-    energy = record.get("energy") or {}
-    reasons, notes = list(energy.get("invalid_reasons") or []), list(energy.get("clock_notes") or [])
-    return record.get("status") == "invalid" and not strict and only_power_capped(reasons, notes)
-
-
 def origin_of(payload: dict[str, Any]) -> str:
     """Where a run payload came from, for messages: its file (set by :func:`fp8bench.results.ingest.load_side`) or run id."""
     return str(payload.get("origin") or f"run {payload['run'].get('run_id')}")
@@ -239,7 +227,7 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
                 if entry.status == "ok":
                     entry.status, entry.reason = INTERPRETED, "interpreted: not timed"
                 continue
-            if not measured(record, run):
+            if not timings_count(record, run):
                 if entry.status == "ok":
                     entry.status, entry.reason = record.get("status", "failed"), record.get("reason")
                 continue
@@ -271,50 +259,97 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
 
 
 # -- the comparison -----------------------------------------------------------------------------------------------
-def _case_result(case: str, verdict: str, reason: str | None = None, **fields: Any) -> dict[str, Any]:
-    return {"case": case, "verdict": verdict, "reason": reason, "ratio": None, "ci_low": None, "ci_high": None,
-            "p_slower": None, "p_faster": None, "p_slower_adj": None, "p_faster_adj": None, "threshold": None,
-            "threshold_source": None, "n_base": 0, "n_cand": 0, "differences": None, **fields}
+@dataclass(frozen=True)
+class ValueComparison:
+    """A deterministic metric's two sides (SQNR, dB): each side's median value and the candidate's floor, if any."""
+
+    base_value: float
+    cand_value: float
+    floor_db: float | None
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case's verdict and the figures behind it, built once. ``ratio`` is candidate / base (above 1: slower),
+    with its interval ``ci_low``..``ci_high``; ``p_*`` are one-sided p-values, ``*_adj`` after Benjamini-Hochberg;
+    ``threshold`` is a fraction (0.05 is 5%), or the SQNR tolerance in dB; ``n_*`` are samples per side;
+    ``differences`` names the comparability-key fields that differ (field -> [base, candidate])."""
+
+    case: str
+    verdict: str
+    reason: str | None = None
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_slower: float | None = None
+    p_faster: float | None = None
+    p_slower_adj: float | None = None
+    p_faster_adj: float | None = None
+    threshold: float | None = None
+    threshold_source: str | None = None
+    n_base: int = 0
+    n_cand: int = 0
+    differences: dict[str, list[Any]] | None = None
+    paired_rounds: int | None = None  # compared round by round: how many rounds both sides have
+    values: ValueComparison | None = None  # a deterministic metric's values (compare_values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case as the JSON report and the store hold it (optional parts only where they apply)."""
+        out = {name: getattr(self, name) for name in _REPORTED}
+        if self.paired_rounds is not None:
+            out["paired_rounds"] = self.paired_rounds
+        if self.values is not None:
+            out.update(asdict(self.values))
+        return out
+
+
+# The fields every reported case has, in the report's order.
+_REPORTED = ("case", "verdict", "reason", "ratio", "ci_low", "ci_high", "p_slower", "p_faster", "p_slower_adj",
+             "p_faster_adj", "threshold", "threshold_source", "n_base", "n_cand", "differences")
 
 
 def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None,
-                 allow_missing: bool = False) -> dict[str, Any] | None:
+                 allow_missing: bool = False) -> CaseResult | None:
     """A verdict that needs no statistics (missing, unmeasured, broken, incomparable), or ``None``."""
     if cand is None:
         if allow_missing:
-            return _case_result(case, "removed", "not in the candidate (allowed by --allow-missing)")
-        return _case_result(case, "missing", "in the base but not in the candidate; pass --allow-missing if it "
-                            "was dropped on purpose")
+            return CaseResult(case, "removed", "not in the candidate (allowed by --allow-missing)")
+        return CaseResult(case, "missing", "in the base but not in the candidate; pass --allow-missing if it "
+                          "was dropped on purpose")
     if base is None:
-        return _case_result(case, "new", "not in the base")
+        return CaseResult(case, "new", "not in the base")
     interpreted = [side for side, entry in (("base", base), ("candidate", cand)) if entry.status == INTERPRETED]
     if len(interpreted) == 2:
-        return _case_result(case, "not measured", "interpreted on both sides: interpreter timings are never compared")
+        return CaseResult(case, "not measured", "interpreted on both sides: interpreter timings are never compared")
     if interpreted:
-        return _case_result(case, "incomparable", f"interpreted on the {interpreted[0]} side only: an interpreter's "
-                            "run is checked for correctness, never compared on time")
+        return CaseResult(case, "incomparable", f"interpreted on the {interpreted[0]} side only: an interpreter's "
+                          "run is checked for correctness, never compared on time")
     valueless = [side for side, entry in (("base", base), ("candidate", cand)) if entry.status == NO_VALUE]
     if len(valueless) == 2:
-        return _case_result(case, "not measured", f"{base.reason} on either side")
+        return CaseResult(case, "not measured", f"{base.reason} on either side")
     if valueless:
-        return _case_result(case, "incomparable", f"{(base if base.status == NO_VALUE else cand).reason} of the "
-                            f"{valueless[0]} only")
+        return CaseResult(case, "incomparable", f"{(base if base.status == NO_VALUE else cand).reason} of the "
+                          f"{valueless[0]} only")
+    return _unmeasured_or_incomparable(case, base, cand)
+
+
+def _unmeasured_or_incomparable(case: str, base: SideCase, cand: SideCase) -> CaseResult | None:
+    """The rest of :func:`_pre_verdict`: rounds or sides that disagree on the key, and sides that measured nothing."""
     for side, entry in (("base", base), ("candidate", cand)):
         if entry.key_conflict:
-            return _case_result(case, "incomparable", f"the {side}'s rounds disagree on "
-                                f"{describe_differences(entry.key_conflict)}",
-                                differences=_jsonable(entry.key_conflict))
+            return CaseResult(case, "incomparable", f"the {side}'s rounds disagree on "
+                              f"{describe_differences(entry.key_conflict)}", differences=_jsonable(entry.key_conflict))
     if base.status != "ok" and cand.status != "ok":
-        return _case_result(case, "not measured", f"base {base.status}: {base.reason}; "
-                            f"candidate {cand.status}: {cand.reason}")
+        return CaseResult(case, "not measured", f"base {base.status}: {base.reason}; "
+                          f"candidate {cand.status}: {cand.reason}")
     if base.status != "ok":
-        return _case_result(case, "new", f"base {base.status}: {base.reason}")
+        return CaseResult(case, "new", f"base {base.status}: {base.reason}")
     if cand.status != "ok":
-        return _case_result(case, "broken", f"candidate {cand.status}: {cand.reason}")
+        return CaseResult(case, "broken", f"candidate {cand.status}: {cand.reason}")
     diff = base.key.differences(cand.key)
     if diff:
-        return _case_result(case, "incomparable", "comparability key differs in " + describe_differences(diff),
-                            differences=_jsonable(diff))
+        return CaseResult(case, "incomparable", "comparability key differs in " + describe_differences(diff),
+                          differences=_jsonable(diff))
     return None
 
 
@@ -322,12 +357,12 @@ def _jsonable(diff: dict[str, tuple[Any, Any]]) -> dict[str, list[Any]]:
     return {k: [a, b] for k, (a, b) in diff.items()}
 
 
-def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> list[dict[str, Any]]:
-    """Per-case results (dicts, see :func:`_case_result`) in a stable order: base's cases, then new ones."""
+def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> list[CaseResult]:
+    """Per-case results in a stable order: base's cases, then new ones."""
     if not METRICS[config.metric].statistical:
         return compare_values(base, cand, config)
     names = list(base.cases) + [c for c in cand.cases if c not in base.cases]
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, CaseResult] = {}
     tested: list[str] = []
     for name in names:
         b, c = base.cases.get(name), cand.cases.get(name)
@@ -336,15 +371,22 @@ def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> 
             results[name] = pre
             continue
         assert b is not None and c is not None
-        t, source = config.threshold_for(name)
         if len(b.samples) < config.min_samples or len(c.samples) < config.min_samples:
-            results[name] = _case_result(name, "inconclusive", f"too few samples (base {len(b.samples)}, "
-                                         f"candidate {len(c.samples)}; need {config.min_samples} per side)",
-                                         threshold=t, threshold_source=source, n_base=len(b.samples),
-                                         n_cand=len(c.samples))
+            t, source = config.threshold_for(name)
+            results[name] = CaseResult(name, "inconclusive", f"too few samples (base {len(b.samples)}, "
+                                       f"candidate {len(c.samples)}; need {config.min_samples} per side)",
+                                       threshold=t, threshold_source=source, n_base=len(b.samples),
+                                       n_cand=len(c.samples))
             continue
-        results[name] = _case_result(name, "pending", threshold=t, threshold_source=source)
         tested.append(name)
+    results.update(_decide(base, cand, _estimates(base, cand, tested, config), config))
+    return [results[n] for n in names]
+
+
+def _estimates(base: Side, cand: Side, tested: Sequence[str],
+               config: GateConfig) -> dict[str, tuple[RatioEstimate, int | None]]:
+    """Each tested case's ratio estimate, with the number of rounds compared pairwise (``None``: unpaired)."""
+    out: dict[str, tuple[RatioEstimate, int | None]] = {}
     unpaired = []
     for name in tested:
         b, c = base.cases[name], cand.cases[name]
@@ -352,10 +394,8 @@ def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> 
         if not (config.paired and len(common) >= config.min_samples):
             unpaired.append(name)
             continue
-        est = compare_paired([b.by_round[i] for i in common], [c.by_round[i] for i in common], config.confidence,
-                             config.n_boot, config.seed)
-        results[name].update(ratio=est.ratio, ci_low=est.ci_low, ci_high=est.ci_high, p_slower=est.p_slower,
-                             p_faster=est.p_faster, n_base=est.n_base, n_cand=est.n_cand, paired_rounds=len(common))
+        out[name] = (compare_paired([b.by_round[i] for i in common], [c.by_round[i] for i in common],
+                                    config.confidence, config.n_boot, config.seed), len(common))
     # Cases with equal sample counts are estimated in one vectorized batch (see stats.compare_batch).
     groups: dict[tuple[int, int], list[str]] = {}
     for name in unpaired:
@@ -364,22 +404,32 @@ def compare_sides(base: Side, cand: Side, config: GateConfig = GateConfig()) -> 
         estimates = compare_batch(np.array([base.cases[n].samples for n in group]),
                                   np.array([cand.cases[n].samples for n in group]),
                                   config.confidence, config.n_boot, config.seed)
-        for name, est in zip(group, estimates, strict=True):
-            results[name].update(ratio=est.ratio, ci_low=est.ci_low, ci_high=est.ci_high, p_slower=est.p_slower,
-                                 p_faster=est.p_faster, n_base=est.n_base, n_cand=est.n_cand)
-    slower_adj = benjamini_hochberg([results[n]["p_slower"] for n in tested])
-    faster_adj = benjamini_hochberg([results[n]["p_faster"] for n in tested])
-    for name, ps, pf in zip(tested, slower_adj, faster_adj, strict=True):
-        r = results[name]
-        r["p_slower_adj"], r["p_faster_adj"] = ps, pf
-        r["verdict"], r["reason"] = classify(r["ci_low"], r["ci_high"], ps, pf, r["threshold"], config.alpha)
-        if r["verdict"] in ("slower", "faster") and RAW in (base.sample_unit, cand.sample_unit):
-            within = noise_reason(base, cand, name, r["ratio"])
+        out.update((name, (est, None)) for name, est in zip(group, estimates, strict=True))
+    return {name: out[name] for name in tested}
+
+
+def _decide(base: Side, cand: Side, estimates: dict[str, tuple[RatioEstimate, int | None]],
+            config: GateConfig) -> dict[str, CaseResult]:
+    """The verdict of each estimated case, its p-values adjusted across all of them (Benjamini-Hochberg)."""
+    names = list(estimates)
+    slower_adj = benjamini_hochberg([estimates[n][0].p_slower for n in names])
+    faster_adj = benjamini_hochberg([estimates[n][0].p_faster for n in names])
+    out = {}
+    for name, ps, pf in zip(names, slower_adj, faster_adj, strict=True):
+        est, rounds = estimates[name]
+        t, source = config.threshold_for(name)
+        verdict, reason = classify(est.ci_low, est.ci_high, ps, pf, t, config.alpha)
+        if verdict in ("slower", "faster") and RAW in (base.sample_unit, cand.sample_unit):
+            within = noise_reason(base, cand, name, est.ratio)
             if within:
-                r["verdict"], r["reason"] = "noisy", f"{within}; {r['reason']} if the samples were trusted"
+                verdict, reason = "noisy", f"{within}; {reason} if the samples were trusted"
         if config.metric != "median_s":  # more joules is "worse", not "slower"
-            r["verdict"] = {"slower": "worse", "faster": "better"}.get(r["verdict"], r["verdict"])
-    return [results[n] for n in names]
+            verdict = {"slower": "worse", "faster": "better"}.get(verdict, verdict)
+        out[name] = CaseResult(name, verdict, reason, ratio=est.ratio, ci_low=est.ci_low, ci_high=est.ci_high,
+                               p_slower=est.p_slower, p_faster=est.p_faster, p_slower_adj=ps, p_faster_adj=pf,
+                               threshold=t, threshold_source=source, n_base=est.n_base, n_cand=est.n_cand,
+                               paired_rounds=rounds)
+    return out
 
 
 NOISY_ADVICE = ("interleave the two versions in rounds on one machine, `fp8bench ab --base BASE --head HEAD -- "
@@ -410,7 +460,7 @@ def noise_reason(base: Side, cand: Side, case: str, ratio: float) -> str | None:
     return "; ".join(reasons) or None
 
 
-def compare_values(base: Side, cand: Side, config: GateConfig) -> list[dict[str, Any]]:
+def compare_values(base: Side, cand: Side, config: GateConfig) -> list[CaseResult]:
     """Per-case results for a deterministic metric (SQNR): the median of each side's values, compared against
     the tolerance and the candidate's floor (:func:`fp8bench.analysis.gate.metrics.sqnr_verdict`)."""
     names = list(base.cases) + [c for c in cand.cases if c not in base.cases]
@@ -423,15 +473,15 @@ def compare_values(base: Side, cand: Side, config: GateConfig) -> list[dict[str,
             continue
         assert b is not None and c is not None
         if not b.samples or not c.samples:
-            results.append(_case_result(name, "not measured", f"no {config.metric} on either side"))
+            results.append(CaseResult(name, "not measured", f"no {config.metric} on either side"))
             continue
         base_value, cand_value = float(np.median(b.samples)), float(np.median(c.samples))
         floor = floor_for(c.precision, config.sqnr_floors)
         verdict, reason = sqnr_verdict(base_value, cand_value, config.sqnr_tolerance_db, floor)
-        results.append(_case_result(name, verdict, reason, base_value=base_value, cand_value=cand_value,
-                                    threshold=config.sqnr_tolerance_db, threshold_source="SQNR tolerance (dB)",
-                                    floor_db=floor[0] if floor else None, n_base=len(b.samples),
-                                    n_cand=len(c.samples)))
+        results.append(CaseResult(name, verdict, reason, threshold=config.sqnr_tolerance_db,
+                                  threshold_source="SQNR tolerance (dB)", n_base=len(b.samples),
+                                  n_cand=len(c.samples),
+                                  values=ValueComparison(base_value, cand_value, floor[0] if floor else None)))
     return results
 
 
@@ -481,9 +531,9 @@ def overall_verdict(cases: Sequence[dict[str, Any]]) -> str:
 
 
 def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
-                 cases: list[dict[str, Any]] | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
+                 results: Sequence[CaseResult] | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
     """The whole gate outcome as one JSON-able dict (what the store keeps and the JSON report holds)."""
-    cases = compare_sides(base, cand, config) if cases is None else cases
+    cases = [r.to_dict() for r in (compare_sides(base, cand, config) if results is None else results)]
     counts = {v: sum(c["verdict"] == v for c in cases) for v in VERDICT_ORDER}
     all_notes = list(notes)
     if RAW in (base.sample_unit, cand.sample_unit):

@@ -52,6 +52,7 @@ from sqlalchemy.engine import Engine
 
 from fp8bench.core.records import SCHEMA_VERSION, case_key
 from fp8bench.core.redact import redact
+from fp8bench.core.shapes import label
 from fp8bench.results.record_check import describe, record_problems, repaired, run_problems
 from fp8bench.results.runfile import REQUIRED_FIELDS, json_safe
 from fp8bench.results.store.columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
@@ -578,7 +579,7 @@ def _record_row(run_id: str, r: dict[str, Any], device_name: str | None, run: di
 
     numerics = r.get("numerics") or {}
     return {"run_id": run_id, "seq": record_seq(r), "case_key": case_key(r), "workload": r["workload"],
-            "shape": ",".join(f"{k}={v}" for k, v in r["shape"].items()), "precision": r["precision"],
+            "shape": label(r["shape"]), "precision": r["precision"],
             "fp8_format": r.get("fp8_format"), "backend": r["backend"], "device": r["device"],
             "device_name": device_name, "status": r["status"], "reason": r.get("reason"),
             "median_s": r.get("median_s"), "prequant_median_s": r.get("prequant_median_s"),

@@ -6,7 +6,8 @@ one on each device model. So the dashboard, ``payoff`` and ``changes`` ask the d
 
 * :func:`filter_options`: the distinct values the sidebar offers, one ``GROUP BY``;
 * :func:`latest_records`: the latest record of each case on each device model, overall and among the records a
-  page may use (speed-comparable, energy-metered, with numerics, with a loss curve), with their phase times;
+  page may use (speed-comparable, energy-metered, with numerics, with a loss curve: the conditions of
+  :data:`fp8bench.analysis.select.LATEST_CLASSES`), with their phase times;
 * :func:`count_records_by`: counts per group (energy coverage, case outcomes per run);
 * :func:`select_records`: the records of some cases, or of some status, in time order (history, change points).
 
@@ -16,7 +17,7 @@ takes a :class:`RecordFilter`, the dashboard's sidebar as SQL.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,29 +79,6 @@ def device_labels(frame: pd.DataFrame) -> pd.Series:
     return labels
 
 
-def _valid() -> sa.ColumnElement[bool]:
-    return sa.func.coalesce(R.valid, sa.true()) == sa.true()
-
-
-def _not_interpreted() -> sa.ColumnElement[bool]:
-    return sa.func.coalesce(R.interpreted, sa.false()) == sa.false()
-
-
-def speed_comparable() -> sa.ColumnElement[bool]:
-    """Records whose timings may be compared: measured, valid, not run by an interpreter."""
-    return sa.and_(R.status == "ok", _valid(), _not_interpreted(), R.median_s.is_not(None))
-
-
-# The subsets whose latest record per case a page reads (see the pages in the dashboard's ``views``).
-LATEST_CLASSES: dict[str, sa.ColumnElement[bool]] = {
-    "any": sa.true(),
-    "speed": speed_comparable(),
-    "energy": sa.and_(R.status.in_(MEASURED), R.energy_j.is_not(None), _not_interpreted()),
-    "numerics": sa.and_(R.status.in_(MEASURED), sa.or_(R.sqnr_db.is_not(None), R.rel_err.is_not(None))),
-    "losses": sa.and_(R.status.in_(MEASURED), R.has_losses == sa.true()),
-}
-
-
 def _frame(store: Store, stmt: sa.Select[Any]) -> pd.DataFrame:
     with store.engine.connect() as conn:
         result = conn.execute(stmt)
@@ -119,10 +97,11 @@ def filter_options(store: Store) -> pd.DataFrame:
     return _frame(store, stmt)
 
 
-def latest_records(store: Store, flt: RecordFilter = RecordFilter(),
-                   classes: Iterable[str] = tuple(LATEST_CLASSES), with_phases: bool = True) -> pd.DataFrame:
+def latest_records(store: Store, classes: Mapping[str, sa.ColumnElement[bool]], flt: RecordFilter = RecordFilter(),
+                   with_phases: bool = True) -> pd.DataFrame:
     """The latest record (by run start, then position in the run) of each case on each device label, for each
-    subset named in ``classes`` (:data:`LATEST_CLASSES`), without duplicates, oldest first; phase medians as
+    subset in ``classes`` (name -> condition: :data:`fp8bench.analysis.select.LATEST_CLASSES`), without
+    duplicates, oldest first; phase medians as
     ``phase:NAME`` columns. At most (cases x devices x classes) rows, however long the history.
 
     Two reads, neither of which sorts the history: one ``GROUP BY`` pass finds, per case and device, the start of
@@ -132,7 +111,7 @@ def latest_records(store: Store, flt: RecordFilter = RecordFilter(),
     empty = pd.DataFrame(columns=[c.name for c in SLIM_COLUMNS] + ["device_label"])
     if not names:
         return empty
-    latest = [sa.func.max(sa.case((LATEST_CLASSES[n], R.run_started_at))).label(f"t_{n}") for n in names]
+    latest = [sa.func.max(sa.case((classes[n], R.run_started_at))).label(f"t_{n}") for n in names]
     # Grouped by the stored columns, not the label, so that the scan walks the covering index in order.
     # A case key names the CUDA-graph mode (fp8bench.core.records.case_key), so one group has one timing mode.
     groups = _frame(store, sa.select(R.case_key, R.device_name, R.device, sa.func.max(R.timing_mode)
@@ -145,7 +124,7 @@ def latest_records(store: Store, flt: RecordFilter = RecordFilter(),
     starts = sorted({str(t) for n in names for t in groups[f"t_{n}"].dropna()}) if not groups.empty else []
     if not starts:
         return empty
-    flags = [sa.case((LATEST_CLASSES[n], sa.true()), else_=sa.false()).label(f"in_{n}") for n in names]
+    flags = [sa.case((classes[n], sa.true()), else_=sa.false()).label(f"in_{n}") for n in names]
     parts = [_frame(store, sa.select(*SLIM_COLUMNS, DEVICE_LABEL, *flags)
                     .where(R.run_started_at.in_(starts[i:i + _IN_CHUNK]), *flt.conditions()))
              for i in range(0, len(starts), _IN_CHUNK)]

@@ -20,12 +20,15 @@ look happens before ``min_rounds``). ``rho`` sets the round count at which the i
 (``design_rounds``), by the paper's choice ``rho^2 = (-2 log alpha + log(-2 log alpha + 1)) / t*``. A round is a
 pair run back to back, so drift shared within a round cancels in ``x_i`` as in the fixed-round gate.
 
-Verdicts with threshold ``T`` (``tau = log(1 + T)``), on the interval ``[L, U]`` of the mean log ratio:
-``slower`` when ``L > tau``; ``faster`` when ``U < -tau``; ``same`` when ``U <= tau``; otherwise undecided, and
-the case gets another round. A decided case keeps the verdict it reached (the interval is valid at whatever round
-it stopped). When the budget ends, an undecided case is ``inconclusive``. ``alpha`` is split evenly over the
-compared cases (Bonferroni), which stays valid under optional stopping where Benjamini-Hochberg on p-values would
-not. The reported ratio is ``exp(m_t)`` (the geometric mean of the per-round ratios) with ``[exp(L), exp(U)]``.
+Verdicts with threshold ``T`` (``tau = log(1 + T)``), on the bounds of the mean log ratio: ``slower`` when the
+lower bound of the sequence at one-sided level ``alpha`` (the gate's 1%) exceeds ``tau``; ``faster`` when its upper
+bound is under ``-tau``; ``same`` when the upper bound of the sequence at the gate's interval level (95%) is at most
+``tau``, as the fixed-round gate calls a case slower at p < 1% and the same from its 95% interval; otherwise
+undecided, and the case gets another round. A decided case keeps the verdict it reached (the interval is valid at
+whatever round it stopped). When the budget ends, an undecided case is ``inconclusive``. Both levels are split
+evenly over the compared cases (Bonferroni), which stays valid under optional stopping where Benjamini-Hochberg
+on p-values would not. The reported ratio is ``exp(m_t)`` (the geometric mean of the per-round ratios) with the
+95% sequence's bounds.
 
 Every side still runs every case each round (a base checkout at an older commit cannot be told to run a subset),
 so a round costs the same whatever is undecided; decided cases simply stop changing.
@@ -48,6 +51,8 @@ from fp8bench.ingest import load_side
 
 # Verdicts a case can reach early; anything else statistical waits for another round.
 DECIDED = ("slower", "faster", "same")
+# The gate's verdicts of a case it compared on time (``noisy``: one round per side, compared on raw samples).
+STATISTICAL = ("slower", "faster", "same", "inconclusive", "noisy")
 
 
 @dataclass(frozen=True)
@@ -96,18 +101,25 @@ def confidence_sequence(x: Sequence[float] | np.ndarray, alpha: float,
 
 
 def sequential_verdict(log_ratios: Sequence[float] | np.ndarray, threshold: float, alpha: float,
-                       design_rounds: int = 20) -> dict[str, Any]:
+                       design_rounds: int = 20, same_alpha: float | None = None) -> dict[str, Any]:
     """The verdict of one case from its per-round log ratios: ``slower``, ``faster``, ``same`` or ``undecided``,
-    with the ratio ``exp(mean)`` and its interval."""
-    mean, lo, hi = confidence_sequence(log_ratios, alpha, design_rounds)
+    with the ratio ``exp(mean)`` and its interval.
+
+    ``alpha`` is the one-sided error of calling a case slower (or faster) than the threshold when it is not: the
+    bounds that decide those come from the two-sided ``1 - 2 alpha`` sequence. ``same_alpha`` (default ``alpha``)
+    is the two-sided level of the sequence whose upper bound decides ``same``, and of the interval reported: the
+    fixed-round gate likewise calls a case slower at p < 1% but the same from its 95% interval."""
+    same_alpha = alpha if same_alpha is None else same_alpha
+    mean, lo, hi = confidence_sequence(log_ratios, min(2 * alpha, 0.999), design_rounds)
+    _, shown_lo, shown_hi = confidence_sequence(log_ratios, same_alpha, design_rounds)
     tau = math.log1p(threshold)
-    ratio, low, high = math.exp(mean), math.exp(lo), math.exp(hi)
+    ratio, low, high = math.exp(mean), math.exp(shown_lo), math.exp(shown_hi)
     up = 1 + threshold
     if lo > tau:
-        verdict, reason = "slower", f"confidence sequence lower bound {low:.3f} > {up:.3f}"
+        verdict, reason = "slower", f"confidence sequence lower bound {math.exp(lo):.3f} > {up:.3f}"
     elif hi < -tau:
-        verdict, reason = "faster", f"confidence sequence upper bound {high:.3f} < {1 / up:.3f}"
-    elif hi <= tau:
+        verdict, reason = "faster", f"confidence sequence upper bound {math.exp(hi):.3f} < {1 / up:.3f}"
+    elif shown_hi <= tau:
         verdict, reason = "same", f"a slowdown beyond {threshold:.1%} is outside the confidence sequence"
     else:
         verdict, reason = "undecided", f"confidence sequence [{low:.3f}, {high:.3f}] straddles {up:.3f}"
@@ -120,8 +132,11 @@ def judge(base: Side, cand: Side, config: GateConfig, seq: SequentialConfig, rou
     come from the gate (:func:`fp8bench.gate.compare_sides`); paired cases get the confidence sequence's verdict,
     at ``config.alpha`` split over them. ``frozen`` holds cases decided at an earlier look (updated in place)."""
     results = compare_sides(base, cand, config)
-    paired = [r for r in results if r.get("paired_rounds") or r["reason"] and r["reason"].startswith("too few")]
+    # Cases the gate compared on time; broken, missing or incomparable ones are not changed by more rounds.
+    paired = [r for r in results if r["verdict"] in STATISTICAL]
+    # Bonferroni over the compared cases: alpha for "slower" (one-sided), 1 - confidence for the interval.
     alpha = config.alpha / max(len(paired), 1)
+    same_alpha = (1 - config.confidence) / max(len(paired), 1)
     for r in paired:
         name = r["case"]
         if name in frozen:
@@ -130,20 +145,25 @@ def judge(base: Side, cand: Side, config: GateConfig, seq: SequentialConfig, rou
             continue
         b, c = base.cases[name], cand.cases[name]
         common = sorted(set(b.by_round) & set(c.by_round))
-        logs = np.log([c.by_round[i] / b.by_round[i] for i in common])
         threshold = r["threshold"] if r["threshold"] is not None else config.threshold_for(name)[0]
-        out = sequential_verdict(logs, threshold, alpha, seq.design_rounds)
-        r.update(out, p_slower=None, p_faster=None, p_slower_adj=None, p_faster_adj=None, n_base=len(common),
-                 n_cand=len(common), paired_rounds=len(common), decided_at_round=None, cs_alpha=alpha)
-        if out["verdict"] in DECIDED and rounds >= seq.min_rounds:
+        r.update(p_slower=None, p_faster=None, p_slower_adj=None, p_faster_adj=None, n_base=len(common),
+                 n_cand=len(common), paired_rounds=len(common), decided_at_round=None, cs_alpha=alpha,
+                 threshold=threshold)
+        if rounds < seq.min_rounds or len(common) < 2:
+            r.update(verdict="undecided", ratio=None, ci_low=None, ci_high=None,
+                     reason=f"{len(common)} paired round(s); a decision needs {seq.min_rounds}")
+            continue
+        logs = np.log([c.by_round[i] / b.by_round[i] for i in common])
+        out = sequential_verdict(logs, threshold, alpha, seq.design_rounds, same_alpha)
+        r.update(out)
+        if out["verdict"] in DECIDED:
             r["decided_at_round"] = rounds
             frozen[name] = dict(r)
     return results
 
 
 def undecided(results: Sequence[dict[str, Any]]) -> list[str]:
-    return [r["case"] for r in results if r["verdict"] == "undecided"
-            or (r["verdict"] == "inconclusive" and (r["reason"] or "").startswith("too few"))]
+    return [r["case"] for r in results if r["verdict"] == "undecided"]
 
 
 def finish(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

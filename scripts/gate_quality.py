@@ -89,11 +89,12 @@ def sequential_trial(rng: np.random.Generator, cv: float, slowdown: float, n_cas
     logs = np.log(cand / base)
     verdicts: list[str | None] = [None] * n_cases
     per_case_alpha = alpha / n_cases  # Bonferroni over the compared cases, as fp8bench.sequential.judge
+    per_case_same = 0.05 / n_cases  # the 95% level of the "same" bound
     rounds = min_rounds
     for rounds in range(min_rounds, max_rounds + 1):
         for i in range(n_cases):
             if verdicts[i] is None:
-                v = sequential_verdict(logs[i, :rounds], threshold, per_case_alpha)["verdict"]
+                v = sequential_verdict(logs[i, :rounds], threshold, per_case_alpha, same_alpha=per_case_same)["verdict"]
                 verdicts[i] = v if v != "undecided" else None
         if all(v is not None for v in verdicts):
             break

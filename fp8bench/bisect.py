@@ -399,6 +399,20 @@ def save_evidence(result: BisectResult, cases: Sequence[str], run_args: Sequence
     return path
 
 
+def evidence_folder(store_target: str | Path | None) -> Path:
+    """The results folder whose ``bisects/`` belong to a store: the folder a store target names, the folder of a
+    SQLite file, else the default results folder (a database URL keeps its bisects there)."""
+    from fp8bench.paths import default_results_dir
+
+    if store_target:
+        path = Path(str(store_target))
+        if path.is_dir():
+            return path
+        if path.suffix in (".sqlite", ".db") or path.is_file():
+            return path.parent
+    return default_results_dir()
+
+
 def load_evidence(results_dir: Path | None) -> list[dict[str, Any]]:
     """Every stored bisect under ``RESULTS/bisects/`` (unreadable files are left out)."""
     if results_dir is None or not (results_dir / BISECTS_FOLDER).is_dir():

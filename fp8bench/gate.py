@@ -59,6 +59,7 @@ from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS
 from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS, floor_for, metric_value, sqnr_verdict
 from fp8bench.noise import HostLoad, is_noisy, relative_spread, run_load
 from fp8bench.records import case_key
+from fp8bench.repro import repro_of
 from fp8bench.runfile import check_seconds
 from fp8bench.stats import benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.telemetry import only_power_capped
@@ -164,6 +165,7 @@ class SideCase:
     status: str = "ok"
     reason: str | None = None
     key_conflict: dict[str, tuple[Any, Any]] | None = None  # rounds of one side disagree on the key
+    repro: str | None = None  # the command that measures this case again (fp8bench.repro)
 
 
 @dataclass
@@ -226,7 +228,7 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
         for record in payload["records"]:
             name = case_key(record)
             key = comparability_key(record, run)
-            entry = cases.setdefault(name, SideCase(name, key, record.get("precision")))
+            entry = cases.setdefault(name, SideCase(name, key, record.get("precision"), repro=repro_of(record, run)))
             if key != entry.key and entry.key_conflict is None:
                 entry.key_conflict = entry.key.differences(key)
             if record.get("interpreted"):  # an interpreter's timings (if any were kept) are never compared
@@ -511,6 +513,9 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
                    "sqnr_floors": [list(f) for f in config.sqnr_floors]},
         "counts": counts, "cases": cases, "notes": all_notes,
         "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
+        # How to measure each regressed case again, on its own: the candidate's command for it.
+        "repro": {c["case"]: cand.cases[c["case"]].repro for c in cases
+                  if c["verdict"] in REGRESSING and c["case"] in cand.cases},
     }
 
 
@@ -626,7 +631,19 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
         lines.append(f"| ... {len(rows) - max_rows} more case(s) in the JSON report | | | | | | | |")
     if report.get("notes"):
         lines += ["", *[f"- {md_text(n)}" for n in report["notes"]]]
+    lines += _repro_lines(report)
     return "\n".join(lines) + "\n"
+
+
+def _repro_lines(report: dict[str, Any]) -> list[str]:
+    """Each regressed case's command, to measure it again on its own (a fenced block: nothing in it renders)."""
+    commands = [(case, cmd) for case, cmd in (report.get("repro") or {}).items() if cmd]
+    if not commands:
+        return []
+    lines = ["", "Reproduce a regressed case:", ""]
+    for case, cmd in commands:
+        lines += [f"- {md_code(case)}", "", "  ```bash", "  " + cmd.replace("`", "'").replace("\n", " "), "  ```"]
+    return lines
 
 
 def nothing_compared_under_lenient_fail_on(report: dict[str, Any]) -> bool:

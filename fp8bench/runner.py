@@ -60,6 +60,7 @@ from fp8bench.profiling import CaseProfiler, profile_mode
 from fp8bench.recipes import Fp8Recipe, Precision, delayed_scaling_settings, fp4_settings, resolve_precision
 from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 from fp8bench.records import FAST_ACCUM_BY_DEFAULT, Record
+from fp8bench.repro import repro_of
 from fp8bench.shapes import Shape, label
 from fp8bench.telemetry import TelemetryWindow, ThrottlePolicy
 from fp8bench.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
@@ -560,6 +561,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
             if on_start:
                 on_start(i, case)
             record = measurer.measure(case, seq=i).to_dict()
+            record["repro"] = repro_of(record, header)  # the `fp8bench run` command of this one case
             stream.add(record)
             if on_record:
                 on_record(i, case, record)

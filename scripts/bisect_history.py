@@ -107,6 +107,9 @@ def main() -> int:
     parser.add_argument("--factor", type=int, default=3, help="work multiplier of the slow commit (default 3)")
     parser.add_argument("--bisect", action="store_true", help="then run `fp8bench bisect` on the history")
     parser.add_argument("--step-budget", type=float, default=240.0, help="bisect's --step-budget (default 240)")
+    parser.add_argument("--threshold", default="0.25", help="bisect's --threshold (default 0.25: the slow commit "
+                        "triples the GEMM, and a wide threshold lets a noisy machine decide `same` in a few rounds)")
+    parser.add_argument("--min-rounds", default="8", help="bisect's --min-rounds (default 8)")
     parser.add_argument("--load", type=int, default=0, help="busy processes beside the bisect (default 0)")
     parser.add_argument("--shape", default="256x256x256")
     args = parser.parse_args()
@@ -117,7 +120,8 @@ def main() -> int:
     commits = truth["commits"]
     assert isinstance(commits, list)
     cmd = [sys.executable, "-m", "fp8bench.cli", "bisect", "--repo", str(truth["repo"]), "--good", commits[0],
-           "--bad", commits[-1], "--step-budget", str(args.step_budget), "--out", str(args.out / "bisect"),
+           "--bad", commits[-1], "--step-budget", str(args.step_budget), "--threshold", args.threshold,
+           "--min-rounds", args.min_rounds, "--out", str(args.out / "bisect"),
            "--results-dir", str(args.out / "results"), "--json", "--",
            "--shape", args.shape, "--precision", "bf16", "--backend", "torch", "--no-phases", "--threads", "1",
            "--min-samples", "10", "--max-time", "0.1", "--budget", "5"]

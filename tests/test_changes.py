@@ -169,6 +169,11 @@ def test_changes_verb_lists_the_regression_and_fails_on_new(tmp_path, capsys):
     assert main(["changes", "--store", store, "--fail-on-new", runs[17]]) == 1
     assert main(["changes", "--store", store, "--fail-on-new", runs[18]]) == 0
     capsys.readouterr()
+    assert main(["changes", "--store", store, "--fail-on-new", runs[17], "--json"]) == 1
+    [new] = json.loads(capsys.readouterr().out)["new"]
+    assert new["rule"] == "consecutive nights" and new["rule_detail"].startswith("last 2 nights")
+    assert new["bisect_command"] == (f"fp8bench bisect --good {commit_of(15)} --bad {commit_of(16)} -- --workload "
+                                     "gemm --shape m=64,n=64,k=64 --precision bf16 --backend torch --device cpu")
     assert main(["changes", "--store", store, "--fail-on-new", "no-such-run"]) == 2
     assert "no such run" in capsys.readouterr().err
     assert main(["changes", "--store", store, "--precision", "fp32", "--json"]) == 0

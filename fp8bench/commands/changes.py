@@ -100,6 +100,32 @@ def evidence_dir(args: argparse.Namespace) -> Any:
     return args.results_dir or evidence_folder(store_target(args))
 
 
+def bisect_command(store: Any, alert: Any) -> str | None:
+    """``fp8bench bisect`` of an alert's range (last good .. first bad) for its case, with the case's command
+    from the first bad run's record (:mod:`fp8bench.repro`); None when the run or the record is not found."""
+    import shlex
+
+    from fp8bench.records import case_key
+    from fp8bench.repro import repro_argv, repro_of
+
+    c = alert.change
+    if not (c.last_good_commit and c.first_bad_commit):
+        return None
+    from fp8bench.store import StoreError
+
+    try:
+        payload = store.run_payload(c.first_bad_run)
+    except StoreError:
+        return None
+    record = next((r for r in payload["records"] if case_key(r) == c.case_key), None)
+    if record is None:
+        return None
+    argv = shlex.split(repro_of(record, payload["run"]))
+    run_args = argv[argv.index("run") + 1:] if "run" in argv else repro_argv(record, {})[2:]
+    return shlex.join(["fp8bench", "bisect", "--good", c.last_good_commit, "--bad", c.first_bad_commit, "--",
+                       *run_args])
+
+
 def render(changes: list[Any], title: str, bisected: dict[int, str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -151,7 +177,8 @@ def execute(args: argparse.Namespace) -> int:
         "alerts": len(alerts), "new_since": args.fail_on_new, "new_alerts": len(new)}
     if args.json:
         print_json({**summary, "list": [{**c.to_dict(), "bisected_commit": bisected.get(id(c))} for c in shown],
-                    "alert_list": [a.to_dict() for a in alerts], "new": [a.to_dict() for a in new]})
+                    "alert_list": [a.to_dict() for a in alerts],
+                    "new": [{**a.to_dict(), "bisect_command": bisect_command(store, a)} for a in new]})
     else:
         if shown:
             render(shown, "Changes, newest first" if args.all else "Open regressions, newest first", bisected)

@@ -54,7 +54,8 @@ def _key(i: int) -> ComparabilityKey:
 
 
 def _side(samples: np.ndarray, names: list[str]) -> Side:
-    cases = {n: SideCase(n, _key(i), list(map(float, samples[i])), by_round=dict(enumerate(map(float, samples[i]))))
+    cases = {n: SideCase(n, _key(i), samples=list(map(float, samples[i])),
+                         by_round=dict(enumerate(map(float, samples[i]))))
              for i, n in enumerate(names)}
     return Side(["synthetic"], None, cases, "round medians")
 

@@ -19,6 +19,7 @@ moves between rounds), the noise pairing is meant to cancel.
     python scripts/gate_quality.py --trials 200 --json  # quicker, machine-readable
     python scripts/gate_quality.py --paired --drift 0.2 # the fp8bench ab method on a drifting runner
     python scripts/gate_quality.py --sequential --max-rounds 60   # fp8bench ab --budget: rounds until decided
+    python scripts/gate_quality.py --coverage --trials 1000 --max-rounds 200   # the sequence's error over all looks
 
 ``--sequential`` runs the sequential design of ``fp8bench ab --budget`` instead (:mod:`fp8bench.sequential`: a
 look after every round from ``--min-rounds`` on, each case stopping at its first decision, the run at
@@ -40,7 +41,7 @@ import numpy as np
 
 from fp8bench.comparability import ComparabilityKey
 from fp8bench.gate import GateConfig, Side, SideCase, aa_noise_of, build_report, compare_sides
-from fp8bench.sequential import sequential_verdict
+from fp8bench.sequential import confidence_sequence, sequential_verdict
 
 
 def lognormal(rng: np.random.Generator, cv: float, size: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
@@ -126,6 +127,31 @@ def measure_sequential(cv: float, args: argparse.Namespace, rng: np.random.Gener
             "ab_rounds_mean": float(np.mean(ab_rounds)), "ab_rounds_p90": float(np.percentile(ab_rounds, 90))}
 
 
+def coverage(args: argparse.Namespace, rng: np.random.Generator) -> list[dict[str, float]]:
+    """Time-uniform error of the confidence sequence: the share of paths of normal noise (true mean 0) on which the
+    sequence excludes 0 at some look from ``first`` rounds to ``--max-rounds``; beside it, an ordinary normal
+    interval at the same level looked at after every round, which optional stopping breaks."""
+    from statistics import NormalDist
+
+    rows = []
+    for alpha in (0.05, 0.01):
+        z = NormalDist().inv_cdf(1 - alpha / 2)
+        for first in (5, 8, 10):
+            ever = peeked = 0
+            for _ in range(args.trials):
+                x = rng.normal(0, 1, args.max_rounds)
+                hit = naive = False
+                for t in range(first, args.max_rounds + 1):
+                    mean, lo, hi = confidence_sequence(x[:t], alpha)
+                    hit = hit or lo > 0 or hi < 0
+                    naive = naive or abs(mean) > z * x[:t].std(ddof=1) / math.sqrt(t)
+                ever += hit
+                peeked += naive
+            rows.append({"alpha": alpha, "first_look": first, "sequence_ever_missed": ever / args.trials,
+                         "ordinary_interval_ever_missed": peeked / args.trials})
+    return rows
+
+
 def wilson_upper(k: int, n: int, z: float = 1.96) -> float:
     """Upper end of the Wilson score interval of a proportion k/n."""
     if n == 0:
@@ -177,11 +203,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-rounds", type=int, default=8, help="--sequential: rounds before the first look")
     p.add_argument("--max-rounds", type=int, default=60, help="--sequential: rounds the budget allows")
     p.add_argument("--alpha", type=float, default=0.01, help="--sequential: error level over the cases")
+    p.add_argument("--coverage", action="store_true",
+                   help="the confidence sequence's error over all looks up to --max-rounds, on --trials paths")
     p.add_argument("--seed", type=int, default=20261121)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
+    if args.coverage:
+        print(f"looks after every round up to {args.max_rounds}, {args.trials} paths of normal noise, seed {args.seed}")
+        print("| level | first look | sequence: paths ever missing the mean | ordinary interval looked at each round |")
+        print("|---|---|---|---|")
+        for r in coverage(args, rng):
+            print(f"| {1 - r['alpha']:.0%} | {r['first_look']} | {r['sequence_ever_missed']:.1%} | "
+                  f"{r['ordinary_interval_ever_missed']:.1%} |")
+        return 0
     rows = [(measure_sequential if args.sequential else measure)(cv, args, rng) for cv in args.cv]
     if args.json:
         print(json.dumps({"settings": vars(args), "rows": rows}))

@@ -103,3 +103,32 @@ def test_sequential_ab_of_the_same_code_passes_early(tmp_path, results_dir, caps
     assert case["verdict"] == "same" and case["decided_at_round"] == 3 and case["paired_rounds"] == 3
     assert len(list((out / "head").glob("r*.json"))) == 3
     assert "sequential: 3 round" in (out / "report.md").read_text()
+
+
+def _gate_quality():
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location("gate_quality", ROOT / "scripts" / "gate_quality.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return module
+
+
+def test_the_quality_study_gates_real_samples():
+    """The study's synthetic sides carry their samples into the gate (a clear slowdown is found by both designs,
+    identical sides pass the sequential one at its first look)."""
+    from fp8bench.gate import GateConfig
+
+    gq = _gate_quality()
+    rng = np.random.default_rng(0)
+    assert gq.one_trial(rng, 0.01, 0.3, 2, 10, GateConfig(paired=True, n_boot=200)) == ["slower", "slower"]
+    verdicts, rounds = gq.sequential_trial(rng, 0.01, 0.0, 2, 8, 60, 0.05, 0.01)
+    assert verdicts == ["same", "same"] and rounds == 8
+    verdicts, _ = gq.sequential_trial(rng, 0.01, 0.3, 2, 8, 60, 0.05, 0.01)
+    assert verdicts == ["slower", "slower"]

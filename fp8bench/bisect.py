@@ -353,6 +353,9 @@ def _ratio(p: Probe | None) -> str:
 def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequence[str]) -> str:
     """An issue body: the finding, the command that reproduces the measurement, then every probe."""
     ev = result.evidence()
+    # A fenced block (nothing in it renders, so nothing needs escaping but a fence): the A/B that shows the step.
+    again = shlex.join(["fp8bench", "ab", "--base", result.good.sha[:12], "--head",
+                        (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
     lines = [marker(cases), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
     if result.first_bad is not None:
         lines += [f"First slower commit: {md_code(result.first_bad.sha)} {md_text(result.first_bad.subject)}", "",
@@ -366,9 +369,7 @@ def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequen
               f"Range: {md_code(result.good.sha[:12])} (good) .. {md_code(result.bad.sha[:12])} (bad), "
               f"{len(result.commits)} commit(s); {len(result.probes)} probe(s), {result.rounds} round(s), "
               f"{result.seconds:.0f} s.", "",
-              "Measure it again: `fp8bench ab --base " + result.good.sha[:12] + " --head "
-              + (result.first_bad.sha[:12] if result.first_bad else result.bad.sha[:12]) + " --budget 600 -- "
-              + md_text(shlex.join(run_args)) + "`", "",
+              "Measure it again:", "", "```bash", again.replace("`", "'").replace("\n", " "), "```", "",
               "| commit | subject | outcome | ratio [interval] | rounds | s | why |", "|---|---|---|---|---|---|---|"]
     for p in result.probes:
         lines.append(f"| {md_code(p.commit[:12])} | {md_text(p.subject)} | {p.outcome} | {_ratio(p)} | {p.rounds} | "

@@ -93,10 +93,14 @@ def test_sequential_ab_of_the_same_code_passes_early(tmp_path, results_dir, caps
     the run stops there, far inside its budget."""
     out = tmp_path / "ab"
     rc = main(["ab", "--base", str(ROOT), "--head", str(ROOT), "--budget", "600", "--min-rounds", "3",
-               "--threshold", "0.9", "--out", str(out), "--results-dir", str(results_dir), "--json",
+               "--threshold", "0.9", "--out", str(out), "--results-dir", str(results_dir),
                "--no-store-report", *RUN_ARGS])
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert rc == 0, report
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert rc == 0 and summary["verdict"] == "pass", summary
+    progress = [line for line in captured.err.splitlines() if line.startswith("ab: ")]
+    assert progress[0].startswith("ab: round 1 done, ") and progress[0].endswith("s of the 600 s budget")
+    assert progress[-1] == "ab: after 3 rounds: 0 case(s) undecided"
     full = json.loads((out / "report.json").read_text())
     assert full["sequential"]["rounds"] == 3 and full["sequential"]["stopped"] == "all decided"
     (case,) = full["cases"]

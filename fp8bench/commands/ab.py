@@ -119,8 +119,17 @@ def sequential_config(args: argparse.Namespace) -> Any:
 def _sequential(args: argparse.Namespace, seq: Any, roots: dict[str, Path], envs: dict[str, dict[str, str]],
                 run_args: list[str], folder: Path, config: Any, err: Any) -> dict[str, Any]:
     """``--budget``: rounds until every case is decided, with one progress line per look."""
-    from fp8bench.ab import SideSpec
+    import time
+
+    from fp8bench.ab import SideSpec, round_order
     from fp8bench.sequential import run_sequential_ab
+
+    started = time.monotonic()
+
+    def on_round(r: int, side: str) -> None:
+        if side == round_order(r)[1] and not args.json:  # both sides of round r have run
+            err.print(f"ab: round {r + 1} done, {time.monotonic() - started:.0f} s of the {seq.budget_s:g} s budget",
+                      markup=False, highlight=False)
 
     def on_look(rounds: int, open_cases: list[str]) -> None:
         if not args.json:
@@ -130,7 +139,8 @@ def _sequential(args: argparse.Namespace, seq: Any, roots: dict[str, Path], envs
 
     return run_sequential_ab(SideSpec("base", roots["base"], envs["base"]),
                              SideSpec("head", roots["head"], envs["head"]), run_args, folder, seq, config,
-                             force=args.force, on_look=on_look, round_timeout_s=args.round_timeout)
+                             force=args.force, on_round=on_round, on_look=on_look,
+                             round_timeout_s=args.round_timeout)
 
 
 def _is_checkout(text: str) -> bool:

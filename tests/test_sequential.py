@@ -89,8 +89,8 @@ def test_bad_budget_flags_are_harness_errors(tmp_path, capsys, flags):
 
 
 def test_sequential_ab_of_the_same_code_passes_early(tmp_path, results_dir, capsys):
-    """The same code on both sides with a 90% threshold: every case is `same` at the first look (3 rounds), so
-    the run stops there, far inside its budget."""
+    """The same code on both sides with a 90% threshold: the case is `same` within a few looks (from round 3; on
+    a loaded machine a look or two later), and the run stops there, far inside its budget."""
     out = tmp_path / "ab"
     rc = main(["ab", "--base", str(ROOT), "--head", str(ROOT), "--budget", "600", "--min-rounds", "3",
                "--threshold", "0.9", "--out", str(out), "--results-dir", str(results_dir),
@@ -100,13 +100,14 @@ def test_sequential_ab_of_the_same_code_passes_early(tmp_path, results_dir, caps
     assert rc == 0 and summary["verdict"] == "pass", summary
     progress = [line for line in captured.err.splitlines() if line.startswith("ab: ")]
     assert progress[0].startswith("ab: round 1 done, ") and progress[0].endswith("s of the 600 s budget")
-    assert progress[-1] == "ab: after 3 rounds: 0 case(s) undecided"
     full = json.loads((out / "report.json").read_text())
-    assert full["sequential"]["rounds"] == 3 and full["sequential"]["stopped"] == "all decided"
+    rounds = full["sequential"]["rounds"]
+    assert rounds >= 3 and full["sequential"]["stopped"] == "all decided"
+    assert progress[-1] == f"ab: after {rounds} rounds: 0 case(s) undecided"
     (case,) = full["cases"]
-    assert case["verdict"] == "same" and case["decided_at_round"] == 3 and case["paired_rounds"] == 3
-    assert len(list((out / "head").glob("r*.json"))) == 3
-    assert any(n.startswith("sequential: 3 round(s) in ") for n in full["notes"])
+    assert case["verdict"] == "same" and case["decided_at_round"] == rounds and case["paired_rounds"] == rounds
+    assert len(list((out / "head").glob("r*.json"))) == rounds
+    assert any(n.startswith(f"sequential: {rounds} round(s) in ") for n in full["notes"])
     assert "sequential" in (out / "report.md").read_text()
 
 

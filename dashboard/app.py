@@ -17,6 +17,7 @@ from pathlib import Path
 import plotly.express as px
 import streamlit as st
 
+from fp8bench.core.redact import error_line
 from fp8bench.dashboard.data import (
     FILL_COMMAND,
     StoreProblem,
@@ -29,7 +30,6 @@ from fp8bench.dashboard.filters import render_filters
 from fp8bench.dashboard.login import require_login
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import View, clear_view, set_view
-from fp8bench.redact import error_line
 
 LOG = logging.getLogger("fp8bench.dashboard")
 

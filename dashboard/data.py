@@ -2,7 +2,7 @@
 
 A store of a year of nightly runs holds about a million records; the dashboard never reads them all. It reads the
 filter choices and the run list once per store state (:func:`load_snapshot`), then asks the database for what a
-page draws, with the sidebar's filters as SQL (:mod:`fp8bench.store_queries`): the latest record of each case
+page draws, with the sidebar's filters as SQL (:mod:`fp8bench.results.store.queries`): the latest record of each case
 per device (:func:`load_records`, what most pages show), counts per group, or one case's history. Every query
 reads the store's typed columns, never the record JSON; raw samples and loss curves are fetched per run or per
 record, on demand (:func:`load_run_payload`). Results are kept by ``st.cache_data`` (a cache hit copies a small
@@ -26,14 +26,14 @@ import pandas as pd
 import sqlalchemy as sa
 import streamlit as st
 
-from fp8bench import store_queries
-from fp8bench.commits import checkout_remote, url_template
-from fp8bench.noise import is_noisy, record_spread, run_load
+from fp8bench.core.commits import checkout_remote, url_template
+from fp8bench.core.noise import is_noisy, record_spread, run_load
+from fp8bench.core.redact import error_line, redact
+from fp8bench.core.shapes import shape_label
 from fp8bench.paths import default_results_dir
-from fp8bench.redact import error_line, redact
-from fp8bench.shapes import shape_label
-from fp8bench.store import Store, StoreError, normalize_url, open_store
-from fp8bench.store_queries import RecordFilter
+from fp8bench.results.store import Store, StoreError, normalize_url, open_store
+from fp8bench.results.store import queries as store_queries
+from fp8bench.results.store.queries import RecordFilter
 
 # Named record subsets a page may count or list (SQL conditions on typed columns).
 SUBSETS = {"all": sa.true(), "measured": store_queries.R.status.in_(store_queries.MEASURED),
@@ -172,7 +172,7 @@ def _flatten_runs(runs: pd.DataFrame) -> pd.DataFrame:
     out["n_records"] = data.map(lambda d: d.get("n_records"))
     out["remote"] = data.map(lambda d: (d.get("git") or {}).get("remote"))
     out["commit"] = out["git_commit"].fillna("").str.slice(0, 7)
-    load = data.map(run_load)  # the host's load when the run started (fp8bench.noise); None in older runs
+    load = data.map(run_load)  # the host's load when the run started (fp8bench.core.noise); None in older runs
     out["load_avg_1m"] = load.map(lambda v: v.load_1m if v else None)
     out["loaded"] = load.map(lambda v: bool(v and v.overloaded))
     return out
@@ -231,7 +231,7 @@ def load_records(snapshot: Snapshot, flt: RecordFilter) -> pd.DataFrame:
 
 def with_noise(records: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Add ``noise`` (the relative spread of each record's samples, IQR / median) and ``noisy``, by the rule the run
-    table and the gate use (:func:`fp8bench.noise.is_noisy`): spread over the threshold, or a run started with the
+    table and the gate use (:func:`fp8bench.core.noise.is_noisy`): spread over the threshold, or a run started with the
     host overloaded."""
     out = records.copy()
     loaded = set(runs.loc[runs["loaded"].astype(bool), "run_id"]) if "loaded" in runs else set()

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from fp8bench.dashboard.safe_text import md_join, md_text
-from fp8bench.store_queries import RecordFilter
+from fp8bench.results.store.queries import RecordFilter
 
 # URL key -> column of the store's filter choices (``Snapshot.options``).
 LIST_FILTERS = {"device": "device_label", "workload": "workload", "backend": "backend", "precision": "precision",

@@ -2,7 +2,7 @@
 the viewer that opens it.
 
 ``fp8bench run --profile`` writes one Chrome trace-event JSON file per case beside the run file and the store keeps
-its path (``records.profile_trace``, :mod:`fp8bench.profiling`). A browser cannot follow a ``file://`` link from a
+its path (``records.profile_trace``, :mod:`fp8bench.measure.profiling`). A browser cannot follow a ``file://`` link from a
 web page, and Perfetto UI (https://ui.perfetto.dev) opens a trace the user hands it ("Open trace file"), so the
 page shows the path as text and, when the dashboard's own machine can read the file, offers it for download.
 
@@ -31,7 +31,7 @@ import streamlit as st
 from fp8bench.dashboard.data import store_target
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.paths import PROFILE_DIR_SUFFIX, TRACE_SUFFIX, default_results_dir
-from fp8bench.store import normalize_url
+from fp8bench.results.store import normalize_url
 
 PERFETTO_URL = "https://ui.perfetto.dev"
 MAX_TRACE_BYTES = 512 * 2**20  # Perfetto UI itself loads traces of a few hundred MB in the browser

@@ -36,12 +36,12 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from fp8bench import escaping
+from fp8bench.core import escaping
 
 
 def md_text(value: object) -> str:
     """``value`` as Markdown that renders as exactly its text (passwords in URLs masked, one line); the rule is
-    the one gate reports use, :func:`fp8bench.escaping.md_text`."""
+    the one gate reports use, :func:`fp8bench.core.escaping.md_text`."""
     return escaping.md_text(value)
 
 

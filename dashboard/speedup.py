@@ -1,7 +1,7 @@
-"""Speedups of the dashboard's records, computed by the same arithmetic as the run table (``fp8bench.report``).
+"""Speedups of the dashboard's records, computed by the same arithmetic as the run table (``fp8bench.analysis.report``).
 
 The store keeps one row per record with the shape as text; :func:`speedup_frame` turns rows back into the record
-dicts that :func:`fp8bench.report.baseline_index` and :func:`fp8bench.report.speedups` expect, keyed by the device
+dicts that :func:`fp8bench.analysis.report.baseline_index` and :func:`fp8bench.analysis.report.speedups` expect, keyed by the device
 *model* so that two GPU models never share a baseline.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fp8bench.report import baseline_index, speedups
-from fp8bench.shapes import parse_stored
+from fp8bench.analysis.report import baseline_index, speedups
+from fp8bench.core.shapes import parse_stored
 
 _FIELDS = ("workload", "precision", "backend", "status", "median_s", "prequant_median_s")
 

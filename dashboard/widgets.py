@@ -10,14 +10,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.core.escaping import neutralize_formulas
 from fp8bench.dashboard.data import FILL_COMMAND, Snapshot
 from fp8bench.dashboard.filters import Filters
 from fp8bench.dashboard.safe_text import safe_figure
-from fp8bench.escaping import neutralize_formulas
-from fp8bench.store_queries import RecordFilter
+from fp8bench.results.store.queries import RecordFilter
 
 _VIEW_KEY = "fp8bench_view"
-# The records' noise (fp8bench.noise): relative spread of the samples, shown in percent.
+# The records' noise (fp8bench.core.noise): relative spread of the samples, shown in percent.
 NOISE_COLUMN = st.column_config.NumberColumn("noise (IQR/median)", format="percent",
                                              help="relative spread of the samples; noisy: over 10%, or the run "
                                                   "started with the host's load above its CPU count")
@@ -62,7 +62,7 @@ def table(frame: pd.DataFrame, name: str, **column_config: Any) -> None:
     """Show ``frame`` as stored (formatting only in the column config) with a CSV download of the same rows."""
     st.dataframe(frame, hide_index=True, column_config=column_config or None, width="stretch")
     # A callable: the CSV is written only when someone asks for it, not on every rerun. Stored text that a
-    # spreadsheet would run as a formula is prefixed with ' (fp8bench.escaping).
+    # spreadsheet would run as a formula is prefixed with ' (fp8bench.core.escaping).
     st.download_button(f"Download {name} as CSV", lambda: neutralize_formulas(frame).to_csv(index=False).encode(),
                        file_name=f"{name}.csv", mime="text/csv", key=f"csv_{name}", on_click="ignore")
 

@@ -24,7 +24,7 @@ from fp8bench.commands.common import (
     UsageError,
     help_epilog,
 )
-from fp8bench.redact import has_password, redact
+from fp8bench.core.redact import has_password, redact
 
 GENERAL_DOC = "docs/cli.md"
 
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one verb; returns the process exit code (usage errors included, instead of raising SystemExit)."""
     # Every bad-input error of fp8bench (unknown name, bad shape, missing device, unreadable run file or suite) is
     # a ValueError; StoreError is the one exception. Importing only those keeps torch out of verbs that need none.
-    from fp8bench.interrupts import signals_interrupt
-    from fp8bench.store import StoreError
+    from fp8bench.measure.interrupts import signals_interrupt
+    from fp8bench.results.store import StoreError
 
     verbs = _verbs()
     parser = build_parser(verbs)
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         if not _database_error(exc):
             raise
         # SQLAlchemy's own text carries the statement and every parameter (a whole record's JSON): one line only.
-        from fp8bench.redact import error_line
+        from fp8bench.core.redact import error_line
 
         print(f"fp8bench {args.verb}: error: the store failed: {error_line(exc)}", file=sys.stderr)
         return exit_codes_of(verbs[args.verb]).bad_input

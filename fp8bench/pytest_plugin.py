@@ -48,8 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _settings(config: pytest.Config, quick: bool) -> Any:
-    from fp8bench.runner import RunSettings
-    from fp8bench.timing import SamplingPolicy
+    from fp8bench.measure.runner import RunSettings
+    from fp8bench.measure.timing import SamplingPolicy
 
     if quick:  # benchmarks disabled: prove the case runs and is sane, do not measure it
         policy = SamplingPolicy(min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=0.5)
@@ -67,8 +67,8 @@ def _measurer(config: pytest.Config, quick: bool) -> Any:
     """One measurer per session and mode (inputs and references are cached inside it)."""
     import torch
 
-    from fp8bench.devices import resolve_device
-    from fp8bench.runner import CaseMeasurer, run_header
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.measure.runner import CaseMeasurer, run_header
 
     state = config.stash[_STATE_KEY]
     if quick not in state["measurers"]:
@@ -107,7 +107,7 @@ def fp8bench_case(request: pytest.FixtureRequest) -> Callable[..., dict[str, Any
 
     def measure(workload: str, shape: str, precision: str, backend: str = "torch", fp8_format: str | None = None,
                 **extra: Any) -> dict[str, Any]:
-        from fp8bench.runner import expand_cases
+        from fp8bench.measure.runner import expand_cases
 
         if used:
             raise RuntimeError("fp8bench_case measures one case per test; parametrize the test for more cases")

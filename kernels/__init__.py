@@ -7,7 +7,7 @@ backend module loads: on a machine without CUDA the interpreter is switched on, 
 ``TRITON_INTERPRET`` explicitly or triton is already imported.
 
 Vendor import messages that only mean "no CUDA here" (torchao's CUDA extension libraries failing to load) are
-silenced here too, before any backend can import the vendor library (:mod:`fp8bench.vendor_logs`).
+silenced here too, before any backend can import the vendor library (:mod:`fp8bench.hardware.vendor_logs`).
 """
 
 import os
@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from fp8bench.vendor_logs import quiet_vendor_imports
+from fp8bench.hardware.vendor_logs import quiet_vendor_imports
 
 if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"

@@ -6,7 +6,7 @@ then a pointwise pass for the scaled cast), so the tensor crosses memory about t
 times. The GEMM itself stays an external call (``torch._scaled_mm`` / ``F.scaled_mm``): Inductor does not generate
 FP8 GEMMs on the CPU, and on CUDA it calls cuBLASLt unless max-autotune picks a Triton template.
 
-What is compiled is fp8bench's own shared quantizer code (:mod:`fp8bench.quantize`), so the numbers match the
+What is compiled is fp8bench's own shared quantizer code (:mod:`fp8bench.numerics.quantize`), so the numbers match the
 ``torch`` backend's eager ones: the comparison isolates what fusion buys.
 
 Compilation happens while the pipeline is built, never inside a timed sample; its wall time (Dynamo tracing plus
@@ -32,16 +32,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.capabilities import backend_reason, recipe_gemm_reason
-from fp8bench.catalog import BACKENDS, Backend
-from fp8bench.devices import Device
-from fp8bench.fp8_linear import Fp8Linear
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.hardware.capabilities import backend_reason, recipe_gemm_reason
 from fp8bench.kernels.torch_backend import _tf32
 from fp8bench.kernels.torch_layers import torch_convert
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
-from fp8bench.quantize import Quantized, cast_stats, quantizer_for
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.scaled_gemm import ScaledGemm
+from fp8bench.numerics.fp8_linear import Fp8Linear
+from fp8bench.numerics.quantize import Quantized, cast_stats, quantizer_for
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.scaled_gemm import ScaledGemm
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline

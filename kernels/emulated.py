@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from fp8bench.catalog import BACKENDS, Backend
-from fp8bench.pipeline import BuildContext, Pipeline
-from fp8bench.quantize import cast_stats, quantizer_for
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.numerics.quantize import cast_stats, quantizer_for
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.gemm import output_dtype
 
 EMULATED = BACKENDS.add("emulated", Backend(

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported
 from fp8bench.kernels.emulated import EMULATED, activations, emulated_gemm_pipeline
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
 from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
 
 

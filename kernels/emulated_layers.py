@@ -3,7 +3,7 @@
 Every precision-controlled projection becomes a layer whose GEMM operands are rounded to the precision and
 multiplied in FP32:
 
-* FP8 recipes: :class:`fp8bench.fp8_linear.Fp8Linear` with the emulated GEMM (dequantize, FP32 product), so the
+* FP8 recipes: :class:`fp8bench.numerics.fp8_linear.Fp8Linear` with the emulated GEMM (dequantize, FP32 product), so the
   forward, dgrad and wgrad GEMMs see exactly the FP8 operands and scales a native kernel would;
 * float precisions: :class:`RoundedLinear`, which rounds input and weight to BF16/FP16/TF32 (FP32: unchanged) and
   multiplies in FP32; gradients pass through the rounding unchanged (straight-through), and the backward GEMMs run in
@@ -19,12 +19,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fp8bench.devices import Device
-from fp8bench.fp8_linear import EMULATED as EMULATED_GEMM
-from fp8bench.fp8_linear import Fp8Linear, swap_linears
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.kernels.emulated import EMULATED, qdq_float
-from fp8bench.pipeline import BuildContext, Pipeline
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.fp8_linear import EMULATED as EMULATED_GEMM
+from fp8bench.numerics.fp8_linear import Fp8Linear, swap_linears
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 

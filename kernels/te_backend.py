@@ -24,7 +24,7 @@ fp8bench           TE recipe                   notes
 =================  ==========================  ===================================================================
 
 **Scale factors.** fp8bench's per-tensor and per-block FP8 recipes scale by FP32 ``amax / fmt.max`` on every backend
-(:mod:`fp8bench.quantize`). TE's ``Float8BlockScaling`` rounds its scales down to powers of two by default and
+(:mod:`fp8bench.numerics.quantize`). TE's ``Float8BlockScaling`` rounds its scales down to powers of two by default and
 ``Float8CurrentScaling`` does so when ``NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES=1``: both switches are environment
 variables TE reads *once, when it is imported*, into class attributes of the recipe (``fp8_quant_fwd_inp``,
 ``fp8_quant_fwd_weight``, ``fp8_quant_bwd_grad``, QParams that are not dataclass fields), so neither the constructor
@@ -59,7 +59,7 @@ Two API shapes are supported, detected by name: TE 2.9 and newer (``te.autocast(
 ``te.is_*_available`` checks) and TE 2.0-2.8 (``te.fp8_autocast(fp8_recipe=...)``, the checks in
 ``transformer_engine.pytorch.fp8``). The record's ``te_api`` says which one ran.
 
-Availability is layered: :func:`fp8bench.capabilities.backend_reason` says whether TE can be used at all (CUDA, an
+Availability is layered: :func:`fp8bench.hardware.capabilities.backend_reason` says whether TE can be used at all (CUDA, an
 installed TE 2.0+, read from package metadata without importing it); :class:`TEApi` then imports it, and per case
 TE's own ``is_*_available(return_reason=True)`` checks decide whether the recipe runs on this GPU: a refusal is a
 ``skipped`` case carrying TE's reason. Shapes follow TE's alignment rules (tokens % 8 and features % 16 for FP8;
@@ -81,12 +81,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.capabilities import backend_reason, installed_version, parse_version
-from fp8bench.catalog import BACKENDS, Backend
-from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
-from fp8bench.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
-from fp8bench.records import SCALE_FP32, SCALE_POW2
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.core.records import SCALE_FP32, SCALE_POW2
+from fp8bench.hardware.capabilities import backend_reason, installed_version, parse_version
+from fp8bench.numerics.recipes import FloatPrecision, Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 
@@ -260,7 +260,7 @@ def use_fp32_scales(recipe: Any) -> None:
 
 def scale_format(recipe: Any) -> str:
     """What TE's quantizers will read from ``recipe``: ``pow2`` when any role rounds its scales to powers of two,
-    else ``fp32`` (:data:`fp8bench.records.SCALE_FORMATS`)."""
+    else ``fp32`` (:data:`fp8bench.core.records.SCALE_FORMATS`)."""
     pow2 = any(getattr(recipe, role).power_2_scale for role in QPARAM_ROLES if hasattr(recipe, role))
     return SCALE_POW2 if pow2 or getattr(recipe, "use_power_2_scales", False) else SCALE_FP32
 

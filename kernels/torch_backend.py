@@ -5,7 +5,7 @@
 * FP8 tensorwise, delayed and rowwise: ``torch._scaled_mm`` (cuBLASLt on CUDA; a reference kernel on the CPU),
   with the operands quantized by fp8bench's shared quantizers.
 * FP8 blockwise, MXFP8 and the 4-bit recipes: ``torch.nn.functional.scaled_mm`` with block scaling types where this
-  torch has it, else ``torch._scaled_mm`` for the FP8 block recipes (:mod:`fp8bench.scaled_gemm`); where the device
+  torch has it, else ``torch._scaled_mm`` for the FP8 block recipes (:mod:`fp8bench.numerics.scaled_gemm`); where the device
   lacks the kernels, the case is skipped with the capability rule or PyTorch's own refusal as the reason.
 
 The ``quantize`` phase ends with both operands laid out as the kernel reads them (:meth:`ScaledGemm.prepare`); the
@@ -18,13 +18,13 @@ from typing import Any
 
 import torch
 
-from fp8bench.capabilities import recipe_gemm_reason
-from fp8bench.catalog import BACKENDS, Backend
-from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, refusals
-from fp8bench.quantize import cast_stats, quantizer_for
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.scaled_gemm import ScaledGemm, fp8_scaled_mm  # noqa: F401  (re-exported: other backends use it)
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
+from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.hardware.capabilities import recipe_gemm_reason
+from fp8bench.numerics.quantize import cast_stats, quantizer_for
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.scaled_gemm import ScaledGemm, fp8_scaled_mm  # noqa: F401  (re-exported: other backends use it)
 from fp8bench.workloads.gemm import output_dtype
 
 # What ATen raises when it refuses a scaled GEMM: ValueError (TORCH_CHECK_VALUE, e.g. "Invalid scaling

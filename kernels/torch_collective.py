@@ -1,8 +1,8 @@
 """The ``torch`` backend's ``collective`` pipelines: ``torch.distributed`` collectives (NCCL between GPUs, gloo
-between CPU processes), FP8 packed by :mod:`fp8bench.fp8_comm`, the tensor-parallel GEMM by ``torch.matmul`` or
+between CPU processes), FP8 packed by :mod:`fp8bench.numerics.fp8_comm`, the tensor-parallel GEMM by ``torch.matmul`` or
 ``torch._scaled_mm`` as in the ``gemm`` workload.
 
-Each phase closure works on the state the previous one left (see :mod:`fp8bench.pipeline`), so ``communicate``
+Each phase closure works on the state the previous one left (see :mod:`fp8bench.core.pipeline`), so ``communicate``
 times the collective alone on a buffer already encoded. Collectives go through the single-tensor entry points
 (``all_gather_single``, ``reduce_scatter_single`` in torch 2.13; their older names ``all_gather_into_tensor`` and
 ``reduce_scatter_tensor`` on older releases) and ``all_to_all_single``, which every backend implements.
@@ -16,15 +16,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from fp8bench.capabilities import recipe_gemm_reason
-from fp8bench.devices import Device
-from fp8bench.distributed import world
-from fp8bench.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.hardware.capabilities import recipe_gemm_reason
+from fp8bench.hardware.distributed import world
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
-from fp8bench.quantize import Quantized, cast_stats, quantizer_for
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.scaled_gemm import fp8_scaled_mm
+from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack
+from fp8bench.numerics.quantize import Quantized, cast_stats, quantizer_for
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.scaled_gemm import fp8_scaled_mm
 from fp8bench.workloads.collective import COLLECTIVE, collective_extra, op_of, result_dtype
 from fp8bench.workloads.gemm import output_dtype
 

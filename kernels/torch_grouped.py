@@ -2,10 +2,10 @@
 
 * ``impl=grouped``: ``torch._grouped_mm`` for FP32/BF16 (CUDA's CUTLASS kernel for BF16 on compute capability
   9.0/10.0; elsewhere, the CPU included, ATen's fallback, a loop of ``mm`` over the groups), and
-  ``torch._scaled_grouped_mm`` for ``fp8_rowwise`` and ``mxfp8`` (CUDA only; :mod:`fp8bench.grouped_rules`). On
+  ``torch._scaled_grouped_mm`` for ``fp8_rowwise`` and ``mxfp8`` (CUDA only; :mod:`fp8bench.hardware.grouped_rules`). On
   the CPU, torch 2.13 has no scaled grouped kernel and refuses the call: the case is skipped with that reason.
 * ``impl=loop``: one GEMM per non-empty expert, ``torch.mm`` into slices of one output (float precisions) or
-  a :class:`fp8bench.scaled_gemm.ScaledGemm` on each group's rows and the expert's weight (FP8; ``torch._scaled_mm``
+  a :class:`fp8bench.numerics.scaled_gemm.ScaledGemm` on each group's rows and the expert's weight (FP8; ``torch._scaled_mm``
   runs rowwise scales on the CPU), the results concatenated in the ``epilogue`` phase. This is what a framework
   without a grouped kernel does, and the baseline the grouped kernel must beat.
 
@@ -22,14 +22,14 @@ from typing import Any
 
 import torch
 
-from fp8bench.capabilities import capabilities_for, forward_gemm_spec, recipe_gemm_reason
-from fp8bench.devices import Device
-from fp8bench.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.hardware.capabilities import capabilities_for, forward_gemm_spec, recipe_gemm_reason
+from fp8bench.hardware.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
-from fp8bench.quantize import cast_stats, quantizer_for
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.scaled_gemm import ScaledGemm, ScaledGroupedGemm
+from fp8bench.numerics.quantize import cast_stats, quantizer_for
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.scaled_gemm import ScaledGemm, ScaledGroupedGemm
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields
 

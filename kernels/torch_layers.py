@@ -1,7 +1,7 @@
 """``attention`` and ``transformer_step`` on the ``torch`` backend.
 
 Float precisions run the model's ``nn.Linear`` layers as they are (cuBLAS/oneDNN GEMMs under autocast). FP8 recipes
-swap every precision-controlled projection for :class:`fp8bench.fp8_linear.Fp8Linear` with native scaled GEMMs
+swap every precision-controlled projection for :class:`fp8bench.numerics.fp8_linear.Fp8Linear` with native scaled GEMMs
 (``torch._scaled_mm`` / ``F.scaled_mm``) in all three GEMMs of each layer. What the device cannot run is refused
 with the same capability rule as the ``gemm`` workload, or with PyTorch's own error.
 
@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 from torch import nn
 
-from fp8bench.capabilities import recipe_gemm_reason
-from fp8bench.devices import Device
-from fp8bench.fp8_linear import NATIVE, Fp8Linear, swap_linears
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
+from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
-from fp8bench.pipeline import BuildContext, Pipeline, refusals
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
+from fp8bench.numerics.fp8_linear import NATIVE, Fp8Linear, swap_linears
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 

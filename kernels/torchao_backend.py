@@ -66,11 +66,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.capabilities import backend_reason, recipe_hardware_reason
-from fp8bench.catalog import BACKENDS, Backend
-from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
-from fp8bench.recipes import Fp8FormatChoice, Fp8Recipe, Granularity, Precision
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
+from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.hardware.capabilities import backend_reason, recipe_hardware_reason
+from fp8bench.numerics.recipes import Fp8FormatChoice, Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 

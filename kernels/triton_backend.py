@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 
-from fp8bench.capabilities import backend_reason, fp8_gemm_reason
-from fp8bench.catalog import BACKENDS, Backend
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
+from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.hardware.capabilities import backend_reason, fp8_gemm_reason
 from fp8bench.kernels import triton_kernels as tk
-from fp8bench.pipeline import BuildContext, Pipeline, refusals
-from fp8bench.quantize import AmaxHistory, Quantized, cast_stats
-from fp8bench.recipes import Fp8Recipe, Granularity, Precision
+from fp8bench.numerics.quantize import AmaxHistory, Quantized, cast_stats
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.gemm import output_dtype
 
 TRITON = BACKENDS.add("triton", Backend(

@@ -11,7 +11,7 @@ saturating cast, so each element is read from memory as few times as the scaling
   every program reduces those few partials (at most :data:`_MAX_PARTIALS`) itself. No atomics, so the result is
   deterministic. Delayed scaling uses the same two launches, the cast reading the scale from the amax history.
 
-The scale semantics are fp8bench's shared ones (:mod:`fp8bench.quantize`): dequantization scale
+The scale semantics are fp8bench's shared ones (:mod:`fp8bench.numerics.quantize`): dequantization scale
 ``s = max(amax, 1e-12) * 2**margin / fmt.max`` and ``fp8 = saturate(x / s)`` with round-to-nearest-even. The
 division is ``div_rn`` (IEEE, correctly rounded) because Triton's default fp32 ``/`` on NVIDIA GPUs is an
 approximate instruction that would make a few elements round differently from the reference.
@@ -43,9 +43,9 @@ from typing import Any
 
 import torch
 
-from fp8bench.formats import Fp8Format
-from fp8bench.quantize import Quantized
-from fp8bench.recipes import Granularity
+from fp8bench.numerics.formats import Fp8Format
+from fp8bench.numerics.quantize import Quantized
+from fp8bench.numerics.recipes import Granularity
 
 # Interpreted or compiled Triton was chosen when the fp8bench.kernels package loaded (see its docstring).
 
@@ -61,7 +61,7 @@ except Exception as exc:  # noqa: BLE001 - any import failure means "no Triton",
     TRITON_IMPORT_ERROR = f"triton import failed: {type(exc).__name__}: {exc}"
     INTERPRETED = False
 
-# The smallest amax a scale is derived from; the same floor as fp8bench.quantize (keeps all-zero groups finite).
+# The smallest amax a scale is derived from; the same floor as fp8bench.numerics.quantize (keeps all-zero groups finite).
 AMAX_FLOOR = 1e-12
 # Upper bound on programs of the tensorwise amax pass: the cast pass re-reduces this many partials per program,
 # which costs a few KiB of L2 reads against the tile of elements each program casts.
@@ -354,7 +354,7 @@ def quantize_blockwise(x: torch.Tensor, fmt: Fp8Format, block: tuple[int, int]) 
     """One scale per ``block`` tile (``(1, 128)`` or ``(128, 128)``), fused in one launch.
 
     The block's column count must divide the columns, and a multi-row block's row count the rows, as in
-    :func:`fp8bench.quantize.quantize_blockwise`; both must be powers of two (Triton tile sizes).
+    :func:`fp8bench.numerics.quantize.quantize_blockwise`; both must be powers of two (Triton tile sizes).
     """
     k, _ = _kernels_for(x)
     x = _check_2d(x, "blockwise quantize")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How fast the dashboard's Overview renders from a large store, on SQLite or PostgreSQL.
 
-Builds (or reuses) a store of synthetic but schema-valid records - every record is an ``fp8bench.records.Record``
+Builds (or reuses) a store of synthetic but schema-valid records - every record is an ``fp8bench.core.records.Record``
 stored through ``Store.ingest_run``, spread over nightly runs on two branches, commits, three device models, three
 workloads, many shapes, several precisions and backends - then drives the real app with Streamlit's AppTest:
 
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from fp8bench.records import SCHEMA_VERSION, Record
-from fp8bench.store import open_store
+from fp8bench.core.records import SCHEMA_VERSION, Record
+from fp8bench.results.store import open_store
 
 FIRST_LOAD_TARGET_S = {100_000: 2.0, 1_000_000: 10.0}  # records -> seconds (the store's design targets)
 RERUN_TARGET_S = 0.3
@@ -123,7 +123,7 @@ def grow_store(target: str, n_records: int) -> float:
     column as the store wrote it. Returns seconds spent."""
     import sqlalchemy as sa
 
-    from fp8bench.store import record_data_table, record_phases_table, records_table, runs_table
+    from fp8bench.results.store import record_data_table, record_phases_table, records_table, runs_table
 
     store = open_store(target)
     started = time.perf_counter()

@@ -4,7 +4,7 @@
 Each history is ``--commits`` nightly points of one case, log-normal around 1 ms with the given coefficient of
 variation (the noise levels of the gate study, ``scripts/gate_quality.py``: CV 1% to 5%). A *step* history is
 slower by ``--step`` (10% by default) from a random commit on (at least ``--min-size`` commits from either end);
-a *flat* history never changes. Every history goes through the real detector (:func:`fp8bench.changes.find_changes`:
+a *flat* history never changes. Every history goes through the real detector (:func:`fp8bench.analysis.changes.find_changes`:
 PELT from ``ruptures``, then the size, interval and Mann-Whitney filters), as ``fp8bench changes`` runs it.
 
 Reported per CV:
@@ -20,7 +20,7 @@ Reported per CV:
     python scripts/change_quality.py --alerts --histories 100 --commits 40   # the alert rule, night by night
 
 ``--alerts`` replays each history night by night, as the nightly job sees it: after each night the real alert
-rule (:func:`fp8bench.alerts.find_alerts`) runs on the history so far, once with ``--alert-nights`` (default 2
+rule (:func:`fp8bench.analysis.alerts.find_alerts`) runs on the history so far, once with ``--alert-nights`` (default 2
 consecutive nights) and once with no confirmation (every open regression alerts, the detector alone). Reported:
 flat histories that ever alerted (false alarms), step histories with an alert at the step (within the tolerance),
 and how many nights after the first slow one the alert came.
@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 from gate_quality import lognormal, wilson_upper  # the gate study's noise model and interval
 
-from fp8bench.alerts import AlertRule, confirmed
-from fp8bench.changes import METRICS, ChangeConfig, find_changes
+from fp8bench.analysis.alerts import AlertRule, confirmed
+from fp8bench.analysis.changes import METRICS, ChangeConfig, find_changes
 
 
 def history(values: np.ndarray, name: str) -> pd.DataFrame:

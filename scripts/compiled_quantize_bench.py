@@ -5,7 +5,7 @@ and compiled, interleaved round by round so that a busy machine slows both alike
 
 * median seconds of each, and the ratio eager / compiled (> 1: compiled is faster);
 * achieved bandwidth of each in GB/s, counting the minimum traffic (read 2 bytes, write 1 byte per element, plus
-  the FP32 scales), against the device's measured copy bandwidth (``fp8bench.peaks``: read + write of a 256 MiB
+  the FP32 scales), against the device's measured copy bandwidth (``fp8bench.hardware.peaks``: read + write of a 256 MiB
   copy, the same accounting);
 * the same tensor's copy (``dst.copy_(x)``), timed in the same rounds, as a ceiling measured under the same load;
 * the compile time, paid once, outside every timed sample.
@@ -30,11 +30,11 @@ from typing import Any
 
 import torch
 
-from fp8bench.devices import resolve_device
-from fp8bench.peaks import Peaks
-from fp8bench.quantize import quantizer_for
-from fp8bench.recipes import resolve_precision
-from fp8bench.timing import timer_for
+from fp8bench.core.devices import resolve_device
+from fp8bench.hardware.peaks import Peaks
+from fp8bench.measure.timing import timer_for
+from fp8bench.numerics.quantize import quantizer_for
+from fp8bench.numerics.recipes import resolve_precision
 
 RECIPES = ("fp8_tensorwise", "fp8_rowwise", "fp8_blockwise")
 

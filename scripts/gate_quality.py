@@ -5,7 +5,7 @@ Each trial is one gate decision over a suite of ``--cases`` cases measured in ``
 A case's per-round medians are drawn from a log-normal distribution with the given coefficient of variation (the
 shape timing noise has: positive, right-skewed). In an A/A trial both sides share the distribution; in an A/B
 trial every candidate sample is ``1 + slowdown`` times slower. The samples go through the gate's real code path
-(:func:`fp8bench.gate.compare_sides`: bootstrap interval, Mann-Whitney U, Benjamini-Hochberg, verdicts), and
+(:func:`fp8bench.analysis.gate.verdicts.compare_sides`: bootstrap interval, Mann-Whitney U, Benjamini-Hochberg, verdicts), and
 inconclusive cases are rerun once with fresh samples, as ``fp8bench ab`` does.
 
 Reported per CV: the false-alarm rate (share of A/A cases judged ``slower``) with its Wilson 95% upper bound, the
@@ -21,7 +21,7 @@ moves between rounds), the noise pairing is meant to cancel.
     python scripts/gate_quality.py --sequential --max-rounds 60   # fp8bench ab --budget: rounds until decided
     python scripts/gate_quality.py --coverage --trials 1000 --max-rounds 200   # the sequence's error over all looks
 
-``--sequential`` runs the sequential design of ``fp8bench ab --budget`` instead (:mod:`fp8bench.sequential`: a
+``--sequential`` runs the sequential design of ``fp8bench ab --budget`` instead (:mod:`fp8bench.analysis.gate.sequential`: a
 look after every round from ``--min-rounds`` on, each case stopping at its first decision, the run at
 ``--max-rounds`` standing in for the time budget), through its real verdict function, and also reports the rounds
 a decision took (the run's length: until its last case is decided) beside the fixed design's 10 rounds (20 when
@@ -39,9 +39,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from fp8bench.comparability import ComparabilityKey
-from fp8bench.gate import GateConfig, Side, SideCase, aa_noise_of, build_report, compare_sides
-from fp8bench.sequential import confidence_sequence, sequential_verdict
+from fp8bench.analysis.gate.sequential import confidence_sequence, sequential_verdict
+from fp8bench.analysis.gate.verdicts import (
+    GateConfig,
+    Side,
+    SideCase,
+    aa_noise_of,
+    build_report,
+    compare_sides,
+)
+from fp8bench.core.comparability import ComparabilityKey
 
 
 def lognormal(rng: np.random.Generator, cv: float, size: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
@@ -90,7 +97,7 @@ def sequential_trial(rng: np.random.Generator, cv: float, slowdown: float, n_cas
     cand = shared * lognormal(rng, cv, (n_cases, max_rounds), 1 + slowdown)
     logs = np.log(cand / base)
     verdicts: list[str | None] = [None] * n_cases
-    per_case_alpha = alpha / n_cases  # Bonferroni over the compared cases, as fp8bench.sequential.judge
+    per_case_alpha = alpha / n_cases  # Bonferroni over the compared cases, as fp8bench.analysis.gate.sequential.judge
     per_case_same = 0.05 / n_cases  # the 95% level of the "same" bound
     rounds = min_rounds
     for rounds in range(min_rounds, max_rounds + 1):

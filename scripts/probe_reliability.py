@@ -766,7 +766,7 @@ def stored_data(tmp: Path, pg: str | None) -> None:
     probe("stored-data", "an older store holding such records is repaired on upgrade", migrated)
 
     def sqlite_refuses() -> tuple[bool, str]:
-        code = ("import sys; from fp8bench.store import open_store, StoreError; s = open_store(sys.argv[1]); "
+        code = ("import sys; from fp8bench.results.store import open_store, StoreError; s = open_store(sys.argv[1]); "
                 "s.add_run({'run_id': 't'}); "
                 "r = dict(workload='gemm', shape={'m': 1}, precision='bf16', backend='torch', device='cpu', "
                 "status='ok', n='abc', seq=0)\ntry:\n    s.add_records('t', [r])\nexcept StoreError as e:\n    print(e)")
@@ -794,7 +794,7 @@ def identity(tmp: Path) -> None:
         store = tmp / "id-rewind"
         fp8bench("ingest", write_json(tmp / "id-done.json", done), "--store", store)
         fp8bench("ingest", write_json(tmp / "id-partial.json", partial), "--store", store)
-        code = ("import sys; from fp8bench.store import open_store; r = open_store(sys.argv[1]).runs_frame()"
+        code = ("import sys; from fp8bench.results.store import open_store; r = open_store(sys.argv[1]).runs_frame()"
                 ".iloc[0]; print(r['status'], r['finished_at'])")
         shown = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True,
                                cwd=ROOT).stdout.strip()
@@ -842,7 +842,7 @@ def escaping(tmp: Path) -> None:
     probe("escaping", "payoff with a precision named [/]fp8", payoff)
 
     def remote() -> tuple[bool, str]:
-        code = ("from fp8bench.commits import commit_link, url_template; "
+        code = ("from fp8bench.core.commits import commit_link, url_template; "
                 "print(commit_link(url_template('javascript:alert(1)//{commit}'), 'abc'))")
         shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout.strip()
         return shown == "None", f"link from a javascript: remote: {shown}"
@@ -929,7 +929,7 @@ def read_only(tmp: Path) -> None:
             (tmp / f"ro-{name}").symlink_to(source / "fp8bench.sqlite")
         with open(source / "fp8bench.sqlite.lock", "a") as held:
             fcntl.flock(held, fcntl.LOCK_EX)
-            code = ("import sys, fp8bench.store as s; s.SCHEMA_LOCK_TIMEOUT_S = 2\ntry:\n    s.open_store(sys.argv[1])"
+            code = ("import sys, fp8bench.results.store as s; s.SCHEMA_LOCK_TIMEOUT_S = 2\ntry:\n    s.open_store(sys.argv[1])"
                     "\nexcept s.StoreError as e:\n    print(e)")
             outs = [subprocess.run([sys.executable, "-c", code, str(tmp / f"ro-{n}")], capture_output=True,
                                    text=True, cwd=ROOT) for n in ("a.sqlite", "b.sqlite")]

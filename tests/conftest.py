@@ -20,7 +20,7 @@ import torch  # noqa: E402
 # and that choice is lost once anything imports triton (torch.utils.flop_counter does, through Inductor); and the
 # registries are filled in their canonical order (the order `list` and "accepted: ..." messages show), whichever
 # test module happens to import a workload or backend first.
-from fp8bench.catalog import load_all
+from fp8bench.core.plugins import load_all
 
 load_all()
 

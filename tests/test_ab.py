@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8bench.ab import AbError, SideSpec, Worker, round_order
+from fp8bench.analysis.gate.ab import AbError, SideSpec, Worker, round_order
 from fp8bench.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def test_worker_needs_a_project_root(tmp_path):
 def test_git_refs_become_temporary_worktrees_and_are_removed(tmp_path):
     import subprocess
 
-    from fp8bench.ab import temporary_checkouts
+    from fp8bench.analysis.gate.ab import temporary_checkouts
 
     repo = tmp_path / "repo"
     subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(repo)], check=True, timeout=120)
@@ -69,7 +69,7 @@ def test_git_refs_become_temporary_worktrees_and_are_removed(tmp_path):
 
 
 def test_missing_plugin_module_is_named(monkeypatch):
-    from fp8bench.catalog import load_all
+    from fp8bench.core.plugins import load_all
 
     monkeypatch.setenv("FP8BENCH_PLUGINS", "fp8bench_no_such_plugin")
     with pytest.raises(ModuleNotFoundError, match="FP8BENCH_PLUGINS names 'fp8bench_no_such_plugin'"):
@@ -117,7 +117,7 @@ def test_ab_with_a_slowed_kernel_fails_and_names_the_case(tmp_path, results_dir,
     assert verdicts["gemm[m=64,n=64,k=64] fp32 torch cpu"]["verdict"] in ("same", "faster")
     assert verdicts["gemm[m=64,n=64,k=64] bf16 torch cpu"]["ratio"] > 2
     assert report.get("store_error") is None, report.get("store_error")
-    stored = __import__("fp8bench.store", fromlist=["open_store"]).open_store(results_dir).gate_reports_frame()
+    stored = __import__("fp8bench.results.store", fromlist=["open_store"]).open_store(results_dir).gate_reports_frame()
     assert list(stored["verdict"]) == ["regression"]
     assert "bf16" in (out / "report.md").read_text()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp8bench.alerts import BISECT, CONSECUTIVE_NIGHTS, AlertRule, find_alerts, new_alerts
+from fp8bench.analysis.alerts import BISECT, CONSECUTIVE_NIGHTS, AlertRule, find_alerts, new_alerts
 from tests.test_changes import history, noisy
 
 

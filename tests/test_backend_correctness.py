@@ -23,11 +23,11 @@ import os
 import pytest
 import torch
 
-from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-from fp8bench.devices import Device
-from fp8bench.numerics import compare
-from fp8bench.pipeline import BuildContext, Unsupported
-from fp8bench.recipes import PRECISIONS, FloatPrecision, resolve_precision
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Unsupported
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.numerics.accuracy import compare
+from fp8bench.numerics.recipes import PRECISIONS, FloatPrecision, resolve_precision
 
 load_all()
 CPU = Device("cpu")

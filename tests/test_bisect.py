@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fp8bench.bisect import (
+from fp8bench.analysis.bisect import (
     SAME,
     SKIP,
     SLOWER,

@@ -8,9 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8bench.changes import ChangeConfig, HistoryDepth, find_changes, history_depth, new_since, noise_sigma
+from fp8bench.analysis.changes import (
+    ChangeConfig,
+    HistoryDepth,
+    find_changes,
+    history_depth,
+    new_since,
+    noise_sigma,
+)
 from fp8bench.cli import main
-from fp8bench.store import open_store
+from fp8bench.results.store import open_store
 from tests.gate_fixtures import record
 
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.runfile import read_run_file
-from fp8bench.store import open_store
+from fp8bench.results.runfile import read_run_file
+from fp8bench.results.store import open_store
 
 
 def run_cli(capsys, *argv):
@@ -139,7 +139,7 @@ def test_fast_accum_sweep_runs_each_fp8_case_in_both_modes(capsys, results_dir):
     records = json.loads(out.strip().splitlines()[-1])["records"]
     modes = sorted((r["precision"], r["accumulation"]) for r in records)
     assert modes == [("bf16", None), ("fp8_rowwise", "fast_forward"), ("fp8_rowwise", "full")]
-    from fp8bench.records import case_key
+    from fp8bench.core.records import case_key
 
     assert len({case_key(r) for r in records}) == 3 and any("/full-accum" in case_key(r) for r in records)
 

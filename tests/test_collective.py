@@ -9,10 +9,10 @@ import sys
 import pytest
 from rich.console import Console
 
+from fp8bench.analysis.report import render_bandwidths
 from fp8bench.cli import main
-from fp8bench.report import render_bandwidths
-from fp8bench.runfile import read_run_file
-from fp8bench.shapes import ShapeError
+from fp8bench.core.shapes import ShapeError
+from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.collective import COLLECTIVE
 
 TORCHRUN_TIMEOUT_S = 400  # two processes on a loaded 2-core machine; a hang fails here instead of blocking CI

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from fp8bench.commits import commit_link, commit_order, url_template, web_url
+from fp8bench.core.commits import commit_link, commit_order, url_template, web_url
 
 
 def frame(commits, depth=None, time=None, started=None):

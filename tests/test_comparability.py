@@ -1,7 +1,7 @@
 """The comparability key: which two measurements of a case may be compared at all."""
 
-from fp8bench.comparability import comparability_key, key_string
-from fp8bench.records import case_key
+from fp8bench.core.comparability import comparability_key, key_string
+from fp8bench.core.records import case_key
 
 RUN = {"device": {"name": "NVIDIA H100 80GB HBM3"}, "software": {"torch": "2.13.0", "cuda_runtime": "12.9"},
        "settings": {"flush_l2": True, "seed": 0, "threads": None}}
@@ -24,8 +24,8 @@ def test_records_from_before_accumulation_was_recorded_keep_their_keys() -> None
 
 
 def test_fast_accumulation_defaults_match_the_recipe_registry() -> None:
-    from fp8bench.recipes import PRECISIONS, Fp8Recipe
-    from fp8bench.records import FAST_ACCUM_BY_DEFAULT
+    from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT
+    from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe
 
     assert tuple(name for name, p in PRECISIONS.items()
                                           if isinstance(p, Fp8Recipe) and p.fast_accum) == FAST_ACCUM_BY_DEFAULT
@@ -56,7 +56,7 @@ def test_te_block_scaling_with_fp32_scales_is_never_compared_with_records_that_d
     """TE's Float8BlockScaling ran power-of-two scales by default; fp8bench now runs it with FP32 scales and states
     them. Records that state no scale format (written before, when TE's default most likely applied) stay apart,
     and the gate names the field with both values."""
-    from fp8bench.comparability import describe_differences
+    from fp8bench.core.comparability import describe_differences
 
     stated = comparability_key({**TE_BLOCK, "scale_format": "fp32"}, RUN)
     older = comparability_key(TE_BLOCK, RUN)

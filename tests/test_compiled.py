@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8bench.capabilities import backend_reason
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext
+from fp8bench.hardware.capabilities import backend_reason
 from fp8bench.kernels import compiled, torch_backend
-from fp8bench.pipeline import BuildContext
-from fp8bench.recipes import resolve_precision
+from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 CPU = Device("cpu")
@@ -46,8 +46,8 @@ def test_compiled_rowwise_matches_eager_and_records_compile_time() -> None:
 
 @pytest.mark.slow
 def test_compiled_quantize_is_bit_identical_to_the_shared_quantizer() -> None:
-    from fp8bench.quantize import quantize_rowwise
-    from fp8bench.scaled_gemm import ScaledGemm
+    from fp8bench.numerics.quantize import quantize_rowwise
+    from fp8bench.numerics.scaled_gemm import ScaledGemm
 
     prec = resolve_precision("fp8_rowwise")
     kernel = ScaledGemm(prec.granularity, False)
@@ -73,8 +73,8 @@ def test_compiled_bf16_gemm_runs_and_is_exact_to_bf16() -> None:
 
 @pytest.mark.slow
 def test_compiled_attention_layers_match_the_eager_fp8_linear() -> None:
-    from fp8bench.catalog import BACKENDS, load_all
-    from fp8bench.numerics import compare
+    from fp8bench.core.plugins import BACKENDS, load_all
+    from fp8bench.numerics.accuracy import compare
     from fp8bench.workloads.attention import ATTENTION
 
     load_all()

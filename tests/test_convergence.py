@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from fp8bench.catalog import WORKLOADS, load_all
 from fp8bench.cli import main
-from fp8bench.convergence import BROKEN, ConvergenceSettings, Curve, assess, smooth, train_curve
-from fp8bench.devices import resolve_device
-from fp8bench.recipes import resolve_precision
-from fp8bench.store import open_store
+from fp8bench.core.devices import resolve_device
+from fp8bench.core.plugins import WORKLOADS, load_all
+from fp8bench.measure.convergence import BROKEN, ConvergenceSettings, Curve, assess, smooth, train_curve
+from fp8bench.numerics.recipes import resolve_precision
+from fp8bench.results.store import open_store
 
 load_all()
 SETTINGS = ConvergenceSettings(steps=40, window=5, tolerance=0.05, diverge_gap=0.25, spike_factor=2.0)

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from fp8bench import cpu_fp8_rate
 from fp8bench.cli import main
-from fp8bench.cpu_fp8_rate import SLOW_FACTOR, CpuFp8Rate, measure_cpu_fp8_rate
+from fp8bench.hardware import cpu_fp8_rate
+from fp8bench.hardware.cpu_fp8_rate import SLOW_FACTOR, CpuFp8Rate, measure_cpu_fp8_rate
 
 
 def test_slow_path_rule():

@@ -1,10 +1,10 @@
 """CUDA conformance: every scaled GEMM of every FP8 path, replayed on fake CUDA tensors for real target GPUs.
 
 For each case (workload x FP8 recipe x element format x backend) and each target in
-:data:`fp8bench.conformance.TARGETS`, the capability matrix decides whether fp8bench runs the case there. Then:
+:data:`fp8bench.hardware.conformance.TARGETS`, the capability matrix decides whether fp8bench runs the case there. Then:
 
 * a case fp8bench runs must build on the simulated target with every scaled GEMM accepted by torch's meta
-  functions and by the CUDA rules of :mod:`fp8bench.capabilities`, and it must issue at least one scaled GEMM;
+  functions and by the CUDA rules of :mod:`fp8bench.hardware.capabilities`, and it must issue at least one scaled GEMM;
 * a case the capability matrix refuses for a GEMM rule must really be refused when replayed (no refusal is made
   up), and the skip reason names the rule.
 
@@ -17,12 +17,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8bench import capabilities, torch_api
-from fp8bench.capabilities import CudaTarget, ScaledGemmSpec, ScaleLayout, parse_version, scaled_gemm_reason
-from fp8bench.catalog import load_all
-from fp8bench.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
-from fp8bench.devices import Device
-from fp8bench.recipes import Fp8Recipe, resolve_precision
+from fp8bench.core.devices import Device
+from fp8bench.core.plugins import load_all
+from fp8bench.hardware import capabilities
+from fp8bench.hardware.capabilities import (
+    CudaTarget,
+    ScaledGemmSpec,
+    ScaleLayout,
+    parse_version,
+    scaled_gemm_reason,
+)
+from fp8bench.hardware.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
+from fp8bench.numerics import torch_api
+from fp8bench.numerics.recipes import Fp8Recipe, resolve_precision
 
 load_all()  # registries in their canonical order before any test imports one backend module on its own
 CUDA = Device("cuda", 0)
@@ -283,9 +290,9 @@ def test_mxfp4_scales_are_counted_on_the_unpacked_k_as_cuda_counts_them() -> Non
     (a count CUDA refuses). The replay holds the CUDA rule."""
     import torch.nn.functional as F
 
-    from fp8bench.quantize import quantize_mx
-    from fp8bench.recipes import PRECISIONS
-    from fp8bench.scaled_gemm import to_blocked_scales
+    from fp8bench.numerics.quantize import quantize_mx
+    from fp8bench.numerics.recipes import PRECISIONS
+    from fp8bench.numerics.scaled_gemm import to_blocked_scales
 
     fmt = PRECISIONS.get("mxfp4").forward_format  # type: ignore[union-attr]
     # K = 512 values, 256 bytes: 16 scale columns counted on the unpacked K, 8 on the packed one.
@@ -308,8 +315,8 @@ def test_mxfp4_scales_are_counted_on_the_unpacked_k_as_cuda_counts_them() -> Non
 def test_nvfp4_passes_two_scale_levels_and_a_bad_layout_is_refused_by_meta() -> None:
     import torch.nn.functional as F
 
-    from fp8bench.quantize import quantize_nvfp4
-    from fp8bench.scaled_gemm import fp8_scaled_mm, to_blocked_scales
+    from fp8bench.numerics.quantize import quantize_nvfp4
+    from fp8bench.numerics.scaled_gemm import fp8_scaled_mm, to_blocked_scales
 
     b200 = TARGETS["b200-torch2.13"]
     qa, qb = quantize_nvfp4(torch.randn(192, 256)), quantize_nvfp4(torch.randn(128, 256))

@@ -22,17 +22,17 @@ from fake_cuda_runtime import (
     FakeCuda,
 )
 
-from fp8bench import energy
-from fp8bench.catalog import BACKENDS, WORKLOADS, Backend, Workload, load_all
-from fp8bench.comparability import comparability_key
-from fp8bench.cuda_graphs import CAPTURE_ERROR_MODE, WARMUP_CALLS, CaptureRefused, GraphCapturer
-from fp8bench.devices import Device
-from fp8bench.energy import WindowMeter, WindowPolicy
-from fp8bench.pipeline import Pipeline
-from fp8bench.recipes import resolve_precision
-from fp8bench.records import TIMING_MODES, Record, case_key
-from fp8bench.runner import Case, CaseMeasurer, RunSettings
-from fp8bench.timing import CudaTimer, SamplingPolicy, TimingMode, timing_mode_for
+from fp8bench.core.comparability import comparability_key
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, Backend, Workload, load_all
+from fp8bench.core.records import TIMING_MODES, Record, case_key
+from fp8bench.energy import meters as energy
+from fp8bench.energy.meters import WindowMeter, WindowPolicy
+from fp8bench.measure.cuda_graphs import CAPTURE_ERROR_MODE, WARMUP_CALLS, CaptureRefused, GraphCapturer
+from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings
+from fp8bench.measure.timing import CudaTimer, SamplingPolicy, TimingMode, timing_mode_for
+from fp8bench.numerics.recipes import resolve_precision
 
 load_all()
 GPU1 = Device("cuda", 1)
@@ -373,7 +373,7 @@ def test_comparability_key_separates_graph_from_eager_and_keeps_eager_keys():
 
 
 def test_gate_never_compares_graph_with_eager():
-    from fp8bench.gate import gate
+    from fp8bench.analysis.gate.verdicts import gate
     from tests.gate_fixtures import payload, record
 
     eager = record(64, "bf16", [1e-3] * 12)
@@ -385,8 +385,8 @@ def test_gate_never_compares_graph_with_eager():
 
 
 def test_store_queries_and_dashboard_label_graph_records_apart(results_dir):
-    from fp8bench.store import open_store
-    from fp8bench.store_queries import GRAPH_LABEL, RecordFilter, filter_options, latest_records
+    from fp8bench.results.store import open_store
+    from fp8bench.results.store.queries import GRAPH_LABEL, RecordFilter, filter_options, latest_records
     from tests.gate_fixtures import payload, record
 
     store = open_store(results_dir)
@@ -406,7 +406,7 @@ def test_store_queries_and_dashboard_label_graph_records_apart(results_dir):
 
 
 def test_cpu_records_say_cpu_timing_without_flush():
-    from fp8bench.runner import expand_cases
+    from fp8bench.measure.runner import expand_cases
 
     (case,) = expand_cases([("gemm", ["32x32x32"])], ["bf16"], ["torch"], RunSettings(device="cpu"))
     record = CaseMeasurer(RunSettings(device="cpu", policy=POLICY, warmup_s=0.0, energy=False),
@@ -450,7 +450,7 @@ def test_gpu_capture_refuses_a_host_synchronization():
 @pytest.mark.gpu
 def test_gpu_graph_mode_runs_a_gemm_case():
     device = _last_gpu()
-    from fp8bench.runner import expand_cases
+    from fp8bench.measure.runner import expand_cases
 
     s = RunSettings(device=str(device), budget_s=20, policy=POLICY, energy=False, cuda_graph=True)
     (case,) = expand_cases([("gemm", ["1024x1024x1024"])], ["bf16"], ["torch"], s)

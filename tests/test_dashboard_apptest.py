@@ -20,9 +20,9 @@ pytest.importorskip("plotly")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import fp8bench.dashboard  # noqa: E402
+from fp8bench.analysis.stats import compare_samples  # noqa: E402
 from fp8bench.dashboard.data import FILL_COMMAND, STORE_ENV, loss_curve, shape_label  # noqa: E402
-from fp8bench.stats import compare_samples  # noqa: E402
-from fp8bench.store import open_store  # noqa: E402
+from fp8bench.results.store import open_store  # noqa: E402
 
 APP = Path(fp8bench.dashboard.__file__).parent / "app.py"
 TITLES = {"overview": "Overview: does FP8 pay off?", "roofline": "Roofline", "phases": "Phases", "energy": "Energy",
@@ -86,7 +86,7 @@ def test_overview_table_shows_the_stored_times_and_speedups(monkeypatch, cpu_run
         assert row.speedup_e2e == pytest.approx(ok.loc[("bf16", row.backend), "median_s"] / rec["median_s"])
     assert set(shown["shape_label"]) == {"128x128x128"}
     # Each row carries the command that measures its case again: the one stored with its record.
-    from fp8bench.store import open_store
+    from fp8bench.results.store import open_store
 
     payload = open_store(cpu_run_store["dir"]).run_payload(cpu_run_store["run_ids"][-1])
     commands = {(r["precision"], r["backend"]): r["repro"] for r in payload["records"] if r["workload"] == "gemm"}

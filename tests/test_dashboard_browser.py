@@ -249,7 +249,7 @@ def test_url_parameters_and_stored_names_render_as_text_not_markup(browser, tmp_
     """The probes: `?backend=[Session expired](http://evil.example)` once showed a live link, `![x](http://host/
     pixel)` made the browser fetch it, and a stored device name did the same through the filter warning; the
     same name in plotly's HTML (`<a href>`) became a link on the heatmap."""
-    from fp8bench.store import open_store
+    from fp8bench.results.store import open_store
     from tests.gate_fixtures import payload, record
 
     pixel = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PixelHandler)

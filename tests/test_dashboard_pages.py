@@ -21,10 +21,10 @@ pytest.importorskip("plotly")
 
 from test_dashboard_apptest import TITLES, no_failures, open_app  # noqa: E402
 
+from fp8bench.analysis.payoff import WORKLOAD_ORDER  # noqa: E402
+from fp8bench.core.shapes import shape_label  # noqa: E402
 from fp8bench.dashboard.widgets import LABEL_WIDTH  # noqa: E402
-from fp8bench.payoff import WORKLOAD_ORDER  # noqa: E402
-from fp8bench.shapes import shape_label  # noqa: E402
-from fp8bench.store import open_store  # noqa: E402
+from fp8bench.results.store import open_store  # noqa: E402
 from tests.gate_fixtures import payload, record  # noqa: E402
 
 PAGES = {**TITLES, "regressions": "Regressions"}
@@ -67,12 +67,12 @@ def test_every_page_draws_every_record_the_product_writes(monkeypatch, every_sto
 
 
 def test_a_page_that_raises_shows_one_line_and_a_hint_not_a_traceback(monkeypatch, every_store, caplog):
-    import fp8bench.payoff
+    import fp8bench.analysis.payoff
 
     def broken(*args, **kwargs):
         raise RuntimeError("the summary broke\n  File \"/srv/fp8bench/payoff.py\", line 1")
 
-    monkeypatch.setattr(fp8bench.payoff, "payoff_table", broken)
+    monkeypatch.setattr(fp8bench.analysis.payoff, "payoff_table", broken)
     at = open_app(monkeypatch, every_store["dir"], "payoff")
     assert not at.exception, [e.value for e in at.exception]
     [error] = [as_read(e.value) for e in at.error]

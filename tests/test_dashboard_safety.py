@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 import fp8bench.dashboard  # noqa: E402
 from fp8bench.dashboard.data import STORE_ENV  # noqa: E402
 from fp8bench.dashboard.safe_text import md_text, safe_figure  # noqa: E402
-from fp8bench.store import open_store  # noqa: E402
+from fp8bench.results.store import open_store  # noqa: E402
 from tests.gate_fixtures import payload, record  # noqa: E402
 
 APP = str(Path(fp8bench.dashboard.__file__).parent / "app.py")

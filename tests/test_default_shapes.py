@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fp8bench.catalog import WORKLOADS, load_all
 from fp8bench.cli import build_parser, main
 from fp8bench.commands.run import _plan
+from fp8bench.core.plugins import WORKLOADS, load_all
 
 load_all()
 

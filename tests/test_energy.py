@@ -8,10 +8,11 @@ import pynvml
 import pytest
 from fake_nvml import FakeGpu, make_pynvml
 
-from fp8bench import energy
-from fp8bench.catalog import load_all
-from fp8bench.devices import Device
-from fp8bench.energy import (
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
+from fp8bench.core.plugins import load_all
+from fp8bench.energy import meters as energy
+from fp8bench.energy.meters import (
     EnergyReading,
     MeterUnavailable,
     NullMeter,
@@ -23,10 +24,9 @@ from fp8bench.energy import (
     nvml_meter,
     rapl_meter,
 )
-from fp8bench.pipeline import Pipeline
-from fp8bench.rapl import RaplCounter, RaplUnavailable
-from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
-from fp8bench.timing import SamplingPolicy
+from fp8bench.energy.rapl import RaplCounter, RaplUnavailable
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
+from fp8bench.measure.timing import SamplingPolicy
 
 load_all()
 CPU = Device("cpu")

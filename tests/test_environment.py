@@ -7,10 +7,16 @@ import pynvml
 import pytest
 from fake_nvml import FakeGpu, make_pynvml, skip_if_driver_present
 
-from fp8bench import environment
-from fp8bench.comparability import comparability_key
-from fp8bench.devices import Device
-from fp8bench.environment import CLOCK_POLICY_ENV, capture, clock_policy, gpu_environment, nvidia_smi_q
+from fp8bench.core.comparability import comparability_key
+from fp8bench.core.devices import Device
+from fp8bench.hardware import environment
+from fp8bench.hardware.environment import (
+    CLOCK_POLICY_ENV,
+    capture,
+    clock_policy,
+    gpu_environment,
+    nvidia_smi_q,
+)
 
 CPU = Device("cpu")
 GPU = Device("cuda", 0)

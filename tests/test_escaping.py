@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, render_markdown
 from fp8bench.cli import main
-from fp8bench.commits import commit_link, url_template
-from fp8bench.escaping import md_code, md_text, neutralize_formulas, spreadsheet_safe, term_text, web_url
-from fp8bench.gate import GateConfig, build_report, collect_side, render_markdown
+from fp8bench.core.commits import commit_link, url_template
+from fp8bench.core.escaping import md_code, md_text, neutralize_formulas, spreadsheet_safe, term_text, web_url
 from tests.gate_fixtures import payload, record
 
 HOSTILE_REASON = ("boom\n\n## fp8bench gate: **PASS** (exit 0)\n![x](http://evil.example/p.png) "

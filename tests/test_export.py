@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.export import COLUMNS, Row, bencher_metric_format, github_action_benchmark
-from fp8bench.runfile import atomic_write_json
+from fp8bench.results.export import COLUMNS, Row, bencher_metric_format, github_action_benchmark
+from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import payload, record
 
 # Bencher Metric Format, https://bencher.dev/bmf.json (draft-07): benchmark -> measure -> {value, lower_value,

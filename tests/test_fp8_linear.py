@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from fp8bench.formats import E5M2, rounding_sqnr_db
-from fp8bench.fp8_linear import EMULATED, NATIVE, Fp8Linear, swap_linears
-from fp8bench.numerics import compare
-from fp8bench.recipes import resolve_precision
+from fp8bench.numerics.accuracy import compare
+from fp8bench.numerics.formats import E5M2, rounding_sqnr_db
+from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, swap_linears
+from fp8bench.numerics.recipes import resolve_precision
 
 M, K, N = 256, 128, 128  # whole 128-blocks, so every recipe (blockwise included) takes the shape
 # A GEMM's SQNR sits below one rounding's: two rounded operands add their noise (-3 dB) and per-group scales put
@@ -162,8 +162,8 @@ def test_autocast_input_is_quantized_from_the_autocast_dtype():
 @pytest.mark.parametrize("precision", ["fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8",
                                        "nvfp4", "mxfp4"])
 def test_native_gemms_on_cuda_agree_with_emulated(precision):
-    from fp8bench.capabilities import capabilities_for
-    from fp8bench.devices import resolve_device
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.hardware.capabilities import capabilities_for
 
     device = resolve_device("cuda")
     # Stochastic rounding draws differ between the two layers: compare the deterministic 4-bit path.
@@ -193,7 +193,7 @@ def _fp4_layer(precision: str, w: torch.Tensor, **options) -> Fp8Linear:
 
 @pytest.mark.parametrize("precision", ["nvfp4", "mxfp4"])
 def test_four_bit_layers_match_fp64_within_e2m1_tolerance(precision):
-    """E2M1 operands in all three GEMMs: about 20 dB per operand (fp8bench.predicted_sqnr), a GEMM a few dB
+    """E2M1 operands in all three GEMMs: about 20 dB per operand (fp8bench.numerics.predicted_sqnr), a GEMM a few dB
     below; far under any FP8 recipe (E4M3 GEMMs reach ~28 dB)."""
     x, w, dy = _problem(7)
     torch.manual_seed(0)

@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from fp8bench.cli import main
-from fp8bench.gate import (
+from fp8bench.analysis.gate.verdicts import (
     EXIT_INCONCLUSIVE,
     EXIT_PASS,
     EXIT_REGRESSION,
@@ -21,8 +20,9 @@ from fp8bench.gate import (
     parse_override,
     render_markdown,
 )
-from fp8bench.runfile import atomic_write_json
-from fp8bench.store import open_store
+from fp8bench.cli import main
+from fp8bench.results.runfile import atomic_write_json
+from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record, rounds
 
 CASES = {(64, "bf16"): 1e-3, (64, "fp32"): 2e-3, (128, "bf16"): 4e-3}

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from fp8bench.cli import main
-from fp8bench.gate import (
+from fp8bench.analysis.gate.metrics import floor_for, metric_value, parse_sqnr_floor, sqnr_verdict
+from fp8bench.analysis.gate.verdicts import (
     EXIT_INCONCLUSIVE,
     EXIT_PASS,
     EXIT_REGRESSION,
@@ -17,8 +17,8 @@ from fp8bench.gate import (
     gate,
     render_markdown,
 )
-from fp8bench.gate_metrics import floor_for, metric_value, parse_sqnr_floor, sqnr_verdict
-from fp8bench.runfile import atomic_write_json
+from fp8bench.cli import main
+from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import payload, record
 
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fp8bench.cli import main
-from fp8bench.gate import (
+from fp8bench.analysis.gate.verdicts import (
     EXIT_INCONCLUSIVE,
     EXIT_PASS,
     REPORT_MARKER,
@@ -14,7 +13,8 @@ from fp8bench.gate import (
     merge_rerun,
     render_markdown,
 )
-from fp8bench.runfile import atomic_write_json
+from fp8bench.cli import main
+from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import rounds
 
 CASES = {(64, "bf16"): 1e-3, (64, "fp32"): 2e-3}

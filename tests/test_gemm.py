@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-from fp8bench.devices import Device
-from fp8bench.formats import rounding_sqnr_db
-from fp8bench.numerics import compare
-from fp8bench.pipeline import BuildContext
-from fp8bench.recipes import PRECISIONS, resolve_precision
-from fp8bench.shapes import ShapeError
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.shapes import ShapeError
+from fp8bench.numerics.accuracy import compare
+from fp8bench.numerics.formats import rounding_sqnr_db
+from fp8bench.numerics.recipes import PRECISIONS, resolve_precision
 
 load_all()
 GEMM = WORKLOADS.get("gemm")

@@ -9,15 +9,15 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
 from fp8bench.cli import main
-from fp8bench.conformance import TARGETS, CudaRefusal, emulating, replay_case
-from fp8bench.devices import Device
-from fp8bench.grouped_rules import GROUPED_RULES
-from fp8bench.numerics import compare
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
-from fp8bench.recipes import PRECISIONS, resolve_precision
-from fp8bench.shapes import ShapeError, label
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.shapes import ShapeError, label
+from fp8bench.hardware.conformance import TARGETS, CudaRefusal, emulating, replay_case
+from fp8bench.hardware.grouped_rules import GROUPED_RULES
+from fp8bench.numerics.accuracy import compare
+from fp8bench.numerics.recipes import PRECISIONS, resolve_precision
 from fp8bench.workloads.grouped_gemm import routing, zipf_probabilities
 from fp8bench.workloads.shape_sets import SHAPE_SETS
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fp8bench.ingest import from_pytest_benchmark, load_side, read_results_file
-from fp8bench.runfile import RunFileError, atomic_write_json
-from fp8bench.store import open_store
+from fp8bench.results.ingest import from_pytest_benchmark, load_side, read_results_file
+from fp8bench.results.runfile import RunFileError, atomic_write_json
+from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record
 
 

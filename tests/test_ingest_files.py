@@ -13,7 +13,7 @@ import pytest
 
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_OK, EXIT_USAGE
-from fp8bench.store import open_store
+from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record
 
 

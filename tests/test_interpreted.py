@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
-from fp8bench.catalog import BACKENDS, Backend, load_all
-from fp8bench.devices import Device
-from fp8bench.gate import gate
-from fp8bench.pipeline import BuildContext, Pipeline
-from fp8bench.report import baseline_index, speedups
-from fp8bench.runner import INTERPRETED_REASON, CaseMeasurer, RunSettings, expand_cases
+from fp8bench.analysis.gate.verdicts import gate
+from fp8bench.analysis.report import baseline_index, speedups
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.plugins import BACKENDS, Backend, load_all
+from fp8bench.measure.runner import INTERPRETED_REASON, CaseMeasurer, RunSettings, expand_cases
 from tests.gate_fixtures import payload, record, rounds
 
 load_all()

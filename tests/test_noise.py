@@ -12,8 +12,9 @@ import os
 import pytest
 from rich.console import Console
 
+from fp8bench.analysis.report import render_table
 from fp8bench.cli import main
-from fp8bench.noise import (
+from fp8bench.core.noise import (
     NOISY_SPREAD,
     HostLoad,
     host_load,
@@ -23,7 +24,6 @@ from fp8bench.noise import (
     relative_spread,
     run_load,
 )
-from fp8bench.report import render_table
 from tests.gate_fixtures import record
 
 

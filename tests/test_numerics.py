@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from fp8bench.numerics import compare, worst
+from fp8bench.numerics.accuracy import compare, worst
 
 
 def test_exact_match_has_infinite_sqnr_stored_as_null():

@@ -5,7 +5,7 @@ import pynvml
 import pytest
 from fake_nvml import FakeGpu, make_pynvml, skip_if_driver_present
 
-from fp8bench import nvml
+from fp8bench.energy import nvml
 
 
 def test_without_a_driver_open_device_says_why():

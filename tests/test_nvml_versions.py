@@ -18,9 +18,11 @@ import pynvml
 import pytest
 from fake_nvml import RELEASES, FakeGpu, make_pynvml, release_surface
 
-from fp8bench import energy, environment, nvml
-from fp8bench.devices import Device
-from fp8bench.energy import WindowPolicy, nvml_meter
+from fp8bench.core.devices import Device
+from fp8bench.energy import meters as energy
+from fp8bench.energy import nvml
+from fp8bench.energy.meters import WindowPolicy, nvml_meter
+from fp8bench.hardware import environment
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [Path(m.__file__) for m in (nvml, energy, environment)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.runfile import RunFileError
+from fp8bench.results.runfile import RunFileError
 from tests.gate_fixtures import payload, record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,8 +72,8 @@ def test_export_out_keeps_an_existing_file_unless_force(tmp_path, run_file, caps
 
 def test_a_link_that_appears_between_the_check_and_the_write_is_not_replaced(tmp_path, monkeypatch):
     """The no-overwrite write links the new file into place, which fails if anything appeared there meanwhile."""
-    import fp8bench.runfile as runfile
-    from fp8bench.runfile import write_user_file
+    import fp8bench.results.runfile as runfile
+    from fp8bench.results.runfile import write_user_file
 
     out = tmp_path / "out.csv"
     victim = tmp_path / "victim.txt"

@@ -7,9 +7,16 @@ import json
 import pandas as pd
 import pytest
 
+from fp8bench.analysis.payoff import (
+    NEVER,
+    case_size,
+    cell_speedups,
+    in_reading_order,
+    is_scaled,
+    payoff_table,
+)
 from fp8bench.cli import main
-from fp8bench.payoff import NEVER, case_size, cell_speedups, in_reading_order, is_scaled, payoff_table
-from fp8bench.store import open_store
+from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record
 
 SIZES = (256, 512, 1024, 2048)

@@ -10,9 +10,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fp8bench import peaks
-from fp8bench.devices import Device
-from fp8bench.peaks import (
+from fp8bench.core.devices import Device
+from fp8bench.hardware import peaks
+from fp8bench.hardware.peaks import (
     CEILING_MAX_AGE,
     Peaks,
     above_ceiling,
@@ -23,7 +23,7 @@ from fp8bench.peaks import (
     peak_key,
     table_peak,
 )
-from fp8bench.recipes import PRECISIONS
+from fp8bench.numerics.recipes import PRECISIONS
 
 
 def test_every_table_value_names_a_known_source():

@@ -1,4 +1,4 @@
-"""Phase purity and capture purity (:mod:`fp8bench.phase_audit`): every timed region holds only what its name says.
+"""Phase purity and capture purity (:mod:`fp8bench.hardware.phase_audit`): every timed region holds only what its name says.
 
 Two classes of defect are caught here, on a CPU, for every backend x precision x workload that runs:
 
@@ -20,10 +20,10 @@ import functools
 import pytest
 import torch
 
-import fp8bench.quantize
-from fp8bench.catalog import BACKENDS, load_all
-from fp8bench.phase_audit import AUDIT_SHAPES, Auditor, CaseAudit, RegionAudit, audit_case
-from fp8bench.recipes import PRECISIONS
+import fp8bench.numerics.quantize
+from fp8bench.core.plugins import BACKENDS, load_all
+from fp8bench.hardware.phase_audit import AUDIT_SHAPES, Auditor, CaseAudit, RegionAudit, audit_case
+from fp8bench.numerics.recipes import PRECISIONS
 
 load_all()
 
@@ -53,8 +53,8 @@ def test_every_way_of_reading_a_device_value_is_a_host_synchronization(read) -> 
 
 
 def test_host_tensors_moved_in_a_timed_region_are_host_to_device_copies(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fp8bench.quantize, "_AUDIT_TEST_TABLE", torch.arange(8.0), raising=False)
-    constant = _audit(lambda x: fp8bench.quantize._AUDIT_TEST_TABLE.to(x.device))  # a module-level constant
+    monkeypatch.setattr(fp8bench.numerics.quantize, "_AUDIT_TEST_TABLE", torch.arange(8.0), raising=False)
+    constant = _audit(lambda x: fp8bench.numerics.quantize._AUDIT_TEST_TABLE.to(x.device))  # a module-level constant
     built = _audit(lambda x: torch.ones(16, 16).to(x.device) @ x.t())  # a factory call without device=
     literal = _audit(lambda x: torch.tensor([0.5, 1.0], device=x.device))  # device data from Python values
     for region in (constant, built, literal):
@@ -143,7 +143,7 @@ def test_four_bit_cases_pass_a_simulated_capture(workload: str) -> None:
     ("fp8_blockwise", "h100-torch2.10", "aten._scaled_mm_v2"), ("nvfp4", "b200-torch2.14", "aten._scaled_mm_v2")])
 def test_the_gemm_phase_is_the_kernel_alone_through_either_entry_point(precision: str, target: str, op: str) -> None:
     """On torch 2.9 block scales go through torch._scaled_mm, with their own layouts: prepared in quantize too."""
-    from fp8bench.conformance import TARGETS
+    from fp8bench.hardware.conformance import TARGETS
 
     case = audit_case("gemm", AUDIT_SHAPES["gemm"][0], precision, "torch", targets=(TARGETS[target],))
     assert case.status == "audited" and case.gemm_phase is not None, case.status

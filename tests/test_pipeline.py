@@ -1,4 +1,4 @@
-"""One rule for errors at every backend's vendor boundary (:func:`fp8bench.pipeline.refusals`):
+"""One rule for errors at every backend's vendor boundary (:func:`fp8bench.core.pipeline.refusals`):
 
 * a documented refusal of the library is ``skipped`` with the library's own message;
 * running out of device memory is ``failed: out of memory``, with the allocator's cache emptied and the run going on;
@@ -17,12 +17,12 @@ import pytest
 import torch
 from fake_cuda_runtime import ILLEGAL_ADDRESS, LAUNCH_FAILURE, cuda_error
 
-from fp8bench.catalog import BACKENDS, Backend, load_all
-from fp8bench.devices import Device
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported, refusals
-from fp8bench.recipes import resolve_precision
-from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases
-from fp8bench.timing import SamplingPolicy
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.core.plugins import BACKENDS, Backend, load_all
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
+from fp8bench.measure.timing import SamplingPolicy
+from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 load_all()
@@ -46,7 +46,7 @@ def test_out_of_memory_is_never_a_refusal(errors):
 
 def test_cuda_out_of_memory_reported_as_a_plain_runtime_error_is_out_of_memory_too():
     """Libraries that call CUDA themselves report cudaErrorMemoryAllocation with CUDA's string, 'out of memory'."""
-    from fp8bench.pipeline import is_out_of_memory
+    from fp8bench.core.pipeline import is_out_of_memory
 
     plain = RuntimeError("CUDA Error: out of memory")
     assert is_out_of_memory(plain) and is_out_of_memory(OOM)
@@ -165,7 +165,7 @@ def _raiser(error: BaseException):
 
 def _torch_gemm(monkeypatch, error):
     from fp8bench.kernels import torch_backend
-    from fp8bench.scaled_gemm import ScaledGemm
+    from fp8bench.numerics.scaled_gemm import ScaledGemm
 
     monkeypatch.setattr(ScaledGemm, "__call__", _raiser(error))  # the kernel launch
     return torch_backend.build_gemm(_gemm_ctx("fp8_rowwise"))

@@ -1,4 +1,4 @@
-"""Profiles on demand (fp8bench.profiling): a trace per case from a pass outside the timed samples, its phase
+"""Profiles on demand (fp8bench.measure.profiling): a trace per case from a pass outside the timed samples, its phase
 ranges and top ops in the record and the store, and the nsys command line that reruns exactly one case."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 
 from fp8bench.cli import build_parser, main
 from fp8bench.commands import run as run_command
-from fp8bench.devices import Device
-from fp8bench.pipeline import Pipeline
-from fp8bench.profiling import (
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
+from fp8bench.measure.profiling import (
     NSYS_PROFILE_FLAGS,
     RANGE_PREFIX,
     CaseProfiler,
@@ -24,9 +24,9 @@ from fp8bench.profiling import (
     profile_iterations,
     top_ops,
 )
-from fp8bench.runner import CaseMeasurer, RunSettings, expand_cases, with_policy
-from fp8bench.store import open_store
-from fp8bench.timing import CpuTimer
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases, with_policy
+from fp8bench.measure.timing import CpuTimer
+from fp8bench.results.store import open_store
 
 CPU = Device("cpu")
 FP8_CASE = ["--shape", "64x64x64", "--precision", "fp8_tensorwise", "--backend", "emulated", "--device", "cpu",
@@ -109,7 +109,7 @@ def test_profiling_never_enters_a_timed_sample(tmp_path):
 
 
 def test_a_failing_profiler_loses_the_profile_not_the_measurement(tmp_path, monkeypatch):
-    import fp8bench.profiling as profiling
+    import fp8bench.measure.profiling as profiling
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("profiler already enabled on this thread")

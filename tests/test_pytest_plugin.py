@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.ingest import read_results_file
-from fp8bench.store import open_store
+from fp8bench.results.ingest import read_results_file
+from fp8bench.results.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "workloads" / "suites" / "ci_bench"
@@ -33,7 +33,7 @@ def test_case_runs_quickly_when_benchmarks_are_disabled(fp8bench_case, request):
 
 
 def test_bad_case_names_are_refused(fp8bench_case):
-    from fp8bench.registry import UnknownNameError
+    from fp8bench.core.registry import UnknownNameError
 
     with pytest.raises(UnknownNameError, match="fp9"):
         fp8bench_case("gemm", "64x64x64", "fp9")

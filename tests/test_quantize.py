@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from fp8bench.formats import E4M3, E5M2
-from fp8bench.quantize import (
+from fp8bench.numerics.formats import E4M3, E5M2
+from fp8bench.numerics.quantize import (
     AmaxHistory,
     cast_stats,
     quantize_blockwise,
@@ -12,7 +12,7 @@ from fp8bench.quantize import (
     quantize_tensorwise,
     quantizer_for,
 )
-from fp8bench.recipes import PRECISIONS
+from fp8bench.numerics.recipes import PRECISIONS
 
 
 def randn(*shape, seed=0):
@@ -119,14 +119,14 @@ def test_quantizer_for_each_recipe_and_role():
 # --- 4-bit (E2M1) ---------------------------------------------------------------------------------------------
 
 def test_e2m1_round_to_nearest_ties_to_even_code_and_saturates():
-    from fp8bench.quantize import round_to_e2m1
+    from fp8bench.numerics.quantize import round_to_e2m1
 
     u = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -5.0, 7.0, 0.3, -0.26, 2.9, 0.0])
     assert round_to_e2m1(u).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, -4.0, 6.0, 0.5, -0.5, 3.0, 0.0]
 
 
 def test_e2m1_stochastic_rounding_is_unbiased_and_stays_on_neighbours():
-    from fp8bench.quantize import round_to_e2m1
+    from fp8bench.numerics.quantize import round_to_e2m1
 
     u = torch.full((200_000,), 2.4)
     r = round_to_e2m1(u, stochastic=True, generator=torch.Generator().manual_seed(0))
@@ -136,7 +136,7 @@ def test_e2m1_stochastic_rounding_is_unbiased_and_stays_on_neighbours():
 
 
 def test_pack_e2m1_nibbles_low_first():
-    from fp8bench.quantize import pack_e2m1
+    from fp8bench.numerics.quantize import pack_e2m1
 
     packed = pack_e2m1(torch.tensor([[0.5, 6.0, -1.0, 0.0]]))
     assert packed.dtype == torch.float4_e2m1fn_x2 and packed.shape == (1, 2)
@@ -147,8 +147,8 @@ def test_pack_e2m1_nibbles_low_first():
 
 
 def test_nvfp4_two_level_scales():
-    from fp8bench.formats import E2M1
-    from fp8bench.quantize import quantize_nvfp4
+    from fp8bench.numerics.formats import E2M1
+    from fp8bench.numerics.quantize import quantize_nvfp4
 
     x = randn(32, 64)
     x[3, 5] = 40.0  # one outlier sets the tensor scale
@@ -171,7 +171,7 @@ def test_nvfp4_two_level_scales():
 
 
 def test_nvfp4_block_whose_scale_underflows_becomes_zeros():
-    from fp8bench.quantize import quantize_nvfp4
+    from fp8bench.numerics.quantize import quantize_nvfp4
 
     x = torch.zeros(1, 32)
     x[0, 0] = 1000.0
@@ -183,7 +183,7 @@ def test_nvfp4_block_whose_scale_underflows_becomes_zeros():
 
 
 def test_mxfp4_power_of_two_scales_put_the_amax_in_4_to_8():
-    from fp8bench.formats import E2M1
+    from fp8bench.numerics.formats import E2M1
 
     x = randn(16, 64)
     q = quantize_mx(x, E2M1)
@@ -207,7 +207,7 @@ def test_quantizer_for_four_bit_recipes_and_stochastic_option():
 
 
 def test_hadamard_transform_is_orthonormal_and_cancels_in_a_product():
-    from fp8bench.quantize import hadamard_16, random_hadamard_transform
+    from fp8bench.numerics.quantize import hadamard_16, random_hadamard_transform
 
     signs = torch.where(torch.rand(16, generator=torch.Generator().manual_seed(0)) < 0.5, -1.0, 1.0)
     h = hadamard_16(signs=signs)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-import fp8bench.store as store_module
-from fp8bench.store import StoreError, open_store
+import fp8bench.results.store as store_module
+from fp8bench.results.store import StoreError, open_store
 from tests.gate_fixtures import payload, record
 
 ROOT = Path(__file__).resolve().parents[1]

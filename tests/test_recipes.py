@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from fp8bench.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
-from fp8bench.recipes import (
+from fp8bench.core.registry import UnknownNameError
+from fp8bench.numerics.formats import E4M3, E5M2, FP8_FORMATS, fnuz_variant, rounding_sqnr_db
+from fp8bench.numerics.recipes import (
     PRECISIONS,
     FloatPrecision,
     Fp8FormatChoice,
@@ -10,7 +11,6 @@ from fp8bench.recipes import (
     Granularity,
     resolve_precision,
 )
-from fp8bench.registry import UnknownNameError
 
 
 def test_every_contract_precision_is_registered():

@@ -10,7 +10,7 @@ import pytest
 
 from fp8bench.cli import main
 from fp8bench.commands.dashboard import is_loopback
-from fp8bench.redact import error_line, has_password, redact
+from fp8bench.core.redact import error_line, has_password, redact
 from tests.gate_fixtures import payload, record
 
 SECRET = "PASSWORD-3x4mple"

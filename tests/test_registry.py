@@ -1,6 +1,6 @@
 import pytest
 
-from fp8bench.registry import Registry, UnknownNameError
+from fp8bench.core.registry import Registry, UnknownNameError
 
 
 def test_unknown_name_lists_accepted_names():

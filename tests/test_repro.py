@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import shlex
 
+from fp8bench.analysis.gate.verdicts import GateConfig, gate, render_markdown
 from fp8bench.cli import main
-from fp8bench.gate import GateConfig, gate, render_markdown
-from fp8bench.repro import frame_commands, repro_command, repro_of
-from fp8bench.store import open_store
+from fp8bench.core.repro import frame_commands, repro_command, repro_of
+from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record
 
 CASE_ARGS = ["--shape", "16x32x48", "--precision", "fp8_rowwise", "--backend", "emulated", "--fast-accum", "off",
@@ -36,7 +36,7 @@ def test_the_stored_command_reproduces_the_stored_case(tmp_path, capsys):
     capsys.readouterr()
     again = json.loads(out.read_text())
     [rec2] = again["records"]
-    from fp8bench.records import case_key
+    from fp8bench.core.records import case_key
 
     assert {k: rec2.get(k) for k in CASE_FIELDS if k != "case_key"} == \
         {k: rec.get(k) for k in CASE_FIELDS if k != "case_key"}

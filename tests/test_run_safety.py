@@ -19,8 +19,8 @@ import pytest
 
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_DISK_FULL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from fp8bench.runfile import read_run_file
-from fp8bench.store import open_store
+from fp8bench.results.runfile import read_run_file
+from fp8bench.results.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 # Fast cases: a tiny GEMM, short sampling, no energy window.
@@ -132,7 +132,7 @@ def test_disk_full_once_is_retried_so_the_file_gets_every_record_and_the_status(
     """The run file's disk fills on the third record, and has room again at the final write (a neighbour freed
     space): the retry puts every measured record and the status into the file. The failure is injected at the
     operating-system boundary (``os.fsync`` raising ENOSPC once), since a disk cannot be filled on cue."""
-    import fp8bench.runfile as runfile
+    import fp8bench.results.runfile as runfile
 
     real_fsync, calls = os.fsync, []
 

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from fp8bench.records import SCHEMA_VERSION
-from fp8bench.runfile import RunFileError, RunFileWriter, check_writable, read_run_file
+from fp8bench.core.records import SCHEMA_VERSION
+from fp8bench.results.runfile import RunFileError, RunFileWriter, check_writable, read_run_file
 
 
 def test_writer_rewrites_a_complete_file_after_each_record(tmp_path):

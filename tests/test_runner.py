@@ -9,13 +9,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from fp8bench.catalog import BACKENDS, Backend, load_all
-from fp8bench.devices import Device
-from fp8bench.pipeline import Pipeline
-from fp8bench.runfile import read_run_file
-from fp8bench.runner import Case, CaseMeasurer, RunSettings, expand_cases, run_cases, with_policy
-from fp8bench.store import open_store
-from fp8bench.timing import SamplingPolicy
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
+from fp8bench.core.plugins import BACKENDS, Backend, load_all
+from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, expand_cases, run_cases, with_policy
+from fp8bench.measure.timing import SamplingPolicy
+from fp8bench.results.runfile import read_run_file
+from fp8bench.results.store import open_store
 
 load_all()
 CPU = Device("cpu")
@@ -181,7 +181,7 @@ def test_cpu_ceilings_give_a_percent_of_peak_and_are_cached(results_dir, monkeyp
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))  # a quiet host: its ceilings are cached
     record = CaseMeasurer(FAST, CPU, peaks=None).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])
     assert record.pct_of_peak is None
-    from fp8bench.peaks import Peaks
+    from fp8bench.hardware.peaks import Peaks
 
     peaks = Peaks(CPU, "cpu", results_dir)
     record = CaseMeasurer(FAST, CPU, peaks=peaks).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])

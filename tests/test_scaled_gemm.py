@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp8bench import torch_api
-from fp8bench.quantize import quantize_blockwise, quantize_mx
-from fp8bench.recipes import Granularity, resolve_precision
-from fp8bench.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm, to_blocked_scales
+from fp8bench.numerics import torch_api
+from fp8bench.numerics.quantize import quantize_blockwise, quantize_mx
+from fp8bench.numerics.recipes import Granularity, resolve_precision
+from fp8bench.numerics.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm, to_blocked_scales
 
 E4M3 = resolve_precision("fp8_blockwise").forward_format
 
@@ -134,7 +134,7 @@ def test_cpu_kernels_take_the_layouts_and_fast_accumulation_flag() -> None:
     """Tensorwise and rowwise run on the CPU: the flag is accepted, and the result equals the reference."""
     a, b = _operands(64, 128, 256)
     for recipe in ("fp8_rowwise",):
-        from fp8bench.quantize import quantizer_for
+        from fp8bench.numerics.quantize import quantizer_for
 
         p = resolve_precision(recipe)
         qa, qb = quantizer_for(p, "lhs")(a), quantizer_for(p, "rhs")(b)

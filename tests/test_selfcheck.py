@@ -19,11 +19,10 @@ from fake_cuda import FakeCudaTimer, SimulatedClock
 from fake_nvml import FakeGpu, make_pynvml
 
 from fp8bench.cli import main
-from fp8bench.devices import Device
-from fp8bench.energy import EnergyReading, WindowPolicy, nvml_meter
-from fp8bench.peaks import table_peak
-from fp8bench.runfile import read_run_file
-from fp8bench.selfcheck import (
+from fp8bench.core.devices import Device
+from fp8bench.energy.meters import EnergyReading, WindowPolicy, nvml_meter
+from fp8bench.hardware.peaks import table_peak
+from fp8bench.measure.selfcheck import (
     PEAK_FRACTION,
     TIMER_REPEATS,
     Probe,
@@ -39,7 +38,8 @@ from fp8bench.selfcheck import (
     probe_for,
     run_selfcheck,
 )
-from fp8bench.timing import SamplingPolicy
+from fp8bench.measure.timing import SamplingPolicy
+from fp8bench.results.runfile import read_run_file
 
 H100 = "NVIDIA H100 80GB HBM3"
 BF16_PEAK, FP8_PEAK = table_peak(H100, "bf16").value, table_peak(H100, "fp8").value  # type: ignore[union-attr]
@@ -124,7 +124,7 @@ def test_events_disagreeing_with_the_wall_clock_fail_the_timer_check():
 
 def test_a_kernel_with_wrong_weight_scales_fails_the_sqnr_check(monkeypatch):
     """A scaled GEMM that reads the weights' scales as 1 (a scale-layout bug) through the torch backend."""
-    from fp8bench.scaled_gemm import ScaledGemm
+    from fp8bench.numerics.scaled_gemm import ScaledGemm
 
     real = ScaledGemm.prepare
 
@@ -158,7 +158,7 @@ def test_energy_disagreeing_with_power_times_time_fails_the_energy_check():
 
 
 def test_a_failing_backend_fails_and_an_unavailable_one_is_listed(monkeypatch):
-    from fp8bench.catalog import BACKENDS
+    from fp8bench.core.plugins import BACKENDS
 
     emulated = BACKENDS.get("emulated")
     builder, supports = emulated.builders["gemm"]

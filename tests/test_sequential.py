@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fp8bench.analysis.gate.sequential import SequentialConfig, confidence_sequence, sequential_verdict
 from fp8bench.cli import main
-from fp8bench.sequential import SequentialConfig, confidence_sequence, sequential_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ARGS = ["--", "--shape", "64x64x64", "--precision", "bf16", "--backend", "torch", "--no-phases",
@@ -129,7 +129,7 @@ def _gate_quality():
 def test_the_quality_study_gates_real_samples():
     """The study's synthetic sides carry their samples into the gate (a clear slowdown is found by both designs,
     identical sides pass the sequential one at its first look)."""
-    from fp8bench.gate import GateConfig
+    from fp8bench.analysis.gate.verdicts import GateConfig
 
     gq = _gate_quality()
     rng = np.random.default_rng(0)

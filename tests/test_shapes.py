@@ -1,6 +1,6 @@
 """Shape text: stored shapes read back whatever their workload, and labelled for people."""
 
-from fp8bench.shapes import label, parse_stored, shape_label
+from fp8bench.core.shapes import label, parse_stored, shape_label
 
 
 def test_stored_shape_text_reads_back_with_integers_numbers_and_choices():

@@ -14,11 +14,9 @@ import torch
 
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_CASE_FAILED, EXIT_OK, EXIT_USAGE
-from fp8bench.devices import Device, DeviceError
-from fp8bench.record_stream import RecordStream
-from fp8bench.runfile import read_run_file
-from fp8bench.runner import RunSettings, expand_cases
-from fp8bench.sharding import (
+from fp8bench.core.devices import Device, DeviceError
+from fp8bench.measure.runner import RunSettings, expand_cases
+from fp8bench.measure.sharding import (
     MAX_CRASHES_IN_A_ROW,
     DevicePlan,
     WorkerSlot,
@@ -27,7 +25,9 @@ from fp8bench.sharding import (
     plan_devices,
     run_sharded,
 )
-from fp8bench.store import open_store
+from fp8bench.results.runfile import read_run_file
+from fp8bench.results.store import open_store
+from fp8bench.results.stream import RecordStream
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "tests" / "plugins"
@@ -141,7 +141,7 @@ def test_device_and_devices_together_are_a_usage_error(capsys, tmp_path):
 
 
 def test_devices_under_torchrun_is_a_usage_error(capsys, tmp_path, monkeypatch):
-    from fp8bench.distributed import _LAUNCH_VARS
+    from fp8bench.hardware.distributed import _LAUNCH_VARS
 
     for name, value in zip(_LAUNCH_VARS, ("0", "2", "0"), strict=True):  # rank 0 of 2, as torchrun sets them
         monkeypatch.setenv(name, value)

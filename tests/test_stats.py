@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8bench.stats import benjamini_hochberg, bootstrap_ratio_ci, compare_batch, compare_samples
+from fp8bench.analysis.stats import benjamini_hochberg, bootstrap_ratio_ci, compare_batch, compare_samples
 
 
 def test_ratio_and_interval_cover_a_known_slowdown():

@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from fp8bench.cli import main
-from fp8bench.runfile import atomic_write_json
-from fp8bench.store import STORE_SCHEMA_VERSION, StoreError, open_store
+from fp8bench.results.runfile import atomic_write_json
+from fp8bench.results.store import STORE_SCHEMA_VERSION, StoreError, open_store
 from tests.gate_fixtures import payload, record
 
 
@@ -63,7 +63,7 @@ def test_gate_reports_round_trip(store_url):
 
 # The schema as version 1 shipped it (before records.comparability_key), to test the forward migration.
 def _create_v1(url: str) -> None:
-    from fp8bench.store import normalize_url
+    from fp8bench.results.store import normalize_url
 
     engine = sa.create_engine(normalize_url(url))
     v1 = sa.MetaData()
@@ -220,7 +220,7 @@ SCHEMA2_STORE = Path(__file__).parent / "data" / "store_schema2.sqlite"
 
 def copy_store(source: Path, url: str) -> None:
     """Copy every table of an SQLite store, as it is (its schema and rows), into the database at ``url``."""
-    from fp8bench.store import normalize_url
+    from fp8bench.results.store import normalize_url
 
     src = sa.create_engine(f"sqlite:///{source}")
     tables = sa.MetaData()
@@ -242,7 +242,7 @@ def copy_store(source: Path, url: str) -> None:
 
 
 def _counts(url: str) -> dict[str, int]:
-    from fp8bench.store import normalize_url
+    from fp8bench.results.store import normalize_url
 
     engine = sa.create_engine(normalize_url(url))
     with engine.connect() as conn:
@@ -254,7 +254,7 @@ def _counts(url: str) -> dict[str, int]:
 
 
 def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(store_url):
-    from fp8bench.store_columns import RECORD_COLUMNS, record_column_values
+    from fp8bench.results.store.columns import RECORD_COLUMNS, record_column_values
 
     copy_store(SCHEMA2_STORE, store_url)
     before = _counts(store_url)
@@ -290,7 +290,7 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
 
 # -- PostgreSQL timeouts: a stalled server never hangs a run or an ingest -------------------------------------------
 def test_postgres_gets_default_timeouts_unless_the_url_or_environment_sets_its_own(monkeypatch):
-    from fp8bench.store import PG_CONNECT_TIMEOUT_S, PG_STATEMENT_TIMEOUT_MS, postgres_timeouts
+    from fp8bench.results.store import PG_CONNECT_TIMEOUT_S, PG_STATEMENT_TIMEOUT_MS, postgres_timeouts
 
     monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
     monkeypatch.delenv("PGOPTIONS", raising=False)

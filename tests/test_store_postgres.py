@@ -140,7 +140,7 @@ def test_two_concurrent_ingest_processes_into_postgres(tmp_path, store_url):
 
 
 def test_postgres_url_is_normalized_to_psycopg3(store_url):
-    from fp8bench.store import open_store
+    from fp8bench.results.store import open_store
 
     opened = open_store(store_url)
     assert opened.engine.dialect.name == "postgresql" and opened.engine.dialect.driver == "psycopg"
@@ -169,7 +169,7 @@ def password_store(pg_server, store_url):
 
 def test_password_comes_from_pgpass_or_environment_and_never_shows(password_store, tmp_path, monkeypatch):
     """libpq's conventions: ~/.pgpass (or $PGPASSFILE, mode 0600) and $PGPASSWORD; a URL password is masked."""
-    from fp8bench.store import StoreError, open_store
+    from fp8bench.results.store import StoreError, open_store
 
     url, secret = password_store
     monkeypatch.delenv("PGPASSWORD", raising=False)
@@ -204,7 +204,7 @@ def test_a_statement_stuck_behind_a_lock_times_out_into_a_store_error_line(store
     import psycopg
 
     from fp8bench.cli import main
-    from fp8bench.store import open_store
+    from fp8bench.results.store import open_store
 
     open_store(store_url)  # create the schema
     fast = store_url + "?options=-c%20statement_timeout%3D1000"

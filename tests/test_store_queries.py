@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8bench.store import open_store
-from fp8bench.store_queries import (
+from fp8bench.results.store import open_store
+from fp8bench.results.store.queries import (
     RecordFilter,
     count_records_by,
     filter_options,

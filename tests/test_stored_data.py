@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_OK, EXIT_USAGE
-from fp8bench.store import STORE_SCHEMA_VERSION, StoreError, normalize_url, open_store
+from fp8bench.results.store import STORE_SCHEMA_VERSION, StoreError, normalize_url, open_store
 from tests.test_ingest_files import good_run, ingest, write
 from tests.test_store import SCHEMA2_STORE, copy_store
 
@@ -66,7 +66,7 @@ def test_named_and_real_shape_values_are_accepted(tmp_path, store_url, capsys):
     run["records"][1]["shape"] = {"e": 8, "route": "zipf", "alpha": 1.2, "impl": "loop"}
     code, summary, _ = ingest(capsys, store_url, write(tmp_path / "named.json", run))
     assert code == EXIT_OK and summary["ingested"][0]["records_added"] == 3
-    from fp8bench.shapes import parse_stored
+    from fp8bench.core.shapes import parse_stored
 
     assert parse_stored("op=all_gather,n=1048576") == {"op": "all_gather", "n": 1048576}
 

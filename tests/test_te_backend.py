@@ -14,11 +14,11 @@ import torch
 from fake_te import NEW, OLD, FakeTE, install
 from torch import nn
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Unsupported
 from fp8bench.kernels import te_backend as teb
-from fp8bench.numerics import compare
-from fp8bench.pipeline import BuildContext, Unsupported
-from fp8bench.recipes import resolve_precision
+from fp8bench.numerics.accuracy import compare
+from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 
@@ -232,7 +232,7 @@ def test_fp32_is_refused_on_te_because_its_fp32_gemm_is_tf32(te: FakeTE) -> None
 
 @pytest.mark.gpu
 def test_real_te_linear_on_cuda_matches_the_reference() -> None:
-    from fp8bench.capabilities import backend_reason
+    from fp8bench.hardware.capabilities import backend_reason
 
     device = Device("cuda", 0)
     why = backend_reason("te", device)
@@ -245,7 +245,7 @@ def test_real_te_linear_on_cuda_matches_the_reference() -> None:
         pipeline = teb.build_gemm(ctx)
     except Unsupported as exc:  # a GPU older than Ada: TE's own reason
         pytest.skip(str(exc))
-    from fp8bench.numerics import compare
+    from fp8bench.numerics.accuracy import compare
 
     assert compare(pipeline.output(), GEMM.reference(inputs)).sqnr_db > 20.0
 
@@ -279,9 +279,9 @@ SAME_FP8_VALUES_DB = 40.0
 
 def _fp32_scaled_product(ctx: BuildContext, precision: str) -> torch.Tensor:
     """The product fp8bench's recipe defines, on the BF16 operands TE is handed: FP32 ``amax / 448`` scales per
-    tensor (tensorwise) or per 1x128 / 128x128 block (blockwise), E4M3 data (fp8bench.quantize)."""
-    from fp8bench.formats import E4M3
-    from fp8bench.quantize import quantize_blockwise, quantize_tensorwise
+    tensor (tensorwise) or per 1x128 / 128x128 block (blockwise), E4M3 data (fp8bench.numerics.quantize)."""
+    from fp8bench.numerics.formats import E4M3
+    from fp8bench.numerics.quantize import quantize_blockwise, quantize_tensorwise
 
     a, b = (ctx.inputs[k].bfloat16().float() for k in ("a", "b"))
     if precision == "fp8_blockwise":

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from fp8bench.telemetry import (
+from fp8bench.energy.telemetry import (
     TIMED_SAMPLES,
     Sample,
     TelemetrySampler,

@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from fp8bench.timing import CpuTimer, Samples, SamplingPolicy, l2_flush_bytes, sample
+from fp8bench.measure.timing import CpuTimer, Samples, SamplingPolicy, l2_flush_bytes, sample
 
 
 class FixedTimer:

@@ -18,9 +18,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fp8bench import torch_api
-from fp8bench.capabilities import parse_version
-from fp8bench.conformance import TARGETS
+from fp8bench.hardware.capabilities import parse_version
+from fp8bench.hardware.conformance import TARGETS
+from fp8bench.numerics import torch_api
 
 ROOT = Path(__file__).resolve().parent.parent
 F_SCALED_MM = "torch.nn.functional.scaled_mm"
@@ -62,7 +62,7 @@ def test_the_recorded_surfaces_hold_the_release_boundaries() -> None:
 
 
 def test_entry_points_follow_what_the_torch_has() -> None:
-    from fp8bench.recipes import Granularity
+    from fp8bench.numerics.recipes import Granularity
 
     old, new = torch_api.release_surface((2, 9)), torch_api.release_surface((2, 13))
     assert torch_api.gemm_entry_point(Granularity.BLOCKWISE, False, old) == torch_api.V1

@@ -12,11 +12,11 @@ from torch import nn
 
 pytest.importorskip("torchao.float8")
 
-from fp8bench.devices import Device  # noqa: E402
+from fp8bench.core.devices import Device  # noqa: E402
+from fp8bench.core.pipeline import BuildContext, Unsupported  # noqa: E402
 from fp8bench.kernels import torchao_backend as tab  # noqa: E402
-from fp8bench.numerics import compare  # noqa: E402
-from fp8bench.pipeline import BuildContext, Unsupported  # noqa: E402
-from fp8bench.recipes import resolve_precision  # noqa: E402
+from fp8bench.numerics.accuracy import compare  # noqa: E402
+from fp8bench.numerics.recipes import resolve_precision  # noqa: E402
 from fp8bench.workloads.gemm import GEMM  # noqa: E402
 
 
@@ -160,7 +160,7 @@ def test_no_mxfp8_api_at_all_is_a_refusal_naming_both(monkeypatch) -> None:
 # --- 4-bit: torchao's inference configs -------------------------------------------------------------------------
 
 def test_four_bit_recipes_are_refused_off_compute_capability_10_and_on_training_workloads() -> None:
-    from fp8bench.catalog import BACKENDS
+    from fp8bench.core.plugins import BACKENDS
 
     cpu = Device("cpu")
     for name in ("nvfp4", "mxfp4"):

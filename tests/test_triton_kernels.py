@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp8bench import quantize as ref
-from fp8bench.catalog import BACKENDS, load_all
-from fp8bench.devices import Device
-from fp8bench.formats import E4M3, E5M2, Fp8Format
-from fp8bench.pipeline import BuildContext
-from fp8bench.recipes import resolve_precision
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext
+from fp8bench.core.plugins import BACKENDS, load_all
+from fp8bench.numerics import quantize as ref
+from fp8bench.numerics.formats import E4M3, E5M2, Fp8Format
+from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 tk = pytest.importorskip("fp8bench.kernels.triton_kernels")

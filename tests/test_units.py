@@ -6,10 +6,10 @@ import argparse
 
 import pytest
 
+from fp8bench.analysis.gate.verdicts import GateError, parse_override
 from fp8bench.cli import build_parser
-from fp8bench.gate import GateError, parse_override
-from fp8bench.suites import SuiteError, load_suite
-from fp8bench.units import fraction_arg, parse_fraction, parse_percent, percent_arg
+from fp8bench.core.units import fraction_arg, parse_fraction, parse_percent, percent_arg
+from fp8bench.measure.suites import SuiteError, load_suite
 
 
 @pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.05", 0.05), (" 8 % ", 0.08), ("0", 0.0), (0.1, 0.1),

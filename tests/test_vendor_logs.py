@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from fp8bench import vendor_logs
+from fp8bench.hardware import vendor_logs
 
 MESSAGE = ("Failed to load /x/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: Could not load this "
            "library: /x/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so")
@@ -46,7 +46,7 @@ def test_real_torchao_import_prints_no_library_failures_on_this_cpu():
     import sys
 
     pytest.importorskip("torchao")
-    code = "import torch, fp8bench.kernels, torchao; from fp8bench.vendor_logs import silenced; print(silenced())"
+    code = "import torch, fp8bench.kernels, torchao; from fp8bench.hardware.vendor_logs import silenced; print(silenced())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     import torch

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from fp8bench.catalog import WORKLOADS, Workload, load_all
 from fp8bench.cli import main
-from fp8bench.devices import resolve_device
-from fp8bench.recipes import resolve_precision
+from fp8bench.core.devices import resolve_device
+from fp8bench.core.plugins import WORKLOADS, Workload, load_all
+from fp8bench.numerics.recipes import resolve_precision
 
 # Shapes far beyond any machine's memory (the 100000^3 GEMM is the probe: it once tried to allocate 40 GB).
 HUGE = {"gemm": "100000x100000x100000", "attention": "b=64,h=64,kv_heads=8,s=131072,d=128",

@@ -2,7 +2,7 @@
 
 A test that compares timings of one machine (phases against the end-to-end call, a slow kernel against a fast
 one) fails when another process takes the cores at the wrong moment. :class:`WorkClock` has the interface of
-:class:`fp8bench.timing.CpuTimer` (``time(fn)`` runs the call once and returns seconds), but its seconds are a
+:class:`fp8bench.measure.timing.CpuTimer` (``time(fn)`` runs the call once and returns seconds), but its seconds are a
 fixed cost per ATen operator dispatched plus the call's FLOPs (the formulas of torch's ``FlopCounterMode``, read
 from ``torch.utils.flop_counter.flop_registry``) at a fixed rate: the
 same call always takes the same time, and a call that does twice the work takes twice as long. Nothing about the

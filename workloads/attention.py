@@ -34,13 +34,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.catalog import WORKLOADS, Workload
-from fp8bench.devices import Device
-from fp8bench.fp8_linear import alignment_reason
-from fp8bench.pipeline import BuildContext, Pipeline, Unsupported
-from fp8bench.quantize import quantize_tensorwise
-from fp8bench.recipes import Fp8Recipe, Precision
-from fp8bench.shapes import Shape, ShapeError
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.shapes import Shape, ShapeError
+from fp8bench.numerics.fp8_linear import alignment_reason
+from fp8bench.numerics.quantize import quantize_tensorwise
+from fp8bench.numerics.recipes import Fp8Recipe, Precision
 from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.model import (
     Attention,

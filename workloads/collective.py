@@ -7,7 +7,7 @@ Three operations, each the communication pattern of a distributed training step,
   gathered, every rank dequantizes the full weight.
 * ``op=reduce_scatter,m=..,n=..``: every rank holds a full ``[m, n]`` gradient and receives the sum over ranks of its
   ``m/n_ranks`` rows (FSDP/ZeRO after backward). FP8: an all-to-all of FP8 chunks and a dequantize-and-sum in FP32
-  (:mod:`fp8bench.fp8_comm` explains why a reduction cannot run on FP8 bytes).
+  (:mod:`fp8bench.numerics.fp8_comm` explains why a reduction cannot run on FP8 bytes).
 * ``op=tp_linear,m=..,n=..,k=..``: a column-parallel linear layer (Megatron-style tensor parallelism): ``X [m, k]``
   on every rank, the weight ``[n, k]`` split by output features, each rank computes ``X @ W_r^T`` (``[m, n/ranks]``)
   and the output is all-gathered into ``[m, n]``. FP8: the GEMM in FP8 (the ``gemm`` workload's
@@ -27,7 +27,7 @@ Closed forms, per call, with ``p`` ranks:
   counted), ``2*m*n*k`` for ``tp_linear`` (the whole layer, done by ``p`` ranks together).
 * Bytes: the size ``S`` nccl-tests gives a collective (``doc/PERFORMANCE.md`` of NVIDIA/nccl-tests), in the bytes
   actually sent: the gathered tensor for an all-gather, the full buffer each rank contributes for a
-  reduce-scatter; FP8 counts one byte per element plus 4 per scale (:func:`fp8bench.fp8_comm.chunk_wire_bytes`).
+  reduce-scatter; FP8 counts one byte per element plus 4 per scale (:func:`fp8bench.numerics.fp8_comm.chunk_wire_bytes`).
   Each rank sends ``S*(p-1)/p`` of them. The record's ``extra`` carries ``comm_bytes`` (``S``), ``bus_factor``
   (``(p-1)/p``) and, from the ``communicate`` phase's median ``t``, ``algbw_gbps = S/t`` and
   ``busbw_gbps = algbw * (p-1)/p``, nccl-tests' definitions for all-gather, reduce-scatter and all-to-all.
@@ -35,7 +35,7 @@ Closed forms, per call, with ``p`` ranks:
 Numerics: each rank's result against the full-precision one computed from the same FP32 inputs in FP64 (the record
 keeps rank 0's): the gathered weight, the rank's reduced rows, the layer's gathered output.
 
-The workload needs a process group of two or more ranks (``torchrun``, :mod:`fp8bench.distributed`); outside one,
+The workload needs a process group of two or more ranks (``torchrun``, :mod:`fp8bench.hardware.distributed`); outside one,
 its cases are skipped with the command that launches them.
 """
 
@@ -46,12 +46,12 @@ from typing import Any, cast
 
 import torch
 
-from fp8bench.catalog import WORKLOADS, Workload
-from fp8bench.devices import Device
-from fp8bench.distributed import LAUNCH_HINT, world
-from fp8bench.fp8_comm import WIRE_GRANULARITIES, chunk_wire_bytes
-from fp8bench.recipes import Fp8Recipe, Precision
-from fp8bench.shapes import Shape, ShapeError, parse_keyvalue
+from fp8bench.core.devices import Device
+from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue
+from fp8bench.hardware.distributed import LAUNCH_HINT, world
+from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, chunk_wire_bytes
+from fp8bench.numerics.recipes import Fp8Recipe, Precision
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.memory import refusal
 

@@ -21,10 +21,10 @@ import re
 
 import torch
 
-from fp8bench.catalog import WORKLOADS, Workload
-from fp8bench.devices import Device
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.shapes import Shape, ShapeError, parse_keyvalue, parse_positive
+from fp8bench.core.devices import Device
+from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue, parse_positive
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.memory import refusal
 
 _MNK = re.compile(r"^\s*([^x]+)x([^x]+)x([^x]+)\s*$", re.IGNORECASE)

@@ -48,10 +48,10 @@ from typing import Any
 
 import torch
 
-from fp8bench.catalog import WORKLOADS, Workload
-from fp8bench.devices import Device
-from fp8bench.recipes import Fp8Recipe, Granularity, Precision
-from fp8bench.shapes import Shape, ShapeError, parse_positive
+from fp8bench.core.devices import Device
+from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.shapes import Shape, ShapeError, parse_positive
+from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.gemm import OPERAND_BYTES, OUTPUT_BYTES, output_dtype
 from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.transformer_step import PROBE_MIN_RATIO

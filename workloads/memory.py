@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from fp8bench.devices import Device
+from fp8bench.core.devices import Device
 
 
 def available_bytes(device: Device) -> int | None:

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fp8bench.devices import Device
-from fp8bench.recipes import Fp8Recipe, Precision
-from fp8bench.shapes import ShapeError, parse_positive
+from fp8bench.core.devices import Device
+from fp8bench.core.shapes import ShapeError, parse_positive
+from fp8bench.numerics.recipes import Fp8Recipe, Precision
 
 
 @dataclass(frozen=True)

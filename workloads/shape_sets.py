@@ -12,7 +12,7 @@ expert FFN``), with the model's routed experts and experts per token; see :data:
 
 from __future__ import annotations
 
-from fp8bench.shapes import ShapeError
+from fp8bench.core.shapes import ShapeError
 
 LLAMA3 = {
     "llama3_8b": {"hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336},

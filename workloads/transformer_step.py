@@ -22,7 +22,7 @@ computes the training signal.
 
 Backend contract: :func:`build_training_pipeline` takes a ``convert`` callable that receives ``model.blocks`` (an
 ``nn.ModuleList`` whose precision-controlled projections are plain ``nn.Linear`` layers) and returns it with those
-layers swapped for the backend's own (fp8bench's :class:`~fp8bench.fp8_linear.Fp8Linear`, torchao's
+layers swapped for the backend's own (fp8bench's :class:`~fp8bench.numerics.fp8_linear.Fp8Linear`, torchao's
 ``Float8Linear``, Transformer Engine's ``te.Linear`` ...). Embeddings, norms and the head are never passed to it.
 :data:`LAYER_CONVERTERS` maps a backend name to a factory ``(precision, device) -> convert`` so that the
 convergence check can train with any backend that registers one.
@@ -39,12 +39,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from fp8bench.catalog import WORKLOADS, Workload
-from fp8bench.devices import Device
-from fp8bench.fp8_linear import alignment_reason
-from fp8bench.pipeline import BuildContext, Pipeline
-from fp8bench.recipes import FloatPrecision, Fp8Recipe, Precision
-from fp8bench.shapes import Shape, ShapeError
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.shapes import Shape, ShapeError
+from fp8bench.numerics.fp8_linear import alignment_reason
+from fp8bench.numerics.recipes import FloatPrecision, Fp8Recipe, Precision
 from fp8bench.workloads.corpus import SyntheticCorpus
 from fp8bench.workloads.memory import peak_memory, refusal
 from fp8bench.workloads.model import (

@@ -2,7 +2,7 @@
 
 The ratio is ``median(candidate samples) / median(base samples)`` of the raw end-to-end timing samples: above 1
 the candidate is slower. Its interval is a two-sample bootstrap of that ratio; the p-values are one-sided
-Mann-Whitney U tests in each direction (``fp8bench.stats.compare_samples``, the gate's own arithmetic). A case
+Mann-Whitney U tests in each direction (``fp8bench.analysis.stats.compare_samples``, the gate's own arithmetic). A case
 whose interval holds 1 has no clear change. Cases are matched by their key (workload, shape, precision, format,
 backend, device kind); interpreted, invalid or unmeasured records are listed but never compared.
 
@@ -19,11 +19,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.analysis.stats import compare_samples
+from fp8bench.core.records import case_key
 from fp8bench.dashboard.data import StoreProblem, count_records, load_run_payload
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import chart, current_view, table
-from fp8bench.records import case_key
-from fp8bench.stats import compare_samples
 
 # Newest runs searched for a default pair that shares cases: a year of nightly runs is never read whole for it.
 PAIR_SCAN = 40

@@ -1,6 +1,6 @@
 """History: one metric per commit along a branch, per device and case, with the gate's verdicts marked.
 
-The x-axis is commit order on the chosen branch (first-parent order, :mod:`fp8bench.commits`), not wall-clock
+The x-axis is commit order on the chosen branch (first-parent order, :mod:`fp8bench.core.commits`), not wall-clock
 time: a rerun of an old commit lands on that commit, and nights without a new commit add no gap. Several runs of
 one commit stack at its position. Each tick and each row of the table links to the commit's page (``--repo-url``,
 or the git remote the runs recorded). Long histories are thinned for drawing only: per case, at most
@@ -16,7 +16,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from fp8bench.commits import commit_link, commit_order
+from fp8bench.core.commits import commit_link, commit_order
 from fp8bench.dashboard.data import commit_url_template, count_records, list_records
 from fp8bench.dashboard.safe_text import plot_link
 from fp8bench.dashboard.widgets import chart, current_view, downsample, nothing_selected, table

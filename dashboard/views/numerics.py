@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from fp8bench.analysis.payoff import in_reading_order
 from fp8bench.dashboard.widgets import (
     chart,
     current_view,
@@ -27,7 +28,6 @@ from fp8bench.dashboard.widgets import (
     table,
     wrap_label,
 )
-from fp8bench.payoff import in_reading_order
 
 METRICS = {"SQNR (dB, higher is better)": "sqnr_db", "relative error (lower is better)": "rel_err"}
 BASELINE_CURVE = "bf16"
@@ -37,7 +37,9 @@ CASE_HEIGHT, LINE_HEIGHT = 44, 14
 
 def relative_gap(curve: list[float], base: list[float], window: int) -> list[float]:
     """``(L - L_bf16) / L_bf16`` per step of the smoothed curves: the convergence check's own definition."""
-    from fp8bench.convergence import smooth  # the check's smoothing, so the chart and the verdict agree
+    from fp8bench.measure.convergence import (
+        smooth,  # the check's smoothing, so the chart and the verdict agree
+    )
 
     n = min(len(curve), len(base))
     c, b = smooth(curve[:n], window), smooth(base[:n], window)

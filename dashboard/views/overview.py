@@ -2,7 +2,7 @@
 
 A cell is ``baseline time / precision time`` at one device, workload and shape, each side taking its fastest
 vendor or custom backend; the emulated reference (a quantize-dequantize model of a recipe, never a way to run one)
-is left out. Payoff reads the same cells (:func:`fp8bench.payoff.cell_speedups`), so an FP8 or 4-bit cell here is
+is left out. Payoff reads the same cells (:func:`fp8bench.analysis.payoff.cell_speedups`), so an FP8 or 4-bit cell here is
 a point on Payoff's curves. End-to-end time includes FP8's quantization (amax, scale, cast); the pre-quantized
 time is the GEMM alone, the number vendors quote. Colours are on a log scale centred on 1x, so 2x faster and 2x
 slower are equally loud. Rows are in reading order: by device, workload, then FLOPs. Interpreted, invalid and
@@ -17,6 +17,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.analysis.payoff import REFERENCE_BACKENDS, cell_speedups, is_scaled
+from fp8bench.core.repro import frame_commands
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.speedup import speedup_frame
 from fp8bench.dashboard.widgets import (
@@ -30,8 +32,6 @@ from fp8bench.dashboard.widgets import (
     table,
     wrap_label,
 )
-from fp8bench.payoff import REFERENCE_BACKENDS, cell_speedups, is_scaled
-from fp8bench.repro import frame_commands
 
 MODES = {"End-to-end (with quantization)": "speedup", "Pre-quantized GEMM only": "speedup_prequant"}
 ROW_HEIGHT = 70  # px per heatmap row: room for a wrapped shape label of four lines

@@ -5,7 +5,7 @@ from which the recipe is faster end to end (quantization included) at every larg
 the largest shape, what it costs in SQNR (dB) and its energy per iteration against the baseline. The chart shows
 each recipe's speedup against shape, one panel per workload with its own shapes in order of FLOPs, so the crossover
 (or its absence) is visible; above the dashed line the recipe wins. Each point is a cell as Overview draws it
-(:func:`fp8bench.payoff.cell_speedups`): the fastest non-reference backend; the emulated reference is left out.
+(:func:`fp8bench.analysis.payoff.cell_speedups`): the fastest non-reference backend; the emulated reference is left out.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from fp8bench.analysis.payoff import BASELINE, NEVER, cell_speedups, is_scaled, payoff_table
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
     chart,
@@ -27,7 +28,6 @@ from fp8bench.dashboard.widgets import (
     table,
     wrap_label,
 )
-from fp8bench.payoff import BASELINE, NEVER, cell_speedups, is_scaled, payoff_table
 
 # The answer first; where it was read and how many shapes it rests on last.
 SHOWN = ["device", "workload", "precision", "pays_off_from", "speedup_there", "speedup_at_largest", "sqnr_cost_db",

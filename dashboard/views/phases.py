@@ -15,6 +15,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.analysis.payoff import in_reading_order, is_scaled
 from fp8bench.dashboard.data import PHASE_PREFIX, phase_columns
 from fp8bench.dashboard.profiles import show_traces
 from fp8bench.dashboard.widgets import (
@@ -25,7 +26,6 @@ from fp8bench.dashboard.widgets import (
     speed_comparable,
     table,
 )
-from fp8bench.payoff import in_reading_order, is_scaled
 
 
 def phase_figure(case: pd.DataFrame, phase_cols: list[str]) -> go.Figure:

@@ -2,7 +2,7 @@
 
 Each case's history, per environment and branch, in commit order, is cut by PELT (``ruptures``) where the level of
 log(time) changes; a cut is kept when the medians on either side differ by at least the threshold with a bootstrap
-interval excluding 1 and a Mann-Whitney p-value under alpha (:mod:`fp8bench.changes`). A regression is *open*
+interval excluding 1 and a Mann-Whitney p-value under alpha (:mod:`fp8bench.analysis.changes`). A regression is *open*
 while the latest commits are still worse than before it. The chart shows the chosen change's case around it: the
 dashed line falls between the last good and the first bad commit. A case history shorter than ``min_size``
 commits on each side of a possible step is never searched, so with too little history the page says so rather
@@ -15,8 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from fp8bench.bisect import bisected_commit, evidence_folder, load_evidence
-from fp8bench.changes import (
+from fp8bench.analysis.bisect import bisected_commit, evidence_folder, load_evidence
+from fp8bench.analysis.changes import (
     METRICS,
     ChangeConfig,
     HistoryDepth,
@@ -25,11 +25,11 @@ from fp8bench.changes import (
     history_depth,
     history_records,
 )
-from fp8bench.commits import commit_order
+from fp8bench.core.commits import commit_order
 from fp8bench.dashboard.data import cached, commit_url_template, open_for_page
 from fp8bench.dashboard.safe_text import plot_link
 from fp8bench.dashboard.widgets import chart, current_view, table
-from fp8bench.store_queries import RecordFilter
+from fp8bench.results.store.queries import RecordFilter
 
 
 @cached

@@ -29,7 +29,7 @@ from fp8bench.dashboard.widgets import (
     speed_comparable,
     table,
 )
-from fp8bench.peaks import above_ceiling, ceiling_advice
+from fp8bench.hardware.peaks import above_ceiling, ceiling_advice
 
 
 def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None, str]:
@@ -37,7 +37,7 @@ def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None
     stored = pd.to_numeric(points["peak_mem_tbps"], errors="coerce").dropna()
     if not stored.empty:
         return float(stored.iloc[-1]), "stored with the records"
-    from fp8bench.peaks import table_peak
+    from fp8bench.hardware.peaks import table_peak
 
     peak = table_peak(device_name, "mem_bw")
     if peak is not None:

@@ -18,7 +18,7 @@ from fp8bench.commands.common import (
     add_store_flags,
     default_results_dir,
 )
-from fp8bench.units import positive_seconds
+from fp8bench.core.units import positive_seconds
 
 # A round of a CI suite takes minutes; one that has not answered in an hour is hung (a deadlocked kernel, a
 # driver wait), and ends the A/B run instead of the CI job's own, much later, timeout.
@@ -94,9 +94,9 @@ def _env(pairs: list[str], flag: str) -> dict[str, str]:
 def check_outputs(folder: Path, rounds: int, force: bool) -> None:
     """Refuse, before any round runs, round files and reports in ``folder`` that must not be replaced (an earlier
     A/B run's, unless ``force``; a device, FIFO or link, ever), the rerun's included."""
-    from fp8bench.ab import round_files
+    from fp8bench.analysis.gate.ab import round_files
     from fp8bench.commands.gate import check_report_dir
-    from fp8bench.runfile import check_writable
+    from fp8bench.results.runfile import check_writable
 
     check_report_dir(folder, force, "--out")
     for place in (folder, folder / "rerun"):
@@ -106,7 +106,7 @@ def check_outputs(folder: Path, rounds: int, force: bool) -> None:
 
 def sequential_config(args: argparse.Namespace) -> Any:
     """The sequential design of ``--budget`` (None without it); bad values raise :class:`UsageError`."""
-    from fp8bench.sequential import SequentialConfig
+    from fp8bench.analysis.gate.sequential import SequentialConfig
 
     if args.budget is None:
         return None
@@ -121,8 +121,8 @@ def _sequential(args: argparse.Namespace, seq: Any, roots: dict[str, Path], envs
     """``--budget``: rounds until every case is decided, with one progress line per look."""
     import time
 
-    from fp8bench.ab import SideSpec, round_order
-    from fp8bench.sequential import run_sequential_ab
+    from fp8bench.analysis.gate.ab import SideSpec, round_order
+    from fp8bench.analysis.gate.sequential import run_sequential_ab
 
     started = time.monotonic()
 
@@ -150,7 +150,7 @@ def _is_checkout(text: str) -> bool:
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from fp8bench.ab import AbError, SideSpec, round_order, run_ab, temporary_checkouts
+    from fp8bench.analysis.gate.ab import AbError, SideSpec, round_order, run_ab, temporary_checkouts
     from fp8bench.commands.gate import gate_config, publish_report, write_report
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args

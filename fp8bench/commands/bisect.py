@@ -17,8 +17,8 @@ from fp8bench.commands.common import (
     default_results_dir,
     print_json,
 )
+from fp8bench.core.units import positive_seconds
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
-from fp8bench.units import positive_seconds
 
 NAME = "bisect"
 HELP = "bisect a slowdown: the first commit between GOOD and BAD that the gate finds slower than GOOD"
@@ -86,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from fp8bench.bisect import (
+    from fp8bench.analysis.bisect import (
         BisectError,
         Probe,
         ProbeRunner,
@@ -146,7 +146,7 @@ def report(result: Any, cases: list[str], run_args: list[str], folder: Path, res
     """Write bisect.json, bisect.md (and --markdown), keep the evidence, print the finding; returns the exit code."""
     import json
 
-    from fp8bench.bisect import render_markdown, save_evidence
+    from fp8bench.analysis.bisect import render_markdown, save_evidence
 
     folder.mkdir(parents=True, exist_ok=True)
     md = render_markdown(result, cases, run_args)

@@ -49,8 +49,8 @@ DOC = "docs/history-and-changes.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.changes import DEFAULT_METRICS, METRICS, ChangeConfig
-    from fp8bench.units import fraction_arg
+    from fp8bench.analysis.changes import DEFAULT_METRICS, METRICS, ChangeConfig
+    from fp8bench.core.units import fraction_arg
 
     defaults = ChangeConfig()
     p.add_argument("--metric", nargs="+", default=list(DEFAULT_METRICS), choices=list(METRICS),
@@ -79,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from fp8bench.changes import ChangeConfig
+    from fp8bench.analysis.changes import ChangeConfig
 
     return ChangeConfig(metrics=tuple(args.metric), threshold=args.threshold, threshold_db=args.threshold_db,
                         alpha=args.alpha, min_size=args.min_size, penalty=args.penalty)
@@ -95,23 +95,23 @@ def _since(store: Any, run_id: str) -> str:
 
 def evidence_dir(args: argparse.Namespace) -> Any:
     """Where stored bisects are read from: --results-dir, else the store's own results folder."""
-    from fp8bench.bisect import evidence_folder
+    from fp8bench.analysis.bisect import evidence_folder
 
     return args.results_dir or evidence_folder(store_target(args))
 
 
 def bisect_command(store: Any, alert: Any) -> str | None:
     """``fp8bench bisect`` of an alert's range (last good .. first bad) for its case, with the case's command
-    from the first bad run's record (:mod:`fp8bench.repro`); None when the run or the record is not found."""
+    from the first bad run's record (:mod:`fp8bench.core.repro`); None when the run or the record is not found."""
     import shlex
 
-    from fp8bench.records import case_key
-    from fp8bench.repro import repro_argv, repro_of
+    from fp8bench.core.records import case_key
+    from fp8bench.core.repro import repro_argv, repro_of
 
     c = alert.change
     if not (c.last_good_commit and c.first_bad_commit):
         return None
-    from fp8bench.store import StoreError
+    from fp8bench.results.store import StoreError
 
     try:
         payload = store.run_payload(c.first_bad_run)
@@ -130,7 +130,7 @@ def render(changes: list[Any], title: str, bisected: dict[int, str] | None = Non
     from rich.console import Console
     from rich.table import Table
 
-    from fp8bench.escaping import term_text
+    from fp8bench.core.escaping import term_text
 
     table = Table(title=title)
     for name in ("first bad", "last good", "bisected", "case", "device", "metric", "change", "interval", "p",
@@ -148,11 +148,11 @@ def render(changes: list[Any], title: str, bisected: dict[int, str] | None = Non
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.alerts import AlertRule, find_alerts, new_alerts, rule_text
-    from fp8bench.bisect import bisected_commit, load_evidence
-    from fp8bench.changes import find_changes, history_records
-    from fp8bench.store import open_store
-    from fp8bench.store_queries import RecordFilter
+    from fp8bench.analysis.alerts import AlertRule, find_alerts, new_alerts, rule_text
+    from fp8bench.analysis.bisect import bisected_commit, load_evidence
+    from fp8bench.analysis.changes import find_changes, history_records
+    from fp8bench.results.store import open_store
+    from fp8bench.results.store.queries import RecordFilter
 
     config = _config(args)
     store = open_store(store_target(args), read_only=True)

@@ -202,7 +202,7 @@ def lazy_read_only_store(args: argparse.Namespace) -> Callable[[], Any]:
     need a store only when a side names run ids, not for two files)."""
     from functools import cache
 
-    from fp8bench.store import open_store
+    from fp8bench.results.store import open_store
 
     return cache(lambda: open_store(store_target(args), read_only=True))
 
@@ -214,9 +214,9 @@ def check_filter_names(filters: Mapping[str, Iterable[str]],
     A filter that matches nothing would otherwise read as an empty store or "no change found": a typo must be bad
     input naming the value. Names found only in ``stored`` (written by an older version or a plugin not loaded now)
     stay accepted, since their records can still be read."""
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-    from fp8bench.recipes import PRECISIONS
-    from fp8bench.registry import UnknownNameError
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.registry import UnknownNameError
+    from fp8bench.numerics.recipes import PRECISIONS
 
     load_all()
     registered = {"workload": WORKLOADS.names(), "backend": BACKENDS.names(), "precision": PRECISIONS.names()}
@@ -230,7 +230,7 @@ def check_filter_names(filters: Mapping[str, Iterable[str]],
 
 def stored_names(store: Any) -> dict[str, list[str]]:
     """The workload, backend and precision names that ``store``'s records carry."""
-    from fp8bench.store_queries import filter_options
+    from fp8bench.results.store.queries import filter_options
 
     options = filter_options(store)
     return {kind: list(options[kind].dropna().unique()) for kind in ("workload", "backend", "precision")}

@@ -43,9 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
 
+    from fp8bench.analysis.gate.verdicts import gate, render_markdown
     from fp8bench.commands.gate import gate_config
-    from fp8bench.gate import gate, render_markdown
-    from fp8bench.ingest import load_side
+    from fp8bench.results.ingest import load_side
 
     store = lazy_read_only_store(args)  # opened only when a side names run ids
     report = gate(load_side(args.base, store), load_side(args.cand, store), gate_config(args))

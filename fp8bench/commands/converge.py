@@ -22,7 +22,7 @@ from fp8bench.commands.common import (
     default_results_dir,
     print_json,
 )
-from fp8bench.units import fraction_arg
+from fp8bench.core.units import fraction_arg
 
 NAME = "converge"
 HELP = "convergence check: FP8 and 4-bit loss curves against BF16 on the same model and data"
@@ -90,8 +90,9 @@ def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fp8bench.catalog import WORKLOADS, load_all
-    from fp8bench.convergence import (
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.core.plugins import WORKLOADS, load_all
+    from fp8bench.measure.convergence import (
         BASELINE,
         BROKEN,
         ConvergenceSettings,
@@ -100,12 +101,11 @@ def execute(args: argparse.Namespace) -> int:
         curve_record,
         train_curve,
     )
-    from fp8bench.devices import resolve_device
-    from fp8bench.recipes import PRECISIONS, Fp8Recipe, fp4_settings, resolve_precision
-    from fp8bench.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
-    from fp8bench.runfile import check_writable
-    from fp8bench.runner import RunSettings, new_run_id, run_header
-    from fp8bench.store import open_store
+    from fp8bench.measure.runner import RunSettings, new_run_id, run_header
+    from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, fp4_settings, resolve_precision
+    from fp8bench.results.runfile import check_writable
+    from fp8bench.results.store import open_store
+    from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
     from fp8bench.workloads.transformer_step import LAYER_CONVERTERS
 
     load_all()

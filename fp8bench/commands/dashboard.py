@@ -108,7 +108,7 @@ NO_LOGIN_WARNING = ("fp8bench dashboard: warning: --host {host} makes the dashbo
 def serve(cmd: list[str], env: dict[str, str]) -> int:
     """Run Streamlit until it exits or this process is asked to stop; the server never outlives this process
     (it stops on Ctrl-C, SIGTERM or SIGHUP here, and Linux signals it if this process is killed outright)."""
-    from fp8bench.interrupts import die_with_parent
+    from fp8bench.measure.interrupts import die_with_parent
 
     proc = subprocess.Popen(cmd, env=env, preexec_fn=functools.partial(die_with_parent, os.getpid()))
     try:
@@ -124,7 +124,7 @@ def serve(cmd: list[str], env: dict[str, str]) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.redact import redact
+    from fp8bench.core.redact import redact
 
     cmd = streamlit_command(args)
     target = str(store_target(args))

@@ -39,8 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     import torch
 
-    from fp8bench import torch_api
-    from fp8bench.capabilities import (
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.energy.meters import meter_for
+    from fp8bench.hardware.capabilities import (
         MATRIX_KEYS,
         MIN_VERSIONS,
         SCALED_GEMM_RULES,
@@ -50,12 +52,10 @@ def execute(args: argparse.Namespace) -> int:
         probe_recipe,
         scaled_mm_api,
     )
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-    from fp8bench.cpu_fp8_rate import measure_cpu_fp8_rate
-    from fp8bench.devices import resolve_device
-    from fp8bench.energy import meter_for
-    from fp8bench.environment import software_versions
-    from fp8bench.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
+    from fp8bench.hardware.cpu_fp8_rate import measure_cpu_fp8_rate
+    from fp8bench.hardware.environment import software_versions
+    from fp8bench.numerics import torch_api
+    from fp8bench.numerics.recipes import PRECISIONS, Fp8FormatChoice, Fp8Recipe, resolve_precision
 
     load_all()
     device = resolve_device(args.device)
@@ -208,11 +208,11 @@ def execute(args: argparse.Namespace) -> int:
 
 def _silenced_vendor_libraries(cuda_available: bool) -> list[str]:
     """Import torchao (when installed and no CUDA is here) and name the CUDA libraries whose load warnings
-    :mod:`fp8bench.vendor_logs` silenced; said once here instead of on every run."""
+    :mod:`fp8bench.hardware.vendor_logs` silenced; said once here instead of on every run."""
     import importlib
 
-    from fp8bench.capabilities import library_status
-    from fp8bench.vendor_logs import silenced
+    from fp8bench.hardware.capabilities import library_status
+    from fp8bench.hardware.vendor_logs import silenced
 
     if cuda_available or library_status("torchao").reason:
         return []

@@ -49,7 +49,7 @@ DOC = "docs/export.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.export import FORMATS, SMALLER_IS_BETTER
+    from fp8bench.results.export import FORMATS, SMALLER_IS_BETTER
 
     p.add_argument("files", nargs="*", type=Path,
                    help="run files or pytest-benchmark JSON (default: every run in the store)")
@@ -72,8 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _rows(args: argparse.Namespace) -> list[Any]:
     """The records the source and filters select."""
-    from fp8bench.export import keeps, rows_from_payloads, rows_from_store, run_range, store_runs
-    from fp8bench.store_queries import RecordFilter
+    from fp8bench.results.export import keeps, rows_from_payloads, rows_from_store, run_range, store_runs
+    from fp8bench.results.store.queries import RecordFilter
 
     def record_filter(started: dict[str, str]) -> RecordFilter:
         lo, hi = run_range(started, args.runs)
@@ -83,7 +83,7 @@ def _rows(args: argparse.Namespace) -> list[Any]:
 
     filters = {"workload": args.workload, "backend": args.backend, "precision": args.precision}
     if args.files:
-        from fp8bench.ingest import read_results_file
+        from fp8bench.results.ingest import read_results_file
 
         rows = rows_from_payloads(read_results_file(path)[0] for path in args.files)
         check_filter_names(filters, {"workload": [r.record.get("workload") for r in rows],
@@ -91,7 +91,7 @@ def _rows(args: argparse.Namespace) -> list[Any]:
                                      "precision": [r.record.get("precision") for r in rows]})
         flt = record_filter({r.run["run_id"]: str(r.run.get("started_at") or "") for r in rows})
         return [r for r in rows if keeps(flt, r)]
-    from fp8bench.store import open_store
+    from fp8bench.results.store import open_store
 
     store = open_store(store_target(args), read_only=True)
     check_filter_names(filters, stored_names(store))
@@ -101,8 +101,8 @@ def _rows(args: argparse.Namespace) -> list[Any]:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.export import count, render, write
-    from fp8bench.runfile import check_writable
+    from fp8bench.results.export import count, render, write
+    from fp8bench.results.runfile import check_writable
 
     if args.format == "parquet" and args.out is None:
         raise UsageError("--format parquet writes a binary file: give --out PATH")

@@ -1,4 +1,4 @@
-"""`fp8bench gate BASE CAND`: the statistical regression gate (see :mod:`fp8bench.gate`)."""
+"""`fp8bench gate BASE CAND`: the statistical regression gate (see :mod:`fp8bench.analysis.gate.verdicts`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from fp8bench.analysis.gate.metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS
 from fp8bench.commands.common import (
     EXIT_HARNESS_ERROR,
     GATE_EXIT_CODES,
@@ -19,8 +20,7 @@ from fp8bench.commands.common import (
     lazy_read_only_store,
     print_json,
 )
-from fp8bench.gate_metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS
-from fp8bench.units import fraction_arg
+from fp8bench.core.units import fraction_arg
 
 NAME = "gate"
 HELP = "fail on a real regression in time, energy or accuracy: ratio of medians, bootstrap CI, Benjamini-Hochberg"
@@ -83,8 +83,8 @@ def add_gate_flags(p: argparse.ArgumentParser) -> None:
 
 
 def gate_config(args: argparse.Namespace) -> Any:
-    from fp8bench.gate import GateConfig, aa_noise_of, parse_override
-    from fp8bench.gate_metrics import parse_sqnr_floor
+    from fp8bench.analysis.gate.metrics import parse_sqnr_floor
+    from fp8bench.analysis.gate.verdicts import GateConfig, aa_noise_of, parse_override
 
     aa = args.aa_noise
     if args.aa_report is not None:
@@ -126,8 +126,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def warn_same_runs(report: dict[str, Any]) -> None:
     """Say on stderr when both sides are the same run(s): such a gate can only pass."""
-    from fp8bench.escaping import one_line
-    from fp8bench.gate import SAME_RUN_NOTE
+    from fp8bench.analysis.gate.verdicts import SAME_RUN_NOTE
+    from fp8bench.core.escaping import one_line
 
     prefix = SAME_RUN_NOTE.split("{", 1)[0]
     for note in report.get("notes", []):
@@ -140,8 +140,8 @@ REPORT_FILES = ("report.md", "report.json")
 
 def check_report_dir(folder: Path, overwrite: bool, flag: str) -> None:
     """Refuse, before anything is measured or compared, report files that must not be replaced (see
-    :func:`fp8bench.runfile.check_writable`)."""
-    from fp8bench.runfile import check_writable
+    :func:`fp8bench.results.runfile.check_writable`)."""
+    from fp8bench.results.runfile import check_writable
 
     for name in REPORT_FILES:
         check_writable(folder / name, overwrite, what="the report", flag=flag)
@@ -150,8 +150,8 @@ def check_report_dir(folder: Path, overwrite: bool, flag: str) -> None:
 def write_report(report: dict[str, Any], folder: Path, overwrite: bool = False,
                  flag: str = "--report-dir") -> tuple[Path, Path]:
     """Write report.md and report.json into ``folder``; returns their paths."""
-    from fp8bench.gate import render_markdown
-    from fp8bench.runfile import json_safe, write_user_file
+    from fp8bench.analysis.gate.verdicts import render_markdown
+    from fp8bench.results.runfile import json_safe, write_user_file
 
     md, js = (folder / name for name in REPORT_FILES)
     write_user_file(md, render_markdown(report).encode(), overwrite, what="the report", flag=flag)
@@ -162,8 +162,8 @@ def write_report(report: dict[str, Any], folder: Path, overwrite: bool = False,
 
 def store_report(report: dict[str, Any], target: Any) -> str | None:
     """Add the report to the store; returns an error text instead of raising (the files are already written)."""
-    from fp8bench.redact import error_line
-    from fp8bench.store import StoreError, open_store
+    from fp8bench.core.redact import error_line
+    from fp8bench.results.store import StoreError, open_store
 
     try:
         open_store(target).add_gate_report(report)
@@ -174,14 +174,14 @@ def store_report(report: dict[str, Any], target: Any) -> str | None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.gate import gate
+    from fp8bench.analysis.gate.verdicts import gate
 
     try:
         if args.report_dir is not None:
             check_report_dir(args.report_dir, args.force, "--report-dir")
         config = gate_config(args)
         store = lazy_read_only_store(args)  # opened only when a side names run ids
-        from fp8bench.ingest import load_side
+        from fp8bench.results.ingest import load_side
 
         report = gate(load_side(args.base, store), load_side(args.cand, store), config)
     except Exception as exc:  # any failure to produce a verdict is a harness error, never a pass
@@ -206,7 +206,7 @@ def publish_report(report: dict[str, Any], md: Path, js: Path, args: argparse.Na
 
     ``summary`` adds fields to the one-line JSON summary printed after the Markdown report.
     """
-    from fp8bench.gate import nothing_compared_under_lenient_fail_on, render_markdown
+    from fp8bench.analysis.gate.verdicts import nothing_compared_under_lenient_fail_on, render_markdown
 
     if nothing_compared_under_lenient_fail_on(report):
         print(f"fp8bench {verb}: warning: nothing was compared (every case is incomparable, missing or unmeasured); "

@@ -43,9 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.escaping import one_line
-    from fp8bench.ingest import ingest_file
-    from fp8bench.store import open_store
+    from fp8bench.core.escaping import one_line
+    from fp8bench.results.ingest import ingest_file
+    from fp8bench.results.store import open_store
 
     store = open_store(store_target(args))
     results, errors = [], []

@@ -56,12 +56,12 @@ def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fp8bench import store_queries
-    from fp8bench.escaping import term_text
-    from fp8bench.payoff import payoff_table
-    from fp8bench.shapes import shape_label
-    from fp8bench.store import open_store
-    from fp8bench.store_queries import RecordFilter
+    from fp8bench.analysis.payoff import payoff_table
+    from fp8bench.core.escaping import term_text
+    from fp8bench.core.shapes import shape_label
+    from fp8bench.results.store import open_store
+    from fp8bench.results.store import queries as store_queries
+    from fp8bench.results.store.queries import RecordFilter
 
     store = open_store(store_target(args), read_only=True)
     check_filter_names({"workload": args.workload, "backend": args.backend,

@@ -24,7 +24,7 @@ from fp8bench.commands.common import (
     print_json,
     table_console,
 )
-from fp8bench.units import fraction_arg, percent_arg
+from fp8bench.core.units import fraction_arg, percent_arg
 
 NAME = "run"
 HELP = "measure cases: table, run file, store rows"
@@ -146,9 +146,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Cases, settings overrides and the spec (for the run header) from a suite and/or flags."""
-    from fp8bench.catalog import BACKENDS, WORKLOADS, load_all
-    from fp8bench.recipes import PRECISIONS
-    from fp8bench.suites import load_suite
+    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.measure.suites import load_suite
+    from fp8bench.numerics.recipes import PRECISIONS
     from fp8bench.workloads.shape_sets import shape_set
 
     load_all()
@@ -178,8 +178,8 @@ def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str
 
 
 def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
-    from fp8bench.runner import RunSettings
-    from fp8bench.timing import SamplingPolicy
+    from fp8bench.measure.runner import RunSettings
+    from fp8bench.measure.timing import SamplingPolicy
 
     policy_fields: dict[str, Any] = {k: overrides[k] for k in ("min_samples", "min_time_s", "max_time_s", "target_rse",
                                                "max_samples") if k in overrides}
@@ -220,12 +220,12 @@ def _kept(outcome: Any, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench import distributed
-    from fp8bench.devices import resolve_device
-    from fp8bench.recipes import PRECISIONS
-    from fp8bench.report import summary_counts
-    from fp8bench.runner import expand_cases, run_cases
-    from fp8bench.timing import Timer, timer_for, timing_mode_for
+    from fp8bench.analysis.report import summary_counts
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.hardware import distributed
+    from fp8bench.measure.runner import expand_cases, run_cases
+    from fp8bench.measure.timing import Timer, timer_for, timing_mode_for
+    from fp8bench.numerics.recipes import PRECISIONS
 
     launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)
@@ -261,10 +261,10 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _device_plan(args: argparse.Namespace, launch: Any) -> Any:
-    """The workers of ``--devices`` (:mod:`fp8bench.sharding`), or ``None`` for a run on one device."""
+    """The workers of ``--devices`` (:mod:`fp8bench.measure.sharding`), or ``None`` for a run on one device."""
     if not args.devices:
         return None
-    from fp8bench.sharding import plan_devices
+    from fp8bench.measure.sharding import plan_devices
 
     if launch:
         raise UsageError("--devices starts a worker process per device; under torchrun every rank is already a "
@@ -282,14 +282,14 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from fp8bench.noise import host_load, overload_warning
-    from fp8bench.profiling import summary_rows
-    from fp8bench.record_stream import DiskFull
-    from fp8bench.report import render_bandwidths, render_table, summary_counts
-    from fp8bench.runfile import check_writable
-    from fp8bench.runner import new_run_id, run_cases
-    from fp8bench.sharding import run_sharded
-    from fp8bench.store import open_store
+    from fp8bench.analysis.report import render_bandwidths, render_table, summary_counts
+    from fp8bench.core.noise import host_load, overload_warning
+    from fp8bench.measure.profiling import summary_rows
+    from fp8bench.measure.runner import new_run_id, run_cases
+    from fp8bench.measure.sharding import run_sharded
+    from fp8bench.results.runfile import check_writable
+    from fp8bench.results.store import open_store
+    from fp8bench.results.stream import DiskFull
 
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()

@@ -68,11 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.catalog import BACKENDS, load_all
-    from fp8bench.devices import resolve_device
-    from fp8bench.runfile import check_writable
-    from fp8bench.runner import new_run_id
-    from fp8bench.selfcheck import SelfcheckConfig, probe_for
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.core.plugins import BACKENDS, load_all
+    from fp8bench.measure.runner import new_run_id
+    from fp8bench.measure.selfcheck import SelfcheckConfig, probe_for
+    from fp8bench.results.runfile import check_writable
 
     try:
         load_all()
@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace, probe: Any, config: Any, run_file: Path, run_
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from fp8bench.selfcheck import Verdict, run_selfcheck
+    from fp8bench.measure.selfcheck import Verdict, run_selfcheck
 
     err = Console(stderr=True)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,

@@ -12,8 +12,8 @@ import os
 import threading
 
 import fp8bench.kernels.torch_backend  # noqa: F401 - registers the backend this module wraps
-from fp8bench.catalog import BACKENDS
-from fp8bench.pipeline import BuildContext, Pipeline
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.plugins import BACKENDS
 
 HANG_PRECISIONS = {p.strip() for p in os.environ.get("FP8BENCH_TEST_HANG_PRECISIONS", "bf16").split(",") if p}
 

@@ -15,8 +15,8 @@ import os
 import torch
 
 import fp8bench.kernels.emulated  # noqa: F401 - registers the backend this module wraps
-from fp8bench.catalog import BACKENDS
-from fp8bench.pipeline import BuildContext, Pipeline
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.plugins import BACKENDS
 
 NONFINITE_PRECISIONS = {p.strip() for p in os.environ.get("FP8BENCH_TEST_NONFINITE_PRECISIONS", "fp16").split(",")
                         if p.strip()}

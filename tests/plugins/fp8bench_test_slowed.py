@@ -16,8 +16,8 @@ import os
 from typing import Any
 
 import fp8bench.kernels.torch_backend  # noqa: F401 - registers the backend this module wraps
-from fp8bench.catalog import BACKENDS
-from fp8bench.pipeline import BuildContext, Pipeline
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.plugins import BACKENDS
 
 SLOW_PRECISIONS = {p.strip() for p in os.environ.get("FP8BENCH_TEST_SLOW_PRECISIONS", "bf16").split(",") if p}
 FACTOR = float(os.environ.get("FP8BENCH_TEST_SLOW_FACTOR", "3"))

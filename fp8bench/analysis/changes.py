@@ -1,0 +1,294 @@
+"""Change points: the commits at which a case's nightly measurements stepped up or down, and whether it is real.
+
+A nightly history is one series per case and environment (the comparability key: same device model, driver,
+CUDA, torch, power and clock regime, same case definition), ordered by commit along a branch
+(:mod:`fp8bench.core.commits`). Several runs of one commit are reduced to their median, so each commit is one point.
+
+Detection has two stages, as in the CI analyses of MongoDB and Netflix (segment first, then keep what is large and
+significant):
+
+1. **Segmentation** with PELT (Killick, Fearnhead and Eckley 2012, through the ``ruptures`` library): the series
+   is cut where the mean of ``log(value)`` changes, so a step is a ratio whatever the case's scale. PELT minimizes
+   the within-segment squared error plus a penalty per cut; the penalty is ``penalty x sigma^2 x log(n)`` (a BIC
+   form), with the noise ``sigma`` estimated robustly from the median absolute difference of consecutive points
+   (``MAD / 0.6745 / sqrt(2)``: steps barely move it, unlike the standard deviation). Segments are at least
+   ``min_size`` commits long: one slow night is an outlier, not a change.
+2. **Filtering** of each cut: the ratio of the medians after and before it, with a bootstrap interval and one-sided
+   Mann-Whitney p-values (:func:`fp8bench.analysis.stats.compare_samples`, the gate's own arithmetic). A change is kept
+   when it is at least ``threshold`` (5% by default, the gate's T), its interval excludes 1, and its p-value is
+   under ``alpha``.
+
+A kept change is a **regression** when the metric got worse (time or energy up, SQNR or TFLOP/s down), an
+**improvement** otherwise. A regression is **open** while the series' latest segment is still worse than the level
+before the change by more than the threshold: a later fix closes it. Each change names the last commit before it
+(last good) and the first commit after it (first bad): the culprit is in between, usually the latter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fp8bench.core.commits import commit_order
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A tracked record column: ``log`` compares ratios (time, energy); otherwise differences (SQNR in dB)."""
+
+    column: str
+    lower_is_better: bool
+    log: bool = True
+    unit: str = ""
+
+
+METRICS = {
+    "median_s": Metric("median_s", lower_is_better=True, unit="s"),
+    "prequant_median_s": Metric("prequant_median_s", lower_is_better=True, unit="s"),
+    "energy_j": Metric("energy_j", lower_is_better=True, unit="J"),
+    "tflops": Metric("tflops", lower_is_better=False, unit="TFLOP/s"),
+    "sqnr_db": Metric("sqnr_db", lower_is_better=False, log=False, unit="dB"),
+}
+DEFAULT_METRICS = ("median_s",)
+# Columns a history needs (typed store columns; see fp8bench.results.store.columns).
+HISTORY_COLUMNS = ("id", "run_id", "seq", "case_key", "comparability_key", "device_name", "device", "git_commit",
+                   "git_branch", "commit_depth", "commit_time", "run_started_at")
+
+
+@dataclass(frozen=True)
+class ChangeConfig:
+    """Detection settings (see the module docstring)."""
+
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    threshold: float = 0.05  # smallest change kept: a fraction for log metrics
+    threshold_db: float = 1.0  # smallest change kept for SQNR, dB
+    alpha: float = 0.01  # Mann-Whitney p-value a kept change must be under
+    min_size: int = 3  # fewest commits in a segment
+    penalty: float = 3.0  # PELT penalty, in units of sigma^2 log(n)
+    confidence: float = 0.95  # bootstrap interval of the ratio
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.metrics if m not in METRICS]
+        if unknown:
+            raise ValueError(f"unknown metric {', '.join(unknown)}; accepted: {', '.join(METRICS)}")
+        if self.min_size < 2:
+            raise ValueError(f"min_size {self.min_size}: a segment needs at least 2 commits")
+        if not 0 < self.threshold < 1 or self.threshold_db <= 0 or not 0 < self.alpha < 1 or self.penalty <= 0:
+            raise ValueError(f"threshold {self.threshold} must be in (0, 1), threshold_db {self.threshold_db} and "
+                             f"penalty {self.penalty} above 0, alpha {self.alpha} in (0, 1)")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One kept change point of one series."""
+
+    case_key: str
+    device: str
+    branch: str | None
+    metric: str
+    kind: str  # regression | improvement
+    open: bool  # a regression still in force at the latest commit
+    size: float  # after / before - 1 (log metrics) or after - before (dB)
+    ratio: float  # median after / median before
+    ci_low: float  # bootstrap interval of the ratio
+    ci_high: float
+    p_value: float  # one-sided Mann-Whitney, in the direction of the change
+    before: float  # median of the segment before
+    after: float  # median of the segment after
+    last_good_commit: str | None
+    first_bad_commit: str | None
+    position: int  # commit position (0 = oldest) of first_bad_commit on the branch
+    first_bad_run: str  # first run measuring first_bad_commit
+    first_bad_started_at: str | None
+    n_before: int  # commits in the segment before
+    n_after: int
+    comparability_key: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def noise_sigma(y: np.ndarray) -> float:
+    """Robust noise scale of a series with steps: MAD of consecutive differences / 0.6745 / sqrt(2)."""
+    if y.size < 3:
+        return 0.0
+    diffs = np.diff(y)
+    mad = float(np.median(np.abs(diffs - np.median(diffs))))
+    return mad / 0.6745 / math.sqrt(2)
+
+
+# Noise below which no timing history is taken to be: a timer's resolution can make a stretch of nights read
+# identical, and a noise estimate of zero would let PELT cut between any two of them. 0.5% in log units.
+SIGMA_FLOOR_LOG = 0.005
+SIGMA_FLOOR_DB = 0.05
+
+
+def segment(y: np.ndarray, config: ChangeConfig, log: bool = True) -> list[int]:
+    """Indices where a new segment starts (PELT, least-squares cost, BIC-style penalty); empty for none."""
+    import ruptures
+
+    n = y.size
+    if n < 2 * config.min_size:
+        return []
+    floor = SIGMA_FLOOR_LOG if log else SIGMA_FLOOR_DB
+    sigma = max(noise_sigma(y), floor)
+    pen = config.penalty * sigma * sigma * math.log(n)
+    algo = ruptures.Pelt(model="l2", min_size=config.min_size, jump=1).fit(y.reshape(-1, 1))
+    ends = algo.predict(pen=pen)
+    return [int(b) for b in ends[:-1]]  # ruptures ends the list with n
+
+
+def _worse(metric: Metric, before: float, after: float) -> bool:
+    return after > before if metric.lower_is_better else after < before
+
+
+def _size(metric: Metric, before: float, after: float) -> float:
+    return after / before - 1 if metric.log else after - before
+
+
+def _per_commit(points: pd.DataFrame, metric: Metric) -> pd.DataFrame:
+    """One row per commit position of a series: the median of its usable values (finite; positive for a ratio
+    metric), the commit, its first run and when that run started."""
+    values = pd.to_numeric(points[metric.column], errors="coerce")
+    points = points.assign(_v=values)[values.notna() & (values > 0 if metric.log else values.notna())]
+    return points.groupby("position", sort=True).agg(
+        value=("_v", "median"), commit=("git_commit", "first"), run_id=("run_id", "first"),
+        started=("run_started_at", "min"))
+
+
+def series_changes(points: pd.DataFrame, metric: Metric, config: ChangeConfig) -> list[Change]:
+    """Changes of one series: ``points`` has one row per record of one comparability key on one branch, with
+    ``position`` (commit order) and the metric column."""
+    per_commit = _per_commit(points, metric)
+    if len(per_commit) < 2 * config.min_size:
+        return []
+    raw = per_commit["value"].to_numpy(dtype=float)
+    y = np.log(raw) if metric.log else raw
+    cuts = segment(y, config, metric.log)
+    # Backward elimination: the weakest failing cut (highest p-value) is dropped and its two segments merged, then
+    # the remaining cuts are tested again on the merged segments, until every remaining cut passes. Dropping one
+    # at a time keeps a true step whose first test, between two short neighbouring segments, had too few points.
+    while True:
+        tested = [_test_cut(raw, cuts, i, metric, config) for i in range(len(cuts))]
+        failing = [(result[1], i) for i, result in enumerate(tested) if not result[4]]
+        if not failing:
+            break
+        cuts = [c for i, c in enumerate(cuts) if i != max(failing)[1]]
+    bounds = [0, *cuts, len(raw)]
+    first = points.iloc[0]
+    last_level = float(np.median(raw[bounds[-2]:]))
+    limit = config.threshold if metric.log else config.threshold_db
+    out = []
+    for i, (cut, result) in enumerate(zip(cuts, tested, strict=True)):
+        est, p, b_med, a_med, _passed = result
+        worse = _worse(metric, b_med, a_med)
+        open_ = worse and _worse(metric, b_med, last_level) and abs(_size(metric, b_med, last_level)) >= limit
+        row = per_commit.iloc[cut]
+        out.append(Change(
+            case_key=str(first["case_key"]), device=str(first["device_label"]),
+            branch=None if pd.isna(first["git_branch"]) else str(first["git_branch"]), metric=metric.column,
+            kind="regression" if worse else "improvement", open=bool(open_), size=float(_size(metric, b_med, a_med)),
+            ratio=float(est.ratio), ci_low=float(est.ci_low), ci_high=float(est.ci_high), p_value=float(p),
+            before=b_med, after=a_med, last_good_commit=_text(per_commit.iloc[cut - 1]["commit"]),
+            first_bad_commit=_text(row["commit"]), position=int(per_commit.index[cut]),
+            first_bad_run=str(row["run_id"]), first_bad_started_at=_text(row["started"]),
+            n_before=cut - bounds[i], n_after=bounds[i + 2] - cut, comparability_key=str(first["comparability_key"])))
+    return out
+
+
+def _test_cut(raw: np.ndarray, cuts: list[int], i: int, metric: Metric,
+              config: ChangeConfig) -> tuple[Any, float, float, float, bool]:
+    """The ratio estimate, p-value and medians of cut ``i`` between its neighbouring cuts, and whether it passes:
+    large enough, its interval excluding 1 and its p-value under alpha."""
+    from fp8bench.analysis.stats import compare_samples
+
+    bounds = [0, *cuts, len(raw)]
+    before, after = raw[bounds[i]:bounds[i + 1]], raw[bounds[i + 1]:bounds[i + 2]]
+    est = compare_samples(before.tolist(), after.tolist(), confidence=config.confidence)
+    b_med, a_med = float(np.median(before)), float(np.median(after))
+    large = abs(_size(metric, b_med, a_med)) >= (config.threshold if metric.log else config.threshold_db)
+    up = a_med > b_med
+    p = est.p_slower if up else est.p_faster
+    clear = est.ci_low > 1 if up else est.ci_high < 1
+    return est, p, b_med, a_med, bool(large and clear and p < config.alpha)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def _series(records: pd.DataFrame, config: ChangeConfig) -> Iterator[tuple[pd.DataFrame, Metric]]:
+    """Each series of ``records`` (one comparability key on one branch, with its commit ``position``) and metric."""
+    if records.empty:
+        return
+    frame = records.copy()
+    frame["git_branch"] = frame["git_branch"].astype("object")
+    frame["_branch"] = frame["git_branch"].fillna("")
+    for _branch, on_branch in frame.groupby("_branch", sort=True):
+        on_branch = on_branch.assign(position=commit_order(on_branch))
+        for _key, series in on_branch.groupby("comparability_key", sort=True):
+            for name in config.metrics:
+                yield series, METRICS[name]
+
+
+def find_changes(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> list[Change]:
+    """Every kept change of every series in ``records`` (speed-comparable records with :data:`HISTORY_COLUMNS`,
+    ``device_label`` and the metric columns), newest first."""
+    out = [change for series, metric in _series(records, config)
+           for change in series_changes(series, metric, config)]
+    out.sort(key=lambda c: (c.first_bad_started_at or "", c.position), reverse=True)
+    return out
+
+
+@dataclass(frozen=True)
+class HistoryDepth:
+    """How much history change detection had: a series shorter than ``needed`` commits is never searched, so "no
+    change found" says nothing about it."""
+
+    series: int  # case histories (comparability key x branch x metric) in the records
+    judged: int  # those with at least ``needed`` commits
+    longest: int  # commits in the longest series
+    needed: int  # ``min_size`` commits on each side of a change
+
+    @property
+    def enough(self) -> bool:
+        """Whether at least one series was long enough to be searched."""
+        return self.judged > 0
+
+
+def history_depth(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> HistoryDepth:
+    """The depth of the history :func:`find_changes` searches in ``records``."""
+    lengths = [len(_per_commit(series, metric)) for series, metric in _series(records, config)]
+    needed = 2 * config.min_size
+    return HistoryDepth(series=len(lengths), judged=sum(n >= needed for n in lengths), longest=max(lengths, default=0),
+                        needed=needed)
+
+
+def changes_frame(changes: Sequence[Change]) -> pd.DataFrame:
+    columns = list(Change.__dataclass_fields__)
+    return pd.DataFrame([c.to_dict() for c in changes], columns=columns)
+
+
+def new_since(changes: Sequence[Change], started_at: str) -> list[Change]:
+    """Open regressions whose first bad commit was first measured after ``started_at`` (a run's start)."""
+    return [c for c in changes if c.kind == "regression" and c.open and (c.first_bad_started_at or "") > started_at]
+
+
+def history_records(store: Any, flt: Any, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
+    """The speed-comparable records of ``store`` under ``flt`` (a :class:`fp8bench.results.store.queries.RecordFilter`),
+    with the columns change detection reads, in run order."""
+    from fp8bench.results.store import queries as store_queries
+
+    columns = tuple(dict.fromkeys([*HISTORY_COLUMNS, *metrics]))
+    return store_queries.select_records(store, flt, columns, where=[store_queries.speed_comparable()])
+
+
+def store_changes(store: Any, flt: Any, config: ChangeConfig = ChangeConfig()) -> list[Change]:
+    """Every kept change in the store's history under the filter, newest first (the ``changes`` verb and the
+    dashboard's Regressions page)."""
+    return find_changes(history_records(store, flt, config.metrics), config)

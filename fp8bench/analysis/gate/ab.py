@@ -1,0 +1,271 @@
+"""A/B runs: base and head measured on the same runner, in the same job, interleaved in rounds.
+
+Why interleave: a GPU runner's speed drifts (clocks, temperature, neighbours on the host, a driver's background
+work). Measuring all of the base and then all of the head turns that drift into a fake regression or hides a
+real one. Here each side lives in its own long-lived worker process, importing its own checkout's code, and the
+two take turns: round ``r`` runs base then head when ``r`` is even and head then base when it is odd (an ABBA
+order, so neither side is always first after the other has warmed the machine). Every round writes one ordinary
+run file per side; the gate then uses each case's per-round medians as its samples, so drift shared by both
+sides cancels out in the comparison.
+
+A side is a folder holding a checkout of the project (a second clone, a worktree, or the same folder for an A/A
+run) or a git ref, which is checked out into a temporary worktree for the duration of the A/B run. The worker
+loads ``fp8bench`` from that folder by the ``package-dir`` mapping of its ``pyproject.toml`` (the installed copy is
+never imported into it), then runs ``fp8bench run`` with the given arguments once per round, so each side
+measures with its own runner and kernels. Extra registering modules (a test-only backend) can be given to one
+side through ``FP8BENCH_PLUGINS`` in that side's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, merge_rerun
+from fp8bench.core.redact import MASK
+from fp8bench.results.ingest import load_side
+
+# Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.
+_WORKER = r'''
+import contextlib, importlib.util, io, json, os, sys, tomllib, traceback
+root = sys.argv[1]
+with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
+    cfg = tomllib.load(fh)
+dirs = (cfg.get("tool", {}).get("setuptools", {}).get("package-dir")) or {"fp8bench": "fp8bench"}
+for name in sorted(dirs, key=lambda n: n.count(".")):
+    folder = os.path.join(root, dirs[name])
+    if not os.path.exists(os.path.join(folder, "__init__.py")):
+        continue
+    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, "__init__.py"),
+                                                  submodule_search_locations=[folder])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, mod)
+from fp8bench.cli import main
+# The protocol gets its own copy of stdout; fd 1 then points at stderr, so that anything else writing to stdout
+# (a C library, a stray print) cannot corrupt the protocol lines.
+proto = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+print(json.dumps({"ready": True, "fp8bench": os.path.dirname(sys.modules["fp8bench"].__file__)}), file=proto,
+      flush=True)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("stop"):
+        break
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            rc = main(msg["argv"])
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 2
+    except BaseException:
+        rc, buf = 3, io.StringIO(traceback.format_exc())
+    print(json.dumps({"rc": rc, "tail": buf.getvalue()[-2000:]}), file=proto, flush=True)
+'''
+
+
+class AbError(RuntimeError):
+    """The A/B run itself failed (a worker died, a round failed): a harness error, never a verdict."""
+
+
+@dataclass
+class SideSpec:
+    """One side: a checkout folder (or a git ref, see :func:`checkout_ref`) and extra environment variables."""
+
+    name: str  # base | head
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class Worker:
+    """A long-lived process running one side's fp8bench; one ``fp8bench run`` per :meth:`run` call."""
+
+    def __init__(self, side: SideSpec, python: str = sys.executable, stderr: IO[str] | None = None) -> None:
+        if not (side.root / "pyproject.toml").is_file():
+            raise AbError(f"{side.name} checkout {side.root} has no pyproject.toml; give the project's root folder")
+        env = {**os.environ, **side.env}
+        # While one side measures, the other waits on its stdin; its OpenMP threads must sleep, not spin on the
+        # cores the measuring side needs (GNU OpenMP spins for a while after each parallel region by default).
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        self.side = side
+        self.proc = subprocess.Popen([python, "-c", _WORKER, str(side.root)], cwd=side.root, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+        hello = self._read()
+        if not hello.get("ready"):
+            raise AbError(f"{side.name} worker did not start: {hello}")
+        self.package = hello["fp8bench"]
+
+    def _read(self, timeout_s: float | None = None, what: str = "") -> dict[str, Any]:
+        """The worker's next protocol line; :class:`AbError` naming ``what`` when it takes over ``timeout_s``."""
+        assert self.proc.stdout is not None
+        if timeout_s is not None:
+            with selectors.DefaultSelector() as waiting:
+                waiting.register(self.proc.stdout, selectors.EVENT_READ)
+                if not waiting.select(timeout_s):
+                    self.proc.kill()  # a hung side: its round fails, and the other side is not left waiting
+                    self.proc.wait()
+                    raise AbError(f"{what} did not finish within {timeout_s:g} s (--round-timeout); its worker "
+                                  f"({self.side.root}) was stopped")
+        line = self.proc.stdout.readline()
+        if not line:
+            code = self.proc.wait()
+            raise AbError(f"{self.side.name} worker ({self.side.root}) exited with code {code}")
+        return json.loads(line)
+
+    def run(self, run_args: Sequence[str], out: Path, timeout_s: float | None = None, what: str = "",
+            force: bool = False) -> dict[str, Any]:
+        """One round: ``fp8bench run RUN_ARGS --out OUT --no-store --json`` inside the worker; ``what`` names it
+        ("head round 3") in messages, ``timeout_s`` bounds it."""
+        assert self.proc.stdin is not None
+        argv = ["run", *run_args, "--out", str(out), "--no-store", "--json", *(["--force"] if force else [])]
+        self.proc.stdin.write(json.dumps({"argv": argv}) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read(timeout_s, what or f"{self.side.name} round")
+        # Exit 1 means a case failed or is invalid: that is data for the gate (a `broken` case), not a harness
+        # error. Anything else without a run file is.
+        if reply["rc"] not in (0, 1) or not out.is_file():
+            raise AbError(f"{self.side.name} round failed (exit {reply['rc']}): {reply['tail'][-800:]}")
+        return reply
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"stop": True}) + "\n")
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def round_order(r: int) -> tuple[str, str]:
+    """ABBA: base first in even rounds, head first in odd ones."""
+    return ("base", "head") if r % 2 == 0 else ("head", "base")
+
+
+def round_files(folder: Path, rounds: int) -> dict[str, list[Path]]:
+    """Where each side's round run files go: ``folder/base/rNN.json`` and ``folder/head/rNN.json``."""
+    return {name: [folder / name / f"r{r:02d}.json" for r in range(rounds)] for name in ("base", "head")}
+
+
+def run_rounds(workers: dict[str, Worker], run_args: Sequence[str], rounds: int, folder: Path,
+               on_round: Callable[[int, str], None] | None = None, round_timeout_s: float | None = None,
+               force: bool = False) -> dict[str, Path]:
+    """Interleaved rounds into :func:`round_files`; a round over ``round_timeout_s`` fails the A/B run, named."""
+    if rounds < 2:
+        raise ValueError(f"rounds must be >= 2 for per-round medians (the gate method asks for >= 10), got {rounds}")
+    files = round_files(folder, rounds)
+    for name in files:
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    for r in range(rounds):
+        for name in round_order(r):
+            workers[name].run(run_args, files[name][r], round_timeout_s, f"{name} round {r + 1} of {rounds}", force)
+            if on_round:
+                on_round(r, name)
+    return {name: folder / name for name in files}
+
+
+def checkout_ref(repo: Path, ref: str, into: Path) -> Path:
+    """Check ``ref`` of the repository at ``repo`` out into a new detached worktree at ``into``."""
+    out = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(into), ref],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AbError(f"cannot check out {ref!r} of {repo}: {out.stderr.strip()}")
+    return into
+
+
+def remove_checkout(repo: Path, path: Path) -> None:
+    subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)], capture_output=True)
+
+
+@dataclass
+class AbResult:
+    report: dict[str, Any]
+    folder: Path
+
+
+def run_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path, rounds: int = 10,
+           config: GateConfig | None = None, rerun_inconclusive: bool = True,
+           on_round: Callable[[int, str], None] | None = None, stderr: IO[str] | None = None,
+           round_timeout_s: float | None = None, force: bool = False,
+           on_rerun: Callable[[list[str]], None] | None = None) -> AbResult:
+    """Measure both sides in interleaved rounds and gate head against base (rerunning inconclusive cases once).
+    ``round_timeout_s`` bounds each side's round; ``force`` lets round files replace those of an earlier A/B run
+    in ``folder``. ``on_round(r, side)`` follows each side's run of round ``r``; ``on_rerun(cases)`` announces the
+    rerun of the cases left inconclusive, before its rounds start."""
+    # Round r of both sides ran back to back, so the gate compares them round by round.
+    config = replace(config or GateConfig(), paired=True)
+    workers: dict[str, Worker] = {}
+    try:
+        for spec in (base, head):
+            workers[spec.name] = Worker(spec, stderr=stderr)
+        dirs = run_rounds(workers, run_args, rounds, folder, on_round, round_timeout_s, force)
+        report = build_report(collect_side(load_side(str(dirs["base"]))), collect_side(load_side(str(dirs["head"]))),
+                              config)
+        if rerun_inconclusive and report["counts"].get("inconclusive"):
+            if on_rerun:
+                on_rerun([c["case"] for c in report["cases"] if c["verdict"] == "inconclusive"])
+            again = run_rounds(workers, run_args, rounds, folder / "rerun", on_round, round_timeout_s, force)
+            rerun = build_report(collect_side(load_side(str(again["base"]))),
+                                 collect_side(load_side(str(again["head"]))), config)
+            report = merge_rerun(report, rerun)
+    finally:
+        for w in workers.values():
+            w.close()
+    report["ab"] = {"base_root": str(base.root), "head_root": str(head.root), "rounds": rounds,
+                    "run_args": list(run_args), "base_env": masked_env(base.env), "head_env": masked_env(head.env),
+                    "dirty": {name: side_dirty(dirs[name]) for name in ("base", "head")},
+                    "round_timeout_s": round_timeout_s,
+                    "worker_packages": {n: w.package for n, w in workers.items()}}
+    return AbResult(report, folder)
+
+
+def masked_env(env: dict[str, str]) -> dict[str, str]:
+    """A side's extra environment for the report: every value masked, the names kept. Values given to a side are
+    often tokens or URLs with passwords, and the report is published (a pull-request comment, the store)."""
+    return {name: MASK for name in env}
+
+
+def side_dirty(rounds: Path) -> bool | None:
+    """Whether a side measured a checkout with uncommitted changes (``git.dirty`` of its round run files): true if
+    any round says so, ``None`` when no round recorded it."""
+    flags = []
+    for path in sorted(rounds.glob("r*.json")):
+        try:
+            flags.append((json.loads(path.read_text()).get("run") or {}).get("git", {}).get("dirty"))
+        except (OSError, ValueError, AttributeError):
+            continue
+    known = [f for f in flags if isinstance(f, bool)]
+    return any(known) if known else None
+
+
+def temporary_checkouts(repo: Path, refs: dict[str, str]) -> tuple[dict[str, Path], Callable[[], None]]:
+    """Worktrees for git refs (``{"base": "origin/main", ...}``) and a cleanup function."""
+    tmp = Path(tempfile.mkdtemp(prefix="fp8bench-ab-"))
+    paths: dict[str, Path] = {}
+
+    def cleanup() -> None:
+        for p in paths.values():
+            remove_checkout(repo, p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    try:
+        for name, ref in refs.items():
+            paths[name] = checkout_ref(repo, ref, tmp / name)
+    except AbError:
+        cleanup()
+        raise
+    return paths, cleanup

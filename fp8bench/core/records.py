@@ -1,0 +1,124 @@
+"""Records: one immutable result per case, in the shape the run file, store, dashboard and gate share.
+
+Status values: ``ok`` (measured), ``failed`` (the case raised), ``skipped`` (unsupported, unavailable, a shape rule,
+or over its time budget; ``reason`` says which), ``invalid`` (measured, but the numbers must not be trusted: NaN or
+Inf in the output, or a throttled device). Every record keeps its raw samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+STATUSES = ("ok", "failed", "skipped", "invalid")
+# How an FP8 recipe's FP32 scale factors are formed (``Record.scale_format``): ``fp32``, any FP32 value (amax / the
+# format's largest value, fp8bench's definition of its per-tensor, per-row and per-block recipes), or ``pow2``,
+# rounded to a power of two (Transformer Engine's block-scaling default, kernels/te_backend.py).
+SCALE_FP32, SCALE_POW2 = "fp32", "pow2"
+SCALE_FORMATS = (SCALE_FP32, SCALE_POW2)
+# Values of ``Record.timing_mode`` (fp8bench.measure.timing.TimingMode, kept free of torch here).
+TIMING_MODES = ("cpu", "cuda_events", "cuda_graph")
+
+
+@dataclass(frozen=True)
+class Record:
+    workload: str
+    shape: dict[str, int]
+    precision: str
+    backend: str
+    device: str
+    status: str
+    reason: str | None = None
+    fp8_format: str | None = None
+    accumulation: str | None = None  # FP8 only: fast_forward (fast accumulation in the forward GEMM) | full
+    # fp8_delayed only: the delayed-scaling settings the record was measured with: amax_history_len (iterations),
+    # amax_compute_algo ("max" | "most_recent"), margin (powers of two of headroom). Empty for other precisions.
+    delayed_scaling: dict[str, Any] = field(default_factory=dict)
+    # The scale factors the library ran with (SCALE_FORMATS), stated by backends whose library can round them to
+    # powers of two (te: Float8CurrentScaling, Float8BlockScaling). ``None`` elsewhere: fp8bench's own quantizers
+    # always use FP32 scales. Enters the comparability key (fp8bench.core.comparability).
+    scale_format: str | None = None
+    samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
+    median_s: float | None = None  # end-to-end median, seconds
+    iqr_s: float | None = None
+    rsd: float | None = None
+    n: int = 0
+    target_reached: bool | None = None
+    prequant_median_s: float | None = None  # sum of the pre-quantized phases' medians
+    flops: int | None = None
+    bytes: int | None = None
+    tflops: float | None = None  # end-to-end
+    prequant_tflops: float | None = None
+    gbps: float | None = None
+    pct_of_peak: float | None = None  # end-to-end TFLOP/s as a percentage of the device's ceiling for this dtype
+    peak_tflops: float | None = None
+    peak_source: str | None = None
+    peak_mem_tbps: float | None = None  # the device's memory-bandwidth ceiling, TB/s (the roofline's slope)
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> median seconds
+    phase_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    energy_j: float | None = None  # joules per end-to-end iteration
+    avg_power_w: float | None = None
+    tflops_per_w: float | None = None
+    energy: dict[str, Any] = field(default_factory=dict)
+    numerics: dict[str, Any] = field(default_factory=dict)
+    # Device telemetry through the case: ``timing`` (the timed samples) and ``energy`` (the energy window), each a
+    # summary of clocks, temperature, power and throttle reasons, or a ``reason`` where none was taken.
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU) and in
+    # records written before it.
+    sm_clock_mhz: float | None = None
+    valid: bool = True
+    interpreted: bool = False
+    notes: list[str] = field(default_factory=list)
+    timing: dict[str, Any] = field(default_factory=dict)  # warm-up, overhead, sampling policy outcome
+    # The timer that produced every figure of this record (samples, phases, energy per iteration), or that the run
+    # used, for a record without figures: ``cpu`` (host clock), ``cuda_events`` (events around eager calls: launch
+    # gaps included) or ``cuda_graph`` (events around replays of a captured CUDA graph: no launch gaps); see
+    # fp8bench.measure.timing. ``None`` in records written before it.
+    timing_mode: str | None = None
+    # Whether the device's L2 cache was flushed before each sample (outside the timed region; CUDA only, so always
+    # False on the CPU). ``None`` in records written before it.
+    l2_flushed: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0  # position in the run
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"record status {self.status!r}; accepted: {', '.join(STATUSES)}")
+        if self.scale_format is not None and self.scale_format not in SCALE_FORMATS:
+            raise ValueError(f"record scale format {self.scale_format!r}; accepted: {', '.join(SCALE_FORMATS)}")
+        if self.timing_mode is not None and self.timing_mode not in TIMING_MODES:
+            raise ValueError(f"record timing mode {self.timing_mode!r}; accepted: {', '.join(TIMING_MODES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def case_key(self) -> str:
+        return case_key(self.to_dict())
+
+
+# Precisions whose default is fast accumulation in the forward GEMM (``Fp8Recipe.fast_accum``); block-scaled
+# recipes always accumulate in full precision, so "full" is their default and not a variant. A test keeps this list
+# equal to the registry's (this module stays free of torch).
+FAST_ACCUM_BY_DEFAULT = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise")
+
+
+def full_accum_variant(record: dict[str, Any]) -> bool:
+    """Whether ``record`` ran in full-precision accumulation where its recipe's default is fast accumulation."""
+    return record.get("accumulation") == "full" and record.get("precision") in FAST_ACCUM_BY_DEFAULT
+
+
+def case_key(record: dict[str, Any]) -> str:
+    """Identity of a case across runs: workload, shape, precision (+format, + full accumulation when not the
+    default fast-forward one), backend, device (+ ``cuda_graph`` when timed as CUDA-graph replays: a different
+    measurement, never compared with eager timings; eager keys, and keys of records that predate the mode, are
+    unchanged)."""
+    shape = ",".join(f"{k}={v}" for k, v in record["shape"].items())
+    fmt = f"/{record['fp8_format']}" if record.get("fp8_format") else ""
+    accum = "/full-accum" if full_accum_variant(record) else ""
+    graph = " cuda_graph" if record.get("timing_mode") == "cuda_graph" else ""
+    return (f"{record['workload']}[{shape}] {record['precision']}{fmt}{accum} {record['backend']} "
+            f"{record['device']}{graph}")

@@ -1,0 +1,493 @@
+"""Energy meters: joules per iteration, or ``null`` with the reason when nothing can meter this device.
+
+How a window is measured
+------------------------
+Energy counters are coarse in time. NVML's total-energy counter (millijoules) steps about every 100 ms; RAPL's
+package counter (microjoules) is fresher but its power domain includes everything else on the socket. One GEMM takes
+microseconds to milliseconds, far below either resolution, so a meter measures a *window*: it loops the case's
+end-to-end call until the window lasts at least :attr:`WindowPolicy.min_window_s` (1 s, about ten counter updates,
+by default), synchronizes the device at both edges, and divides the window's energy by the iterations. The
+quantization error of one window is then about one counter step out of ten or more, and it shrinks as the window
+grows. If the counter has not advanced by then, the window keeps going up to :attr:`WindowPolicy.max_window_s`; a
+counter that never moves yields ``null`` with the reason, never 0. Code that cannot be looped (a whole training run)
+is measured in a named window around it, :meth:`WindowMeter.window`; every window returns an
+:class:`EnergyReading` (joules, seconds, average watts, telemetry samples, method).
+
+Methods, best first
+-------------------
+* ``nvml_counter``: the GPU's total-energy counter (Volta and newer). Exact to the counter's step.
+* ``nvml_power``: where the counter is unsupported, board power sampled in a background thread and integrated over
+  the window. Approximate: on Ampere (except GA100) and newer NVML reports a one-second running average, and even
+  instantaneous readings cover only part of the runtime, so short bursts are smoothed away. Marked as approximate
+  in the reading's ``reason``.
+* ``rapl``: the CPU package counters under ``/sys/class/powercap`` (:mod:`fp8bench.energy.rapl`), where readable.
+* ``none``: no meter; joules are ``null`` and ``reason`` says why.
+
+Every window also samples telemetry (:mod:`fp8bench.energy.telemetry`) where the device has it; a window during which the
+device throttled keeps its numbers but is marked ``valid: false`` with the reasons. Power capping alone, and the
+clock drop it causes, is the normal state of a GPU at full load: it is recorded in ``clock_notes`` and invalidates
+only with ``--strict-clocks``. The same rule watches the case's timed samples: the runner opens a
+:class:`~fp8bench.energy.telemetry.TelemetryWindow` on the meter's :attr:`WindowMeter.source`. An idle baseline (power with
+nothing running, measured once before the cases) can be subtracted; the raw figure stays the headline and the
+above-idle figure is reported beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from fp8bench.core.devices import Device
+from fp8bench.energy.rapl import POWERCAP, RaplCounter, RaplUnavailable
+from fp8bench.energy.telemetry import (
+    DEFAULT_INTERVAL_S,
+    ENERGY_WINDOW,
+    Sample,
+    TelemetrySampler,
+    TelemetrySource,
+    ThrottlePolicy,
+    counter_growth,
+    describe_error,
+    integrate_power_j,
+    judge,
+    summarize,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EnergyReading:
+    """One named measurement window. Joules and watts are ``None`` when the meter could not measure.
+
+    ``joules_per_iter`` is the window's energy divided by ``iterations``; ``window_j`` and ``window_s`` are the whole
+    window's joules and seconds; ``avg_power_w`` is ``window_j / window_s``; ``samples`` counts telemetry samples.
+    """
+
+    method: str  # nvml_counter | nvml_power | rapl | none
+    joules_per_iter: float | None
+    avg_power_w: float | None
+    window_s: float | None
+    iterations: int
+    reason: str | None = None  # why joules are missing or approximate
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    valid: bool = True
+    invalid_reasons: tuple[str, ...] = ()
+    name: str = "end_to_end"
+    window_j: float | None = None
+    samples: int = 0
+    idle_power_w: float | None = None  # baseline measured before the run, if asked for
+    joules_above_idle_per_iter: float | None = None  # joules_per_iter minus idle power x time per iteration
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-phase readings, each phase looped alone
+    clock_notes: tuple[str, ...] = ()  # limiters seen that do not invalidate (power capping, unless strict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def with_idle(self, idle_w: float | None) -> EnergyReading:
+        """This reading with an idle baseline (watts) subtracted and reported beside the raw figure."""
+        if idle_w is None or self.joules_per_iter is None or not self.window_s or not self.iterations:
+            return replace(self, idle_power_w=idle_w)
+        above = self.joules_per_iter - idle_w * self.window_s / self.iterations
+        return replace(self, idle_power_w=idle_w, joules_above_idle_per_iter=above)
+
+
+class EnergyMeter(Protocol):
+    method: str
+
+    def measure(self, fn: Callable[[], Any], device: Device, seconds_per_call: float,
+                name: str = "end_to_end") -> EnergyReading:
+        """Run ``fn`` in a window long enough for this meter and return the reading (``name`` labels it)."""
+        ...
+
+
+class MeterUnavailable(RuntimeError):
+    """A meter factory applies to the device but cannot meter it; the message is the reason."""
+
+
+class NullMeter:
+    """The meter of a device nothing can meter: a reading with no joules and the reason."""
+
+    method = "none"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def measure(self, fn: Callable[[], Any], device: Device, seconds_per_call: float,
+                name: str = "end_to_end") -> EnergyReading:
+        return EnergyReading(self.method, None, None, None, 0, self.reason, name=name)
+
+    def idle(self, device: Device, seconds: float) -> EnergyReading:
+        return EnergyReading(self.method, None, None, None, 0, self.reason, name="idle")
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """How long an energy window runs (seconds) and how often telemetry is sampled in it."""
+
+    min_window_s: float = 1.0  # about ten NVML counter updates at the observed ~100 ms period
+    max_window_s: float = 10.0  # keep looping this long at most while waiting for the counter to move
+    max_iterations: int = 10_000_000  # guards against a zero or wildly wrong per-call estimate
+    telemetry_interval_s: float = DEFAULT_INTERVAL_S
+
+    def __post_init__(self) -> None:
+        if not self.min_window_s > 0:
+            raise ValueError(f"energy window must be positive seconds, got {self.min_window_s}")
+        if self.max_window_s < self.min_window_s:
+            raise ValueError(f"max energy window {self.max_window_s} s is shorter than the minimum "
+                             f"{self.min_window_s} s")
+        if self.max_iterations < 1:
+            raise ValueError(f"max iterations must be >= 1, got {self.max_iterations}")
+
+
+class WindowMeter:
+    """A meter built from a cumulative energy counter and/or a telemetry source.
+
+    ``counter()`` returns cumulative joules (any origin); without a counter, the window's energy is integrated from
+    the power in the telemetry samples. ``violations()`` returns cumulative throttle counters (nanoseconds) whose
+    growth over a window also marks it throttled. ``decode`` names the bits of a telemetry reasons mask.
+    """
+
+    def __init__(self, method: str, *, counter: Callable[[], float] | None = None,
+                 telemetry: Callable[[], Sample] | None = None,
+                 violations: Callable[[], dict[str, int | None]] | None = None,
+                 decode: Callable[[int], list[str]] = lambda mask: [f"0x{mask:x}"],
+                 reference_clock_mhz: int | None = None, note: str | None = None,
+                 policy: WindowPolicy | None = None, throttle: ThrottlePolicy | None = None,
+                 close: Callable[[], None] | None = None) -> None:
+        if counter is None and telemetry is None:
+            raise ValueError("a window meter needs an energy counter or a power-reporting telemetry source")
+        self.method, self.counter, self.telemetry, self.violations = method, counter, telemetry, violations
+        self.decode, self.reference_clock_mhz, self.note = decode, reference_clock_mhz, note
+        # The device's telemetry, also watched by the runner through the timed samples (``None``: none here).
+        self.source = (TelemetrySource(telemetry, decode, reference_clock_mhz, violations)
+                       if telemetry is not None else None)
+        self.policy, self.throttle = policy or WindowPolicy(), throttle or ThrottlePolicy()
+        self._close = close
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+            self._close = None
+
+    def _chunk(self, fn: Callable[[], Any], device: Device, seconds_per_call: float) -> int:
+        """Calls per chunk: about a quarter of the minimum window, so the loop checks the clock a few times."""
+        if not seconds_per_call > 0:  # unknown: time one synchronized call
+            device.synchronize()
+            t = time.perf_counter()
+            fn()
+            device.synchronize()
+            seconds_per_call = max(time.perf_counter() - t, 1e-9)
+        calls = math.ceil(self.policy.min_window_s / 4 / seconds_per_call)
+        return max(1, min(calls, self.policy.max_iterations))
+
+    def measure(self, fn: Callable[[], Any], device: Device, seconds_per_call: float,
+                name: str = "end_to_end") -> EnergyReading:
+        """Loop ``fn`` for at least the policy's minimum window and return joules per call.
+
+        Never raises for a meter failure: a counter or telemetry error mid-window yields ``joules_per_iter=None``
+        with the reason. Errors raised by ``fn`` itself propagate. ``fn`` runs with ``device`` current (its device
+        guard), so work that names no device lands on the metered GPU.
+        """
+        span = _Span(self, device)
+        iterations = 0
+        with device.guard():
+            chunk = self._chunk(fn, device, seconds_per_call)
+            try:
+                span.begin()
+                while iterations < self.policy.max_iterations:
+                    for _ in range(chunk):
+                        fn()
+                    iterations += chunk
+                    elapsed, moved = span.mark()
+                    if elapsed >= self.policy.max_window_s or (elapsed >= self.policy.min_window_s and moved):
+                        break
+                span.end()
+            except _MeterError as exc:  # a meter failure costs this window's energy, never the case or the run
+                span.error = exc.__cause__
+            finally:
+                span.stop()
+        return span.reading(name, iterations)
+
+    @contextlib.contextmanager
+    def window(self, name: str, device: Device, iterations: int = 1) -> Iterator[WindowHandle]:
+        """A named window around arbitrary code (a whole training run, say), not looped by the meter::
+
+            with meter.window("train_100_steps", device, iterations=100) as w:
+                ...
+            w.reading.joules_per_iter
+
+        The code must itself last many counter updates (seconds); a shorter block reads ``null`` with the reason.
+        """
+        span = _Span(self, device)
+        handle = WindowHandle()
+        try:
+            span.begin()
+        except _MeterError as exc:
+            span.error = exc.__cause__
+        try:
+            with device.guard():
+                yield handle
+            if span.error is None:
+                try:
+                    span.mark()
+                    span.end()
+                except _MeterError as exc:
+                    span.error = exc.__cause__
+        finally:
+            span.stop()
+        handle.reading = span.reading(name, iterations)
+
+    def _window_joules(self, e0: float | None, e1: float | None, samples: list[Sample], t0: float, t1: float,
+                       window_s: float) -> tuple[float | None, str | None]:
+        if self.counter is not None and e0 is not None and e1 is not None:
+            if e1 < e0:
+                return None, (f"{self.method}: energy counter went backwards ({e0:.3f} J -> {e1:.3f} J; driver "
+                              f"reloaded or counter wrapped)")
+            if e1 == e0:
+                return None, (f"{self.method}: energy counter did not advance in a {window_s:.3g} s window "
+                              f"(it updates only every ~100 ms; window limit {self.policy.max_window_s:g} s)")
+            return e1 - e0, self.note
+        joules = integrate_power_j(samples, t0, t1)
+        if joules is None:
+            return None, f"{self.method}: fewer than two power samples in a {window_s:.3g} s window"
+        return joules, self.note
+
+    def idle(self, device: Device, seconds: float) -> EnergyReading:
+        """Average power (W) over ``seconds`` with nothing running: the idle baseline, in ``avg_power_w``."""
+        with self.window("idle", device) as w:
+            time.sleep(seconds)
+        assert w.reading is not None
+        # Idle clocks are low by design: the throttle rule describes loaded windows and does not apply here.
+        return replace(w.reading, joules_per_iter=None, iterations=0, valid=True, invalid_reasons=(), clock_notes=())
+
+
+@dataclass
+class WindowHandle:
+    """What :meth:`WindowMeter.window` yields; ``reading`` is set when the block ends."""
+
+    reading: EnergyReading | None = None
+
+
+class _Span:
+    """The edges of one window: synchronize, sample telemetry, read the counters at the start and at each mark."""
+
+    def __init__(self, meter: WindowMeter, device: Device) -> None:
+        self.meter, self.device = meter, device
+        self.sampler = (TelemetrySampler(meter.telemetry, meter.policy.telemetry_interval_s)
+                        if meter.telemetry else None)
+        self.samples: list[Sample] = []
+        self.error: BaseException | None = None
+        self.e0: float | None = None
+        self.e1: float | None = None
+        self.v0: dict[str, int | None] | None = None
+        self.v1: dict[str, int | None] | None = None
+        self.t0 = self.t1 = time.perf_counter()
+
+    def begin(self) -> None:
+        self.device.synchronize()
+        if self.sampler:
+            self.sampler.start()
+        self.v0 = _read(self.meter.violations)
+        self.e0 = _read(self.meter.counter)
+        self.t0 = self.t1 = time.perf_counter()
+
+    def mark(self) -> tuple[float, bool]:
+        """Synchronize and read the counter: (seconds since the start, whether the counter moved)."""
+        self.device.synchronize()
+        self.t1 = time.perf_counter()
+        self.e1 = _read(self.meter.counter)
+        return self.t1 - self.t0, (self.e1 is None or self.e0 is None or self.e1 != self.e0)
+
+    def end(self) -> None:
+        self.v1 = _read(self.meter.violations)
+
+    def stop(self) -> None:
+        if self.sampler:
+            self.samples = self.sampler.stop()
+            self.error = self.error or self.sampler.error
+
+    def reading(self, name: str, iterations: int) -> EnergyReading:
+        m = self.meter
+        window_s = self.t1 - self.t0
+        telemetry = summarize(self.samples, m.decode) if self.samples else {}
+        base = EnergyReading(m.method, None, None, window_s, iterations, None, telemetry, name=name,
+                             samples=len(self.samples))
+        if self.error is not None:
+            return replace(base, reason=f"{m.method}: energy meter failed mid-window ({describe_error(self.error)}); "
+                                        f"energy not reported for this window")
+        window_j, reason = m._window_joules(self.e0, self.e1, self.samples, self.t0, self.t1, window_s)
+        if m.source is not None:
+            verdict = judge(self.samples, counter_growth(self.v0, self.v1), m.source, m.throttle, ENERGY_WINDOW)
+            base = replace(base, telemetry=verdict.telemetry, valid=not verdict.invalid_reasons,
+                           invalid_reasons=verdict.invalid_reasons, clock_notes=verdict.notes)
+        base = replace(base, reason=reason)
+        if window_j is None or not iterations or not window_s > 0:
+            return base
+        return replace(base, joules_per_iter=window_j / iterations, avg_power_w=window_j / window_s,
+                       window_j=window_j)
+
+
+class _MeterError(Exception):
+    """A meter read failed (the original error is ``__cause__``); errors from the measured call are not wrapped."""
+
+
+def _read(source: Callable[[], T] | None) -> T | None:
+    if source is None:
+        return None
+    try:
+        return source()
+    except Exception as exc:
+        raise _MeterError() from exc
+
+
+def configure_meter(meter: EnergyMeter, min_window_s: float, clock_floor: float,
+                    strict_clocks: bool = False) -> EnergyMeter:
+    """Apply a run's window length (seconds), clock floor (fraction) and ``--strict-clocks`` (power capping
+    invalidates) to a window meter; others pass through."""
+    if isinstance(meter, WindowMeter):
+        meter.policy = replace(meter.policy, min_window_s=min_window_s,
+                               max_window_s=max(meter.policy.max_window_s, min_window_s))
+        meter.throttle = replace(meter.throttle, clock_floor=clock_floor, power_cap_invalid=strict_clocks)
+    return meter
+
+
+def idle_baseline(meter: EnergyMeter, device: Device, seconds: float) -> EnergyReading | None:
+    """Idle power over ``seconds`` (``None`` when not asked for, i.e. ``seconds <= 0``)."""
+    if seconds <= 0:
+        return None
+    idle = getattr(meter, "idle", None)
+    if idle is None:
+        return EnergyReading(meter.method, None, None, None, 0, f"{meter.method}: meter has no idle baseline",
+                             name="idle")
+    return idle(device, seconds)
+
+
+# What a per-phase reading means: the runner loops each phase closure alone, on the state the previous phase left
+# (for example ``gemm`` on operands that are already quantized), exactly as the phase timings are taken.
+PHASE_ENERGY_METHOD = "each phase looped alone on the state left by the previous phase"
+
+
+def measure_case_energy(meter: EnergyMeter, pipeline: Any, device: Device, seconds_per_call: float,
+                        phase_seconds: dict[str, float], per_phase: bool,
+                        idle: EnergyReading | None) -> EnergyReading:
+    """The end-to-end reading of one case, plus one reading per phase when ``per_phase`` (see
+    :data:`PHASE_ENERGY_METHOD`). A throttled phase window makes the whole case's reading invalid."""
+    idle_w = idle.avg_power_w if idle is not None else None
+    reading = meter.measure(pipeline.end_to_end, device, seconds_per_call).with_idle(idle_w)
+    if idle is not None and idle.avg_power_w is None and reading.joules_per_iter is not None:
+        reading = replace(reading, reason="; ".join(filter(None, [reading.reason, f"no idle baseline: {idle.reason}"])))
+    if not per_phase or not pipeline.phases:
+        return reading
+    phases: dict[str, dict[str, Any]] = {}
+    invalid, notes = list(reading.invalid_reasons), list(reading.clock_notes)
+    for name, fn in pipeline.phases.items():
+        phase = meter.measure(fn, device, phase_seconds.get(name, 0.0), name=name).with_idle(idle_w)
+        phases[name] = {**phase.to_dict(), "method_note": PHASE_ENERGY_METHOD}
+        invalid += [f"phase {name}: {r}" for r in phase.invalid_reasons]
+        notes += [f"phase {name}: {n}" for n in phase.clock_notes]
+    return replace(reading, phases=phases, valid=not invalid, invalid_reasons=tuple(invalid),
+                   clock_notes=tuple(notes))
+
+
+def not_metered(meter: EnergyMeter, status: str) -> dict[str, Any]:
+    """The ``energy`` field of a record whose case never reached an energy window (skipped or failed)."""
+    why = getattr(meter, "reason", None)
+    return {"method": meter.method, "joules_per_iter": None,
+            "reason": f"case {status}: no energy window ran" + (f"; {why}" if why else "")}
+
+
+_FACTORIES: list[Callable[[Device], EnergyMeter | None]] = []
+
+
+def register_meter_factory(factory: Callable[[Device], EnergyMeter | None]) -> None:
+    """Add a meter factory; factories are tried in order. A factory returns ``None`` when it does not apply to a
+    device and raises :class:`MeterUnavailable` when it applies but cannot meter it (the reason is kept)."""
+    _FACTORIES.append(factory)
+
+
+def meter_for(device: Device) -> EnergyMeter:
+    """The best meter for ``device``, or a :class:`NullMeter` saying why there is none."""
+    reasons = []
+    for factory in (*_FACTORIES, *_BUILTIN_FACTORIES):
+        try:
+            meter = factory(device)
+        except MeterUnavailable as exc:
+            reasons.append(str(exc))
+            continue
+        if meter is not None:
+            return meter
+    if reasons:
+        return NullMeter("; ".join(reasons))
+    if device.is_cuda:
+        return NullMeter("no NVML energy meter available (install the nvml extra: nvidia-ml-py)")
+    return NullMeter("no CPU energy counter readable here (RAPL /sys/class/powercap absent or unreadable)")
+
+
+def _cuda_uuid(device: Device) -> str | None:
+    """The CUDA device's UUID as torch reports it (NVML ignores ``CUDA_VISIBLE_DEVICES``, so match by UUID)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device.index or 0), "uuid", None)
+    return str(uuid) if uuid else None
+
+
+def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = None,
+               throttle: ThrottlePolicy | None = None) -> WindowMeter:
+    """The NVML meter for a CUDA device: the total-energy counter where supported, else power sampling.
+
+    ``nv`` is the ``pynvml`` module (loaded when ``None``). Raises :class:`MeterUnavailable` with the reason when
+    NVML cannot be used or the GPU reports neither energy nor power.
+    """
+    from fp8bench.energy import nvml
+
+    try:
+        dev = nvml.open_device(device.index or 0, _cuda_uuid(device), nv)
+    except nvml.NvmlUnavailable as exc:
+        raise MeterUnavailable(str(exc)) from exc
+
+    reference, _source = dev.reference_sm_clock_mhz()
+    common: dict[str, Any] = {"telemetry": dev.sample, "violations": dev.violation_ns, "decode": nvml.decode_reasons,
+                              "reference_clock_mhz": reference, "policy": policy, "throttle": throttle,
+                              "close": dev.close}
+    why = dev.energy_counter_reason()
+    if why is None:
+        return WindowMeter("nvml_counter", counter=lambda: dev.energy_mj() / 1000.0, **common)
+    try:
+        dev.power_w()
+    except dev.nv.NVMLError as exc:
+        dev.close()
+        raise MeterUnavailable(f"{why}; NVML power unreadable too ({nvml.error_text(exc)})") from exc
+    return WindowMeter("nvml_power", note=(
+        f"approximate: {why}, so board power sampled every {(policy or WindowPolicy()).telemetry_interval_s:g} s "
+        f"was integrated over the window (NVML power is a 1 s average on Ampere and newer)"), **common)
+
+
+def _nvml_factory(device: Device) -> EnergyMeter | None:
+    return nvml_meter(device) if device.is_cuda else None
+
+
+def _rapl_factory(device: Device) -> EnergyMeter | None:
+    return None if device.is_cuda else rapl_meter()
+
+
+def rapl_meter(root: Path = POWERCAP, policy: WindowPolicy | None = None) -> WindowMeter:
+    """A window meter on the CPU packages' RAPL counters (:mod:`fp8bench.energy.rapl`); raises
+    :class:`MeterUnavailable` with the reason where none is readable."""
+    try:
+        counter = RaplCounter(root)
+    except RaplUnavailable as exc:
+        raise MeterUnavailable(str(exc)) from exc
+    names = ", ".join(f"{d.path.name} ({d.name})" for d in counter.domains)
+    return WindowMeter("rapl", counter=counter.read_j, policy=policy,
+                       note=f"RAPL package energy of {names}: includes everything else running on the socket")
+
+
+_BUILTIN_FACTORIES: tuple[Callable[[Device], EnergyMeter | None], ...] = (_nvml_factory, _rapl_factory)

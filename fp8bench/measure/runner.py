@@ -1,0 +1,589 @@
+"""The runner: expands a spec into cases and measures each into a record, streaming records to the run file and
+the store as they finish.
+
+Per case (see DESIGN, "Measurement method"):
+
+1. **Skip early** what cannot run: a backend unavailable on the device, a precision it does not support, a shape
+   the recipe's kernels cannot take. Each becomes a ``skipped`` record with the reason; nothing disappears.
+2. **Bound the cost.** A case has a time budget. Big shapes are first timed once at a scaled-down *probe* shape and
+   the full call's cost extrapolated by FLOPs; a case whose minimum sampling would overrun the budget is skipped as
+   ``over budget`` before it can hang the run (FP16 GEMMs on some CPUs run at 0.4 GFLOP/s).
+3. **Warm up** (compilation, autotuning, allocator, thread pools), then **sample** the end-to-end call and each
+   phase adaptively (:mod:`fp8bench.measure.timing`): eagerly, or as replays of a CUDA graph captured from each call
+   (``cuda_graph``, :mod:`fp8bench.measure.cuda_graphs`; a call that cannot be captured is skipped with the reason).
+4. **Check numerics** against the FP64 reference, outside any timed region.
+5. **Meter energy** over a window of repeated calls where a meter exists.
+6. **Profile** (``profile``, :mod:`fp8bench.measure.profiling`): one more pass of the calls under a profiler, after every
+   figure of the record is taken, so no profiling overhead enters a timed sample.
+
+Clocks and throttle reasons are polled through the timed samples of step 3, energy or not, and through every
+energy window of step 5; a throttled device makes the case ``invalid`` (:mod:`fp8bench.energy.telemetry`).
+
+An **interpreted** case (a backend whose kernels run under an interpreter on this device, such as Triton's on the
+CPU) is there to check correctness: its pipeline runs once, at the smallest legal shape of the workload when the
+case's shape is over :data:`INTERPRETED_MAX_FLOPS`, its numerics are recorded, and it ends ``ok`` with every timing
+field empty and the reason :data:`INTERPRETED_REASON`. Its times would be meaningless, so none are taken.
+
+Every case runs under its GPU's device guard (:meth:`fp8bench.core.devices.Device.guard`): inputs, kernels, the timer's
+events and L2 flush, graph captures and energy windows all act on the case's device, whichever GPU was current.
+
+Ctrl-C (and SIGTERM or SIGHUP, which the command line turns into the same interrupt) stops the run between or
+inside cases; every record finished before it stays in the run file and store. A full disk stops the run too,
+with status ``failed: disk full`` (:mod:`fp8bench.results.stream`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
+from fp8bench.core.repro import repro_of
+from fp8bench.core.shapes import Shape, label
+from fp8bench.energy.meters import configure_meter, idle_baseline, measure_case_energy, meter_for, not_metered
+from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy
+from fp8bench.hardware import environment
+from fp8bench.hardware.peaks import Peaks
+from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
+from fp8bench.measure.profiling import CaseProfiler, profile_mode
+from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
+from fp8bench.numerics.accuracy import Numerics, compare, worst
+from fp8bench.numerics.recipes import (
+    Fp8Recipe,
+    Precision,
+    delayed_scaling_settings,
+    fp4_settings,
+    resolve_precision,
+)
+from fp8bench.paths import default_results_dir, profile_dir
+from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
+
+# Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
+# CPU kernel seen (FP16 matmul); the larger levels refine estimates for kernels that are slow only on small shapes.
+PROBE_FLOPS_LEVELS = (2e7, 2e8, 2e9)
+# Probing a larger shape is worth at most this share of the case's budget.
+PROBE_BUDGET_SHARE = 0.1
+# Timings of one probe taken, the least kept: on a shared machine one timing can be inflated many times over by
+# preemption (noise only ever adds time), which would skip a cheap case as over budget.
+PROBE_REPEATS = 5
+# The end-to-end samples may use this share of a case's budget; the phases share the rest.
+END_TO_END_BUDGET_SHARE = 0.5
+# An interpreted case over this many FLOPs checks its numerics at the workload's smallest legal shape instead: Triton's
+# CPU interpreter took 4 to 8 s per 256^3 FP8 GEMM on a loaded 2-core machine, and grows with the tile count.
+INTERPRETED_MAX_FLOPS = 2 * 256**3
+INTERPRETED_REASON = "interpreted: not timed"
+# An energy window loops a call for as long as the meter needs, a count each rank would choose on its own clock:
+# in a distributed run the ranks' collectives would stop matching, so no window runs.
+NOT_METERED_LOCKSTEP = ("not metered in a distributed run: each rank's energy window would loop a different number "
+                        "of collective calls")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    device: str = "auto"
+    budget_s: float = 30.0  # wall-clock budget per case
+    policy: SamplingPolicy = field(default_factory=SamplingPolicy)
+    warmup_s: float = 0.05
+    warmup_iters: int = 2
+    seed: int = 0
+    threads: int | None = None
+    fp8_format: str | None = None  # None: each recipe's default (recipes.default_fp8_format)
+    fast_accum: tuple[bool, ...] = (True,)  # FP8 forward accumulation modes to sweep (True: fast, the default)
+    amax_history_len: int | None = None  # None: the recipe's (TE's DelayedScaling defaults, see recipes.py)
+    margin: int | None = None
+    amax_compute_algo: str | None = None
+    flush_l2: bool = True
+    cuda_graph: bool = False  # CUDA: time replays of a CUDA graph of each call instead of eager calls (timing.py)
+    phases: bool = True
+    energy: bool = True
+    energy_window_s: float = 1.0  # minimum energy window: ~10 updates of NVML's ~100 ms counter
+    energy_phases: bool = False  # also meter each phase looped alone
+    idle_baseline_s: float = 0.0  # >0: measure idle power this long before the cases and report energy above it
+    cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
+    clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
+    strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
+    profile: str | None = None  # a profiled pass after the measurement: torch | nvtx | nsys (fp8bench.measure.profiling)
+
+    def __post_init__(self) -> None:
+        # A budget of inf (or a cooldown of inf) would let one case hang the run: every time must be finite.
+        if not (math.isfinite(self.budget_s) and self.budget_s > 0):
+            raise ValueError(f"budget must be positive, finite seconds, got {self.budget_s}")
+        cpus = os.cpu_count() or 1
+        if self.threads is not None and not 1 <= self.threads <= cpus:
+            raise ValueError(f"threads must be between 1 and this machine's {cpus} CPUs, got {self.threads}")
+        for name in ("idle_baseline_s", "cooldown_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+        if not self.energy_window_s > 0:
+            raise ValueError(f"energy window must be positive seconds, got {self.energy_window_s}")
+        for name in ("idle_baseline_s", "cooldown_s", "energy_window_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number of seconds, got {getattr(self, name)}")
+        if not self.fast_accum or any(not isinstance(v, bool) for v in self.fast_accum):
+            raise ValueError(f"fast_accum must list one or more of True/False, got {self.fast_accum!r}")
+        if not 0 <= self.clock_floor <= 1:
+            raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
+        profile_mode(self.profile)
+
+
+@dataclass(frozen=True)
+class Case:
+    workload: str
+    shape: Shape
+    precision: Precision
+    backend: str
+
+    def describe(self) -> str:
+        p = self.precision
+        accum = " full-accum" if isinstance(p, Fp8Recipe) and p.name in FAST_ACCUM_BY_DEFAULT and not p.fast_accum else ""
+        return f"{self.workload}[{label(self.shape)}] {self.precision.name}{accum} {self.backend}"
+
+
+def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[str], backends: list[str],
+                 settings: RunSettings) -> list[Case]:
+    """Every combination of (workload, shape) x precision (x accumulation mode, for FP8) x backend. Raises on
+    unknown names or bad shapes."""
+    load_all()
+    for b in backends:
+        BACKENDS.get(b)
+    cases = []
+    for workload_name, shape_texts in workload_shapes:
+        workload = WORKLOADS.get(workload_name)
+        shapes = [workload.parse_shape(s) for s in shape_texts]
+        for shape in shapes:
+            # A recipe's default FP8 format depends on whether the workload trains (recipes.default_fp8_format).
+            resolved: list[Precision] = []
+            for p in precisions:
+                for fast in settings.fast_accum:
+                    precision = resolve_precision(p, settings.fp8_format, settings.amax_history_len,
+                                                  settings.margin, fast, settings.amax_compute_algo,
+                                                  workload.trains(shape))
+                    if precision not in resolved:  # float precisions have no accumulation switch: once each
+                        resolved.append(precision)
+            for precision in resolved:
+                for backend in backends:
+                    cases.append(Case(workload_name, shape, precision, backend))
+    return cases
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def case_record(case: Case, device: Device, seq: int, status: str, reason: str | None = None,
+                **fields: Any) -> Record:
+    """A record of ``case`` on ``device`` with what every record states (names, recipe settings, FLOPs, bytes, its
+    position ``seq`` in the run); measured fields come in ``fields``."""
+    workload = WORKLOADS.get(case.workload)
+    fp8 = case.precision if isinstance(case.precision, Fp8Recipe) else None
+    record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
+                    backend=case.backend, device=str(device), status=status, reason=reason,
+                    fp8_format=fp8.format_label if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
+                    delayed_scaling=delayed_scaling_settings(case.precision),
+                    flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
+                    seq=seq, **fields)
+    options = fp4_settings(case.precision)
+    if options:  # the 4-bit recipe's gradient options (they act on training workloads only)
+        record.extra["fp4_options"] = options
+    return record
+
+
+class CaseMeasurer:
+    """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
+
+    def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None,
+                 timer: Timer | None = None, profiler: CaseProfiler | None = None) -> None:
+        self.settings, self.device = settings, device
+        self.profiler = profiler  # adds a profile to each measured record, after its figures are taken
+        self.timing_mode = timing_mode_for(device, settings.cuda_graph)
+        self.l2_flushed = device.is_cuda and settings.flush_l2
+        self.peaks = peaks
+        with device.guard():
+            # ``timer`` replaces the device's own (the selfcheck passes the probe's, so its fakes reach every sample).
+            self.timer = timer or timer_for(device, settings.flush_l2)
+            self.graphs = GraphCapturer(device) if settings.cuda_graph else None
+            self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
+                                         settings.strict_clocks)
+            # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
+            # whether or not energy is metered (fp8bench.energy.telemetry).
+            self.telemetry = getattr(self.meter, "source", None)
+            self.throttle: ThrottlePolicy = getattr(self.meter, "throttle", ThrottlePolicy())
+            self.telemetry_absent = ((getattr(self.meter, "reason", None) or "the energy meter reads no telemetry")
+                                     if device.is_cuda else "clock and throttle telemetry comes from NVML, on NVIDIA "
+                                     "GPUs")
+            # Idle power is measured once, before any case runs, so that no case's heat is in it.
+            self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
+        # A timer shared by several processes (fp8bench.hardware.distributed.LockstepTimer) makes every decision together.
+        self.lockstep = hasattr(self.timer, "agree")
+        self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+        self._refs: dict[tuple[str, str], torch.Tensor] = {}
+
+    def _inputs_for(self, workload: str, shape: Shape) -> dict[str, torch.Tensor]:
+        key = (workload, label(shape))
+        if key not in self._inputs:
+            self._inputs.clear()  # keep one shape's tensors alive at a time: big shapes are big
+            self._refs.clear()
+            self._inputs[key] = WORKLOADS.get(workload).make_inputs(shape, self.device, self.settings.seed)
+        return self._inputs[key]
+
+    def _reference_for(self, workload: str, shape: Shape) -> torch.Tensor:
+        key = (workload, label(shape))
+        if key not in self._refs:
+            self._refs[key] = WORKLOADS.get(workload).reference(self._inputs_for(workload, shape))
+        return self._refs[key]
+
+    def _agree_reason(self, reason: str | None) -> str | None:
+        """A refusal on any rank of a distributed run is every rank's (each would otherwise wait for the others
+        in the case's first collective); on one process, the reason itself."""
+        agree_reason = getattr(self.timer, "agree_reason", None)
+        return agree_reason(reason) if agree_reason is not None else reason
+
+    def _base(self, case: Case, seq: int, status: str, reason: str | None = None, **fields: Any) -> Record:
+        fields.setdefault("energy", not_metered(self.meter, status))
+        fields.setdefault("timing_mode", self.timing_mode.value)
+        fields.setdefault("l2_flushed", self.l2_flushed)
+        return case_record(case, self.device, seq, status, reason, **fields)
+
+    def measure(self, case: Case, seq: int = 0) -> Record:
+        started = time.monotonic()
+        with self.device.guard():
+            try:
+                record = self._measure_or_explain(case, seq, started)
+            finally:
+                if self.graphs is not None:
+                    self.graphs.release()
+        return replace(record, timing={**record.timing, "case_wall_s": time.monotonic() - started})
+
+    def _timed_call(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """What the timer samples for ``fn``: the eager call, or the replay of a CUDA graph captured from it
+        (raises :class:`fp8bench.measure.cuda_graphs.CaptureRefused` with the reason when it cannot be captured)."""
+        return self.graphs.capture(name, fn).replay if self.graphs is not None else fn
+
+    def _measure_or_explain(self, case: Case, seq: int, started: float) -> Record:
+        try:
+            return self._measure(case, seq, started)
+        except KeyboardInterrupt:
+            raise
+        except Unsupported as exc:
+            return self._base(case, seq, "skipped", str(exc))
+        except Exception as exc:  # a crashing kernel fails its case, never the run
+            if is_out_of_memory(exc):  # free what the failed case cached, so the next case has the memory
+                torch.cuda.empty_cache()
+                return self._base(case, seq, "failed", f"out of memory on {self.device}: {first_line(exc)}")
+            tb = traceback.extract_tb(exc.__traceback__)[-1]
+            return self._base(case, seq, "failed", f"{type(exc).__name__}: {exc} "
+                              f"(at {Path(tb.filename).name}:{tb.lineno})")
+
+    def _build(self, case: Case, shape: Shape, inputs: dict[str, torch.Tensor]) -> Pipeline:
+        ctx = BuildContext(case.workload, shape, case.precision, self.device, inputs)
+        return BACKENDS.get(case.backend).build(ctx)
+
+    def _estimate_call_s(self, case: Case, budget_s: float) -> tuple[float, Shape] | None:
+        """Extrapolated seconds of one full-size call, or ``None`` when the shape is small enough to just run.
+
+        Probes grow through :data:`PROBE_FLOPS_LEVELS`: a tiny probe bounds the cost of a pathological kernel
+        cheaply, and a larger one corrects the pessimism of extrapolating from a shape too small to be efficient.
+        Each probe runs once to warm up, then is timed, up to :data:`PROBE_REPEATS` times while its estimate
+        would skip the case; the least timing counts.
+        """
+        workload = WORKLOADS.get(case.workload)
+        needed_calls = self.settings.policy.min_samples + self.settings.warmup_iters
+        estimate: tuple[float, Shape] | None = None
+        for i, level in enumerate(PROBE_FLOPS_LEVELS):
+            probe = workload.probe_shape(case.shape, level)
+            if probe is None:
+                return estimate
+            pipeline = self._build(case, probe, workload.make_inputs(probe, self.device, self.settings.seed))
+            pipeline.end_to_end()
+            scale = workload.flops(case.shape) / workload.flops(probe)
+            t = self.timer.time(pipeline.end_to_end)
+            # Retime only while the estimate would skip the case (where a preempted timing would do harm); each
+            # retime costs one probe call, bounded by the level's FLOPs or the refine rule below.
+            for _ in range(PROBE_REPEATS - 1):
+                if t * scale * needed_calls <= budget_s:
+                    break
+                t = min(t, self.timer.time(pipeline.end_to_end))
+            estimate = (t * scale, probe)
+            if estimate[0] * needed_calls <= budget_s or i + 1 == len(PROBE_FLOPS_LEVELS):
+                return estimate
+            # Refine with the next, larger probe only while its two calls cost a small part of the budget.
+            next_probe = workload.probe_shape(case.shape, PROBE_FLOPS_LEVELS[i + 1]) or case.shape
+            if 2 * t * workload.flops(next_probe) / workload.flops(probe) > PROBE_BUDGET_SHARE * budget_s:
+                return estimate
+        return estimate
+
+    def _numerics(self, case: Case, shape: Shape, pipeline: Pipeline) -> Numerics:
+        """Numerics of a fresh output against the FP64 reference at ``shape`` (outside any timed region)."""
+        output = pipeline.output()
+        self.device.synchronize()
+        stats = pipeline.cast_stats()
+        return compare(output, self._reference_for(case.workload, shape),
+                       worst(*(c.overflow_frac for c in stats.values())),
+                       worst(*(c.underflow_frac for c in stats.values())))
+
+    def _check_interpreted(self, case: Case, seq: int, started: float) -> Record:
+        """Run an interpreted case's pipeline once and record its numerics, with no timing at all."""
+        workload = WORKLOADS.get(case.workload)
+        shape = case.shape
+        if workload.flops(shape) > INTERPRETED_MAX_FLOPS:
+            shape = workload.probe_shape(shape, 0) or shape  # the smallest shape every recipe's tiles accept
+        pipeline = self._build(case, shape, self._inputs_for(case.workload, shape))
+        num = self._numerics(case, shape, pipeline)
+        status, reason, valid = "ok", INTERPRETED_REASON, True
+        notes = list(pipeline.notes)
+        extra = dict(pipeline.extra)
+        if shape != case.shape:
+            notes.append(f"interpreted: numerics checked at {label(shape)}, the smallest legal shape, because "
+                         f"{label(case.shape)} is over the interpreter's limit")
+            extra["numerics_shape"] = dict(shape)
+        if not num.finite:
+            status, valid = "invalid", False
+            reason = f"{reason}; non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf"
+        return self._base(case, seq, status, reason, numerics=num.to_dict(), valid=valid, interpreted=True,
+                          notes=notes, extra=extra, timing={"check_s": time.monotonic() - started},
+                          scale_format=pipeline.scale_format,
+                          energy={"method": None, "joules_per_iter": None, "reason": INTERPRETED_REASON})
+
+    def _measure(self, case: Case, seq: int, started: float) -> Record:
+        s = self.settings
+        workload = WORKLOADS.get(case.workload)
+        backend = BACKENDS.get(case.backend)
+        why = backend.unsupported_reason(case.workload, case.precision, self.device)
+        why = self._agree_reason(why or workload.shape_reason(case.shape, case.precision))
+        if why:
+            return self._base(case, seq, "skipped", why)
+        oom = self._agree_reason(workload.memory_reason(case.shape, case.precision, self.device))
+        if oom:  # refused before allocating: on the CPU a real out-of-memory kills the whole process
+            return self._base(case, seq, "failed", oom)
+        if backend.interpreted(self.device):
+            return self._check_interpreted(case, seq, started)
+        deadline = started + s.budget_s
+        min_needed = s.policy.min_samples + s.warmup_iters
+
+        estimate = self._estimate_call_s(case, s.budget_s)
+        if estimate and estimate[0] * min_needed > s.budget_s:
+            return self._base(case, seq, "skipped", f"over budget: one call is estimated at {estimate[0]:.3g} s "
+                              f"(timed at probe shape {label(estimate[1])}), {min_needed} calls exceed the "
+                              f"{s.budget_s:g} s budget", timing={"estimated_call_s": estimate[0]})
+
+        inputs = self._inputs_for(case.workload, case.shape)
+        build_started = time.monotonic()
+        pipeline = self._build(case, case.shape, inputs)
+        # Building (torch.compile, Triton autotuning) is setup, recorded by the backend, not measurement time.
+        deadline += time.monotonic() - build_started
+
+        # Warm-up: at least warmup_iters calls and warmup_s seconds, stopping early if one call is too slow.
+        warm_start = time.monotonic()
+        warm_calls, last_call = 0, 0.0
+        # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
+        while agreed(self.timer, warm_calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s):
+            t0 = time.monotonic()
+            pipeline.end_to_end()
+            self.device.synchronize()
+            last_call = time.monotonic() - t0
+            warm_calls += 1
+            remaining = deadline - time.monotonic()
+            if agreed(self.timer, last_call * s.policy.min_samples > remaining):
+                return self._base(case, seq, "skipped", f"over budget: one call takes {last_call:.3g} s, "
+                                  f"{s.policy.min_samples} samples exceed the {s.budget_s:g} s budget",
+                                  timing={"warmup_calls": warm_calls, "last_call_s": last_call})
+        warmup_s = time.monotonic() - warm_start
+
+        e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
+        phase_samples: dict[str, Samples] = {}
+        phase_calls: dict[str, Callable[[], Any]] = {}
+        notes = list(pipeline.notes)
+        # Clocks and throttle reasons are polled through all the timed samples (end to end and phases).
+        watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
+        with watch:
+            e2e_call = self._timed_call("end_to_end", pipeline.end_to_end)
+            e2e = sample(e2e_call, self.timer, s.policy, e2e_deadline)
+            timing: dict[str, Any] = {"warmup_s": warmup_s, "warmup_calls": warm_calls, **{
+                f"e2e_{k}": v for k, v in e2e.summary().items() if k not in ("median_s", "n")}}
+            if e2e.over_budget:
+                return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.policy.min_samples} samples "
+                                  f"in the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
+            if s.phases and len(pipeline.phases) > 0:
+                for name, fn in pipeline.phases.items():
+                    if fn is pipeline.end_to_end:  # a one-phase pipeline: its phase was just measured
+                        phase_samples[name], phase_calls[name] = e2e, e2e_call
+                        continue
+                    try:
+                        phase_calls[name] = self._timed_call(name, fn)
+                    except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
+                        notes.append(f"phase {name} not timed: {exc}")
+                        continue
+                    phase_samples[name] = sample(phase_calls[name], self.timer, s.policy, deadline)
+                    if phase_samples[name].n == 0:
+                        notes.append(f"phase {name} not timed: budget spent")
+        watched = watch.verdict(self.throttle)
+        phases = {k: v.median_s for k, v in phase_samples.items() if v.median_s is not None}
+        prequant = None
+        if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
+            prequant = sum(phases[p] for p in pipeline.prequantized_phases)
+
+        numerics_started = time.monotonic()
+        num = self._numerics(case, case.shape, pipeline)
+        timing["numerics_s"] = time.monotonic() - numerics_started
+
+        # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work.
+        metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=e2e_call, phases=phase_calls)
+        energy = measure_case_energy(self.meter, metered, self.device, e2e.median_s or 0.0, phases,
+                                     s.energy_phases, self.idle) if s.energy and not self.lockstep else None
+
+        flops = workload.flops(case.shape)
+        nbytes = workload.min_bytes(case.shape, case.precision)
+        median = e2e.median_s
+        tflops = flops / median / 1e12 if median and flops else None  # a pure collective does no arithmetic
+        peak = self.peaks.compute(case.precision) if self.peaks else None
+        bandwidth = self.peaks.bandwidth() if self.peaks else None
+        status, reason, valid = "ok", None, True
+        if not num.finite:
+            status, reason, valid = "invalid", f"non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf", False
+        throttled = [*watched.invalid_reasons, *(energy.invalid_reasons if energy is not None else ())]
+        if throttled:
+            status, valid = "invalid", False
+            reason = "; ".join(filter(None, [reason, *throttled]))
+        notes += watched.notes
+        if energy is not None:
+            notes += energy.clock_notes
+        if pipeline.interpreted:
+            notes.append("interpreted: timings are not comparable and never gate anything")
+        telemetry = {"timing": watched.telemetry}
+        if energy is not None:
+            telemetry["energy"] = energy.telemetry or {"reason": f"not sampled: {energy.reason or 'no telemetry'}"}
+        joules = energy.joules_per_iter if energy else None
+        timed = sum(e2e.samples_s) + sum(sum(v.samples_s) for v in phase_samples.values() if v is not e2e)
+        timing["timed_s"] = timed
+        if self.graphs is not None:
+            timing["graph_capture_s"] = sum(c.capture_s for c in self.graphs.captured)
+        timing["overhead_s"] = time.monotonic() - started - timed - warmup_s
+        record = self._base(
+            case, seq, status, reason,
+            samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
+            target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
+            prequant_tflops=flops / prequant / 1e12 if prequant and flops else None,
+            gbps=nbytes / median / 1e9 if median else None,
+            pct_of_peak=100 * tflops / peak.value if (tflops and peak) else None,
+            peak_tflops=peak.value if peak else None, peak_source=peak.source if peak else None,
+            peak_mem_tbps=bandwidth.value if bandwidth else None,
+            phases=phases, phase_stats={k: v.summary() for k, v in phase_samples.items()},
+            energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
+            tflops_per_w=(flops / joules / 1e12) if joules else None,
+            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (s.energy and self.lockstep)
+                                                    else "energy metering disabled"},
+            numerics=num.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
+            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
+            scale_format=pipeline.scale_format)
+        return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
+
+
+def _extra(pipeline: Pipeline, median_s: float | None, phases: dict[str, float]) -> dict[str, Any]:
+    """The pipeline's record extras, with throughput in tokens/s where it states its tokens per call, and the
+    bandwidths of a collective where it states its bytes (``comm_bytes``, nccl-tests' size S) and the bus factor of
+    its operation: ``algbw = S / t`` and ``busbw = algbw * bus_factor``, ``t`` the median of its ``communicate``
+    phase (the collective alone, as nccl-tests times it), in GB/s."""
+    extra = dict(pipeline.extra)
+    if extra.get("tokens_per_step") and median_s:
+        extra["tokens_per_s"] = extra["tokens_per_step"] / median_s
+    comm_s = phases.get("communicate")
+    if "comm_bytes" in extra and "bus_factor" in extra and comm_s:
+        extra["algbw_gbps"] = extra["comm_bytes"] / comm_s / 1e9
+        extra["busbw_gbps"] = extra["algbw_gbps"] * extra["bus_factor"]
+    return extra
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    records: list[dict[str, Any]]
+    interrupted: bool
+    run_file: Path | None
+    store_url: str | None
+    store_errors: list[str]
+    wall_s: float
+    disk_full: str | None = None  # what failed when the run file's disk filled; the run stopped there
+    run_file_complete: bool = True  # the run file on disk holds every record (False only after a full disk)
+    interrupted_by: str | None = None  # SIGINT (Ctrl-C), SIGTERM or SIGHUP
+
+
+def run_header(run_id: str, device: Device, device_spec: str, settings: RunSettings, spec: dict[str, Any]) -> dict[str, Any]:
+    env = environment.capture(device)
+    settings_dict = asdict(settings)
+    return {"run_id": run_id, "started_at": datetime.now(timezone.utc).isoformat(), "status": "running",
+            "device_spec": str(device), "requested_device": device_spec, **env,
+            "settings": settings_dict, "spec": spec, "energy_method": meter_for(device).method}
+
+
+def case_profiler(settings: RunSettings, run_file: Path | None, results_dir: Path | None,
+                  run_id: str) -> CaseProfiler | None:
+    """The run's profiler when ``settings.profile`` asks for one: profiles beside the run file, or under the results
+    folder's ``runs`` when there is none."""
+    if not settings.profile:
+        return None
+    runs = run_file.parent if run_file else (results_dir or default_results_dir()) / "runs"
+    return CaseProfiler(settings.profile, profile_dir(runs, run_id))
+
+
+def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_file: Path | None,
+              store: Any | None = None, spec: dict[str, Any] | None = None, results_dir: Path | None = None,
+              on_record: Callable[[int, Case, dict[str, Any]], None] | None = None,
+              on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None,
+              timer: Timer | None = None) -> RunOutcome:
+    """Measure ``cases`` in order, streaming each record to ``run_file`` and ``store``.
+
+    A ``KeyboardInterrupt`` ends the loop; the run is marked ``interrupted`` and everything already measured is
+    kept. Store write errors are collected, not raised: the run file is the record of truth and can be ingested
+    later. ``timer`` replaces the device's own (a distributed run passes a
+    :class:`fp8bench.hardware.distributed.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
+    """
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    run_id = run_id or new_run_id()
+    started = time.monotonic()
+    header = run_header(run_id, device, settings.device, settings, spec or {})
+    stream = RecordStream(run_file, header, store)
+    measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
+                            profiler=case_profiler(settings, run_file, results_dir, run_id))
+    interrupted_by: str | None = None
+    disk_full = False
+    try:
+        for i, case in enumerate(cases):
+            if settings.cooldown_s and i > 0:
+                time.sleep(settings.cooldown_s)
+            if on_start:
+                on_start(i, case)
+            record = measurer.measure(case, seq=i).to_dict()
+            record["repro"] = repro_of(record, header)  # the `fp8bench run` command of this one case
+            stream.add(record)
+            if on_record:
+                on_record(i, case, record)
+    except KeyboardInterrupt as exc:
+        interrupted_by = getattr(exc, "signal_name", "SIGINT")
+    except DiskFull:
+        disk_full = True
+    status = STATUS_DISK_FULL if disk_full else "interrupted" if interrupted_by else "complete"
+    stream.finish(status=status, finished_at=datetime.now(timezone.utc).isoformat(),
+                  n_records=len(stream.records), n_cases=len(cases))
+    return RunOutcome(run_id, stream.records, interrupted_by is not None, run_file, getattr(store, "url", None),
+                      stream.store_errors, time.monotonic() - started, stream.disk_error,
+                      stream.file_complete or run_file is None, interrupted_by)
+
+
+def with_policy(settings: RunSettings, **changes: Any) -> RunSettings:
+    """A copy of ``settings`` with sampling-policy fields changed (``min_samples=...``)."""
+    return replace(settings, policy=replace(settings.policy, **changes))
+

@@ -1,0 +1,110 @@
+"""Suite files: named, versioned sets of cases in YAML (``workloads/suites/*.yaml``, or any path).
+
+A suite lists entries, each a workload with shapes (``shapes: [...]``, ``shape_set: NAME``, or neither for the
+workload's default shape), precisions and
+backends (a list, or ``all``), and optional ``settings`` that override the run's defaults (``budget_s``,
+``min_samples``, ``min_time_s``, ``max_time_s``, ``target_rse``, ``max_samples``, ``warmup_s``). ``target_rse``, the
+sampling noise target, is a fraction (``0.005``) or a percentage string (``"0.5%"``). Command-line flags override
+suite settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.units import parse_fraction
+from fp8bench.numerics.recipes import PRECISIONS
+
+SETTING_KEYS = ("budget_s", "min_samples", "min_time_s", "max_time_s", "target_rse", "max_samples", "warmup_s",
+                # energy and telemetry settings `fp8bench run` takes from a suite when no flag overrides them
+                "energy", "energy_phases", "strict_clocks", "energy_window_s", "idle_baseline_s", "cooldown_s",
+                "clock_floor")
+
+
+class SuiteError(ValueError):
+    """A suite that cannot be found or read."""
+
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    workload: str
+    shapes: list[str]
+    precisions: list[str]
+    backends: list[str]
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    settings: dict[str, Any]
+    entries: list[SuiteEntry]
+    path: str
+
+
+def builtin_suites() -> dict[str, Path]:
+    folder = resources.files("fp8bench.workloads").joinpath("suites")
+    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
+
+
+def _names(value: Any, registry_names: list[str], what: str, origin: str) -> list[str]:
+    if value in (None, "all"):
+        return list(registry_names)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SuiteError(f"{origin}: {what} must be a list of names or 'all', got {value!r}")
+    return value
+
+
+def load_suite(name_or_path: str) -> Suite:
+    from fp8bench.workloads.shape_sets import shape_set
+
+    load_all()
+    builtins = builtin_suites()
+    path = builtins.get(name_or_path) or Path(name_or_path)
+    if not path.exists():
+        raise SuiteError(f"unknown suite {name_or_path!r}; built-in suites: {', '.join(sorted(builtins))}, "
+                         "or give a path to a .yaml file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SuiteError(f"cannot read suite {path}: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise SuiteError(f"suite {path}: needs a 'cases' list")
+    settings = data.get("settings") or {}
+    unknown = sorted(set(settings) - set(SETTING_KEYS))
+    if unknown:
+        raise SuiteError(f"suite {path}: unknown settings {', '.join(unknown)}; accepted: {', '.join(SETTING_KEYS)}")
+    if "target_rse" in settings:
+        try:
+            settings = {**settings, "target_rse": parse_fraction(settings["target_rse"], "target_rse")}
+        except ValueError as exc:
+            raise SuiteError(f"suite {path}: {exc}") from exc
+    entries = []
+    for i, raw in enumerate(data["cases"]):
+        origin = f"suite {path}, case {i}"
+        if not isinstance(raw, dict) or "workload" not in raw:
+            raise SuiteError(f"{origin}: needs a 'workload'")
+        if "shape_set" in raw:
+            shapes = shape_set(raw["shape_set"])
+        elif "shapes" not in raw:
+            if raw["workload"] not in WORKLOADS:
+                raise SuiteError(f"{origin}: unknown workload {raw['workload']!r}; accepted: "
+                                 f"{', '.join(WORKLOADS.names())}")
+            shapes = [WORKLOADS.get(raw["workload"]).default_shape]
+        else:
+            shapes = raw.get("shapes")
+            if not isinstance(shapes, list) or not shapes:
+                raise SuiteError(f"{origin}: 'shapes' must be a non-empty list (or leave it out for the "
+                                 "workload's default shape)")
+        entries.append(SuiteEntry(raw["workload"], [str(s) for s in shapes],
+                                  _names(raw.get("precisions"), PRECISIONS.names(), "precisions", origin),
+                                  _names(raw.get("backends"), BACKENDS.names(), "backends", origin)))
+    return Suite(str(data.get("name", path.stem)), str(data.get("description", "")), settings, entries, str(path))

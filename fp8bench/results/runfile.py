@@ -1,0 +1,270 @@
+"""Run files: the JSON interchange format of a run, written incrementally and atomically.
+
+Layout: ``{"schema_version", "run": {run_id, started_at, finished_at, status, git, host, device, software,
+settings, ...}, "records": [...]}``. After every finished case the whole file is rewritten to a temporary file in
+the same folder and renamed over the old one (``os.replace`` is atomic on POSIX), so a run killed at any moment
+leaves either the previous complete file or the new one, never half a file, and keeps every finished record. The
+file gets the permissions of any new file (``0666`` less the umask), not the ``0600`` of a temporary file.
+
+A rename replaces whatever has the name, so :func:`check_writable` refuses, before anything runs, a path that
+exists and is not a regular file (a device node such as ``/dev/full``, a FIFO, a symbolic link, a folder), and
+an existing run file unless overwriting was asked for.
+
+Reading checks what the store and the gate rely on: only a regular file is opened (never a FIFO or a device), every
+record is an object with its identifying fields and every field of the type its readers expect
+(:mod:`fp8bench.results.record_check`), and every timing sample a finite positive number of seconds; the error names the
+file and the first bad record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from fp8bench.core.records import SCHEMA_VERSION, STATUSES, case_key
+from fp8bench.results.record_check import MAX_DEPTH, describe, record_problems, run_problems
+
+
+class RunFileError(ValueError):
+    """A run file that cannot be read: missing, corrupt, not a run, or from a newer schema."""
+
+
+def json_safe(value: Any) -> Any:
+    """JSON has no NaN or infinity; store them as null rather than write a file strict readers reject."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _new_file_mode() -> int:
+    """``0666`` less the process's umask: what ``open(path, "w")`` would create (mkstemp makes ``0600``)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write_json(path: Path, payload: Any) -> None:
+    atomic_write_bytes(path, json.dumps(json_safe(payload), indent=1, allow_nan=False).encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes, replace: bool = True) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: a reader sees the old file
+    or the new one, never half of one. With ``replace=False`` the file is linked into place instead, which raises
+    :class:`FileExistsError` if anything is at ``path``; with ``replace=True`` only a regular file (or nothing) is
+    replaced (:class:`RunFileError` otherwise: a rename over a device node would remove the device)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, _new_file_mode())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if not replace:
+            os.link(tmp, path)
+            os.unlink(tmp)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISREG(mode):
+                kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+                raise RunFileError(f"refusing to replace {path}: it is {kind}, not a regular file")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunFileWriter:
+    """Holds a run's header and records and rewrites the file after each change."""
+
+    def __init__(self, path: Path, run: dict[str, Any]) -> None:
+        self.path = path
+        self.run = dict(run)
+        self.records: list[dict[str, Any]] = []
+        self.flush()
+
+    def append(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        self.flush()
+
+    def finish(self, **fields: Any) -> None:
+        self.run.update(fields)
+        self.flush()
+
+    def payload(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "run": self.run, "records": self.records}
+
+    def flush(self) -> None:
+        atomic_write_json(self.path, self.payload())
+
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_writable(path: Path, overwrite: bool = False, what: str = "the run file", flag: str = "--out") -> None:
+    """Fail early, before any work, if ``path`` must not be replaced or its folder cannot take a new file.
+
+    Refused: anything at ``path`` that is not a regular file (the file is renamed over it, which would replace a
+    device node, a FIFO or a symbolic link itself), and an existing file unless ``overwrite`` (``--force``).
+    ``what`` and ``flag`` name the file and the option that chose it in messages. Every verb that writes a file a
+    user named goes through here (``run``, ``converge``, ``selfcheck``, ``export``, ``gate``, ``ab``)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise RunFileError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
+    if mode is not None:
+        kind = next((name for test, name in _KINDS if test(mode)), None)
+        if kind is not None or not stat.S_ISREG(mode):
+            raise RunFileError(f"refusing to write {what} over {path}: it is {kind or 'not a regular file'}; "
+                               f"give {flag} a path to a new file")
+        if not overwrite:
+            raise RunFileError(f"{path} exists (an earlier run?); refusing to overwrite it: give {flag} a new path, "
+                               "or --force to replace it")
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise RunFileError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
+
+
+def write_user_file(path: Path, data: bytes, overwrite: bool, what: str, flag: str = "--out") -> None:
+    """Write ``data`` to a path a user named, atomically, refusing at the moment of writing what
+    :func:`check_writable` refuses (it may have changed since): without ``overwrite`` the new file is linked into
+    place, which fails if anything has appeared at ``path``; with it, only a regular file is replaced."""
+    check_writable(path, overwrite, what, flag)
+    try:
+        atomic_write_bytes(path, data, replace=overwrite)
+    except FileExistsError as exc:
+        raise RunFileError(f"{path} appeared while {what} was being written; refusing to overwrite it: give "
+                           f"{flag} a new path, or --force to replace it") from exc
+    except OSError as exc:
+        raise RunFileError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
+
+
+def open_regular(path: Path | str, what: str) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file; :class:`RunFileError` naming it otherwise.
+
+    A glob such as ``results/*.json`` can match a FIFO (opening it would wait for a writer forever) or a link to
+    ``/dev/zero`` (reading it never ends), so the file is opened without blocking and its type checked on the open
+    descriptor, before a byte is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise RunFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise RunFileError(f"cannot read {what} {path}: it is {kind}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def load_json(path: Path | str, what: str) -> Any:
+    """Parse a JSON file; raises :class:`RunFileError` naming the file (``what``: "run file", ...) and the fault."""
+    try:
+        with open_regular(path, what) as fh:
+            text = fh.read().decode("utf-8")
+    except OSError as exc:
+        raise RunFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RunFileError(f"{what} {path} is not a JSON text file (byte {exc.start} is not UTF-8 text); is it "
+                           "a binary or compressed file?") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunFileError(f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                           f"{exc.msg}); it may be truncated or corrupted") from exc
+    except RecursionError as exc:
+        raise RunFileError(f"{what} {path} nests objects or lists deeper than a results file can (at most "
+                           f"{MAX_DEPTH} levels in a record)") from exc
+
+
+def read_run_file(path: Path) -> dict[str, Any]:
+    """Load and check a run file; raises :class:`RunFileError` naming the file and what is wrong."""
+    return validate_run(load_json(path, "run file"), str(path))
+
+
+def validate_run(data: Any, origin: str) -> dict[str, Any]:
+    check_header(data, origin)
+    validate_records(data["records"], origin)
+    return data
+
+
+def check_header(data: Any, origin: str) -> None:
+    """Everything of a run file but its records: the layout, the schema version and the run header's fields."""
+    if not isinstance(data, dict) or "schema_version" not in data or "records" not in data or "run" not in data:
+        raise RunFileError(f"{origin} is not an fp8bench run file (needs schema_version, run and records)")
+    version = data["schema_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise RunFileError(f"{origin}: schema_version must be a positive integer (this fp8bench reads 1 to "
+                           f"{SCHEMA_VERSION}), got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise RunFileError(f"{origin} has schema version {version}, newer than this fp8bench understands "
+                           f"({SCHEMA_VERSION}); upgrade fp8bench to read it")
+    run = data["run"]
+    if not isinstance(data["records"], list) or not isinstance(run, dict) or not isinstance(run.get("run_id"), str):
+        raise RunFileError(f"{origin}: 'run' must be an object with a run_id (text) and 'records' a list")
+    problems = run_problems(run)
+    if problems:
+        raise RunFileError(f"{origin}: run header: {problems[0]}")
+
+
+# Fields every record needs to be identified (its case key) and stored, and their JSON types.
+REQUIRED_FIELDS = {"workload": str, "shape": dict, "precision": str, "backend": str, "device": str, "status": str}
+
+
+def check_seconds(value: Any, where: str) -> float:
+    """A timing value as float seconds; :class:`RunFileError` naming ``where`` unless finite and positive."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise RunFileError(f"{where} is {value!r}; timing samples must be finite positive seconds (the file is "
+                           "damaged or was not written by a timer)")
+    return float(value)
+
+
+def validate_records(records: list[Any], origin: str) -> None:
+    """Raise :class:`RunFileError` at the first record that :func:`check_record` refuses."""
+    for i, rec in enumerate(records):
+        check_record(rec, i, origin)
+
+
+def check_record(rec: Any, i: int, origin: str) -> None:
+    """Raise :class:`RunFileError`, naming the file and the record's index, unless record ``i`` is an object with
+    the required fields, every field of the type its readers expect (:mod:`fp8bench.results.record_check`), and its
+    samples and median finite positive seconds."""
+    if not isinstance(rec, dict):
+        raise RunFileError(f"{origin}: record {i} is not an object (got {type(rec).__name__})")
+    for name, kind in REQUIRED_FIELDS.items():
+        if not isinstance(rec.get(name), kind):
+            got = "missing" if name not in rec else describe(rec[name])
+            raise RunFileError(f"{origin}: record {i}: field {name!r} must be {kind.__name__}, got {got}")
+    if rec["status"] not in STATUSES:
+        raise RunFileError(f"{origin}: record {i}: status {rec['status']!r}; accepted: {', '.join(STATUSES)}")
+    problems = record_problems(rec)
+    if problems:
+        raise RunFileError(f"{origin}: record {i}: {problems[0]}")
+    samples = rec.get("samples_s")
+    if samples is None:
+        samples = []
+    where = f"{origin}: record {i} ({case_key(rec)})"
+    for j, value in enumerate(samples):
+        check_seconds(value, f"{where}: sample {j}")
+    if rec.get("median_s") is not None:
+        check_seconds(rec["median_s"], f"{where}: median_s")

@@ -170,8 +170,17 @@ def test_changes_verb_lists_the_regression_and_fails_on_new(tmp_path, capsys):
     assert main(["changes", "--store", store, "--fail-on-new", runs[15]]) == 1
     printed = capsys.readouterr().out
     assert "open regression" in printed and commit_of(16)[:10] in printed
-    assert main(["changes", "--store", store, "--fail-on-new", runs[16]]) == 0
+    assert "alert (consecutive nights)" in printed
+    # The step needs 3 nights after it to be found (nights 16-18) and the latest 2 to confirm it: it becomes an
+    # alert on night 18. So a nightly job that passes the previous night's run fails exactly once, that night.
+    assert main(["changes", "--store", store, "--fail-on-new", runs[17]]) == 1
+    assert main(["changes", "--store", store, "--fail-on-new", runs[18]]) == 0
     capsys.readouterr()
+    assert main(["changes", "--store", store, "--fail-on-new", runs[17], "--json"]) == 1
+    [new] = json.loads(capsys.readouterr().out)["new"]
+    assert new["rule"] == "consecutive nights" and new["rule_detail"].startswith("last 2 nights")
+    assert new["bisect_command"] == (f"fp8bench bisect --good {commit_of(15)} --bad {commit_of(16)} -- --workload "
+                                     "gemm --shape m=64,n=64,k=64 --precision bf16 --backend torch --device cpu")
     assert main(["changes", "--store", store, "--fail-on-new", "no-such-run"]) == 2
     assert "no such run" in capsys.readouterr().err
     assert main(["changes", "--store", store, "--precision", "fp32", "--json"]) == 0

@@ -85,6 +85,15 @@ def test_overview_table_shows_the_stored_times_and_speedups(monkeypatch, cpu_run
         assert row.run_id == cpu_run_store["run_ids"][-1]
         assert row.speedup_e2e == pytest.approx(ok.loc[("bf16", row.backend), "median_s"] / rec["median_s"])
     assert set(shown["shape_label"]) == {"128x128x128"}
+    # Each row carries the command that measures its case again: the one stored with its record.
+    from fp8bench.results.store import open_store
+
+    payload = open_store(cpu_run_store["dir"]).run_payload(cpu_run_store["run_ids"][-1])
+    commands = {(r["precision"], r["backend"]): r["repro"] for r in payload["records"] if r["workload"] == "gemm"}
+    for row in shown.itertuples():
+        assert row.repro == commands[(row.precision, row.backend)]
+    first = at.dataframe[0].value.iloc[0]
+    assert at.code[0].value == first["repro"] and at.code[0].language == "bash"
 
 
 @pytest.mark.slow
@@ -241,6 +250,10 @@ def test_history_is_in_commit_order_with_links_and_regressions_lists_the_step(mo
     from tests.test_changes import commit_of, nightly_store
 
     nightly_store(tmp_path / "store", n=24, slow_from=16)
+    (tmp_path / "store" / "bisects").mkdir()
+    (tmp_path / "store" / "bisects" / "x.json").write_text(json.dumps({
+        "cases": ["gemm[m=64,n=64,k=64] bf16 torch cpu"], "good": {"sha": commit_of(15)}, "bad": {"sha": commit_of(16)},
+        "first_bad": {"sha": commit_of(16), "subject": "the slow one"}}))
     monkeypatch.setenv("FP8BENCH_REPO_URL", "https://git.example.com/fp8bench")
     at = open_app(monkeypatch, tmp_path / "store", "history")
     at.selectbox[0].select("median time (s, end-to-end)").run()
@@ -256,6 +269,7 @@ def test_history_is_in_commit_order_with_links_and_regressions_lists_the_step(mo
     assert change["first_bad_commit"] == commit_of(16) and change["last_good_commit"] == commit_of(15)
     assert change["open"] and change["kind"] == "regression" and change["size"] == pytest.approx(0.3, abs=0.03)
     assert change["first_bad_link"] == f"https://git.example.com/fp8bench/commit/{commit_of(16)}"
+    assert change["bisected_commit"] == commit_of(16)  # the stored bisect of this range
     assert len(at.get("plotly_chart")) == 1
 
 
@@ -323,7 +337,8 @@ def test_a_run_ingested_while_the_dashboard_is_open_appears_on_the_next_rerun(mo
     run_cli("ingest", cpu_run_store["run_files"][0], "--results-dir", target)
     at.run()
     no_failures(at)
-    assert not at.code
+    # The command that fills the store is gone; the one code block left is the chosen record's own command.
+    assert [c.value for c in at.code] == [at.dataframe[0].value["repro"].iloc[0]]
     assert set(at.dataframe[0].value["run_id"]) == {cpu_run_store["run_ids"][0]}
 
 

@@ -82,6 +82,7 @@ def measurements(monkeypatch):
     monkeypatch.setattr(peaks, "CEILING_N", 256)
     monkeypatch.setattr(peaks, "_COPY_BYTES", 4 * 2**20)
     monkeypatch.setattr(peaks, "measure_cpu_ceilings", spy)
+    monkeypatch.setattr(peaks, "_THIS_PROCESS", {})  # no loaded measurement of an earlier test
     return made
 
 
@@ -101,6 +102,7 @@ def test_a_measurement_under_load_is_used_but_never_cached(tmp_path, load, measu
     loaded = cpu_ceilings(tmp_path)
     assert not loaded["cached"] and "not cached: measured under load" in loaded["method"]
     assert not (tmp_path / "cpu_ceilings.json").exists()
+    assert cpu_ceilings(tmp_path) == loaded and len(measurements) == 1  # still loaded: this process's one reused
     load(0.3)  # the machine quietens: the next run measures again, and that one is kept
     assert cpu_ceilings(tmp_path)["cached"] and len(measurements) == 2
 

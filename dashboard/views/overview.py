@@ -19,6 +19,7 @@ import streamlit as st
 
 from fp8bench.analysis.payoff import cell_speedups
 from fp8bench.analysis.select import REFERENCE_BACKENDS, is_scaled, latest_per_case, speed_comparable_frame
+from fp8bench.core.repro import frame_commands
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.speedup import speedup_frame
 from fp8bench.dashboard.widgets import (
@@ -103,14 +104,25 @@ def main() -> None:
                    f"reference left out (as on Payoff). {excluded} case(s) not compared on speed (skipped, failed, "
                    "invalid or interpreted): see the table on the Environment page or the run table.")
     speeds = speedup_frame(latest, baseline)
+    headers = dict(zip(view.snapshot.runs["run_id"], view.snapshot.runs["header"], strict=True)) \
+        if "header" in view.snapshot.runs else {}
+    speeds = speeds.assign(repro=frame_commands(speeds, headers))
     st.subheader("Speedups per record")
     table(speeds[["device_label", "workload", "shape_label", "precision", "backend", "median_s",
                   "prequant_median_s", "speedup_e2e", "speedup_prequant", "noise", "noisy", "tflops", "pct_of_peak",
-                  "run_id"]],
+                  "run_id", "repro"]],
           "speedups", noise=NOISE_COLUMN, median_s=st.column_config.NumberColumn("median_s (s)", format="%.3e"),
           prequant_median_s=st.column_config.NumberColumn("prequant_median_s (s)", format="%.3e"),
           speedup_e2e=st.column_config.NumberColumn(format="%.3fx"),
-          speedup_prequant=st.column_config.NumberColumn(format="%.3fx"))
+          speedup_prequant=st.column_config.NumberColumn(format="%.3fx"),
+          repro=st.column_config.TextColumn("reproduce", help="the `fp8bench run` command of this record"))
+    # The command of one row, in a code block: its copy button puts it on the clipboard, ready for a shell.
+    labels = [f"{r.workload} {r.shape_label} {r.precision} {r.backend} · {r.device_label} · {r.run_id}"
+              for r in speeds.itertuples()]
+    chosen = st.selectbox("Reproduce a record", range(len(speeds)), format_func=lambda i: labels[i],
+                          key="overview_repro")
+    if chosen is not None:
+        st.code(speeds["repro"].iloc[int(chosen)], language="bash")
 
 
 main()

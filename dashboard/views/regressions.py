@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from fp8bench.analysis.bisect import bisected_commit, evidence_folder, load_evidence
 from fp8bench.analysis.changes import (
     METRICS,
     ChangeConfig,
@@ -95,11 +96,19 @@ def main() -> None:
         return
     shown = shown.assign(first_bad_link=shown["first_bad_commit"].map(
         lambda c: template.replace("{commit}", str(c)) if template and c else None))
+    # A bisect (`fp8bench bisect`, kept under RESULTS/bisects/) of a change's range names the commit that did it.
+    bisects = load_evidence(evidence_folder(view.snapshot.target))
+    shown = shown.assign(bisected_commit=[
+        ((bisected_commit(bisects, r.case_key, r.last_good_commit, r.first_bad_commit) or {}).get("first_bad")
+         or {}).get("sha") for r in shown.itertuples()])
     st.metric("Open regressions", int(((found["kind"] == "regression") & found["open"]).sum()))
-    table(shown[["case_key", "device", "size", "first_bad_commit", "first_bad_link", "last_good_commit", "ci_low",
+    table(shown[["case_key", "device", "size", "first_bad_commit", "bisected_commit", "first_bad_link",
+                 "last_good_commit", "ci_low",
                  "ci_high", "p_value", "metric", "branch", "kind", "open", "first_bad_run", "first_bad_started_at"]],
           "regressions", size=st.column_config.NumberColumn("change", format="percent"),
           first_bad_commit=st.column_config.TextColumn("first bad", width="small"),
+          bisected_commit=st.column_config.TextColumn("bisected", width="small",
+                                                      help="the commit `fp8bench bisect` found, when one ran"),
           last_good_commit=st.column_config.TextColumn("last good", width="small"),
           first_bad_link=st.column_config.LinkColumn("commit page", display_text="open"),
           ci_low=st.column_config.NumberColumn("ratio low", format="%.3f"),

@@ -14,6 +14,7 @@ VERB_MODULES = (
     "fp8bench.commands.gate",
     "fp8bench.commands.compare",
     "fp8bench.commands.ab",
+    "fp8bench.commands.bisect",
     "fp8bench.commands.dashboard",
     "fp8bench.commands.changes",
     "fp8bench.commands.payoff",

@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fp8bench.commands.common import (
     EXIT_HARNESS_ERROR,
@@ -35,11 +35,14 @@ DESCRIPTION = """Measure a base and a head version of the project on this machin
 BASE and HEAD are each a folder holding a checkout of the project, or a git ref of --repo (checked out into a
 temporary worktree that is removed afterwards). Each side runs in its own long-lived process that imports its
 own checkout's fp8bench; rounds alternate which side goes first. Everything after `--` is passed to
-`fp8bench run` (choose a suite or cases there). Inconclusive cases are rerun once.
+`fp8bench run` (choose a suite or cases there). Inconclusive cases are rerun once. With --budget SECONDS the
+run is sequential instead: rounds are added until every case is decided (slower, faster or same, by a confidence
+sequence that stays valid however many rounds are looked at) or the budget is spent.
 
 examples:
   fp8bench ab --base origin/main --head . --rounds 10 -- --suite ci
   fp8bench ab --base ../main-checkout --head . -- --shape 256x256x256 --precision bf16 fp8_rowwise --backend torch
+  fp8bench ab --base origin/main --head . --budget 600 -- --suite ci     (sequential: decide each case in 10 min)
   fp8bench ab --base . --head . --head-env FP8BENCH_PLUGINS=my_slow_backend -- --suite smoke   (A/B of a plugin)
 
 Reports are written first; with $GITHUB_STEP_SUMMARY set, the Markdown report is appended to the job summary."""
@@ -56,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", type=Path, default=Path("."), help="git repository the refs belong to (default .)")
     p.add_argument("--rounds", type=int, default=10, help="interleaved rounds per side (default 10; >= 10 to gate)")
     p.add_argument("--no-rerun", action="store_true", help="do not rerun inconclusive cases")
+    p.add_argument("--budget", type=positive_seconds("--budget"), default=None, metavar="SECONDS",
+                   help="sequential A/B: add rounds until every case is decided or SECONDS of rounds are spent "
+                        "(an always-valid confidence sequence; --rounds is then ignored; docs/gate.md)")
+    p.add_argument("--min-rounds", type=int, default=8,
+                   help="with --budget: rounds before the first decision (default 8, at least 3)")
+    p.add_argument("--max-rounds", type=int, default=None, help="with --budget: stop after this many rounds too")
     p.add_argument("--base-env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment of the base (the reports name the variables; their values are masked)")
     p.add_argument("--head-env", action="append", default=[], metavar="KEY=VALUE",
@@ -99,6 +108,45 @@ def check_outputs(folder: Path, rounds: int, force: bool) -> None:
             check_writable(path, force, what="a round's run file", flag="--out")
 
 
+def sequential_config(args: argparse.Namespace) -> Any:
+    """The sequential design of ``--budget`` (None without it); bad values raise :class:`UsageError`."""
+    from fp8bench.analysis.gate.sequential import SequentialConfig
+
+    if args.budget is None:
+        return None
+    try:
+        return SequentialConfig(args.budget, args.min_rounds, args.max_rounds)
+    except ValueError as exc:
+        raise UsageError(f"--budget/--min-rounds/--max-rounds: {exc}") from exc
+
+
+def _sequential(args: argparse.Namespace, seq: Any, roots: dict[str, Path], envs: dict[str, dict[str, str]],
+                run_args: list[str], folder: Path, config: Any, err: Any) -> dict[str, Any]:
+    """``--budget``: rounds until every case is decided, with one progress line per look."""
+    import time
+
+    from fp8bench.analysis.gate.ab import SideSpec, round_order
+    from fp8bench.analysis.gate.sequential import run_sequential_ab
+
+    started = time.monotonic()
+
+    def on_round(r: int, side: str) -> None:
+        if side == round_order(r)[1] and not args.json:  # both sides of round r have run
+            err.print(f"ab: round {r + 1} done, {time.monotonic() - started:.0f} s of the {seq.budget_s:g} s budget",
+                      markup=False, highlight=False)
+
+    def on_look(rounds: int, open_cases: list[str]) -> None:
+        if not args.json:
+            err.print(f"ab: after {rounds} rounds: {len(open_cases)} case(s) undecided"
+                      + (f" ({', '.join(open_cases[:3])}{', ...' if len(open_cases) > 3 else ''})"
+                         if open_cases else ""), markup=False, highlight=False)
+
+    return run_sequential_ab(SideSpec("base", roots["base"], envs["base"]),
+                             SideSpec("head", roots["head"], envs["head"]), run_args, folder, seq, config,
+                             force=args.force, on_round=on_round, on_look=on_look,
+                             round_timeout_s=args.round_timeout)
+
+
 def _is_checkout(text: str) -> bool:
     return (Path(text) / "pyproject.toml").is_file()
 
@@ -136,13 +184,19 @@ def execute(args: argparse.Namespace) -> int:
     try:  # bad input is a harness error (3) here: 2 would read as "inconclusive"
         if not run_args:
             raise UsageError("give the cases after `--`, e.g. `fp8bench ab --base origin/main -- --suite ci`")
+        seq = sequential_config(args)
         if args.rounds < 2:
             raise UsageError(f"--rounds must be >= 2 (10 or more to gate reliably), got {args.rounds}")
         config = gate_config(args)
         envs = {"base": _env(args.base_env, "--base-env"), "head": _env(args.head_env, "--head-env")}
         results = args.results_dir or default_results_dir()
         folder = args.out or results / "ab" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        check_outputs(folder, args.rounds, args.force)
+        if seq is None:
+            check_outputs(folder, args.rounds, args.force)
+        else:
+            from fp8bench.commands.gate import check_report_dir
+
+            check_report_dir(folder, args.force, "--out")
     except (UsageError, ValueError) as exc:
         print(f"fp8bench ab: error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
@@ -156,11 +210,14 @@ def execute(args: argparse.Namespace) -> int:
         err = Console(stderr=True)
         progress = StepProgress("ab", 2 * args.rounds, err, enabled=not args.json, unit="runs")
         on_round, on_rerun = _round_progress(progress, args.rounds, err, quiet=args.json)
-        with progress:
-            result = run_ab(SideSpec("base", roots["base"], envs["base"]),
-                            SideSpec("head", roots["head"], envs["head"]), run_args, folder, args.rounds, config,
-                            not args.no_rerun, on_round=on_round, on_rerun=on_rerun,
-                            round_timeout_s=args.round_timeout, force=args.force)
+        if seq is not None:
+            report = _sequential(args, seq, roots, envs, run_args, folder, config, err)
+        else:
+            with progress:
+                report = run_ab(SideSpec("base", roots["base"], envs["base"]),
+                                SideSpec("head", roots["head"], envs["head"]), run_args, folder, args.rounds, config,
+                                not args.no_rerun, on_round=on_round, on_rerun=on_rerun,
+                                round_timeout_s=args.round_timeout, force=args.force).report
     except (AbError, OSError, ValueError) as exc:
         print(f"fp8bench ab: harness error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
@@ -171,7 +228,6 @@ def execute(args: argparse.Namespace) -> int:
     finally:
         if cleanup:
             cleanup()
-    report = result.report
     report["ab"]["refs"] = refs
     md, js = write_report(report, folder, overwrite=args.force, flag="--out")
     return publish_report(report, md, js, args, "ab", args.store or results, folder=str(folder))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fp8bench.commands.common import (
     BAD_INPUT,
@@ -38,10 +38,15 @@ side, so one slow night is never reported.
 examples:
   fp8bench changes                                            # open regressions in ./results
   fp8bench changes --store postgresql://bench@db/fp8bench --branch main --all
-  fp8bench changes --metric median_s energy_j --fail-on-new RUN_ID   # nightly CI: fail on a new regression"""
+  fp8bench changes --metric median_s energy_j --fail-on-new RUN_ID   # nightly CI: fail on a new alert
+
+An open regression becomes an alert when it is confirmed by --alert-nights consecutive nights (the latest ones,
+each worse than the level before by the threshold) or by `fp8bench bisect`, whose finding (kept in
+RESULTS/bisects/) is shown as the bisected commit. --fail-on-new RUN_ID fails on an alert that was not one on the
+history up to that run."""
 EXIT_CODES = ExitCodes((
-    (EXIT_OK, "listed (with --fail-on-new: no open regression first measured after that run)"),
-    (EXIT_REGRESSION, "--fail-on-new found an open regression first measured after that run"),
+    (EXIT_OK, "listed (with --fail-on-new: no regression became an alert after that run)"),
+    (EXIT_REGRESSION, "--fail-on-new: a regression became an alert after that run"),
     (EXIT_USAGE, BAD_INPUT + "; or the store cannot be read"),
 ))
 DOC = "docs/history-and-changes.md"
@@ -69,7 +74,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"PELT penalty in units of noise^2 x log(n); higher finds fewer (default {defaults.penalty})")
     p.add_argument("--all", action="store_true", help="also list closed regressions and improvements")
     p.add_argument("--fail-on-new", metavar="RUN_ID", default=None,
-                   help="exit 1 if an open regression was first measured after this run")
+                   help="exit 1 if a regression became an alert after this run (see --alert-nights)")
+    p.add_argument("--alert-nights", type=int, default=2, metavar="N",
+                   help="an open regression alerts when its latest N nights are each worse than the level before "
+                        "by the threshold, or when a bisect located it (default 2; 0: every open regression)")
     add_store_flags(p)
     add_json_flag(p)
 
@@ -89,27 +97,64 @@ def _since(store: Store, run_id: str) -> str:
     return str(match.iloc[0]["started_at"])
 
 
-def render(changes: list[Change], title: str) -> None:
+def evidence_dir(args: argparse.Namespace) -> Any:
+    """Where stored bisects are read from: --results-dir, else the store's own results folder."""
+    from fp8bench.analysis.bisect import evidence_folder
+
+    return args.results_dir or evidence_folder(store_target(args))
+
+
+def bisect_command(store: Any, alert: Any) -> str | None:
+    """``fp8bench bisect`` of an alert's range (last good .. first bad) for its case, with the case's command
+    from the first bad run's record (:mod:`fp8bench.core.repro`); None when the run or the record is not found."""
+    import shlex
+
+    from fp8bench.core.records import case_key
+    from fp8bench.core.repro import repro_argv, repro_of
+
+    c = alert.change
+    if not (c.last_good_commit and c.first_bad_commit):
+        return None
+    from fp8bench.results.store import StoreError
+
+    try:
+        payload = store.run_payload(c.first_bad_run)
+    except StoreError:
+        return None
+    record = next((r for r in payload["records"] if case_key(r) == c.case_key), None)
+    if record is None:
+        return None
+    argv = shlex.split(repro_of(record, payload["run"]))
+    run_args = argv[argv.index("run") + 1:] if "run" in argv else repro_argv(record, {})[2:]
+    return shlex.join(["fp8bench", "bisect", "--good", c.last_good_commit, "--bad", c.first_bad_commit, "--",
+                       *run_args])
+
+
+def render(changes: list[Change], title: str, bisected: dict[int, str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from fp8bench.core.escaping import term_text
 
     table = Table(title=title)
-    for name in ("first bad", "last good", "case", "device", "metric", "change", "interval", "p", "state"):
+    for name in ("first bad", "last good", "bisected", "case", "device", "metric", "change", "interval", "p",
+                 "state"):
         table.add_column(name, overflow="fold")
     for c in changes:
         state = "open regression" if c.open else ("regression, fixed since" if c.kind == "regression"
                                                    else "improvement")
         unit = "dB" if c.metric == "sqnr_db" else ""
         size = f"{c.size:+.2f} {unit}" if unit else f"{c.size:+.1%}"
+        found = (bisected or {}).get(id(c))
         table.add_row(term_text((c.first_bad_commit or "-")[:10]), term_text((c.last_good_commit or "-")[:10]),
-                      term_text(c.case_key), term_text(c.device), c.metric, size, f"[{c.ci_low:.3f}, {c.ci_high:.3f}]", f"{c.p_value:.2g}", state)
+                      term_text((found or "-")[:10]), term_text(c.case_key), term_text(c.device), c.metric, size, f"[{c.ci_low:.3f}, {c.ci_high:.3f}]", f"{c.p_value:.2g}", state)
     Console(width=200).print(table)
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.analysis.changes import find_changes, history_depth, history_records, new_since
+    from fp8bench.analysis.alerts import AlertRule, find_alerts, new_alerts, rule_text
+    from fp8bench.analysis.bisect import bisected_commit, load_evidence
+    from fp8bench.analysis.changes import find_changes, history_depth, history_records
     from fp8bench.results.store import open_store
     from fp8bench.results.store.queries import RecordFilter
 
@@ -120,19 +165,29 @@ def execute(args: argparse.Namespace) -> int:
     since = _since(store, args.fail_on_new) if args.fail_on_new else None
     flt = RecordFilter(device=tuple(args.device), workload=tuple(args.workload), backend=tuple(args.backend),
                        precision=tuple(args.precision), branch=tuple(args.branch))
-    history = history_records(store, flt, config.metrics)
-    found = find_changes(history, config)
-    depth = history_depth(history, config)
+    if args.alert_nights < 0:
+        raise UsageError(f"--alert-nights must be >= 0, got {args.alert_nights}")
+    rule = AlertRule(args.alert_nights)
+    records = history_records(store, flt, config.metrics)
+    bisects = load_evidence(evidence_dir(args))
+    found = find_changes(records, config)
+    alerts = find_alerts(records, config, rule, bisects)
+    depth = history_depth(records, config)
     shown = found if args.all else [c for c in found if c.kind == "regression" and c.open]
-    new = new_since(found, since) if since is not None else []
+    bisected = {id(c): hit["first_bad"]["sha"] for c in shown
+                if (hit := bisected_commit(bisects, c.case_key, c.last_good_commit, c.first_bad_commit))}
+    new = new_alerts(records, since, config, rule, bisects) if since is not None else []
     summary = {"store": store.url, "changes": len(found), "open_regressions": sum(
-        c.kind == "regression" and c.open for c in found), "shown": len(shown),
-        "new_since": args.fail_on_new, "new_regressions": len(new), "judged_histories": depth.judged}
+        c.kind == "regression" and c.open for c in found), "shown": len(shown), "alert_rule": rule_text(rule),
+        "alerts": len(alerts), "new_since": args.fail_on_new, "new_alerts": len(new),
+        "judged_histories": depth.judged}
     if args.json:
-        print_json({**summary, "list": [c.to_dict() for c in shown], "new": [c.to_dict() for c in new]})
+        print_json({**summary, "list": [{**c.to_dict(), "bisected_commit": bisected.get(id(c))} for c in shown],
+                    "alert_list": [a.to_dict() for a in alerts],
+                    "new": [{**a.to_dict(), "bisect_command": bisect_command(store, a)} for a in new]})
     else:
         if shown:
-            render(shown, "Changes, newest first" if args.all else "Open regressions, newest first")
+            render(shown, "Changes, newest first" if args.all else "Open regressions, newest first", bisected)
         elif not depth.enough:
             # "No regression" would reassure where nothing could be judged: too few commits to find a step in.
             print(f"Not enough history to look for changes: the longest case history has {depth.longest} "
@@ -141,5 +196,7 @@ def execute(args: argparse.Namespace) -> int:
         else:
             print("No " + ("change" if args.all else "open regression") + " found in the "
                   f"{depth.judged} case history(ies) long enough to judge.")
+        for a in alerts:
+            print(f"alert ({a.rule}): {a.change.case_key} at {(a.change.first_bad_commit or '-')[:10]}: {a.detail}")
         print_json(summary)
     return EXIT_REGRESSION if new else EXIT_OK

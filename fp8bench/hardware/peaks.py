@@ -160,6 +160,10 @@ def _read_cache(path: Path | None) -> dict[str, Any]:
     return cache if isinstance(cache, dict) else {}
 
 
+# Ceilings measured under load by this process, by key: used again by its later runs while the load lasts.
+_THIS_PROCESS: dict[str, dict[str, Any]] = {}
+
+
 def cpu_ceilings(cache_dir: Path | None, refresh: bool = False) -> dict[str, Any]:
     """Measured CPU ceilings, read from or written to ``cache_dir/cpu_ceilings.json``.
 
@@ -178,11 +182,17 @@ def cpu_ceilings(cache_dir: Path | None, refresh: bool = False) -> dict[str, Any
     load = host_load()
     if entry is not None and _measured_quiet(entry) and load is not None and load.overloaded and not refresh:
         return {**entry, "cached": True, "method": f"{entry['method']} (not re-measured at {load.describe()})"}
+    if load is not None and load.overloaded and key in _THIS_PROCESS and not refresh:
+        return _THIS_PROCESS[key]  # still loaded: this process's own loaded measurement, not another one
     fresh = {**measure_cpu_ceilings(),
              "measured_because": "asked to refresh" if refresh else stale or "none cached for this host"}
     measured_load = HostLoad.from_dict(fresh["load"])
     if measured_load is not None and measured_load.overloaded:
-        return {**fresh, "cached": False, "method": f"{fresh['method']}; not cached: measured under load"}
+        loaded = {**fresh, "cached": False, "method": f"{fresh['method']}; not cached: measured under load"}
+        # Kept for the rest of this process: a long-lived A/B worker runs many runs, and measuring the ceilings
+        # again for each (seconds under load) would make its rounds mostly ceiling measurements.
+        _THIS_PROCESS[key] = loaded
+        return loaded
     if path:
         cache[key] = fresh
         # A temporary file of its own, renamed over the cache: CPU workers of one run (--devices cpu,cpu)

@@ -51,6 +51,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
+from fp8bench.core.repro import repro_of
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import (
     EnergyReading,
@@ -714,6 +715,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
             if on_start:
                 on_start(i, case)
             record = measurer.measure(case, seq=i).to_dict()
+            record["repro"] = repro_of(record, header)  # the `fp8bench run` command of this one case
             run.stream.add(record)
             if on_record:
                 on_record(i, case, record)

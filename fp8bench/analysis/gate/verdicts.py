@@ -66,6 +66,7 @@ from fp8bench.core.comparability import ComparabilityKey, comparability_key, des
 from fp8bench.core.escaping import md_code, md_text
 from fp8bench.core.noise import HostLoad, is_noisy, relative_spread, run_load
 from fp8bench.core.records import case_key
+from fp8bench.core.repro import repro_of
 from fp8bench.core.units import parse_fraction
 from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.results.runfile import check_seconds
@@ -170,6 +171,7 @@ class SideCase:
     status: str = "ok"
     reason: str | None = None
     key_conflict: dict[str, tuple[Any, Any]] | None = None  # rounds of one side disagree on the key
+    repro: str | None = None  # the command that measures this case again (fp8bench.core.repro)
 
 
 @dataclass
@@ -220,7 +222,7 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
         for record in payload["records"]:
             name = case_key(record)
             key = comparability_key(record, run)
-            entry = cases.setdefault(name, SideCase(name, key, record.get("precision")))
+            entry = cases.setdefault(name, SideCase(name, key, record.get("precision"), repro=repro_of(record, run)))
             if key != entry.key and entry.key_conflict is None:
                 entry.key_conflict = entry.key.differences(key)
             if record.get("interpreted"):  # an interpreter's timings (if any were kept) are never compared
@@ -291,13 +293,16 @@ class CaseResult:
     n_cand: int = 0
     differences: dict[str, list[Any]] | None = None
     paired_rounds: int | None = None  # compared round by round: how many rounds both sides have
+    decided_at_round: int | None = None  # sequential A/B: the look at which the verdict was reached
+    cs_alpha: float | None = None  # sequential A/B: the case's share of alpha in its confidence sequence
     values: ValueComparison | None = None  # a deterministic metric's values (compare_values)
 
     def to_dict(self) -> dict[str, Any]:
         """The case as the JSON report and the store hold it (optional parts only where they apply)."""
         out = {name: getattr(self, name) for name in _REPORTED}
-        if self.paired_rounds is not None:
-            out["paired_rounds"] = self.paired_rounds
+        for optional in ("paired_rounds", "decided_at_round", "cs_alpha"):
+            if getattr(self, optional) is not None:
+                out[optional] = getattr(self, optional)
         if self.values is not None:
             out.update(asdict(self.values))
         return out
@@ -567,6 +572,9 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
                    "sqnr_floors": [list(f) for f in config.sqnr_floors]},
         "counts": counts, "cases": cases, "notes": all_notes,
         "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
+        # How to measure each regressed case again, on its own: the candidate's command for it.
+        "repro": {c["case"]: cand.cases[c["case"]].repro for c in cases
+                  if c["verdict"] in REGRESSING and c["case"] in cand.cases},
     }
 
 
@@ -682,7 +690,19 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
         lines.append(f"| ... {len(rows) - max_rows} more case(s) in the JSON report | | | | | | | |")
     if report.get("notes"):
         lines += ["", *[f"- {md_text(n)}" for n in report["notes"]]]
+    lines += _repro_lines(report)
     return "\n".join(lines) + "\n"
+
+
+def _repro_lines(report: dict[str, Any]) -> list[str]:
+    """Each regressed case's command, to measure it again on its own (a fenced block: nothing in it renders)."""
+    commands = [(case, cmd) for case, cmd in (report.get("repro") or {}).items() if cmd]
+    if not commands:
+        return []
+    lines = ["", "Reproduce a regressed case:", ""]
+    for case, cmd in commands:
+        lines += [f"- {md_code(case)}", "", "  ```bash", "  " + cmd.replace("`", "'").replace("\n", " "), "  ```"]
+    return lines
 
 
 def nothing_compared_under_lenient_fail_on(report: dict[str, Any]) -> bool:

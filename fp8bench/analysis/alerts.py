@@ -1,0 +1,118 @@
+"""Alerts: which regressions in a nightly history are worth waking someone for.
+
+A change point (:mod:`fp8bench.analysis.changes`) says a series stepped; an **alert** says the step is confirmed, by one of
+two rules, and records which:
+
+* **consecutive nights**: the latest ``nights`` commits of the series (default 2) are each worse than the level
+  before the change by more than the threshold. One slow night, or a step that later nights do not repeat, does
+  not alert; as the PyTorch HUD marks a regression only after two consecutive violations;
+* **bisect**: a stored ``fp8bench bisect`` of the change's range (:func:`fp8bench.analysis.bisect.bisected_commit`) named
+  the first slower commit.
+
+A regression alert is **new since a run** when it alerts on the whole history but did not on the history up to
+and including that run: the night it became confirmed. That is what a nightly job asks ("did anything become an
+alert tonight?"), and it holds however many nights the change needed to be detected and confirmed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from fp8bench.analysis.bisect import bisected_commit
+from fp8bench.analysis.changes import Change, ChangeConfig, Metric, _per_commit, _series, series_changes
+
+CONSECUTIVE_NIGHTS, BISECT = "consecutive nights", "bisect"
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """How a regression is confirmed: ``nights`` consecutive latest nights beyond the threshold (0: every open
+    regression alerts at once, the detector alone)."""
+
+    nights: int = 2
+
+    def __post_init__(self) -> None:
+        if self.nights < 0:
+            raise ValueError(f"alert nights must be >= 0, got {self.nights}")
+
+
+@dataclass(frozen=True)
+class Alert:
+    change: Change
+    rule: str  # consecutive nights | bisect
+    detail: str  # the rule as applied: "last 2 nights +31%, +29% over the level before"
+    bisect: dict[str, Any] | None = None  # the stored bisect that confirmed or located it
+
+    @property
+    def ident(self) -> tuple[str, str, str | None, str]:
+        c = self.change
+        return c.comparability_key, c.metric, c.branch, str(c.first_bad_commit)
+
+    def to_dict(self) -> dict[str, Any]:
+        first_bad = (self.bisect or {}).get("first_bad") or {}
+        return {**self.change.to_dict(), "rule": self.rule, "rule_detail": self.detail,
+                "bisected_commit": first_bad.get("sha"), "bisected_subject": first_bad.get("subject")}
+
+
+def _beyond(before: float, value: float, lower_is_better: bool, log: bool, config: ChangeConfig) -> float | None:
+    """The night's change against the level before (a fraction, or dB), when worse beyond the threshold."""
+    size = value / before - 1 if log else value - before
+    worse = size > 0 if lower_is_better else size < 0
+    limit = config.threshold if log else config.threshold_db
+    return size if worse and abs(size) >= limit else None
+
+
+DEFAULT_RULE = AlertRule()
+DEFAULT_CONFIG = ChangeConfig()
+
+
+def find_alerts(records: pd.DataFrame, config: ChangeConfig = DEFAULT_CONFIG, rule: AlertRule = DEFAULT_RULE,
+                bisects: Sequence[dict[str, Any]] = ()) -> list[Alert]:
+    """Open regressions of ``records`` confirmed by ``rule`` or by a stored bisect, newest first."""
+    out = []
+    for series, metric in _series(records, config):
+        values = _per_commit(series, metric)["value"].to_numpy(dtype=float)
+        out += confirmed(series_changes(series, metric, config), values, metric, config, rule, bisects)
+    out.sort(key=lambda a: (a.change.first_bad_started_at or "", a.change.position), reverse=True)
+    return out
+
+
+def confirmed(changes: Sequence[Change], values: Any, metric: Metric, config: ChangeConfig, rule: AlertRule,
+              bisects: Sequence[dict[str, Any]] = ()) -> list[Alert]:
+    """The alerts among one series' ``changes``; ``values`` are its per-commit values in commit order."""
+    out = []
+    for change in changes:
+        if change.kind != "regression" or not change.open:
+            continue
+        found = bisected_commit(bisects, change.case_key, change.last_good_commit, change.first_bad_commit)
+        if found is not None:
+            sha = (found.get("first_bad") or {}).get("sha", "?")
+            out.append(Alert(change, BISECT, f"bisected to {str(sha)[:12]}", found))
+            continue
+        latest = values[-rule.nights:] if rule.nights else values[:0]
+        sizes = [_beyond(change.before, float(v), metric.lower_is_better, metric.log, config) for v in latest]
+        if len(latest) == rule.nights and all(s is not None for s in sizes):
+            shown = ", ".join(f"{s:+.1%}" if metric.log else f"{s:+.2f} dB" for s in sizes if s is not None)
+            detail = (f"last {rule.nights} nights {shown} against the level before" if rule.nights
+                      else "every open regression alerts (no confirmation asked)")
+            out.append(Alert(change, CONSECUTIVE_NIGHTS, detail))
+    return out
+
+
+def new_alerts(records: pd.DataFrame, since_started_at: str, config: ChangeConfig = DEFAULT_CONFIG,
+               rule: AlertRule = DEFAULT_RULE, bisects: Sequence[dict[str, Any]] = ()) -> list[Alert]:
+    """Alerts of the whole history that were not alerts on the history up to the run started at
+    ``since_started_at`` (that run included)."""
+    now = find_alerts(records, config, rule, bisects)
+    started = records["run_started_at"].astype(str)
+    before = {a.ident for a in find_alerts(records[started <= since_started_at], config, rule, bisects)}
+    return [a for a in now if a.ident not in before]
+
+
+def rule_text(rule: AlertRule) -> str:
+    return (f"confirmed by {rule.nights} consecutive night(s) or by a bisect" if rule.nights
+            else "every open regression (no confirmation)")

@@ -1,0 +1,441 @@
+"""Bisection of a performance regression: from "it got slower between these commits" to "this commit did it".
+
+Given a known good and a known bad commit of a git repository and the cases to measure (``fp8bench run``
+arguments), each probed commit is checked out into its own worktree, built (``--setup``), and measured against the
+good commit with the sequential A/B rounds of ``fp8bench ab --budget`` (:mod:`fp8bench.analysis.gate.sequential`): rounds are
+added until the gate decides, so a quiet step costs a few rounds and a noisy one gets more. The search is binary
+over the commits between good and bad along the first-parent line, as ``git bisect`` does:
+
+* the bad commit is measured first; unless the gate confirms it ``slower`` than good, there is nothing to bisect
+  (exit 0 when it is the ``same``, 2 when undecided);
+* a probe the gate calls ``slower`` moves the bad end to it; ``same`` or ``faster`` moves the good end;
+* a probe still undecided after its step budget is measured once more with twice the budget ("inconclusive
+  steps get more rounds before a decision"); if it stays undecided it is set aside like an untestable commit;
+* a commit whose setup fails, whose code cannot be imported, or whose rounds fail is skipped, as ``git bisect
+  skip`` does, and the next probe is the untested commit nearest the middle;
+* the search ends when no untested commit is left between the ends: the first bad commit is the bad end when its
+  predecessor was measured good, otherwise the answer is the range of commits that could not be told apart.
+
+One environment serves every probe: the worker of each side imports ``fp8bench`` (and the ``package-dir``
+packages of the commit's ``pyproject.toml``) from that side's worktree, into this Python with the dependencies
+installed here (:mod:`fp8bench.analysis.gate.ab`). So a probe needs no virtual environment of its own; the default ``--setup``
+only byte-compiles the checkout (a syntax error is "does not build"). That assumes the probed commits run with the
+dependencies installed here; a range that changes them needs a ``--setup`` that installs them. A repository of
+custom kernels (not fp8bench itself) is bisected the same way with ``--plugin MODULE``: both sides load that module
+from their own worktree (``FP8BENCH_PLUGINS``, ``PYTHONPATH``), and fp8bench is the installed one.
+
+The evidence (every probe's verdict, ratio, interval, rounds and time) is written to ``bisect.json`` beside its
+round files and, for ``changes`` and the dashboard, to ``RESULTS/bisects/`` (:func:`save_evidence`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from fp8bench.analysis.gate.ab import AbError, SideSpec, Worker, checkout_ref, remove_checkout
+from fp8bench.analysis.gate.sequential import SequentialConfig, run_sequential
+from fp8bench.analysis.gate.verdicts import GateConfig
+from fp8bench.core.escaping import md_code, md_text
+from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
+
+# Outcomes of one probe. "skip": it could not be measured (does not build, does not import, a round failed).
+SLOWER, SAME, UNDECIDED, SKIP = "slower", "same", "undecided", "skip"
+# A probe undecided after its step budget is measured once more with this multiple of it.
+RETRY_BUDGET_MULTIPLE = 2.0
+# First line of the Markdown issue body: the nightly workflow finds the issue of one regression by it.
+MARKER_PREFIX = "<!-- fp8bench-bisect: "
+BISECTS_FOLDER = "bisects"
+
+
+class BisectError(RuntimeError):
+    """The bisection cannot run (bad commits, not a git repository, the good side cannot be measured)."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One measurement of a commit against good."""
+
+    commit: str
+    subject: str
+    outcome: str  # slower | same | undecided | skip
+    ratio: float | None = None  # geometric mean of per-round ratios, the slowest case's
+    ci_low: float | None = None
+    ci_high: float | None = None
+    rounds: int = 0
+    seconds: float = 0.0
+    reason: str | None = None
+    case: str | None = None  # the case the ratio belongs to
+    folder: str | None = None  # its round files and gate report
+
+
+# (commit, step budget in seconds, attempt number from 1) -> the probe's outcome
+Measure = Callable[[Commit, float, int], Probe]
+
+
+@dataclass
+class BisectResult:
+    good: Commit
+    bad: Commit
+    commits: list[Commit]  # between good (excluded) and bad (included), oldest first
+    probes: list[Probe] = field(default_factory=list)
+    first_bad: Commit | None = None
+    suspects: list[Commit] = field(default_factory=list)  # when the range could not be narrowed to one commit
+    verdict: str = "inconclusive"  # regression | pass | inconclusive
+    exit_code: int = EXIT_INCONCLUSIVE
+    reason: str = ""
+    seconds: float = 0.0
+
+    @property
+    def rounds(self) -> int:
+        return sum(p.rounds for p in self.probes)
+
+    def evidence(self) -> Probe | None:
+        """The probe that shows the first bad commit slower (its last measurement)."""
+        if self.first_bad is None:
+            return None
+        mine = [p for p in self.probes if p.commit == self.first_bad.sha and p.outcome == SLOWER]
+        return mine[-1] if mine else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rounds"] = self.rounds
+        return out
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise BisectError(f"git {' '.join(args)} in {repo}: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout.strip()
+
+
+def resolve(repo: Path, ref: str) -> Commit:
+    sha = git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
+    return Commit(sha, git(repo, "log", "-1", "--format=%s", sha))
+
+
+def commits_between(repo: Path, good: str, bad: str) -> tuple[Commit, Commit, list[Commit]]:
+    """Good, bad and the commits after good up to bad along bad's first-parent line, oldest first."""
+    g, b = resolve(repo, good), resolve(repo, bad)
+    if g.sha == b.sha:
+        raise BisectError(f"good and bad are the same commit {g.sha[:12]}")
+    if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", g.sha, b.sha]).returncode != 0:
+        raise BisectError(f"good {good} ({g.sha[:12]}) is not an ancestor of bad {bad} ({b.sha[:12]})")
+    lines = git(repo, "rev-list", "--first-parent", "--reverse", "--format=%H %s", f"{g.sha}..{b.sha}")
+    commits = []
+    for line in lines.splitlines():
+        if line.startswith("commit "):
+            continue
+        sha, _, subject = line.partition(" ")
+        commits.append(Commit(sha, subject))
+    if not commits or commits[-1].sha != b.sha:
+        raise BisectError(f"bad {bad} is not on a first-parent line from good {good}")
+    return g, b, commits
+
+
+def _next_probe(lo: int, hi: int, tested: set[int]) -> int | None:
+    """The untested index strictly between ``lo`` and ``hi`` nearest their middle (lower first), or None."""
+    open_ = [i for i in range(lo + 1, hi) if i not in tested]
+    if not open_:
+        return None
+    middle = (lo + hi) / 2
+    return min(open_, key=lambda i: (abs(i - middle), i))
+
+
+def _measure_until_decided(measure: Measure, commit: Commit, step_budget_s: float,
+                           on_probe: Callable[[Probe], None] | None, probes: list[Probe]) -> Probe:
+    probe = measure(commit, step_budget_s, 1)
+    probes.append(probe)
+    if on_probe:
+        on_probe(probe)
+    if probe.outcome == UNDECIDED:
+        probe = measure(commit, step_budget_s * RETRY_BUDGET_MULTIPLE, 2)
+        probes.append(probe)
+        if on_probe:
+            on_probe(probe)
+    return probe
+
+
+def bisect(good: Commit, bad: Commit, commits: Sequence[Commit], measure: Measure, step_budget_s: float,
+           on_probe: Callable[[Probe], None] | None = None, clock: Callable[[], float] = time.monotonic) -> BisectResult:
+    """Search ``commits`` (after good, up to bad, oldest first) for the first one ``measure`` finds slower."""
+    started = clock()
+    result = BisectResult(good, bad, list(commits))
+    n = len(commits)
+    first = _measure_until_decided(measure, commits[-1], step_budget_s, on_probe, result.probes)
+    if first.outcome != SLOWER:
+        result.verdict, result.exit_code = ("pass", EXIT_PASS) if first.outcome == SAME else (
+            "inconclusive", EXIT_INCONCLUSIVE)
+        result.reason = {SAME: "the bad commit is not slower than the good one beyond the threshold: nothing to "
+                               "bisect",
+                         SKIP: f"the bad commit could not be measured: {first.reason}",
+                         }.get(first.outcome, f"the bad commit is not shown slower ({first.reason})")
+        result.seconds = clock() - started
+        return result
+    lo, hi = -1, n - 1  # lo: last known good index (-1 is the good commit itself), hi: first known bad
+    untestable: set[int] = set()
+    while True:
+        index = _next_probe(lo, hi, untestable)
+        if index is None:
+            break
+        probe = _measure_until_decided(measure, commits[index], step_budget_s, on_probe, result.probes)
+        if probe.outcome == SLOWER:
+            hi = index
+        elif probe.outcome == SAME:
+            lo = index
+        else:
+            untestable.add(index)
+    between = [commits[i] for i in range(lo + 1, hi + 1)]
+    if len(between) == 1:
+        result.first_bad, result.verdict, result.exit_code = commits[hi], "regression", EXIT_REGRESSION
+        result.reason = f"{commits[hi].sha[:12]} is the first commit the gate finds slower than good"
+    else:
+        result.suspects, result.verdict, result.exit_code = between, "inconclusive", EXIT_INCONCLUSIVE
+        result.reason = (f"the first slower commit is one of {len(between)}: "
+                         f"{', '.join(c.sha[:12] for c in between)} (the others between could not be measured or "
+                         "decided)")
+    result.seconds = clock() - started
+    return result
+
+
+# -- measuring a commit for real ---------------------------------------------------------------------------------
+def default_setup() -> list[str]:
+    """Byte-compile the checkout with this Python: a commit with a syntax error does not build."""
+    return [sys.executable, "-m", "compileall", "-q", "."]
+
+
+@dataclass
+class ProbeRunner:
+    """Measures commits against good with sequential A/B rounds: one long-lived worker for good, one per probe."""
+
+    repo: Path
+    good: Commit
+    run_args: Sequence[str]
+    folder: Path
+    config: GateConfig = field(default_factory=GateConfig)
+    setup: str | None = None  # a shell command run in each worktree; None: :func:`default_setup`
+    plugin: str | None = None  # a module of the repository loaded on both sides (a repository of custom kernels)
+    min_rounds: int = 8
+    round_timeout_s: float | None = None
+    stderr: IO[str] | None = None
+    on_round: Callable[[int, str], None] | None = None
+    _tmp: Path | None = None
+    _good_worker: Worker | None = None
+    _checkouts: dict[str, Path] = field(default_factory=dict)
+
+    def _checkout(self, commit: Commit) -> Path:
+        """The commit's worktree (checked out once, kept until :meth:`close`)."""
+        assert self._tmp is not None
+        if commit.sha not in self._checkouts:
+            self._checkouts[commit.sha] = checkout_ref(self.repo, commit.sha, self._tmp / commit.sha[:12])
+        return self._checkouts[commit.sha]
+
+    def _env(self, root: Path) -> dict[str, str]:
+        if not self.plugin:
+            return {}
+        path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+        return {"FP8BENCH_PLUGINS": self.plugin, "PYTHONPATH": path}
+
+    def _build(self, root: Path) -> str | None:
+        """Run the setup command in ``root``; the reason it failed, or None."""
+        env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+        cmd: Any = default_setup() if self.setup is None else self.setup
+        done = subprocess.run(cmd, cwd=root, shell=isinstance(cmd, str), env=env, capture_output=True, text=True)
+        if done.returncode == 0:
+            return None
+        shown = cmd if isinstance(cmd, str) else shlex.join(cmd)
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return f"setup `{shown}` exited {done.returncode}: {' / '.join(tail)}"
+
+    def start(self) -> None:
+        """Check out and build good, and start its worker (kept for every probe)."""
+        self._tmp = Path(tempfile.mkdtemp(prefix="fp8bench-bisect-"))
+        root = self._checkout(self.good)
+        failed = self._build(root)
+        if failed:
+            raise BisectError(f"the good commit {self.good.sha[:12]} does not build: {failed}")
+        try:
+            self._good_worker = Worker(SideSpec("base", root, self._env(root)), stderr=self.stderr)
+        except AbError as exc:
+            raise BisectError(f"the good commit {self.good.sha[:12]} cannot be loaded: {exc}") from exc
+
+    def close(self) -> None:
+        if self._good_worker is not None:
+            self._good_worker.close()
+        for path in self._checkouts.values():
+            remove_checkout(self.repo, path)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __call__(self, commit: Commit, budget_s: float, attempt: int) -> Probe:
+        assert self._good_worker is not None, "start() first"
+        began = time.monotonic()
+        folder = self.folder / f"{commit.sha[:12]}-{attempt}"
+        root = self._checkout(commit)
+
+        def skipped(reason: str) -> Probe:
+            return Probe(commit.sha, commit.subject, SKIP, reason=reason, seconds=time.monotonic() - began,
+                         folder=str(folder))
+
+        failed = self._build(root) if attempt == 1 else None
+        if failed:
+            return skipped(f"does not build: {failed}")
+        try:
+            head = Worker(SideSpec("head", root, self._env(root)), stderr=self.stderr)
+        except AbError as exc:
+            return skipped(f"cannot be loaded: {exc}")
+        try:
+            seq = SequentialConfig(budget_s, self.min_rounds)
+            report = run_sequential({"base": self._good_worker, "head": head}, self.run_args, folder, seq,
+                                    self.config, self.on_round, round_timeout_s=self.round_timeout_s)
+        except AbError as exc:
+            if self._good_worker.proc.poll() is not None:
+                raise BisectError(f"the good commit's worker failed: {exc}") from exc
+            return skipped(f"could not be measured: {exc}")
+        finally:
+            head.close()
+        (folder / "report.json").write_text(json.dumps(report, indent=1, default=str))
+        return probe_from_report(commit, report, time.monotonic() - began, str(folder))
+
+
+def probe_from_report(commit: Commit, report: dict[str, Any], seconds: float, folder: str | None) -> Probe:
+    """A probe's outcome from its sequential gate report: slower if any case is slower (or broke), same when every
+    compared case is same or faster, undecided otherwise; the ratio shown is the slowest case's."""
+    cases = report["cases"]
+    rounds = int((report.get("sequential") or {}).get("rounds") or 0)
+    compared = [c for c in cases if c.get("ratio") is not None]
+    worst = max(compared, key=lambda c: c["ratio"]) if compared else None
+    verdicts = {c["verdict"] for c in cases}
+    if verdicts & {"slower", "broken", "missing"}:
+        outcome = SLOWER
+        worst = next((c for c in cases if c["verdict"] == "slower"), worst)
+    elif compared and verdicts <= {"same", "faster", "new", "removed", "not measured"}:
+        outcome = SAME
+    else:
+        outcome = UNDECIDED
+    return Probe(commit.sha, commit.subject, outcome, worst["ratio"] if worst else None,
+                 worst["ci_low"] if worst else None, worst["ci_high"] if worst else None, rounds, seconds,
+                 (worst or {}).get("reason") or report.get("verdict"), (worst or {}).get("case"), folder)
+
+
+# -- reports ------------------------------------------------------------------------------------------------------
+def marker(cases: Sequence[str]) -> str:
+    """The hidden first line of a bisect's issue body: one issue per regressed case set."""
+    digest = hashlib.sha256("\n".join(sorted(cases)).encode()).hexdigest()[:16]
+    return f"{MARKER_PREFIX}{digest} -->"
+
+
+def _ratio(p: Probe | None) -> str:
+    if p is None or p.ratio is None:
+        return "-"
+    interval = f" [{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.ci_low is not None and p.ci_high is not None else ""
+    return f"{p.ratio:.3f}{interval}"
+
+
+def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequence[str]) -> str:
+    """An issue body: the finding, the command that reproduces the measurement, then every probe."""
+    ev = result.evidence()
+    # A fenced block (nothing in it renders, so nothing needs escaping but a fence): the A/B that shows the step.
+    again = shlex.join(["fp8bench", "ab", "--base", result.good.sha[:12], "--head",
+                        (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
+    lines = [marker(cases), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
+    if result.first_bad is not None:
+        lines += [f"First slower commit: {md_code(result.first_bad.sha)} {md_text(result.first_bad.subject)}", "",
+                  f"Ratio to good {md_code(result.good.sha[:12])}: {_ratio(ev)} (geometric mean of per-round "
+                  f"ratios, {ev.rounds if ev else 0} rounds, always-valid interval)", ""]
+    else:
+        lines += [md_text(result.reason), ""]
+        if result.suspects:
+            lines += ["Suspects: " + ", ".join(md_code(c.sha[:12]) for c in result.suspects), ""]
+    lines += [f"Cases: {', '.join(md_code(c) for c in cases) or '-'}", "",
+              f"Range: {md_code(result.good.sha[:12])} (good) .. {md_code(result.bad.sha[:12])} (bad), "
+              f"{len(result.commits)} commit(s); {len(result.probes)} probe(s), {result.rounds} round(s), "
+              f"{result.seconds:.0f} s.", "",
+              "Measure it again:", "", "```bash", again.replace("`", "'").replace("\n", " "), "```", "",
+              "| commit | subject | outcome | ratio [interval] | rounds | s | why |", "|---|---|---|---|---|---|---|"]
+    for p in result.probes:
+        lines.append(f"| {md_code(p.commit[:12])} | {md_text(p.subject)} | {p.outcome} | {_ratio(p)} | {p.rounds} | "
+                     f"{p.seconds:.0f} | {md_text(p.reason or '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def case_keys(result: BisectResult) -> list[str]:
+    """The cases the probes measured (from their gate reports)."""
+    keys: list[str] = []
+    for p in result.probes:
+        if p.folder and (Path(p.folder) / "report.json").is_file():
+            report = json.loads((Path(p.folder) / "report.json").read_text())
+            keys += [c["case"] for c in report["cases"] if c["case"] not in keys]
+    return keys
+
+
+def save_evidence(result: BisectResult, cases: Sequence[str], run_args: Sequence[str], results_dir: Path) -> Path:
+    """Write the bisect to ``RESULTS/bisects/GOOD-BAD.json`` (one file per range, a later bisect replacing an
+    earlier one): what ``changes`` and the dashboard read to name the bisected commit."""
+    folder = results_dir / BISECTS_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.good.sha[:12]}-{result.bad.sha[:12]}.json"
+    payload = {"schema": 1, "cases": list(cases), "run_args": list(run_args), **result.to_dict()}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    tmp.replace(path)
+    return path
+
+
+def evidence_folder(store_target: str | Path | None) -> Path:
+    """The results folder whose ``bisects/`` belong to a store: the folder a store target names, the folder of a
+    SQLite file, else the default results folder (a database URL keeps its bisects there)."""
+    from fp8bench.paths import default_results_dir
+
+    if store_target:
+        path = Path(str(store_target))
+        if path.is_dir():
+            return path
+        if path.suffix in (".sqlite", ".db") or path.is_file():
+            return path.parent
+    return default_results_dir()
+
+
+def load_evidence(results_dir: Path | None) -> list[dict[str, Any]]:
+    """Every stored bisect under ``RESULTS/bisects/`` (unreadable files are left out)."""
+    if results_dir is None or not (results_dir / BISECTS_FOLDER).is_dir():
+        return []
+    out = []
+    for path in sorted((results_dir / BISECTS_FOLDER).glob("*.json")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def bisected_commit(evidence: Sequence[dict[str, Any]], case_key: str, last_good: str | None,
+                    first_bad: str | None) -> dict[str, Any] | None:
+    """The stored bisect of a change (same case, and its range is the change's: the bisect's good is the change's
+    last good commit or its bad the change's first bad one), with a found first bad commit; newest wins."""
+    found = None
+    for item in evidence:
+        if case_key not in item.get("cases", []) or not item.get("first_bad"):
+            continue
+        good, bad = (item.get("good") or {}).get("sha"), (item.get("bad") or {}).get("sha")
+        if (last_good and good == last_good) or (first_bad and bad == first_bad):
+            found = item
+    return found

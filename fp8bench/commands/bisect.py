@@ -1,0 +1,170 @@
+"""`fp8bench bisect`: find the first commit between a good and a bad one that makes the cases slower."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from fp8bench.commands.common import (
+    EXIT_HARNESS_ERROR,
+    ExitCodes,
+    UsageError,
+    add_json_flag,
+    default_results_dir,
+    print_json,
+)
+from fp8bench.core.units import positive_seconds
+from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
+
+NAME = "bisect"
+HELP = "bisect a slowdown: the first commit between GOOD and BAD that the gate finds slower than GOOD"
+DESCRIPTION = """Find the commit that made the cases slower, by binary search between a good and a bad commit.
+
+Each probed commit is checked out into a temporary worktree of --repo, built with --setup, and measured against
+the good commit in sequential A/B rounds (as `fp8bench ab --budget`): rounds are added until the gate decides
+slower or same, within --step-budget seconds; an undecided step is measured once more with twice the budget, and
+a commit that does not build, import or run is skipped (as `git bisect skip`). The bad commit is measured first:
+if it is not slower than good there is nothing to bisect. Everything after `--` is passed to `fp8bench run`.
+
+Every probe imports its commit's code from its worktree into this Python environment, so no probe needs its own
+virtual environment; the default --setup only byte-compiles the checkout. This assumes the commits run with the
+dependencies installed here; give a --setup that installs them if the range changes them. For a repository of
+custom kernels loaded as a plugin, give --plugin MODULE: both sides load it from their own worktree.
+
+examples:
+  fp8bench bisect --good v1.2 --bad main -- --shape 256x256x256 --precision bf16 --backend torch
+  fp8bench bisect --repo ../my-kernels --plugin my_kernels --good abc123 --bad HEAD --step-budget 300 -- --suite ci
+  fp8bench bisect --good GOOD --bad BAD --markdown issue.md -- --suite ci      (an issue body for the finding)
+
+The finding (commit, subject, ratio with its interval, rounds) is printed, written to OUT/bisect.json and
+OUT/bisect.md, and kept in RESULTS/bisects/ where `fp8bench changes` and the dashboard's Regressions page show it."""
+EXIT_CODES = ExitCodes((
+    (EXIT_PASS, "the bad commit is not slower than the good one beyond the threshold: nothing to bisect"),
+    (EXIT_REGRESSION, "found: the first commit the gate finds slower than good"),
+    (EXIT_INCONCLUSIVE, "undecided: the bad commit is not shown slower, or skipped/undecided commits leave a range"),
+    (EXIT_HARNESS_ERROR, "harness error or bad input (bad commits, not a git repository, good does not build)"),
+), bad_input=EXIT_HARNESS_ERROR)
+DOC = "docs/gate.md"
+DEFAULT_STEP_BUDGET_S = 300.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from fp8bench.commands.gate import add_gate_flags
+
+    p.add_argument("--good", required=True, help="a commit (any git revision) where the cases were fast")
+    p.add_argument("--bad", required=True, help="a later commit where they are slow (on good's first-parent line)")
+    p.add_argument("--repo", type=Path, default=Path("."), help="the git repository (default .)")
+    p.add_argument("--setup", default=None, metavar="CMD",
+                   help="shell command run in each probed worktree; a non-zero exit skips the commit "
+                        "(default: byte-compile it with this Python)")
+    p.add_argument("--plugin", default=None, metavar="MODULE",
+                   help="a module of the repository to load on both sides (FP8BENCH_PLUGINS): bisect a repository "
+                        "of custom kernels against the installed fp8bench")
+    p.add_argument("--step-budget", type=positive_seconds("--step-budget"), default=DEFAULT_STEP_BUDGET_S,
+                   metavar="SECONDS", help=f"seconds of rounds per probe (default {DEFAULT_STEP_BUDGET_S:g}; an "
+                                           "undecided probe gets twice this once more)")
+    p.add_argument("--min-rounds", type=int, default=8, help="rounds before a probe's first decision (default 8)")
+    p.add_argument("--round-timeout", type=positive_seconds("--round-timeout"), default=3600.0, metavar="SECONDS",
+                   help="a side's round that takes longer fails that probe (default 3600)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder of round files and reports (default RESULTS/bisect/TIME)")
+    p.add_argument("--markdown", type=Path, default=None, metavar="FILE",
+                   help="also write the finding as a GitHub issue body (its first line is a marker the nightly "
+                        "workflow finds the issue by)")
+    p.add_argument("--results-dir", type=Path, default=None,
+                   help="where the finding is kept for `changes` and the dashboard (default ./results or "
+                        "$FP8BENCH_RESULTS_DIR)")
+    add_gate_flags(p)
+    add_json_flag(p)
+    p.add_argument("run_args", nargs=argparse.REMAINDER, help="-- then arguments for `fp8bench run`")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from fp8bench.analysis.bisect import (
+        BisectError,
+        Probe,
+        ProbeRunner,
+        bisect,
+        case_keys,
+        commits_between,
+    )
+    from fp8bench.commands.gate import gate_config
+
+    run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
+    err = Console(stderr=True)
+    try:
+        if not run_args:
+            raise UsageError("give the cases after `--`, e.g. `fp8bench bisect --good A --bad B -- --suite ci`")
+        if args.min_rounds < 3:
+            raise UsageError(f"--min-rounds must be >= 3, got {args.min_rounds}")
+        config = gate_config(args)
+        repo = args.repo.resolve()
+        good, bad, commits = commits_between(repo, args.good, args.bad)
+    except (UsageError, ValueError, BisectError) as exc:
+        print(f"fp8bench bisect: error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    results = args.results_dir or default_results_dir()
+    folder = args.out or results / "bisect" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    steps = max(1, (len(commits)).bit_length())
+    if not args.json:
+        err.print(f"bisect: {len(commits)} commit(s) after good {good.sha[:12]} up to bad {bad.sha[:12]}; about "
+                  f"{steps + 1} probe(s) of up to {args.step_budget:g} s each", markup=False, highlight=False)
+
+    def on_probe(p: Probe) -> None:
+        if args.json:
+            return
+        ratio = "" if p.ratio is None else f" x{p.ratio:.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}]"
+        err.print(f"bisect: {p.commit[:12]} {p.subject[:50]!r}: {p.outcome}{ratio}, {p.rounds} round(s), "
+                  f"{p.seconds:.0f} s" + (f" ({p.reason})" if p.outcome == "skip" else ""),
+                  markup=False, highlight=False)
+
+    runner = ProbeRunner(repo, good, run_args, folder, config, args.setup, args.plugin, args.min_rounds,
+                         args.round_timeout)
+    try:
+        runner.start()
+        result = bisect(good, bad, commits, runner, args.step_budget, on_probe)
+    except (BisectError, OSError, ValueError) as exc:
+        print(f"fp8bench bisect: harness error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    except Exception as exc:  # noqa: BLE001 - no verdict without a measurement
+        traceback.print_exc(file=sys.stderr)
+        print(f"fp8bench bisect: harness error: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    finally:
+        runner.close()
+    return report(result, case_keys(result), run_args, folder, results, args)
+
+
+def report(result: Any, cases: list[str], run_args: list[str], folder: Path, results: Path,
+           args: argparse.Namespace) -> int:
+    """Write bisect.json, bisect.md (and --markdown), keep the evidence, print the finding; returns the exit code."""
+    import json
+
+    from fp8bench.analysis.bisect import render_markdown, save_evidence
+
+    folder.mkdir(parents=True, exist_ok=True)
+    md = render_markdown(result, cases, run_args)
+    (folder / "bisect.md").write_text(md)
+    payload = {"cases": cases, "run_args": run_args, **result.to_dict()}
+    (folder / "bisect.json").write_text(json.dumps(payload, indent=1, default=str))
+    if args.markdown:
+        args.markdown.write_text(md)
+    evidence = save_evidence(result, cases, run_args, results)
+    ev = result.evidence()
+    summary = {"verdict": result.verdict, "exit_code": result.exit_code, "reason": result.reason,
+               "first_bad": result.first_bad.sha if result.first_bad else None,
+               "subject": result.first_bad.subject if result.first_bad else None,
+               "ratio": ev.ratio if ev else None, "ci_low": ev.ci_low if ev else None,
+               "ci_high": ev.ci_high if ev else None, "rounds": result.rounds, "probes": len(result.probes),
+               "seconds": round(result.seconds, 1), "suspects": [c.sha for c in result.suspects],
+               "bisect_json": str(folder / "bisect.json"), "evidence": str(evidence)}
+    if not args.json:
+        print(md)
+    print_json(summary)
+    return int(result.exit_code)

@@ -1,0 +1,205 @@
+"""`fp8bench bisect`: the search (with a measurement function standing in for the A/B rounds), git ranges, the
+evidence it keeps, and the real verb on a small real history of this project with one slow commit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fp8bench.analysis.bisect import (
+    SAME,
+    SKIP,
+    SLOWER,
+    UNDECIDED,
+    BisectError,
+    Commit,
+    Probe,
+    bisect,
+    bisected_commit,
+    commits_between,
+    load_evidence,
+    marker,
+    probe_from_report,
+    render_markdown,
+    save_evidence,
+)
+from fp8bench.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def history(n: int = 16) -> tuple[Commit, list[Commit]]:
+    return Commit("g" * 40, "good"), [Commit(f"{i:02d}" + "c" * 38, f"change {i}") for i in range(n)]
+
+
+class Bench:
+    """Answers for each commit as the sequential A/B would: slower from ``slow_from`` on, with commits that do not
+    build and commits undecided on their first measurement."""
+
+    def __init__(self, commits: list[Commit], slow_from: int, broken: tuple[int, ...] = (),
+                 noisy: tuple[int, ...] = (), never_decided: tuple[int, ...] = ()) -> None:
+        self.index = {c.sha: i for i, c in enumerate(commits)}
+        self.slow_from, self.broken, self.noisy, self.never = slow_from, broken, noisy, never_decided
+        self.calls: list[tuple[int, float, int]] = []
+
+    def __call__(self, commit: Commit, budget_s: float, attempt: int) -> Probe:
+        i = self.index[commit.sha]
+        self.calls.append((i, budget_s, attempt))
+        if i in self.broken:
+            return Probe(commit.sha, commit.subject, SKIP, reason="does not build: setup exited 1")
+        if i in self.never or (i in self.noisy and attempt == 1):
+            return Probe(commit.sha, commit.subject, UNDECIDED, 1.05, 0.9, 1.2, rounds=30)
+        slow = i >= self.slow_from
+        return Probe(commit.sha, commit.subject, SLOWER if slow else SAME, 1.5 if slow else 1.0,
+                     1.4 if slow else 0.98, 1.6 if slow else 1.02, rounds=8, case="gemm[m=8,n=8,k=8] bf16 torch cpu")
+
+
+def test_finds_the_slow_commit_of_sixteen_in_five_probes():
+    good, commits = history()
+    bench = Bench(commits, slow_from=11)
+    result = bisect(good, commits[-1], commits, bench, 60)
+    assert result.first_bad == commits[11] and result.exit_code == 1 and result.verdict == "regression"
+    assert bench.calls[0][0] == 15  # the bad commit is confirmed first
+    assert len(result.probes) == 5 and result.rounds == 40
+    assert result.evidence() is not None and result.evidence().ratio == 1.5
+
+
+@pytest.mark.parametrize("slow_from", [0, 1, 7, 8, 15])
+def test_every_position_is_found(slow_from):
+    good, commits = history()
+    assert bisect(good, commits[-1], commits, Bench(commits, slow_from), 60).first_bad == commits[slow_from]
+
+
+def test_a_commit_that_does_not_build_is_skipped():
+    good, commits = history()
+    bench = Bench(commits, slow_from=11, broken=(7,))  # 7 is the first midpoint
+    result = bisect(good, commits[-1], commits, bench, 60)
+    assert result.first_bad == commits[11]
+    skipped = [p for p in result.probes if p.outcome == SKIP]
+    assert [p.commit for p in skipped] == [commits[7].sha] and "does not build" in (skipped[0].reason or "")
+    assert [i for i, _, _ in bench.calls].count(7) == 1
+
+
+def test_a_noisy_step_gets_twice_the_budget_then_decides():
+    good, commits = history()
+    bench = Bench(commits, slow_from=11, noisy=(7,))
+    result = bisect(good, commits[-1], commits, bench, 60)
+    assert result.first_bad == commits[11]
+    assert (7, 60, 1) in bench.calls and (7, 120.0, 2) in bench.calls
+    assert [p.outcome for p in result.probes if p.commit == commits[7].sha] == [UNDECIDED, SAME]
+
+
+def test_a_skipped_neighbour_of_the_step_leaves_a_range():
+    good, commits = history()
+    result = bisect(good, commits[-1], commits, Bench(commits, slow_from=11, broken=(10,)), 60)
+    assert result.first_bad is None and result.exit_code == 2
+    assert result.suspects == [commits[10], commits[11]]
+    assert "one of 2" in result.reason
+
+
+def test_a_bad_commit_that_is_not_slower_ends_it():
+    good, commits = history()
+    result = bisect(good, commits[-1], commits, Bench(commits, slow_from=99), 60)
+    assert result.exit_code == 0 and result.verdict == "pass" and len(result.probes) == 1
+    undecided = bisect(good, commits[-1], commits, Bench(commits, slow_from=0, never_decided=(15,)), 60)
+    assert undecided.exit_code == 2 and len(undecided.probes) == 2  # measured twice, then given up
+
+
+def test_probe_outcome_from_a_sequential_report():
+    commit = Commit("a" * 40, "x")
+    case = {"case": "c", "verdict": "slower", "ratio": 1.3, "ci_low": 1.2, "ci_high": 1.4, "reason": "r"}
+    same = {"case": "d", "verdict": "same", "ratio": 1.0, "ci_low": 0.9, "ci_high": 1.04, "reason": "s"}
+    report = {"cases": [same, case], "sequential": {"rounds": 9}, "verdict": "regression"}
+    probe = probe_from_report(commit, report, 12.0, None)
+    assert (probe.outcome, probe.ratio, probe.case, probe.rounds) == (SLOWER, 1.3, "c", 9)
+    assert probe_from_report(commit, {"cases": [same], "sequential": {"rounds": 8}}, 1, None).outcome == SAME
+    open_case = {**same, "verdict": "inconclusive", "ci_high": 1.2}
+    assert probe_from_report(commit, {"cases": [open_case], "sequential": {"rounds": 8}}, 1, None).outcome \
+        == UNDECIDED
+
+
+def test_markdown_issue_body_and_kept_evidence(tmp_path):
+    good, commits = history()
+    result = bisect(good, commits[-1], commits, Bench(commits, slow_from=11, broken=(7,)), 60)
+    cases = ["gemm[m=8,n=8,k=8] bf16 torch cpu"]
+    md = render_markdown(result, cases, ["--shape", "8x8x8"])
+    assert md.splitlines()[0] == marker(cases) and marker(cases) != marker(["other"])
+    assert "**REGRESSION** (exit 1)" in md and commits[11].sha in md and "1.500 [1.400, 1.600]" in md
+    assert "does not build" in md and "fp8bench ab --base gggggggggggg --head 11cccccccccc" in md
+    save_evidence(result, cases, ["--shape", "8x8x8"], tmp_path)
+    (tmp_path / "bisects" / "junk.json").write_text("{not json")
+    evidence = load_evidence(tmp_path)
+    assert len(evidence) == 1
+    hit = bisected_commit(evidence, cases[0], good.sha, None)
+    assert hit is not None and hit["first_bad"]["sha"] == commits[11].sha
+    assert bisected_commit(evidence, "another case", good.sha, None) is None
+    assert bisected_commit(evidence, cases[0], "f" * 40, "e" * 40) is None
+    assert load_evidence(tmp_path / "absent") == []
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_commit_range_along_the_first_parent_line(tmp_path):
+    repo = tmp_path / "r"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    for key, value in (("user.email", "t@localhost"), ("user.name", "t")):
+        _git(repo, "config", key, value)
+    for i in range(4):
+        _git(repo, "commit", "-q", "--allow-empty", "-m", f"c{i}")
+    shas = _git(repo, "rev-list", "--reverse", "HEAD").splitlines()
+    good, bad, between = commits_between(repo, shas[0], "main")
+    assert good.sha == shas[0] and bad.sha == shas[-1] and [c.sha for c in between] == shas[1:]
+    assert [c.subject for c in between] == ["c1", "c2", "c3"]
+    with pytest.raises(BisectError, match="not an ancestor"):
+        commits_between(repo, shas[-1], shas[0])
+    with pytest.raises(BisectError, match="same commit"):
+        commits_between(repo, "main", shas[-1])
+    with pytest.raises(BisectError, match="nope"):
+        commits_between(repo, "nope", "main")
+
+
+def test_bad_input_is_a_harness_error(tmp_path, capsys):
+    assert main(["bisect", "--repo", str(tmp_path), "--good", "a", "--bad", "b", "--", "--shape", "8x8x8"]) == 3
+    assert "fp8bench bisect: error:" in capsys.readouterr().err
+    assert main(["bisect", "--good", "a", "--bad", "b"]) == 3
+
+
+def _history_script():
+    spec = importlib.util.spec_from_file_location("bisect_history", ROOT / "scripts" / "bisect_history.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_real_bisect_finds_the_slow_commit_and_skips_the_broken_one(tmp_path, capsys):
+    """A 6-commit history of this project's code: commit 4 repeats the torch GEMM 5 times per call, commit 2 does
+    not build. Real worktrees, real workers, real rounds of tiny single-threaded GEMMs; a 50% threshold keeps a
+    5x slowdown far from the noise of a shared machine."""
+    truth = _history_script().build_history(tmp_path / "h", commits=6, slow_at=4, broken_at=2, factor=5)
+    commits = truth["commits"]
+    md = tmp_path / "issue.md"
+    rc = main(["bisect", "--repo", truth["repo"], "--good", commits[0], "--bad", commits[-1], "--step-budget", "300",
+               "--min-rounds", "3", "--threshold", "0.5", "--out", str(tmp_path / "out"), "--results-dir",
+               str(tmp_path / "results"), "--markdown", str(md), "--json", "--",
+               "--shape", "64x64x64", "--precision", "bf16", "--backend", "torch", "--no-phases", "--threads", "1",
+               "--min-samples", "10", "--max-time", "0.05", "--budget", "5"])
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 1, summary
+    assert summary["first_bad"] == truth["first_slow"] and summary["subject"] == "change 4: rework the torch GEMM"
+    assert summary["ratio"] > 2 and summary["ci_low"] > 1.5 and summary["rounds"] >= 9
+    probes = json.loads((tmp_path / "out" / "bisect.json").read_text())["probes"]
+    broken = [p for p in probes if p["commit"] == truth["broken"]]
+    assert [p["outcome"] for p in broken] == ["skip"] and "does not build" in broken[0]["reason"]
+    assert md.read_text().startswith("<!-- fp8bench-bisect: ")
+    assert load_evidence(tmp_path / "results")[0]["first_bad"]["sha"] == truth["first_slow"]
+    assert not list(Path(truth["repo"]).parent.glob("fp8bench-bisect-*"))
+    assert _git(Path(truth["repo"]), "worktree", "list").count("\n") == 0  # every probe's worktree removed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +17,7 @@ from fp8bench.commands.common import (
     add_json_flag,
     add_store_flags,
     default_results_dir,
+    harness_error,
 )
 from fp8bench.core.units import positive_seconds
 
@@ -219,12 +219,9 @@ def execute(args: argparse.Namespace) -> int:
                                 not args.no_rerun, on_round=on_round, on_rerun=on_rerun,
                                 round_timeout_s=args.round_timeout, force=args.force).report
     except (AbError, OSError, ValueError) as exc:
-        print(f"fp8bench ab: harness error: {exc}", file=sys.stderr)
-        return EXIT_HARNESS_ERROR
+        return harness_error("ab", exc, expected=True)
     except Exception as exc:  # noqa: BLE001 - no verdict without a measurement
-        traceback.print_exc(file=sys.stderr)
-        print(f"fp8bench ab: harness error: {exc}", file=sys.stderr)
-        return EXIT_HARNESS_ERROR
+        return harness_error("ab", exc, expected=False)
     finally:
         if cleanup:
             cleanup()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from fp8bench.commands.common import (
     UsageError,
     add_json_flag,
     default_results_dir,
+    harness_error,
     print_json,
 )
 from fp8bench.core.units import positive_seconds
@@ -130,12 +130,9 @@ def execute(args: argparse.Namespace) -> int:
         runner.start()
         result = bisect(good, bad, commits, runner, args.step_budget, on_probe)
     except (BisectError, OSError, ValueError) as exc:
-        print(f"fp8bench bisect: harness error: {exc}", file=sys.stderr)
-        return EXIT_HARNESS_ERROR
+        return harness_error("bisect", exc, expected=True)
     except Exception as exc:  # noqa: BLE001 - no verdict without a measurement
-        traceback.print_exc(file=sys.stderr)
-        print(f"fp8bench bisect: harness error: {exc}", file=sys.stderr)
-        return EXIT_HARNESS_ERROR
+        return harness_error("bisect", exc, expected=False)
     finally:
         runner.close()
     return report(result, case_keys(result), run_args, folder, results, args)

@@ -239,5 +239,17 @@ def stored_names(store: Store) -> dict[str, list[str]]:
     return {kind: list(options[kind].dropna().unique()) for kind in ("workload", "backend", "precision")}
 
 
+def harness_error(verb: str, exc: BaseException, expected: bool) -> int:
+    """Say on stderr that ``fp8bench VERB`` stopped without a verdict, with the traceback of an ``expected=False``
+    error (a bug, not bad input), and return the harness-error exit code."""
+    import sys
+    import traceback
+
+    if not expected:
+        traceback.print_exc(file=sys.stderr)
+    print(f"fp8bench {verb}: harness error: {exc}", file=sys.stderr)
+    return EXIT_HARNESS_ERROR
+
+
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, default=str, allow_nan=False))

@@ -400,10 +400,10 @@ def test_on_this_cpu_every_record_has_null_energy_with_reason(tmp_path):
     cases = expand_cases([("gemm", ["64x64x64"])], ["fp32", "mxfp8"], ["torch"], SETTINGS)
     out = run_cases(cases, SETTINGS, CPU, run_file=tmp_path / "run.json")
     assert not out.interrupted and len(out.records) == 2
-    assert {r["status"] for r in out.records} == {"ok", "skipped"}
+    assert {r.status for r in out.records} == {"ok", "skipped"}
     for r in out.records:
-        assert r["energy_j"] is None and r["tflops_per_w"] is None
-        assert "RAPL /sys/class/powercap absent" in r["energy"]["reason"]
+        assert r.energy_j is None and r.tflops_per_w is None
+        assert "RAPL /sys/class/powercap absent" in r.energy["reason"]
 
 
 def test_no_meter_on_cuda_without_driver_says_why():

@@ -20,6 +20,7 @@ from fake_nvml import FakeGpu, make_pynvml
 
 from fp8bench.cli import main
 from fp8bench.core.devices import Device
+from fp8bench.core.records import Record
 from fp8bench.energy.meters import EnergyReading, WindowPolicy, nvml_meter
 from fp8bench.hardware.peaks import table_peak
 from fp8bench.measure.selfcheck import (
@@ -207,11 +208,14 @@ def test_timer_sqnr_and_case_rules():
     assert judge_sqnr(27.0, 28.5)[0] is Verdict.PASS
     assert judge_sqnr(26.0, 28.5)[0] is Verdict.FAIL
     assert judge_sqnr(None, 28.5)[0] is Verdict.FAIL
-    ok, _ = judge_smallest_case({"precision": "bf16", "status": "skipped", "reason": "torchao runs FP8 only"})
+    def smallest(status: str, reason: str) -> Record:
+        return Record("gemm", {"m": 16, "n": 16, "k": 16}, "bf16", "torchao", "cpu", status, reason)
+
+    ok, _ = judge_smallest_case(smallest("skipped", "torchao runs FP8 only"))
     assert ok
-    for rec in ({"status": "skipped", "reason": "over budget: one call takes 9 s"}, {"status": "skipped", "reason": ""},
-                {"status": "failed", "reason": "boom"}, {"status": "invalid", "reason": "NaN"}):
-        assert not judge_smallest_case({"precision": "bf16", **rec})[0]
+    for status, reason in (("skipped", "over budget: one call takes 9 s"), ("skipped", ""), ("failed", "boom"),
+                           ("invalid", "NaN")):
+        assert not judge_smallest_case(smallest(status, reason))[0]
 
 
 def test_energy_rules():

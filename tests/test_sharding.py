@@ -15,6 +15,7 @@ import torch
 from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_CASE_FAILED, EXIT_OK, EXIT_USAGE
 from fp8bench.core.devices import Device, DeviceError
+from fp8bench.core.records import Record
 from fp8bench.measure.runner import RunSettings, expand_cases
 from fp8bench.measure.sharding import (
     MAX_CRASHES_IN_A_ROW,
@@ -119,19 +120,23 @@ def test_the_cases_of_a_shape_stay_on_one_worker_and_shapes_go_round_robin():
 
 
 # -- the in-order merge --------------------------------------------------------------------------------------------
+def _record(seq: int) -> Record:
+    return Record("gemm", {"m": 8, "n": 8, "k": 8}, "bf16", "torch", "cpu", "ok", seq=seq)
+
+
 def test_records_reach_the_stream_in_case_order_and_a_stop_keeps_the_waiting_ones():
     stream = RecordStream(None, {"run_id": "r"}, None)
     seen: list[int] = []
     merge = _InOrder(stream, lambda seq, rec: seen.append(seq))
-    merge.add(2, {"seq": 2})
-    merge.add(1, {"seq": 1})
+    merge.add(2, _record(2))
+    merge.add(1, _record(1))
     assert stream.records == []  # case 0 is still being measured
-    merge.add(0, {"seq": 0})
-    merge.add(5, {"seq": 5})
-    merge.add(4, {"seq": 4})
-    assert [r["seq"] for r in stream.records] == [0, 1, 2]
+    merge.add(0, _record(0))
+    merge.add(5, _record(5))
+    merge.add(4, _record(4))
+    assert [r.seq for r in stream.records] == [0, 1, 2]
     merge.flush()  # the run stopped with case 3 unfinished: 4 and 5 are kept, in order, with the gap
-    assert [r["seq"] for r in stream.records] == seen == [0, 1, 2, 4, 5]
+    assert [r.seq for r in stream.records] == seen == [0, 1, 2, 4, 5]
 
 
 def test_device_and_devices_together_are_a_usage_error(capsys, tmp_path):
@@ -232,8 +237,8 @@ def test_a_worker_that_cannot_start_fails_its_cases_with_the_reason(tmp_path):
     plan = DevicePlan("cpu", (WorkerSlot(0, Device("cpu"), (4096,), 1),), 1)  # a core no machine here has
     outcome = run_sharded(cases, RunSettings(budget_s=5, energy=False), plan.device, plan=plan,
                           run_file=tmp_path / "run.json")
-    assert [r["status"] for r in outcome.records] == ["failed", "failed"]
-    assert all(r["reason"].startswith("worker for cpu could not start: OSError") for r in outcome.records)
+    assert [r.status for r in outcome.records] == ["failed", "failed"]
+    assert all((r.reason or "").startswith("worker for cpu could not start: OSError") for r in outcome.records)
     assert read_run_file(tmp_path / "run.json")["run"]["workers"][0]["deaths"] == []  # it ended, it did not die
 
 

@@ -108,9 +108,9 @@ def test_run_continues_past_out_of_memory_and_keeps_everything(tmp_path):
              Case("transformer_step", shapes[2], resolve_precision("fp8_rowwise"), "emulated")]
     run_file = tmp_path / "run.json"
     outcome = run_cases(cases, _settings(), CPU, run_file=run_file)
-    statuses = [r["status"] for r in outcome.records]
-    assert statuses == ["ok", "failed", "ok"], [r["reason"] for r in outcome.records]
-    reason = outcome.records[1]["reason"]
+    statuses = [r.status for r in outcome.records]
+    assert statuses == ["ok", "failed", "ok"], [r.reason for r in outcome.records]
+    reason = outcome.records[1].reason
     assert reason.startswith("out of memory on cpu: a training step needs at least") and "GiB available" in reason
     assert len(json.loads(run_file.read_text())["records"]) == 3
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from fp8bench.core.devices import Device
+    from fp8bench.core.records import Record
     from fp8bench.core.shapes import Shape
     from fp8bench.measure.convergence import ConvergenceSettings, Curve
     from fp8bench.measure.runner import RunOutcome
@@ -279,7 +280,7 @@ class _Curves:
     total: int
     baseline: Curve | None = None
 
-    def record(self, seq: int, precision: Precision | str) -> dict[str, Any]:
+    def record(self, seq: int, precision: Precision | str) -> Record:
         """Train one curve and return its record. A recipe that fails to train gives a ``failed`` record with the
         error, so the other curves still run."""
         from fp8bench.measure import convergence
@@ -331,17 +332,17 @@ def render(outcome: ConvergeOutcome, err: Console) -> None:
                   "200 show it on the tiny shape): run more steps, or pass --no-control for a short run")
 
 
-def _row(record: dict[str, Any]) -> dict[str, Any]:
+def _row(record: Record) -> dict[str, Any]:
     """A curve's table row from its record; a recipe that failed to train has no loss curve and no verdict."""
-    if record.get("status") == "failed" and "convergence" not in (record.get("extra") or {}):
-        return {"precision": record["precision"], "verdict": "failed", "final_loss": None, "final_gap": None,
-                "max_gap": None, "max_gap_step": None, "reasons": [record["reason"]], "step_ms": None,
+    if record.status == "failed" and "convergence" not in record.extra:
+        return {"precision": record.precision, "verdict": "failed", "final_loss": None, "final_gap": None,
+                "max_gap": None, "max_gap_step": None, "reasons": [record.reason], "step_ms": None,
                 "tokens_per_s": None}
-    conv = record["extra"]["convergence"]
-    return {"precision": record["precision"], "verdict": conv["verdict"], "final_loss": conv["final_loss"],
+    conv = record.extra["convergence"]
+    return {"precision": record.precision, "verdict": conv["verdict"], "final_loss": conv["final_loss"],
             "final_gap": conv["final_gap"], "max_gap": conv["max_gap"], "max_gap_step": conv["max_gap_step"],
-            "reasons": conv["reasons"], "step_ms": 1e3 * record["median_s"] if record["median_s"] else None,
-            "tokens_per_s": record["extra"]["tokens_per_s"]}
+            "reasons": conv["reasons"], "step_ms": 1e3 * record.median_s if record.median_s else None,
+            "tokens_per_s": record.extra["tokens_per_s"]}
 
 
 def _fmt(x: float | None, spec: str) -> str:

@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 
     from fp8bench.core.devices import Device
     from fp8bench.core.noise import HostLoad
+    from fp8bench.hardware.distributed import LaunchEnv
     from fp8bench.measure.runner import Case, RunOutcome, RunSettings
     from fp8bench.measure.sharding import DevicePlan
-    from fp8bench.measure.timing import Timer
+    from fp8bench.measure.timing import Timer, TimingMode
 
 NAME = "run"
 HELP = "measure cases: table, run file, store rows"
@@ -208,7 +209,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str
     return entries, overrides, spec
 
 
-def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Any:
+def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> RunSettings:
     from fp8bench.measure.runner import RunSettings
     from fp8bench.measure.timing import SamplingPolicy
 
@@ -252,7 +253,7 @@ def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dic
     return out
 
 
-def _kept(outcome: Any, run_file: Path) -> str:
+def _kept(outcome: RunOutcome, run_file: Path) -> str:
     """Where the records of a run stopped by a full disk are (one clause for the error line)."""
     n = len(outcome.records)
     if outcome.run_file_complete:
@@ -294,7 +295,7 @@ def execute(args: argparse.Namespace) -> int:
                 outcome = run_cases(cases, settings, device, run_file=None, spec=spec, results_dir=None, timer=timer)
             finally:
                 distributed.shutdown()
-            counts = summary_counts(outcome.records)
+            counts = summary_counts([r.to_dict() for r in outcome.records])
             return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
     try:
         return _measure_and_report(args, cases, settings, device, timing_mode, spec, timer, plan)
@@ -303,7 +304,7 @@ def execute(args: argparse.Namespace) -> int:
             distributed.shutdown()
 
 
-def _device_plan(args: argparse.Namespace, launch: Any) -> Any:
+def _device_plan(args: argparse.Namespace, launch: LaunchEnv | None) -> DevicePlan | None:
     """The workers of ``--devices`` (:mod:`fp8bench.measure.sharding`), or ``None`` for a run on one device."""
     if not args.devices:
         return None
@@ -317,8 +318,9 @@ def _device_plan(args: argparse.Namespace, launch: Any) -> Any:
     return plan_devices(args.devices, args.threads)
 
 
-def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: Any, device: Any, timing_mode: Any,
-                        spec: dict[str, Any], timer: Any, plan: Any = None) -> int:
+def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: RunSettings, device: Device,
+                        timing_mode: TimingMode, spec: dict[str, Any], timer: Timer | None,
+                        plan: DevicePlan | None = None) -> int:
     """Measure ``cases`` (on ``plan``'s workers when sharded) and write the table, run file and store (a
     distributed run: on rank 0)."""
     from rich.console import Console
@@ -349,7 +351,9 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
     except DiskFull as exc:  # before any case: the run file could not even be started
         err.print(f"fp8bench run: error: disk full: {exc}; nothing was measured", markup=False, soft_wrap=True)
         return EXIT_DISK_FULL
-    counts = summary_counts(outcome.records)
+    # The records' JSON fields: what --json prints and the summary and table read, as the run file holds them.
+    records = [r.to_dict() for r in outcome.records]
+    counts = summary_counts(records)
     summary: dict[str, Any] = {
         "run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
         "device": plan.spec if plan else str(device), "timing_mode": timing_mode.value, "counts": counts,
@@ -358,11 +362,11 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Any], settings: An
         "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors,
         "load": load.to_dict() if load else None}
     if settings.profile:
-        summary["profiles"] = summary_rows(outcome.records)
+        summary["profiles"] = summary_rows(records)
     if args.json:
-        print_json({**summary, "records": outcome.records})
+        print_json({**summary, "records": records})
     else:
-        render(outcome, summary, baseline=args.baseline, table=args.table, cuda_graph=settings.cuda_graph,
+        render(outcome, records, summary, baseline=args.baseline, table=args.table, cuda_graph=settings.cuda_graph,
                load=load, err=err)
     return _exit_code(outcome, counts, run_file, err)
 
@@ -397,10 +401,11 @@ def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_fil
                    on_record=lambda i, case, rec: progress.advance(task))
 
 
-def render(outcome: RunOutcome, summary: dict[str, Any], *, baseline: str, table: str, cuda_graph: bool,
-           load: HostLoad | None, err: Console) -> None:
-    """The run's table (speedups against ``baseline``; ``table``: the ``--table`` layout), bandwidths, profiles
-    and summary line on stdout; on ``err``, how an interrupted run or a failed store write left its records."""
+def render(outcome: RunOutcome, records: list[dict[str, Any]], summary: dict[str, Any], *, baseline: str,
+           table: str, cuda_graph: bool, load: HostLoad | None, err: Console) -> None:
+    """The run's table of ``records`` (``outcome``'s records as JSON fields; speedups against ``baseline``;
+    ``table``: the ``--table`` layout), bandwidths, profiles and summary line on stdout; on ``err``, how an
+    interrupted run or a failed store write left its records."""
     from rich.markup import escape
 
     from fp8bench.analysis.report import render_bandwidths, render_table
@@ -408,9 +413,9 @@ def render(outcome: RunOutcome, summary: dict[str, Any], *, baseline: str, table
     console, compact = table_console(table)
     timed = ", timed as CUDA-graph replays" if cuda_graph else \
         ", timed on held streams (blocked_stream)" if summary.get("timing_mode") == "blocked_stream" else ""
-    render_table(outcome.records, baseline, console,
+    render_table(records, baseline, console,
                  title=f"run {outcome.run_id} on {summary['device']}{timed}", load=load, compact=compact)
-    render_bandwidths(outcome.records, baseline, console)
+    render_bandwidths(records, baseline, console)
     if "profiles" in summary:
         print_profiles(summary["profiles"], console)
     if outcome.interrupted:
@@ -433,7 +438,7 @@ def _exit_code(outcome: RunOutcome, counts: dict[str, int], run_file: Path, err:
     return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
 
 
-def print_profiles(rows: list[dict[str, Any]], console: Any) -> None:
+def print_profiles(rows: list[dict[str, Any]], console: Console) -> None:
     """One line per profiled case: its trace, or the command that profiles it under Nsight Systems."""
     for row in rows:
         where = row["trace"] or row["command"] or "not taken (see the record's notes)"

@@ -7,7 +7,7 @@ Inf in the output, or a throttled device). Every record keeps its raw samples.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from fp8bench.core.shapes import label
@@ -103,6 +103,10 @@ class Record:
     l2_flushed: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     seq: int = 0  # position in the run
+    # The ``fp8bench run`` command that measures this one case again (fp8bench.core.repro), written by the runner.
+    # Left out of the run file while ``None`` (records of sharded runs, convergence and selfcheck cases, and those
+    # written before it): readers derive it from the record and its run's settings.
+    repro: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -113,11 +117,35 @@ class Record:
             raise ValueError(f"record timing mode {self.timing_mode!r}; accepted: {', '.join(TIMING_MODES)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as the run file and the store keep it (JSON values); ``repro`` only when it is set."""
+        out = asdict(self)
+        if out["repro"] is None:
+            del out["repro"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        """The record a :meth:`to_dict` gave: ``Record.from_dict(r.to_dict()) == r``. Fields it lacks take their
+        defaults (records written before them); a key that is no field is refused by name, as is a missing
+        identity field."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"record has unknown field(s) {', '.join(map(repr, unknown))}; "
+                             f"accepted: the fields of fp8bench.core.records.Record ({', '.join(sorted(names))})")
+        missing = [name for name in _IDENTITY if name not in data]
+        if missing:
+            raise ValueError(f"record lacks the field(s) {', '.join(map(repr, missing))}; every record names "
+                             f"{', '.join(_IDENTITY)}")
+        return cls(**data)
 
     @property
     def case_key(self) -> str:
         return case_key(self.to_dict())
+
+
+# The fields with no default: what identifies a record's case and says what happened to it.
+_IDENTITY = ("workload", "shape", "precision", "backend", "device", "status")
 
 
 # Precisions whose default is fast accumulation in the forward GEMM (``ScaledRecipe.fast_accum``); block-scaled

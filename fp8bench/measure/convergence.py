@@ -38,6 +38,7 @@ from torch import nn
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
+from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape
 from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, fp8_layers, swap_linears
 from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
@@ -198,12 +199,10 @@ def baseline_verdict(curve: Curve, settings: ConvergenceSettings) -> Verdict:
 
 
 def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, settings: ConvergenceSettings,
-                 seq: int, fp8_format: str | None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+                 seq: int, fp8_format: str | None, options: dict[str, Any] | None = None) -> Record:
     """The record of one curve, in the run file's record layout (see :mod:`fp8bench.core.records`); ``options`` are a
     4-bit recipe's gradient options (:func:`fp8bench.numerics.recipes.fp4_settings`), kept in ``extra.fp4_options``."""
     from statistics import median
-
-    from fp8bench.core.records import Record
 
     cfg = config_of(shape)
     flops = model_flops(cfg)
@@ -231,20 +230,18 @@ def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, s
                "cast_stats": curve.cast_stats, "tokens_per_step": cfg.tokens,
                "tokens_per_s": cfg.tokens / med if med else None, **({"fp4_options": options} if options else {})},
         seq=seq,
-    ).to_dict()
+    )
 
 
 def failed_curve_record(precision: str, backend: str, reason: str, shape: Shape, device: Device,
                         settings: ConvergenceSettings, seq: int, fp8_format: str | None,
-                        options: dict[str, Any] | None = None) -> dict[str, Any]:
+                        options: dict[str, Any] | None = None) -> Record:
     """The record of a curve that could not be trained (its recipe raised): status ``failed`` with the error as
     its reason, in the layout of :func:`curve_record` but with no losses, timings or verdict."""
-    from fp8bench.core.records import Record
-
     return Record(
         workload="transformer_step", shape=dict(shape), precision=precision, backend=backend, device=str(device),
         status="failed", reason=reason, fp8_format=fp8_format, flops=model_flops(config_of(shape)), valid=False,
         notes=["convergence check: the recipe failed to train, so it has no loss curve"],
         extra={"mode": "convergence", "seed": settings.seed, **({"fp4_options": options} if options else {})},
         seq=seq,
-    ).to_dict()
+    )

@@ -653,7 +653,7 @@ def _extra(pipeline: Pipeline, median_s: float | None, phases: dict[str, float])
 @dataclass
 class RunOutcome:
     run_id: str
-    records: list[dict[str, Any]]
+    records: list[Record]
     interrupted: bool
     run_file: Path | None
     store_url: str | None
@@ -684,7 +684,7 @@ def case_profiler(settings: RunSettings, run_file: Path | None, results_dir: Pat
 
 def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_file: Path | None,
               store: Any | None = None, spec: dict[str, Any] | None = None, results_dir: Path | None = None,
-              on_record: Callable[[int, Case, dict[str, Any]], None] | None = None,
+              on_record: Callable[[int, Case, Record], None] | None = None,
               on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None,
               timer: Timer | None = None) -> RunOutcome:
     """Measure ``cases`` in order, streaming each record to ``run_file`` and ``store``.
@@ -714,8 +714,9 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
                 time.sleep(settings.cooldown_s)
             if on_start:
                 on_start(i, case)
-            record = measurer.measure(case, seq=i).to_dict()
-            record["repro"] = repro_of(record, header)  # the `fp8bench run` command of this one case
+            record = measurer.measure(case, seq=i)
+            # the `fp8bench run` command of this one case
+            record = replace(record, repro=repro_of(record.to_dict(), header))
             run.stream.add(record)
             if on_record:
                 on_record(i, case, record)

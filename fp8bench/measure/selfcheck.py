@@ -47,6 +47,7 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
 from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key, table_peak
@@ -239,10 +240,10 @@ def judge_energy(reading: EnergyReading) -> tuple[Verdict, str, dict[str, Any]]:
     return (Verdict.PASS if abs(off) <= ENERGY_TOLERANCE else Verdict.FAIL), text, measured
 
 
-def judge_smallest_case(record: dict[str, Any]) -> tuple[bool, str]:
+def judge_smallest_case(record: Record) -> tuple[bool, str]:
     """A backend's smallest case passes when it ran, or was refused with a reason (a budget overrun is no refusal)."""
-    status, reason = record["status"], record.get("reason") or ""
-    what = f"{record['precision']}: {status}"
+    status, reason = record.status, record.reason or ""
+    what = f"{record.precision}: {status}"
     if status == "ok":
         return True, what
     if status == "skipped" and reason and not reason.startswith("over budget"):
@@ -270,7 +271,7 @@ class Selfcheck:
     """Runs the checks on one probe, streaming every measured case to ``on_record`` (the run file)."""
 
     def __init__(self, probe: Probe, config: SelfcheckConfig | None = None,
-                 on_record: Callable[[dict[str, Any]], None] = lambda record: None,
+                 on_record: Callable[[Record], None] = lambda record: None,
                  on_check: Callable[[str], None] = lambda name: None) -> None:
         load_all()
         self.probe, self.config = probe, config or SelfcheckConfig()
@@ -317,10 +318,10 @@ class Selfcheck:
                                                 f"{Path(where.filename).name}:{where.lineno})"))
         return self.results
 
-    def _measure(self, measurer: CaseMeasurer, check: str, case: Case) -> dict[str, Any]:
-        record = measurer.measure(case, seq=self._seq).to_dict()
+    def _measure(self, measurer: CaseMeasurer, check: str, case: Case) -> Record:
+        measured = measurer.measure(case, seq=self._seq)
         self._seq += 1
-        record["extra"] = {**record["extra"], "selfcheck": check}
+        record = replace(measured, extra={**measured.extra, "selfcheck": check})
         self.on_record(record)
         return record
 
@@ -346,12 +347,12 @@ class Selfcheck:
             record = self._measure(self._peak, "gemm_peak", Case("gemm", _gemm_shape((n, n, n)), precision, "torch"))
             peak = table_peak(self.probe.device_name, peak_key(precision))
             fp8 = isinstance(precision, ScaledRecipe)
-            tflops = record.get("prequant_tflops") if fp8 else record.get("tflops")
+            tflops = record.prequant_tflops if fp8 else record.tflops
             measured = {"size": n, "tflops": tflops, "peak_tflops": peak.value if peak else None,
-                        "peak_source": peak.source if peak else None, "status": record["status"]}
-            if record["status"] != "ok":
-                yield CheckResult("gemm_peak", name, Verdict.FAIL, f"{n}^3 GEMM {record['status']}: "
-                                  f"{record.get('reason')}", measured)
+                        "peak_source": peak.source if peak else None, "status": record.status}
+            if record.status != "ok":
+                yield CheckResult("gemm_peak", name, Verdict.FAIL, f"{n}^3 GEMM {record.status}: "
+                                  f"{record.reason}", measured)
                 continue
             if peak is None:
                 yield CheckResult("gemm_peak", name, Verdict.FAIL, f"no {peak_key(precision)} peak for "
@@ -372,18 +373,18 @@ class Selfcheck:
         record = self._measure(self._peak, "cpu_ceiling", Case("gemm", _gemm_shape((n, n, n)), bf16, "torch"))
         measured = {"bf16_ceiling_tflops": ceiling.value if ceiling else None,
                     "fp32_ceiling_tflops": fp32.value if fp32 else None,
-                    "copy_tbps": bandwidth.value if bandwidth else None, "runner_tflops": record.get("tflops"),
+                    "copy_tbps": bandwidth.value if bandwidth else None, "runner_tflops": record.tflops,
                     "load": entry.get("load"), "cached": bool(entry.get("cached") and peaks.cache_dir)}
         where = (f"cached in {peaks.cache_dir} for later runs" if measured["cached"] else
                  "not cached: measured under load" if (entry.get("load") or {}).get("overloaded") else "not cached")
         ceilings = (f"measured ceilings: BF16 {measured['bf16_ceiling_tflops']:.3g}, FP32 "
                     f"{measured['fp32_ceiling_tflops']:.3g} TFLOP/s, copy {measured['copy_tbps']:.3g} TB/s "
                     f"({where})")
-        if record["status"] != "ok":
+        if record.status != "ok":
             yield CheckResult("cpu_ceiling", "bf16", Verdict.FAIL, f"{ceilings}; the runner's {n}^3 BF16 GEMM "
-                              f"{record['status']}: {record.get('reason')}", measured)
+                              f"{record.status}: {record.reason}", measured)
             return
-        verdict, detail = judge_peak(record.get("tflops"), ceiling.value if ceiling else None,
+        verdict, detail = judge_peak(record.tflops, ceiling.value if ceiling else None,
                                      f"runner's {n}^3 BF16 GEMM")
         yield CheckResult("cpu_ceiling", "bf16", verdict, f"{detail} (the measured BF16 ceiling); {ceilings}",
                           measured)
@@ -439,16 +440,16 @@ class Selfcheck:
         predicted = predict_gemm_sqnr(recipe, shape)
         record = self._measure(self._light, "sqnr", Case("gemm", shape, recipe, "torch"))
         note = ""
-        if record["status"] == "skipped":
-            note = f"; on emulated because torch skipped it ({record['reason']})"
+        if record.status == "skipped":
+            note = f"; on emulated because torch skipped it ({record.reason})"
             record = self._measure(self._light, "sqnr", Case("gemm", shape, recipe, "emulated"))
-        measured = {"backend": record["backend"], "shape": label(shape), "status": record["status"],
-                    "sqnr_db": record["numerics"].get("sqnr_db"), "predicted": predicted.to_dict()}
-        if record["status"] != "ok":
-            return CheckResult("sqnr", subject, Verdict.FAIL, f"{record['backend']}: {record['status']}: "
-                               f"{record.get('reason')}{note}", measured)
-        verdict, detail = judge_sqnr(record["numerics"].get("sqnr_db"), predicted.sqnr_db)
-        return CheckResult("sqnr", subject, verdict, f"{record['backend']} {label(shape)}: {detail}{note}", measured)
+        measured = {"backend": record.backend, "shape": label(shape), "status": record.status,
+                    "sqnr_db": record.numerics.get("sqnr_db"), "predicted": predicted.to_dict()}
+        if record.status != "ok":
+            return CheckResult("sqnr", subject, Verdict.FAIL, f"{record.backend}: {record.status}: "
+                               f"{record.reason}{note}", measured)
+        verdict, detail = judge_sqnr(record.numerics.get("sqnr_db"), predicted.sqnr_db)
+        return CheckResult("sqnr", subject, verdict, f"{record.backend} {label(shape)}: {detail}{note}", measured)
 
     def _energy(self) -> Iterator[CheckResult]:
         probe = self.probe
@@ -491,7 +492,7 @@ class Selfcheck:
 class SelfcheckOutcome:
     run_id: str
     results: list[CheckResult]
-    records: list[dict[str, Any]]
+    records: list[Record]
     run_file: Path | None
     interrupted: bool
     wall_s: float

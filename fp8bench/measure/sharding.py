@@ -56,6 +56,7 @@ from typing import Any
 import torch
 
 from fp8bench.core.devices import Device, DeviceError, resolve_device
+from fp8bench.core.records import Record
 from fp8bench.core.shapes import label
 from fp8bench.energy.meters import meter_for, not_metered
 from fp8bench.hardware.environment import device_properties
@@ -245,12 +246,12 @@ class _Worker:
 class _InOrder:
     """Hands records to the stream in case order; a record finished early waits for those before it."""
 
-    def __init__(self, stream: RecordStream, on_record: Callable[[int, dict[str, Any]], None]) -> None:
+    def __init__(self, stream: RecordStream, on_record: Callable[[int, Record], None]) -> None:
         self.stream, self.on_record = stream, on_record
-        self.waiting: dict[int, dict[str, Any]] = {}
+        self.waiting: dict[int, Record] = {}
         self.next = 0
 
-    def add(self, seq: int, record: dict[str, Any]) -> None:
+    def add(self, seq: int, record: Record) -> None:
         self.waiting[seq] = record
         while self.next in self.waiting:
             self._keep(self.next)
@@ -273,11 +274,11 @@ class _InOrder:
             raise disk_full
 
 
-def crashed_record(case: Case, device: Device, seq: int, settings: RunSettings, reason: str) -> dict[str, Any]:
+def crashed_record(case: Case, device: Device, seq: int, settings: RunSettings, reason: str) -> Record:
     """The ``failed`` record of a case its worker could not finish, with everything known without measuring."""
     return case_record(case, device, seq, "failed", reason, energy=not_metered(meter_for(device), "failed"),
                        timing_mode=timing_mode_for(device, settings.cuda_graph).value,
-                       l2_flushed=device.is_cuda and settings.flush_l2).to_dict()
+                       l2_flushed=device.is_cuda and settings.flush_l2)
 
 
 def _death(worker: _Worker) -> str:
@@ -358,7 +359,7 @@ class _Shards:
         elif kind == "record":
             worker.pending.remove(payload)
             worker.current, worker.crashes_in_a_row = None, 0
-            self.merge.add(payload, message[2])
+            self.merge.add(payload, Record.from_dict(message[2]))  # the pipe carries the record's JSON fields
         elif kind == "pinned":
             worker.pinned.append(payload)
         elif kind == "setup_failed":
@@ -405,7 +406,7 @@ class _Shards:
 
 def run_sharded(cases: list[Case], settings: RunSettings, device: Device, *, plan: DevicePlan,
                 run_file: Path | None, store: Any | None = None, spec: dict[str, Any] | None = None,
-                results_dir: Path | None = None, on_record: Callable[[int, Case, dict[str, Any]], None] | None = None,
+                results_dir: Path | None = None, on_record: Callable[[int, Case, Record], None] | None = None,
                 on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None,
                 timer: Any = None) -> RunOutcome:
     """Measure ``cases`` on ``plan``'s workers, streaming records to ``run_file`` and ``store`` in case order: the

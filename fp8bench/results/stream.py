@@ -19,6 +19,7 @@ import errno
 from pathlib import Path
 from typing import Any
 
+from fp8bench.core.records import Record
 from fp8bench.core.redact import error_line
 from fp8bench.results.runfile import RunFileWriter
 
@@ -39,7 +40,7 @@ class RecordStream:
 
     def __init__(self, run_file: Path | None, header: dict[str, Any], store: Any | None) -> None:
         self.run_file, self.header, self.store = run_file, header, store
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Record] = []
         self.store_errors: list[str] = []  # one line each; at most one per run (the store is then left alone)
         self.disk_error: str | None = None  # set when the run file's disk filled
         self.file_complete = run_file is not None  # the run file on disk holds every record and the final header
@@ -68,13 +69,15 @@ class RecordStream:
             self.file_complete = False
             self.disk_error = f"{exc.strerror} writing {self.run_file}"
 
-    def add(self, record: dict[str, Any]) -> None:
-        """Keep ``record``: in memory, in the run file, in the store. Raises :class:`DiskFull` after storing it
-        when the run file could not take it."""
+    def add(self, record: Record) -> None:
+        """Keep ``record``: in memory as it is, in the run file and the store as its JSON fields
+        (:meth:`Record.to_dict`, the one place a streamed record becomes a dict). Raises :class:`DiskFull` after
+        storing it when the run file could not take it."""
         self.records.append(record)
+        fields = record.to_dict()
         if self.writer is not None:
-            self._write(self.writer.append, record)
-        self._to_store("add_records", self.header["run_id"], [record], (self.header.get("device") or {}).get("name"))
+            self._write(self.writer.append, fields)
+        self._to_store("add_records", self.header["run_id"], [fields], (self.header.get("device") or {}).get("name"))
         if self.disk_error:
             raise DiskFull(self.disk_error)
 

@@ -7,6 +7,8 @@ The counters are fakes: a simulated one driven by a simulated clock (exact), and
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import test_cuda_timing
 from fake_nvml import FakeGpu, make_pynvml
@@ -64,7 +66,8 @@ def test_a_sized_window_records_its_bound_under_the_target():
     # The fake counter steps in real time: on a loaded machine its period reads longer (polls come late), and the
     # window grows with it. A cap far above any such reading keeps the check about the sizing rule, not the load.
     meter = meter_on(gpu, min_window_s=0.01, max_window_s=60.0, error_target=0.01)
-    reading = meter.measure(lambda: None, Device("cpu"), 1e-4)
+    # A call that takes real time: an empty one runs the loop into its iteration cap before a sized window ends.
+    reading = meter.measure(lambda: time.sleep(1e-4), Device("cpu"), 1e-4)
     period = reading.counter_update_s
     assert period is not None and reading.window_s >= period / 0.01  # 100 periods at least
     assert reading.error_bound == pytest.approx(period / reading.window_s + 1e-3 / reading.window_j)

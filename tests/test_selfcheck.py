@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -340,15 +341,18 @@ def test_a_full_disk_stops_the_selfcheck_and_keeps_its_records(tmp_path, capsys,
     import fp8bench.results.runfile as runfile
 
     real_fsync, calls = os.fsync, []
+    out_file = tmp_path / "sc.json"
 
     def fsync(fd: int) -> None:
-        calls.append(fd)
-        if len(calls) == 3:  # header, record 0, then record 1 fails
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        # Only the run file's writes count (each goes through a temporary ".sc.json.*.tmp" beside it): other files
+        # written on the way, such as the CPU ceilings cached on a quiet machine, must not move the failure.
+        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(f".{out_file.name}."):
+            calls.append(fd)
+            if len(calls) == 3:  # header, record 0, then record 1 fails
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_fsync(fd)
 
     monkeypatch.setattr(runfile.os, "fsync", fsync)
-    out_file = tmp_path / "sc.json"
     rc = main(["selfcheck", "--device", "cpu", "--check", "backend", "--backend", "emulated", "torch", "--json",
                "--out", str(out_file), "--results-dir", str(tmp_path / "results")])
     captured = capsys.readouterr()

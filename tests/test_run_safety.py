@@ -270,6 +270,7 @@ def test_a_killed_dashboard_takes_its_streamlit_child_with_it(tmp_path, signum):
         parent.wait(timeout=30)
         _wait_for(lambda: not _alive(child), 30, f"streamlit (pid {child}) to exit after the dashboard got "
                   f"{signal.Signals(signum).name}")
+        assert parent.returncode is not None and not _alive(child)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(parent.pid, signal.SIGKILL)

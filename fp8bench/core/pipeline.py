@@ -130,12 +130,14 @@ class TimedReturn:
     ``as_output`` turns the timed call's value into ``output()``'s form (a flattening, a concatenation of the
     output and its gradient); the runner applies it after timing, so its cost never enters a sample. ``None``: the
     value is already in that form. ``reason`` says what the call returns instead; it is required for ``OTHER``
-    and refused for ``OUTPUT``.
+    and refused for ``OUTPUT``. ``bitwise`` is ``False`` where a kernel of the call is documented not to return the
+    same bits twice on the same inputs (the outputs are then compared by SQNR, as delayed scaling's are).
     """
 
     kind: Returns = Returns.OUTPUT
     reason: str | None = None
     as_output: Callable[[Any], torch.Tensor] | None = None
+    bitwise: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, Returns):
@@ -149,9 +151,10 @@ class TimedReturn:
             raise ValueError("TimedReturn.other takes no as_output: its value is never compared")
 
     @classmethod
-    def output(cls, as_output: Callable[[Any], torch.Tensor] | None = None) -> TimedReturn:
-        """The timed call returns the workload's output (``as_output`` maps it into ``output()``'s form)."""
-        return cls(Returns.OUTPUT, as_output=as_output)
+    def output(cls, as_output: Callable[[Any], torch.Tensor] | None = None, bitwise: bool = True) -> TimedReturn:
+        """The timed call returns the workload's output (``as_output`` maps it into ``output()``'s form;
+        ``bitwise``: its kernels return the same bits on the same inputs)."""
+        return cls(Returns.OUTPUT, as_output=as_output, bitwise=bitwise)
 
     @classmethod
     def other(cls, reason: str) -> TimedReturn:

@@ -24,7 +24,8 @@ The check, per case:
    generate the same bit-wise results at every run when executed on GPUs with the same architecture and the same
    number of SMs", cuBLAS documentation, "Results reproducibility"; CPU kernels on a fixed thread count likewise).
    ``sqnr`` where the recipe carries state between calls (delayed scaling's amax history moves the scale between
-   the first call and the last): the SQNR of the timed output against the fresh one must reach
+   the first call and the last), or where the pipeline declares a kernel that does not return the same bits twice
+   (``TimedReturn.bitwise``: attention's backward on CUDA): the SQNR of the timed output against the fresh one must reach
    :func:`sqnr_threshold_db`, derived from the fresh output's own SQNR against the FP64 reference.
 
 A timed output that fails makes the record ``invalid``, with the reason, whatever its speed; so does a call declared
@@ -154,10 +155,11 @@ def check(timed: torch.Tensor | None, fresh: torch.Tensor | None, exact: bool,
                        f"{threshold:.1f} dB the recipe's own error allows", sqnr_db=sqnr, threshold_db=threshold)
 
 
-def deterministic(precision: Any) -> bool:
-    """Whether a case's calls carry no state from one call to the next, so that its outputs must agree bitwise:
-    every precision but delayed scaling (its amax history moves the scale between calls)."""
-    return not getattr(precision, "delayed", False)
+def deterministic(precision: Any, returns: TimedReturn) -> bool:
+    """Whether a case's outputs must agree bitwise: its calls carry no state from one call to the next (every
+    precision but delayed scaling, whose amax history moves the scale between calls), and its pipeline does not
+    declare a kernel that is non-deterministic by design (``TimedReturn.bitwise``)."""
+    return not getattr(precision, "delayed", False) and returns.bitwise
 
 
 class OutputWatch:

@@ -389,7 +389,8 @@ class CaseMeasurer:
         if workload.flops(shape) > INTERPRETED_MAX_FLOPS:
             shape = workload.probe_shape(shape, 0) or shape  # the smallest shape every recipe's tiles accept
         pipeline = self._build(case, shape, self._inputs_for(case.workload, shape))
-        outputs = OutputWatch(pipeline.output, pipeline.returns, False, deterministic(case.precision))
+        outputs = OutputWatch(pipeline.output, pipeline.returns, False,
+                              deterministic(case.precision, pipeline.returns))
         num = self._numerics(case, shape, pipeline, outputs.fresh)
         output_check = outputs.repeat(pipeline.end_to_end, self._reference_for(case.workload, shape))
         status, reason, valid = "ok", INTERPRETED_REASON, True
@@ -435,7 +436,7 @@ class CaseMeasurer:
         # A fresh call's output, before any warm-up, to check the last timed call against
         # (fp8bench.measure.output_check).
         outputs = OutputWatch(pipeline.output, pipeline.returns, self.graphs is not None,
-                              deterministic(case.precision))
+                              deterministic(case.precision, pipeline.returns))
         warm = self._warm_up(pipeline, deadline)
         if warm.over_budget:
             return self._base(case, seq, "skipped", warm.over_budget,

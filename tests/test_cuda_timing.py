@@ -24,7 +24,7 @@ from fake_cuda_runtime import (
 
 from fp8bench.core.comparability import comparability_key
 from fp8bench.core.devices import Device
-from fp8bench.core.pipeline import Pipeline
+from fp8bench.core.pipeline import Pipeline, TimedReturn
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, Backend, Workload, load_all
 from fp8bench.core.records import TIMING_MODES, Record, case_key
 from fp8bench.energy import meters as energy
@@ -204,7 +204,8 @@ def make_backend(fake, name="test_fake_gpu", host_sync_in=None):
             if host_sync_in == "end_to_end":
                 fake.item()
 
-        return Pipeline(end_to_end=end_to_end, phases={"a": a, "b": b}, output=lambda: ctx.inputs["x"].clone())
+        return Pipeline(end_to_end=end_to_end, phases={"a": a, "b": b}, output=lambda: ctx.inputs["x"].clone(),
+                        returns=TimedReturn.other("nothing: fake kernels compute no values"))
 
     return backend
 

@@ -1,4 +1,5 @@
-"""Interpreted backends check correctness quickly: one run of the pipeline, numerics, no timings, never compared."""
+"""Interpreted backends check correctness quickly: a fresh output and two repeated calls checked against it,
+numerics, no timings, never compared."""
 
 from __future__ import annotations
 
@@ -48,10 +49,12 @@ def _measure(shape: str, precision: str, backend: str) -> dict:
     return CaseMeasurer(settings, CPU).measure(case).to_dict()
 
 
-def test_an_interpreted_case_runs_once_and_records_numerics_without_timings(interpreted_backend):
+def test_an_interpreted_case_records_numerics_and_its_output_check_without_timings(interpreted_backend):
     rec = _measure("64x64x64", "fp32", interpreted_backend)
-    assert CALLS == {"build": 1, "call": 1, "shape": {"m": 64, "n": 64, "k": 64}}
+    # The fresh output (also the numerics' output), then the call where a timed case warms up and where it samples.
+    assert CALLS == {"build": 1, "call": 3, "shape": {"m": 64, "n": 64, "k": 64}}
     assert rec["status"] == "ok" and rec["reason"] == INTERPRETED_REASON and rec["interpreted"] is True
+    assert rec["output_check"]["method"] == "bitwise" and rec["output_check"]["passed"] is True
     for field in ("median_s", "iqr_s", "rsd", "tflops", "gbps", "pct_of_peak", "prequant_median_s", "energy_j"):
         assert rec[field] is None, field
     assert rec["samples_s"] == [] and rec["n"] == 0 and rec["phases"] == {}
@@ -61,14 +64,14 @@ def test_an_interpreted_case_runs_once_and_records_numerics_without_timings(inte
 
 def test_a_large_interpreted_case_checks_numerics_at_the_smallest_legal_shape(interpreted_backend):
     rec = _measure("1024x512x2048", "fp32", interpreted_backend)
-    assert CALLS["shape"] == {"m": 128, "n": 128, "k": 128} and CALLS["call"] == 1
+    assert CALLS["shape"] == {"m": 128, "n": 128, "k": 128} and CALLS["call"] == 3
     assert rec["shape"] == {"m": 1024, "n": 512, "k": 2048}  # the case keeps its own shape
     assert rec["extra"]["numerics_shape"] == {"m": 128, "n": 128, "k": 128}
     assert any("m=128,n=128,k=128" in n for n in rec["notes"])
     assert rec["numerics"]["sqnr_db"] > 100
 
 
-def test_real_triton_interpreter_checks_an_fp8_gemm_once():
+def test_real_triton_interpreter_checks_an_fp8_gemm_without_timing_it():
     from fp8bench.kernels import triton_kernels as tk
 
     if not tk.INTERPRETED or BACKENDS.get("triton").availability(CPU):
@@ -77,6 +80,7 @@ def test_real_triton_interpreter_checks_an_fp8_gemm_once():
     assert rec["status"] == "ok" and rec["reason"] == INTERPRETED_REASON
     assert rec["median_s"] is None and rec["samples_s"] == []
     assert 20 < rec["numerics"]["sqnr_db"] < 40  # E4M3 with per-row scales on Gaussian inputs
+    assert rec["output_check"]["passed"] is True  # its repeated calls return the fresh output's bits
 
 
 def _interpreted(r: dict) -> dict:

@@ -20,7 +20,11 @@ FLOPs: :func:`fp8bench.workloads.model.linear_flops` for the projections and
 :func:`~fp8bench.workloads.model.attention_core_flops` for attention (causal counted as half).
 
 Numerics: ``output()`` is the block's output ``y`` (forward mode) or ``y`` followed by the input gradient ``dx``
-(forward+backward), flattened; the reference computes the same in FP64 from the same FP32 weights.
+(forward+backward), flattened; the reference computes the same in FP64 from the same FP32 weights. The timed call
+returns ``y`` or ``(y, dx)`` unflattened (flattening and the FP64 copy stay out of the samples); its last value is
+checked against ``output()`` after timing. Bitwise, except ``dx`` on CUDA: PyTorch's flash and memory-efficient
+attention backward kernels "default to a non-deterministic algorithm" (their own warning, in
+``aten/src/ATen/native/transformers/cuda/attention_backward.cu``, torch 2.x), so there the two are compared by SQNR.
 
 Backend contract: :func:`build_attention_pipeline` takes ``convert``, which receives the block (an ``nn.Module`` whose
 ``qkv`` and ``out`` children are plain ``nn.Linear``) and returns it with those layers swapped for the backend's own.
@@ -35,7 +39,7 @@ import torch
 from torch import nn
 
 from fp8bench.core.devices import Device
-from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported
+from fp8bench.core.pipeline import BuildContext, Pipeline, TimedReturn, Unsupported
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError
 from fp8bench.numerics.fp8_linear import alignment_reason
@@ -206,8 +210,16 @@ def _block(shape: dict[str, int], inputs: dict[str, torch.Tensor], dtype: torch.
 
 def _output(y: torch.Tensor, x: torch.Tensor, dy: torch.Tensor, backward: bool) -> torch.Tensor:
     if not backward:
-        return y.detach().reshape(-1)
+        return _flat(y)
     (dx,) = torch.autograd.grad(y, x, dy.to(y.dtype))
+    return _flat((y, dx))
+
+
+def _flat(value: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The numerics output from ``y`` or ``(y, dx)``: ``y`` flattened, or ``y`` then ``dx`` flattened in FP64."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().reshape(-1)
+    y, dx = value
     return torch.cat([y.detach().reshape(-1).to(torch.float64), dx.reshape(-1).to(torch.float64)])
 
 
@@ -223,12 +235,13 @@ def build_attention_pipeline(ctx: BuildContext, convert: Convert) -> Pipeline:
     def amp_ctx() -> Any:
         return precision_context(precision, ctx.device)
 
-    def end_to_end() -> torch.Tensor:
+    def end_to_end() -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        # Returns what output() computes, unflattened (the runner flattens the last timed value after timing).
         with amp_ctx():
             y = block(x)
-        if train:
-            torch.autograd.grad(y, [x, *_params(block)], state["dy"])
-        return y
+        if not train:
+            return y
+        return y, torch.autograd.grad(y, [x, *_params(block)], state["dy"])[0]
 
     def output() -> torch.Tensor:
         x_out = x.detach().requires_grad_(train)
@@ -244,7 +257,14 @@ def build_attention_pipeline(ctx: BuildContext, convert: Convert) -> Pipeline:
         fn()
     notes.append("phases cut the graph between projections and attention; end_to_end runs it whole")
     return Pipeline(end_to_end=end_to_end, phases=phases, output=output, notes=notes,
-                    extra={"tokens_per_step": shape["b"] * shape["s"]})
+                    extra={"tokens_per_step": shape["b"] * shape["s"]},
+                    returns=timed_return(train, ctx.device))
+
+
+def timed_return(train: bool, device: Device) -> TimedReturn:
+    """What the timed call returns: ``y`` or ``(y, dx)``, flattened into ``output()``'s form after timing; bitwise
+    reproducible except the attention backward on CUDA (module docstring, "Numerics")."""
+    return TimedReturn.output(_flat, bitwise=not (train and device.is_cuda))
 
 
 def _quantize_qkv(block: Attention, shape: dict[str, int], precision: Precision) -> list[str]:

@@ -18,7 +18,8 @@ attention counted as half); the optimizer's elementwise work is not counted. Rec
 Reference for numerics: the FP64 model on the same initial weights and batch. A pipeline's ``output()`` runs one
 forward and backward pass from the *initial* weights and returns the loss followed by every parameter's gradient,
 flattened; the reference is the same vector from the FP64 model, so SQNR measures how faithfully a precision
-computes the training signal.
+computes the training signal. The timed step returns its loss after an update, a different quantity: the pipeline
+declares so (:data:`STEP_RETURNS`), and its records say why their timed output is not compared.
 
 Backend contract: :func:`build_training_pipeline` takes a ``convert`` callable that receives ``model.blocks`` (an
 ``nn.ModuleList`` whose precision-controlled projections are plain ``nn.Linear`` layers) and returns it with those
@@ -40,7 +41,7 @@ import torch
 from torch import nn
 
 from fp8bench.core.devices import Device
-from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.pipeline import BuildContext, Pipeline, TimedReturn
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError
 from fp8bench.numerics.fp8_linear import alignment_reason
@@ -222,6 +223,13 @@ class TrainingStep:
         return loss.detach()
 
 
+# The one pipeline whose timed call does not return the workload's output: a step returns its loss and moves the
+# weights, so no two calls share a loss, and output() (a fresh model's loss and gradients) is another quantity.
+STEP_RETURNS = TimedReturn.other(
+    "a training step's loss, and each step updates the weights, so no two calls compute the same loss; the "
+    "numerics come from output(), the loss and gradients of a fresh model at the initial weights")
+
+
 def build_training_pipeline(ctx: BuildContext, convert: Convert) -> Pipeline:
     """The ``transformer_step`` pipeline of any backend whose layers ``convert`` swaps in (module docstring)."""
     cfg = config_of(ctx.shape)
@@ -252,7 +260,7 @@ def build_training_pipeline(ctx: BuildContext, convert: Convert) -> Pipeline:
              "estimated_memory_bytes": training_memory_bytes(cfg), **peak.fields()}
     return Pipeline(end_to_end=end_to_end, phases={"forward": forward, "backward": backward,
                                                    "optimizer": trainer.optimizer_step},
-                    output=output, extra=extra,
+                    output=output, extra=extra, returns=STEP_RETURNS,
                     notes=["phases: forward (loss), backward (retained graph), optimizer (clip + AdamW)"])
 
 

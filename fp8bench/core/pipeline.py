@@ -5,6 +5,12 @@ runner then times ``end_to_end`` (the headline time: everything from the workloa
 each phase alone. A phase closure works on state left by the previous phase, so ``gemm`` times the kernel on
 operands that are already quantized: that is the "pre-quantized" number vendors quote, and fp8bench always reports
 it *next to* the end-to-end one, never alone.
+
+A pipeline also declares what its timed call returns (:class:`TimedReturn`). Wherever that is the workload's output,
+the runner checks the last timed call's value against a fresh ``output()`` (:mod:`fp8bench.measure.output_check`),
+whoever built or wrapped the pipeline: the declaration is the default and survives ``dataclasses.replace``, so a
+plugin that swaps ``end_to_end`` for its own call is checked like the backend it wraps. Only a call that returns
+something else (a training step returns its loss and moves the weights) opts out, and says why.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -109,6 +116,59 @@ class BuildContext:
     options: dict[str, Any] = field(default_factory=dict)  # workload-specific knobs (for example bias on/off)
 
 
+class Returns(Enum):
+    """What a pipeline's timed call (``end_to_end``) returns."""
+
+    OUTPUT = "output"  # the workload's output: what ``output()`` returns, in ``output()``'s form after ``as_output``
+    OTHER = "other"  # something else, named with the reason (a training step's loss): never compared
+
+
+@dataclass(frozen=True)
+class TimedReturn:
+    """The declaration of what ``end_to_end`` returns, read by the runner's output check.
+
+    ``as_output`` turns the timed call's value into ``output()``'s form (a flattening, a concatenation of the
+    output and its gradient); the runner applies it after timing, so its cost never enters a sample. ``None``: the
+    value is already in that form. ``reason`` says what the call returns instead; it is required for ``OTHER``
+    and refused for ``OUTPUT``. ``bitwise`` is ``False`` where a kernel of the call is documented not to return the
+    same bits twice on the same inputs (the outputs are then compared by SQNR, as delayed scaling's are).
+    """
+
+    kind: Returns = Returns.OUTPUT
+    reason: str | None = None
+    as_output: Callable[[Any], torch.Tensor] | None = None
+    bitwise: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, Returns):
+            raise ValueError(f"TimedReturn kind {self.kind!r}; accepted: {', '.join(r.name for r in Returns)}")
+        if self.kind is Returns.OTHER and not self.reason:
+            raise ValueError("TimedReturn.other needs a reason: what the timed call returns instead of the "
+                             "workload's output, and why it cannot be compared with output()")
+        if self.kind is Returns.OUTPUT and self.reason is not None:
+            raise ValueError(f"TimedReturn.output takes no reason, got {self.reason!r}")
+        if self.kind is Returns.OTHER and self.as_output is not None:
+            raise ValueError("TimedReturn.other takes no as_output: its value is never compared")
+
+    @classmethod
+    def output(cls, as_output: Callable[[Any], torch.Tensor] | None = None, bitwise: bool = True) -> TimedReturn:
+        """The timed call returns the workload's output (``as_output`` maps it into ``output()``'s form;
+        ``bitwise``: its kernels return the same bits on the same inputs)."""
+        return cls(Returns.OUTPUT, as_output=as_output, bitwise=bitwise)
+
+    @classmethod
+    def other(cls, reason: str) -> TimedReturn:
+        """The timed call returns something else; ``reason`` says what, and why it is not compared."""
+        return cls(Returns.OTHER, reason=reason)
+
+    @property
+    def is_output(self) -> bool:
+        return self.kind is Returns.OUTPUT
+
+
+WORKLOAD_OUTPUT = TimedReturn.output()
+
+
 @dataclass
 class Pipeline:
     end_to_end: Callable[[], Any]
@@ -120,3 +180,4 @@ class Pipeline:
     interpreted: bool = False  # timings are not comparable (for example Triton's CPU interpreter)
     extra: dict[str, Any] = field(default_factory=dict)  # fields merged into the record (compile_s, ...)
     scale_format: str | None = None  # the library's scale factors, where it can vary them (Record.scale_format)
+    returns: TimedReturn = WORKLOAD_OUTPUT  # what end_to_end returns: checked against output() unless OTHER

@@ -5,10 +5,17 @@ when called once and do less when called back to back: return a stale or partly 
 believes it has already done, race with a stream it never waits for. Kernel leaderboards have been gamed exactly so
 (kernels that cache or skip work on repeated calls). The timed figure of such a kernel describes work it did not do.
 
+Which calls are checked: every pipeline declares what its timed call returns
+(:class:`fp8bench.core.pipeline.TimedReturn`). Where that is the workload's output (every GEMM, grouped GEMM,
+attention block and collective, whichever backend built it, and whatever plugin wrapped its call), the timed value,
+brought into ``output()``'s form by the declaration's ``as_output`` after timing, is compared with a fresh
+``output()``. The check follows the declaration, not the function objects: a plugin that replaces ``end_to_end`` with
+a call of its own keeps the backend's ``output()``, and its timed calls are compared with it all the same.
+
 The check, per case:
 
 1. **Fresh reference.** Right after the pipeline is built, before any warm-up or timed call, one call of the
-   pipeline's output is kept (a copy). It is the first call of a fresh pipeline: nothing cached yet.
+   pipeline's output is kept (a copy).
 2. **Timed output.** The end-to-end call is sampled through :class:`LastOutput`, which keeps what each call
    returns (one reference assignment, ~0.1 us of host time inside each sample: nothing the GPU waits for); the
    value left after the last sample is the output of the last timed call, copied before any other call runs.
@@ -17,16 +24,22 @@ The check, per case:
    generate the same bit-wise results at every run when executed on GPUs with the same architecture and the same
    number of SMs", cuBLAS documentation, "Results reproducibility"; CPU kernels on a fixed thread count likewise).
    ``sqnr`` where the recipe carries state between calls (delayed scaling's amax history moves the scale between
-   the first call and the last): the SQNR of the timed output against the fresh one must reach
+   the first call and the last), or where the pipeline declares a kernel that does not return the same bits twice
+   (``TimedReturn.bitwise``: attention's backward on CUDA): the SQNR of the timed output against the fresh one must reach
    :func:`sqnr_threshold_db`, derived from the fresh output's own SQNR against the FP64 reference.
 
-A timed output that fails makes the record ``invalid``, with the reason, whatever its speed.
+A timed output that fails makes the record ``invalid``, with the reason, whatever its speed; so does a call declared
+to return the workload's output that returns no tensor (returning ``None`` must not be a way around the check).
 
-Where the check cannot apply it says why in the record (``output_check.reason``) and nothing is invalidated:
-a pipeline whose ``output`` is a separate function from its timed call (the two compute different things, e.g. a
-training step's loss against a fresh model's loss and gradients), a CUDA-graph replay (it hands back no output), an
-output that is not one tensor. What this check cannot see: a kernel that caches its result keyed on its inputs
-returns the right values, from the same inputs, every time; only changing the inputs between calls would reveal it.
+An interpreted case (Triton's CPU interpreter) is not timed, but its calls are checked the same way: after the fresh
+output its end-to-end call runs twice, once where a timed case warms up and once where it samples, and the second
+value is compared (:func:`check_repeat`). A kernel right only on its first call is wrong under the interpreter too.
+
+Where the check cannot apply it says why in the record (``output_check.reason``) and nothing is invalidated: a
+pipeline that declares its timed call returns something else (a training step's loss, with the pipeline's reason),
+a CUDA-graph replay (the runner keeps no value from replays). What this check cannot see: a kernel that caches its
+result keyed on its inputs returns the right values, from the same inputs, every time; only changing the inputs
+between calls would reveal it.
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from typing import Any
 
 import torch
 
+from fp8bench.core.pipeline import TimedReturn
 from fp8bench.numerics.accuracy import compare
 
 BITWISE, SQNR = "bitwise", "sqnr"
@@ -82,13 +96,12 @@ def not_checked(reason: str) -> OutputCheck:
     return OutputCheck(None, None, reason)
 
 
-def applicability(output_fn: Callable[[], Any], timed_fn: Callable[[], Any], graph: bool) -> str | None:
+def applicability(returns: TimedReturn, graph: bool) -> str | None:
     """Why the timed output cannot be compared with a fresh output of this pipeline, or ``None`` when it can."""
+    if not returns.is_output:
+        return f"not checked: the timed call returns {returns.reason}"
     if graph:
         return "not checked: CUDA-graph replays hand back no output (the graph's kernels write their own buffers)"
-    if output_fn is not timed_fn:
-        return ("not checked: the pipeline's output comes from a separate function, not from its timed call, so the "
-                "two need not be equal")
     return None
 
 
@@ -105,11 +118,20 @@ def sqnr_threshold_db(fresh_sqnr_db: float | None) -> float:
     return max(0.0, min(SQNR_CEILING_DB, fresh_sqnr_db - SQNR_TOLERANCE_DB))
 
 
+def returned_no_tensor(value: Any) -> OutputCheck:
+    """The failed check of a call declared to return the workload's output that returned ``value``, not a tensor."""
+    return OutputCheck(None, False, "timed output differs from a fresh call's: the timed call is declared to return "
+                       f"the workload's output but returned {type(value).__name__}, not a tensor")
+
+
 def check(timed: torch.Tensor | None, fresh: torch.Tensor | None, exact: bool,
           fresh_sqnr_db: float | None) -> OutputCheck:
     """Compare the last timed output with the fresh one (module docstring, step 3)."""
-    if timed is None or fresh is None:
-        return not_checked("not checked: the timed call returned no tensor")
+    if fresh is None:
+        return returned_no_tensor(None) if timed is None else not_checked(
+            "not checked: the fresh output() returned no tensor")
+    if timed is None:
+        return returned_no_tensor(None)
     if timed.shape != fresh.shape or timed.dtype != fresh.dtype:
         return OutputCheck(BITWISE if exact else SQNR, False,
                            f"timed output differs from a fresh call's: {tuple(timed.shape)} {timed.dtype} against "
@@ -133,26 +155,29 @@ def check(timed: torch.Tensor | None, fresh: torch.Tensor | None, exact: bool,
                        f"{threshold:.1f} dB the recipe's own error allows", sqnr_db=sqnr, threshold_db=threshold)
 
 
-def deterministic(precision: Any) -> bool:
-    """Whether a case's calls carry no state from one call to the next, so that its outputs must agree bitwise:
-    every precision but delayed scaling (its amax history moves the scale between calls)."""
-    return not getattr(precision, "delayed", False)
+def deterministic(precision: Any, returns: TimedReturn) -> bool:
+    """Whether a case's outputs must agree bitwise: its calls carry no state from one call to the next (every
+    precision but delayed scaling, whose amax history moves the scale between calls), and its pipeline does not
+    declare a kernel that is non-deterministic by design (``TimedReturn.bitwise``)."""
+    return not getattr(precision, "delayed", False) and returns.bitwise
 
 
 class OutputWatch:
     """The check of one case, in the order the runner takes its steps (module docstring).
 
-    ``OutputWatch(pipeline.output, pipeline.end_to_end, graph, exact)`` takes the fresh output at once (before any
+    ``OutputWatch(pipeline.output, pipeline.returns, graph, exact)`` takes the fresh output at once (before any
     warm-up); :meth:`timed` wraps the end-to-end call the timer samples; :meth:`keep_last` copies the last timed
-    output when sampling ends; :meth:`verdict` compares the two, given the FP64 reference.
+    output when sampling ends (in ``output()``'s form); :meth:`verdict` compares the two, given the FP64 reference.
     """
 
-    def __init__(self, output_fn: Callable[[], Any], timed_fn: Callable[[], Any], graph: bool, exact: bool) -> None:
+    def __init__(self, output_fn: Callable[[], Any], returns: TimedReturn, graph: bool, exact: bool) -> None:
         self.exact = exact
-        self.reason = applicability(output_fn, timed_fn, graph)
+        self.returns = returns
+        self.reason = applicability(returns, graph)
         self.fresh = snapshot(output_fn()) if self.reason is None else None
         self._last: LastOutput | None = None
         self.timed_output: torch.Tensor | None = None
+        self._returned: Any = None  # what the last timed call returned, where it was no tensor (for the reason)
 
     def timed(self, fn: Callable[[], Any]) -> Callable[[], Any]:
         """What the timer samples for the end-to-end call ``fn``: ``fn`` itself where nothing is checked."""
@@ -162,15 +187,30 @@ class OutputWatch:
         return self._last
 
     def keep_last(self) -> None:
-        if self._last is not None:
-            self.timed_output = snapshot(self._last.value)
-            self._last.value = None
+        """Copy the last timed call's value, in ``output()``'s form; called once sampling ends (outside samples)."""
+        if self._last is None:
+            return
+        value, self._last.value = self._last.value, None
+        as_output = self.returns.as_output
+        if as_output is not None and value is not None:
+            value = as_output(value)
+        self.timed_output = snapshot(value)
+        self._returned = None if self.timed_output is not None else value
 
     def verdict(self, reference: torch.Tensor) -> OutputCheck:
         if self.reason is not None:
             return not_checked(self.reason)
         if self.timed_output is None:
-            return not_checked("not checked: the timed call returned no tensor")
+            return returned_no_tensor(self._returned)
         fresh_sqnr = compare(self.fresh, reference).sqnr_db if self.fresh is not None and \
             self.fresh.shape == reference.shape else None
         return check(self.timed_output, self.fresh, self.exact, fresh_sqnr)
+
+    def repeat(self, fn: Callable[[], Any], reference: torch.Tensor) -> OutputCheck:
+        """The check of a case that is never timed (interpreted): ``fn`` called twice after the fresh output, where
+        a timed case warms up and where it samples, and the second value compared (module docstring)."""
+        call = self.timed(fn)
+        call()
+        call()
+        self.keep_last()
+        return self.verdict(reference)

@@ -370,9 +370,11 @@ class CaseMeasurer:
                 return estimate
         return estimate
 
-    def _numerics(self, case: Case, shape: Shape, pipeline: Pipeline) -> Numerics:
-        """Numerics of a fresh output against the FP64 reference at ``shape`` (outside any timed region)."""
-        output = pipeline.output()
+    def _numerics(self, case: Case, shape: Shape, pipeline: Pipeline,
+                  fresh: torch.Tensor | None = None) -> Numerics:
+        """Numerics of a fresh output (``fresh``, or a call of ``output()``) against the FP64 reference at ``shape``
+        (outside any timed region)."""
+        output = pipeline.output() if fresh is None else fresh
         self.device.synchronize()
         stats = pipeline.cast_stats()
         return compare(output, self._reference_for(case.workload, shape),
@@ -380,13 +382,17 @@ class CaseMeasurer:
                        worst(*(c.underflow_frac for c in stats.values())))
 
     def _check_interpreted(self, case: Case, seq: int, started: float) -> Record:
-        """Run an interpreted case's pipeline once and record its numerics, with no timing at all."""
+        """Record an interpreted case's numerics, and check its repeated calls against its fresh output
+        (:meth:`fp8bench.measure.output_check.OutputWatch.repeat`), with no timing at all."""
         workload = WORKLOADS.get(case.workload)
         shape = case.shape
         if workload.flops(shape) > INTERPRETED_MAX_FLOPS:
             shape = workload.probe_shape(shape, 0) or shape  # the smallest shape every recipe's tiles accept
         pipeline = self._build(case, shape, self._inputs_for(case.workload, shape))
-        num = self._numerics(case, shape, pipeline)
+        outputs = OutputWatch(pipeline.output, pipeline.returns, False,
+                              deterministic(case.precision, pipeline.returns))
+        num = self._numerics(case, shape, pipeline, outputs.fresh)
+        output_check = outputs.repeat(pipeline.end_to_end, self._reference_for(case.workload, shape))
         status, reason, valid = "ok", INTERPRETED_REASON, True
         notes = list(pipeline.notes)
         extra = dict(pipeline.extra)
@@ -397,7 +403,10 @@ class CaseMeasurer:
         if not num.finite:
             status, valid = "invalid", False
             reason = f"{reason}; non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf"
+        if output_check.passed is False:
+            status, valid, reason = "invalid", False, f"{reason}; {output_check.reason}"
         return self._base(case, seq, status, reason, numerics=num.to_dict(), valid=valid, interpreted=True,
+                          output_check=output_check.to_dict(),
                           notes=notes, extra=extra, timing={"check_s": time.monotonic() - started},
                           scale_format=pipeline.scale_format,
                           energy={"method": None, "joules_per_iter": None, "reason": INTERPRETED_REASON})
@@ -426,8 +435,8 @@ class CaseMeasurer:
         deadline += time.monotonic() - build_started
         # A fresh call's output, before any warm-up, to check the last timed call against
         # (fp8bench.measure.output_check).
-        outputs = OutputWatch(pipeline.output, pipeline.end_to_end, self.graphs is not None,
-                              deterministic(case.precision))
+        outputs = OutputWatch(pipeline.output, pipeline.returns, self.graphs is not None,
+                              deterministic(case.precision, pipeline.returns))
         warm = self._warm_up(pipeline, deadline)
         if warm.over_budget:
             return self._base(case, seq, "skipped", warm.over_budget,

@@ -4,7 +4,8 @@ Loaded through ``FP8BENCH_PLUGINS=fp8bench_test_nonfinite`` (with this folder on
 listed in ``FP8BENCH_TEST_NONFINITE_PRECISIONS`` (comma-separated, default ``fp16``) the GEMM is the real emulated
 one, timed as usual, but the fresh output handed to the numerics check has its first element set to NaN, as an
 overflowing kernel's would: the runner then stores the record as ``invalid`` with a "non-finite output" reason,
-its samples kept. Other precisions are left untouched.
+its samples kept (the output check adds that the timed output differs from that fresh one in one element). Other
+precisions are left untouched.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ checks:
   sqnr           every FP8 recipe (E4M3, E5M2) and 4-bit recipe (E2M1) within 2 dB of the SQNR predicted from the format
   energy         NVML's energy counter advances, and J/iteration agrees with power x time within 20%
   backend        every available backend's smallest case runs, or is refused with a reason
+  claims         each statement about GPUs that was checked only against fakes, probed in seconds (held/failed with
+                 the figure; on the CPU, listed as the probes it would run): docs/gpu-claims.md
 On the CPU, gemm_peak and energy are listed as "needs a GPU" (never as PASS), and cpu_ceiling checks the runner
 against the CPU's measured matmul ceiling. What each check does, what a FAIL means and what to send in a bug
 report: docs/selfcheck.md.
@@ -47,6 +49,7 @@ examples:
   fp8bench selfcheck --device cuda:1 --out results/selfcheck-cuda1.json
   fp8bench selfcheck --backend torch emulated --json
   fp8bench selfcheck --check gemm_peak timer_vs_wall      # rerun what failed
+  fp8bench selfcheck --device cpu --check claims          # the GPU claims and the probe of each
 """
 # CI gates on this verb, so its bad input takes 3, like gate's and ab's: never the number of a verdict.
 EXIT_CODES = ExitCodes((
@@ -66,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="backends whose smallest case is checked (default: every registered backend)")
     p.add_argument("--check", nargs="+", default=None, metavar="CHECK",
                    help="run only these checks (default: all): gemm_peak, cpu_ceiling, timer_vs_wall, sqnr, energy, "
-                        "backend")
+                        "backend, claims")
     p.add_argument("--out", type=Path, default=None,
                    help="run file path (default RESULTS/selfcheck/RUN_ID.json)")
     p.add_argument("--force", action="store_true", help="let --out replace an existing run file")

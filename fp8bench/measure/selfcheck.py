@@ -25,6 +25,9 @@ compares the result with an expectation that does not come from the thing being 
   agrees within :data:`ENERGY_TOLERANCE` with the average of the NVML power samples times the time per iteration.
 * ``backend``: every available backend runs its smallest case (GEMM 128x128x128 in BF16 and FP8 tensorwise) or
   refuses it with a reason; a failure, a non-finite output or a budget overrun fails the check.
+* ``claims``: every statement the code makes of a GPU that was checked only against fakes
+  (:mod:`fp8bench.measure.claims`) turns into a verdict: its own probe, or the check above that confirms it. A
+  failed claim fails the selfcheck; its row names the figures not to trust on this device.
 
 On the CPU the GPU-only checks are listed as ``needs a GPU``, never as passed. Each check's cases are ordinary
 records in the run file; the verdicts go into its ``run`` header under ``selfcheck``.
@@ -51,6 +54,7 @@ from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
 from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key, table_peak
+from fp8bench.measure.claims import CLAIMS, Claim, Outcome, ProbeContext, describe, run_probe
 from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, StreamedRun, new_run_id, run_header
 from fp8bench.measure.timing import SamplingPolicy, Timer, timer_for
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
@@ -78,7 +82,7 @@ ENERGY_TOLERANCE = 0.20
 ENERGY_WINDOW_S = 3.0
 ENERGY_WARMUP_S = 1.0
 
-CHECKS = ("gemm_peak", "cpu_ceiling", "timer_vs_wall", "sqnr", "energy", "backend")  # in the order they run
+CHECKS = ("gemm_peak", "cpu_ceiling", "timer_vs_wall", "sqnr", "energy", "backend", "claims")  # in the order they run
 PEAK_PRECISIONS = ("bf16", "fp8_tensorwise")
 BACKEND_PRECISIONS = ("bf16", "fp8_tensorwise")
 SQNR_FORMATS = ("e4m3", "e5m2")  # hybrid is E4M3 in a GEMM's forward pass
@@ -300,6 +304,7 @@ class Selfcheck:
             ("sqnr", self._sqnr),
             ("energy", self._energy if gpu else self._needs_gpu_energy),
             ("backend", self._backends),
+            ("claims", self._claims),
         ]
         for name, step in steps:
             if self.config.checks is not None and name not in self.config.checks:
@@ -483,6 +488,40 @@ class Selfcheck:
             yield CheckResult("backend", name, Verdict.PASS if ok else Verdict.FAIL,
                               f"gemm {label(shape)}: " + "; ".join(text for _, text in outcomes),
                               {"cases": [text for _, text in outcomes]})
+
+
+    def _claims(self) -> Iterator[CheckResult]:
+        ctx = ProbeContext(self.probe.device, lambda case: self._measure(self._light, "claims", case))
+        for claim in CLAIMS:
+            if not self.probe.gpu:
+                how = f"unverified on any device ({claim.no_probe})" if claim.no_probe else f"would run {claim.how}"
+                yield CheckResult("claims", claim.name, Verdict.NEEDS_GPU, f"{how}; until it holds, do not trust: "
+                                  f"{claim.rests_on_it}", describe(claim))
+            elif claim.probe is not None:
+                result = run_probe(claim, ctx)
+                yield CheckResult("claims", claim.name, _CLAIM_VERDICT[result.outcome],
+                                  f"{result.outcome.value}: {result.figure}", {**describe(claim),
+                                                                               "figure": result.figure})
+            else:
+                yield self._claim_by_check(claim)
+
+    def _claim_by_check(self, claim: Claim) -> CheckResult:
+        """A claim confirmed by another check (its verdict), or one no probe checks (not run, with the reason)."""
+        if claim.no_probe:
+            return CheckResult("claims", claim.name, Verdict.NOT_RUN, f"unverified: {claim.no_probe}",
+                               describe(claim))
+        verdicts = {r.verdict for r in self.results if r.check == claim.check}
+        if not verdicts & {Verdict.PASS, Verdict.FAIL, Verdict.ERROR}:
+            return CheckResult("claims", claim.name, Verdict.NOT_RUN, f"unverified: the `{claim.check}` check did "
+                               f"not run (`--check {claim.check} claims`)", describe(claim))
+        failed = verdicts & {Verdict.FAIL, Verdict.ERROR}
+        return CheckResult("claims", claim.name, Verdict.FAIL if failed else Verdict.PASS,
+                           f"{'failed' if failed else 'held'}: the `{claim.check}` check "
+                           f"{'failed' if failed else 'passed'}" + (f"; do not trust {claim.rests_on_it}" if failed
+                                                                     else ""), describe(claim))
+
+
+_CLAIM_VERDICT = {Outcome.HELD: Verdict.PASS, Outcome.FAILED: Verdict.FAIL, Outcome.NOT_APPLICABLE: Verdict.NOT_RUN}
 
 
 # --- a whole selfcheck run with its run file -------------------------------------------------------------------

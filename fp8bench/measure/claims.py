@@ -1,0 +1,435 @@
+"""Claims that only a GPU can confirm, and the probe that confirms each one in seconds.
+
+fp8bench is built and tested on machines without a GPU. There its CUDA, NVML, Triton, Transformer Engine and
+torchao paths run against torch's meta functions on fake CUDA tensors and against fakes that model each vendor's
+documented behaviour (``tests/fake_*.py``). A fake that passes proves the code follows the fake; whether the
+hardware, the driver and the vendor libraries behave as the fake says is still a *claim*. This module lists every
+such claim the code rests on, which figures rest on it (what not to trust until it holds), and a probe that turns
+it into a verdict on a real GPU:
+
+* a **probe of its own** (:class:`Claim` with ``probe``): a few seconds of GPU work that measures the claim and
+  prints ``held`` or ``failed`` with the figure it measured;
+* an **existing selfcheck check** (``check``): the claim holds when that check passes on the device (for example,
+  "cuBLASLt accepts every scale layout fp8bench passes" is the ``sqnr`` check: a scale in the wrong layout is
+  refused, or reads many dB off);
+* **no probe** (``no_probe``): a claim that cannot be checked in seconds on one GPU (it would lose the CUDA
+  context, or needs several GPUs or nodes); the reason says why, and the claim stays unverified until then.
+
+``fp8bench selfcheck --check claims`` runs the probes on a GPU; on a CPU it lists what it would run
+(``needs a GPU``). docs/gpu-claims.md holds the same table for reading.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.plugins import BACKENDS, WORKLOADS
+
+if TYPE_CHECKING:
+    from fp8bench.core.devices import Device
+    from fp8bench.core.records import Record
+    from fp8bench.energy.nvml import NvmlDevice
+    from fp8bench.measure.runner import Case
+
+
+class Outcome(str, Enum):
+    HELD = "held"
+    FAILED = "failed"
+    NOT_APPLICABLE = "not applicable"  # the claim does not concern this device or install (the figure says why)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    outcome: Outcome
+    figure: str  # what was measured, against what the claim expects, in words
+
+
+@dataclass
+class ProbeContext:
+    """What a probe measures through: the device and the selfcheck's light measurer (one small case each)."""
+
+    device: Device
+    measure: Callable[[Case], Record]
+
+    def nvml(self) -> NvmlDevice:
+        """This GPU's NVML handle, opened by UUID as the energy meter opens it; close it after use."""
+        from fp8bench.energy import meters, nvml
+
+        return nvml.open_device(self.device.index or 0, meters._cuda_uuid(self.device))
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    statement: str  # what the code assumes of the hardware, driver or library
+    rests_on_it: str  # figures not to trust until the claim holds on this device
+    relied_on_in: str  # where the code makes the assumption
+    probe: Callable[[ProbeContext], ProbeResult] | None = None  # a probe of its own
+    check: str | None = None  # or: the selfcheck check whose pass confirms it
+    no_probe: str | None = None  # or: why nothing checks it in seconds on one GPU
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.probe, self.check, self.no_probe)) != 1:
+            raise ValueError(f"claim {self.name}: exactly one of probe, check and no_probe")
+
+    @property
+    def how(self) -> str:
+        if self.check:
+            return f"the `{self.check}` check"
+        if self.no_probe:
+            return f"no probe: {self.no_probe}"
+        return f"probe `{self.name}`: {(self.probe.__doc__ or '').strip().splitlines()[0]}"
+
+
+# --- helpers the probes share ------------------------------------------------------------------------------------
+
+def _pipeline(ctx: ProbeContext, workload: str, shape_text: str | None, precision: str,
+              backend: str = "torch") -> Pipeline:
+    from fp8bench.numerics.recipes import PRECISIONS
+
+    w = WORKLOADS.get(workload)
+    shape = w.parse_shape(shape_text or w.default_shape)
+    inputs = w.make_inputs(shape, ctx.device, seed=0)
+    return BACKENDS.get(backend).build(BuildContext(workload, shape, PRECISIONS.get(precision), ctx.device, inputs))
+
+
+def _gemm_case(shape: tuple[int, int, int], precision: str, backend: str, fast_accum: bool | None = None) -> Case:
+    from fp8bench.measure.runner import Case
+    from fp8bench.numerics.recipes import resolve_precision
+
+    m, n, k = shape
+    return Case("gemm", {"m": m, "n": n, "k": k}, resolve_precision(precision, fast_accum=fast_accum), backend)
+
+
+def _busy(ctx: ProbeContext, seconds: float) -> Callable[[], None]:
+    """A loop of 4096^3 BF16 GEMMs keeping the GPU loaded for about ``seconds``; returns a function that waits."""
+    a = torch.randn(4096, 4096, device=ctx.device.torch, dtype=torch.bfloat16)
+    a @ a
+    ctx.device.synchronize()
+    start = time.perf_counter()
+    a @ a
+    ctx.device.synchronize()
+    calls = max(1, math.ceil(seconds / max(time.perf_counter() - start, 1e-6)))
+    for _ in range(calls):
+        a @ a
+    return ctx.device.synchronize
+
+
+# --- the probes ----------------------------------------------------------------------------------------------------
+
+# Workloads whose timed calls the no-sync probe runs: (workload, shape or None for its default, precision).
+SYNC_FREE_CALLS = (("gemm", "1024x1024x1024", "bf16"), ("gemm", "1024x1024x1024", "fp8_tensorwise"),
+                   ("gemm", "1024x1024x1024", "fp8_rowwise"), ("attention", None, "bf16"),
+                   ("transformer_step", None, "bf16"))
+
+
+def no_host_sync(ctx: ProbeContext) -> ProbeResult:
+    """every timed call of the torch backend runs under CUDA's sync debug mode "error" without raising"""
+    offenders = []
+    for workload, shape, precision in SYNC_FREE_CALLS:
+        pipeline = _pipeline(ctx, workload, shape, precision)
+        calls = {"end_to_end": pipeline.end_to_end, **pipeline.phases}
+        for fn in calls.values():  # warm up: allocator, handles, autotuning may synchronize once
+            fn()
+        ctx.device.synchronize()
+        # torch raises on any call that synchronizes the host with the device (.item(), a copy to the host,
+        # cudaStreamSynchronize) while the mode is "error" (torch.cuda.set_sync_debug_mode).
+        for name, fn in calls.items():
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                fn()
+            except RuntimeError as exc:
+                offenders.append(f"{workload}/{precision} {name}: {str(exc).splitlines()[0][:120]}")
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        ctx.device.synchronize()
+    checked = len(SYNC_FREE_CALLS)
+    if offenders:
+        return ProbeResult(Outcome.FAILED, f"{len(offenders)} timed call(s) synchronize: " + "; ".join(offenders))
+    return ProbeResult(Outcome.HELD, f"{checked} pipelines' end-to-end and phase calls ran with no host sync")
+
+
+def graph_capture(ctx: ProbeContext) -> ProbeResult:
+    """an FP8 GEMM and a BF16 training step (fused AdamW) capture in a CUDA graph and replay"""
+    from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
+
+    capturer = GraphCapturer(ctx.device)
+    figures, refused = [], []
+    try:
+        for workload, shape, precision in (("gemm", "1024x1024x1024", "fp8_tensorwise"),
+                                           ("transformer_step", None, "bf16")):
+            pipeline = _pipeline(ctx, workload, shape, precision)
+            try:
+                call = capturer.capture(f"{workload}/{precision}", pipeline.end_to_end)
+                figures.append(f"{workload}/{precision} captured in {call.capture_s * 1e3:.0f} ms")
+            except CaptureRefused as exc:
+                refused.append(str(exc))
+    finally:
+        capturer.release()
+    if refused:
+        return ProbeResult(Outcome.FAILED, "; ".join(refused))
+    return ProbeResult(Outcome.HELD, "; ".join(figures))
+
+
+def stream_overlap(ctx: ProbeContext) -> ProbeResult:
+    """work on a second stream finishes while a first stream is still busy (the blocked-stream mode needs it)"""
+    index = ctx.device.cuda_index
+    with ctx.device.guard():
+        busy, other = torch.cuda.Stream(device=index), torch.cuda.Stream(device=index)
+        done_busy, done_other = torch.cuda.Event(), torch.cuda.Event()
+        x = torch.zeros(1, device=ctx.device.torch)
+        ctx.device.synchronize()
+        with torch.cuda.stream(busy):
+            torch.cuda._sleep(2_000_000_000)  # about a second of spinning at ~2 GHz
+            done_busy.record()
+        with torch.cuda.stream(other):
+            x.add_(1)
+            done_other.record()
+        deadline = time.perf_counter() + 0.5
+        while not done_other.query() and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        overlapped, still_busy = done_other.query(), not done_busy.query()
+        ctx.device.synchronize()
+    if overlapped and still_busy:
+        return ProbeResult(Outcome.HELD, "the second stream's kernel finished while the first stream spun")
+    if not still_busy:
+        return ProbeResult(Outcome.NOT_APPLICABLE, "the spin ended within 0.5 s (a fast clock): inconclusive")
+    return ProbeResult(Outcome.FAILED, "the second stream waited for the first (streams serialize here: "
+                       "CUDA_DEVICE_MAX_CONNECTIONS=1, MPS or CUDA_LAUNCH_BLOCKING=1?)")
+
+
+# The telemetry sampler polls every 50 ms (fp8bench.energy.telemetry); a poll must cost a small share of that.
+POLL_BUDGET_S = 0.005
+
+
+def nvml_poll_cost(ctx: ProbeContext) -> ProbeResult:
+    """one telemetry poll (clocks, temperature, power, throttle reasons) costs under 5 ms"""
+    with ctx.nvml() as dev:
+        dev.sample()
+        costs = []
+        for _ in range(50):
+            start = time.perf_counter()
+            dev.sample()
+            costs.append(time.perf_counter() - start)
+    median = statistics.median(costs)
+    outcome = Outcome.HELD if median < POLL_BUDGET_S else Outcome.FAILED
+    return ProbeResult(outcome, f"median poll {median * 1e3:.2f} ms, worst {max(costs) * 1e3:.2f} ms "
+                       f"(limit {POLL_BUDGET_S * 1e3:.0f} ms; the sampler polls every 50 ms)")
+
+
+# Energy windows are sized from a counter update period of about 100 ms (fp8bench.energy.windows); a period outside
+# this band makes their length and error bound wrong.
+COUNTER_PERIOD_BAND_S = (0.001, 0.2)
+
+
+def counter_period(ctx: ProbeContext) -> ProbeResult:
+    """NVML's total-energy counter advances at least every 200 ms under load (the window sizing assumes ~100 ms)"""
+    a = torch.randn(4096, 4096, device=ctx.device.torch, dtype=torch.bfloat16)
+    changes: list[float] = []
+    with ctx.nvml() as dev:
+        last = dev.energy_mj()
+        end = time.perf_counter() + 1.5
+        while time.perf_counter() < end:
+            for _ in range(4):  # keep a few GEMMs queued so the GPU stays busy while the host polls
+                a @ a
+            now = dev.energy_mj()
+            if now != last:
+                changes.append(time.perf_counter())
+                last = now
+    ctx.device.synchronize()
+    if len(changes) < 3:
+        return ProbeResult(Outcome.FAILED, f"the counter changed {len(changes)} time(s) in 1.5 s of load")
+    period = statistics.median(later - earlier for earlier, later in itertools.pairwise(changes))
+    low, high = COUNTER_PERIOD_BAND_S
+    outcome = Outcome.HELD if low <= period <= high else Outcome.FAILED
+    return ProbeResult(outcome, f"median update period {period * 1e3:.0f} ms over {len(changes)} changes "
+                       f"(band {low * 1e3:.0f}..{high * 1e3:.0f} ms)")
+
+
+def loaded_clocks(ctx: ProbeContext) -> ProbeResult:
+    """under a GEMM load NVML reports an SM clock above 0 and at most 5% over the reference clock it is judged by"""
+    with ctx.nvml() as dev:
+        reference, source = dev.reference_sm_clock_mhz()
+        wait = _busy(ctx, 1.0)
+        samples = [dev.sample() for _ in range(10)]
+        wait()
+    clocks = [s.sm_clock_mhz for s in samples if s.sm_clock_mhz]
+    if not clocks or not reference:
+        return ProbeResult(Outcome.FAILED, f"no SM clock ({clocks}) or no reference ({reference}, {source})")
+    top = max(clocks)
+    outcome = Outcome.HELD if 0 < top <= 1.05 * reference else Outcome.FAILED
+    return ProbeResult(outcome, f"loaded SM clock {min(clocks)}..{top} MHz, reference {reference} MHz ({source})")
+
+
+# At large K the FP32 accumulator decides the error: Triton's full accumulation must read as torch's does.
+ACCUMULATION_SHAPE = (256, 256, 16384)
+ACCUMULATION_TOLERANCE_DB = 1.0
+
+
+def triton_full_accumulation(ctx: ProbeContext) -> ProbeResult:
+    """at K=16384 Triton's FP8 GEMM with full accumulation is within 1 dB of torch's full-accumulation SQNR"""
+    if BACKENDS.get("triton").availability(ctx.device):
+        return ProbeResult(Outcome.NOT_APPLICABLE, "the triton backend is unavailable here")
+    sqnr: dict[str, float] = {}
+    for backend in ("torch", "triton"):
+        record = ctx.measure(_gemm_case(ACCUMULATION_SHAPE, "fp8_tensorwise", backend, fast_accum=False))
+        value = record.numerics.get("sqnr_db")
+        if record.status != "ok" or value is None:
+            return ProbeResult(Outcome.FAILED, f"{backend}: {record.status}: {record.reason or 'no SQNR'}")
+        sqnr[backend] = value
+    off = sqnr["triton"] - sqnr["torch"]
+    outcome = Outcome.HELD if off >= -ACCUMULATION_TOLERANCE_DB else Outcome.FAILED
+    return ProbeResult(outcome, f"triton {sqnr['triton']:.2f} dB vs torch {sqnr['torch']:.2f} dB ({off:+.2f} dB; "
+                       f"limit -{ACCUMULATION_TOLERANCE_DB:g} dB)")
+
+
+def unpadded_block_scales(ctx: ProbeContext) -> ProbeResult:
+    """torch 2.9's _scaled_mm takes 1x128/128x128 block scales of a shape that is no multiple of 128"""
+    if torch.__version__.split("+")[0].rsplit(".", 1)[0] != "2.9":
+        return ProbeResult(Outcome.NOT_APPLICABLE, f"torch {torch.__version__} takes block scales through "
+                           "another entry point")
+    shape = (200, 256, 384)
+    torch_record = ctx.measure(_gemm_case(shape, "fp8_blockwise", "torch"))
+    emulated = ctx.measure(_gemm_case(shape, "fp8_blockwise", "emulated"))
+    if torch_record.status != "ok":
+        return ProbeResult(Outcome.FAILED, f"{torch_record.status}: {torch_record.reason}")
+    t, e = torch_record.numerics.get("sqnr_db"), emulated.numerics.get("sqnr_db")
+    outcome = Outcome.HELD if t is not None and e is not None and abs(t - e) <= 2.0 else Outcome.FAILED
+    return ProbeResult(outcome, f"200x256x384 blockwise: torch {t} dB, emulated {e} dB (limit 2 dB apart)")
+
+
+def memory_estimate(ctx: ProbeContext) -> ProbeResult:
+    """a GEMM case allocates no more device memory than the workload's estimate that admits it"""
+    from fp8bench.workloads.gemm import GEMM
+
+    report = []
+    for precision in ("bf16", "fp8_tensorwise"):
+        case = _gemm_case((4096, 4096, 4096), precision, "torch")
+        estimate = GEMM.memory_bytes(case.shape, ctx.device)
+        torch.cuda.reset_peak_memory_stats(ctx.device.torch)
+        before = torch.cuda.memory_allocated(ctx.device.torch)
+        ctx.measure(case)
+        peak = torch.cuda.max_memory_allocated(ctx.device.torch) - before
+        report.append((precision, peak, estimate))
+    text = "; ".join(f"{p}: peak {peak / 2**20:.0f} MiB, estimate {est / 2**20:.0f} MiB" for p, peak, est in report)
+    outcome = Outcome.HELD if all(peak <= est for _, peak, est in report) else Outcome.FAILED
+    return ProbeResult(outcome, text)
+
+
+def te_recipes(ctx: ProbeContext) -> ProbeResult:
+    """Transformer Engine's GEMM of each FP8 recipe it runs is within 2 dB of the emulated reference's SQNR"""
+    if BACKENDS.get("te").availability(ctx.device):
+        return ProbeResult(Outcome.NOT_APPLICABLE, "Transformer Engine is unavailable here")
+    rows, failed = [], False
+    for precision in ("fp8_tensorwise", "fp8_delayed", "fp8_blockwise", "mxfp8", "nvfp4"):
+        te = ctx.measure(_gemm_case((512, 512, 512), precision, "te"))
+        if te.status == "skipped":
+            rows.append(f"{precision}: refused ({te.reason})")
+            continue
+        ref = ctx.measure(_gemm_case((512, 512, 512), precision, "emulated"))
+        t, e = te.numerics.get("sqnr_db"), ref.numerics.get("sqnr_db")
+        ok = te.status == "ok" and t is not None and e is not None and abs(t - e) <= 2.0
+        failed |= not ok
+        rows.append(f"{precision}: te {t} dB vs emulated {e} dB" + ("" if ok else f" ({te.status})"))
+    return ProbeResult(Outcome.FAILED if failed else Outcome.HELD, "; ".join(rows))
+
+
+def second_device_events(ctx: ProbeContext) -> ProbeResult:
+    """CUDA events on cuda:1 time a loop on cuda:1 within 5% of the wall clock"""
+    if torch.cuda.device_count() < 2:
+        return ProbeResult(Outcome.NOT_APPLICABLE, "one GPU visible")
+    from fp8bench.core.devices import resolve_device
+    from fp8bench.measure.timing import timer_for
+
+    device = resolve_device("cuda:1")
+    a = torch.randn(4096, 4096, device=device.torch, dtype=torch.bfloat16)
+
+    def loop() -> None:
+        for _ in range(50):
+            a @ a
+
+    timer = timer_for(device, flush_l2=False)
+    loop()
+    device.synchronize()
+    start = time.perf_counter()
+    events_s = timer.time(loop)
+    wall_s = time.perf_counter() - start
+    off = abs(events_s - wall_s) / wall_s
+    return ProbeResult(Outcome.HELD if off <= 0.05 else Outcome.FAILED,
+                       f"events {events_s * 1e3:.1f} ms vs wall {wall_s * 1e3:.1f} ms ({off:.1%}; limit 5%)")
+
+
+# --- the table -------------------------------------------------------------------------------------------------------
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("scale_layouts", "cuBLASLt/CUTLASS accept every scaled-GEMM call fp8bench makes (K-major block scales, "
+          "swizzled MX scales, the FP4 nibble order, rowwise scale shapes) and compute the right product",
+          "every FP8 and 4-bit record of the torch backend", "fp8bench/numerics/scaled_gemm.py", check="sqnr"),
+    Claim("event_timer", "CUDA events bracket exactly the work launched between them, on the case's device",
+          "every GPU time", "fp8bench/measure/timing.py", check="timer_vs_wall"),
+    Claim("peak_row", "the device table has a row for this exact device name, and its dense peaks are reachable",
+          "pct_of_peak", "fp8bench/hardware/peaks.py", check="gemm_peak"),
+    Claim("energy_counter", "NVML's total-energy counter agrees with average power x time",
+          "energy_j, tflops_per_w", "fp8bench/energy/meters.py", check="energy"),
+    Claim("vendor_backends", "torchao, Triton (compiled) and torch.compile (Inductor) run their smallest case on CUDA",
+          "records of those backends", "kernels/", check="backend"),
+    Claim("no_host_sync", "no timed call synchronizes the host with the device (checked without a GPU only by the "
+          "phase audit's op list)", "every GPU time", "fp8bench/hardware/phase_audit.py", probe=no_host_sync),
+    Claim("graph_capture", "an FP8 GEMM and a training step with the fused optimizer capture in a CUDA graph",
+          "--cuda-graph records", "fp8bench/measure/cuda_graphs.py", probe=graph_capture),
+    Claim("stream_overlap", "two streams of one device run concurrently (no single hardware queue)",
+          "--blocked-stream records", "fp8bench/measure/blocking.py", probe=stream_overlap),
+    Claim("nvml_poll_cost", "a telemetry poll costs a small share of the 50 ms sampling interval",
+          "telemetry, per-sample clocks", "fp8bench/energy/telemetry.py", probe=nvml_poll_cost),
+    Claim("counter_period", "NVML's energy counter updates about every 100 ms",
+          "energy window lengths and their error bound", "fp8bench/energy/windows.py", probe=counter_period),
+    Claim("loaded_clocks", "NVML's SM clock under load is readable and judged against a reference it can reach",
+          "valid/invalid verdicts from clocks", "fp8bench/energy/nvml.py", probe=loaded_clocks),
+    Claim("triton_full_accumulation", "Triton's FP8 GEMM with --fast-accum off accumulates as precisely as torch's",
+          "triton FP8 numerics and speed with full accumulation", "kernels/triton_kernels.py",
+          probe=triton_full_accumulation),
+    Claim("unpadded_block_scales", "torch 2.9's _scaled_mm takes block scales of shapes that are no multiple of 128",
+          "fp8_blockwise records on torch 2.9", "fp8bench/numerics/scaled_gemm.py", probe=unpadded_block_scales),
+    Claim("memory_estimate", "the GEMM workload's memory estimate bounds what a case allocates on the GPU",
+          "cases refused or admitted for memory", "workloads/gemm.py", probe=memory_estimate),
+    Claim("te_recipes", "Transformer Engine runs each recipe with the scales fp8bench sets (its SQNR matches the "
+          "emulated reference)", "te records", "kernels/te_backend.py", probe=te_recipes),
+    Claim("second_device_events", "events and graphs act on cuda:N, not the current device",
+          "records on cuda:1 and above", "fp8bench/core/devices.py", probe=second_device_events),
+    Claim("sticky_error", "an illegal address leaves the CUDA context unusable, and the runner stops the process's "
+          "later cases", "records after a crashing kernel", "fp8bench/measure/runner.py",
+          no_probe="provoking it loses the CUDA context of the selfcheck itself"),
+    Claim("collectives", "NCCL all-gathers and reduce-scatters of FP8 payloads run across GPUs and nodes",
+          "collective records", "kernels/torch_collective.py", no_probe="needs several GPUs and a torchrun launch"),
+    Claim("profiler_trace", "NVTX ranges and CUDA kernels appear in a torch or nsys trace",
+          "profile traces", "fp8bench/measure/profiling.py", no_probe="nsys is a separate install; run "
+          "`fp8bench run --profile nsys` once and open the trace"),
+)
+
+
+def claim_names() -> list[str]:
+    return [c.name for c in CLAIMS]
+
+
+def run_probe(claim: Claim, ctx: ProbeContext) -> ProbeResult:
+    """The claim's probe on this device; a probe that raises has failed, with the error as its figure."""
+    assert claim.probe is not None
+    try:
+        return claim.probe(ctx)
+    except Exception as exc:  # the error is the verdict: the claim's code path broke on this device
+        return ProbeResult(Outcome.FAILED, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+
+
+def describe(claim: Claim) -> dict[str, Any]:
+    return {"claim": claim.name, "statement": claim.statement, "rests_on_it": claim.rests_on_it,
+            "relied_on_in": claim.relied_on_in, "how": claim.how}

@@ -1,0 +1,112 @@
+"""The claim-to-probe table (fp8bench.measure.claims) and the selfcheck's `claims` check.
+
+On this CPU the check can only list what it would run; the dispatch (a claim confirmed by its own probe, by another
+check, or by nothing) runs here on the simulated GPU of tests/test_selfcheck.py, with probes of the test's own. The
+real probes need CUDA and NVML: the `gpu` test at the end runs every one of them and fails on any claim that does not
+hold, so the first GPU run of the suite turns the table into verdicts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from test_selfcheck import FAST, simulated_gpu
+
+from fp8bench.core.devices import Device
+from fp8bench.measure import claims
+from fp8bench.measure.claims import CLAIMS, Claim, Outcome, ProbeContext, ProbeResult, run_probe
+from fp8bench.measure.selfcheck import Verdict, probe_for, run_selfcheck
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _held(ctx: ProbeContext) -> ProbeResult:
+    """a probe that measured what the claim says"""
+    return ProbeResult(Outcome.HELD, "42 ms, under the 50 ms limit")
+
+
+def _broken(ctx: ProbeContext) -> ProbeResult:
+    """a probe whose code path breaks on the device"""
+    raise RuntimeError("CUDA error: operation not supported\nsecond line")
+
+
+TEST_CLAIMS = (
+    Claim("timer", "events time what they bracket", "every GPU time", "timing.py", check="timer_vs_wall"),
+    Claim("measured", "a figure holds", "figure A", "a.py", probe=_held),
+    Claim("breaks", "a path runs", "figure B", "b.py", probe=_broken),
+    Claim("unprobed", "several nodes agree", "figure C", "c.py", no_probe="needs several nodes"),
+)
+
+
+def by_subject(outcome) -> dict:
+    return {r.subject: r for r in outcome.results if r.check == "claims"}
+
+
+def test_a_claim_names_exactly_one_way_to_confirm_it():
+    with pytest.raises(ValueError, match="exactly one"):
+        Claim("x", "s", "r", "m", check="sqnr", no_probe="why")
+    with pytest.raises(ValueError, match="exactly one"):
+        Claim("x", "s", "r", "m")
+    assert len({c.name for c in CLAIMS}) == len(CLAIMS)
+
+
+def test_on_the_cpu_every_claim_is_listed_with_its_probe_and_none_passes(tmp_path):
+    out = run_selfcheck(probe_for(Device("cpu")), replace(FAST, checks=("claims",)), tmp_path / "run.json")
+    rows = by_subject(out)
+    assert list(rows) == [c.name for c in CLAIMS]
+    assert {r.verdict for r in rows.values()} == {Verdict.NEEDS_GPU}
+    probe_rows = [rows[c.name].detail for c in CLAIMS if c.probe]
+    assert probe_rows and all(d.startswith("would run probe `") and "do not trust" in d for d in probe_rows)
+    assert "would run the `sqnr` check" in rows["scale_layouts"].detail
+    assert out.records == []  # listing measures nothing
+
+
+def test_on_a_gpu_each_claim_is_judged_by_its_own_probe_or_by_its_check(monkeypatch):
+    monkeypatch.setattr(claims, "CLAIMS", TEST_CLAIMS)
+    monkeypatch.setattr("fp8bench.measure.selfcheck.CLAIMS", TEST_CLAIMS)
+    out = run_selfcheck(simulated_gpu(), replace(FAST, checks=("timer_vs_wall", "claims")))
+    rows = by_subject(out)
+    assert rows["timer"].verdict is Verdict.PASS and rows["timer"].detail.startswith("held: the `timer_vs_wall`")
+    assert rows["measured"].verdict is Verdict.PASS and rows["measured"].detail == "held: 42 ms, under the 50 ms limit"
+    assert rows["breaks"].verdict is Verdict.FAIL
+    assert rows["breaks"].detail == "failed: RuntimeError: CUDA error: operation not supported"
+    assert rows["unprobed"].verdict is Verdict.NOT_RUN and "needs several nodes" in rows["unprobed"].detail
+    assert out.verdict is Verdict.FAIL  # a claim that fails on the device fails the selfcheck
+
+
+def test_a_claim_whose_check_fails_names_the_figures_not_to_trust(monkeypatch):
+    monkeypatch.setattr("fp8bench.measure.selfcheck.CLAIMS", TEST_CLAIMS[:1])
+    out = run_selfcheck(simulated_gpu(event_scale=0.5), replace(FAST, checks=("timer_vs_wall", "claims")))
+    row = by_subject(out)["timer"]
+    assert row.verdict is Verdict.FAIL and row.detail.endswith("do not trust every GPU time")
+
+
+def test_a_claim_whose_check_did_not_run_stays_unverified(monkeypatch):
+    monkeypatch.setattr("fp8bench.measure.selfcheck.CLAIMS", TEST_CLAIMS[:1])
+    out = run_selfcheck(simulated_gpu(), replace(FAST, checks=("claims",)))
+    row = by_subject(out)["timer"]
+    assert row.verdict is Verdict.NOT_RUN and "`--check timer_vs_wall claims`" in row.detail
+
+
+def test_the_docs_table_lists_every_claim_and_how_it_is_confirmed():
+    text = (ROOT / "docs" / "gpu-claims.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z_0-9]+)` \|[^|]*\|[^|]*\| ([^|]+) \|$", text, flags=re.M))
+    assert list(rows) == [c.name for c in CLAIMS]
+    for c in CLAIMS:
+        expected = f"`{c.check}` check" if c.check else "none" if c.no_probe else f"probe `{c.name}`"
+        assert rows[c.name].strip().startswith(expected), (c.name, rows[c.name])
+
+
+@pytest.mark.gpu
+def test_every_claim_with_a_probe_holds_on_this_gpu():
+    from fp8bench.measure.runner import CaseMeasurer, RunSettings
+
+    device = Device("cuda", 0)
+    measurer = CaseMeasurer(RunSettings(device="cuda:0", energy=False, phases=False), device)
+    ctx = ProbeContext(device, measurer.measure)
+    failed = {c.name: r.figure for c in CLAIMS if c.probe
+              for r in [run_probe(c, ctx)] if r.outcome is Outcome.FAILED}
+    assert not failed

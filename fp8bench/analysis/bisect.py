@@ -47,7 +47,8 @@ from typing import IO, Any
 from fp8bench.analysis.gate.ab import AbError, SideSpec, Worker, checkout_ref, remove_checkout
 from fp8bench.analysis.gate.sequential import SequentialConfig, run_sequential
 from fp8bench.analysis.gate.verdicts import GateConfig
-from fp8bench.core.escaping import md_code, md_text
+from fp8bench.core.escaping import md_code, md_code_block, md_text
+from fp8bench.core.repro import UnsafeField, no_command, shell_line
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 
 # Outcomes of one probe. "skip": it could not be measured (does not build, does not import, a round failed).
@@ -354,8 +355,11 @@ def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequen
     """An issue body: the finding, the command that reproduces the measurement, then every probe."""
     ev = result.evidence()
     # A fenced block (nothing in it renders, so nothing needs escaping but a fence): the A/B that shows the step.
-    again = shlex.join(["fp8bench", "ab", "--base", result.good.sha[:12], "--head",
-                        (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
+    try:
+        again = shell_line(["fp8bench", "ab", "--base", result.good.sha[:12], "--head",
+                            (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
+    except UnsafeField as exc:
+        again = no_command(str(exc))
     lines = [marker(cases), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
     if result.first_bad is not None:
         lines += [f"First slower commit: {md_code(result.first_bad.sha)} {md_text(result.first_bad.subject)}", "",
@@ -369,7 +373,7 @@ def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequen
               f"Range: {md_code(result.good.sha[:12])} (good) .. {md_code(result.bad.sha[:12])} (bad), "
               f"{len(result.commits)} commit(s); {len(result.probes)} probe(s), {result.rounds} round(s), "
               f"{result.seconds:.0f} s.", "",
-              "Measure it again:", "", "```bash", again.replace("`", "'").replace("\n", " "), "```", "",
+              "Measure it again:", "", *md_code_block(again), "",
               "| commit | subject | outcome | ratio [interval] | rounds | s | why |", "|---|---|---|---|---|---|---|"]
     for p in result.probes:
         lines.append(f"| {md_code(p.commit[:12])} | {md_text(p.subject)} | {p.outcome} | {_ratio(p)} | {p.rounds} | "

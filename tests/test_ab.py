@@ -87,6 +87,41 @@ def test_bad_invocations_are_harness_errors_not_inconclusive(tmp_path, capsys):
     assert main(["gate", "only-one-argument"]) == 3
 
 
+def test_a_ref_that_git_would_read_as_an_option_and_a_huge_round_count_are_refused_up_front(tmp_path, capsys,
+                                                                                             monkeypatch):
+    import fp8bench.analysis.gate.ab as ab
+
+    def no_checkout(*args, **kwargs):  # nothing may reach git or allocate rounds before the refusal
+        raise AssertionError("reached git")
+
+    monkeypatch.setattr(ab, "temporary_checkouts", no_checkout)
+    assert main(["ab", "--base=--lock", "--out", str(tmp_path / "o"), *RUN_ARGS]) == 3
+    assert "--base '--lock' is no git ref or checkout" in capsys.readouterr().err
+    assert main(["ab", "--base", str(ROOT), "--rounds", "100000000", *RUN_ARGS]) == 3
+    assert "--rounds must be between 2 and 1000" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_git_ref_side_gets_an_absolute_out_folder_from_any_working_directory(tmp_path, monkeypatch):
+    """The worker of a git-ref side runs inside a temporary worktree: a relative --out would land there."""
+    import fp8bench.analysis.gate.ab as ab
+
+    seen = {}
+
+    def checkouts(repo, refs):
+        return {name: ROOT for name in refs}, lambda: None
+
+    def run_ab(base, head, run_args, folder, *args, **kwargs):
+        seen["folder"] = folder
+        raise ab.AbError("stop after the folder is known")
+
+    monkeypatch.setattr(ab, "temporary_checkouts", checkouts)
+    monkeypatch.setattr(ab, "run_ab", run_ab)
+    monkeypatch.chdir(tmp_path)
+    assert main(["ab", "--base", "HEAD", "--head", ".", "--out", "rel/out", *RUN_ARGS]) == 3
+    assert seen["folder"] == tmp_path / "rel" / "out" and seen["folder"].is_absolute()
+
+
 @pytest.mark.slow
 def test_ab_of_the_same_code_passes(tmp_path, results_dir, capsys):
     base = copy_checkout(tmp_path / "base-checkout")

@@ -47,6 +47,7 @@ from typing import IO, Any
 from fp8bench.analysis.gate.ab import AbError, SideSpec, Worker, checkout_ref, remove_checkout
 from fp8bench.analysis.gate.sequential import SequentialConfig, run_sequential
 from fp8bench.analysis.gate.verdicts import GateConfig
+from fp8bench.core.commits import user_ref
 from fp8bench.core.escaping import md_code, md_code_block, md_text
 from fp8bench.core.repro import UnsafeField, no_command, shell_line
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
@@ -129,6 +130,10 @@ def git(repo: Path, *args: str) -> str:
 
 
 def resolve(repo: Path, ref: str) -> Commit:
+    try:
+        user_ref(ref, "ref")
+    except ValueError as exc:
+        raise BisectError(str(exc)) from None
     sha = git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
     return Commit(sha, git(repo, "log", "-1", "--format=%s", sha))
 

@@ -110,7 +110,8 @@ def execute(args: argparse.Namespace) -> int:
         print(f"fp8bench bisect: error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
     results = args.results_dir or default_results_dir()
-    folder = args.out or results / "bisect" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    # Absolute: each probed commit's worker runs in its own worktree and must write where this process reads.
+    folder = (args.out or results / "bisect" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")).absolute()
     steps = max(1, (len(commits)).bit_length())
     if not args.json:
         err.print(f"bisect: {len(commits)} commit(s) after good {good.sha[:12]} up to bad {bad.sha[:12]}; about "

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, merge_rerun
+from fp8bench.core.commits import user_ref
 from fp8bench.core.redact import MASK
 from fp8bench.results.ingest import load_side
 
@@ -180,6 +181,10 @@ def run_rounds(workers: dict[str, Worker], run_args: Sequence[str], rounds: int,
 
 def checkout_ref(repo: Path, ref: str, into: Path) -> Path:
     """Check ``ref`` of the repository at ``repo`` out into a new detached worktree at ``into``."""
+    try:
+        user_ref(ref, "ref")
+    except ValueError as exc:
+        raise AbError(str(exc)) from None
     out = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(into), ref],
                          capture_output=True, text=True)
     if out.returncode != 0:

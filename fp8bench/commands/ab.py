@@ -179,24 +179,30 @@ def _round_progress(progress: StepProgress, rounds: int, err: Console,
     return on_round, on_rerun
 
 
+def _check_rounds_and_sides(args: argparse.Namespace) -> None:
+    """Refuse, before anything starts, a round count out of range and a side git would read as an option."""
+    from fp8bench.core.commits import user_ref
+
+    if not 2 <= args.rounds <= MAX_ROUNDS:
+        raise UsageError(f"--rounds must be between 2 and {MAX_ROUNDS} (10 or more to gate reliably), got "
+                         f"{args.rounds}")
+    for flag, side in (("--base", args.base), ("--head", args.head)):
+        if not _is_checkout(side):
+            user_ref(side, flag)
+
+
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from fp8bench.analysis.gate.ab import AbError, SideSpec, run_ab, temporary_checkouts
     from fp8bench.commands.gate import gate_config, publish_report, write_report
-    from fp8bench.core.commits import user_ref
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     try:  # bad input is a harness error (3) here: 2 would read as "inconclusive"
         if not run_args:
             raise UsageError("give the cases after `--`, e.g. `fp8bench ab --base origin/main -- --suite ci`")
         seq = sequential_config(args)
-        if not 2 <= args.rounds <= MAX_ROUNDS:
-            raise UsageError(f"--rounds must be between 2 and {MAX_ROUNDS} (10 or more to gate reliably), got "
-                             f"{args.rounds}")
-        for flag, side in (("--base", args.base), ("--head", args.head)):
-            if not _is_checkout(side):
-                user_ref(side, flag)
+        _check_rounds_and_sides(args)
         config = gate_config(args)
         envs = {"base": _env(args.base_env, "--base-env"), "head": _env(args.head_env, "--head-env")}
         results = args.results_dir or default_results_dir()

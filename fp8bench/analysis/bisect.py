@@ -343,9 +343,10 @@ def probe_from_report(commit: Commit, report: dict[str, Any], seconds: float, fo
 
 
 # -- reports ------------------------------------------------------------------------------------------------------
-def marker(cases: Sequence[str]) -> str:
-    """The hidden first line of a bisect's issue body: one issue per regressed case set."""
-    digest = hashlib.sha256("\n".join(sorted(cases)).encode()).hexdigest()[:16]
+def marker(cases: Sequence[str], good: str, bad: str) -> str:
+    """The hidden first line of a bisect's issue body: one issue per regressed case set and commit range (so a
+    bisect that measured no case still has a marker of its own)."""
+    digest = hashlib.sha256("\n".join([good, bad, *sorted(cases)]).encode()).hexdigest()[:16]
     return f"{MARKER_PREFIX}{digest} -->"
 
 
@@ -365,7 +366,7 @@ def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequen
                             (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
     except UnsafeField as exc:
         again = no_command(str(exc))
-    lines = [marker(cases), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
+    lines = [marker(cases, result.good.sha, result.bad.sha), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
     if result.first_bad is not None:
         lines += [f"First slower commit: {md_code(result.first_bad.sha)} {md_text(result.first_bad.subject)}", "",
                   f"Ratio to good {md_code(result.good.sha[:12])}: {_ratio(ev)} (geometric mean of per-round "

@@ -68,6 +68,57 @@ def test_git_refs_become_temporary_worktrees_and_are_removed(tmp_path):
         temporary_checkouts(repo, {"base": "no-such-ref"})
 
 
+def tiny_checkout(folder: Path, init: str) -> Path:
+    """A checkout whose fp8bench package is ``init`` and a ``cli.main`` that measures nothing (no torch import)."""
+    (folder / "fp8bench").mkdir(parents=True)
+    (folder / "pyproject.toml").write_text("[project]\nname = 'fp8bench'\n")
+    (folder / "fp8bench" / "__init__.py").write_text(init)
+    (folder / "fp8bench" / "cli.py").write_text("def main(argv):\n    print('ran', argv)\n    return 0\n")
+    return folder
+
+
+def test_a_checkout_that_prints_while_importing_still_starts_its_worker(tmp_path):
+    """A print at import once landed on the protocol pipe before "ready" and escaped as a JSON error."""
+    worker = Worker(SideSpec("head", tiny_checkout(tmp_path / "c", "print('hello from import')\n")))
+    try:
+        assert worker.package == str(tmp_path / "c" / "fp8bench")
+    finally:
+        worker.close()
+
+
+def test_a_checkout_that_hangs_while_importing_is_stopped_within_the_start_limit(tmp_path):
+    checkout = tiny_checkout(tmp_path / "c", "import time\ntime.sleep(600)\n")
+    with pytest.raises(AbError, match="worker's start .* did not finish within 2 s; its worker .* was stopped"):
+        Worker(SideSpec("head", checkout), start_timeout_s=2)
+
+
+def test_a_worker_dies_with_its_parent(tmp_path):
+    """A parent killed without cleaning up (SIGKILL, a CI timeout) while its worker hangs importing leaves no worker
+    behind with parent 1."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "worker.pid"
+    checkout = tiny_checkout(tmp_path / "c", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+                                             "\ntime.sleep(600)\n")
+    script = ("import os, threading, time; from pathlib import Path; "
+              "from fp8bench.analysis.gate.ab import SideSpec, Worker; "
+              f"threading.Thread(target=Worker, args=(SideSpec('head', Path({str(checkout)!r})),), daemon=True).start(); "
+              f"[time.sleep(0.05) for _ in range(1200) if not os.path.exists({str(pid_file)!r})]; os._exit(0)")
+    subprocess.run([sys.executable, "-c", script], timeout=120, check=True)
+    pid = int(pid_file.read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    raise AssertionError(f"worker {pid} outlived its parent")
+
+
 def test_missing_plugin_module_is_named(monkeypatch):
     from fp8bench.core.plugins import load_all
 

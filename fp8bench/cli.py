@@ -45,11 +45,12 @@ def doc_of(module: ModuleType) -> str:
 
 
 def _exit_with(parser: argparse.ArgumentParser, code: int) -> None:
-    """Make ``parser``'s usage errors exit with ``code`` (argparse always uses 2, and has no hook for it)."""
+    """Make ``parser``'s usage errors exit with ``code`` (argparse always uses 2, and has no hook for it), with any
+    password in the echoed arguments masked (a mistyped flag echoes the store URL that follows it)."""
 
     def error(message: str) -> NoReturn:
         parser.print_usage(sys.stderr)
-        parser.exit(code, f"{parser.prog}: error: {message}\n")
+        parser.exit(code, f"{parser.prog}: error: {redact(message)}\n")
 
     parser.error = error  # type: ignore[method-assign]
 

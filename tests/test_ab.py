@@ -68,6 +68,57 @@ def test_git_refs_become_temporary_worktrees_and_are_removed(tmp_path):
         temporary_checkouts(repo, {"base": "no-such-ref"})
 
 
+def tiny_checkout(folder: Path, init: str) -> Path:
+    """A checkout whose fp8bench package is ``init`` and a ``cli.main`` that measures nothing (no torch import)."""
+    (folder / "fp8bench").mkdir(parents=True)
+    (folder / "pyproject.toml").write_text("[project]\nname = 'fp8bench'\n")
+    (folder / "fp8bench" / "__init__.py").write_text(init)
+    (folder / "fp8bench" / "cli.py").write_text("def main(argv):\n    print('ran', argv)\n    return 0\n")
+    return folder
+
+
+def test_a_checkout_that_prints_while_importing_still_starts_its_worker(tmp_path):
+    """A print at import once landed on the protocol pipe before "ready" and escaped as a JSON error."""
+    worker = Worker(SideSpec("head", tiny_checkout(tmp_path / "c", "print('hello from import')\n")))
+    try:
+        assert worker.package == str(tmp_path / "c" / "fp8bench")
+    finally:
+        worker.close()
+
+
+def test_a_checkout_that_hangs_while_importing_is_stopped_within_the_start_limit(tmp_path):
+    checkout = tiny_checkout(tmp_path / "c", "import time\ntime.sleep(600)\n")
+    with pytest.raises(AbError, match="worker's start .* did not finish within 2 s; its worker .* was stopped"):
+        Worker(SideSpec("head", checkout), start_timeout_s=2)
+
+
+def test_a_worker_dies_with_its_parent(tmp_path):
+    """A parent killed without cleaning up (SIGKILL, a CI timeout) while its worker hangs importing leaves no worker
+    behind with parent 1."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "worker.pid"
+    checkout = tiny_checkout(tmp_path / "c", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+                                             "\ntime.sleep(600)\n")
+    script = ("import os, threading, time; from pathlib import Path; "
+              "from fp8bench.analysis.gate.ab import SideSpec, Worker; "
+              f"threading.Thread(target=Worker, args=(SideSpec('head', Path({str(checkout)!r})),), daemon=True).start(); "
+              f"[time.sleep(0.05) for _ in range(1200) if not os.path.exists({str(pid_file)!r})]; os._exit(0)")
+    subprocess.run([sys.executable, "-c", script], timeout=120, check=True)
+    pid = int(pid_file.read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    raise AssertionError(f"worker {pid} outlived its parent")
+
+
 def test_missing_plugin_module_is_named(monkeypatch):
     from fp8bench.core.plugins import load_all
 
@@ -85,6 +136,41 @@ def test_bad_invocations_are_harness_errors_not_inconclusive(tmp_path, capsys):
     assert "NOEQUALS" in capsys.readouterr().err
     assert main(["ab", "--base", str(ROOT), "--rounds", "ten", *RUN_ARGS]) == 3
     assert main(["gate", "only-one-argument"]) == 3
+
+
+def test_a_ref_that_git_would_read_as_an_option_and_a_huge_round_count_are_refused_up_front(tmp_path, capsys,
+                                                                                             monkeypatch):
+    import fp8bench.analysis.gate.ab as ab
+
+    def no_checkout(*args, **kwargs):  # nothing may reach git or allocate rounds before the refusal
+        raise AssertionError("reached git")
+
+    monkeypatch.setattr(ab, "temporary_checkouts", no_checkout)
+    assert main(["ab", "--base=--lock", "--out", str(tmp_path / "o"), *RUN_ARGS]) == 3
+    assert "--base '--lock' is no git ref or checkout" in capsys.readouterr().err
+    assert main(["ab", "--base", str(ROOT), "--rounds", "100000000", *RUN_ARGS]) == 3
+    assert "--rounds must be between 2 and 1000" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_git_ref_side_gets_an_absolute_out_folder_from_any_working_directory(tmp_path, monkeypatch):
+    """The worker of a git-ref side runs inside a temporary worktree: a relative --out would land there."""
+    import fp8bench.analysis.gate.ab as ab
+
+    seen = {}
+
+    def checkouts(repo, refs):
+        return {name: ROOT for name in refs}, lambda: None
+
+    def run_ab(base, head, run_args, folder, *args, **kwargs):
+        seen["folder"] = folder
+        raise ab.AbError("stop after the folder is known")
+
+    monkeypatch.setattr(ab, "temporary_checkouts", checkouts)
+    monkeypatch.setattr(ab, "run_ab", run_ab)
+    monkeypatch.chdir(tmp_path)
+    assert main(["ab", "--base", "HEAD", "--head", ".", "--out", "rel/out", *RUN_ARGS]) == 3
+    assert seen["folder"] == tmp_path / "rel" / "out" and seen["folder"].is_absolute()
 
 
 @pytest.mark.slow

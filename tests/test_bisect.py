@@ -127,7 +127,10 @@ def test_markdown_issue_body_and_kept_evidence(tmp_path):
     result = bisect(good, commits[-1], commits, Bench(commits, slow_from=11, broken=(7,)), 60)
     cases = ["gemm[m=8,n=8,k=8] bf16 torch cpu"]
     md = render_markdown(result, cases, ["--shape", "8x8x8"])
-    assert md.splitlines()[0] == marker(cases) and marker(cases) != marker(["other"])
+    g, b = result.good.sha, result.bad.sha
+    assert md.splitlines()[0] == marker(cases, g, b) and marker(cases, g, b) != marker(["other"], g, b)
+    # One marker per case set and range: two bisects that measured nothing do not share an issue.
+    assert marker([], g, b) != marker([], g, commits[-2].sha)
     assert "**REGRESSION** (exit 1)" in md and commits[11].sha in md and "1.500 [1.400, 1.600]" in md
     assert "does not build" in md and "fp8bench ab --base gggggggggggg --head 11cccccccccc" in md
     save_evidence(result, cases, ["--shape", "8x8x8"], tmp_path)
@@ -177,6 +180,23 @@ def _history_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_bisect_refuses_a_used_out_folder_and_a_markdown_link_before_any_probe(tmp_path, capsys):
+    """Stale round files in --out would be read as the bisect's own; a --markdown link would be written through."""
+    used = tmp_path / "used"
+    (used / "head").mkdir(parents=True)
+    (used / "head" / "round-001.json").write_text("{}")
+    args = ["bisect", "--repo", str(tmp_path), "--good", "HEAD~1", "--bad", "HEAD", "--", "--shape", "8x8x8"]
+    assert main([*args[:-3], "--out", str(used), *args[-3:]]) == 3
+    assert "is not a new or empty folder" in capsys.readouterr().err
+    target = tmp_path / "elsewhere.md"
+    target.write_text("keep me")
+    link = tmp_path / "issue.md"
+    link.symlink_to(target)
+    assert main([*args[:-3], "--out", str(tmp_path / "new"), "--markdown", str(link), *args[-3:]]) == 3
+    assert "issue.md" in capsys.readouterr().err and target.read_text() == "keep me"
+    assert not (tmp_path / "new").exists()
 
 
 @pytest.mark.slow

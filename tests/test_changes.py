@@ -137,8 +137,9 @@ def commit_of(night: int) -> str:
     return f"{night:07x}" + "0" * 33
 
 
-def nightly_store(path, n=24, slow_from=16, factor=1.3):
-    """A store of ``n`` nightly runs on one branch, one commit each; bf16 slows down from ``slow_from``."""
+def nightly_store(path, n=24, slow_from=16, factor=1.3, **bf16_fields):
+    """A store of ``n`` nightly runs on one branch, one commit each; bf16 slows down from ``slow_from``;
+    ``bf16_fields`` replace fields of every bf16 record."""
     store = open_store(path)
     rng = np.random.default_rng(11)
     run_ids = []
@@ -148,7 +149,7 @@ def nightly_store(path, n=24, slow_from=16, factor=1.3):
         for seq, (precision, base) in enumerate((("bf16", 1e-3), ("fp32", 2e-3))):
             level = base * (factor if precision == "bf16" and i >= slow_from else 1)
             rec = record(64, precision, list(level * np.exp(rng.normal(0, 0.01, 5))))
-            records.append({**rec, "seq": seq})
+            records.append({**rec, "seq": seq, **(bf16_fields if precision == "bf16" else {})})
         run = {"run_id": run_id, "started_at": f"2026-03-{1 + i:02d}T02:00:00+00:00", "status": "complete",
                "git": {"commit": commit_of(i), "branch": "main", "dirty": False, "first_parent_depth": 100 + i},
                "host": {"alias": "h"}, "device": {"name": "Test CPU"}, "device_spec": "cpu",
@@ -185,6 +186,26 @@ def test_changes_verb_lists_the_regression_and_fails_on_new(tmp_path, capsys):
     assert "no such run" in capsys.readouterr().err
     assert main(["changes", "--store", store, "--precision", "fp32", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["changes"] == 0
+
+
+def test_a_stored_command_with_an_unbalanced_quote_does_not_stop_the_nightly_chain(tmp_path, capsys):
+    """The bisect command comes from the record's typed fields, never from its stored text."""
+    runs = nightly_store(tmp_path / "store", repro="fp8bench run --workload 'gemm; touch /tmp/pwned")
+    assert main(["changes", "--store", str(tmp_path / "store"), "--fail-on-new", runs[17], "--json"]) == 1
+    [new] = json.loads(capsys.readouterr().out)["new"]
+    assert new["bisect_argv"] == ["fp8bench", "bisect", "--good", commit_of(15), "--bad", commit_of(16), "--",
+                                  "--workload", "gemm", "--shape", "m=64,n=64,k=64", "--precision", "bf16",
+                                  "--backend", "torch", "--device", "cpu"]
+    assert "touch" not in new["bisect_command"]
+
+
+def test_a_record_whose_field_is_no_flag_value_is_named_and_the_others_proceed(tmp_path, capsys):
+    runs = nightly_store(tmp_path / "store", device="cpu`;touch /tmp/pwned;`", slow_from=16)
+    assert main(["changes", "--store", str(tmp_path / "store"), "--fail-on-new", runs[17], "--json"]) == 1
+    captured = capsys.readouterr()
+    [new] = json.loads(captured.out)["new"]
+    assert new["bisect_argv"] is None and new["bisect_command"] is None
+    assert "no bisect for gemm[m=64,n=64,k=64] bf16" in captured.err and "field 'device'" in captured.err
 
 
 def test_changes_verb_says_when_the_history_is_too_short_to_judge(tmp_path, capsys):

@@ -45,7 +45,9 @@ def two_runs(tmp_path_factory):
                      "torch", "emulated", "--budget", "10", "--no-phases", "--no-energy", "--results-dir",
                      str(results), "--json"])
         assert code == 0, out.getvalue()
-        ids.append(sorted(p.stem for p in (results / "runs").glob("*.json"))[-1])
+        # The run just written: ids of one second differ only in a random suffix, so never the last in sort order.
+        [new] = {p.stem for p in (results / "runs").glob("*.json")} - set(ids)
+        ids.append(new)
     return results, ids
 
 

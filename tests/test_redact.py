@@ -96,3 +96,12 @@ def test_dashboard_sidebar_and_error_show_no_password(monkeypatch):
     shown = [as_read(v) for v in [c.value for c in at.sidebar.caption] + [e.value for e in at.error]]
     assert any("127.0.0.1" in s for s in shown) and at.error  # the store and why it failed are shown...
     assert not any(SECRET in s for s in shown)  # ...without the password
+
+
+@pytest.mark.parametrize("args", [["changes", "--sotre", REFUSING], ["changes", "--alert-nights", REFUSING],
+                                  ["gate", "--base", "x.json", "--candidate", "y.json", "--stroe", REFUSING]])
+def test_a_usage_error_never_echoes_the_password_of_the_argument_it_quotes(capsys, args):
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code != 0 and "error:" in err
+    assert SECRET not in err and "***" in err

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import shlex
 
+import pytest
+
 from fp8bench.analysis.gate.verdicts import GateConfig, gate, render_markdown
 from fp8bench.cli import main
 from fp8bench.core.repro import frame_commands, repro_command, repro_of
@@ -55,7 +57,8 @@ def test_records_written_before_commands_were_stored_get_the_same_one():
     derived = repro_of(rec, {"settings": settings})
     assert derived == ("fp8bench run --workload gemm --shape m=8,n=8,k=8 --precision bf16 --backend torch --device cpu "
                        "--min-samples 10 --target-rse 0.005 --max-time 0.5 --budget 2 --no-phases")
-    assert repro_of({**rec, "repro": "stored text"}, {"settings": settings}) == "stored text"
+    # A stored command is never shown: the command is derived again from the typed fields.
+    assert repro_of({**rec, "repro": "stored text"}, {"settings": settings}) == derived
     assert repro_of(rec, None).startswith("fp8bench run --workload gemm")
 
 
@@ -78,3 +81,60 @@ def test_the_gate_report_gives_each_slower_case_its_command():
     assert "Reproduce a regressed case:" in md
     assert "fp8bench run --workload gemm --shape m=64,n=64,k=64 --precision bf16 --backend torch --device cpu" in md
     assert "--precision fp32" not in md
+
+
+# --- records from someone else: a run file or store is input, and its commands are pasted by people -----------
+
+HOSTILE_REPRO = "fp8bench run --workload gemm; touch /tmp/pwned-x; echo $(touch /tmp/pwned-y)"
+
+
+def pasteable(md: str) -> list[str]:
+    """The lines of a report's fenced code blocks: what people copy into a shell."""
+    out, inside = [], False
+    for line in md.splitlines():
+        if line.strip().startswith("```"):
+            inside = not inside
+        elif inside:
+            out.append(line.strip())
+    return out
+
+
+def _regressed_report(slow_record: dict) -> dict:
+    fast, slow = [1e-3 * (1 + 0.001 * i) for i in range(20)], [2e-3 * (1 + 0.001 * i) for i in range(20)]
+    base = payload("b", [{**slow_record, "samples_s": fast, "median_s": fast[10]}])
+    cand = payload("c", [{**slow_record, "samples_s": slow, "median_s": slow[10]}])
+    return gate([base], [cand], GateConfig())
+
+
+def test_a_stored_command_is_never_what_a_report_shows():
+    report = _regressed_report({**record(64, "bf16", [1e-3]), "repro": HOSTILE_REPRO})
+    md = render_markdown(report)
+    assert "touch" not in md and "$(" not in md
+    [shown] = pasteable(md)
+    assert shown.startswith("fp8bench run --workload gemm --shape m=64,n=64,k=64")
+    assert "fp8bench run --workload gemm --shape m=64,n=64,k=64 --precision bf16 --backend torch --device cpu" in md
+
+
+@pytest.mark.parametrize("field, value", [
+    ("device", "cuda:0`;touch /tmp/pwned;`"),
+    ("precision", "bf16; touch /tmp/pwned"),
+    ("backend", "torch\x1b[2K\rfp8bench run"),  # a terminal escape that hides what precedes it
+    ("workload", "gemm\x1b]52;c;dG91Y2ggL3RtcC9wd25lZA==\x07"),  # OSC 52: writes the clipboard
+    ("shape", {"m": "64 --out /etc/passwd", "n": 64, "k": 64}),
+])
+def test_a_field_that_is_no_flag_value_gives_no_command_and_names_the_field(field, value):
+    rec = {**record(64, "bf16", [1e-3]), field: value}
+    cmd = repro_of(rec, {"settings": {}})
+    assert cmd.startswith("# no command: field ") and repr(field) in cmd
+    assert "touch" not in cmd and "\x1b" not in cmd and "passwd" not in cmd
+    md = render_markdown(_regressed_report(rec))
+    assert "\x1b" not in md and "\x07" not in md
+    [shown] = pasteable(md)
+    assert shown == cmd
+    shlex.split(cmd)  # what is shown parses as a shell line (a comment)
+
+
+def test_a_control_character_in_a_setting_gives_no_command():
+    cmd = repro_of(record(64, "bf16", [1e-3]), {"settings": {"amax_compute_algo": "max\x1b[2J"}})
+    assert cmd == "# no command: field 'amax_compute_algo' is not a finite number or a name"
+    assert repro_of(record(64, "bf16", [1e-3]), {"settings": {"budget_s": float("nan")}}).startswith("# no command")

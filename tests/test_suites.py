@@ -66,3 +66,18 @@ def test_an_entry_without_shapes_runs_the_workloads_default(tmp_path):
     path.write_text("cases:\n  - workload: gemm\n  - workload: transformer_step\n    precisions: [bf16]\n")
     gemm, step = load_suite(str(path)).entries
     assert gemm.shapes == ["1024x1024x1024"] and step.shapes == ["tiny"]
+
+
+def test_a_suite_whose_aliases_expand_past_the_bound_is_refused_before_expanding(tmp_path):
+    """Nine levels of nine aliases: 300 bytes that stand for 9**7 (4.8 million) strings once expanded."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 7)]
+    lines.append("cases: [{workload: gemm, shapes: *a6}]")
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SuiteError, match="expand to more than 100,000 YAML nodes"):
+        load_suite(str(path))
+    recursive = tmp_path / "recursive.yaml"
+    recursive.write_text("cases: &x [*x]\n")
+    with pytest.raises(SuiteError, match="refers to a node that contains it"):
+        load_suite(str(recursive))

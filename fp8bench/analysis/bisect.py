@@ -47,7 +47,9 @@ from typing import IO, Any
 from fp8bench.analysis.gate.ab import AbError, SideSpec, Worker, checkout_ref, remove_checkout
 from fp8bench.analysis.gate.sequential import SequentialConfig, run_sequential
 from fp8bench.analysis.gate.verdicts import GateConfig
-from fp8bench.core.escaping import md_code, md_text
+from fp8bench.core.commits import user_ref
+from fp8bench.core.escaping import md_code, md_code_block, md_text
+from fp8bench.core.repro import UnsafeField, no_command, shell_line
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 
 # Outcomes of one probe. "skip": it could not be measured (does not build, does not import, a round failed).
@@ -128,6 +130,10 @@ def git(repo: Path, *args: str) -> str:
 
 
 def resolve(repo: Path, ref: str) -> Commit:
+    try:
+        user_ref(ref, "ref")
+    except ValueError as exc:
+        raise BisectError(str(exc)) from None
     sha = git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
     return Commit(sha, git(repo, "log", "-1", "--format=%s", sha))
 
@@ -337,9 +343,10 @@ def probe_from_report(commit: Commit, report: dict[str, Any], seconds: float, fo
 
 
 # -- reports ------------------------------------------------------------------------------------------------------
-def marker(cases: Sequence[str]) -> str:
-    """The hidden first line of a bisect's issue body: one issue per regressed case set."""
-    digest = hashlib.sha256("\n".join(sorted(cases)).encode()).hexdigest()[:16]
+def marker(cases: Sequence[str], good: str, bad: str) -> str:
+    """The hidden first line of a bisect's issue body: one issue per regressed case set and commit range (so a
+    bisect that measured no case still has a marker of its own)."""
+    digest = hashlib.sha256("\n".join([good, bad, *sorted(cases)]).encode()).hexdigest()[:16]
     return f"{MARKER_PREFIX}{digest} -->"
 
 
@@ -354,9 +361,12 @@ def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequen
     """An issue body: the finding, the command that reproduces the measurement, then every probe."""
     ev = result.evidence()
     # A fenced block (nothing in it renders, so nothing needs escaping but a fence): the A/B that shows the step.
-    again = shlex.join(["fp8bench", "ab", "--base", result.good.sha[:12], "--head",
-                        (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
-    lines = [marker(cases), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
+    try:
+        again = shell_line(["fp8bench", "ab", "--base", result.good.sha[:12], "--head",
+                            (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
+    except UnsafeField as exc:
+        again = no_command(str(exc))
+    lines = [marker(cases, result.good.sha, result.bad.sha), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
     if result.first_bad is not None:
         lines += [f"First slower commit: {md_code(result.first_bad.sha)} {md_text(result.first_bad.subject)}", "",
                   f"Ratio to good {md_code(result.good.sha[:12])}: {_ratio(ev)} (geometric mean of per-round "
@@ -369,7 +379,7 @@ def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequen
               f"Range: {md_code(result.good.sha[:12])} (good) .. {md_code(result.bad.sha[:12])} (bad), "
               f"{len(result.commits)} commit(s); {len(result.probes)} probe(s), {result.rounds} round(s), "
               f"{result.seconds:.0f} s.", "",
-              "Measure it again:", "", "```bash", again.replace("`", "'").replace("\n", " "), "```", "",
+              "Measure it again:", "", *md_code_block(again), "",
               "| commit | subject | outcome | ratio [interval] | rounds | s | why |", "|---|---|---|---|---|---|---|"]
     for p in result.probes:
         lines.append(f"| {md_code(p.commit[:12])} | {md_text(p.subject)} | {p.outcome} | {_ratio(p)} | {p.rounds} | "

@@ -147,6 +147,11 @@ def _sequential(args: argparse.Namespace, seq: Any, roots: dict[str, Path], envs
                              round_timeout_s=args.round_timeout)
 
 
+# Each round runs both sides once: a thousand rounds of even a one-second suite is over half an hour, and a count far
+# above it is a typo (it would allocate per-round bookkeeping before measuring anything).
+MAX_ROUNDS = 1000
+
+
 def _is_checkout(text: str) -> bool:
     return (Path(text) / "pyproject.toml").is_file()
 
@@ -174,6 +179,18 @@ def _round_progress(progress: StepProgress, rounds: int, err: Console,
     return on_round, on_rerun
 
 
+def _check_rounds_and_sides(args: argparse.Namespace) -> None:
+    """Refuse, before anything starts, a round count out of range and a side git would read as an option."""
+    from fp8bench.core.commits import user_ref
+
+    if not 2 <= args.rounds <= MAX_ROUNDS:
+        raise UsageError(f"--rounds must be between 2 and {MAX_ROUNDS} (10 or more to gate reliably), got "
+                         f"{args.rounds}")
+    for flag, side in (("--base", args.base), ("--head", args.head)):
+        if not _is_checkout(side):
+            user_ref(side, flag)
+
+
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -185,12 +202,13 @@ def execute(args: argparse.Namespace) -> int:
         if not run_args:
             raise UsageError("give the cases after `--`, e.g. `fp8bench ab --base origin/main -- --suite ci`")
         seq = sequential_config(args)
-        if args.rounds < 2:
-            raise UsageError(f"--rounds must be >= 2 (10 or more to gate reliably), got {args.rounds}")
+        _check_rounds_and_sides(args)
         config = gate_config(args)
         envs = {"base": _env(args.base_env, "--base-env"), "head": _env(args.head_env, "--head-env")}
         results = args.results_dir or default_results_dir()
-        folder = args.out or results / "ab" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        # Absolute: each side's worker runs in its own checkout (a temporary worktree for a git ref), and must write
+        # its rounds where this process reads them.
+        folder = (args.out or results / "ab" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")).absolute()
         if seq is None:
             check_outputs(folder, args.rounds, args.force)
         else:

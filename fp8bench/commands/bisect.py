@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +35,11 @@ Every probe imports its commit's code from its worktree into this Python environ
 virtual environment; the default --setup only byte-compiles the checkout. This assumes the commits run with the
 dependencies installed here; give a --setup that installs them if the range changes them. For a repository of
 custom kernels loaded as a plugin, give --plugin MODULE: both sides load it from their own worktree.
+
+Every probed commit's code (its --setup, its imports, its kernels) runs as you, with your rights: bisect only a
+range of commits you would run yourself. Run it as a user, or in a container, that can write nothing you keep.
+--out must be a new or empty folder (every round file in it is read as this bisect's own); --markdown refuses a
+link and an existing file unless --force.
 
 examples:
   fp8bench bisect --good v1.2 --bad main -- --shape 256x256x256 --precision bf16 --backend torch
@@ -71,16 +77,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--round-timeout", type=positive_seconds("--round-timeout"), default=3600.0, metavar="SECONDS",
                    help="a side's round that takes longer fails that probe (default 3600)")
     p.add_argument("--out", type=Path, default=None,
-                   help="folder of round files and reports (default RESULTS/bisect/TIME)")
+                   help="a new or empty folder for round files and reports (default RESULTS/bisect/TIME-ID)")
     p.add_argument("--markdown", type=Path, default=None, metavar="FILE",
                    help="also write the finding as a GitHub issue body (its first line is a marker the nightly "
                         "workflow finds the issue by)")
+    p.add_argument("--force", action="store_true", help="let --markdown replace an existing file")
     p.add_argument("--results-dir", type=Path, default=None,
                    help="where the finding is kept for `changes` and the dashboard (default ./results or "
                         "$FP8BENCH_RESULTS_DIR)")
     add_gate_flags(p)
     add_json_flag(p)
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="-- then arguments for `fp8bench run`")
+
+
+def check_outputs(folder: Path, markdown: Path | None, force: bool) -> None:
+    """Refuse, before any probe, an --out that holds anything (every round file in it would be read as this
+    bisect's own) and a --markdown the safe-write rules refuse (a link, a device, an existing file without --force)."""
+    from fp8bench.results.runfile import check_writable
+
+    if folder.is_symlink() or (folder.exists() and (not folder.is_dir() or any(folder.iterdir()))):
+        raise UsageError(f"--out {folder} is not a new or empty folder: bisect reads every round file in its folder "
+                         "as its own; give a new --out")
+    if markdown is not None:
+        check_writable(markdown, force, "the Markdown body", "--markdown")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -104,13 +123,16 @@ def execute(args: argparse.Namespace) -> int:
         if args.min_rounds < 3:
             raise UsageError(f"--min-rounds must be >= 3, got {args.min_rounds}")
         config = gate_config(args)
+        results = args.results_dir or default_results_dir()
+        # Absolute: each probed commit's worker runs in its own worktree and must write where this process reads.
+        folder = (args.out or results / "bisect" /
+                  f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}").absolute()
+        check_outputs(folder, args.markdown, args.force)
         repo = args.repo.resolve()
         good, bad, commits = commits_between(repo, args.good, args.bad)
-    except (UsageError, ValueError, BisectError) as exc:
+    except (UsageError, ValueError, BisectError) as exc:  # RunFileError is a ValueError
         print(f"fp8bench bisect: error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
-    results = args.results_dir or default_results_dir()
-    folder = args.out or results / "bisect" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     steps = max(1, (len(commits)).bit_length())
     if not args.json:
         err.print(f"bisect: {len(commits)} commit(s) after good {good.sha[:12]} up to bad {bad.sha[:12]}; about "
@@ -144,14 +166,16 @@ def report(result: Any, cases: list[str], run_args: list[str], folder: Path, res
     import json
 
     from fp8bench.analysis.bisect import render_markdown, save_evidence
+    from fp8bench.results.runfile import write_user_file
 
     folder.mkdir(parents=True, exist_ok=True)
     md = render_markdown(result, cases, run_args)
-    (folder / "bisect.md").write_text(md)
+    write_user_file(folder / "bisect.md", md.encode(), False, "the bisect report")
     payload = {"cases": cases, "run_args": run_args, **result.to_dict()}
-    (folder / "bisect.json").write_text(json.dumps(payload, indent=1, default=str))
+    write_user_file(folder / "bisect.json", json.dumps(payload, indent=1, default=str).encode(), False,
+                    "the bisect report")
     if args.markdown:
-        args.markdown.write_text(md)
+        write_user_file(args.markdown, md.encode(), args.force, "the Markdown body", "--markdown")
     evidence = save_evidence(result, cases, run_args, results)
     ev = result.evidence()
     summary = {"verdict": result.verdict, "exit_code": result.exit_code, "reason": result.reason,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
 from fp8bench.commands.common import (
@@ -104,19 +105,19 @@ def evidence_dir(args: argparse.Namespace) -> Any:
     return args.results_dir or evidence_folder(store_target(args))
 
 
-def bisect_command(store: Any, alert: Any) -> str | None:
-    """``fp8bench bisect`` of an alert's range (last good .. first bad) for its case, with the case's command
-    from the first bad run's record (:mod:`fp8bench.core.repro`); None when the run or the record is not found."""
-    import shlex
-
+def bisect_command(store: Any, alert: Any) -> list[str] | None:
+    """The argument vector of ``fp8bench bisect`` over an alert's range (last good .. first bad) for its case, with
+    the case's ``fp8bench run`` arguments derived from the first bad run's record (:mod:`fp8bench.core.repro`,
+    never its stored text); None when the run or the record is not found, or a field of the record cannot be part
+    of a command (the record is named on stderr and the other alerts proceed)."""
+    from fp8bench.core.escaping import one_line
     from fp8bench.core.records import case_key
-    from fp8bench.core.repro import repro_argv, repro_of
+    from fp8bench.core.repro import UnsafeField, repro_argv, world_size_of
+    from fp8bench.results.store import StoreError
 
     c = alert.change
     if not (c.last_good_commit and c.first_bad_commit):
         return None
-    from fp8bench.results.store import StoreError
-
     try:
         payload = store.run_payload(c.first_bad_run)
     except StoreError:
@@ -124,10 +125,23 @@ def bisect_command(store: Any, alert: Any) -> str | None:
     record = next((r for r in payload["records"] if case_key(r) == c.case_key), None)
     if record is None:
         return None
-    argv = shlex.split(repro_of(record, payload["run"]))
-    run_args = argv[argv.index("run") + 1:] if "run" in argv else repro_argv(record, {})[2:]
-    return shlex.join(["fp8bench", "bisect", "--good", c.last_good_commit, "--bad", c.first_bad_commit, "--",
-                       *run_args])
+    try:
+        argv = repro_argv(record, payload["run"].get("settings"), world_size_of(record, payload["run"]))
+    except UnsafeField as exc:
+        print(f"fp8bench changes: no bisect for {one_line(c.case_key)} in run {one_line(c.first_bad_run)}: {exc}",
+              file=sys.stderr)
+        return None
+    return ["fp8bench", "bisect", "--good", c.last_good_commit, "--bad", c.first_bad_commit, "--",
+            *argv[argv.index("run") + 1:]]
+
+
+def _with_bisect(store: Any, alert: Any) -> dict[str, Any]:
+    """An alert for ``--json``: its bisect as an argument vector (run it without a shell: ``bisect_argv`` up to and
+    excluding ``--``, then the case's run arguments) and as one quoted line for people."""
+    from fp8bench.core.repro import shell_line
+
+    argv = bisect_command(store, alert)
+    return {**alert.to_dict(), "bisect_argv": argv, "bisect_command": shell_line(argv) if argv else None}
 
 
 def render(changes: list[Change], title: str, bisected: dict[int, str] | None = None) -> None:
@@ -184,7 +198,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**summary, "list": [{**c.to_dict(), "bisected_commit": bisected.get(id(c))} for c in shown],
                     "alert_list": [a.to_dict() for a in alerts],
-                    "new": [{**a.to_dict(), "bisect_command": bisect_command(store, a)} for a in new]})
+                    "new": [_with_bisect(store, a) for a in new]})
     else:
         if shown:
             render(shown, "Changes, newest first" if args.all else "Open regressions, newest first", bisected)

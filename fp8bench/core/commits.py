@@ -11,6 +11,9 @@ Links: ``--repo-url`` gives a template with ``{commit}`` (``https://git.example.
 repository address to which ``/commit/{commit}`` is appended (GitHub, GitLab and Gitea all serve that path);
 without it, the remote recorded with the run (``git.remote``, credentials removed), or the ``origin`` remote of
 the current checkout.
+
+A ref given on the command line (``ab --base``, ``bisect --good``) reaches git as an argument: one that begins with
+``-`` would be read as an option (``--lock`` leaves a locked worktree behind), so :func:`user_ref` refuses it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,14 @@ import urllib.parse
 import pandas as pd
 
 ORDER_COLUMNS = ("commit_depth", "commit_time", "run_started_at")
+
+
+def user_ref(ref: str, flag: str) -> str:
+    """``ref`` as given to ``flag``, refused (ValueError) when git would read it as an option or it is empty."""
+    if not ref or ref.startswith("-"):
+        raise ValueError(f"{flag} {ref!r} is no git ref or checkout: a ref cannot begin with '-' (give a branch, "
+                         "tag, commit or path)")
+    return ref
 
 
 def commit_order(frame: pd.DataFrame) -> pd.Series:

@@ -10,7 +10,9 @@ ingested, so each place that shows one passes it through the function for its me
   (U+2060) after the ``:`` of ``://``, between ``www`` and its dot, and after ``@``, because GitHub and remark-gfm
   find autolinks and ``@mentions`` in the text left *after* parsing, where escapes are gone.
   :func:`md_code` is a code span for identifiers such as case keys: a fence longer than any run of backticks in
-  the value, and ``|`` escaped, which GFM tables need even inside code.
+  the value, and ``|`` escaped, which GFM tables need even inside code. :func:`md_code_block` fences a command
+  to paste the same way, with a fence longer than any backtick run inside (CommonMark: a fence closes only on a run
+  at least as long), so the command is shown exactly as quoted, never rewritten.
 * **Spreadsheets** (CSV files): a cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is a
   formula to Excel, LibreOffice and Google Sheets (an ``=HYPERLINK(...)`` that leaks data when clicked).
   OWASP's rule (https://owasp.org/www-community/attacks/CSV_Injection) is to prefix such a text cell with a
@@ -66,6 +68,14 @@ def md_code(value: object) -> str:
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def md_code_block(text: str, info: str = "bash", indent: str = "") -> list[str]:
+    """``text`` (one line, no control characters: a shell-quoted command) as the lines of a fenced code block."""
+    if _CONTROL.search(text):
+        raise ValueError("a code block to paste must be one line without control characters")
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return [f"{indent}{fence}{info}", f"{indent}{text}", f"{indent}{fence}"]
 
 
 def term_text(value: object) -> str:

@@ -6,15 +6,23 @@ CUDA graphs, energy window). :func:`repro_command` writes those back as ``fp8ben
 pasting it into a shell measures the same case the same way (on whatever machine the shell is on). A collective
 measured by several ranks is started with ``torchrun --nproc-per-node N -m fp8bench run``.
 
-The command is stored in each record (``repro``) as the run writes it; records of older run files and stores
-have none, and readers derive it from the record and its run's settings (:func:`repro_of`), which give the same
-text.
+The command is stored in each record (``repro``) as the run writes it, for people reading the run file. Nothing
+fp8bench shows is ever that stored text: a run file or store can come from anyone (a pull request's head side
+writes its own records in CI), and a stored ``fp8bench run ...; touch X`` pasted from a report would run both. Every
+command shown to be pasted (gate reports, pull-request comments, ``changes --json``, bisect issue bodies, the
+dashboard) is derived again from the record's typed fields and its run's settings (:func:`repro_of`), and each
+field must have the form the command line itself accepts (a registered name, a device, integer shape values, finite
+numbers) before it is quoted: a field that does not raises :class:`UnsafeField` naming the field (never echoing
+its value), and displays then show :func:`no_command`, a shell comment, instead of a command. A quoted command is
+never rewritten after quoting.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Sampling policy keys of the run settings -> the `fp8bench run` flag that sets each.
@@ -30,50 +38,78 @@ SWITCHES = (("phases", False, "--no-phases"), ("flush_l2", False, "--no-l2-flush
             ("strict_clocks", True, "--strict-clocks"))
 
 
+# What a field may hold to become part of a command: the forms the command line accepts, and no other character.
+# Registered names (workloads, precisions, backends, formats, profilers, amax algorithms; plugins' names too).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
+_DEVICE = re.compile(r"(auto|cpu|cuda(:[0-9]+)?)\Z")
+_SHAPE = re.compile(r"[a-z_][a-z0-9_]*=[A-Za-z0-9_.+-]+(,[a-z_][a-z0-9_]*=[A-Za-z0-9_.+-]+)*\Z")
+
+
+class UnsafeField(ValueError):
+    """A record field that does not have the form its flag takes, so no command is made of it. The message names
+    the field and the accepted form, never the value (which may hold terminal escapes or shell syntax)."""
+
+
+def _checked(field: str, value: Any, pattern: re.Pattern[str], accepted: str) -> str:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise UnsafeField(f"field {field!r} is not {accepted}")
+    return value
+
+
 def shape_text(shape: Mapping[str, Any] | str) -> str:
     """``m=256,n=256,k=256``: the ``key=value`` form ``--shape`` takes for every workload (a store's shape column
-    already holds it)."""
-    if isinstance(shape, str):
-        return shape
-    return ",".join(f"{k}={v}" for k, v in shape.items())
+    already holds it). :class:`UnsafeField` for anything but lowercase keys and numbers or names as values."""
+    if not isinstance(shape, str):
+        shape = ",".join(f"{k}={v}" for k, v in shape.items())
+    return _checked("shape", shape, _SHAPE, "key=value pairs of numbers or names")
 
 
-def _number(value: Any) -> str:
-    return format(value, "g") if isinstance(value, float) else str(value)
+def _number(field: str, value: Any) -> str:
+    """A setting's value as its flag takes it: a finite number, or a registered name (``--amax-compute-algo``)."""
+    if isinstance(value, bool):
+        raise UnsafeField(f"field {field!r} is not a number")
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return format(value, "g") if isinstance(value, float) else str(value)
+    return _checked(field, value, _NAME, "a finite number or a name")
 
 
 def repro_argv(record: Mapping[str, Any], settings: Mapping[str, Any] | None, world_size: int = 1) -> list[str]:
-    """The argument vector (``fp8bench run ...`` or ``torchrun ... -m fp8bench run ...``) of one record."""
+    """The argument vector (``fp8bench run ...`` or ``torchrun ... -m fp8bench run ...``) of one record, each value
+    checked for the form its flag takes (:class:`UnsafeField` when one is not)."""
     settings = settings or {}
-    argv = ["fp8bench", "run"] if world_size <= 1 else ["torchrun", "--nproc-per-node", str(world_size), "-m",
+    argv = ["fp8bench", "run"] if world_size <= 1 else ["torchrun", "--nproc-per-node", str(int(world_size)), "-m",
                                                         "fp8bench", "run"]
-    argv += ["--workload", str(record["workload"]), "--shape", shape_text(record.get("shape") or {}),
-             "--precision", str(record["precision"]), "--backend", str(record["backend"]),
-             "--device", str(record.get("device") or settings.get("device") or "auto")]
+    names = "a registered name"
+    argv += ["--workload", _checked("workload", record.get("workload"), _NAME, names),
+             "--shape", shape_text(record.get("shape") or {}),
+             "--precision", _checked("precision", record.get("precision"), _NAME, names),
+             "--backend", _checked("backend", record.get("backend"), _NAME, names),
+             "--device", _checked("device", record.get("device") or settings.get("device") or "auto", _DEVICE,
+                                  "a device (auto, cpu, cuda, cuda:N)")]
     policy = settings.get("policy") or {}
     for key, flag in POLICY_FLAGS:
         if policy.get(key) is not None:
-            argv += [flag, _number(policy[key])]
+            argv += [flag, _number(key, policy[key])]
     for key, flag in VALUE_FLAGS:
         if settings.get(key) is not None:
-            argv += [flag, _number(settings[key])]
+            argv += [flag, _number(key, settings[key])]
     # The format as the run asked for it: none asked means each recipe's default, which the record's format is.
     fmt = settings.get("fp8_format") if "fp8_format" in settings else record.get("fp8_format")
     if fmt:
-        argv += ["--fp8-format", str(fmt)]
+        argv += ["--fp8-format", _checked("fp8_format", fmt, _NAME, names)]
     if record.get("accumulation"):
         argv += ["--fast-accum", "off" if record["accumulation"] == "full" else "on"]
     for key, needs, flag in SWITCHES:
         if key in settings and bool(settings[key]) == needs:
             argv.append(flag)
     if settings.get("profile"):
-        argv += ["--profile", str(settings["profile"])]
+        argv += ["--profile", _checked("profile", settings["profile"], _NAME, names)]
     return argv
 
 
 def repro_command(record: Mapping[str, Any], settings: Mapping[str, Any] | None, world_size: int = 1) -> str:
     """:func:`repro_argv` as one shell-quoted line."""
-    return shlex.join(repro_argv(record, settings, world_size))
+    return shell_line(repro_argv(record, settings, world_size))
 
 
 def world_size_of(record: Mapping[str, Any], run: Mapping[str, Any]) -> int:
@@ -85,13 +121,28 @@ def world_size_of(record: Mapping[str, Any], run: Mapping[str, Any]) -> int:
     return 1
 
 
+def no_command(reason: str) -> str:
+    """What a display shows in place of a command it cannot make: a shell comment, harmless if pasted."""
+    return f"# no command: {reason}"
+
+
 def repro_of(record: Mapping[str, Any], run: Mapping[str, Any] | None) -> str:
-    """A record's stored command, or the one derived from it and its run (records written before it was stored)."""
-    stored = record.get("repro")
-    if isinstance(stored, str) and stored:
-        return stored
+    """The command that measures ``record`` again, derived from its typed fields and its run's settings (the
+    stored ``repro`` text is never used: see the module docstring); :func:`no_command` when a field is unsafe."""
     run = run or {}
-    return repro_command(record, run.get("settings"), world_size_of(record, run))
+    try:
+        return repro_command(record, run.get("settings"), world_size_of(record, run))
+    except UnsafeField as exc:
+        return no_command(str(exc))
+
+
+def shell_line(argv: Sequence[str]) -> str:
+    """``argv`` as one shell-quoted line; :class:`UnsafeField` when an argument holds a control character (a
+    terminal would act on it even inside quotes)."""
+    for arg in argv:
+        if re.search(r"[\x00-\x1f\x7f-\x9f]", arg):
+            raise UnsafeField("an argument holds a control character")
+    return shlex.join(argv)
 
 
 # Columns of a store's record frame that the command is made of.

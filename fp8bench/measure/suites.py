@@ -63,6 +63,39 @@ def _names(value: Any, registry_names: list[str], what: str, origin: str) -> lis
     return value
 
 
+# Anchors and aliases let a few hundred bytes of YAML stand for billions of nodes once expanded (each alias of an
+# alias multiplies); a suite names a few thousand cases at most, so its expanded document is bounded.
+MAX_SUITE_NODES = 100_000
+
+
+def _bounded_yaml(text: str, path: Path) -> Any:
+    """``text`` parsed as YAML (safe types only), refused when its aliases expand past :data:`MAX_SUITE_NODES`."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    sizes: dict[int, int] = {}
+
+    def expanded(node: yaml.Node) -> int:  # nodes after expanding every alias; shared nodes are sized once
+        if sizes.get(id(node)) == 0:
+            raise SuiteError(f"suite {path}: an alias refers to a node that contains it")
+        if id(node) not in sizes:
+            sizes[id(node)] = 0  # being sized
+            children: list[yaml.Node] = []
+            if isinstance(node, yaml.SequenceNode):
+                children = node.value
+            elif isinstance(node, yaml.MappingNode):
+                children = [n for pair in node.value for n in pair]
+            sizes[id(node)] = 1 + sum(expanded(child) for child in children)
+        return sizes[id(node)]
+
+    try:
+        too_big = root is not None and expanded(root) > MAX_SUITE_NODES
+    except RecursionError:
+        raise SuiteError(f"suite {path}: nested too deeply") from None
+    if too_big:
+        raise SuiteError(f"suite {path}: its anchors and aliases expand to more than {MAX_SUITE_NODES:,} YAML "
+                         "nodes; a suite needs far fewer (write its lists out, or use shape_set)")
+    return yaml.safe_load(text)
+
+
 def load_suite(name_or_path: str) -> Suite:
     from fp8bench.workloads.shape_sets import shape_set
 
@@ -73,7 +106,7 @@ def load_suite(name_or_path: str) -> Suite:
         raise SuiteError(f"unknown suite {name_or_path!r}; built-in suites: {', '.join(sorted(builtins))}, "
                          "or give a path to a .yaml file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _bounded_yaml(path.read_text(), path)
     except (OSError, yaml.YAMLError) as exc:
         raise SuiteError(f"cannot read suite {path}: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):

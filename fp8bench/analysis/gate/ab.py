@@ -31,12 +31,24 @@ from pathlib import Path
 from typing import IO, Any
 
 from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, merge_rerun
+from fp8bench.core.commits import user_ref
 from fp8bench.core.redact import MASK
 from fp8bench.results.ingest import load_side
 
 # Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.
 _WORKER = r'''
-import contextlib, importlib.util, io, json, os, sys, tomllib, traceback
+import contextlib, ctypes, importlib.util, io, json, os, signal, sys, tomllib, traceback
+# Die with the parent (Linux: prctl PR_SET_PDEATHSIG = 1): a parent killed by SIGKILL or a CI timeout must not leave
+# this process running a round, or holding a worktree, with parent 1.
+with contextlib.suppress(Exception):
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before the call above took effect
+        sys.exit(1)
+# The protocol gets its own copy of stdout, before the checkout's code is imported; fd 1 then points at stderr, so
+# that anything else writing to stdout (a print at import, a C library, a stray print later) cannot corrupt it.
+proto = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
 root = sys.argv[1]
 with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
     cfg = tomllib.load(fh)
@@ -54,10 +66,6 @@ for name in sorted(dirs, key=lambda n: n.count(".")):
     if parent:
         setattr(sys.modules[parent], child, mod)
 from fp8bench.cli import main
-# The protocol gets its own copy of stdout; fd 1 then points at stderr, so that anything else writing to stdout
-# (a C library, a stray print) cannot corrupt the protocol lines.
-proto = os.fdopen(os.dup(1), "w")
-os.dup2(2, 1)
 print(json.dumps({"ready": True, "fp8bench": os.path.dirname(sys.modules["fp8bench"].__file__)}), file=proto,
       flush=True)
 for line in sys.stdin:
@@ -89,10 +97,16 @@ class SideSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
+# Seconds a worker may take to import its checkout's fp8bench (torch included) and say it is ready: a cold import
+# on a busy 2-core machine takes under a minute; a checkout that hangs at import must not hang the A/B or bisect.
+WORKER_START_TIMEOUT_S = 600.0
+
+
 class Worker:
     """A long-lived process running one side's fp8bench; one ``fp8bench run`` per :meth:`run` call."""
 
-    def __init__(self, side: SideSpec, python: str = sys.executable, stderr: IO[str] | None = None) -> None:
+    def __init__(self, side: SideSpec, python: str = sys.executable, stderr: IO[str] | None = None,
+                 start_timeout_s: float = WORKER_START_TIMEOUT_S) -> None:
         if not (side.root / "pyproject.toml").is_file():
             raise AbError(f"{side.name} checkout {side.root} has no pyproject.toml; give the project's root folder")
         env = {**os.environ, **side.env}
@@ -102,13 +116,14 @@ class Worker:
         self.side = side
         self.proc = subprocess.Popen([python, "-c", _WORKER, str(side.root)], cwd=side.root, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
-        hello = self._read()
+        hello = self._read(start_timeout_s, f"the {side.name} worker's start (importing {side.root})", "")
         if not hello.get("ready"):
             raise AbError(f"{side.name} worker did not start: {hello}")
         self.package = hello["fp8bench"]
 
-    def _read(self, timeout_s: float | None = None, what: str = "") -> dict[str, Any]:
-        """The worker's next protocol line; :class:`AbError` naming ``what`` when it takes over ``timeout_s``."""
+    def _read(self, timeout_s: float | None = None, what: str = "", flag: str = " (--round-timeout)") -> dict[str, Any]:
+        """The worker's next protocol line; :class:`AbError` naming ``what`` (and the ``flag`` that set the limit)
+        when it takes over ``timeout_s``, or when the line is not the protocol's."""
         assert self.proc.stdout is not None
         if timeout_s is not None:
             with selectors.DefaultSelector() as waiting:
@@ -116,13 +131,22 @@ class Worker:
                 if not waiting.select(timeout_s):
                     self.proc.kill()  # a hung side: its round fails, and the other side is not left waiting
                     self.proc.wait()
-                    raise AbError(f"{what} did not finish within {timeout_s:g} s (--round-timeout); its worker "
+                    raise AbError(f"{what} did not finish within {timeout_s:g} s{flag}; its worker "
                                   f"({self.side.root}) was stopped")
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait()
             raise AbError(f"{self.side.name} worker ({self.side.root}) exited with code {code}")
-        return json.loads(line)
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            reply = None
+        if not isinstance(reply, dict):
+            self.proc.kill()
+            self.proc.wait()
+            raise AbError(f"{self.side.name} worker ({self.side.root}) wrote {line[:80]!r} where a protocol line "
+                          "belongs; it was stopped")
+        return reply
 
     def run(self, run_args: Sequence[str], out: Path, timeout_s: float | None = None, what: str = "",
             force: bool = False) -> dict[str, Any]:
@@ -180,6 +204,10 @@ def run_rounds(workers: dict[str, Worker], run_args: Sequence[str], rounds: int,
 
 def checkout_ref(repo: Path, ref: str, into: Path) -> Path:
     """Check ``ref`` of the repository at ``repo`` out into a new detached worktree at ``into``."""
+    try:
+        user_ref(ref, "ref")
+    except ValueError as exc:
+        raise AbError(str(exc)) from None
     out = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(into), ref],
                          capture_output=True, text=True)
     if out.returncode != 0:

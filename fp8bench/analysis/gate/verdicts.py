@@ -63,7 +63,7 @@ from fp8bench.analysis.gate.metrics import (
 from fp8bench.analysis.select import timings_count
 from fp8bench.analysis.stats import RatioEstimate, benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.core.comparability import ComparabilityKey, comparability_key, describe_differences
-from fp8bench.core.escaping import md_code, md_text
+from fp8bench.core.escaping import md_code, md_code_block, md_text
 from fp8bench.core.noise import HostLoad, is_noisy, relative_spread, run_load
 from fp8bench.core.records import case_key
 from fp8bench.core.repro import repro_of
@@ -701,7 +701,7 @@ def _repro_lines(report: dict[str, Any]) -> list[str]:
         return []
     lines = ["", "Reproduce a regressed case:", ""]
     for case, cmd in commands:
-        lines += [f"- {md_code(case)}", "", "  ```bash", "  " + cmd.replace("`", "'").replace("\n", " "), "  ```"]
+        lines += [f"- {md_code(case)}", "", *md_code_block(cmd, indent="  ")]
     return lines
 
 

@@ -159,6 +159,29 @@ def no_host_sync(ctx: ProbeContext) -> ProbeResult:
     return ProbeResult(Outcome.HELD, f"{checked} pipelines' end-to-end and phase calls ran with no host sync")
 
 
+BITWISE_CALLS = (("gemm", "1024x1024x1024", "bf16"), ("gemm", "1024x1024x1024", "fp8_tensorwise"),
+                 ("attention", None, "bf16"), ("grouped_gemm", None, "bf16"))
+
+
+def bitwise_outputs(ctx: ProbeContext) -> ProbeResult:
+    """each pipeline declared bitwise returns the same bits on two calls with the same inputs"""
+    differing = []
+    for workload, shape, precision in BITWISE_CALLS:
+        pipeline = _pipeline(ctx, workload, shape, precision)
+        if not pipeline.returns.bitwise:
+            continue
+        as_output = pipeline.returns.as_output or (lambda value: value)
+        first, second = as_output(pipeline.end_to_end()), as_output(pipeline.end_to_end())
+        ctx.device.synchronize()
+        if not torch.equal(first, second):
+            share = (first != second).float().mean().item()
+            differing.append(f"{workload}/{precision}: {share:.2%} of elements differ")
+    if differing:
+        return ProbeResult(Outcome.FAILED, "declared bitwise but not: " + "; ".join(differing) + " (the output check "
+                           "would mark these cases invalid)")
+    return ProbeResult(Outcome.HELD, f"{len(BITWISE_CALLS)} pipelines returned identical bits twice")
+
+
 def graph_capture(ctx: ProbeContext) -> ProbeResult:
     """an FP8 GEMM and a BF16 training step (fused AdamW) capture in a CUDA graph and replay"""
     from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
@@ -385,6 +408,9 @@ CLAIMS: tuple[Claim, ...] = (
           "records of those backends", "kernels/", check="backend"),
     Claim("no_host_sync", "no timed call synchronizes the host with the device (checked without a GPU only by the "
           "phase audit's op list)", "every GPU time", "fp8bench/hardware/phase_audit.py", probe=no_host_sync),
+    Claim("bitwise_outputs", "GEMM, grouped GEMM and attention forward kernels return the same bits for the same "
+          "inputs (the output check compares them bitwise)", "invalid verdicts from the output check",
+          "fp8bench/measure/output_check.py", probe=bitwise_outputs),
     Claim("graph_capture", "an FP8 GEMM and a training step with the fused optimizer capture in a CUDA graph",
           "--cuda-graph records", "fp8bench/measure/cuda_graphs.py", probe=graph_capture),
     Claim("stream_overlap", "two streams of one device run concurrently (no single hardware queue)",

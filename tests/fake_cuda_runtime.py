@@ -29,6 +29,9 @@ Every rule encoded here is the vendor's, with its source:
   (901); waiting on or querying an event recorded during a capture fails with ``cudaErrorCapturedEvent`` (907). Work on
   another stream is not captured: torch's streams are created ``cudaStreamNonBlocking`` (c10/cuda/CUDAStream.cpp,
   ``kDefaultFlags``), so they take no implicit dependency on a capturing stream.
+* c10/cuda/CUDAEvent.h, ``CUDAEvent::record``: ``torch.cuda.Event()`` creates no CUDA event; the first ``record``
+  does (``createEvent``, i.e. ``cudaEventCreateWithFlags``), on the host, costing :data:`EVENT_CREATE_S`. An end
+  event first recorded after the call it times puts that creation into the sample.
 * c10/cuda/CUDAException.cpp, ``c10_cuda_check_implementation``, and c10/cuda/CUDAMiscFunctions.cpp: a failing CUDA
   call raises ``torch.AcceleratorError`` (a ``RuntimeError``) whose message starts ``CUDA error: <cudaGetErrorString>``
   and whose ``error_code`` is the ``cudaError_t`` (torch/csrc/Exceptions.cpp, ``_new_accelerator_error_object``).
@@ -72,6 +75,7 @@ from torch.overrides import TorchFunctionMode
 LAUNCH_S = 5e-6  # host seconds per eager kernel launch (Python dispatch + cudaLaunchKernel)
 GRAPH_LAUNCH_S = 5e-6  # host seconds per cudaGraphLaunch
 EVENT_RECORD_S = 1e-6  # host seconds per cudaEventRecord
+EVENT_CREATE_S = 3e-6  # host seconds per cudaEventCreateWithFlags (made on an event's first record)
 FLUSH_BYTES_PER_S = 3e12  # bytes per second the L2-flush kernel writes (HBM3 class)
 H100_L2_BYTES = 50 * 2**20  # NVIDIA H100 SXM5: 50 MB L2
 
@@ -179,6 +183,7 @@ class FakeEvent:
         self.device_index: int | None = None  # set by the first recording stream (CUDAEvent::createEvent)
         self.time_s: float | None = None
         self.in_capture = False
+        self.created = False  # c10's CUDAEvent creates the CUDA event lazily, on its first record
 
     def record(self, stream: FakeStream | None = None) -> None:
         if stream is None:
@@ -189,6 +194,10 @@ class FakeEvent:
             raise RuntimeError(f"Event device {self.device_index} does not match recording stream's device "
                                f"{stream.device_index}.")
         cuda = self._cuda
+        if not self.created:  # CUDAEvent::record: createEvent() on first use, on the recording host thread
+            self.created = True
+            cuda.host_s += EVENT_CREATE_S
+            cuda.events_created += 1
         cuda.host_s += EVENT_RECORD_S
         if stream.capture is not None:
             self.in_capture, self.time_s = True, None
@@ -345,6 +354,7 @@ class FakeCuda:
     streams: list[FakeStream] = field(default_factory=list)
     properties_read: list[int] = field(default_factory=list)  # device indices whose properties were queried
     graphs_reset: int = 0
+    events_created: int = 0  # cudaEventCreate calls made (first records)
     capturing: FakeGraph | None = None
     unstick: threading.Event = field(default_factory=threading.Event)  # set by a test to end a hang
     hung: bool = False  # a host wait on a held stream that nothing will ever release

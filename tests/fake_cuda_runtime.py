@@ -48,6 +48,20 @@ reaches it. Costs are illustrative orders of magnitude (microseconds per launch)
 relations they imply (launch gaps in eager timing, none in replays), never the constants themselves. Anything this
 fake does not model raises :class:`Unmodelled` rather than pretend.
 
+Device memory (PyTorch's caching allocator over ``cudaMalloc``)
+----------------------------------------------------------------
+:meth:`FakeCuda.alloc` stands for a tensor a call allocates (its output): a :class:`FakeBlock` that goes back to the
+cache when Python drops its last reference, as a tensor's storage does. The rules:
+
+* PyTorch's caching allocator (docs/source/notes/cuda.rst, "Memory management"; c10/cuda/CUDACachingAllocator.cpp,
+  ``DeviceCachingAllocator::malloc``: ``get_free_block`` first, ``alloc_block`` and so ``cudaMalloc`` only when no
+  cached block fits): a freed block is kept and handed to the next request of its size without any CUDA call; a
+  request that finds none calls ``cudaMalloc`` (counted in :attr:`FakeCuda.mallocs`).
+* CUDA C++ Programming Guide, "Implicit Synchronization" (Streams): two commands from different streams cannot run
+  concurrently if a device memory allocation is issued by the host between them. A ``cudaMalloc`` while a spin
+  kernel holds a stream therefore orders every later command, the release on the other stream included, after the
+  spin: the spin runs to its give-up (or forever, without one).
+
 Held streams (the ``blocked_stream`` timing mode, fp8bench/measure/blocking.py)
 -----------------------------------------------------------------------
 :class:`FakeStreamHold` stands for the Triton spin and release kernels. CUDA's rules for them: a stream runs its work
@@ -355,6 +369,9 @@ class FakeCuda:
     properties_read: list[int] = field(default_factory=list)  # device indices whose properties were queried
     graphs_reset: int = 0
     events_created: int = 0  # cudaEventCreate calls made (first records)
+    cached: dict[tuple[int, int], int] = field(default_factory=dict)  # (device, bytes) -> free cached blocks
+    mallocs: int = 0  # cudaMalloc calls (allocations no cached block served)
+    mallocs_while_held: int = 0  # of which, issued while a spin kernel held a stream of the device
     capturing: FakeGraph | None = None
     unstick: threading.Event = field(default_factory=threading.Event)  # set by a test to end a hang
     hung: bool = False  # a host wait on a held stream that nothing will ever release
@@ -479,6 +496,19 @@ class FakeCuda:
         self.drain(stream, spin.start_s + spin.give_up_s)
         self.host_s = max(self.host_s, stream.ready_s)
 
+    def alloc(self, nbytes: int, device: Any = None) -> FakeBlock:
+        """A device allocation of ``nbytes`` on ``device`` (module docstring, "Device memory")."""
+        index = self.index(device)
+        key = (index, int(nbytes))
+        if self.cached.get(key, 0) > 0:  # get_free_block: a cached block of the size, no CUDA call
+            self.cached[key] -= 1
+            return FakeBlock(self, key)
+        self.mallocs += 1  # alloc_block: cudaMalloc, an implicit synchronization
+        for stream in [s for s in self.streams if s.device_index == index and s.spin is not None]:
+            self.mallocs_while_held += 1
+            self.wait_for_spin(stream)
+        return FakeBlock(self, key)
+
     def item(self, device: Any = None) -> float:
         """``Tensor.item()`` of a CUDA tensor (aten/src/ATen/native/cuda/CUDAScalar.cu, ``_local_scalar_dense_cuda``):
         a pinned host buffer, then ``at::cuda::memcpy_and_sync``, a copy and a synchronize of the current stream;
@@ -521,6 +551,17 @@ class FakeCuda:
         # torch.cuda.graph.__enter__ empties the pinned-host cache too; the CPU build has no such binding.
         monkeypatch.setattr(torch._C, "_host_emptyCache", lambda: None, raising=False)
         return _DeviceAllocations(self)
+
+
+class FakeBlock:
+    """Device memory a call allocated: back to the allocator's cache when its last reference goes, as a tensor's
+    storage is (``CUDACachingAllocator::free`` keeps the block for reuse)."""
+
+    def __init__(self, cuda: FakeCuda, key: tuple[int, int]) -> None:
+        self._cuda, self._key = cuda, key
+
+    def __del__(self) -> None:
+        self._cuda.cached[self._key] = self._cuda.cached.get(self._key, 0) + 1
 
 
 @dataclass

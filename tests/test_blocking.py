@@ -22,17 +22,20 @@ from fake_cuda_runtime import (
     FakeStreamHold,
     Unmodelled,
 )
-from test_cuda_timing import GPU1, PHASE_S, POLICY, kernels_on
+from test_cuda_timing import GPU1, PHASE_S, POLICY, KernelChain, kernels_on
 
 import fp8bench.kernels  # noqa: F401 - sets TRITON_INTERPRET=1 on a machine without CUDA, before Triton is imported
 from fp8bench.core.comparability import comparability_key
 from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
+from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.core.records import case_key
 from fp8bench.measure import blocking
 from fp8bench.measure.blocking import BlockedStreamTimer, HoldTimedOut, held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import GraphCapturer
-from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings
 from fp8bench.measure.timing import CudaTimer, TimingMode, timing_mode_for
+from fp8bench.numerics.recipes import resolve_precision
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 FLUSH_S = 2 * H100_L2_BYTES / FLUSH_BYTES_PER_S
@@ -228,3 +231,34 @@ def test_blocked_stream_falls_back_on_the_cpu_and_without_triton(monkeypatch):
     assert timing_mode_for(Device("cpu"), False, True) is TimingMode.CPU
     with pytest.raises(ValueError, match="--cuda-graph and --blocked-stream are two ways"):
         timing_mode_for(GPU1, True, True)
+
+
+@pytest.fixture
+def allocating_case(fake_cuda, chain):
+    """A case whose timed call allocates its output (as every GEMM does) and whose output is checked after timing:
+    the check keeps the last output alive while the next call allocates its own."""
+    backend = Backend(name="test_fake_alloc", kind="custom", description="test backend that allocates its output")
+
+    @backend.builder(KernelChain.name)
+    def build(ctx):
+        def end_to_end():
+            out = ctx.inputs["x"].clone()  # the values (host floats) ...
+            out.storage_block = fake_cuda.alloc(4 * ctx.shape["n"])  # ... and the device memory they would take
+            fake_cuda.kernel(PHASE_S["a"], name="a")
+            return out
+
+        return Pipeline(end_to_end=end_to_end, phases={"a": end_to_end}, output=end_to_end)
+
+    BACKENDS.add(backend.name, backend)
+    yield Case(KernelChain.name, {"n": 8}, resolve_precision("bf16"), backend.name)
+    BACKENDS.remove(backend.name)
+
+
+def test_the_kept_output_allocates_in_warm_up_not_inside_a_held_sample(fake_cuda, fake_holds, allocating_case):
+    """Warm-up and the held trial run what the samples run (the call with its output kept), so the allocator's
+    second block is made before any hold; a cudaMalloc while held would make the spin give up (fake rule)."""
+    record = CaseMeasurer(settings(), GPU1).measure(allocating_case)
+    assert fake_cuda.mallocs_while_held == 0
+    assert record.status == "ok", record.reason
+    assert record.timing_mode == "blocked_stream"
+    assert fake_cuda.mallocs == 2  # the fresh output's block, then one for the kept output alongside it

@@ -214,8 +214,14 @@ def held_timer(device: Device, blocked_stream: bool, flush_l2: bool,
 def timer_for_calls(blocked: BlockedStreamTimer, fallback: Timer,
                     calls: Iterable[Callable[[], Any]]) -> tuple[Timer, TimingMode, str | None]:
     """The timer of one case: ``blocked`` when every call in ``calls`` runs held once (each such try is a warm-up
-    call, outside any sample), else ``fallback`` (``cuda_events``) and the note that says why."""
+    call, outside any sample), else ``fallback`` (``cuda_events``) and the note that says why.
+
+    Each call first runs once unheld: a phase the case's warm-up did not run makes its first allocations then, not
+    while a stream is held (a ``cudaMalloc`` synchronizes implicitly, and the spin would wait out its give-up)."""
     for call in calls:
+        with blocked.device.guard():
+            call()
+            blocked.device.synchronize()
         try:
             blocked.time(call)
         except HoldTimedOut as exc:

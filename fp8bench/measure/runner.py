@@ -428,11 +428,14 @@ class CaseMeasurer:
         # (fp8bench.measure.output_check).
         outputs = OutputWatch(pipeline.output, pipeline.end_to_end, self.graphs is not None,
                               deterministic(case.precision))
-        warm = self._warm_up(pipeline, deadline)
+        # Warm-up runs what the samples run (the call with its output kept), so the allocator holds every block
+        # the samples need before any sample, and no sample allocates (cudaMalloc synchronizes implicitly).
+        e2e = outputs.timed(pipeline.end_to_end)
+        warm = self._warm_up(e2e, deadline)
         if warm.over_budget:
             return self._base(case, seq, "skipped", warm.over_budget,
                               timing={"warmup_calls": warm.calls, "last_call_s": warm.last_call_s})
-        timed = self._time(pipeline, deadline, outputs)
+        timed = self._time(pipeline, e2e, deadline, outputs)
         timing: dict[str, Any] = {"warmup_s": warm.seconds, "warmup_calls": warm.calls, **{
             f"e2e_{k}": v for k, v in timed.e2e.summary().items() if k not in ("median_s", "n")}}
         if timed.e2e.over_budget:
@@ -466,7 +469,7 @@ class CaseMeasurer:
             return self._base(case, seq, "failed", oom)
         return None
 
-    def _warm_up(self, pipeline: Pipeline, deadline: float) -> _Warmup:
+    def _warm_up(self, e2e: Callable[[], Any], deadline: float) -> _Warmup:
         """Warm up: at least ``warmup_iters`` calls and ``warmup_s`` seconds, stopping early if one call is too
         slow for the samples to fit before ``deadline``."""
         s = self.settings
@@ -475,7 +478,7 @@ class CaseMeasurer:
         # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
         while agreed(self.timer, warm.calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s):
             t0 = time.monotonic()
-            pipeline.end_to_end()
+            e2e()
             self.device.synchronize()
             warm.last_call_s = time.monotonic() - t0
             warm.calls += 1
@@ -487,22 +490,23 @@ class CaseMeasurer:
         warm.seconds = time.monotonic() - warm_start
         return warm
 
-    def _time(self, pipeline: Pipeline, deadline: float, outputs: OutputWatch) -> _Timed:
-        """The timed samples: end to end first (in its share of the budget), then each phase until ``deadline``,
-        with clocks and throttle reasons polled through all of them; ``outputs`` keeps the last timed output."""
+    def _time(self, pipeline: Pipeline, e2e: Callable[[], Any], deadline: float, outputs: OutputWatch) -> _Timed:
+        """The timed samples: end to end first (``e2e``, the call as warmed up, in its share of the budget), then
+        each phase until ``deadline``, with clocks and throttle reasons polled through all of them; ``outputs``
+        keeps the last timed output."""
         s = self.settings
         e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
         # blocked_stream: each call is tried once held; a call that synchronizes sends the case to cuda_events.
         timer, timing_mode, mode_note = self.timer, self.timing_mode, self.blocked_note
         if self.blocked is not None:
             timer, timing_mode, mode_note = timer_for_calls(self.blocked, self.timer,
-                                                            [pipeline.end_to_end, *pipeline.phases.values()])
+                                                            [e2e, *pipeline.phases.values()])
         # GPUs: the SM clock and power read after every sample; a sample at a throttled clock is retaken.
         checked = self._clock_checked(timer)
         timer = checked or timer
         watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
         with watch:
-            e2e_call = self._timed_call("end_to_end", outputs.timed(pipeline.end_to_end))
+            e2e_call = self._timed_call("end_to_end", e2e)
             timed = _Timed(sample(e2e_call, timer, s.policy, e2e_deadline), e2e_call,
                            notes=[*pipeline.notes, *([mode_note] if mode_note else [])],
                            timing_mode=timing_mode.value)

@@ -39,6 +39,11 @@ Every rule encoded here is the vendor's, with its source:
   ``torch/_C/__init__.pyi``; absent from 2.4.1 to 2.7.1): before it the same check raised a plain ``RuntimeError``
   (``c10::Error``) with the same message, which :func:`cuda_error` makes with ``before_2_8=True``.
 
+* CUDA Runtime API, ``cudaError`` (group__CUDART__TYPES), ``cudaErrorIllegalAddress`` and ``cudaErrorLaunchFailure``:
+  after such a kernel fault the process is left in an inconsistent state, every later CUDA call returns the same
+  error, and only a new process can use the GPU again. :meth:`FakeCuda.fault` makes the context sticky: every later
+  launch, record, synchronize, allocation or read-back raises that error (:meth:`FakeCuda.check_context`).
+
 The simulated clock
 -------------------
 One host clock and, per stream, the time its queued work completes. An eager kernel launch costs the host
@@ -165,6 +170,7 @@ class FakeStream:
         self.ready_s = max(self.ready_s, other.ready_s)
 
     def synchronize(self) -> None:
+        self._cuda.check_context()
         if self.capture is not None:
             self.capture.invalidated = True
             raise cuda_error(CAPTURE_UNSUPPORTED)
@@ -208,6 +214,7 @@ class FakeEvent:
             raise RuntimeError(f"Event device {self.device_index} does not match recording stream's device "
                                f"{stream.device_index}.")
         cuda = self._cuda
+        cuda.check_context()
         if not self.created:  # CUDAEvent::record: createEvent() on first use, on the recording host thread
             self.created = True
             cuda.host_s += EVENT_CREATE_S
@@ -239,6 +246,7 @@ class FakeEvent:
         return stream is not None and stream.spin is not None and any(e is self for _, e, _ in stream.pending)
 
     def synchronize(self) -> None:
+        self._cuda.check_context()
         if self.in_capture:
             raise cuda_error(CAPTURED_EVENT)
         if self._held():
@@ -370,6 +378,7 @@ class FakeCuda:
     graphs_reset: int = 0
     events_created: int = 0  # cudaEventCreate calls made (first records)
     cached: dict[tuple[int, int], int] = field(default_factory=dict)  # (device, bytes) -> free cached blocks
+    sticky: int | None = None  # the cudaError_t of a kernel fault that broke the context (fault())
     mallocs: int = 0  # cudaMalloc calls (allocations no cached block served)
     mallocs_while_held: int = 0  # of which, issued while a spin kernel held a stream of the device
     capturing: FakeGraph | None = None
@@ -432,6 +441,7 @@ class FakeCuda:
 
     def synchronize(self, device: Any = None) -> None:
         """``cudaDeviceSynchronize`` on ``device``: refused while a stream of that device captures."""
+        self.check_context()
         index = self.index(device)
         if self.capturing is not None and self.capturing.device == index:
             self.capturing.invalidated = True
@@ -451,6 +461,7 @@ class FakeCuda:
     def kernel(self, seconds: float, device: Any = None, name: str = "kernel") -> None:
         """One op on a tensor of ``device`` (``None``: the current device, as ``device="cuda"`` tensors are): a
         kernel on that device's current stream, or a node of the capture running on it."""
+        self.check_context()
         index = self.index(device)
         stream = self.currents[index]
         self.host_s += LAUNCH_S
@@ -498,6 +509,7 @@ class FakeCuda:
 
     def alloc(self, nbytes: int, device: Any = None) -> FakeBlock:
         """A device allocation of ``nbytes`` on ``device`` (module docstring, "Device memory")."""
+        self.check_context()
         index = self.index(device)
         key = (index, int(nbytes))
         if self.cached.get(key, 0) > 0:  # get_free_block: a cached block of the size, no CUDA call
@@ -513,6 +525,7 @@ class FakeCuda:
         """``Tensor.item()`` of a CUDA tensor (aten/src/ATen/native/cuda/CUDAScalar.cu, ``_local_scalar_dense_cuda``):
         a pinned host buffer, then ``at::cuda::memcpy_and_sync``, a copy and a synchronize of the current stream;
         the synchronize is what CUDA refuses during a capture."""
+        self.check_context()
         stream = self.currents[self.index(device)]
         if stream.capture is not None:
             stream.capture.invalidated = True
@@ -520,6 +533,19 @@ class FakeCuda:
         self.wait_for_spin(stream)
         self.host_s = max(self.host_s, stream.ready_s)
         return 0.0
+
+    def fault(self, code: int = ILLEGAL_ADDRESS) -> None:
+        """A kernel of the current call faults (an illegal address, a launch failure): the error is raised now, and
+        the context stays broken for every later call (module docstring, sticky errors)."""
+        if code not in (ILLEGAL_ADDRESS, LAUNCH_FAILURE):
+            raise Unmodelled(f"a kernel fault with cudaError_t {code}")
+        self.sticky = code
+        raise cuda_error(code)
+
+    def check_context(self) -> None:
+        """Any CUDA call after a sticky fault returns that fault's error."""
+        if self.sticky is not None:
+            raise cuda_error(self.sticky)
 
     def ops(self, kind: str) -> list[Op]:
         return [op for op in self.log if op.kind == kind]

@@ -18,6 +18,7 @@ from fake_cuda_runtime import (
     FLUSH_BYTES_PER_S,
     GRAPH_LAUNCH_S,
     H100_L2_BYTES,
+    ILLEGAL_ADDRESS,
     LAUNCH_S,
     FakeCuda,
 )
@@ -253,6 +254,30 @@ def test_runner_measures_a_case_entirely_on_its_gpu(fake_cuda, chain):
     assert record.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
     assert record.phases == pytest.approx(PHASE_S, rel=1e-9)
     assert fake_cuda.current == 0
+
+
+def test_a_sticky_cuda_error_ends_the_device_for_the_rest_of_the_run(fake_cuda, chain):
+    """After an illegal address every CUDA call of the process fails with it (fake rule, CUDA Runtime API,
+    cudaErrorIllegalAddress): the later cases are recorded as not run, with the case that broke the context, never
+    as failures of their own carrying the first case's error."""
+    faulting = chain(name="test_fake_faulting")
+    backend = BACKENDS.get(faulting.backend)
+    build, supports = backend.builders[KernelChain.name]
+
+    def faulting_build(ctx):
+        pipeline = build(ctx)
+        return Pipeline(end_to_end=lambda: fake_cuda.fault(ILLEGAL_ADDRESS), phases=pipeline.phases,
+                        output=pipeline.output)
+
+    backend.builders[KernelChain.name] = (faulting_build, supports)
+    healthy = chain()
+    measurer = CaseMeasurer(settings(), GPU1)
+    first, second, third = (measurer.measure(case, seq=i) for i, case in enumerate([faulting, healthy, healthy]))
+    assert first.status == "failed" and "an illegal memory access was encountered" in first.reason
+    for later in (second, third):
+        assert (later.status, later.reason.split(":")[0]) == ("skipped", "not run")
+        assert later.reason.startswith("not run: CUDA context lost after case 0 (AcceleratorError: CUDA error: an "
+                                       "illegal memory access was encountered)")
 
 
 def test_runner_times_graph_replays_and_releases_the_graphs(fake_cuda, chain):

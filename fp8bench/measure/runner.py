@@ -48,7 +48,14 @@ from typing import Any
 import torch
 
 from fp8bench.core.devices import Device
-from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
+from fp8bench.core.pipeline import (
+    BuildContext,
+    Pipeline,
+    Unsupported,
+    first_line,
+    is_cuda_runtime_error,
+    is_out_of_memory,
+)
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.core.repro import repro_of
@@ -266,6 +273,7 @@ class CaseMeasurer:
         self.lockstep = hasattr(self.timer, "agree")
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
         self._refs: dict[tuple[str, str], torch.Tensor] = {}
+        self.context_lost: str | None = None  # why no later case can run on this device (lost_context)
 
     def _inputs_for(self, workload: str, shape: Shape) -> dict[str, torch.Tensor]:
         key = (workload, label(shape))
@@ -294,6 +302,8 @@ class CaseMeasurer:
         return case_record(case, self.device, seq, status, reason, **fields)
 
     def measure(self, case: Case, seq: int = 0) -> Record:
+        if self.context_lost is not None:  # every CUDA call of this process would fail with the same error
+            return self._base(case, seq, "skipped", self.context_lost)
         started = time.monotonic()
         with self.device.guard():
             try:
@@ -328,6 +338,7 @@ class CaseMeasurer:
             if is_out_of_memory(exc):  # free what the failed case cached, so the next case has the memory
                 torch.cuda.empty_cache()
                 return self._base(case, seq, "failed", f"out of memory on {self.device}: {first_line(exc)}")
+            self.context_lost = lost_context(self.device, seq, exc)
             tb = traceback.extract_tb(exc.__traceback__)[-1]
             return self._base(case, seq, "failed", f"{type(exc).__name__}: {exc} "
                               f"(at {Path(tb.filename).name}:{tb.lineno})")
@@ -599,6 +610,27 @@ class CaseMeasurer:
             numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
             scale_format=pipeline.scale_format, timing_mode=timed.timing_mode, discarded_samples=timed.discarded)
+
+
+def lost_context(device: Device, seq: int, exc: BaseException) -> str | None:
+    """The reason every later case of the process is not run, when case ``seq`` failed with a CUDA error that broke
+    the context; ``None`` when the device still works.
+
+    A kernel fault (an illegal address, a launch failure) is sticky: the CUDA Runtime API documents that the
+    process is left in an inconsistent state, every later CUDA call returns the same error, and only a new process
+    can use the device. Which errors are sticky is read from the device itself: after a CUDA error, one synchronize
+    either succeeds (the error was the failed call's alone) or fails again (the context is lost).
+    """
+    if not device.is_cuda or not is_cuda_runtime_error(exc):
+        return None
+    try:
+        device.synchronize()
+    except RuntimeError as again:
+        if is_cuda_runtime_error(again):
+            return (f"not run: CUDA context lost after case {seq} ({type(again).__name__}: {first_line(again)}); "
+                    "run the remaining cases in a new process")
+        raise
+    return None
 
 
 @dataclass

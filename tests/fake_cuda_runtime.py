@@ -44,6 +44,16 @@ Every rule encoded here is the vendor's, with its source:
   error, and only a new process can use the GPU again. :meth:`FakeCuda.fault` makes the context sticky: every later
   launch, record, synchronize, allocation or read-back raises that error (:meth:`FakeCuda.check_context`).
 
+* One hardware queue (``FakeCuda(hardware_queues=1)``). CUDA C++ Programming Guide, "CUDA Environment Variables":
+  ``CUDA_DEVICE_MAX_CONNECTIONS`` sets the number of work queues from the host to each device (default 8);
+  torch's streams are mapped onto those queues, and with one queue every stream's work is executed in the order
+  the host submitted it, whatever its stream (the false dependencies Hyper-Q was introduced to remove; Transformer
+  Engine's communication-overlap examples set it to 1). An MPS client can get the same (MPS documentation,
+  "Performance": fewer work queues per client). Here a kernel submitted on any stream while a spin kernel holds
+  a stream of the device queues behind that spin, the release included: the spin runs to its give-up.
+  (``CUDA_LAUNCH_BLOCKING=1``, which makes each launch wait for its kernel, is refused by name before any spin is
+  launched and is not modelled.)
+
 The simulated clock
 -------------------
 One host clock and, per stream, the time its queued work completes. An eager kernel launch costs the host
@@ -368,6 +378,7 @@ class FakeCuda:
     """The fake runtime: ``device_count`` GPUs (H100-like properties), one host thread."""
 
     device_count: int = 2
+    hardware_queues: int = 8  # work queues per device (CUDA_DEVICE_MAX_CONNECTIONS); 1: streams serialize
     l2_bytes: int = H100_L2_BYTES
     name: str = "NVIDIA H100 80GB HBM3"
     host_s: float = 0.0
@@ -471,8 +482,9 @@ class FakeCuda:
             stream.capture.nodes.append((name, seconds))
             self.log.append(Op("captured", index, stream.stream_id, name))
             return
-        if stream.spin is not None:
-            stream.pending.append(("kernel", name, seconds))
+        held = stream if stream.spin is not None else self.queue_blocker(index)
+        if held is not None:
+            held.pending.append(("kernel", name, seconds))
             return
         start = max(stream.ready_s, self.host_s)
         stream.ready_s = start + seconds
@@ -533,6 +545,12 @@ class FakeCuda:
         self.wait_for_spin(stream)
         self.host_s = max(self.host_s, stream.ready_s)
         return 0.0
+
+    def queue_blocker(self, index: int) -> FakeStream | None:
+        """With one hardware queue, the held stream of device ``index`` that every later submission waits behind."""
+        if self.hardware_queues > 1:
+            return None
+        return next((s for s in self.streams if s.device_index == index and s.spin is not None), None)
 
     def fault(self, code: int = ILLEGAL_ADDRESS) -> None:
         """A kernel of the current call faults (an illegal address, a launch failure): the error is raised now, and
@@ -628,6 +646,11 @@ class FakeStreamHold:
 
     def release(self, generation: int) -> None:
         cuda = self.cuda
+        blocker = cuda.queue_blocker(self.device)
+        if blocker is not None:  # one hardware queue: the release waits behind the spin it should end
+            cuda.host_s += LAUNCH_S
+            blocker.pending.append(("kernel", "release", 0.0))
+            return
         cuda.host_s += LAUNCH_S
         at = max(self.side.ready_s, cuda.host_s)
         self.side.ready_s = at

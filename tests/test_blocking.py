@@ -262,3 +262,31 @@ def test_the_kept_output_allocates_in_warm_up_not_inside_a_held_sample(fake_cuda
     assert record.status == "ok", record.reason
     assert record.timing_mode == "blocked_stream"
     assert fake_cuda.mallocs == 2  # the fresh output's block, then one for the kept output alongside it
+
+
+# -- two streams that cannot run side by side ------------------------------------------------------------------------
+@pytest.mark.parametrize("variable", ["CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING"])
+def test_an_environment_that_serializes_streams_is_refused_before_any_spin(fake_cuda, fake_holds, chain,
+                                                                           monkeypatch, variable):
+    """With one hardware queue (fake rule) the release queues behind the spin it should end; with blocking launches
+    the spin's own launch waits for it. Either way every hold would wait out the give-up: refused by name, at once."""
+    fake_cuda.hardware_queues = 1
+    monkeypatch.setenv(variable, "1")
+    record = CaseMeasurer(settings(), GPU1).measure(chain())
+    assert sum(h.holds for h in fake_holds) == 0  # no spin launched, none waited out
+    assert record.status == "ok" and record.timing_mode == "cuda_events"
+    assert any(n.startswith(f"timed with cuda_events, not blocked_stream: {variable}=1 ") for n in record.notes), \
+        record.notes
+
+
+def test_streams_that_do_not_overlap_are_found_once_and_named(fake_cuda, fake_holds, chain):
+    """One hardware queue without the variable that says so (an MPS client): an empty held call, before any case,
+    shows that the release cannot reach the spin; the reason says so, not that the call synchronizes."""
+    fake_cuda.hardware_queues = 1
+    measurer, case = CaseMeasurer(settings(), GPU1), chain()
+    records = [measurer.measure(case, seq=i) for i in range(2)]
+    assert sum(h.holds for h in fake_holds) == 1  # the one probe: no case waits out a spin
+    for record in records:
+        assert record.status == "ok" and record.timing_mode == "cuda_events"
+        assert any(n.startswith("timed with cuda_events, not blocked_stream: a release on a second stream did not "
+                                "reach the held stream") for n in record.notes), record.notes

@@ -51,7 +51,8 @@ GPU here: the seconds one poll takes on a GPU, and so the time :data:`SPIN_MAX_C
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -184,11 +185,43 @@ class BlockedStreamTimer(CudaTimer):
             return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
 
+# Environment variables under which two streams of a device never run side by side, so the release (on a second
+# stream) could only run after the spin it should end: CUDA C++ Programming Guide, "CUDA Environment Variables".
+SERIALIZING_ENVIRONMENT = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": "gives each device one hardware queue, which runs every stream's work in the "
+                                   "order it was submitted",
+    "CUDA_LAUNCH_BLOCKING": "makes every kernel launch wait until its kernel ends",
+}
+
+
+def serializing_reason(environ: Mapping[str, str]) -> str | None:
+    """Why ``environ`` keeps two streams from running side by side, or ``None``."""
+    for name, effect in SERIALIZING_ENVIRONMENT.items():
+        if environ.get(name, "").strip() == "1":
+            return (f"{name}=1 {effect}, so the release on a second stream would wait for the spin kernel it "
+                    "should end")
+    return None
+
+
 def unavailable_reason(device: Device) -> str | None:
     """Why ``blocked_stream`` cannot time on ``device``, or ``None``."""
     if not device.is_cuda:
         return f"blocked_stream timing holds a CUDA stream; {device} has none"
-    return triton_missing_reason()
+    return serializing_reason(os.environ) or triton_missing_reason()
+
+
+def overlap_reason(timer: BlockedStreamTimer) -> str | None:
+    """Why a release cannot end ``timer``'s hold here, found by holding an empty call once (``None``: it can).
+
+    A call that launches nothing cannot synchronize, so a spin that still gives up was never reached by its
+    release: the two streams do not run side by side (an MPS client, or a driver that gives the process one
+    hardware queue) and every held call would wait out the give-up."""
+    try:
+        timer.time(lambda: None)
+    except HoldTimedOut:
+        return ("a release on a second stream did not reach the held stream's spin kernel (an empty call was held "
+                "and the spin gave up): the device does not run two of this process's streams side by side")
+    return None
 
 
 def stream_hold_for(device: Device) -> StreamHold:
@@ -208,7 +241,9 @@ def held_timer(device: Device, blocked_stream: bool, flush_l2: bool,
                                          "rank's stream would break" if replaced_by is not None else None)
     if why:
         return None, f"timed with {fallback}, not blocked_stream: {why}"
-    return BlockedStreamTimer(device, stream_hold_for(device), flush_l2), None
+    timer = BlockedStreamTimer(device, stream_hold_for(device), flush_l2)
+    why = overlap_reason(timer)
+    return (None, f"timed with {fallback}, not blocked_stream: {why}") if why else (timer, None)
 
 
 def timer_for_calls(blocked: BlockedStreamTimer, fallback: Timer,

@@ -290,3 +290,31 @@ def test_streams_that_do_not_overlap_are_found_once_and_named(fake_cuda, fake_ho
         assert record.status == "ok" and record.timing_mode == "cuda_events"
         assert any(n.startswith("timed with cuda_events, not blocked_stream: a release on a second stream did not "
                                 "reach the held stream") for n in record.notes), record.notes
+
+
+def test_a_give_up_during_sampling_retimes_the_case_with_events_not_skips_it(fake_cuda, fake_holds, chain):
+    """A call that reads back to the host only now and then (every fifth call here, like a loss logged every N
+    steps) passes the held trial and makes a later held sample give up: the case is then timed with cuda_events
+    from its first sample, and says why, instead of being skipped."""
+    calls = []
+    case = chain()
+    backend = BACKENDS.get(case.backend)
+    build, supports = backend.builders[KernelChain.name]
+
+    def build_sometimes_syncing(ctx):
+        pipeline = build(ctx)
+
+        def end_to_end():
+            pipeline.end_to_end()
+            calls.append(1)
+            if len(calls) % 5 == 0:
+                fake_cuda.item()
+
+        return Pipeline(end_to_end=end_to_end, phases=pipeline.phases, output=pipeline.output)
+
+    backend.builders[KernelChain.name] = (build_sometimes_syncing, supports)
+    record = CaseMeasurer(settings(), GPU1).measure(case)
+    assert record.status == "ok", record.reason
+    assert record.timing_mode == "cuda_events" and record.n >= POLICY.min_samples
+    assert any(n.startswith("timed with cuda_events, not blocked_stream: a held sample gave up") for n in
+               record.notes), record.notes

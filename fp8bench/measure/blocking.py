@@ -246,6 +246,12 @@ def held_timer(device: Device, blocked_stream: bool, flush_l2: bool,
     return (None, f"timed with {fallback}, not blocked_stream: {why}") if why else (timer, None)
 
 
+def gave_up_note(exc: HoldTimedOut) -> str:
+    """The note of a case whose held sample gave up after its held trial passed (a call that reads back to the
+    host only now and then): its samples are all retaken with ``cuda_events``, one mode per record."""
+    return f"timed with cuda_events, not blocked_stream: a held sample gave up ({exc})"
+
+
 def timer_for_calls(blocked: BlockedStreamTimer, fallback: Timer,
                     calls: Iterable[Callable[[], Any]]) -> tuple[Timer, TimingMode, str | None]:
     """The timer of one case: ``blocked`` when every call in ``calls`` runs held once (each such try is a warm-up

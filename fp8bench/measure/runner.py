@@ -78,11 +78,11 @@ from fp8bench.hardware.clocks import (
     locked_clock_policy,
 )
 from fp8bench.hardware.peaks import Peaks
-from fp8bench.measure.blocking import held_timer, timer_for_calls
+from fp8bench.measure.blocking import HoldTimedOut, gave_up_note, held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.measure.output_check import OutputCheck, OutputWatch, deterministic
 from fp8bench.measure.profiling import CaseProfiler, profile_mode
-from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
+from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, TimingMode, agreed, sample, timer_for, timing_mode_for
 from fp8bench.numerics.accuracy import Numerics, compare, worst
 from fp8bench.numerics.recipes import (
     Precision,
@@ -505,13 +505,22 @@ class CaseMeasurer:
         """The timed samples: end to end first (``e2e``, the call as warmed up, in its share of the budget), then
         each phase until ``deadline``, with clocks and throttle reasons polled through all of them; ``outputs``
         keeps the last timed output."""
-        s = self.settings
-        e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
         # blocked_stream: each call is tried once held; a call that synchronizes sends the case to cuda_events.
-        timer, timing_mode, mode_note = self.timer, self.timing_mode, self.blocked_note
+        mode = (self.timer, self.timing_mode, self.blocked_note)
         if self.blocked is not None:
-            timer, timing_mode, mode_note = timer_for_calls(self.blocked, self.timer,
-                                                            [e2e, *pipeline.phases.values()])
+            mode = timer_for_calls(self.blocked, self.timer, [e2e, *pipeline.phases.values()])
+        try:
+            return self._sample_all(pipeline, e2e, deadline, outputs, mode)
+        except HoldTimedOut as exc:  # a later held sample gave up: every figure of the case from events instead
+            return self._sample_all(pipeline, e2e, deadline, outputs, (self.timer, TimingMode.CUDA_EVENTS,
+                                                                        gave_up_note(exc)))
+
+    def _sample_all(self, pipeline: Pipeline, e2e: Callable[[], Any], deadline: float, outputs: OutputWatch,
+                    mode: tuple[Timer, TimingMode, str | None]) -> _Timed:
+        """:meth:`_time`'s samples with ``mode``'s timer, the mode it times in and the note that says why."""
+        s = self.settings
+        timer, timing_mode, mode_note = mode
+        e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
         # GPUs: the SM clock and power read after every sample; a sample at a throttled clock is retaken.
         checked = self._clock_checked(timer)
         timer = checked or timer

@@ -546,6 +546,13 @@ class FakeCuda:
         self.host_s = max(self.host_s, stream.ready_s)
         return 0.0
 
+    def count_launches(self, call: Any, device: Any) -> int:
+        """What the profiler's CUDA activity counts for one unheld ``call``: the kernels it ran (fp8bench.measure.
+        blocking.count_launches on a GPU)."""
+        before = len(self.ops("kernel"))
+        call()
+        return len(self.ops("kernel")) - before
+
     def queue_blocker(self, index: int) -> FakeStream | None:
         """With one hardware queue, the held stream of device ``index`` that every later submission waits behind."""
         if self.hardware_queues > 1:

@@ -64,6 +64,27 @@ def test_spin_kernel_ends_on_its_release_and_gives_up_without_one(interpreted_ke
     assert gave_up.item() == 1
 
 
+def test_the_spin_gives_up_after_a_time_counted_in_polls_timed_on_the_device(interpreted_kernels):
+    """The give-up is a time (SPIN_GIVE_UP_S), turned into polls by timing the spin itself: a device whose polls are
+    ten times slower polls a tenth as often, and gives up after the same seconds."""
+    assert blocking.give_up_checks(1.0, 2e-6) == 500_000
+    assert blocking.give_up_checks(1.0, 2e-5) == 50_000
+    assert blocking.give_up_checks(1e-9, 1.0) == 1 and blocking.give_up_checks(1e9, 1e-9) == 2**31 - 1
+    with pytest.raises(ValueError, match="seconds per poll must be finite and positive, got 0.0"):
+        blocking.give_up_checks(1.0, 0.0)
+    spin, _ = interpreted_kernels
+    flag, gave_up = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    timed = []
+
+    def timed_spin(checks):  # what TritonStreamHold does with CUDA events, here with a stand-in clock
+        spin[(1,)](flag, gave_up, blocking.NEVER_RELEASED, checks)
+        timed.append(checks)
+        return checks * 3e-6
+
+    assert blocking.poll_seconds(timed_spin, checks=64) == pytest.approx(3e-6)
+    assert timed == [64] and gave_up.item() == 1  # the calibration spin ran all its polls, unreleased
+
+
 # -- the timer on the fake runtime ----------------------------------------------------------------------------------
 def host_wall(fake, fn):
     """Host seconds from before the call to after a device synchronize: what a host clock times (``cpu`` mode)."""
@@ -182,6 +203,7 @@ def fake_holds(fake_cuda, monkeypatch):
         return holds[-1]
 
     monkeypatch.setattr(blocking, "stream_hold_for", hold_for)
+    monkeypatch.setattr(blocking, "count_launches", fake_cuda.count_launches)
     return holds
 
 
@@ -318,3 +340,16 @@ def test_a_give_up_during_sampling_retimes_the_case_with_events_not_skips_it(fak
     assert record.timing_mode == "cuda_events" and record.n >= POLICY.min_samples
     assert any(n.startswith("timed with cuda_events, not blocked_stream: a held sample gave up") for n in
                record.notes), record.notes
+
+
+def test_a_call_of_more_launches_than_may_queue_behind_a_hold_is_not_held(fake_cuda, monkeypatch):
+    """nvbench's blocking_kernel.cuh advises about 32 launches at most behind a blocked stream: a call of 40 is
+    timed with events, and says why; one of 32 is held."""
+    monkeypatch.setattr(blocking, "count_launches", fake_cuda.count_launches, raising=False)
+    timer, fallback = BlockedStreamTimer(GPU1, FakeStreamHold(fake_cuda, 1)), CudaTimer(GPU1)
+    chosen, mode, note = timer_for_calls(timer, fallback, [kernels_on(fake_cuda, device=1, seconds=(1e-6,) * 40)])
+    assert (chosen, mode) == (fallback, TimingMode.CUDA_EVENTS)
+    assert note == ("timed with cuda_events, not blocked_stream: a call submits 40 GPU operations, more than the 32 "
+                    "that may safely queue behind a held stream")
+    chosen, mode, note = timer_for_calls(timer, fallback, [kernels_on(fake_cuda, device=1, seconds=(1e-6,) * 32)])
+    assert (chosen, mode, note) == (timer, TimingMode.BLOCKED_STREAM, None)

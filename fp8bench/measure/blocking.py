@@ -51,6 +51,7 @@ GPU here: the seconds one poll takes on a GPU, and so the time :data:`SPIN_MAX_C
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -61,11 +62,36 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Unsupported
 from fp8bench.measure.timing import CudaTimer, Timer, TimingMode
 
-# Polls before the spin kernel gives up. A poll is one uncached global-memory load (of the order of a microsecond on
-# a data-centre GPU; unmeasured here), so a few seconds: far longer than any host needs to queue one call, short
-# enough that a call which synchronizes costs the run seconds, not minutes. tritonbench gives up after ~1 s
-# (1000 polls with a 1 ms sleep each).
-SPIN_MAX_CHECKS = 1 << 22
+# GPU operations one held call may queue behind the spin kernel. nvbench's blocking_kernel.cuh (the stream hold of
+# its cold measurement) warns that how much work can queue behind a blocked stream depends on the device and driver,
+# and advises about 32 kernel launches at most; past the queue's depth the host's launch itself waits, for a spin
+# that only the host can end.
+MAX_QUEUED_LAUNCHES = 32
+# Seconds a spin kernel polls before it gives up: far longer than any host needs to queue one call of at most
+# MAX_QUEUED_LAUNCHES kernels, short enough that a call which synchronizes costs the run one second, not minutes.
+# tritonbench gives up after ~1 s (1000 polls with a 1 ms sleep each).
+SPIN_GIVE_UP_S = 1.0
+# Polls timed once, when the hold is made, to turn SPIN_GIVE_UP_S into a poll count (the kernel has no clock the
+# Triton interpreter runs; a poll is one uncached global-memory load, of the order of a microsecond on a
+# data-centre GPU, so this calibration spin lasts tens of milliseconds).
+CALIBRATION_CHECKS = 1 << 15
+# A generation no release ever reaches (the flag is an int32): the calibration spin runs all its polls.
+NEVER_RELEASED = 2**31 - 1
+
+
+def give_up_checks(give_up_s: float, poll_s: float) -> int:
+    """The poll count that lasts ``give_up_s`` seconds when one poll takes ``poll_s`` seconds (1 to 2**31 - 1)."""
+    if not (math.isfinite(poll_s) and poll_s > 0):
+        raise ValueError(f"seconds per poll must be finite and positive, got {poll_s}")
+    if not (math.isfinite(give_up_s) and give_up_s > 0):
+        raise ValueError(f"give-up time must be finite seconds > 0, got {give_up_s}")
+    return int(min(NEVER_RELEASED, max(1, math.ceil(give_up_s / poll_s))))
+
+
+def poll_seconds(timed_spin: Callable[[int], float], checks: int = CALIBRATION_CHECKS) -> float:
+    """Seconds one poll of the spin kernel takes: ``timed_spin(n)`` runs a spin of ``n`` polls that no release
+    ends and returns its seconds."""
+    return timed_spin(checks) / checks
 
 
 class HoldTimedOut(Unsupported):
@@ -127,19 +153,31 @@ def spin_kernels() -> tuple[Any, Any]:
 
 
 class TritonStreamHold:
-    """:class:`StreamHold` with the Triton kernels of :func:`spin_kernels` and a flag in the device's memory."""
+    """:class:`StreamHold` with the Triton kernels of :func:`spin_kernels` and a flag in the device's memory; its
+    spin gives up after ``give_up_s`` seconds, counted in polls timed on the device (:func:`poll_seconds`)."""
 
-    def __init__(self, device: Device, max_checks: int = SPIN_MAX_CHECKS) -> None:
+    def __init__(self, device: Device, give_up_s: float = SPIN_GIVE_UP_S) -> None:
         self.spin, self.release_kernel = spin_kernels()
-        self.max_checks = max_checks
+        self.device = device
         with device.guard():
             self.flag = torch.zeros(1, dtype=torch.int32, device=device.torch)
             self.gave_up_flag = torch.zeros(1, dtype=torch.int32, device=device.torch)
             self.side = torch.cuda.Stream(device.torch)  # the release must not queue behind the held stream
             # Compile both kernels now, not inside the first held sample: generation 0 is already "released".
             self.release_kernel[(1,)](self.flag, 0, num_warps=1)
-            self.spin[(1,)](self.flag, self.gave_up_flag, 0, self.max_checks, num_warps=1)
+            self.spin[(1,)](self.flag, self.gave_up_flag, 0, 1, num_warps=1)
             torch.cuda.synchronize(device.torch)
+            self.poll_s = poll_seconds(self._timed_spin)
+        self.max_checks = give_up_checks(give_up_s, self.poll_s)
+
+    def _timed_spin(self, checks: int) -> float:
+        """Seconds of GPU time a spin of ``checks`` polls takes when nothing releases it (CUDA events)."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.spin[(1,)](self.flag, self.gave_up_flag, NEVER_RELEASED, checks, num_warps=1)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
     def hold(self, stream: Any, generation: int) -> None:
         with torch.cuda.stream(stream):
@@ -252,19 +290,47 @@ def gave_up_note(exc: HoldTimedOut) -> str:
     return f"timed with cuda_events, not blocked_stream: a held sample gave up ({exc})"
 
 
+def count_launches(call: Callable[[], Any], device: Device) -> int | None:
+    """GPU operations (kernels, copies, sets) one unheld call of ``call`` submits to ``device``, counted by the
+    PyTorch profiler's CUDA activity (CUPTI); ``None`` where the profiler cannot count them here. The one place a
+    test puts the fake CUDA runtime's count in its stead."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            call()
+            device.synchronize()
+    except (RuntimeError, AssertionError):  # a CPU build of torch (it asserts), no CUPTI, a profiler already running
+        return None
+    return sum(1 for event in prof.events() if event.device_type == DeviceType.CUDA)
+
+
+def too_many_launches(launches: int | None) -> str | None:
+    """Why a call of ``launches`` GPU operations is not held (``None``: it may be)."""
+    if launches is None or launches <= MAX_QUEUED_LAUNCHES:
+        return None
+    return (f"a call submits {launches} GPU operations, more than the {MAX_QUEUED_LAUNCHES} that may safely queue "
+            "behind a held stream")
+
+
 def timer_for_calls(blocked: BlockedStreamTimer, fallback: Timer,
                     calls: Iterable[Callable[[], Any]]) -> tuple[Timer, TimingMode, str | None]:
     """The timer of one case: ``blocked`` when every call in ``calls`` runs held once (each such try is a warm-up
     call, outside any sample), else ``fallback`` (``cuda_events``) and the note that says why.
 
-    Each call first runs once unheld: a phase the case's warm-up did not run makes its first allocations then, not
-    while a stream is held (a ``cudaMalloc`` synchronizes implicitly, and the spin would wait out its give-up)."""
+    Each call first runs once unheld, its GPU operations counted (:func:`count_launches`): a phase the case's
+    warm-up did not run makes its first allocations then, not while a stream is held (a ``cudaMalloc``
+    synchronizes implicitly, and the spin would wait out its give-up), and a call of more operations than
+    :data:`MAX_QUEUED_LAUNCHES` is not held at all."""
     for call in calls:
         with blocked.device.guard():
-            call()
-            blocked.device.synchronize()
-        try:
-            blocked.time(call)
-        except HoldTimedOut as exc:
-            return fallback, TimingMode.CUDA_EVENTS, f"timed with cuda_events, not blocked_stream: {exc}"
+            why = too_many_launches(count_launches(call, blocked.device))
+        if why is None:
+            try:
+                blocked.time(call)
+            except HoldTimedOut as exc:
+                why = str(exc)
+        if why is not None:
+            return fallback, TimingMode.CUDA_EVENTS, f"timed with cuda_events, not blocked_stream: {why}"
     return blocked, TimingMode.BLOCKED_STREAM, None

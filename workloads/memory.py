@@ -20,7 +20,6 @@ import torch
 
 from fp8bench.core.devices import Device
 
-
 # Outputs the output check (fp8bench.measure.output_check) holds beside the call's own, at most: the fresh call's
 # copy, the last timed output kept while the next call writes its own, and the copy of it taken after sampling.
 CHECKED_OUTPUTS = 3

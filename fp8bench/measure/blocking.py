@@ -27,25 +27,38 @@ Where it cannot apply, the case is timed with ``cuda_events`` instead, with the 
 
 * **not a CUDA device**: there is no stream to hold; the host clock times the call (``cpu``);
 * **Triton is not installed**: the spin kernel is written in Triton (the ``triton`` extra);
-* **a call that synchronizes with the host** (``.item()``, ``float(loss)``, ``.cpu()``, ``torch.cuda.synchronize()``):
-  the host waits for work queued behind the spin kernel, which waits for a release the host never gets to launch.
-  A deadlock, so the spin kernel gives up after :data:`SPIN_MAX_CHECKS` polls and records that it did; the host's
-  wait then ends, the sample is thrown away and the case falls back. Every call of a case is tried once, held,
-  before sampling, so the fall-back is decided before any figure is taken. A call of more kernels than the
-  stream's launch queue holds (about a thousand: tritonbench caps its queued calls at 50 for this reason) blocks
-  the host the same way and falls back the same way.
+* **two streams that cannot run side by side**: the release runs on a second stream, so it must be able to run
+  while the spin occupies the first. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (one hardware queue: every stream's work in
+  submission order) and ``CUDA_LAUNCH_BLOCKING=1`` (each launch waits for its kernel) rule that out, and are refused
+  by name before any spin (:func:`serializing_reason`); any other cause (an MPS client) is found once, when the
+  timer is made, by holding an empty call (:func:`overlap_reason`): a call that launches nothing cannot wait for
+  anything, so a spin that still gives up was never reached by its release;
+* **a call of more than** :data:`MAX_QUEUED_LAUNCHES` **GPU operations** (counted once, unheld, by the PyTorch
+  profiler's CUDA activity): nvbench's ``blocking_kernel.cuh`` advises about 32 launches at most behind a blocked
+  stream; past the launch queue's depth the host's launch itself waits, for a spin only the host can end;
+* **a call that synchronizes with the host** (``.item()``, ``float(loss)``, ``.cpu()``, ``torch.cuda.synchronize()``,
+  or a ``cudaMalloc``, which synchronizes implicitly): the host waits for work queued behind the spin kernel, which
+  waits for a release the host never gets to launch. A deadlock, so the spin kernel gives up after
+  :data:`SPIN_GIVE_UP_S` seconds (counted in polls timed on the device, :func:`poll_seconds`) and records that it
+  did; the host's wait then ends and the sample is thrown away. Every call of a case runs once unheld (its first
+  allocations happen there, outside any hold) and once held before sampling, so the fall-back is decided before
+  any figure is taken; a call that synchronizes only now and then can still give up in a later sample, and then
+  every sample of the case is retaken with ``cuda_events`` (:func:`gave_up_note`), never skipped.
 
 Why a Triton kernel, and not ``torch.cuda._sleep``: ``_sleep(cycles)`` spins for a fixed number of clock cycles and
 cannot wait for a flag. If the host needs longer to queue the call than the sleep lasts, the GPU starts early and the
 launch gaps are back in the figure without any sign. And why a device-memory flag released by a kernel
 (tritonbench's way) rather than nvbench's host-mapped pinned flag written by the host: the flag stays an ordinary
 CUDA tensor handed to Triton, the release is itself ordered GPU work, and no host-mapped pointer has to be passed
-through Triton's launcher.
+through Triton's launcher. The price: the release needs a second stream that runs beside the held one, which is why
+environments without that are refused up front rather than waited out.
 
 Verification: the spin and release kernels run under Triton's CPU interpreter in the tests (the flag, the
-generation count and the give-up rule); the whole timer runs on the fake CUDA runtime of ``tests/fake_cuda_runtime.py``,
-which holds a stream behind a spin kernel and hangs, as CUDA does, when nothing releases it. Neither has run on a
-GPU here: the seconds one poll takes on a GPU, and so the time :data:`SPIN_MAX_CHECKS` polls last, are unmeasured.
+generation count, the give-up rule and its calibration); the whole timer runs on the fake CUDA runtime of
+``tests/fake_cuda_runtime.py``, which holds a stream behind a spin kernel and hangs, as CUDA does, when nothing
+releases it, serializes streams with one hardware queue, and synchronizes on a ``cudaMalloc``. None of it has run
+on a GPU here: the seconds one poll takes, the profiler's count of a call's operations, and that the release
+reaches the spin from a second stream are claims the first GPU run has to check.
 """
 
 from __future__ import annotations

@@ -82,7 +82,16 @@ from fp8bench.measure.blocking import HoldTimedOut, gave_up_note, held_timer, ti
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.measure.output_check import OutputCheck, OutputWatch, deterministic
 from fp8bench.measure.profiling import CaseProfiler, profile_mode
-from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, TimingMode, agreed, sample, timer_for, timing_mode_for
+from fp8bench.measure.timing import (
+    Samples,
+    SamplingPolicy,
+    Timer,
+    TimingMode,
+    agreed,
+    sample,
+    timer_for,
+    timing_mode_for,
+)
 from fp8bench.numerics.accuracy import Numerics, compare, worst
 from fp8bench.numerics.recipes import (
     Precision,
@@ -441,12 +450,12 @@ class CaseMeasurer:
                               deterministic(case.precision))
         # Warm-up runs what the samples run (the call with its output kept), so the allocator holds every block
         # the samples need before any sample, and no sample allocates (cudaMalloc synchronizes implicitly).
-        e2e = outputs.timed(pipeline.end_to_end)
-        warm = self._warm_up(e2e, deadline)
+        timed_call = outputs.timed(pipeline.end_to_end)
+        warm = self._warm_up(timed_call, deadline)
         if warm.over_budget:
             return self._base(case, seq, "skipped", warm.over_budget,
                               timing={"warmup_calls": warm.calls, "last_call_s": warm.last_call_s})
-        timed = self._time(pipeline, e2e, deadline, outputs)
+        timed = self._time(pipeline, timed_call, deadline, outputs)
         timing: dict[str, Any] = {"warmup_s": warm.seconds, "warmup_calls": warm.calls, **{
             f"e2e_{k}": v for k, v in timed.e2e.summary().items() if k not in ("median_s", "n")}}
         if timed.e2e.over_budget:

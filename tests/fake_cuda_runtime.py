@@ -48,8 +48,9 @@ Every rule encoded here is the vendor's, with its source:
   ``CUDA_DEVICE_MAX_CONNECTIONS`` sets the number of work queues from the host to each device (default 8);
   torch's streams are mapped onto those queues, and with one queue every stream's work is executed in the order
   the host submitted it, whatever its stream (the false dependencies Hyper-Q was introduced to remove; Transformer
-  Engine's communication-overlap examples set it to 1). An MPS client can get the same (MPS documentation,
-  "Performance": fewer work queues per client). Here a kernel submitted on any stream while a spin kernel holds
+  Engine's communication-overlap examples set it to 1). An MPS client can get fewer than it asks for (MPS
+  documentation, "Appendix: Environment Variables", ``CUDA_DEVICE_MAX_CONNECTIONS``: a server's clients share one
+  pool of connections, and the driver may allocate fewer than requested). Here a kernel submitted on any stream while a spin kernel holds
   a stream of the device queues behind that spin, the release included: the spin runs to its give-up.
   (``CUDA_LAUNCH_BLOCKING=1``, which makes each launch wait for its kernel, is refused by name before any spin is
   launched and is not modelled.)

@@ -29,12 +29,31 @@ Every rule encoded here is the vendor's, with its source:
   (901); waiting on or querying an event recorded during a capture fails with ``cudaErrorCapturedEvent`` (907). Work on
   another stream is not captured: torch's streams are created ``cudaStreamNonBlocking`` (c10/cuda/CUDAStream.cpp,
   ``kDefaultFlags``), so they take no implicit dependency on a capturing stream.
+* c10/cuda/CUDAEvent.h, ``CUDAEvent::record``: ``torch.cuda.Event()`` creates no CUDA event; the first ``record``
+  does (``createEvent``, i.e. ``cudaEventCreateWithFlags``), on the host, costing :data:`EVENT_CREATE_S`. An end
+  event first recorded after the call it times puts that creation into the sample.
 * c10/cuda/CUDAException.cpp, ``c10_cuda_check_implementation``, and c10/cuda/CUDAMiscFunctions.cpp: a failing CUDA
   call raises ``torch.AcceleratorError`` (a ``RuntimeError``) whose message starts ``CUDA error: <cudaGetErrorString>``
   and whose ``error_code`` is the ``cudaError_t`` (torch/csrc/Exceptions.cpp, ``_new_accelerator_error_object``).
   ``AcceleratorError`` exists from torch 2.8.0 (``class AcceleratorError(RuntimeError)`` in the 2.8.0 wheel's
   ``torch/_C/__init__.pyi``; absent from 2.4.1 to 2.7.1): before it the same check raised a plain ``RuntimeError``
   (``c10::Error``) with the same message, which :func:`cuda_error` makes with ``before_2_8=True``.
+
+* CUDA Runtime API, ``cudaError`` (group__CUDART__TYPES), ``cudaErrorIllegalAddress`` and ``cudaErrorLaunchFailure``:
+  after such a kernel fault the process is left in an inconsistent state, every later CUDA call returns the same
+  error, and only a new process can use the GPU again. :meth:`FakeCuda.fault` makes the context sticky: every later
+  launch, record, synchronize, allocation or read-back raises that error (:meth:`FakeCuda.check_context`).
+
+* One hardware queue (``FakeCuda(hardware_queues=1)``). CUDA C++ Programming Guide, "CUDA Environment Variables":
+  ``CUDA_DEVICE_MAX_CONNECTIONS`` sets the number of work queues from the host to each device (default 8);
+  torch's streams are mapped onto those queues, and with one queue every stream's work is executed in the order
+  the host submitted it, whatever its stream (the false dependencies Hyper-Q was introduced to remove; Transformer
+  Engine's communication-overlap examples set it to 1). An MPS client can get fewer than it asks for (MPS
+  documentation, "Appendix: Environment Variables", ``CUDA_DEVICE_MAX_CONNECTIONS``: a server's clients share one
+  pool of connections, and the driver may allocate fewer than requested). Here a kernel submitted on any stream while a spin kernel holds
+  a stream of the device queues behind that spin, the release included: the spin runs to its give-up.
+  (``CUDA_LAUNCH_BLOCKING=1``, which makes each launch wait for its kernel, is refused by name before any spin is
+  launched and is not modelled.)
 
 The simulated clock
 -------------------
@@ -44,6 +63,20 @@ the host one :data:`GRAPH_LAUNCH_S` and runs its captured kernels back to back. 
 reaches it. Costs are illustrative orders of magnitude (microseconds per launch), not measurements; tests assert
 relations they imply (launch gaps in eager timing, none in replays), never the constants themselves. Anything this
 fake does not model raises :class:`Unmodelled` rather than pretend.
+
+Device memory (PyTorch's caching allocator over ``cudaMalloc``)
+----------------------------------------------------------------
+:meth:`FakeCuda.alloc` stands for a tensor a call allocates (its output): a :class:`FakeBlock` that goes back to the
+cache when Python drops its last reference, as a tensor's storage does. The rules:
+
+* PyTorch's caching allocator (docs/source/notes/cuda.rst, "Memory management"; c10/cuda/CUDACachingAllocator.cpp,
+  ``DeviceCachingAllocator::malloc``: ``get_free_block`` first, ``alloc_block`` and so ``cudaMalloc`` only when no
+  cached block fits): a freed block is kept and handed to the next request of its size without any CUDA call; a
+  request that finds none calls ``cudaMalloc`` (counted in :attr:`FakeCuda.mallocs`).
+* CUDA C++ Programming Guide, "Implicit Synchronization" (Streams): two commands from different streams cannot run
+  concurrently if a device memory allocation is issued by the host between them. A ``cudaMalloc`` while a spin
+  kernel holds a stream therefore orders every later command, the release on the other stream included, after the
+  spin: the spin runs to its give-up (or forever, without one).
 
 Held streams (the ``blocked_stream`` timing mode, fp8bench/measure/blocking.py)
 -----------------------------------------------------------------------
@@ -72,6 +105,7 @@ from torch.overrides import TorchFunctionMode
 LAUNCH_S = 5e-6  # host seconds per eager kernel launch (Python dispatch + cudaLaunchKernel)
 GRAPH_LAUNCH_S = 5e-6  # host seconds per cudaGraphLaunch
 EVENT_RECORD_S = 1e-6  # host seconds per cudaEventRecord
+EVENT_CREATE_S = 3e-6  # host seconds per cudaEventCreateWithFlags (made on an event's first record)
 FLUSH_BYTES_PER_S = 3e12  # bytes per second the L2-flush kernel writes (HBM3 class)
 H100_L2_BYTES = 50 * 2**20  # NVIDIA H100 SXM5: 50 MB L2
 
@@ -147,6 +181,7 @@ class FakeStream:
         self.ready_s = max(self.ready_s, other.ready_s)
 
     def synchronize(self) -> None:
+        self._cuda.check_context()
         if self.capture is not None:
             self.capture.invalidated = True
             raise cuda_error(CAPTURE_UNSUPPORTED)
@@ -179,6 +214,7 @@ class FakeEvent:
         self.device_index: int | None = None  # set by the first recording stream (CUDAEvent::createEvent)
         self.time_s: float | None = None
         self.in_capture = False
+        self.created = False  # c10's CUDAEvent creates the CUDA event lazily, on its first record
 
     def record(self, stream: FakeStream | None = None) -> None:
         if stream is None:
@@ -189,6 +225,11 @@ class FakeEvent:
             raise RuntimeError(f"Event device {self.device_index} does not match recording stream's device "
                                f"{stream.device_index}.")
         cuda = self._cuda
+        cuda.check_context()
+        if not self.created:  # CUDAEvent::record: createEvent() on first use, on the recording host thread
+            self.created = True
+            cuda.host_s += EVENT_CREATE_S
+            cuda.events_created += 1
         cuda.host_s += EVENT_RECORD_S
         if stream.capture is not None:
             self.in_capture, self.time_s = True, None
@@ -216,6 +257,7 @@ class FakeEvent:
         return stream is not None and stream.spin is not None and any(e is self for _, e, _ in stream.pending)
 
     def synchronize(self) -> None:
+        self._cuda.check_context()
         if self.in_capture:
             raise cuda_error(CAPTURED_EVENT)
         if self._held():
@@ -337,6 +379,7 @@ class FakeCuda:
     """The fake runtime: ``device_count`` GPUs (H100-like properties), one host thread."""
 
     device_count: int = 2
+    hardware_queues: int = 8  # work queues per device (CUDA_DEVICE_MAX_CONNECTIONS); 1: streams serialize
     l2_bytes: int = H100_L2_BYTES
     name: str = "NVIDIA H100 80GB HBM3"
     host_s: float = 0.0
@@ -345,6 +388,11 @@ class FakeCuda:
     streams: list[FakeStream] = field(default_factory=list)
     properties_read: list[int] = field(default_factory=list)  # device indices whose properties were queried
     graphs_reset: int = 0
+    events_created: int = 0  # cudaEventCreate calls made (first records)
+    cached: dict[tuple[int, int], int] = field(default_factory=dict)  # (device, bytes) -> free cached blocks
+    sticky: int | None = None  # the cudaError_t of a kernel fault that broke the context (fault())
+    mallocs: int = 0  # cudaMalloc calls (allocations no cached block served)
+    mallocs_while_held: int = 0  # of which, issued while a spin kernel held a stream of the device
     capturing: FakeGraph | None = None
     unstick: threading.Event = field(default_factory=threading.Event)  # set by a test to end a hang
     hung: bool = False  # a host wait on a held stream that nothing will ever release
@@ -405,6 +453,7 @@ class FakeCuda:
 
     def synchronize(self, device: Any = None) -> None:
         """``cudaDeviceSynchronize`` on ``device``: refused while a stream of that device captures."""
+        self.check_context()
         index = self.index(device)
         if self.capturing is not None and self.capturing.device == index:
             self.capturing.invalidated = True
@@ -424,6 +473,7 @@ class FakeCuda:
     def kernel(self, seconds: float, device: Any = None, name: str = "kernel") -> None:
         """One op on a tensor of ``device`` (``None``: the current device, as ``device="cuda"`` tensors are): a
         kernel on that device's current stream, or a node of the capture running on it."""
+        self.check_context()
         index = self.index(device)
         stream = self.currents[index]
         self.host_s += LAUNCH_S
@@ -433,8 +483,9 @@ class FakeCuda:
             stream.capture.nodes.append((name, seconds))
             self.log.append(Op("captured", index, stream.stream_id, name))
             return
-        if stream.spin is not None:
-            stream.pending.append(("kernel", name, seconds))
+        held = stream if stream.spin is not None else self.queue_blocker(index)
+        if held is not None:
+            held.pending.append(("kernel", name, seconds))
             return
         start = max(stream.ready_s, self.host_s)
         stream.ready_s = start + seconds
@@ -469,10 +520,25 @@ class FakeCuda:
         self.drain(stream, spin.start_s + spin.give_up_s)
         self.host_s = max(self.host_s, stream.ready_s)
 
+    def alloc(self, nbytes: int, device: Any = None) -> FakeBlock:
+        """A device allocation of ``nbytes`` on ``device`` (module docstring, "Device memory")."""
+        self.check_context()
+        index = self.index(device)
+        key = (index, int(nbytes))
+        if self.cached.get(key, 0) > 0:  # get_free_block: a cached block of the size, no CUDA call
+            self.cached[key] -= 1
+            return FakeBlock(self, key)
+        self.mallocs += 1  # alloc_block: cudaMalloc, an implicit synchronization
+        for stream in [s for s in self.streams if s.device_index == index and s.spin is not None]:
+            self.mallocs_while_held += 1
+            self.wait_for_spin(stream)
+        return FakeBlock(self, key)
+
     def item(self, device: Any = None) -> float:
         """``Tensor.item()`` of a CUDA tensor (aten/src/ATen/native/cuda/CUDAScalar.cu, ``_local_scalar_dense_cuda``):
         a pinned host buffer, then ``at::cuda::memcpy_and_sync``, a copy and a synchronize of the current stream;
         the synchronize is what CUDA refuses during a capture."""
+        self.check_context()
         stream = self.currents[self.index(device)]
         if stream.capture is not None:
             stream.capture.invalidated = True
@@ -480,6 +546,32 @@ class FakeCuda:
         self.wait_for_spin(stream)
         self.host_s = max(self.host_s, stream.ready_s)
         return 0.0
+
+    def count_launches(self, call: Any, device: Any) -> int:
+        """What the profiler's CUDA activity counts for one unheld ``call``: the kernels it ran (fp8bench.measure.
+        blocking.count_launches on a GPU)."""
+        before = len(self.ops("kernel"))
+        call()
+        return len(self.ops("kernel")) - before
+
+    def queue_blocker(self, index: int) -> FakeStream | None:
+        """With one hardware queue, the held stream of device ``index`` that every later submission waits behind."""
+        if self.hardware_queues > 1:
+            return None
+        return next((s for s in self.streams if s.device_index == index and s.spin is not None), None)
+
+    def fault(self, code: int = ILLEGAL_ADDRESS) -> None:
+        """A kernel of the current call faults (an illegal address, a launch failure): the error is raised now, and
+        the context stays broken for every later call (module docstring, sticky errors)."""
+        if code not in (ILLEGAL_ADDRESS, LAUNCH_FAILURE):
+            raise Unmodelled(f"a kernel fault with cudaError_t {code}")
+        self.sticky = code
+        raise cuda_error(code)
+
+    def check_context(self) -> None:
+        """Any CUDA call after a sticky fault returns that fault's error."""
+        if self.sticky is not None:
+            raise cuda_error(self.sticky)
 
     def ops(self, kind: str) -> list[Op]:
         return [op for op in self.log if op.kind == kind]
@@ -511,6 +603,17 @@ class FakeCuda:
         # torch.cuda.graph.__enter__ empties the pinned-host cache too; the CPU build has no such binding.
         monkeypatch.setattr(torch._C, "_host_emptyCache", lambda: None, raising=False)
         return _DeviceAllocations(self)
+
+
+class FakeBlock:
+    """Device memory a call allocated: back to the allocator's cache when its last reference goes, as a tensor's
+    storage is (``CUDACachingAllocator::free`` keeps the block for reuse)."""
+
+    def __init__(self, cuda: FakeCuda, key: tuple[int, int]) -> None:
+        self._cuda, self._key = cuda, key
+
+    def __del__(self) -> None:
+        self._cuda.cached[self._key] = self._cuda.cached.get(self._key, 0) + 1
 
 
 @dataclass
@@ -551,6 +654,11 @@ class FakeStreamHold:
 
     def release(self, generation: int) -> None:
         cuda = self.cuda
+        blocker = cuda.queue_blocker(self.device)
+        if blocker is not None:  # one hardware queue: the release waits behind the spin it should end
+            cuda.host_s += LAUNCH_S
+            blocker.pending.append(("kernel", "release", 0.0))
+            return
         cuda.host_s += LAUNCH_S
         at = max(self.side.ready_s, cuda.host_s)
         self.side.ready_s = at

@@ -22,17 +22,20 @@ from fake_cuda_runtime import (
     FakeStreamHold,
     Unmodelled,
 )
-from test_cuda_timing import GPU1, PHASE_S, POLICY, kernels_on
+from test_cuda_timing import GPU1, PHASE_S, POLICY, KernelChain, kernels_on
 
 import fp8bench.kernels  # noqa: F401 - sets TRITON_INTERPRET=1 on a machine without CUDA, before Triton is imported
 from fp8bench.core.comparability import comparability_key
 from fp8bench.core.devices import Device
+from fp8bench.core.pipeline import Pipeline
+from fp8bench.core.plugins import BACKENDS, Backend
 from fp8bench.core.records import case_key
 from fp8bench.measure import blocking
 from fp8bench.measure.blocking import BlockedStreamTimer, HoldTimedOut, held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import GraphCapturer
-from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings
 from fp8bench.measure.timing import CudaTimer, TimingMode, timing_mode_for
+from fp8bench.numerics.recipes import resolve_precision
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 FLUSH_S = 2 * H100_L2_BYTES / FLUSH_BYTES_PER_S
@@ -59,6 +62,27 @@ def test_spin_kernel_ends_on_its_release_and_gives_up_without_one(interpreted_ke
     assert gave_up.item() == 0
     spin[(1,)](flag, gave_up, 4, 50)  # never released: polls 50 times and says it gave up
     assert gave_up.item() == 1
+
+
+def test_the_spin_gives_up_after_a_time_counted_in_polls_timed_on_the_device(interpreted_kernels):
+    """The give-up is a time (SPIN_GIVE_UP_S), turned into polls by timing the spin itself: a device whose polls are
+    ten times slower polls a tenth as often, and gives up after the same seconds."""
+    assert blocking.give_up_checks(1.0, 2e-6) == 500_000
+    assert blocking.give_up_checks(1.0, 2e-5) == 50_000
+    assert blocking.give_up_checks(1e-9, 1.0) == 1 and blocking.give_up_checks(1e9, 1e-9) == 2**31 - 1
+    with pytest.raises(ValueError, match="seconds per poll must be finite and positive, got 0.0"):
+        blocking.give_up_checks(1.0, 0.0)
+    spin, _ = interpreted_kernels
+    flag, gave_up = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    timed = []
+
+    def timed_spin(checks):  # what TritonStreamHold does with CUDA events, here with a stand-in clock
+        spin[(1,)](flag, gave_up, blocking.NEVER_RELEASED, checks)
+        timed.append(checks)
+        return checks * 3e-6
+
+    assert blocking.poll_seconds(timed_spin, checks=64) == pytest.approx(3e-6)
+    assert timed == [64] and gave_up.item() == 1  # the calibration spin ran all its polls, unreleased
 
 
 # -- the timer on the fake runtime ----------------------------------------------------------------------------------
@@ -112,7 +136,7 @@ def test_held_work_waits_for_the_release_and_the_flush_stays_outside(fake_cuda):
     t = BlockedStreamTimer(GPU1, hold).time(kernels_on(fake_cuda, device=1, seconds=(1e-5, 1e-5)))
     (release,) = fake_cuda.ops("release")
     flush, k0, k1 = fake_cuda.ops("kernel")
-    start, end = fake_cuda.ops("event")
+    start, end = fake_cuda.ops("event")[-2:]  # the sample's (the timer recorded both once when made)
     assert flush.name == "zero_" and flush.start_s >= release.start_s  # nothing ran before the release
     assert flush.end_s <= start.start_s <= k0.start_s and k1.start_s == k0.end_s  # back to back
     assert t == pytest.approx(2e-5, rel=1e-9) and hold.holds == hold.releases == 1
@@ -179,6 +203,7 @@ def fake_holds(fake_cuda, monkeypatch):
         return holds[-1]
 
     monkeypatch.setattr(blocking, "stream_hold_for", hold_for)
+    monkeypatch.setattr(blocking, "count_launches", fake_cuda.count_launches)
     return holds
 
 
@@ -228,3 +253,105 @@ def test_blocked_stream_falls_back_on_the_cpu_and_without_triton(monkeypatch):
     assert timing_mode_for(Device("cpu"), False, True) is TimingMode.CPU
     with pytest.raises(ValueError, match="--cuda-graph and --blocked-stream are two ways"):
         timing_mode_for(GPU1, True, True)
+
+
+@pytest.fixture
+def allocating_case(fake_cuda, chain):
+    """A case whose timed call allocates its output (as every GEMM does) and whose output is checked after timing:
+    the check keeps the last output alive while the next call allocates its own."""
+    backend = Backend(name="test_fake_alloc", kind="custom", description="test backend that allocates its output")
+
+    @backend.builder(KernelChain.name)
+    def build(ctx):
+        def end_to_end():
+            out = ctx.inputs["x"].clone()  # the values (host floats) ...
+            out.storage_block = fake_cuda.alloc(4 * ctx.shape["n"])  # ... and the device memory they would take
+            fake_cuda.kernel(PHASE_S["a"], name="a")
+            return out
+
+        return Pipeline(end_to_end=end_to_end, phases={"a": end_to_end}, output=end_to_end)
+
+    BACKENDS.add(backend.name, backend)
+    yield Case(KernelChain.name, {"n": 8}, resolve_precision("bf16"), backend.name)
+    BACKENDS.remove(backend.name)
+
+
+def test_the_kept_output_allocates_in_warm_up_not_inside_a_held_sample(fake_cuda, fake_holds, allocating_case):
+    """Warm-up and the held trial run what the samples run (the call with its output kept), so the allocator's
+    second block is made before any hold; a cudaMalloc while held would make the spin give up (fake rule)."""
+    record = CaseMeasurer(settings(), GPU1).measure(allocating_case)
+    assert fake_cuda.mallocs_while_held == 0
+    assert record.status == "ok", record.reason
+    assert record.timing_mode == "blocked_stream"
+    assert fake_cuda.mallocs == 2  # the fresh output's block, then one for the kept output alongside it
+
+
+# -- two streams that cannot run side by side ------------------------------------------------------------------------
+@pytest.mark.parametrize("variable", ["CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING"])
+def test_an_environment_that_serializes_streams_is_refused_before_any_spin(fake_cuda, fake_holds, chain,
+                                                                           monkeypatch, variable):
+    """With one hardware queue (fake rule) the release queues behind the spin it should end; with blocking launches
+    the spin's own launch waits for it. Either way every hold would wait out the give-up: refused by name, at once."""
+    fake_cuda.hardware_queues = 1
+    monkeypatch.setenv(variable, "1")
+    record = CaseMeasurer(settings(), GPU1).measure(chain())
+    assert sum(h.holds for h in fake_holds) == 0  # no spin launched, none waited out
+    assert record.status == "ok" and record.timing_mode == "cuda_events"
+    assert any(n.startswith(f"timed with cuda_events, not blocked_stream: {variable}=1 ") for n in record.notes), \
+        record.notes
+
+
+def test_streams_that_do_not_overlap_are_found_once_and_named(fake_cuda, fake_holds, chain):
+    """One hardware queue without the variable that says so (an MPS client): an empty held call, before any case,
+    shows that the release cannot reach the spin; the reason says so, not that the call synchronizes."""
+    fake_cuda.hardware_queues = 1
+    measurer, case = CaseMeasurer(settings(), GPU1), chain()
+    records = [measurer.measure(case, seq=i) for i in range(2)]
+    assert sum(h.holds for h in fake_holds) == 1  # the one probe: no case waits out a spin
+    for record in records:
+        assert record.status == "ok" and record.timing_mode == "cuda_events"
+        assert any(n.startswith("timed with cuda_events, not blocked_stream: a release on a second stream did not "
+                                "reach the held stream") for n in record.notes), record.notes
+
+
+def test_a_give_up_during_sampling_retimes_the_case_with_events_not_skips_it(fake_cuda, fake_holds, chain):
+    """A call that reads back to the host only now and then (every fifth call here, like a loss logged every N
+    steps) passes the held trial and makes a later held sample give up: the case is then timed with cuda_events
+    from its first sample, and says why, instead of being skipped."""
+    calls = []
+    case = chain()
+    backend = BACKENDS.get(case.backend)
+    build, supports = backend.builders[KernelChain.name]
+
+    def build_sometimes_syncing(ctx):
+        pipeline = build(ctx)
+
+        def end_to_end():
+            value = pipeline.end_to_end()
+            calls.append(1)
+            if len(calls) % 5 == 0:
+                fake_cuda.item()
+            return value
+
+        return Pipeline(end_to_end=end_to_end, phases=pipeline.phases, output=pipeline.output,
+                        returns=pipeline.returns)
+
+    backend.builders[KernelChain.name] = (build_sometimes_syncing, supports)
+    record = CaseMeasurer(settings(), GPU1).measure(case)
+    assert record.status == "ok", record.reason
+    assert record.timing_mode == "cuda_events" and record.n >= POLICY.min_samples
+    assert any(n.startswith("timed with cuda_events, not blocked_stream: a held sample gave up") for n in
+               record.notes), record.notes
+
+
+def test_a_call_of_more_launches_than_may_queue_behind_a_hold_is_not_held(fake_cuda, monkeypatch):
+    """nvbench's blocking_kernel.cuh advises about 32 launches at most behind a blocked stream: a call of 40 is
+    timed with events, and says why; one of 32 is held."""
+    monkeypatch.setattr(blocking, "count_launches", fake_cuda.count_launches, raising=False)
+    timer, fallback = BlockedStreamTimer(GPU1, FakeStreamHold(fake_cuda, 1)), CudaTimer(GPU1)
+    chosen, mode, note = timer_for_calls(timer, fallback, [kernels_on(fake_cuda, device=1, seconds=(1e-6,) * 40)])
+    assert (chosen, mode) == (fallback, TimingMode.CUDA_EVENTS)
+    assert note == ("timed with cuda_events, not blocked_stream: a call submits 40 GPU operations, more than the 32 "
+                    "that may safely queue behind a held stream")
+    chosen, mode, note = timer_for_calls(timer, fallback, [kernels_on(fake_cuda, device=1, seconds=(1e-6,) * 32)])
+    assert (chosen, mode, note) == (timer, TimingMode.BLOCKED_STREAM, None)

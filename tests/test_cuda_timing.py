@@ -18,6 +18,7 @@ from fake_cuda_runtime import (
     FLUSH_BYTES_PER_S,
     GRAPH_LAUNCH_S,
     H100_L2_BYTES,
+    ILLEGAL_ADDRESS,
     LAUNCH_S,
     FakeCuda,
 )
@@ -66,6 +67,17 @@ def test_events_time_work_on_the_selected_gpu_not_the_current_one(fake_cuda):
     assert {op.device for op in fake_cuda.ops("event")} == {1}
 
 
+def test_events_are_created_before_timing_not_inside_samples(fake_cuda):
+    """torch creates a CUDA event on its first record (fake rule, c10/cuda/CUDAEvent.h): an end event made per
+    sample is created after the call, on the host, while a short kernel has already finished: that creation would be
+    GPU idle time inside the sample (``--no-l2-flush``, where no flush hides it)."""
+    timer = CudaTimer(GPU1, flush_l2=False)
+    created = fake_cuda.events_created
+    samples = [timer.time(kernels_on(fake_cuda, device=1, seconds=(2e-6,))) for _ in range(3)]
+    assert fake_cuda.events_created == created  # no event created while timing
+    assert samples == pytest.approx([2e-6 + LAUNCH_S] * 3, rel=1e-9)  # one launch latency, nothing else
+
+
 def test_work_that_names_no_device_runs_on_the_selected_gpu(fake_cuda):
     timer = CudaTimer(GPU1, flush_l2=False)
     timer.time(kernels_on(fake_cuda))
@@ -80,7 +92,7 @@ def test_l2_flush_sized_from_the_selected_gpu_and_kept_out_of_the_sample(fake_cu
     assert timer._flush.nbytes == 2 * H100_L2_BYTES
     t = timer.time(kernels_on(fake_cuda, device=1))
     flush, work = fake_cuda.ops("kernel")
-    start, end = fake_cuda.ops("event")
+    start, end = fake_cuda.ops("event")[-2:]  # the sample's (the timer recorded both once when made)
     assert flush.name == "zero_" and flush.device == 1 and flush.end_s - flush.start_s == pytest.approx(FLUSH_S)
     assert flush.end_s <= start.start_s <= work.start_s  # the flush completes before the sample starts
     assert t == pytest.approx(1e-3, rel=1e-9)  # the kernel alone: its launch hid behind the flush
@@ -243,6 +255,30 @@ def test_runner_measures_a_case_entirely_on_its_gpu(fake_cuda, chain):
     assert record.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
     assert record.phases == pytest.approx(PHASE_S, rel=1e-9)
     assert fake_cuda.current == 0
+
+
+def test_a_sticky_cuda_error_ends_the_device_for_the_rest_of_the_run(fake_cuda, chain):
+    """After an illegal address every CUDA call of the process fails with it (fake rule, CUDA Runtime API,
+    cudaErrorIllegalAddress): the later cases are recorded as not run, with the case that broke the context, never
+    as failures of their own carrying the first case's error."""
+    faulting = chain(name="test_fake_faulting")
+    backend = BACKENDS.get(faulting.backend)
+    build, supports = backend.builders[KernelChain.name]
+
+    def faulting_build(ctx):
+        pipeline = build(ctx)
+        return Pipeline(end_to_end=lambda: fake_cuda.fault(ILLEGAL_ADDRESS), phases=pipeline.phases,
+                        output=pipeline.output)
+
+    backend.builders[KernelChain.name] = (faulting_build, supports)
+    healthy = chain()
+    measurer = CaseMeasurer(settings(), GPU1)
+    first, second, third = (measurer.measure(case, seq=i) for i, case in enumerate([faulting, healthy, healthy]))
+    assert first.status == "failed" and "an illegal memory access was encountered" in first.reason
+    for later in (second, third):
+        assert (later.status, later.reason.split(":")[0]) == ("skipped", "not run")
+        assert later.reason.startswith("not run: CUDA context lost after case 0 (AcceleratorError: CUDA error: an "
+                                       "illegal memory access was encountered)")
 
 
 def test_runner_times_graph_replays_and_releases_the_graphs(fake_cuda, chain):

@@ -10,9 +10,11 @@ import time
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.core.devices import resolve_device
+from fp8bench.core.devices import Device, resolve_device
 from fp8bench.core.plugins import WORKLOADS, Workload, load_all
 from fp8bench.numerics.recipes import resolve_precision
+from fp8bench.workloads.gemm import OPERAND_BYTES
+from fp8bench.workloads.grouped_gemm import routing
 
 # Shapes far beyond any machine's memory (the 100000^3 GEMM is the probe: it once tried to allocate 40 GB).
 HUGE = {"gemm": "100000x100000x100000", "attention": "b=64,h=64,kv_heads=8,s=131072,d=128",
@@ -50,3 +52,23 @@ def test_gemm_of_100000_cubed_fails_at_once_and_the_run_goes_on(tmp_path, capsys
     grown_gib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 2**20
     assert grown_gib < 2, f"the refused case allocated ~{grown_gib:.1f} GiB"
     assert elapsed < 120  # refused, not attempted (the small case takes a few seconds on a busy machine)
+
+
+def test_estimates_count_the_outputs_the_output_check_keeps():
+    """The check keeps up to three outputs beside the call's own (a fresh copy, the last timed output while the next
+    call writes, its copy after sampling): each estimate must hold 4 bytes x 4 per output element at least."""
+    load_all()
+    gpu = Device("cuda", 0)  # only ``is_cuda`` is read: nothing is allocated
+    gemm, grouped, attention = (WORKLOADS.get(n) for n in ("gemm", "grouped_gemm", "attention"))
+    m, n, k = 256, 512, 128
+    shape = gemm.parse_shape(f"{m}x{n}x{k}")
+    assert gemm.memory_bytes(shape, gpu) - OPERAND_BYTES * (m * k + n * k) >= m * n * (4 * 4 + 8)
+    g = grouped.parse_shape("g=4,tokens=64,top_k=2,n=128,k=128")
+    rows = routing(g).rows
+    assert grouped.memory_bytes(g, gpu) - OPERAND_BYTES * (rows * 128 + 4 * 128 * 128) >= rows * 128 * (4 * 4 + 8)
+    a = attention.parse_shape("b=2,h=4,s=64,d=32")
+    forward_only = attention.memory_bytes({**a, "backward": 0})
+    tokens, width = 2 * 64, 4 * 32
+    sources_and_scores = 4 * (2 * tokens * width + (3 * 4 * 32 + 4 * 32) * width) + 8 * tokens * width * 4 \
+        + 4 * 2 * 4 * 64 * 64
+    assert forward_only - sources_and_scores >= 3 * 4 * tokens * width

@@ -45,7 +45,7 @@ from fp8bench.core.shapes import Shape, ShapeError
 from fp8bench.numerics.fp8_linear import alignment_reason
 from fp8bench.numerics.quantize import quantize_tensorwise
 from fp8bench.numerics.recipes import Precision, ScaledRecipe
-from fp8bench.workloads.memory import refusal
+from fp8bench.workloads.memory import CHECKED_OUTPUTS, refusal
 from fp8bench.workloads.model import (
     Attention,
     attention_core_flops,
@@ -159,15 +159,19 @@ class AttentionBlock(Workload):
                 width, width)}, backward=bool(shape["backward"]))
         return None
 
-    def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
+    def memory_bytes(self, shape: Shape) -> int:
+        """Bytes one case holds at its peak: FP32 source tensors (x, dy, weights), activations kept for backward,
+        the outputs the output check keeps beside the call's own ([tokens, width] FP32 each), and one FP32 score
+        matrix, which PyTorch's math attention kernel materializes (the fused kernels do not; the worst case)."""
         b, h, s, d, kv = (shape[k] for k in SHAPE_KEYS)
         tokens, width = b * s, h * d
-        # FP32 source tensors (x, dy, weights) + activations kept for backward + one FP32 score matrix, which
-        # PyTorch's math attention kernel materializes (the fused kernels do not; this is the worst case).
-        need = 4 * (2 * tokens * width + ((h + 2 * kv) * d + h * d) * width) + 8 * tokens * width * 4 \
-            + 4 * b * h * s * s * (2 if shape["backward"] else 1)
-        return refusal(device, need, "this attention case", "FP32 inputs and weights, activations kept for the "
-                       "backward pass, the math kernel's score matrix")
+        return 4 * (2 * tokens * width + ((h + 2 * kv) * d + h * d) * width) + 8 * tokens * width * 4 \
+            + CHECKED_OUTPUTS * 4 * tokens * width + 4 * b * h * s * s * (2 if shape["backward"] else 1)
+
+    def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
+        return refusal(device, self.memory_bytes(shape), "this attention case", "FP32 inputs and weights, "
+                       "activations kept for the backward pass, the output check's copies, the math kernel's "
+                       "score matrix")
 
     def probe_shape(self, shape: Shape, max_flops: float) -> Shape | None:
         if self.flops(shape) <= PROBE_MIN_RATIO * max_flops:  # see TransformerStep.probe_shape

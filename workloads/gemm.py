@@ -25,7 +25,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue, parse_positive
 from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
-from fp8bench.workloads.memory import refusal
+from fp8bench.workloads.memory import CHECKED_OUTPUTS, refusal
 
 _MNK = re.compile(r"^\s*([^x]+)x([^x]+)x([^x]+)\s*$", re.IGNORECASE)
 
@@ -33,9 +33,10 @@ _MNK = re.compile(r"^\s*([^x]+)x([^x]+)x([^x]+)\s*$", re.IGNORECASE)
 # pipeline and its output still exist: the FP32 sources (4), the backend's working copies, counted at FP32 (4:
 # an emulated recipe dequantizes to FP32), and the reference's FP64 copies of A and B (8).
 OPERAND_BYTES = 4 + 4 + 8
-# Bytes per output element on the device: the output (4 at most) and the FP64 reference (8); on the CPU also the
-# numerics check's FP64 temporaries (output as FP64, the error and its square: 3 x 8).
-OUTPUT_BYTES = {"device": 4 + 8, "cpu": 4 + 8 + 3 * 8}
+# Bytes per output element on the device: the output (4 at most), the outputs the output check keeps beside it
+# (CHECKED_OUTPUTS x 4) and the FP64 reference (8); on the CPU also the numerics check's FP64 temporaries (output
+# as FP64, the error and its square: 3 x 8).
+OUTPUT_BYTES = {"device": 4 * (1 + CHECKED_OUTPUTS) + 8, "cpu": 4 * (1 + CHECKED_OUTPUTS) + 8 + 3 * 8}
 
 
 def output_dtype(precision: Precision) -> torch.dtype:
@@ -83,7 +84,8 @@ class Gemm(Workload):
 
     def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
         return refusal(device, self.memory_bytes(shape, device), "this GEMM",
-                       "FP32 A and B, the kernel's working copies, the output and the FP64 reference")
+                       "FP32 A and B, the kernel's working copies, the output, the copies the output check keeps "
+                       "and the FP64 reference")
 
     def shape_reason(self, shape: Shape, precision: Precision) -> str | None:
         if isinstance(precision, FloatPrecision):

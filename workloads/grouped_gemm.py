@@ -248,8 +248,8 @@ class GroupedGemm(Workload):
 
     def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
         return refusal(device, self.memory_bytes(shape, device), "this grouped GEMM",
-                       "FP32 routed rows and expert weights, the kernel's working copies, the output and the "
-                       "FP64 reference")
+                       "FP32 routed rows and expert weights, the kernel's working copies, the output, the copies "
+                       "the output check keeps and the FP64 reference")
 
     def probe_shape(self, shape: Shape, max_flops: float) -> Shape | None:
         # A small case is dominated by per-expert call overheads, so extrapolating it by FLOPs from a smaller one

@@ -20,6 +20,10 @@ import torch
 
 from fp8bench.core.devices import Device
 
+# Outputs the output check (fp8bench.measure.output_check) holds beside the call's own, at most: the fresh call's
+# copy, the last timed output kept while the next call writes its own, and the copy of it taken after sampling.
+CHECKED_OUTPUTS = 3
+
 
 def available_bytes(device: Device) -> int | None:
     """Bytes a case may still allocate on ``device``: free GPU memory, or the kernel's ``MemAvailable`` estimate

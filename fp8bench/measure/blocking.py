@@ -27,31 +27,46 @@ Where it cannot apply, the case is timed with ``cuda_events`` instead, with the 
 
 * **not a CUDA device**: there is no stream to hold; the host clock times the call (``cpu``);
 * **Triton is not installed**: the spin kernel is written in Triton (the ``triton`` extra);
-* **a call that synchronizes with the host** (``.item()``, ``float(loss)``, ``.cpu()``, ``torch.cuda.synchronize()``):
-  the host waits for work queued behind the spin kernel, which waits for a release the host never gets to launch.
-  A deadlock, so the spin kernel gives up after :data:`SPIN_MAX_CHECKS` polls and records that it did; the host's
-  wait then ends, the sample is thrown away and the case falls back. Every call of a case is tried once, held,
-  before sampling, so the fall-back is decided before any figure is taken. A call of more kernels than the
-  stream's launch queue holds (about a thousand: tritonbench caps its queued calls at 50 for this reason) blocks
-  the host the same way and falls back the same way.
+* **two streams that cannot run side by side**: the release runs on a second stream, so it must be able to run
+  while the spin occupies the first. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (one hardware queue: every stream's work in
+  submission order) and ``CUDA_LAUNCH_BLOCKING=1`` (each launch waits for its kernel) rule that out, and are refused
+  by name before any spin (:func:`serializing_reason`); any other cause (an MPS client) is found once, when the
+  timer is made, by holding an empty call (:func:`overlap_reason`): a call that launches nothing cannot wait for
+  anything, so a spin that still gives up was never reached by its release;
+* **a call of more than** :data:`MAX_QUEUED_LAUNCHES` **GPU operations** (counted once, unheld, by the PyTorch
+  profiler's CUDA activity): nvbench's ``blocking_kernel.cuh`` advises about 32 launches at most behind a blocked
+  stream; past the launch queue's depth the host's launch itself waits, for a spin only the host can end;
+* **a call that synchronizes with the host** (``.item()``, ``float(loss)``, ``.cpu()``, ``torch.cuda.synchronize()``,
+  or a ``cudaMalloc``, which synchronizes implicitly): the host waits for work queued behind the spin kernel, which
+  waits for a release the host never gets to launch. A deadlock, so the spin kernel gives up after
+  :data:`SPIN_GIVE_UP_S` seconds (counted in polls timed on the device, :func:`poll_seconds`) and records that it
+  did; the host's wait then ends and the sample is thrown away. Every call of a case runs once unheld (its first
+  allocations happen there, outside any hold) and once held before sampling, so the fall-back is decided before
+  any figure is taken; a call that synchronizes only now and then can still give up in a later sample, and then
+  every sample of the case is retaken with ``cuda_events`` (:func:`gave_up_note`), never skipped.
 
 Why a Triton kernel, and not ``torch.cuda._sleep``: ``_sleep(cycles)`` spins for a fixed number of clock cycles and
 cannot wait for a flag. If the host needs longer to queue the call than the sleep lasts, the GPU starts early and the
 launch gaps are back in the figure without any sign. And why a device-memory flag released by a kernel
 (tritonbench's way) rather than nvbench's host-mapped pinned flag written by the host: the flag stays an ordinary
 CUDA tensor handed to Triton, the release is itself ordered GPU work, and no host-mapped pointer has to be passed
-through Triton's launcher.
+through Triton's launcher. The price: the release needs a second stream that runs beside the held one, which is why
+environments without that are refused up front rather than waited out.
 
 Verification: the spin and release kernels run under Triton's CPU interpreter in the tests (the flag, the
-generation count and the give-up rule); the whole timer runs on the fake CUDA runtime of ``tests/fake_cuda_runtime.py``,
-which holds a stream behind a spin kernel and hangs, as CUDA does, when nothing releases it. Neither has run on a
-GPU here: the seconds one poll takes on a GPU, and so the time :data:`SPIN_MAX_CHECKS` polls last, are unmeasured.
+generation count, the give-up rule and its calibration); the whole timer runs on the fake CUDA runtime of
+``tests/fake_cuda_runtime.py``, which holds a stream behind a spin kernel and hangs, as CUDA does, when nothing
+releases it, serializes streams with one hardware queue, and synchronizes on a ``cudaMalloc``. None of it has run
+on a GPU here: the seconds one poll takes, the profiler's count of a call's operations, and that the release
+reaches the spin from a second stream are claims the first GPU run has to check.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterable
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -60,11 +75,36 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Unsupported
 from fp8bench.measure.timing import CudaTimer, Timer, TimingMode
 
-# Polls before the spin kernel gives up. A poll is one uncached global-memory load (of the order of a microsecond on
-# a data-centre GPU; unmeasured here), so a few seconds: far longer than any host needs to queue one call, short
-# enough that a call which synchronizes costs the run seconds, not minutes. tritonbench gives up after ~1 s
-# (1000 polls with a 1 ms sleep each).
-SPIN_MAX_CHECKS = 1 << 22
+# GPU operations one held call may queue behind the spin kernel. nvbench's blocking_kernel.cuh (the stream hold of
+# its cold measurement) warns that how much work can queue behind a blocked stream depends on the device and driver,
+# and advises about 32 kernel launches at most; past the queue's depth the host's launch itself waits, for a spin
+# that only the host can end.
+MAX_QUEUED_LAUNCHES = 32
+# Seconds a spin kernel polls before it gives up: far longer than any host needs to queue one call of at most
+# MAX_QUEUED_LAUNCHES kernels, short enough that a call which synchronizes costs the run one second, not minutes.
+# tritonbench gives up after ~1 s (1000 polls with a 1 ms sleep each).
+SPIN_GIVE_UP_S = 1.0
+# Polls timed once, when the hold is made, to turn SPIN_GIVE_UP_S into a poll count (the kernel has no clock the
+# Triton interpreter runs; a poll is one uncached global-memory load, of the order of a microsecond on a
+# data-centre GPU, so this calibration spin lasts tens of milliseconds).
+CALIBRATION_CHECKS = 1 << 15
+# A generation no release ever reaches (the flag is an int32): the calibration spin runs all its polls.
+NEVER_RELEASED = 2**31 - 1
+
+
+def give_up_checks(give_up_s: float, poll_s: float) -> int:
+    """The poll count that lasts ``give_up_s`` seconds when one poll takes ``poll_s`` seconds (1 to 2**31 - 1)."""
+    if not (math.isfinite(poll_s) and poll_s > 0):
+        raise ValueError(f"seconds per poll must be finite and positive, got {poll_s}")
+    if not (math.isfinite(give_up_s) and give_up_s > 0):
+        raise ValueError(f"give-up time must be finite seconds > 0, got {give_up_s}")
+    return int(min(NEVER_RELEASED, max(1, math.ceil(give_up_s / poll_s))))
+
+
+def poll_seconds(timed_spin: Callable[[int], float], checks: int = CALIBRATION_CHECKS) -> float:
+    """Seconds one poll of the spin kernel takes: ``timed_spin(n)`` runs a spin of ``n`` polls that no release
+    ends and returns its seconds."""
+    return timed_spin(checks) / checks
 
 
 class HoldTimedOut(Unsupported):
@@ -126,19 +166,31 @@ def spin_kernels() -> tuple[Any, Any]:
 
 
 class TritonStreamHold:
-    """:class:`StreamHold` with the Triton kernels of :func:`spin_kernels` and a flag in the device's memory."""
+    """:class:`StreamHold` with the Triton kernels of :func:`spin_kernels` and a flag in the device's memory; its
+    spin gives up after ``give_up_s`` seconds, counted in polls timed on the device (:func:`poll_seconds`)."""
 
-    def __init__(self, device: Device, max_checks: int = SPIN_MAX_CHECKS) -> None:
+    def __init__(self, device: Device, give_up_s: float = SPIN_GIVE_UP_S) -> None:
         self.spin, self.release_kernel = spin_kernels()
-        self.max_checks = max_checks
+        self.device = device
         with device.guard():
             self.flag = torch.zeros(1, dtype=torch.int32, device=device.torch)
             self.gave_up_flag = torch.zeros(1, dtype=torch.int32, device=device.torch)
             self.side = torch.cuda.Stream(device.torch)  # the release must not queue behind the held stream
             # Compile both kernels now, not inside the first held sample: generation 0 is already "released".
             self.release_kernel[(1,)](self.flag, 0, num_warps=1)
-            self.spin[(1,)](self.flag, self.gave_up_flag, 0, self.max_checks, num_warps=1)
+            self.spin[(1,)](self.flag, self.gave_up_flag, 0, 1, num_warps=1)
             torch.cuda.synchronize(device.torch)
+            self.poll_s = poll_seconds(self._timed_spin)
+        self.max_checks = give_up_checks(give_up_s, self.poll_s)
+
+    def _timed_spin(self, checks: int) -> float:
+        """Seconds of GPU time a spin of ``checks`` polls takes when nothing releases it (CUDA events)."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.spin[(1,)](self.flag, self.gave_up_flag, NEVER_RELEASED, checks, num_warps=1)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
     def hold(self, stream: Any, generation: int) -> None:
         with torch.cuda.stream(stream):
@@ -169,8 +221,7 @@ class BlockedStreamTimer(CudaTimer):
             self.hold.hold(stream, self.generation)  # 1. nothing below runs until the release
             if self._flush is not None:
                 self._flush.zero_()  # cold L2, before the start event, as in cuda_events
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start, end = self.start, self.end  # created before timing (fp8bench.measure.timing.timing_events)
             start.record(stream)
             host_start = self.host_clock()
             fn()  # 2. every kernel of the call queues behind the spin kernel
@@ -185,11 +236,43 @@ class BlockedStreamTimer(CudaTimer):
             return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
 
+# Environment variables under which two streams of a device never run side by side, so the release (on a second
+# stream) could only run after the spin it should end: CUDA C++ Programming Guide, "CUDA Environment Variables".
+SERIALIZING_ENVIRONMENT = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": "gives each device one hardware queue, which runs every stream's work in the "
+                                   "order it was submitted",
+    "CUDA_LAUNCH_BLOCKING": "makes every kernel launch wait until its kernel ends",
+}
+
+
+def serializing_reason(environ: Mapping[str, str]) -> str | None:
+    """Why ``environ`` keeps two streams from running side by side, or ``None``."""
+    for name, effect in SERIALIZING_ENVIRONMENT.items():
+        if environ.get(name, "").strip() == "1":
+            return (f"{name}=1 {effect}, so the release on a second stream would wait for the spin kernel it "
+                    "should end")
+    return None
+
+
 def unavailable_reason(device: Device) -> str | None:
     """Why ``blocked_stream`` cannot time on ``device``, or ``None``."""
     if not device.is_cuda:
         return f"blocked_stream timing holds a CUDA stream; {device} has none"
-    return triton_missing_reason()
+    return serializing_reason(os.environ) or triton_missing_reason()
+
+
+def overlap_reason(timer: BlockedStreamTimer) -> str | None:
+    """Why a release cannot end ``timer``'s hold here, found by holding an empty call once (``None``: it can).
+
+    A call that launches nothing cannot synchronize, so a spin that still gives up was never reached by its
+    release: the two streams do not run side by side (an MPS client, or a driver that gives the process one
+    hardware queue) and every held call would wait out the give-up."""
+    try:
+        timer.time(lambda: None)
+    except HoldTimedOut:
+        return ("a release on a second stream did not reach the held stream's spin kernel (an empty call was held "
+                "and the spin gave up): the device does not run two of this process's streams side by side")
+    return None
 
 
 def stream_hold_for(device: Device) -> StreamHold:
@@ -209,16 +292,58 @@ def held_timer(device: Device, blocked_stream: bool, flush_l2: bool,
                                          "rank's stream would break" if replaced_by is not None else None)
     if why:
         return None, f"timed with {fallback}, not blocked_stream: {why}"
-    return BlockedStreamTimer(device, stream_hold_for(device), flush_l2), None
+    timer = BlockedStreamTimer(device, stream_hold_for(device), flush_l2)
+    why = overlap_reason(timer)
+    return (None, f"timed with {fallback}, not blocked_stream: {why}") if why else (timer, None)
+
+
+def gave_up_note(exc: HoldTimedOut) -> str:
+    """The note of a case whose held sample gave up after its held trial passed (a call that reads back to the
+    host only now and then): its samples are all retaken with ``cuda_events``, one mode per record."""
+    return f"timed with cuda_events, not blocked_stream: a held sample gave up ({exc})"
+
+
+def count_launches(call: Callable[[], Any], device: Device) -> int | None:
+    """GPU operations (kernels, copies, sets) one unheld call of ``call`` submits to ``device``, counted by the
+    PyTorch profiler's CUDA activity (CUPTI); ``None`` where the profiler cannot count them here. The one place a
+    test puts the fake CUDA runtime's count in its stead."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            call()
+            device.synchronize()
+    except (RuntimeError, AssertionError):  # a CPU build of torch (it asserts), no CUPTI, a profiler already running
+        return None
+    return sum(1 for event in prof.events() if event.device_type == DeviceType.CUDA)
+
+
+def too_many_launches(launches: int | None) -> str | None:
+    """Why a call of ``launches`` GPU operations is not held (``None``: it may be)."""
+    if launches is None or launches <= MAX_QUEUED_LAUNCHES:
+        return None
+    return (f"a call submits {launches} GPU operations, more than the {MAX_QUEUED_LAUNCHES} that may safely queue "
+            "behind a held stream")
 
 
 def timer_for_calls(blocked: BlockedStreamTimer, fallback: Timer,
                     calls: Iterable[Callable[[], Any]]) -> tuple[Timer, TimingMode, str | None]:
     """The timer of one case: ``blocked`` when every call in ``calls`` runs held once (each such try is a warm-up
-    call, outside any sample), else ``fallback`` (``cuda_events``) and the note that says why."""
+    call, outside any sample), else ``fallback`` (``cuda_events``) and the note that says why.
+
+    Each call first runs once unheld, its GPU operations counted (:func:`count_launches`): a phase the case's
+    warm-up did not run makes its first allocations then, not while a stream is held (a ``cudaMalloc``
+    synchronizes implicitly, and the spin would wait out its give-up), and a call of more operations than
+    :data:`MAX_QUEUED_LAUNCHES` is not held at all."""
     for call in calls:
-        try:
-            blocked.time(call)
-        except HoldTimedOut as exc:
-            return fallback, TimingMode.CUDA_EVENTS, f"timed with cuda_events, not blocked_stream: {exc}"
+        with blocked.device.guard():
+            why = too_many_launches(count_launches(call, blocked.device))
+        if why is None:
+            try:
+                blocked.time(call)
+            except HoldTimedOut as exc:
+                why = str(exc)
+        if why is not None:
+            return fallback, TimingMode.CUDA_EVENTS, f"timed with cuda_events, not blocked_stream: {why}"
     return blocked, TimingMode.BLOCKED_STREAM, None

@@ -48,7 +48,14 @@ from typing import Any
 import torch
 
 from fp8bench.core.devices import Device
-from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, is_out_of_memory
+from fp8bench.core.pipeline import (
+    BuildContext,
+    Pipeline,
+    Unsupported,
+    first_line,
+    is_cuda_runtime_error,
+    is_out_of_memory,
+)
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
 from fp8bench.core.repro import repro_of
@@ -71,11 +78,20 @@ from fp8bench.hardware.clocks import (
     locked_clock_policy,
 )
 from fp8bench.hardware.peaks import Peaks
-from fp8bench.measure.blocking import held_timer, timer_for_calls
+from fp8bench.measure.blocking import HoldTimedOut, gave_up_note, held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.measure.output_check import OutputCheck, OutputWatch, deterministic
 from fp8bench.measure.profiling import CaseProfiler, profile_mode
-from fp8bench.measure.timing import Samples, SamplingPolicy, Timer, agreed, sample, timer_for, timing_mode_for
+from fp8bench.measure.timing import (
+    Samples,
+    SamplingPolicy,
+    Timer,
+    TimingMode,
+    agreed,
+    sample,
+    timer_for,
+    timing_mode_for,
+)
 from fp8bench.numerics.accuracy import Numerics, compare, worst
 from fp8bench.numerics.recipes import (
     Precision,
@@ -266,6 +282,7 @@ class CaseMeasurer:
         self.lockstep = hasattr(self.timer, "agree")
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
         self._refs: dict[tuple[str, str], torch.Tensor] = {}
+        self.context_lost: str | None = None  # why no later case can run on this device (lost_context)
 
     def _inputs_for(self, workload: str, shape: Shape) -> dict[str, torch.Tensor]:
         key = (workload, label(shape))
@@ -294,6 +311,8 @@ class CaseMeasurer:
         return case_record(case, self.device, seq, status, reason, **fields)
 
     def measure(self, case: Case, seq: int = 0) -> Record:
+        if self.context_lost is not None:  # every CUDA call of this process would fail with the same error
+            return self._base(case, seq, "skipped", self.context_lost)
         started = time.monotonic()
         with self.device.guard():
             try:
@@ -328,6 +347,7 @@ class CaseMeasurer:
             if is_out_of_memory(exc):  # free what the failed case cached, so the next case has the memory
                 torch.cuda.empty_cache()
                 return self._base(case, seq, "failed", f"out of memory on {self.device}: {first_line(exc)}")
+            self.context_lost = lost_context(self.device, seq, exc)
             tb = traceback.extract_tb(exc.__traceback__)[-1]
             return self._base(case, seq, "failed", f"{type(exc).__name__}: {exc} "
                               f"(at {Path(tb.filename).name}:{tb.lineno})")
@@ -437,11 +457,14 @@ class CaseMeasurer:
         # (fp8bench.measure.output_check).
         outputs = OutputWatch(pipeline.output, pipeline.returns, self.graphs is not None,
                               deterministic(case.precision, pipeline.returns))
-        warm = self._warm_up(pipeline, deadline)
+        # Warm-up runs what the samples run (the call with its output kept), so the allocator holds every block
+        # the samples need before any sample, and no sample allocates (cudaMalloc synchronizes implicitly).
+        timed_call = outputs.timed(pipeline.end_to_end)
+        warm = self._warm_up(timed_call, deadline)
         if warm.over_budget:
             return self._base(case, seq, "skipped", warm.over_budget,
                               timing={"warmup_calls": warm.calls, "last_call_s": warm.last_call_s})
-        timed = self._time(pipeline, deadline, outputs)
+        timed = self._time(pipeline, timed_call, deadline, outputs)
         timing: dict[str, Any] = {"warmup_s": warm.seconds, "warmup_calls": warm.calls, **{
             f"e2e_{k}": v for k, v in timed.e2e.summary().items() if k not in ("median_s", "n")}}
         if timed.e2e.over_budget:
@@ -475,7 +498,7 @@ class CaseMeasurer:
             return self._base(case, seq, "failed", oom)
         return None
 
-    def _warm_up(self, pipeline: Pipeline, deadline: float) -> _Warmup:
+    def _warm_up(self, e2e: Callable[[], Any], deadline: float) -> _Warmup:
         """Warm up: at least ``warmup_iters`` calls and ``warmup_s`` seconds, stopping early if one call is too
         slow for the samples to fit before ``deadline``."""
         s = self.settings
@@ -484,7 +507,7 @@ class CaseMeasurer:
         # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
         while agreed(self.timer, warm.calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s):
             t0 = time.monotonic()
-            pipeline.end_to_end()
+            e2e()
             self.device.synchronize()
             warm.last_call_s = time.monotonic() - t0
             warm.calls += 1
@@ -496,22 +519,32 @@ class CaseMeasurer:
         warm.seconds = time.monotonic() - warm_start
         return warm
 
-    def _time(self, pipeline: Pipeline, deadline: float, outputs: OutputWatch) -> _Timed:
-        """The timed samples: end to end first (in its share of the budget), then each phase until ``deadline``,
-        with clocks and throttle reasons polled through all of them; ``outputs`` keeps the last timed output."""
-        s = self.settings
-        e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
+    def _time(self, pipeline: Pipeline, e2e: Callable[[], Any], deadline: float, outputs: OutputWatch) -> _Timed:
+        """The timed samples: end to end first (``e2e``, the call as warmed up, in its share of the budget), then
+        each phase until ``deadline``, with clocks and throttle reasons polled through all of them; ``outputs``
+        keeps the last timed output."""
         # blocked_stream: each call is tried once held; a call that synchronizes sends the case to cuda_events.
-        timer, timing_mode, mode_note = self.timer, self.timing_mode, self.blocked_note
+        mode = (self.timer, self.timing_mode, self.blocked_note)
         if self.blocked is not None:
-            timer, timing_mode, mode_note = timer_for_calls(self.blocked, self.timer,
-                                                            [pipeline.end_to_end, *pipeline.phases.values()])
+            mode = timer_for_calls(self.blocked, self.timer, [e2e, *pipeline.phases.values()])
+        try:
+            return self._sample_all(pipeline, e2e, deadline, outputs, mode)
+        except HoldTimedOut as exc:  # a later held sample gave up: every figure of the case from events instead
+            return self._sample_all(pipeline, e2e, deadline, outputs, (self.timer, TimingMode.CUDA_EVENTS,
+                                                                        gave_up_note(exc)))
+
+    def _sample_all(self, pipeline: Pipeline, e2e: Callable[[], Any], deadline: float, outputs: OutputWatch,
+                    mode: tuple[Timer, TimingMode, str | None]) -> _Timed:
+        """:meth:`_time`'s samples with ``mode``'s timer, the mode it times in and the note that says why."""
+        s = self.settings
+        timer, timing_mode, mode_note = mode
+        e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
         # GPUs: the SM clock and power read after every sample; a sample at a throttled clock is retaken.
         checked = self._clock_checked(timer)
         timer = checked or timer
         watch = TelemetryWindow(self.telemetry, absent_reason=self.telemetry_absent)
         with watch:
-            e2e_call = self._timed_call("end_to_end", outputs.timed(pipeline.end_to_end))
+            e2e_call = self._timed_call("end_to_end", e2e)
             timed = _Timed(sample(e2e_call, timer, s.policy, e2e_deadline), e2e_call,
                            notes=[*pipeline.notes, *([mode_note] if mode_note else [])],
                            timing_mode=timing_mode.value)
@@ -604,6 +637,26 @@ class CaseMeasurer:
             numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
             scale_format=pipeline.scale_format, timing_mode=timed.timing_mode, discarded_samples=timed.discarded)
+
+
+def lost_context(device: Device, seq: int, exc: BaseException) -> str | None:
+    """The reason every later case of the process is not run, when case ``seq`` failed with a CUDA error that broke
+    the context; ``None`` when the device still works.
+
+    A kernel fault (an illegal address, a launch failure) is sticky: the CUDA Runtime API documents that the
+    process is left in an inconsistent state, every later CUDA call returns the same error, and only a new process
+    can use the device. Which errors are sticky is read from the device itself: after a CUDA error, one synchronize
+    either succeeds (the error was the failed call's alone) or fails again (the context is lost).
+    """
+    if not device.is_cuda or not is_cuda_runtime_error(exc):
+        return None
+    try:
+        device.synchronize()
+    except RuntimeError as again:
+        if is_cuda_runtime_error(again):
+            return (f"not run: CUDA context lost after case {seq} ({type(again).__name__}: {first_line(again)}); "
+                    "run the remaining cases in a new process")
+    return None
 
 
 @dataclass

@@ -131,25 +131,40 @@ class CudaTimer:
         # (launches, host work, the wait for the GPU). ``host_clock`` is the host's clock in seconds.
         self.last_host_s: float | None = None
         self.host_clock: Callable[[], float] = time.perf_counter
-        if flush_l2:
-            with device.guard():
+        with device.guard():
+            if flush_l2:
                 l2 = int(torch.cuda.get_device_properties(self.index).L2_cache_size)
                 self._flush = torch.empty(l2_flush_bytes(l2), dtype=torch.uint8, device=device.torch)
+            self.start, self.end = timing_events(device)
 
     def time(self, fn: Callable[[], Any]) -> float:
         with self.device.guard():
             stream = torch.cuda.current_stream(self.index)
             if self._flush is not None:
                 self._flush.zero_()  # enqueued on ``stream`` (the buffer's device's current stream), before ``start``
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record(stream)
+            self.start.record(stream)
             host_start = self.host_clock()
             fn()
-            end.record(stream)
-            end.synchronize()
+            self.end.record(stream)
+            self.end.synchronize()
             self.last_host_s = self.host_clock() - host_start
-            return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
+            return self.start.elapsed_time(self.end) * 1e-3  # elapsed_time is in milliseconds
+
+
+def timing_events(device: Device) -> tuple[Any, Any]:
+    """A start and an end event of ``device``, created now, for a timer to record in every sample.
+
+    ``torch.cuda.Event()`` creates no CUDA event: c10's ``CUDAEvent::record`` does, on its first record (c10/cuda/
+    CUDAEvent.h). An end event made per sample would be created on the host after the call was launched, and a short
+    call's GPU would sit idle through that creation inside the sample. Recording both once here, and waiting for
+    them, creates them outside any sample; re-recording an event is then one ``cudaEventRecord``.
+    """
+    stream = torch.cuda.current_stream(device.cuda_index)
+    events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+    for event in events:
+        event.record(stream)
+    events[1].synchronize()
+    return events
 
 
 def agreed(timer: Timer, flag: bool) -> bool:

@@ -231,6 +231,47 @@ def stream_overlap(ctx: ProbeContext) -> ProbeResult:
                        "CUDA_DEVICE_MAX_CONNECTIONS=1, MPS or CUDA_LAUNCH_BLOCKING=1?)")
 
 
+def launch_count(ctx: ProbeContext) -> ProbeResult:
+    """the profiler counts exactly the N kernels a call of N elementwise additions launches (N = 5 and 40)"""
+    from fp8bench.measure.blocking import count_launches
+
+    x = torch.zeros(1024, device=ctx.device.torch)
+    counted = {}
+    for n in (5, 40):
+        def call(n: int = n) -> None:
+            for _ in range(n):
+                x.add_(1)
+        call()  # warm: the first launch may load the kernel
+        counted[n] = count_launches(call, ctx.device)
+    ok = all(counted[n] == n for n in counted)
+    return ProbeResult(Outcome.HELD if ok else Outcome.FAILED,
+                       ", ".join(f"{n} launched, {counted[n]} counted" for n in counted) +
+                       ("" if ok else " (the cap on launches queued behind a hold is judged by this count)"))
+
+
+# Cases the blocked-stream probe measures as the runner does: a one-kernel GEMM, and an FP8 GEMM whose quantize
+# phase launches several kernels.
+HELD_CASES = (("gemm", (2048, 2048, 2048), "bf16"), ("gemm", (2048, 2048, 2048), "fp8_tensorwise"))
+
+
+def blocked_stream_holds(ctx: ProbeContext) -> ProbeResult:
+    """cases measured with --blocked-stream are timed held (no refusal, give-up or fallback to events)"""
+    from fp8bench.measure.runner import CaseMeasurer, RunSettings
+    from fp8bench.measure.timing import SamplingPolicy
+
+    settings = RunSettings(device=str(ctx.device), blocked_stream=True, energy=False, phases=True, budget_s=60,
+                           policy=SamplingPolicy(min_samples=10, max_time_s=1.0))
+    measurer = CaseMeasurer(settings, ctx.device)
+    rows, held = [], True
+    for workload, shape, precision in HELD_CASES:
+        record = measurer.measure(_gemm_case(shape, precision, "torch"))
+        fallback = [n for n in record.notes if n.startswith("timed with cuda_events")]
+        held &= record.status == "ok" and record.timing_mode == "blocked_stream" and not fallback
+        rows.append(f"{workload}/{precision}: {record.status}, {record.timing_mode}" +
+                    (f" ({fallback[0][:120]})" if fallback else ""))
+    return ProbeResult(Outcome.HELD if held else Outcome.FAILED, "; ".join(rows))
+
+
 # The telemetry sampler polls every 50 ms (fp8bench.energy.telemetry); a poll must cost a small share of that.
 POLL_BUDGET_S = 0.005
 
@@ -415,6 +456,12 @@ CLAIMS: tuple[Claim, ...] = (
           "--cuda-graph records", "fp8bench/measure/cuda_graphs.py", probe=graph_capture),
     Claim("stream_overlap", "two streams of one device run concurrently (no single hardware queue)",
           "--blocked-stream records", "fp8bench/measure/blocking.py", probe=stream_overlap),
+    Claim("launch_count", "the PyTorch profiler (CUPTI) counts every kernel a call launches",
+          "which calls are held under --blocked-stream (at most 32 queued launches)", "fp8bench/measure/blocking.py",
+          probe=launch_count),
+    Claim("blocked_stream_holds", "a held stream is released from a second stream, within the give-up time in "
+          "seconds, and warm-up leaves no allocation (an implicit synchronization) inside a held sample",
+          "--blocked-stream records", "fp8bench/measure/blocking.py, runner.py", probe=blocked_stream_holds),
     Claim("nvml_poll_cost", "a telemetry poll costs a small share of the 50 ms sampling interval",
           "telemetry, per-sample clocks", "fp8bench/energy/telemetry.py", probe=nvml_poll_cost),
     Claim("counter_period", "NVML's energy counter updates about every 100 ms",
@@ -432,8 +479,9 @@ CLAIMS: tuple[Claim, ...] = (
           "emulated reference)", "te records", "kernels/te_backend.py", probe=te_recipes),
     Claim("second_device_events", "events and graphs act on cuda:N, not the current device",
           "records on cuda:1 and above", "fp8bench/core/devices.py", probe=second_device_events),
-    Claim("sticky_error", "an illegal address leaves the CUDA context unusable, and the runner stops the process's "
-          "later cases", "records after a crashing kernel", "fp8bench/measure/runner.py",
+    Claim("sticky_error", "after an illegal address every CUDA call fails again (a synchronize tells a lost context "
+          "from an ordinary error), so the runner records the later cases as not run",
+          "records after a crashing kernel", "fp8bench/measure/runner.py",
           no_probe="provoking it loses the CUDA context of the selfcheck itself"),
     Claim("collectives", "NCCL all-gathers and reduce-scatters of FP8 payloads run across GPUs and nodes",
           "collective records", "kernels/torch_collective.py", no_probe="needs several GPUs and a torchrun launch"),

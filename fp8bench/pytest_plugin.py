@@ -9,10 +9,30 @@ A CI suite is a plain test module::
 
 ``fp8bench_case`` measures the case with fp8bench's own runner: device-synchronized timer (CUDA events on a GPU),
 warm-up outside the timed region, adaptive sampling to a spread target under a time budget, numerics against the
-FP64 reference. It then hands the raw samples to pytest-benchmark as that test's statistics and puts the whole
-fp8bench record into ``extra_info["fp8bench"]``; the run's environment (device, driver, torch, settings) goes into
-``machine_info["fp8bench"]``. ``pytest --benchmark-enable --benchmark-json=out.json`` therefore writes a file that
-``fp8bench ingest`` stores and ``fp8bench gate`` compares exactly like an ``fp8bench run`` file.
+FP64 reference. pytest-benchmark then sees an ordinary benchmark, as its users run it::
+
+    pytest --benchmark-only --benchmark-json=night.json          # only the benchmarks; the JSON fp8bench ingests
+    pytest --benchmark-only --benchmark-autosave                 # saved under .benchmarks/ for later nights
+    pytest --benchmark-only --benchmark-compare --benchmark-compare-fail=median:10%   # fails on a slower case
+    pytest-benchmark compare 0001 0002                           # two saved nights side by side
+
+* The fixture names ``benchmark`` among its own arguments whenever pytest-benchmark is active, because
+  pytest-benchmark decides which tests are benchmarks from their fixture names at collection (``--benchmark-only``
+  runs these, ``--benchmark-skip`` skips them).
+* The samples reach pytest-benchmark through its public API only: the test's ``benchmark`` marker gets the
+  ``timer`` option :func:`fp8bench_samples`, which replays fp8bench's samples, and ``benchmark.pedantic`` runs one
+  round per sample of a target that does nothing, so pytest-benchmark's statistics are exactly fp8bench's. A case
+  that ends without samples, or that raises, is reported as the benchmark's error (left out of the table and JSON).
+* ``group`` is the workload and shape (``gemm 4096x4096x4096``), so precisions and backends of one shape sit in
+  one table. ``extra_info["fp8bench"]`` is the whole record and ``extra_info["fp8bench_run"]`` the run header
+  (device, commit, host and its load, software, settings). ``machine_info["fp8bench"]`` holds only what names the
+  machine (host alias, CPU model, the ``--fp8bench-device`` asked for): pytest-benchmark compares machine_info as
+  the session starts, before any case has run, and warns on any difference, so nothing that changes between two
+  nights may sit there.
+
+``pytest --benchmark-json=out.json`` therefore writes a file that ``fp8bench ingest`` stores and ``fp8bench gate``
+compares exactly like an ``fp8bench run`` file. Tested against pytest-benchmark 4.0.0 (the oldest the project
+allows) and 5.3.1.
 
 With benchmarks disabled (``--benchmark-disable``, the project's own default) or without pytest-benchmark, each case
 runs with a minimal policy (3 samples) so that the suite still checks that every case builds and is numerically

@@ -5,15 +5,19 @@ Builds (or reuses) a store of synthetic but schema-valid records - every record 
 stored through ``Store.ingest_run``, spread over nightly runs on two branches, commits, three device models, three
 workloads, many shapes, several precisions and backends - then drives the real app with Streamlit's AppTest:
 
-* first load, cold process: the first session of a new process on a cold cache (module imports included);
+* first load, cold process: the first session of a fresh Python process on a cold cache, as the first reader of a
+  newly started ``fp8bench dashboard`` sees it: the process has imported Streamlit (the server's own start-up,
+  not timed), and the timed render imports the dashboard's modules, reads the store and draws the page. This is
+  the figure the targets judge;
 * first load, warm server: a new session on a cold cache in a process that has already served the app once (what
-  opening the dashboard costs after a new run arrived: the cache is keyed by the store's state);
+  opening the dashboard costs after a new run arrived: the cache is keyed by the store's state), printed beside it;
 * rerun: the same session runs the script again (what a widget change or a reload costs);
 * new session: another user opens the Overview while the store is cached.
 
 The synthetic values only need to be plausible in shape (times follow FLOPs over a per-device rate with noise);
-they measure the dashboard, not a device. Targets: first load under 2 s at 100,000 records and under 10 s at
-1,000,000; rerun under 0.3 s.
+they measure the dashboard, not a device. Targets: cold first load under 1 s at 100,000 records and under 3 s at
+1,000,000 (log-interpolated between); rerun under 0.3 s. Each is judged on wall seconds (the exit status) and on
+CPU seconds (what the render costs without the machine's other load).
 
     python scripts/bench_dashboard.py                      # 100,000 records in a temp SQLite store
     python scripts/bench_dashboard.py --store /tmp/big --records 1000000 --repeats 5
@@ -27,6 +31,7 @@ import itertools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +43,8 @@ import numpy as np
 from fp8bench.core.records import SCHEMA_VERSION, Record
 from fp8bench.results.store import open_store
 
-FIRST_LOAD_TARGET_S = {100_000: 2.0, 1_000_000: 10.0}  # records -> seconds (the store's design targets)
+# records -> seconds of the cold first load (the store's design targets; docs/store.md has the measured figures)
+FIRST_LOAD_TARGET_S = {100_000: 1.0, 1_000_000: 3.0}
 RERUN_TARGET_S = 0.3
 RECORDS_PER_RUN = 1000
 # device name -> (kind, dense BF16 TFLOP/s used to make plausible times, memory TB/s, metered)
@@ -171,8 +177,8 @@ def first_load_target(records: int) -> float:
         return FIRST_LOAD_TARGET_S[100_000]
     if records >= 1_000_000:
         return FIRST_LOAD_TARGET_S[1_000_000]
-    frac = (np.log10(records) - 5.0) / 1.0
-    return float(2.0 * (10.0 / 2.0) ** frac)
+    low, high = FIRST_LOAD_TARGET_S[100_000], FIRST_LOAD_TARGET_S[1_000_000]
+    return float(low * (high / low) ** (np.log10(records) - 5.0))
 
 
 CPU_SECONDS: list[float] = []  # CPU time of each timed render, in the order taken (see timed_run)
@@ -228,6 +234,35 @@ def timed_run(app: Any) -> float:
     return elapsed
 
 
+# The fresh process of the cold first load: Streamlit imported first (a started server has it), then one timed
+# render; it prints its wall and CPU seconds and whether the render imported torch.
+COLD_CHILD = r"""
+import json, sys, time
+from streamlit.testing.v1 import AppTest
+
+app = AppTest.from_file(sys.argv[1], default_timeout=600)
+c0, t0 = time.process_time(), time.perf_counter()
+app.run()
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+if app.exception:
+    raise SystemExit(f"the Overview raised: {app.exception[0].value}")
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def cold_first_load(app_path: str) -> dict[str, Any]:
+    """Wall and CPU seconds of the first render in a fresh process (see COLD_CHILD); the CPU seconds include a
+    PostgreSQL server's on this machine. Its CPU seconds also go to CPU_SECONDS."""
+    s0 = server_cpu_s()
+    proc = subprocess.run([sys.executable, "-c", COLD_CHILD, app_path], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the cold-process render failed:\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["cpu_s"] += server_cpu_s() - s0
+    CPU_SECONDS.append(out["cpu_s"])
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=100_000, help="records in the store (default 100,000)")
@@ -256,8 +291,8 @@ def main() -> int:
     app_path = str(Path(fp8bench.dashboard.__file__).parent / "app.py")
     from fp8bench.dashboard.data import clear_caches
 
-    cold_process = timed_run(AppTest.from_file(app_path, default_timeout=600))
-    cold_cpu = CPU_SECONDS[-1]
+    cold = cold_first_load(app_path)
+    cold_process, cold_cpu = cold["wall_s"], cold["cpu_s"]
     warm = []
     for _ in range(args.repeats):  # a new run arrived: the cache misses, the process is warm
         clear_caches()
@@ -278,17 +313,21 @@ def main() -> int:
         "rerun_max_s": round(max(reruns), 3), "new_session_median_s": round(statistics.median(new_sessions), 3),
         "new_session_max_s": round(max(new_sessions), 3), "first_load_target_s": target_s,
         "rerun_target_s": RERUN_TARGET_S, "load_average": os.getloadavg()[0],
+        "torch_imported_by_first_load": cold["torch_imported"],
         "cpu_s": {"first_load_cold_process": round(cold_cpu, 3),
                   "first_load_warm_median": round(statistics.median(warm_cpu), 3),
                   "rerun_median": round(statistics.median(rerun_cpu), 3)},
     }
-    result["meets_target"] = (result["first_load_warm_median_s"] < target_s
+    # The cold process is what the first reader after a server start waits for, so it is the figure judged.
+    result["meets_target"] = (result["first_load_cold_process_s"] < target_s
                               and result["rerun_median_s"] < RERUN_TARGET_S)
     # The same judgement on CPU seconds: what the render costs without the machine's other load.
-    result["meets_target_cpu"] = (result["cpu_s"]["first_load_warm_median"] < target_s
+    result["meets_target_cpu"] = (result["cpu_s"]["first_load_cold_process"] < target_s
                                   and result["cpu_s"]["rerun_median"] < RERUN_TARGET_S)
-    print(f"{stored:,} records ({result['dialect']}): first load {cold_process:.2f} s in a cold process, "
-          f"{result['first_load_warm_median_s']:.2f} s median on a warm server (target < {target_s:.1f} s); "
+    print(f"{stored:,} records ({result['dialect']}): first load {cold_process:.2f} s in a cold process "
+          f"({cold_cpu:.2f} CPU s; target < {target_s:.1f} s: {'met' if result['meets_target'] else 'missed'}, "
+          f"on CPU seconds {'met' if result['meets_target_cpu'] else 'missed'}), "
+          f"beside it {result['first_load_warm_median_s']:.2f} s median on a warm server; "
           f"rerun median {result['rerun_median_s']:.3f} s (max {result['rerun_max_s']:.3f}, target < "
           f"{RERUN_TARGET_S} s); new session median {result['new_session_median_s']:.3f} s; CPU seconds "
           f"{result['cpu_s']} at load average {result['load_average']:.1f}")

@@ -12,16 +12,13 @@ import pytest
 
 from fp8bench.core.devices import Device
 from fp8bench.hardware import peaks
+from fp8bench.hardware.peak_table import above_ceiling, ceiling_advice, device_table, table_peak
 from fp8bench.hardware.peaks import (
     CEILING_MAX_AGE,
     Peaks,
-    above_ceiling,
-    ceiling_advice,
     ceiling_staleness,
     cpu_ceilings,
-    device_table,
     peak_key,
-    table_peak,
 )
 from fp8bench.numerics.recipes import PRECISIONS
 

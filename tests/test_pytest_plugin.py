@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +72,81 @@ def test_ci_suite_json_ingests_and_gates(tmp_path, results_dir, capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc in (0, 2) and not report["slower_cases"]
     assert {c["verdict"] for c in report["cases"]} <= {"same", "inconclusive"}
+
+
+# The module docstring's example suite as a user writes it, plus a test that is not a benchmark. The shape comes
+# from the environment so that a second night can run the same tests slower.
+USER_SUITE = '''
+import os
+
+import pytest
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8_rowwise"])
+def test_gemm(fp8bench_case, precision):
+    record = fp8bench_case("gemm", os.environ.get("SUITE_SHAPE", "64x64x64"), precision, backend="torch")
+    assert record["status"] in ("ok", "skipped"), record["reason"]
+
+
+def test_not_a_benchmark():
+    assert True
+'''
+QUICK_CASES = ["-p", "no:cacheprovider", "--fp8bench-max-time", "0.05", "--fp8bench-min-samples", "5",
+               "--fp8bench-threads", "1", "--fp8bench-budget", "10"]
+
+
+def run_user_suite(folder: Path, *args: str, shape: str = "64x64x64") -> subprocess.CompletedProcess[str]:
+    """``pytest`` on USER_SUITE in ``folder``, as its own process with no project configuration (benchmarks on)."""
+    (folder / "test_suite.py").write_text(USER_SUITE)
+    return subprocess.run([sys.executable, "-m", "pytest", "test_suite.py", "-rs", *QUICK_CASES, *args], cwd=folder,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "SUITE_SHAPE": shape})
+
+
+def outcome_counts(output: str) -> dict[str, int]:
+    """pytest's closing summary (``2 passed, 1 skipped in 3.1s``) as counts by outcome."""
+    return {word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|failed|error)", output.splitlines()[-1])}
+
+
+@pytest.mark.slow
+def test_benchmark_only_measures_every_case_and_groups_them(tmp_path):
+    out = tmp_path / "night.json"
+    proc = run_user_suite(tmp_path, "--benchmark-only", f"--benchmark-json={out}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert outcome_counts(proc.stdout) == {"passed": 2, "skipped": 1}, proc.stdout[-2000:]
+    raw = json.loads(out.read_text())
+    assert [b["name"] for b in raw["benchmarks"]] == ["test_gemm[bf16]", "test_gemm[fp8_rowwise]"]
+    for bench in raw["benchmarks"]:
+        samples = bench["extra_info"]["fp8bench"]["samples_s"]
+        assert bench["group"] == "gemm 64x64x64"
+        # pytest-benchmark's statistics are fp8bench's samples, one round each.
+        assert bench["stats"]["rounds"] == len(samples) >= 5
+        assert bench["stats"]["min"] == min(samples) and bench["stats"]["max"] == max(samples)
+        assert bench["extra_info"]["fp8bench_run"]["git"] is not None
+        assert "load" in bench["extra_info"]["fp8bench_run"]["host"]
+    # machine_info names the machine and nothing that changes between two nights on it.
+    identity = raw["machine_info"]["fp8bench"]
+    assert set(identity) == {"host_alias", "cpu_model", "device"} and identity["device"] == "auto"
+    assert raw["benchmarks"][0]["extra_info"]["fp8bench_run"]["device"]["kind"] == "cpu"
+    payload, _ = read_results_file(out)  # and it still ingests as fp8bench records with the run's environment
+    assert payload["run"]["git"] == raw["benchmarks"][0]["extra_info"]["fp8bench_run"]["git"]
+    assert payload["run"]["device"]["kind"] == "cpu" and len(payload["records"]) == 2
+
+
+@pytest.mark.slow
+def test_two_nights_compare_without_a_warning_and_compare_fail_catches_a_slower_case(tmp_path):
+    storage = f"file://{tmp_path / 'benchmarks'}"
+    first = run_user_suite(tmp_path, "--benchmark-only", "--benchmark-autosave", f"--benchmark-storage={storage}")
+    assert first.returncode == 0, first.stdout[-3000:]
+    # The second night runs each case on a 64x larger GEMM: far more than 10% slower, whatever the machine's load.
+    second = run_user_suite(tmp_path, "--benchmark-only", "--benchmark-autosave", f"--benchmark-storage={storage}",
+                            "--benchmark-compare", "--benchmark-compare-fail=median:10%", shape="256x256x256")
+    assert second.returncode != 0, second.stdout[-3000:]
+    assert "Performance has regressed" in second.stdout + second.stderr, second.stdout[-3000:]
+    assert "test_gemm[bf16]" in second.stdout
+    assert "machine_info is different" not in second.stdout + second.stderr
+    saved = sorted((tmp_path / "benchmarks").rglob("*.json"))
+    assert len(saved) == 2
+    compare = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", *map(str, saved)],
+                             capture_output=True, text=True, timeout=120)
+    assert compare.returncode == 0, compare.stderr[-2000:]
+    assert "test_gemm[fp8_rowwise]" in compare.stdout and "machine_info" not in compare.stdout + compare.stderr

@@ -28,6 +28,7 @@ from fp8bench.dashboard.widgets import (
     table,
     wrap_label,
 )
+from fp8bench.measure.loss_curves import smooth  # the check's smoothing, so the chart and the verdict agree
 
 METRICS = {"SQNR (dB, higher is better)": "sqnr_db", "relative error (lower is better)": "rel_err"}
 BASELINE_CURVE = "bf16"
@@ -37,10 +38,6 @@ CASE_HEIGHT, LINE_HEIGHT = 44, 14
 
 def relative_gap(curve: list[float], base: list[float], window: int) -> list[float]:
     """``(L - L_bf16) / L_bf16`` per step of the smoothed curves: the convergence check's own definition."""
-    from fp8bench.measure.convergence import (
-        smooth,  # the check's smoothing, so the chart and the verdict agree
-    )
-
     n = min(len(curve), len(base))
     c, b = smooth(curve[:n], window), smooth(base[:n], window)
     return [(x - y) / y if y else float("nan") for x, y in zip(c, b, strict=True)]

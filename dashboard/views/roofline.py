@@ -28,7 +28,7 @@ from fp8bench.dashboard.widgets import (
     nothing_selected,
     table,
 )
-from fp8bench.hardware.peaks import above_ceiling, ceiling_advice
+from fp8bench.hardware.peak_table import above_ceiling, ceiling_advice, table_peak
 
 
 def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None, str]:
@@ -36,8 +36,6 @@ def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None
     stored = pd.to_numeric(points["peak_mem_tbps"], errors="coerce").dropna()
     if not stored.empty:
         return float(stored.iloc[-1]), "stored with the records"
-    from fp8bench.hardware.peaks import table_peak
-
     peak = table_peak(device_name, "mem_bw")
     if peak is not None:
         return peak.value, peak.source

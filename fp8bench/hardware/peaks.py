@@ -1,8 +1,8 @@
 """Peaks: the ceilings that turn a TFLOP/s figure into a percentage.
 
-On GPUs the ceilings come from a versioned table (``data/device_peaks.json``) of dense tensor-core TFLOPS per dtype
-and memory bandwidth, keyed by the exact device name and each value tagged with its source. Vendor "with sparsity"
-figures are halved there; values nobody could confirm carry ``unconfirmed``.
+On GPUs the ceilings come from a versioned table of dense tensor-core TFLOPS per dtype and memory bandwidth
+(:mod:`fp8bench.hardware.peak_table`, which needs no torch, so readers of stored records use it alone); this module
+says which column a precision is held to (:func:`peak_key`).
 
 A CPU has no honest datasheet figure for PyTorch's kernels, so its ceilings are **measured**: the best of a few
 large FP32 and BF16 matmuls and a large copy, cached per host, CPU model, thread count and torch version under
@@ -13,7 +13,8 @@ A ceiling measured while other processes held the cores is too low, and every pe
 (above 100%). So each measurement records the load it was taken at (:mod:`fp8bench.core.noise`); one taken with the
 load above the CPU count is used for its own run but never cached, a cached one is measured again when it is a
 week old or carries no load, and ``fp8bench selfcheck`` measures afresh and caches what it measured on a quiet
-machine. A percentage above 100 is flagged wherever it is shown (:func:`above_ceiling`).
+machine. A percentage above 100 is flagged wherever it is shown
+(:func:`fp8bench.hardware.peak_table.above_ceiling`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +31,9 @@ import torch
 from fp8bench.core.devices import Device, cpu_model
 from fp8bench.core.noise import HostLoad, host_load
 from fp8bench.hardware.environment import host_alias
+from fp8bench.hardware.peak_table import Peak, table_peak
 from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.results.runfile import atomic_write_bytes
-
-
-@dataclass(frozen=True)
-class Peak:
-    value: float  # TFLOPS for compute, TB/s for bandwidth
-    source: str
-    unconfirmed: bool = False
-
-
-@lru_cache(maxsize=1)
-def device_table() -> dict[str, Any]:
-    return json.loads(resources.files("fp8bench.hardware").joinpath("data/device_peaks.json").read_text())
 
 
 def peak_key(precision: Precision) -> str:
@@ -58,31 +45,6 @@ def peak_key(precision: Precision) -> str:
     assert isinstance(precision, FloatPrecision)
     return {"float32": "tf32" if precision.tf32 else "fp32", "bfloat16": "bf16", "float16": "fp16"}[
         precision.dtype_name]
-
-
-def table_peak(device_name: str, key: str) -> Peak | None:
-    table = device_table()
-    entry = table["devices"].get(device_name, {}).get(key)
-    if entry is None and key == "mxfp8":  # MX runs at the FP8 rate where the table says nothing else
-        entry = table["devices"].get(device_name, {}).get("fp8")
-    if entry is None:
-        return None
-    return Peak(float(entry[0]), table["sources"][entry[1]], len(entry) > 2 and entry[2] == "unconfirmed")
-
-
-def above_ceiling(pct_of_peak: float | None) -> bool:
-    """A percentage of peak above 100: no kernel beats its ceiling, so the ceiling is wrong (a CPU ceiling measured
-    under load, a missing or wrong row of the device table) or the timer is."""
-    return pct_of_peak is not None and pct_of_peak > 100
-
-
-def ceiling_advice(device: str) -> str:
-    """What to do about a ceiling that a measurement exceeded, on ``device`` (``cpu``, ``cuda:0``, ...)."""
-    if str(device).startswith("cpu"):
-        return ("Re-measure the CPU's ceilings on a quiet machine: `fp8bench selfcheck --check cpu_ceiling` "
-                "(a measurement under load is never cached)")
-    return ("Check the device table's row for this GPU (fp8bench/hardware/data/device_peaks.json, each value with its "
-            "source) and the timer: `fp8bench selfcheck`")
 
 
 # --- measured CPU ceilings -------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape
+from fp8bench.measure.loss_curves import smooth
 from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, fp8_layers, swap_linears
 from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.corpus import SyntheticCorpus
@@ -150,17 +151,6 @@ def train_curve(shape: Shape, precision: Precision | str, backend: str, device: 
             curve.stopped_early = f"loss became {loss} at step {step}; training stopped"
             break
     return curve
-
-
-def smooth(values: list[float], window: int) -> list[float]:
-    """Trailing moving average (the first ``window - 1`` entries average what exists so far)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def assess(curve: Curve, baseline: Curve, settings: ConvergenceSettings) -> Verdict:

@@ -53,7 +53,8 @@ from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
-from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key, table_peak
+from fp8bench.hardware.peak_table import table_peak
+from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key
 from fp8bench.measure.claims import CLAIMS, Claim, Outcome, ProbeContext, describe, run_probe
 from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, StreamedRun, new_run_id, run_header
 from fp8bench.measure.timing import SamplingPolicy, Timer, timer_for

@@ -7,7 +7,7 @@ pytest-benchmark JSON (``pytest --benchmark-json=FILE``) holds ``machine_info``,
 list of ``benchmarks``, each with ``name``, ``fullname``, ``params``, ``stats`` (min, median, iqr, rounds, and the raw
 ``data`` when ``--benchmark-save-data`` was given) and ``extra_info``. Cases measured through fp8bench's pytest
 plugin (:mod:`fp8bench.pytest_plugin`) carry their full fp8bench record in ``extra_info["fp8bench"]`` and the run's
-environment in ``machine_info["fp8bench"]``; they ingest exactly like cases of ``fp8bench run``. Any other
+environment in ``extra_info["fp8bench_run"]`` (older files: ``machine_info["fp8bench"]``); they ingest exactly like cases of ``fp8bench run``. Any other
 benchmark becomes a record of workload ``pytest`` and backend ``pytest-benchmark``, keyed by its test id.
 
 A pytest-benchmark file has no run id, so one is derived from its content (start time, machine, commit and test
@@ -74,13 +74,24 @@ def _generic_record(bench: dict[str, Any], device: str, seq: int) -> dict[str, A
                       "extra_info": bench.get("extra_info") or {}}}
 
 
+def _pytest_run_environment(data: dict[str, Any]) -> dict[str, Any]:
+    """The fp8bench run header of a pytest-benchmark file: each fp8bench benchmark's ``extra_info["fp8bench_run"]``,
+    or, in files written before it moved there, ``machine_info["fp8bench"]``."""
+    for bench in data["benchmarks"]:
+        env = (bench.get("extra_info") or {}).get("fp8bench_run")
+        if isinstance(env, dict):
+            return env
+    env = (data.get("machine_info") or {}).get("fp8bench")
+    return env if isinstance(env, dict) and "host_alias" not in env else {}
+
+
 def from_pytest_benchmark(data: dict[str, Any], origin: str = "pytest-benchmark JSON") -> dict[str, Any]:
     """Convert pytest-benchmark JSON to a run payload (see the module docstring)."""
     if not is_pytest_benchmark(data):
         raise RunFileError(f"{origin} is not pytest-benchmark JSON (needs machine_info and benchmarks)")
     machine = data.get("machine_info") or {}
     commit = data.get("commit_info") or {}
-    env = machine.get("fp8bench") or {}
+    env = _pytest_run_environment(data)
     cpu_name = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor")
     device_name = (env.get("device") or {}).get("name") or cpu_name
     run = {

@@ -1,0 +1,73 @@
+"""The dashboard never imports torch: it reads stored records, and importing torch costs over a second of CPU on
+every cold start (more than the whole first load of a 100,000-record Overview).
+
+Every page is rendered in a fresh Python process against a store filled by real CPU runs; a meta-path hook in that
+process records the stack of the first ``import torch``, so a failure names the import chain to cut.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dashboard_support import shared_store
+
+pytest.importorskip("streamlit")
+pytest.importorskip("plotly")
+
+import fp8bench.dashboard  # noqa: E402
+from fp8bench.dashboard.data import STORE_ENV  # noqa: E402
+
+VIEWS = Path(fp8bench.dashboard.__file__).parent / "views"
+
+# Runs in the fresh process: renders the landing page, then switches to every other page in turn.
+RENDER_EVERY_PAGE = r"""
+import json, os, sys, traceback
+from pathlib import Path
+
+first_torch_import = []
+
+
+class RecordTorchImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not first_torch_import:
+            first_torch_import.append("".join(traceback.format_stack(limit=40)))
+        return None  # the import itself proceeds as usual
+
+
+sys.meta_path.insert(0, RecordTorchImport())
+from streamlit.testing.v1 import AppTest
+
+views, pages = Path(sys.argv[1]), sys.argv[2:]
+at = AppTest.from_file(str(views.parent / "app.py"), default_timeout=300)
+at.run()
+rendered = {"overview": [e.value for e in at.exception]}
+for page in pages:
+    if page != "overview":
+        at.switch_page(f"views/{page}.py")
+        at.run()
+        rendered[page] = [e.value for e in at.exception]
+print(json.dumps({"rendered": rendered, "titles": [t.value for t in at.title], "torch": "torch" in sys.modules,
+                  "stack": first_torch_import[0] if first_torch_import else None}))
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu_run_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    return shared_store(tmp_path_factory)
+
+
+@pytest.mark.slow
+def test_every_page_renders_without_importing_torch(cpu_run_store):
+    pages = sorted(p.stem for p in VIEWS.glob("*.py"))
+    proc = subprocess.run([sys.executable, "-c", RENDER_EVERY_PAGE, str(VIEWS), *pages], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, STORE_ENV: str(cpu_run_store["dir"])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(out["rendered"]) == pages  # every page was drawn ...
+    assert all(not errors for errors in out["rendered"].values()), out["rendered"]  # ... without an exception
+    assert not out["torch"], f"the dashboard imported torch; the first import came from:\n{out['stack']}"

@@ -103,7 +103,7 @@ def _create_v1(url: str) -> None:
 def test_old_schema_is_migrated_forward(store_url):
     _create_v1(store_url)
     store = open_store(store_url)
-    assert store.schema_version == STORE_SCHEMA_VERSION == 6
+    assert store.schema_version == STORE_SCHEMA_VERSION == 7
     frame = store.records_frame(run_ids=["old-run"])
     assert len(frame) == 2 and frame["comparability_key"].notna().all()
     # Migrated keys equal the keys a fresh ingest of the same run computes.
@@ -111,7 +111,7 @@ def test_old_schema_is_migrated_forward(store_url):
     fresh = store.records_frame(run_ids=["old-run-again"])
     assert list(frame["comparability_key"]) == list(fresh["comparability_key"])
     assert list(frame["git_commit"]) == ["c0ffee"] * 2 and list(frame["n"]) == [3, 3]  # schema 3, back-filled
-    assert open_store(store_url).schema_version == 6  # reopening does not migrate again
+    assert open_store(store_url).schema_version == 7  # reopening does not migrate again
 
 
 def test_schema_3_store_gets_the_profile_trace_column_filled_from_the_json(store_url):
@@ -124,7 +124,7 @@ def test_schema_3_store_gets_the_profile_trace_column_filled_from_the_json(store
         conn.execute(sa.text("UPDATE meta SET value = '3' WHERE key = 'schema_version'"))
     store.engine.dispose()
     migrated = open_store(store_url)
-    assert migrated.schema_version == 6
+    assert migrated.schema_version == 7
     frame = migrated.records_frame(run_ids=["profiled"]).sort_values("seq")
     assert frame["profile_trace"].isna().iloc[0]  # no profile in its JSON
     assert frame["profile_trace"].iloc[1] == "/r/runs/x.profile/001.pt.trace.json"
@@ -260,7 +260,7 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
     before = _counts(store_url)
     assert before == {"runs": 3, "records": 26, "gate_reports": 1, "version": 2}
     store = open_store(store_url)
-    assert store.schema_version == 6
+    assert store.schema_version == 7
     assert _counts(store_url) == {**before, "version": STORE_SCHEMA_VERSION}
     frame = store.records_frame(with_data=True)
     runs = {r.run_id: (json.loads(r.data) if isinstance(r.data, str) else r.data) for r in store.runs_frame().itertuples()}
@@ -285,7 +285,7 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
     # The migrated store takes new runs, and their typed columns come from the same code.
     store.ingest_run(make_run("after-migration", n=2))
     assert _counts(store_url)["records"] == before["records"] + 2
-    assert open_store(store_url).schema_version == 6
+    assert open_store(store_url).schema_version == 7
 
 
 # -- PostgreSQL timeouts: a stalled server never hangs a run or an ingest -------------------------------------------
@@ -346,7 +346,7 @@ def test_schema_5_store_gets_host_time_and_device_state_columns(store_url):
         conn.execute(sa.text("UPDATE meta SET value = '5' WHERE key = 'schema_version'"))
     store.engine.dispose()
     migrated = open_store(store_url)
-    assert migrated.schema_version == 6
+    assert migrated.schema_version == 7
     frame = migrated.records_frame(run_ids=["gpu"]).sort_values("seq")
     assert frame["sm_clock_mhz"].isna().iloc[0] and frame["sm_clock_mhz"].iloc[1] == 1980.0
     assert frame["timed_power_w"].iloc[1] == 650.0 and frame["launch_overhead_s"].iloc[1] == 1e-3

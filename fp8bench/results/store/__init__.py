@@ -57,7 +57,7 @@ from fp8bench.results.record_check import describe, record_problems, repaired, r
 from fp8bench.results.runfile import REQUIRED_FIELDS, json_safe
 from fp8bench.results.store.columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
 
-STORE_SCHEMA_VERSION = 6
+STORE_SCHEMA_VERSION = 7
 DEFAULT_DB_NAME = "fp8bench.sqlite"
 
 
@@ -130,6 +130,11 @@ RECORD_INDEXES = {
     "ix_records_run_started_at": ("run_started_at",),
     "ix_records_git_branch": ("git_branch",),
     "ix_records_workload_precision": ("workload", "precision"),
+    # Schema 7: the sidebar's filter choices (device label, workload, backend, precision, branch, with counts),
+    # grouped from this index alone instead of a scan of the table (fp8bench.results.store.queries.filter_options):
+    # 1.45 s of CPU at a million records before it.
+    "ix_records_filter_options": ("device_name", "device", "timing_mode", "workload", "backend", "precision",
+                                  "git_branch"),
 }
 for _name, _cols in RECORD_INDEXES.items():
     sa.Index(_name, *[records_table.c[c] for c in _cols])
@@ -804,10 +809,17 @@ def _migrate_5_to_6(conn: sa.Connection) -> None:
             conn.execute(records_table.update().where(records_table.c.id == rec_id).values(values))
 
 
+def _migrate_6_to_7(conn: sa.Connection) -> None:
+    """Add the index the sidebar's filter choices are grouped from (:data:`RECORD_INDEXES`)."""
+    for index in records_table.indexes:
+        if index.name == "ix_records_filter_options":
+            index.create(conn, checkfirst=True)
+
+
 # MIGRATIONS[n] takes a database from schema n to n + 1.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3,
                                                           3: _migrate_3_to_4, 4: _migrate_4_to_5,
-                                                          5: _migrate_5_to_6}
+                                                          5: _migrate_5_to_6, 6: _migrate_6_to_7}
 
 
 def _readable(url: str, exc: sa.exc.DatabaseError) -> str:

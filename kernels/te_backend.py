@@ -36,6 +36,12 @@ the recipe object (``Float8BlockScalingRecipeState.make_quantizers``: 2.8 ``pyto
 makes, so these recipes run with FP32 scales whatever the environment said, and the record's ``scale_format`` reads
 the outcome back from the recipe (:func:`scale_format`): ``fp32``, or ``pow2`` if TE ever ignores the setting.
 
+**Fields from the environment.** Beyond the scale switches, TE defaults more recipe fields from environment variables
+read at import: ``backward_override`` (``NVTE_BACKWARD_OVERRIDE``, every recipe, 2.15+: a backward on
+high-precision or dequantized operands), and NVFP4's ``row_scaled_activation`` (2.16+) and 4over6 block scaling
+(2.17+). :meth:`TEApi.make_recipe` passes each field the installed release declares with TE's unset default
+(:data:`PINNED_RECIPE_FIELDS`), so the environment cannot change what runs under an fp8bench precision's name.
+
 ``NVFP4BlockScaling`` quantizes weights in 16x16 blocks by default (``disable_2d_quantization=False``); fp8bench's
 ``nvfp4`` is 1x16 blocks on every operand, so TE runs with 2D quantization off to compute the same recipe as the
 other backends. Its fields (``common/recipe/__init__.py``, TE 2.8+): ``fp4_format=Format.E2M1``,
@@ -108,6 +114,18 @@ QPARAM_ROLES = ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight", "fp8_quant_bwd_grad
 # NVFP4BlockScaling (2.8) are checked per recipe by their own versions (TERecipeSpec.min_version).
 TE_LIBRARY = Library("transformer_engine", (2, 0), extra="te",
                      distributions=("transformer_engine", "transformer-engine"))
+
+
+# Recipe fields whose defaults TE reads from environment variables when it is imported (``os.getenv`` in the class
+# bodies of ``common/recipe/__init__.py``), each with the value fp8bench's precisions are defined with (TE's own
+# default when the variable is unset). ``backward_override`` (``NVTE_BACKWARD_OVERRIDE``): every recipe, 2.15+;
+# NVFP4BlockScaling's ``row_scaled_activation`` (``NVTE_NVFP4_ROW_SCALED_ACTIVATION``), 2.16+, and its 4over6
+# block scaling (``NVTE_NVFP4_4OVER6``, ``..._E4M3_USE_256``, ``..._ERR_MODE``), 2.17+. Its ``disable_*`` fields
+# (2.8+) come from the precision (TERecipeSpec.kwargs). Checked in every tag from 2.8 to 2.18 and release_v2.19.
+PINNED_RECIPE_FIELDS: dict[str, object] = {
+    "backward_override": None, "row_scaled_activation": False, "nvfp4_4over6": "none",
+    "nvfp4_4over6_e4m3_use_256": "all", "nvfp4_4over6_err_mode": "MAE",
+}
 
 
 def te_version() -> str | None:
@@ -229,7 +247,8 @@ class TEApi:
         for gemm in ("fp8_gemm_fprop", "fp8_gemm_dgrad", "fp8_gemm_wgrad"):
             if gemm in kwargs:
                 kwargs[gemm] = self.recipe_module.MMParams(**kwargs[gemm])
-        recipe = getattr(self.recipe_module, spec.cls)(**kwargs)
+        cls = getattr(self.recipe_module, spec.cls)
+        recipe = cls(**pinned_fields(cls), **kwargs)
         if spec.fp32_scales:
             use_fp32_scales(recipe)
         return recipe
@@ -265,6 +284,13 @@ class TEApi:
                device: torch.device) -> nn.Module:
         # Keywords after the first two: te.Linear's third positional parameter is sequence_parallel.
         return self.te.Linear(in_features, out_features, bias=bias, params_dtype=dtype, device=device)
+
+
+def pinned_fields(recipe_cls: type) -> dict[str, object]:
+    """The :data:`PINNED_RECIPE_FIELDS` this release's ``recipe_cls`` declares, so that no environment variable
+    read at TE's import changes what runs under a precision's name (older releases lack the fields: none passed)."""
+    declared = {f.name for f in dataclasses.fields(recipe_cls)} if dataclasses.is_dataclass(recipe_cls) else set()
+    return {name: value for name, value in PINNED_RECIPE_FIELDS.items() if name in declared}
 
 
 def use_fp32_scales(recipe: Any) -> None:

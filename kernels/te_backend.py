@@ -128,6 +128,16 @@ PINNED_RECIPE_FIELDS: dict[str, object] = {
 }
 
 
+# Why ``fp8_blockwise`` never runs on TE on Blackwell and newer (stated by ``doctor`` as well: KNOWN_LIMITS).
+BLACKWELL_BLOCKWISE = (
+    "Transformer Engine 2.9+ emulates Float8BlockScaling with MXFP8 GEMMs on compute capability 10.0+ and its block "
+    "quantizers then require power-of-two scales (common/transpose/quantize_transpose_square_blockwise.cu and "
+    "quantize_transpose_vector_blockwise.cu: 'On Blackwell and newer, the FP8 block scaling recipe is emulated "
+    "with MXFP8'); fp8bench's fp8_blockwise has FP32 scales, so te skips it there (run mxfp8 on te instead)")
+# Limits of this backend that depend on the device: (precision, where, reason), listed by ``fp8bench doctor``.
+KNOWN_LIMITS: tuple[tuple[str, str, str], ...] = (("fp8_blockwise", "compute capability 10.0+", BLACKWELL_BLOCKWISE),)
+
+
 def te_version() -> str | None:
     """The installed Transformer Engine version (package metadata; TE is not imported)."""
     return TE_LIBRARY.installed_version()
@@ -267,6 +277,12 @@ class TEApi:
         ok, reason = getattr(te_fp8, legacy)()
         return None if ok else (reason or f"{legacy} returned False")
 
+    def compute_capability(self) -> tuple[int, int]:
+        """The current GPU's compute capability as TE sees it (``pytorch/utils.py``, every 2.x release)."""
+        from transformer_engine.pytorch.utils import get_device_compute_capability
+
+        return tuple(get_device_compute_capability())  # type: ignore[return-value]
+
     @property
     def shape(self) -> str:
         """Which of TE's two API shapes is installed (recorded as ``te_api``)."""
@@ -349,6 +365,8 @@ def plan_for(precision: Precision, dims: dict[str, int]) -> TEPlan:
     reason = api.support_reason(spec)
     if reason:
         raise Unsupported(f"Transformer Engine cannot run {spec.cls} on this GPU: {reason}")
+    if spec.cls == "Float8BlockScaling" and api.compute_capability() >= (10, 0):
+        raise Unsupported(BLACKWELL_BLOCKWISE)
     bad = {k: v for k, v in dims.items() if v % spec.alignment}
     if bad:
         raise Unsupported(f"TE {spec.cls} needs {', '.join(dims)} multiples of {spec.alignment}; got "

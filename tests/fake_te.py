@@ -564,6 +564,9 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None, environ: Mapping[str
 
     te = types.ModuleType("transformer_engine.pytorch")
     te.Linear = _make_linear(state, version)  # type: ignore[attr-defined]
+    utils = types.ModuleType("transformer_engine.pytorch.utils")  # pytorch/utils.py, 2.0 to 2.20.2
+    utils.get_device_compute_capability = lambda: gpu.compute_capability  # type: ignore[attr-defined]
+    te.utils = utils  # type: ignore[attr-defined]
     fp8 = types.ModuleType("transformer_engine.pytorch.fp8")
     for name in ("check_fp8_support", "check_mxfp8_support", "check_fp8_block_scaling_support",
                  "check_nvfp4_support", "check_recipe_support"):
@@ -632,7 +635,8 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None, environ: Mapping[str
     package.pytorch, package.common = te, common  # type: ignore[attr-defined]
     package.__version__ = version  # type: ignore[attr-defined]
     modules = {"transformer_engine": package, "transformer_engine.pytorch": te,
-               "transformer_engine.pytorch.fp8": fp8, "transformer_engine.common": common,
+               "transformer_engine.pytorch.fp8": fp8, "transformer_engine.pytorch.utils": utils,
+               "transformer_engine.common": common,
                "transformer_engine.common.recipe": recipe_mod}
     return FakeTE(version, gpu, state, modules)
 

@@ -425,3 +425,25 @@ def test_recipe_fields_te_reads_from_the_environment_are_pinned(monkeypatch, ver
     assert present == {f: NEUTRAL[f] for f in present}, f"environment leaked into {type(recipe).__name__}"
     if version == NEW:
         assert "backward_override" in present
+
+
+def test_blockwise_is_skipped_on_blackwell_with_the_reason_and_doctor_says_so(monkeypatch) -> None:
+    """TE 2.9+ accepts Float8BlockScaling on compute capability 10.0+ but emulates it with MXFP8 GEMMs there, and its
+    quantizers then require power-of-two scales; fp8bench's fp8_blockwise has FP32 scales, so the case is skipped
+    up front with that reason, and ``doctor`` lists the limit whatever the device it runs on."""
+    from fake_te import FakeGpu
+    from rich.console import Console
+
+    from fp8bench.commands import doctor
+
+    install(monkeypatch, NEW, FakeGpu((10, 0)))
+    with pytest.raises(Unsupported, match="emulates Float8BlockScaling with MXFP8.*power-of-two scales"):
+        teb.build_gemm(_ctx("fp8_blockwise", shape="128x128x256", fmt="e4m3"))
+    install(monkeypatch, NEW, FakeGpu((9, 0)))
+    teb.build_gemm(_ctx("fp8_blockwise", shape="128x128x256", fmt="e4m3"))  # Hopper: native, FP32 scales
+    limits = doctor.vendor_limits()
+    assert {"backend": "te", "precision": "fp8_blockwise", "where": "compute capability 10.0+",
+            "reason": teb.BLACKWELL_BLOCKWISE} in limits
+    console = Console(record=True, width=200)
+    doctor.render_vendor_limits(limits, console)
+    assert "te fp8_blockwise on compute capability 10.0+: skipped" in console.export_text()

@@ -395,6 +395,15 @@ _SCALE_MODES = {Granularity.TENSORWISE: 0, Granularity.ROWWISE: 1, Granularity.B
 GEMM_SCALE_BLOCK = 128  # the blockwise GEMM's scale tile: 1x128 activations, 128x128 weights (= BLOCK_K)
 
 
+def promotes_on(device: torch.device) -> bool:
+    """Whether the GEMM passes ``max_num_imprecise_acc`` on ``device``: where Triton's lowering reads it, compute
+    capability 9.x (WGMMA), and under the interpreter, which stands in for it in tests. Elsewhere the argument has
+    no effect on the accumulation, and an untested argument is not sent to another architecture's compiler."""
+    if device.type != "cuda":
+        return True
+    return torch.cuda.get_device_capability(device)[0] == 9
+
+
 def _scale_strides(q: Quantized) -> tuple[torch.Tensor, int, int]:
     """FP32 scales and their (row, K-block) strides as the kernel indexes them."""
     s = q.scale.float()
@@ -445,7 +454,7 @@ def scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype = torch.bfloa
 
     args = (a, b, c, sa, sb, m, n, kdim, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
             c.stride(1), sam, sak, sbn, sbk)
-    modes = {"SCALES": _SCALE_MODES[g], "SCALE_BLOCK": blk, "PROMOTE": not fast_accum}
+    modes = {"SCALES": _SCALE_MODES[g], "SCALE_BLOCK": blk, "PROMOTE": not fast_accum and promotes_on(a.device)}
     if interpret or config is not None:
         cfg = dict(config or INTERPRETER_GEMM_CONFIG)
         if g is Granularity.BLOCKWISE:

@@ -36,6 +36,12 @@ the recipe object (``Float8BlockScalingRecipeState.make_quantizers``: 2.8 ``pyto
 makes, so these recipes run with FP32 scales whatever the environment said, and the record's ``scale_format`` reads
 the outcome back from the recipe (:func:`scale_format`): ``fp32``, or ``pow2`` if TE ever ignores the setting.
 
+**Fields from the environment.** Beyond the scale switches, TE defaults more recipe fields from environment variables
+read at import: ``backward_override`` (``NVTE_BACKWARD_OVERRIDE``, every recipe, 2.15+: a backward on
+high-precision or dequantized operands), and NVFP4's ``row_scaled_activation`` (2.16+) and 4over6 block scaling
+(2.17+). :meth:`TEApi.make_recipe` passes each field the installed release declares with TE's unset default
+(:data:`PINNED_RECIPE_FIELDS`), so the environment cannot change what runs under an fp8bench precision's name.
+
 ``NVFP4BlockScaling`` quantizes weights in 16x16 blocks by default (``disable_2d_quantization=False``); fp8bench's
 ``nvfp4`` is 1x16 blocks on every operand, so TE runs with 2D quantization off to compute the same recipe as the
 other backends. Its fields (``common/recipe/__init__.py``, TE 2.8+): ``fp4_format=Format.E2M1``,
@@ -108,6 +114,28 @@ QPARAM_ROLES = ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight", "fp8_quant_bwd_grad
 # NVFP4BlockScaling (2.8) are checked per recipe by their own versions (TERecipeSpec.min_version).
 TE_LIBRARY = Library("transformer_engine", (2, 0), extra="te",
                      distributions=("transformer_engine", "transformer-engine"))
+
+
+# Recipe fields whose defaults TE reads from environment variables when it is imported (``os.getenv`` in the class
+# bodies of ``common/recipe/__init__.py``), each with the value fp8bench's precisions are defined with (TE's own
+# default when the variable is unset). ``backward_override`` (``NVTE_BACKWARD_OVERRIDE``): every recipe, 2.15+;
+# NVFP4BlockScaling's ``row_scaled_activation`` (``NVTE_NVFP4_ROW_SCALED_ACTIVATION``), 2.16+, and its 4over6
+# block scaling (``NVTE_NVFP4_4OVER6``, ``..._E4M3_USE_256``, ``..._ERR_MODE``), 2.17+. Its ``disable_*`` fields
+# (2.8+) come from the precision (TERecipeSpec.kwargs). Checked in every tag from 2.8 to 2.18 and release_v2.19.
+PINNED_RECIPE_FIELDS: dict[str, object] = {
+    "backward_override": None, "row_scaled_activation": False, "nvfp4_4over6": "none",
+    "nvfp4_4over6_e4m3_use_256": "all", "nvfp4_4over6_err_mode": "MAE",
+}
+
+
+# Why ``fp8_blockwise`` never runs on TE on Blackwell and newer (stated by ``doctor`` as well: KNOWN_LIMITS).
+BLACKWELL_BLOCKWISE = (
+    "Transformer Engine 2.9+ emulates Float8BlockScaling with MXFP8 GEMMs on compute capability 10.0+ and its block "
+    "quantizers then require power-of-two scales (common/transpose/quantize_transpose_square_blockwise.cu and "
+    "quantize_transpose_vector_blockwise.cu: 'On Blackwell and newer, the FP8 block scaling recipe is emulated "
+    "with MXFP8'); fp8bench's fp8_blockwise has FP32 scales, so te skips it there (run mxfp8 on te instead)")
+# Limits of this backend that depend on the device: (precision, where, reason), listed by ``fp8bench doctor``.
+KNOWN_LIMITS: tuple[tuple[str, str, str], ...] = (("fp8_blockwise", "compute capability 10.0+", BLACKWELL_BLOCKWISE),)
 
 
 def te_version() -> str | None:
@@ -229,7 +257,8 @@ class TEApi:
         for gemm in ("fp8_gemm_fprop", "fp8_gemm_dgrad", "fp8_gemm_wgrad"):
             if gemm in kwargs:
                 kwargs[gemm] = self.recipe_module.MMParams(**kwargs[gemm])
-        recipe = getattr(self.recipe_module, spec.cls)(**kwargs)
+        cls = getattr(self.recipe_module, spec.cls)
+        recipe = cls(**pinned_fields(cls), **kwargs)
         if spec.fp32_scales:
             use_fp32_scales(recipe)
         return recipe
@@ -248,6 +277,12 @@ class TEApi:
         ok, reason = getattr(te_fp8, legacy)()
         return None if ok else (reason or f"{legacy} returned False")
 
+    def compute_capability(self) -> tuple[int, int]:
+        """The current GPU's compute capability as TE sees it (``pytorch/utils.py``, every 2.x release)."""
+        from transformer_engine.pytorch.utils import get_device_compute_capability
+
+        return tuple(get_device_compute_capability())  # type: ignore[return-value]
+
     @property
     def shape(self) -> str:
         """Which of TE's two API shapes is installed (recorded as ``te_api``)."""
@@ -265,6 +300,13 @@ class TEApi:
                device: torch.device) -> nn.Module:
         # Keywords after the first two: te.Linear's third positional parameter is sequence_parallel.
         return self.te.Linear(in_features, out_features, bias=bias, params_dtype=dtype, device=device)
+
+
+def pinned_fields(recipe_cls: type) -> dict[str, object]:
+    """The :data:`PINNED_RECIPE_FIELDS` this release's ``recipe_cls`` declares, so that no environment variable
+    read at TE's import changes what runs under a precision's name (older releases lack the fields: none passed)."""
+    declared = {f.name for f in dataclasses.fields(recipe_cls)} if dataclasses.is_dataclass(recipe_cls) else set()
+    return {name: value for name, value in PINNED_RECIPE_FIELDS.items() if name in declared}
 
 
 def use_fp32_scales(recipe: Any) -> None:
@@ -323,6 +365,8 @@ def plan_for(precision: Precision, dims: dict[str, int]) -> TEPlan:
     reason = api.support_reason(spec)
     if reason:
         raise Unsupported(f"Transformer Engine cannot run {spec.cls} on this GPU: {reason}")
+    if spec.cls == "Float8BlockScaling" and api.compute_capability() >= (10, 0):
+        raise Unsupported(BLACKWELL_BLOCKWISE)
     bad = {k: v for k, v in dims.items() if v % spec.alignment}
     if bad:
         raise Unsupported(f"TE {spec.cls} needs {', '.join(dims)} multiples of {spec.alignment}; got "

@@ -49,7 +49,10 @@ replaces on the ``torch`` backend, so the two backends compare on the same step.
 
 The ``gemm`` workload runs as a linear layer: ``B [N, K]`` is the layer's weight and ``A [M, K]`` its input, so the
 output is ``A @ B^T``, the same product as every other backend's. torchao casts inside ``forward``, so only the
-end-to-end time exists (no separate quantize or pre-quantized GEMM phase).
+end-to-end time exists (no separate quantize or pre-quantized GEMM phase). That time quantizes both operands on
+every call, as every backend's does: the float8 and MXFP8 training linears cast their weight in each forward, and
+for the 4-bit inference configs, whose ``quantize_`` quantizes the weight once, each call runs ``quantize_`` on
+the BF16 weight again before the forward (:func:`requantizing_forward`; its host-side Python is timed too).
 
 On the CPU, torchao's tensorwise recipe reaches ``torch._scaled_mm`` with 0-dim scales, which PyTorch 2.13 runs on a
 very slow reference path (seconds for a 512^3 GEMM) while rowwise scales run fast: keep CPU tensorwise shapes small.
@@ -258,19 +261,42 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     if low_precision_layers(layer, precision, wgrad_hp) == 0:
         raise Unsupported(f"torchao left a {n}x{k} weight in high precision (dimensions must be multiples of 16)")
 
-    @torch.no_grad()
-    def forward() -> torch.Tensor:
-        return layer(a)
-
-    with refusals(f"torchao {recipe_name(precision, wgrad_hp)} failed on {ctx.device}",
+    name = recipe_name(precision, wgrad_hp)
+    forward = torch.no_grad()(requantizing_forward(layer, b, name, a) if name in FP4_RECIPES else lambda: layer(a))
+    with refusals(f"torchao {name} failed on {ctx.device}",
                   (RuntimeError, ValueError, NotImplementedError, AssertionError)):
         forward()
-    name = recipe_name(precision, wgrad_hp)
-    return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(),
-                    notes=[f"torchao {name} forward; it quantizes inside forward, so no separate quantize or "
-                           "pre-quantized GEMM time"],
+    notes = [f"torchao {name} forward; it quantizes inside forward, so no separate quantize or pre-quantized GEMM "
+             "time"]
+    if name in FP4_RECIPES:
+        notes.append("weight quantized in every call (quantize_ on the BF16 weight, then the forward), as every "
+                     "backend quantizes B end to end; torchao's inference flow quantizes it once")
+    return Pipeline(end_to_end=forward, phases={}, output=forward, prequantized_phases=(), notes=notes,
                     extra={"torchao_recipe": name, "torchao_api": api_shape(name)},
                     scale_format=scale_format(precision, wgrad_hp))
+
+
+def requantizing_forward(layer: nn.Module, weight: torch.Tensor, name: str, a: torch.Tensor
+                         ) -> Callable[[], torch.Tensor]:
+    """``layer(a)`` after quantizing ``weight`` (BF16 ``[N, K]``) into ``layer`` again with ``quantize_``.
+
+    torchao's 4-bit inference configs quantize the weight once, when ``quantize_`` transforms the module, and only
+    the activation per call (``inference_workflow.py``); the other backends' end-to-end GEMM quantizes both
+    operands each call, so this call does too, through the same public transform. The BF16 weight is put back
+    first (``quantize_`` would otherwise see the quantized one), and the ``extra_repr`` the transform chains onto the
+    module each time is dropped, so repeated calls do not grow it.
+    """
+    quantize_ = importlib.import_module("torchao.quantization").quantize_
+    config = fp4_api(name).config
+    source = nn.Parameter(weight.to(torch.bfloat16), requires_grad=False)
+
+    def forward() -> torch.Tensor:
+        layer.weight = source
+        vars(layer).pop("extra_repr", None)
+        quantize_(layer, config)
+        return layer(a)
+
+    return forward
 
 
 # --- model workloads: the attention block and the training step, with their linears swapped for Float8Linear ----

@@ -90,6 +90,17 @@ def operand_quantizer(recipe: ScaledRecipe, role: str = "lhs") -> Any:
     return lambda x: tk.quantize_tensorwise(x, fmt)[0]
 
 
+def accumulation_note(recipe: ScaledRecipe) -> str:
+    """What the GEMM's ``tl.dot`` calls are given for ``recipe``'s accumulation (:mod:`.triton_kernels`)."""
+    if recipe.granularity is Granularity.BLOCKWISE:
+        return ("full accumulation: promoted to FP32 every K tile (each 128-deep block-scaled partial product is "
+                "added in FP32)")
+    if recipe.fast_accum:
+        return ("fast accumulation: tl.dot without max_num_imprecise_acc (Triton's sm_90 default 2**30, never "
+                "promoted to FP32)")
+    return "full accumulation: promoted to FP32 every K tile (tl.dot max_num_imprecise_acc=BLOCK_K on sm_90)"
+
+
 @TRITON.builder("gemm", supports=gemm_support)
 def build_gemm(ctx: BuildContext) -> Pipeline:
     precision = ctx.precision
@@ -105,7 +116,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
         state["qa"], state["qb"] = quant_a(a), quant_b(b)
 
     def gemm() -> torch.Tensor:
-        return tk.scaled_mm(state["qa"], state["qb"], out_dtype, persistent=persistent)
+        return tk.scaled_mm(state["qa"], state["qb"], out_dtype, persistent=persistent,
+                            fast_accum=precision.fast_accum)
 
     def end_to_end() -> torch.Tensor:
         quantize()
@@ -119,7 +131,7 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     first_call_s = time.perf_counter() - t0
 
     extra: dict[str, Any] = {"persistent": persistent}
-    notes = ["triton: fused amax/scale/cast quantizers + scaled FP8 GEMM, FP32 accumulate, BF16 out"]
+    notes = ["triton: fused amax/scale/cast quantizers + scaled FP8 GEMM, BF16 out", accumulation_note(precision)]
     if tk.INTERPRETED:
         notes.append("interpreted: Triton's CPU interpreter runs the kernels for correctness only")
     else:

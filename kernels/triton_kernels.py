@@ -16,14 +16,26 @@ The scale semantics are fp8bench's shared ones (:mod:`fp8bench.numerics.quantize
 division is ``div_rn`` (IEEE, correctly rounded) because Triton's default fp32 ``/`` on NVIDIA GPUs is an
 approximate instruction that would make a few elements round differently from the reference.
 
-The GEMM computes ``C[M, N] = (A[M, K] @ B[N, K]^T) * scales`` with FP8 operands, FP32 accumulation in the tensor
-cores (``tl.dot`` with an FP32 accumulator) and a BF16 output. Scales are applied once in the epilogue, on the
+The GEMM computes ``C[M, N] = (A[M, K] @ B[N, K]^T) * scales`` with FP8 operands, an FP32 accumulator and a BF16
+output. Scales are applied once in the epilogue, on the
 accumulator: a 0-dim scale per operand (tensorwise) or ``[M]`` and ``[N]`` vectors (rowwise). Block scales
 (``1x128`` on A, ``128x128`` on B) change along K, so each 128-deep K step is its own partial product, scaled
 and then accumulated in FP32 (DeepSeek-V3's recipe; it costs one extra multiply-add per K step). Tiles are visited
 in groups of ``GROUP_M`` row-tiles so neighbouring programs share B tiles in L2. The same kernel is persistent
 when launched with fewer programs than tiles: each program then walks tiles ``pid, pid + P, ...``, which removes
 the launch tail and the per-tile prologue when tiles outnumber the SMs.
+
+Accumulation: Hopper's FP8 wgmma instructions add their products into the accumulator in reduced precision.
+Triton promotes to a true FP32 sum only as often as ``tl.dot``'s ``max_num_imprecise_acc`` says: an FP8 dot whose
+value is at most its K tile accumulates into a zeroed partial and adds it to the carried accumulator with FP32 adds
+every that many elements (``WarpGroupDotOp::needsPartialAccumulator`` and the WGMMA lowering's ``convertDot``).
+Left unset, the value is the backend's default, ``2**30`` on compute capability 9.0 (``backends/nvidia/compiler.py``
+``parse_options``, Triton 3.0 to 3.9; ``language/semantic.py`` ``dot``): never promoted, the whole K loop in reduced
+precision, which is the fast accumulation of cuBLAS. So a recipe's full accumulation passes ``max_num_imprecise_acc
+= BLOCK_K`` (one FP32 add per K tile: every 128 elements on the Hopper configurations, DeepSeek-V3's interval), and
+fast accumulation leaves Triton's default. Block-scaled dots start from zero each 128-deep step and the kernel adds
+them in FP32, so they are promoted every 128 elements either way. The argument acts on sm_90 only (other
+architectures' default is 0 and their MMA lowering does not read it).
 
 On CUDA, the GEMM autotunes over tile configurations chosen for Hopper's FP8 tensor cores (128-wide K steps,
 8 warps for the big tiles); the first call of a shape pays for the autotuning. On the CPU, the same kernel bodies
@@ -185,12 +197,14 @@ if triton is not None:
     def _scaled_mm(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
                    stride_cm, stride_cn, stride_sam, stride_sak, stride_sbn, stride_sbk, SCALES: tl.constexpr,
                    SCALE_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   GROUP_M: tl.constexpr):
+                   GROUP_M: tl.constexpr, PROMOTE: tl.constexpr):
         """``C = (A @ B^T) * scales``; a program handles tiles ``pid, pid + P, ...`` (persistent when P < tiles).
 
         ``SCALES``: 0 tensorwise, 1 rowwise (both applied once, on the final accumulator), 2 blockwise: A has one
         scale per row and ``SCALE_BLOCK`` columns, B one per ``SCALE_BLOCK x SCALE_BLOCK`` tile, so each K step
         (``BLOCK_K == SCALE_BLOCK``) is a separate FP32 partial product scaled before it is accumulated.
+        ``PROMOTE``: full accumulation, the carried accumulator gets an FP32 add after every K tile (module
+        docstring, "Accumulation"); otherwise Triton's default, the fast mode on sm_90.
         """
         pid = tl.program_id(0)
         n_progs = tl.num_programs(0)
@@ -221,9 +235,11 @@ if triton is not None:
                     sa = tl.load(sa_ptr + offs_m * stride_sam + kb * stride_sak, mask=mmask, other=0.0)
                     sb = tl.load(sb_ptr + (offs_n // SCALE_BLOCK) * stride_sbn + kb * stride_sbk, mask=nmask,
                                  other=0.0)
-                    acc += tl.dot(a, b) * sa[:, None] * sb[None, :]
+                    acc += tl.dot(a, b, out_dtype=tl.float32) * sa[:, None] * sb[None, :]
+                elif PROMOTE:
+                    acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K, out_dtype=tl.float32)
                 else:
-                    acc = tl.dot(a, b, acc)
+                    acc = tl.dot(a, b, acc, out_dtype=tl.float32)
             if SCALES == 1:
                 sa = tl.load(sa_ptr + offs_m * stride_sam, mask=mmask, other=0.0)
                 sb = tl.load(sb_ptr + offs_n * stride_sbn, mask=nmask, other=0.0)
@@ -256,7 +272,7 @@ def _decorate() -> _KernelSet:
             if not INTERPRETED:
                 configs = [triton.Config({k: v for k, v in c.items() if k.isupper()}, num_warps=c["num_warps"],
                                          num_stages=c["num_stages"]) for c in HOPPER_GEMM_CONFIGS]
-                mm = triton.autotune(configs=configs, key=["M", "N", "K", "SCALES"])(mm)
+                mm = triton.autotune(configs=configs, key=["M", "N", "K", "SCALES", "PROMOTE"])(mm)
             _KERNELS = _KernelSet(triton.jit(_amax_partials), triton.jit(_cast_tensorwise),
                                   triton.jit(_quantize_rowwise), triton.jit(_quantize_blockwise), mm)
         return _KERNELS
@@ -379,6 +395,15 @@ _SCALE_MODES = {Granularity.TENSORWISE: 0, Granularity.ROWWISE: 1, Granularity.B
 GEMM_SCALE_BLOCK = 128  # the blockwise GEMM's scale tile: 1x128 activations, 128x128 weights (= BLOCK_K)
 
 
+def promotes_on(device: torch.device) -> bool:
+    """Whether the GEMM passes ``max_num_imprecise_acc`` on ``device``: where Triton's lowering reads it, compute
+    capability 9.x (WGMMA), and under the interpreter, which stands in for it in tests. Elsewhere the argument has
+    no effect on the accumulation, and an untested argument is not sent to another architecture's compiler."""
+    if device.type != "cuda":
+        return True
+    return torch.cuda.get_device_capability(device)[0] == 9
+
+
 def _scale_strides(q: Quantized) -> tuple[torch.Tensor, int, int]:
     """FP32 scales and their (row, K-block) strides as the kernel indexes them."""
     s = q.scale.float()
@@ -392,13 +417,15 @@ def _scale_strides(q: Quantized) -> tuple[torch.Tensor, int, int]:
 
 
 def scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype = torch.bfloat16, persistent: bool = False,
-              config: dict[str, int] | None = None) -> torch.Tensor:
+              config: dict[str, int] | None = None, fast_accum: bool = False) -> torch.Tensor:
     """``qa.data @ qb.data^T`` with FP8 operands; ``qa`` is ``[M, K]``, ``qb`` ``[N, K]``.
 
     Scales: tensorwise or rowwise on both operands, or blockwise with ``1x128`` tiles on ``qa`` and ``128x128``
     tiles on ``qb`` (DeepSeek-V3's layout; K and N multiples of 128). FP32 accumulation, BF16 output.
     ``persistent`` launches at most one program per SM. ``config`` pins the tile sizes (``BLOCK_M/N/K``,
-    ``GROUP_M``), bypassing autotuning (the interpreter always uses fixed tiles).
+    ``GROUP_M``), bypassing autotuning (the interpreter always uses fixed tiles). ``fast_accum`` leaves the
+    tensorwise and rowwise dots in Triton's default accumulation (fast on sm_90); off, they are promoted to FP32
+    every K tile. Blockwise dots are promoted every 128 elements either way.
     """
     if out_dtype != torch.bfloat16:
         raise ValueError(f"the Triton FP8 GEMM writes bfloat16 only, got {out_dtype}")
@@ -427,7 +454,7 @@ def scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype = torch.bfloa
 
     args = (a, b, c, sa, sb, m, n, kdim, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
             c.stride(1), sam, sak, sbn, sbk)
-    modes = {"SCALES": _SCALE_MODES[g], "SCALE_BLOCK": blk}
+    modes = {"SCALES": _SCALE_MODES[g], "SCALE_BLOCK": blk, "PROMOTE": not fast_accum and promotes_on(a.device)}
     if interpret or config is not None:
         cfg = dict(config or INTERPRETER_GEMM_CONFIG)
         if g is Granularity.BLOCKWISE:

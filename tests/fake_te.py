@@ -30,6 +30,7 @@ current scaling), attention, and the backward pass (autograd through the dequant
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import math
 import os
@@ -223,15 +224,67 @@ def imported_scaled_recipes(environ: Mapping[str, str]) -> tuple[type, type]:
 # The module-level classes hold the fields and checks; isinstance() against them matches the imported ones.
 _CurrentScalingFields, _BlockScalingFields = Float8CurrentScaling, Float8BlockScaling
 
+# Recipe fields whose default TE reads from the environment in the class body (``os.getenv`` at import), per
+# release: field -> (variable, how the string becomes the default, the release that added it, recipe classes).
+# ``common/recipe/__init__.py``: ``backward_override`` on every recipe since 2.15 (2.20.2 lines 261, 312, 372, 443,
+# 574); NVFP4BlockScaling's ``disable_*`` since 2.8 (2.8.0 lines 412-416), ``row_scaled_activation`` since 2.16
+# (line 538), the three ``nvfp4_4over6*`` fields since 2.17 (2.17 lines 554-556, 2.20.2 lines 563-566).
+_ALL = ("DelayedScaling", "Float8CurrentScaling", "MXFP8BlockScaling", "Float8BlockScaling", "NVFP4BlockScaling")
+ENV_DEFAULTED_FIELDS: dict[str, tuple[str, Callable[[str | None], Any], tuple[int, int], tuple[str, ...]]] = {
+    "backward_override": ("NVTE_BACKWARD_OVERRIDE", lambda v: v, (2, 15), _ALL),
+    "disable_rht": ("NVTE_NVFP4_DISABLE_RHT", lambda v: (v or "0") == "1", (2, 8), ("NVFP4BlockScaling",)),
+    "disable_stochastic_rounding": ("NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING", lambda v: (v or "0") == "1", (2, 8),
+                                    ("NVFP4BlockScaling",)),
+    "disable_2d_quantization": ("NVTE_NVFP4_DISABLE_2D_QUANTIZATION", lambda v: (v or "0") == "1", (2, 8),
+                                ("NVFP4BlockScaling",)),
+    "row_scaled_activation": ("NVTE_NVFP4_ROW_SCALED_ACTIVATION", lambda v: (v or "0") == "1", (2, 16),
+                              ("NVFP4BlockScaling",)),
+    "nvfp4_4over6": ("NVTE_NVFP4_4OVER6", lambda v: v or "none", (2, 17), ("NVFP4BlockScaling",)),
+    "nvfp4_4over6_e4m3_use_256": ("NVTE_NVFP4_4OVER6_E4M3_USE_256", lambda v: v or "all", (2, 17),
+                                  ("NVFP4BlockScaling",)),
+    "nvfp4_4over6_err_mode": ("NVTE_NVFP4_4OVER6_ERR_MODE", lambda v: (v or "MAE").upper(), (2, 17),
+                              ("NVFP4BlockScaling",)),
+}
+_BACKWARD_OVERRIDES = (None, "high_precision", "dequantized")  # same file, module constants (2.15+)
+_4OVER6_SCOPES, _4OVER6_ERR_MODES = ("none", "weights", "activations", "all"), ("MAE", "MSE")
+
+
+def _check_env_fields(recipe: Any) -> None:
+    """The ``__post_init__`` asserts on the environment-defaulted fields (2.20.2 ``common/recipe/__init__.py``)."""
+    if hasattr(recipe, "backward_override"):
+        assert recipe.backward_override in _BACKWARD_OVERRIDES, (
+            "NVTE_BACKWARD_OVERRIDE must be unset or one of: 'high_precision', 'dequantized'.")
+        if isinstance(recipe, DelayedScaling):
+            assert recipe.backward_override is None, "Delayed scaling only supports backward_override=None."
+    if hasattr(recipe, "nvfp4_4over6"):
+        assert recipe.nvfp4_4over6 in _4OVER6_SCOPES and recipe.nvfp4_4over6_e4m3_use_256 in _4OVER6_SCOPES
+        assert recipe.nvfp4_4over6_err_mode in _4OVER6_ERR_MODES
+
+
+def env_defaulted_recipes(environ: Mapping[str, str], version: str, classes: dict[str, type]) -> dict[str, type]:
+    """``classes`` with the fields ``version`` reads from ``environ`` added, defaulted as TE's import does."""
+    release = tuple(int(p) for p in version.split(".")[:2])
+    out = {}
+    for name, cls in classes.items():
+        fields = [(f, Any, dataclasses.field(default=convert(environ.get(var))))
+                  for f, (var, convert, since, owners) in ENV_DEFAULTED_FIELDS.items()
+                  if name in owners and release >= since]
+        base_post_init = cls.__post_init__
+
+        def post_init(self: Any, _base: Any = base_post_init) -> None:
+            _base(self)
+            _check_env_fields(self)
+
+        out[name] = dataclasses.make_dataclass(name, fields, bases=(cls,), repr=False,
+                                               namespace={"__post_init__": post_init})
+    return out
+
 
 @dataclass(repr=False)
 class NVFP4BlockScaling(Recipe):
-    """``common/recipe/__init__.py`` ``NVFP4BlockScaling`` (2.8+); the ``NVTE_NVFP4_*`` environment overrides of
-    the three ``disable_*`` defaults are not modelled. Its forward in this fake is per-tensor E4M3, not NVFP4."""
+    """``common/recipe/__init__.py`` ``NVFP4BlockScaling`` (2.8+); its environment-defaulted fields are added per
+    release by :func:`env_defaulted_recipes`. Its forward in this fake is per-tensor E4M3, not NVFP4."""
 
-    disable_rht: bool = False
-    disable_stochastic_rounding: bool = False
-    disable_2d_quantization: bool = False
     fp4_format: Format = Format.E2M1
     fp8_format: Format = Format.E4M3
     fp8_dpa: bool = False
@@ -500,15 +553,20 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None, environ: Mapping[str
     region = _make_region(state, checks, version)
 
     recipe_mod = types.ModuleType("transformer_engine.common.recipe")
-    current, block = imported_scaled_recipes(os.environ if environ is None else environ)
-    for obj in (Format, MMParams, QParams, Recipe, DelayedScaling, current, MXFP8BlockScaling, block,
-                NVFP4BlockScaling):
+    env = os.environ if environ is None else environ
+    current, block = imported_scaled_recipes(env)
+    recipes = env_defaulted_recipes(env, version, {c.__name__: c for c in (
+        DelayedScaling, current, MXFP8BlockScaling, block, NVFP4BlockScaling)})
+    for obj in (Format, MMParams, QParams, Recipe, *recipes.values()):
         setattr(recipe_mod, obj.__name__, obj)
     common = types.ModuleType("transformer_engine.common")
     common.recipe = recipe_mod  # type: ignore[attr-defined]
 
     te = types.ModuleType("transformer_engine.pytorch")
     te.Linear = _make_linear(state, version)  # type: ignore[attr-defined]
+    utils = types.ModuleType("transformer_engine.pytorch.utils")  # pytorch/utils.py, 2.0 to 2.20.2
+    utils.get_device_compute_capability = lambda: gpu.compute_capability  # type: ignore[attr-defined]
+    te.utils = utils  # type: ignore[attr-defined]
     fp8 = types.ModuleType("transformer_engine.pytorch.fp8")
     for name in ("check_fp8_support", "check_mxfp8_support", "check_fp8_block_scaling_support",
                  "check_nvfp4_support", "check_recipe_support"):
@@ -577,7 +635,8 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None, environ: Mapping[str
     package.pytorch, package.common = te, common  # type: ignore[attr-defined]
     package.__version__ = version  # type: ignore[attr-defined]
     modules = {"transformer_engine": package, "transformer_engine.pytorch": te,
-               "transformer_engine.pytorch.fp8": fp8, "transformer_engine.common": common,
+               "transformer_engine.pytorch.fp8": fp8, "transformer_engine.pytorch.utils": utils,
+               "transformer_engine.common": common,
                "transformer_engine.common.recipe": recipe_mod}
     return FakeTE(version, gpu, state, modules)
 

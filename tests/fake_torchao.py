@@ -152,3 +152,101 @@ def install(monkeypatch: Any, version: str = OLD) -> dict[str, types.ModuleType 
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     return modules
+
+
+# -- torchao's 4-bit inference configs (torchao 0.18, torchao/prototype/mx_formats/) ----------------------------------
+
+@dataclass
+class Fp4Counts:
+    """How often the fake quantized a weight (``quantize_``) and an activation (a linear call)."""
+
+    weight_quantizations: int = 0
+    activation_quantizations: int = 0
+
+
+def make_fp4_modules(counts: Fp4Counts) -> dict[str, types.ModuleType]:
+    """``sys.modules`` entries for torchao 0.18's ``NVFP4DynamicActivationNVFP4WeightConfig`` and
+    ``MXDynamicActivationMXWeightConfig`` with ``quantize_``. Rules, as torchao 0.18 has them:
+
+    * ``inference_workflow.py`` ``_nvfp4_inference_linear_transform`` / ``_mx_inference_linear_transform`` (the
+      handlers ``quantize_`` calls, ``quantization/quant_api.py``): the weight is quantized **once, at transform
+      time** (``NVFP4Tensor.to_nvfp4`` / ``MXTensor.to_mx``) and the module's weight replaced by the quantized
+      tensor as a ``Parameter`` without gradient; only the activation is quantized per call (the tensor's
+      ``act_quant_kwargs``, in ``nvfp4_tensor.py`` / ``mx_tensor.py`` linear dispatch).
+    * NVFP4: weight dims not multiples of 16 are a ``RuntimeError`` (same handler); MX: the weight must be BF16
+      (``assert weight.dtype == torch.bfloat16``), so an already quantized weight cannot be quantized again.
+    * ``quant_api.py`` ``_is_linear``: every ``nn.Linear`` matches, whatever its weight already is.
+
+    Numerics: fp8bench's NVFP4 and MXFP4 quantizers (bit-exact with the formats), the product in FP32.
+    """
+    from fp8bench.numerics import quantize as ref
+    from fp8bench.numerics.formats import E2M1
+
+    def fp4_tensor(name: str, quantize: Any) -> type:
+        class Fp4Weight(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func: Any, types_: Any, args: Any = (), kwargs: Any = None) -> Any:
+                kwargs = kwargs or {}
+                if func is torch.nn.functional.linear:
+                    x, w = args[0], args[1]
+                    counts.activation_quantizations += 1
+                    with torch._C.DisableTorchFunctionSubclass():
+                        xq = quantize(x.reshape(-1, x.shape[-1])).dequantize()
+                        out = xq @ w.float().t()
+                    return out.to(x.dtype).reshape(*x.shape[:-1], w.shape[0])
+                return super().__torch_function__(func, types_, args, kwargs)
+
+        Fp4Weight.__name__ = Fp4Weight.__qualname__ = name
+        return Fp4Weight
+
+    nvfp4 = fp4_tensor("NVFP4Tensor", lambda x: ref.quantize_nvfp4(x))
+    mx = fp4_tensor("MXTensor", lambda x: ref.quantize_mx(x, E2M1, 32))
+
+    @dataclass
+    class NVFP4DynamicActivationNVFP4WeightConfig:
+        use_triton_kernel: bool = True
+        use_dynamic_per_tensor_scale: bool = True
+
+    @dataclass
+    class MXDynamicActivationMXWeightConfig:
+        block_size: int = 32
+        activation_dtype: Any = torch.float8_e4m3fn
+        weight_dtype: Any = torch.float8_e4m3fn
+
+    def quantize_(model: nn.Module, config: Any, filter_fn: Any = None, device: Any = None) -> None:
+        for _, mod in list(model.named_modules()):
+            if not isinstance(mod, nn.Linear):
+                continue
+            w = mod.weight
+            if isinstance(config, NVFP4DynamicActivationNVFP4WeightConfig):
+                if w.shape[-2] % 16 or w.shape[-1] % 16:
+                    raise RuntimeError(f"NVFP4 only supports weight shape with last 2 dims divisible by 16, got "
+                                       f"{w.shape}")
+                cls, q = nvfp4, ref.quantize_nvfp4
+            else:
+                assert w.dtype == torch.bfloat16 and type(w) is nn.Parameter, (
+                    f"Only supporting bf16 out dtype for now, got {w.dtype}")
+                cls, q = mx, (lambda t: ref.quantize_mx(t, E2M1, 32))
+            counts.weight_quantizations += 1
+            dequantized = q(w.detach()).dequantize(torch.bfloat16)
+            mod.weight = nn.Parameter(torch.Tensor._make_subclass(cls, dequantized, False), requires_grad=False)
+
+    mx_formats = types.ModuleType("torchao.prototype.mx_formats")
+    mx_formats.NVFP4DynamicActivationNVFP4WeightConfig = NVFP4DynamicActivationNVFP4WeightConfig  # type: ignore
+    mx_formats.MXDynamicActivationMXWeightConfig = MXDynamicActivationMXWeightConfig  # type: ignore
+    nvfp4_tensor = types.ModuleType("torchao.prototype.mx_formats.nvfp4_tensor")
+    nvfp4_tensor.NVFP4Tensor = nvfp4  # type: ignore[attr-defined]
+    mx_tensor = types.ModuleType("torchao.prototype.mx_formats.mx_tensor")
+    mx_tensor.MXTensor = mx  # type: ignore[attr-defined]
+    quantization = types.ModuleType("torchao.quantization")
+    quantization.quantize_ = quantize_  # type: ignore[attr-defined]
+    return {"torchao.prototype.mx_formats": mx_formats, "torchao.prototype.mx_formats.nvfp4_tensor": nvfp4_tensor,
+            "torchao.prototype.mx_formats.mx_tensor": mx_tensor, "torchao.quantization": quantization}
+
+
+def install_fp4(monkeypatch: Any) -> Fp4Counts:
+    """Put the 4-bit inference fake in ``sys.modules`` for one test; returns its counters."""
+    counts = Fp4Counts()
+    for name, module in make_fp4_modules(counts).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return counts

@@ -396,3 +396,54 @@ def test_nvfp4_recipe_is_one_te_accepts_and_runs_on_10x_only(te: FakeTE) -> None
 def test_te_older_than_2_8_refuses_nvfp4(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(teb, "te_version", lambda: "2.7.0")
     assert "needs Transformer Engine 2.8+" in teb.precision_support(resolve_precision("nvfp4"), Device("cuda", 0))
+
+
+# An environment that sets every recipe field TE defaults from the environment away from its documented default.
+RECIPE_ENV = {"NVTE_BACKWARD_OVERRIDE": "dequantized", "NVTE_NVFP4_ROW_SCALED_ACTIVATION": "1",
+              "NVTE_NVFP4_4OVER6": "all", "NVTE_NVFP4_4OVER6_E4M3_USE_256": "none",
+              "NVTE_NVFP4_4OVER6_ERR_MODE": "MSE", "NVTE_NVFP4_DISABLE_2D_QUANTIZATION": "0"}
+NEUTRAL = {"backward_override": None, "row_scaled_activation": False, "nvfp4_4over6": "none",
+           "nvfp4_4over6_e4m3_use_256": "all", "nvfp4_4over6_err_mode": "MAE"}
+
+
+@pytest.mark.parametrize("version", [OLD, NEW], ids=["te2.8", "te2.20"])
+@pytest.mark.parametrize(("precision", "fmt", "cc"), [
+    ("fp8_delayed", "hybrid", (9, 0)), ("fp8_tensorwise", "e4m3", (9, 0)), ("fp8_blockwise", "e4m3", (9, 0)),
+    ("mxfp8", "e4m3", (10, 0)), ("nvfp4", "e4m3", (10, 0))])
+def test_recipe_fields_te_reads_from_the_environment_are_pinned(monkeypatch, version, precision, fmt, cc) -> None:
+    """TE defaults some recipe fields from environment variables read when it is imported (tests/fake_te.py,
+    ENV_DEFAULTED_FIELDS): a user's NVTE_BACKWARD_OVERRIDE or NVFP4 4over6 setting would change what runs under
+    an fp8bench precision's name. Every such field the installed release has is set explicitly."""
+    from fake_te import FakeGpu
+
+    if precision == "fp8_blockwise" and cc >= (10, 0):
+        pytest.skip("block scaling runs on Hopper only here")
+    te = install(monkeypatch, version, FakeGpu(cc), environ=RECIPE_ENV)
+    teb.build_gemm(_ctx(precision, shape="128x128x256", fmt=fmt)).output()
+    recipe = te.state.regions[-1][1]
+    present = {f: getattr(recipe, f) for f in NEUTRAL if hasattr(recipe, f)}
+    assert present == {f: NEUTRAL[f] for f in present}, f"environment leaked into {type(recipe).__name__}"
+    if version == NEW:
+        assert "backward_override" in present
+
+
+def test_blockwise_is_skipped_on_blackwell_with_the_reason_and_doctor_says_so(monkeypatch) -> None:
+    """TE 2.9+ accepts Float8BlockScaling on compute capability 10.0+ but emulates it with MXFP8 GEMMs there, and its
+    quantizers then require power-of-two scales; fp8bench's fp8_blockwise has FP32 scales, so the case is skipped
+    up front with that reason, and ``doctor`` lists the limit whatever the device it runs on."""
+    from fake_te import FakeGpu
+    from rich.console import Console
+
+    from fp8bench.commands import doctor
+
+    install(monkeypatch, NEW, FakeGpu((10, 0)))
+    with pytest.raises(Unsupported, match="emulates Float8BlockScaling with MXFP8.*power-of-two scales"):
+        teb.build_gemm(_ctx("fp8_blockwise", shape="128x128x256", fmt="e4m3"))
+    install(monkeypatch, NEW, FakeGpu((9, 0)))
+    teb.build_gemm(_ctx("fp8_blockwise", shape="128x128x256", fmt="e4m3"))  # Hopper: native, FP32 scales
+    limits = doctor.vendor_limits()
+    assert {"backend": "te", "precision": "fp8_blockwise", "where": "compute capability 10.0+",
+            "reason": teb.BLACKWELL_BLOCKWISE} in limits
+    console = Console(record=True, width=200)
+    doctor.render_vendor_limits(limits, console)
+    assert "te fp8_blockwise on compute capability 10.0+: skipped" in console.export_text()

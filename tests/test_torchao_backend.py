@@ -216,3 +216,22 @@ def test_the_record_states_the_scale_format_torchaos_recipe_runs(precision, wgra
     if precision != "mxfp8":
         pipeline, _ = _build(precision)
         assert pipeline.scale_format == tab.scale_format(resolve_precision(precision))
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4"])
+def test_four_bit_gemm_quantizes_the_weight_in_every_timed_call(monkeypatch, name) -> None:
+    """torchao's 4-bit configs quantize the weight once, in ``quantize_`` (tests/fake_torchao.py); every other
+    backend quantizes B in each end-to-end call. The torchao figure must hold the same work."""
+    counts = fake_torchao.install_fp4(monkeypatch)
+    sh = GEMM.parse_shape("32x64x128")
+    ctx = BuildContext("gemm", sh, resolve_precision(name), Device("cpu"), GEMM.make_inputs(sh, Device("cpu"), seed=0))
+    pipeline = tab.build_gemm(ctx)
+    weights, activations = counts.weight_quantizations, counts.activation_quantizations
+    first = pipeline.end_to_end()
+    second = pipeline.end_to_end()
+    assert counts.activation_quantizations - activations == 2
+    assert counts.weight_quantizations - weights == 2, "the end-to-end call did not quantize B"
+    assert torch.equal(first, second)
+    expected = ctx.inputs["a"].float() @ ctx.inputs["b"].float().t()
+    assert compare(first, expected).sqnr_db > 10.0  # 4-bit elements: about 15-20 dB on Gaussian data
+    assert "weight quantized in every call" in " ".join(pipeline.notes)

@@ -6,6 +6,7 @@ On a machine without CUDA the kernels run under Triton's interpreter (correctnes
 
 from __future__ import annotations
 
+import fake_triton_dot
 import pytest
 import torch
 
@@ -138,12 +139,15 @@ def test_gemm_refuses_mixed_and_mx_scales() -> None:
         tk.scaled_mm(q1, q1)
 
 
-def _build(precision_name: str, shape: str = "48x80x96", **options: object):
+def _build(precision_name: str, shape: str = "48x80x96", fast_accum: bool | None = None, **options: object):
     load_all()
     device = Device(DEVICE.type, 0 if DEVICE.type == "cuda" else None)
     sh = GEMM.parse_shape(shape)
     inputs = GEMM.make_inputs(sh, device, seed=0)
-    ctx = BuildContext("gemm", sh, resolve_precision(precision_name), device, inputs, dict(options))
+    precision = resolve_precision(precision_name)
+    if fast_accum is not None:
+        precision = precision.with_options(fast_accum=fast_accum)
+    ctx = BuildContext("gemm", sh, precision, device, inputs, dict(options))
     return BACKENDS.get("triton").build(ctx), inputs
 
 
@@ -212,3 +216,26 @@ def test_best_config_reads_the_choice_of_tritons_own_autotuner(monkeypatch: pyte
                                 "num_stages": 3}
     monkeypatch.setattr(tk, "_KERNELS", None)
     assert tk.best_config() is None  # nothing decorated yet
+
+
+@pytest.mark.skipif(not tk.INTERPRETED, reason="records the interpreter's tl.dot calls")
+@pytest.mark.parametrize(("precision", "fast_accum", "shape"), [
+    ("fp8_tensorwise", False, "48x80x96"), ("fp8_rowwise", False, "48x80x96"), ("fp8_delayed", False, "48x80x96"),
+    ("fp8_blockwise", False, "32x128x256"), ("fp8_tensorwise", True, "48x80x96"), ("fp8_rowwise", True, "48x80x96")])
+def test_every_fp8_dot_gets_the_accumulation_its_recipe_asks_for(monkeypatch, precision, fast_accum, shape) -> None:
+    """On sm_90 a ``tl.dot`` left without ``max_num_imprecise_acc`` accumulates FP8 products in the tensor cores'
+    reduced precision over the whole K loop (tests/fake_triton_dot.py). Full accumulation must promote to FP32 at
+    least once per K tile; fast accumulation is Triton's default, the vendors' fast mode."""
+    calls = fake_triton_dot.record_dots(monkeypatch)
+    pipeline, _ = _build(precision, shape, fast_accum=fast_accum)
+    fmt = resolve_precision(precision).forward_format
+    assert calls, "the GEMM issued no tl.dot"
+    assert {(c.lhs, c.rhs, c.out) for c in calls} == {(str(tk._tl_dtype(fmt)),) * 2 + ("fp32",)}
+    spans = {c.imprecise_span for c in calls}
+    if fast_accum and precision != "fp8_blockwise":
+        assert spans == {None}  # reduced precision across the whole K loop: the fast mode the record names
+        assert "fast accumulation" in " ".join(pipeline.notes)
+    else:
+        tile_k = tk.INTERPRETER_GEMM_CONFIG["BLOCK_K"] if precision != "fp8_blockwise" else tk.GEMM_SCALE_BLOCK
+        assert spans == {tile_k}, f"full accumulation must promote every K tile on sm_90, got spans {spans}"
+        assert "promoted to FP32 every K tile" in " ".join(pipeline.notes)

@@ -101,7 +101,7 @@ def doctor(*, device: str = "auto") -> DoctorReport:
         "matrix": _backend_matrix(on), "energy": {"method": meter.method, "reason": getattr(meter, "reason", None)},
         "results_dir": str(results_dir.resolve()), "results_dir_writable": _writable(results_dir),
         "silenced_vendor_libraries": _silenced_vendor_libraries(torch.cuda.is_available()),
-        "cpu_fp8_gemm": None, "warnings": [],
+        "cpu_fp8_gemm": None, "warnings": [], "vendor_limits": vendor_limits(),
     }
     rate = None
     if not on.is_cuda and caps.fp8_reasons.get("tensorwise") is None:  # torch runs FP8 GEMMs on this CPU
@@ -120,6 +120,22 @@ def _backend_matrix(device: Device) -> dict[str, dict[str, dict[str, str | None]
     return {bname: {wname: {p: backend.unsupported_reason(wname, prec, device) for p, prec in PRECISIONS.items()}
                     for wname in WORKLOADS}
             for bname, backend in BACKENDS.items()}
+
+
+def vendor_limits() -> list[dict[str, str]]:
+    """Backend x precision refusals that depend on the GPU, whatever device ``doctor`` runs on (a CPU machine
+    preparing a GPU run learns them too)."""
+    from fp8bench.kernels.te_backend import KNOWN_LIMITS
+
+    return [{"backend": "te", "precision": p, "where": where, "reason": why} for p, where, why in KNOWN_LIMITS]
+
+
+def render_vendor_limits(limits: list[dict[str, str]], console: Console) -> None:
+    from rich.markup import escape
+
+    for limit in limits:
+        console.print(f"[bold]vendor limit[/] {limit['backend']} {limit['precision']} on {limit['where']}: "
+                      f"skipped: {escape(limit['reason'])}")
 
 
 def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | None]]:
@@ -171,6 +187,7 @@ def render(report: DoctorReport, *, rules: bool = False, console: Console | None
     if rules:
         _render_rules(console)
     _render_backends(report, console)
+    render_vendor_limits(report.data["vendor_limits"], console)
     _render_footer(report, console)
 
 

@@ -408,6 +408,51 @@ def te_recipes(ctx: ProbeContext) -> ProbeResult:
     return ProbeResult(Outcome.FAILED if failed else Outcome.HELD, "; ".join(rows))
 
 
+# Variables Transformer Engine reads into recipe defaults (common/recipe/__init__.py, 2.15+), set to what no
+# fp8bench precision means; the probe's recipes must come out with the pinned values regardless.
+TE_ENVIRONMENT = {"NVTE_BACKWARD_OVERRIDE": "dequantized", "NVTE_NVFP4_4OVER6": "all",
+                  "NVTE_NVFP4_ROW_SCALED_ACTIVATION": "1"}
+_TE_RECIPES = """
+import json
+from fp8bench.core.plugins import load_all
+load_all()
+from fp8bench.kernels.te_backend import PINNED_RECIPE_FIELDS, te_api, te_recipe_spec
+from fp8bench.numerics.recipes import PRECISIONS
+api, out = te_api(), {}
+for name in ("fp8_tensorwise", "fp8_delayed", "fp8_blockwise", "mxfp8", "nvfp4"):
+    spec = te_recipe_spec(PRECISIONS.get(name))
+    if spec is not None:
+        recipe = api.make_recipe(spec)
+        out[name] = {k: [repr(getattr(recipe, k)), repr(v)] for k, v in PINNED_RECIPE_FIELDS.items()
+                     if hasattr(recipe, k)}
+print(json.dumps(out))
+"""
+
+
+def te_pinned_fields(ctx: ProbeContext) -> ProbeResult:
+    """with NVTE_BACKWARD_OVERRIDE, NVTE_NVFP4_4OVER6 and NVTE_NVFP4_ROW_SCALED_ACTIVATION set, the TE recipes fp8bench
+    builds still carry the pinned values"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if BACKENDS.get("te").availability(ctx.device):
+        return ProbeResult(Outcome.NOT_APPLICABLE, "Transformer Engine is unavailable here")
+    done = subprocess.run([sys.executable, "-c", _TE_RECIPES], env={**os.environ, **TE_ENVIRONMENT},
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        return ProbeResult(Outcome.FAILED, f"building the recipes failed: {done.stderr.strip()[-300:]}")
+    fields = json.loads(done.stdout.strip().splitlines()[-1])
+    leaked = [f"{name}.{k} = {got} (pinned {want})" for name, values in fields.items()
+              for k, (got, want) in values.items() if got != want]
+    checked = sum(len(v) for v in fields.values())
+    if leaked:
+        return ProbeResult(Outcome.FAILED, "the environment changed: " + "; ".join(leaked))
+    return ProbeResult(Outcome.HELD, f"{checked} pinned field(s) of {len(fields)} recipe(s) kept their values"
+                       + ("" if checked else " (this TE release declares none of them)"))
+
+
 def second_device_events(ctx: ProbeContext) -> ProbeResult:
     """CUDA events on cuda:1 time a loop on cuda:1 within 5% of the wall clock"""
     if torch.cuda.device_count() < 2:
@@ -477,6 +522,8 @@ CLAIMS: tuple[Claim, ...] = (
           "cases refused or admitted for memory", "workloads/gemm.py", probe=memory_estimate),
     Claim("te_recipes", "Transformer Engine runs each recipe with the scales fp8bench sets (its SQNR matches the "
           "emulated reference)", "te records", "kernels/te_backend.py", probe=te_recipes),
+    Claim("te_pinned_fields", "the TE recipe fields TE defaults from the environment are pinned by fp8bench",
+          "te records of every FP8 and 4-bit recipe", "kernels/te_backend.py", probe=te_pinned_fields),
     Claim("second_device_events", "events and graphs act on cuda:N, not the current device",
           "records on cuda:1 and above", "fp8bench/core/devices.py", probe=second_device_events),
     Claim("sticky_error", "after an illegal address every CUDA call fails again (a synchronize tells a lost context "

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -363,9 +363,3 @@ def _same_as_end_to_end(record: dict[str, Any], phase: str) -> bool:
     stats = (record.get("phase_stats") or {}).get(phase) or {}
     return len(record.get("phases") or {}) == 1 and stats.get("n") == record.get("n")
 
-
-def with_settings(settings: RunSettings, **changes: Any) -> RunSettings:
-    """``settings`` with ``changes`` (a policy change given as ``policy_<field>``)."""
-    policy = {k.removeprefix("policy_"): v for k, v in changes.items() if k.startswith("policy_")}
-    rest = {k: v for k, v in changes.items() if not k.startswith("policy_")}
-    return replace(settings, policy=replace(settings.policy, **policy), **rest)

@@ -456,8 +456,9 @@ class CaseMeasurer:
         deadline += time.monotonic() - build_started
         # A fresh call's output, before any warm-up, to check the last timed call against
         # (fp8bench.measure.output_check).
-        outputs = OutputWatch(pipeline.output, pipeline.end_to_end, self.graphs is not None,
-                              deterministic(case.precision))
+        with self.cost.part("numerics"):
+            outputs = OutputWatch(pipeline.output, pipeline.end_to_end, self.graphs is not None,
+                                  deterministic(case.precision))
         with self.cost.part("warmup"):
             warm = self._warm_up(pipeline, deadline)
         if warm.over_budget:
@@ -749,6 +750,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
                             profiler=case_profiler(settings, run_file, results_dir, run_id))
     stream_s = 0.0
     with run:
+        ceilings_s = _cpu_ceilings(measurer, cases)
         for i, case in enumerate(cases):
             if settings.cooldown_s and i > 0:
                 time.sleep(settings.cooldown_s)
@@ -765,9 +767,18 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     if lock is not None:
         lock.reset()
     final = {"wall_budget": budget.header(final=True)} if budget is not None else {}
-    harness = summarise([r.to_dict() for r in run.stream.records], stream_s)
+    harness = {**summarise([r.to_dict() for r in run.stream.records], stream_s), "ceilings_s": ceilings_s}
     run.finish(n_cases=len(cases), harness=harness, **final)
     return replace(run.outcome(run_id, run_file, store), harness=harness, wall_budget=final.get("wall_budget"))
+
+
+def _cpu_ceilings(measurer: CaseMeasurer, cases: list[Case]) -> float:
+    """Read or measure the CPU's ceilings before the first case, so that no case's wall time holds a cost of the
+    run's (fp8bench.hardware.peaks caches them per host); seconds taken."""
+    started = time.monotonic()
+    if cases and measurer.peaks is not None and not measurer.device.is_cuda:
+        measurer.peaks.cpu_ceilings()
+    return time.monotonic() - started
 
 
 class BudgetDecision(Protocol):

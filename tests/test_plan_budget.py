@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pytest
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
-from fp8bench.measure.budget import LEVELS, SKIP_REASON, SuiteBudget, level_settings, parse_duration, prioritised
-from fp8bench.measure.plan import REFUSED_S, SAMPLE_LOOP_S, CostModel, History, case_history, case_key_of, plan_run, sampled_s
+from fp8bench.measure.budget import (
+    FIRST_WRITE_S,
+    LEVELS,
+    SKIP_REASON,
+    SuiteBudget,
+    level_settings,
+    parse_duration,
+    prioritised,
+    process_age_s,
+)
+from fp8bench.measure.plan import (
+    REFUSED_S,
+    SAMPLE_LOOP_S,
+    CostModel,
+    History,
+    case_history,
+    case_key_of,
+    plan_run,
+    sampled_s,
+)
 from fp8bench.measure.runner import RunSettings, expand_cases, run_cases
 from fp8bench.measure.suites import SuiteError, load_suite
 from fp8bench.measure.timing import SamplingPolicy
@@ -91,7 +110,19 @@ def test_the_budget_shortens_before_it_skips_and_skips_from_the_end() -> None:
 
 def test_a_case_never_gets_more_of_its_own_budget_than_the_run_has_left() -> None:
     decision = _budget([[1.0] * 4], 10).decide(0, 0.0)
-    assert decision.settings is not None and decision.settings.budget_s == pytest.approx(10 * 0.96)
+    # the budget aimed at, less the time kept aside to write the one record still to come
+    assert decision.settings is not None and decision.settings.budget_s == pytest.approx(10 * 0.96 - FIRST_WRITE_S)
+
+
+def test_the_records_still_to_write_are_kept_time_for() -> None:
+    budget = _budget([[1.0] * 4] * 10, 20)
+    assert budget.decide(0, 0.0).level == 0  # 10 s of cases and 0.1 s of writes fit in 19.2 s
+    budget.written(1.0)  # writing a record takes a second: 10 more seconds needed
+    assert budget.decide(0, 0.0).level == 3
+
+
+def test_a_budget_counts_from_the_process_start() -> None:
+    assert 0 < process_age_s() < time.monotonic()
 
 
 def test_slow_cases_so_far_make_the_rest_look_slower() -> None:

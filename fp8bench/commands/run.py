@@ -270,6 +270,9 @@ def _kept(outcome: RunOutcome, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from fp8bench.measure.budget import process_age_s
+
+    started = time.monotonic() - process_age_s()  # a wall budget counts from the process's start
     from fp8bench.analysis.report import summary_counts
     from fp8bench.core.devices import resolve_device
     from fp8bench.hardware import distributed
@@ -277,7 +280,6 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.measure.timing import timer_for, timing_mode_for
     from fp8bench.numerics.recipes import PRECISIONS
 
-    started = time.monotonic()  # a wall budget counts from here
     launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)
     settings = _settings(args, overrides)

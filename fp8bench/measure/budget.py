@@ -22,10 +22,12 @@ was shortened and skipped, and whether the budget was reached (``wall_budget``).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from fp8bench.core.records import Record
@@ -41,6 +43,20 @@ RESERVE_SHARE = 0.04
 CALIBRATION_BOUNDS = (0.25, 4.0)
 # A case given less than this many seconds of its own budget cannot take its minimum samples: skipped instead.
 MIN_CASE_BUDGET_S = 0.05
+# Seconds to write one record to the run file and the store, until the run has written one.
+FIRST_WRITE_S = 0.01
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: ``/proc/self/stat``; elsewhere 0), so that a budget counts the
+    interpreter's start and torch's import, as an outer job timeout does."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        # starttime is the 22nd field of stat(5), the 20th after the command name, in clock ticks since boot
+        return max(0.0, uptime_s - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -139,6 +155,8 @@ class SuiteBudget:
     spent_actual: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
     planned_s: float = 0.0
+    written_s: float = 0.0  # seconds spent writing records to the run file and the store
+    writes: int = 0
 
     def __post_init__(self) -> None:
         self.levels = level_settings(self.settings)
@@ -174,7 +192,9 @@ class SuiteBudget:
 
     def decide(self, i: int, now: float | None = None) -> Decision:
         """The decision for the ``i``-th case of the run order, with ``now`` the monotonic time."""
-        left = self.end - (time.monotonic() if now is None else now)
+        # Every record still to come is written, run or skipped: that time is kept aside first.
+        write_s = self.written_s / self.writes if self.writes else FIRST_WRITE_S
+        left = self.end - (time.monotonic() if now is None else now) - (len(self.estimates) - i) * write_s
         c = self.calibration
         for level in range(len(LEVELS)):
             if c * self.suffix[level][i] <= left:
@@ -204,6 +224,11 @@ class SuiteBudget:
         if not decision.skip:
             self.spent_estimated += self.estimates[i][decision.level]
             self.spent_actual += wall_s
+
+    def written(self, seconds: float) -> None:
+        """Count one record's write to the run file and the store (``seconds``)."""
+        self.written_s += seconds
+        self.writes += 1
 
     def annotate(self, record: Record, decision: Decision) -> Record:
         """``record`` with what the budget did to its case (nothing for a case run at full settings)."""

@@ -762,6 +762,8 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
             streamed = time.monotonic()
             run.stream.add(record)
             stream_s += time.monotonic() - streamed
+            if budget is not None:
+                budget.written(time.monotonic() - streamed)
             if on_record:
                 on_record(i, case, record)
     if lock is not None:
@@ -784,9 +786,14 @@ def _cpu_ceilings(measurer: CaseMeasurer, cases: list[Case]) -> float:
 class BudgetDecision(Protocol):
     """A wall budget's decision for one case: skip it (with ``reason``), or measure it under ``settings``."""
 
-    skip: bool
-    reason: str
-    settings: RunSettings | None
+    @property
+    def skip(self) -> bool: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def settings(self) -> RunSettings | None: ...
 
 
 class RunBudget(Protocol):
@@ -797,6 +804,8 @@ class RunBudget(Protocol):
     def done(self, i: int, decision: Any, wall_s: float) -> None: ...
 
     def annotate(self, record: Record, decision: Any) -> Record: ...
+
+    def written(self, seconds: float) -> None: ...
 
     def header(self, final: bool = False) -> dict[str, Any]: ...
 

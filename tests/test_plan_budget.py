@@ -71,6 +71,7 @@ def test_refused_and_over_budget_cases_are_expected_as_skipped() -> None:
         [("gemm", ["4096x4096x4096"])], ["fp32"], ["torch"], settings)
     refused = model.estimate(tf32, settings)
     assert refused.seconds == REFUSED_S and refused.expect.startswith("skipped: torch does not run tf32")
+    assert refused.refused and not model.estimate(big, settings).refused
     over = model.estimate(big, settings)
     assert over.expect.startswith("skipped: over budget") and over.seconds < settings.budget_s
 
@@ -163,6 +164,13 @@ def test_a_run_out_of_budget_records_every_case_and_says_so(tmp_path) -> None:
     header = read_run_file(tmp_path / "run.json")["run"]
     assert header["status"] == "complete" and header["wall_budget"]["reached"] is True
     assert header["wall_budget"]["skipped"] == 2 and outcome.wall_budget == header["wall_budget"]
+
+
+def test_a_case_refused_by_a_rule_keeps_its_reason_when_the_time_is_up(tmp_path) -> None:
+    cases = expand_cases([("gemm", ["64x64x64"])], ["fp32", "tf32"], ["torch"], FAST)
+    budget = SuiteBudget.for_cases(1e-3, cases, FAST, CostModel(CPU, CEILINGS))
+    outcome = run_cases(cases, FAST, CPU, run_file=None, results_dir=tmp_path, budget=budget)
+    assert [r.reason.split(":")[0] for r in outcome.records] == [SKIP_REASON, "torch does not run tf32 on cpu"]
 
 
 def test_a_run_within_budget_runs_every_case_in_full(tmp_path) -> None:

@@ -155,6 +155,9 @@ class SuiteBudget:
     spent_actual: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
     planned_s: float = 0.0
+    # Cases the runner refuses by its rules (backend, precision, shape, memory) in milliseconds: they always run, so
+    # their records say why they cannot, not that the time ran out.
+    refused: frozenset[int] = frozenset()
     written_s: float = 0.0  # seconds spent writing records to the run file and the store
     writes: int = 0
 
@@ -173,7 +176,9 @@ class SuiteBudget:
                   started: float | None = None) -> SuiteBudget:
         plans = [plan_run(cases, settings, model, [s] * len(cases)) for s in level_settings(settings)]
         estimates = [[p.estimates[i].seconds for p in plans] for i in range(len(cases))]
-        out = cls(budget_s, settings, estimates, started if started is not None else time.monotonic())
+        refused = frozenset(i for i, e in enumerate(plans[0].estimates) if e.refused)
+        out = cls(budget_s, settings, estimates, started if started is not None else time.monotonic(),
+                  refused=refused)
         out.planned_s = plans[0].total_s
         return out
 
@@ -196,6 +201,8 @@ class SuiteBudget:
         write_s = self.written_s / self.writes if self.writes else FIRST_WRITE_S
         left = self.end - (time.monotonic() if now is None else now) - (len(self.estimates) - i) * write_s
         c = self.calibration
+        if i in self.refused:
+            return Decision(self.settings, 0, "")
         for level in range(len(LEVELS)):
             if c * self.suffix[level][i] <= left:
                 return self._run(i, level, left, c)

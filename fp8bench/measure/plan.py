@@ -128,6 +128,7 @@ class CaseEstimate:
     call_s: float | None
     parts: Parts
     history_runs: int = 0
+    refused: bool = False  # the runner's own rules refuse the case before running it
 
     def to_dict(self) -> dict[str, Any]:
         return {"case": self.case.describe(), "workload": self.case.workload, "shape": dict(self.case.shape),
@@ -181,7 +182,8 @@ class CostModel:
         reference; ``base``: the settings its history was recorded under (default ``settings``)."""
         refused = self.refusal(case)
         if refused is not None:
-            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None, Parts(bookkeeping=REFUSED_S))
+            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None, Parts(bookkeeping=REFUSED_S),
+                                refused=True)
         hist = self.history.get(case_key_of(case, self.device))
         call = hist.call_s if hist is not None and hist.call_s else self.call_s(case)
         expect, parts = self.parts(case, call, settings, first_of_shape)

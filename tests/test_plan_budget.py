@@ -113,6 +113,7 @@ def test_a_case_never_gets_more_of_its_own_budget_than_the_run_has_left() -> Non
     decision = _budget([[1.0] * 4], 10).decide(0, 0.0)
     # the budget aimed at, less the time kept aside to write the one record still to come
     assert decision.settings is not None and decision.settings.budget_s == pytest.approx(10 * 0.96 - FIRST_WRITE_S)
+    assert decision.reason.startswith(f"{SKIP_REASON}: the case's own budget cut to the 9.59 s left")
 
 
 def test_the_records_still_to_write_are_kept_time_for() -> None:

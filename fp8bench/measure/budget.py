@@ -215,13 +215,15 @@ class SuiteBudget:
 
     def _run(self, i: int, level: int, left: float, c: float) -> Decision:
         settings = self.levels[level]
-        if settings.budget_s > left:
-            settings = replace(settings, budget_s=max(left, MIN_CASE_BUDGET_S))
         reason = ""
         if level > 0:
             reason = (f"{SKIP_REASON}: the {len(self.estimates) - i} remaining case(s) are expected to take "
                       f"{c * self.suffix[0][i]:.3g} s at full settings and {left:.3g} s are left of the "
                       f"{self.budget_s:g} s wall budget")
+        if settings.budget_s > left:
+            settings = replace(settings, budget_s=max(left, MIN_CASE_BUDGET_S))
+            reason = reason or (f"{SKIP_REASON}: the case's own budget cut to the {settings.budget_s:.3g} s left of "
+                                f"the {self.budget_s:g} s wall budget")
         return Decision(settings, level, reason)
 
     def done(self, i: int, decision: Decision, wall_s: float) -> None:
@@ -239,7 +241,7 @@ class SuiteBudget:
 
     def annotate(self, record: Record, decision: Decision) -> Record:
         """``record`` with what the budget did to its case (nothing for a case run at full settings)."""
-        if decision.level == 0 and not decision.skip:
+        if not decision.reason:
             return record
         what = decision.to_dict()
         note = f"{decision.reason}; shortened: {', '.join(what['shortened'])}" if what["shortened"] else None

@@ -77,3 +77,37 @@ def test_the_cpu_ceilings_are_the_runs_cost_not_its_first_cases(tmp_path, monkey
     cases = expand_cases([("gemm", ["64x64x64"])], ["fp32"], ["torch"], FAST)
     run_cases(cases, FAST, CPU, run_file=None, results_dir=None, on_start=lambda i, case: started.append(i))
     assert measured_at == ["before the first case"]
+
+
+def test_a_deterministic_case_takes_its_numerics_from_the_fresh_output(tmp_path) -> None:
+    """Where every call must return the same bits (the output check holds it to that), the fresh call made before
+    warm-up already is the output the numerics need: no extra call of the pipeline's output."""
+    from fp8bench.core.pipeline import Pipeline
+    from fp8bench.core.plugins import BACKENDS, Backend
+
+    calls = {"output": 0}
+    backend = Backend(name="test_counted", kind="custom", description="counts its output calls")
+
+    @backend.builder("gemm")
+    def build(ctx):
+        def call():
+            return ctx.inputs["a"] @ ctx.inputs["b"].t()
+
+        def output():
+            calls["output"] += 1
+            return call()
+
+        # the timed call and the output are one function, as in the pipelines the output check applies to
+        return Pipeline(end_to_end=output, phases={"gemm": output}, output=output)
+
+    BACKENDS.add("test_counted", backend)
+    try:
+        cases = expand_cases([("gemm", ["64x64x64"])], ["fp32"], ["test_counted"], FAST)
+        measurer_runs = run_cases(cases, FAST, CPU, run_file=None, results_dir=tmp_path)
+    finally:
+        BACKENDS.remove("test_counted")
+    (record,) = measurer_runs.records
+    n_timed = record.n + sum(s["n"] for s in record.phase_stats.values() if s["n"] != record.n)
+    untimed = calls["output"] - n_timed - record.timing["warmup_calls"]
+    assert record.status == "ok" and record.numerics["sqnr_db"] > 100 and record.output_check["passed"] is True
+    assert untimed == 1  # the fresh call, and no second one for the numerics

@@ -214,3 +214,15 @@ def test_a_bad_wall_budget_is_a_usage_error(capsys) -> None:
 
     code = main(["run", "--shape", "64x64x64", "--precision", "fp32", "--wall-budget", "6x", "--plan"])
     assert code == EXIT_USAGE and "--wall-budget: wall budget '6x'" in capsys.readouterr().err
+
+
+def test_run_command_reports_a_budget_reached(tmp_path, capsys) -> None:
+    from fp8bench.cli import main
+
+    # A budget counts from the process's start: this test process is older than a second, so nothing fits.
+    code = main(["run", "--shape", "64x64x64", "--precision", "fp32", "bf16", "--backend", "torch", "--no-store",
+                 "--out", str(tmp_path / "run.json"), "--wall-budget", "1s", "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and out["wall_budget"]["reached"] is True and out["wall_budget"]["skipped"] == 2
+    assert {r["reason"].split(":")[0] for r in out["records"]} == {SKIP_REASON}
+    assert read_run_file(tmp_path / "run.json")["run"]["wall_budget"]["skipped"] == 2

@@ -448,6 +448,11 @@ def render(outcome: RunOutcome, records: list[dict[str, Any]], summary: dict[str
     if outcome.interrupted:
         err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of "
                   f"{summary['n_cases']} cases kept in {outcome.run_file}")
+    budget = summary.get("wall_budget")
+    if budget and budget.get("reached"):
+        err.print(f"wall budget of {budget['budget_s']:g} s reached (the full plan: {budget['planned_s']:.0f} s): "
+                  f"{budget['shortened']} case(s) shortened, {budget['skipped']} skipped as 'suite budget'; "
+                  "each record says how and why (extra.suite_budget)", markup=False, soft_wrap=True)
     for e in outcome.store_errors:
         err.print(f"[red]store write failed[/] ({escape(e)}); later records went to the run file only: "
                   f"`fp8bench ingest {outcome.run_file}`", soft_wrap=True)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fp8bench.commands import run_plan
 from fp8bench.commands.common import (
     BAD_INPUT,
     EXIT_CASE_FAILED,
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from fp8bench.core.devices import Device
     from fp8bench.core.noise import HostLoad
     from fp8bench.hardware.distributed import LaunchEnv
+    from fp8bench.measure.budget import SuiteBudget
     from fp8bench.measure.runner import Case, RunOutcome, RunSettings
     from fp8bench.measure.sharding import DevicePlan
     from fp8bench.measure.timing import Timer, TimingMode
@@ -170,6 +173,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "profiler; nsys prints the `nsys profile` command that reruns one case (docs/profiling.md)")
     p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
     p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
+    run_plan.add_arguments(p)
     add_store_flags(p)
     p.add_argument("--no-store", action="store_true", help="write the run file only")
     add_table_flag(p)
@@ -206,6 +210,9 @@ def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str
                     names(args.backend, BACKENDS.names(), ["torch"])) for w in (args.workload or ["gemm"])]
         spec = {"suite": None}
     spec["entries"] = [{"workload": w, "shapes": s, "precisions": p, "backends": b} for w, s, p, b in entries]
+    if args.suite:
+        for entry, suite_entry in zip(spec["entries"], suite.entries, strict=True):
+            entry["priority"] = suite_entry.priority
     return entries, overrides, spec
 
 
@@ -263,6 +270,9 @@ def _kept(outcome: RunOutcome, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
+    from fp8bench.measure.budget import process_age_s
+
+    started = time.monotonic() - process_age_s()  # a wall budget counts from the process's start
     from fp8bench.analysis.report import summary_counts
     from fp8bench.core.devices import resolve_device
     from fp8bench.hardware import distributed
@@ -274,12 +284,27 @@ def execute(args: argparse.Namespace) -> int:
     entries, overrides, spec = _plan(args)
     settings = _settings(args, overrides)
     PRECISIONS.get(args.baseline)
-    cases = []
-    for workload, shapes, precisions, backends in entries:
-        cases += expand_cases([(workload, shapes)], precisions, backends, settings)
+    wall_budget = run_plan.wall_budget_s(args)
+    cases, priorities = [], []
+    for (workload, shapes, precisions, backends), entry in zip(entries, spec["entries"], strict=True):
+        expanded = expand_cases([(workload, shapes)], precisions, backends, settings)
+        cases += expanded
+        priorities += [entry.get("priority", 0)] * len(expanded)
+    cases = run_plan.ordered(cases, priorities, args)
     plan = _device_plan(args, launch)
+    if (plan or launch) and wall_budget is not None:
+        raise UsageError("--wall-budget fits one process's run; drop it with --devices or under torchrun")
     device = plan.device if plan else resolve_device(
         distributed.device_spec_for(args.device, launch) if launch else args.device)
+    budget = None
+    if args.plan or wall_budget is not None:
+        results_dir = args.results_dir or default_results_dir()
+        model = run_plan.cost_model(device, results_dir, args.store, args.no_store, cases)
+        budget = run_plan.make_budget(wall_budget, cases, settings, model, started)
+        if args.plan:
+            from rich.console import Console
+
+            return run_plan.show_plan(cases, settings, model, budget, args.json, Console())
     # Refuses --cuda-graph on the CPU (and with --blocked-stream), before any write.
     timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
     timer: Timer | None = None
@@ -298,7 +323,7 @@ def execute(args: argparse.Namespace) -> int:
             counts = summary_counts([r.to_dict() for r in outcome.records])
             return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
     try:
-        return _measure_and_report(args, cases, settings, device, timing_mode, spec, timer, plan)
+        return _measure_and_report(args, cases, settings, device, timing_mode, spec, timer, plan, budget)
     finally:
         if launch:
             distributed.shutdown()
@@ -320,7 +345,7 @@ def _device_plan(args: argparse.Namespace, launch: LaunchEnv | None) -> DevicePl
 
 def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: RunSettings, device: Device,
                         timing_mode: TimingMode, spec: dict[str, Any], timer: Timer | None,
-                        plan: DevicePlan | None = None) -> int:
+                        plan: DevicePlan | None = None, budget: SuiteBudget | None = None) -> int:
     """Measure ``cases`` (on ``plan``'s workers when sharded) and write the table, run file and store (a
     distributed run: on rank 0)."""
     from rich.console import Console
@@ -347,7 +372,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
             timer=timer, store=None if args.no_store else args.store or results_dir,
             # The results folder also caches the CPU's measured ceilings; `--no-store --out FILE` leaves it alone.
             results_dir=None if (args.no_store and args.out and not args.results_dir) else results_dir,
-            console=err, show_progress=not args.json)
+            console=err, show_progress=not args.json, budget=budget)
     except DiskFull as exc:  # before any case: the run file could not even be started
         err.print(f"fp8bench run: error: disk full: {exc}; nothing was measured", markup=False, soft_wrap=True)
         return EXIT_DISK_FULL
@@ -360,7 +385,9 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
         "n_cases": len(cases), "interrupted": outcome.interrupted, "interrupted_by": outcome.interrupted_by,
         "disk_full": outcome.disk_full, "run_file_complete": outcome.run_file_complete,
         "wall_s": round(outcome.wall_s, 3), "store_errors": outcome.store_errors,
-        "load": load.to_dict() if load else None}
+        "load": load.to_dict() if load else None, "harness": outcome.harness}
+    if outcome.wall_budget is not None:
+        summary["wall_budget"] = outcome.wall_budget
     if settings.profile:
         summary["profiles"] = summary_rows(records)
     if args.json:
@@ -374,12 +401,12 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
 def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_file: Path, run_id: str,
             spec: dict[str, Any], plan: DevicePlan | None = None, timer: Timer | None = None,
             store: str | Path | None = None, results_dir: Path | None = None, console: Console | None = None,
-            show_progress: bool = True) -> RunOutcome:
+            show_progress: bool = True, budget: SuiteBudget | None = None) -> RunOutcome:
     """Measure ``cases`` on ``device`` (on ``plan``'s worker processes when given), streaming each record to
     ``run_file`` and ``store`` (a store URL or folder; ``None``: the run file only) under ``run_id``;
     ``results_dir`` caches the CPU's measured ceilings (``None``: not cached). A progress bar goes to ``console``
     (stderr) when it is a terminal and ``show_progress``. Raises :class:`fp8bench.results.stream.DiskFull` when the
-    run file cannot even be started."""
+    run file cannot even be started. ``budget``: the run's wall budget (one device only)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -394,7 +421,7 @@ def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_fil
                         disable=not show_progress or not console.is_terminal)
     with progress:
         task = progress.add_task("starting", total=len(cases))
-        run = run_cases if plan is None else functools.partial(run_sharded, plan=plan)
+        run = functools.partial(run_cases, budget=budget) if plan is None else functools.partial(run_sharded, plan=plan)
         return run(cases, settings, device, run_file=run_file, store=opened, spec=spec, results_dir=results_dir,
                    run_id=run_id, timer=timer,
                    on_start=lambda i, case: progress.update(task, description=case.describe()),
@@ -421,6 +448,11 @@ def render(outcome: RunOutcome, records: list[dict[str, Any]], summary: dict[str
     if outcome.interrupted:
         err.print(f"[yellow]interrupted ({outcome.interrupted_by}):[/] {len(outcome.records)} of "
                   f"{summary['n_cases']} cases kept in {outcome.run_file}")
+    budget = summary.get("wall_budget")
+    if budget and budget.get("reached"):
+        err.print(f"wall budget of {budget['budget_s']:g} s reached (the full plan: {budget['planned_s']:.0f} s): "
+                  f"{budget['shortened']} case(s) shortened, {budget['skipped']} skipped as 'suite budget'; "
+                  "each record says how and why (extra.suite_budget)", markup=False, soft_wrap=True)
     for e in outcome.store_errors:
         err.print(f"[red]store write failed[/] ({escape(e)}); later records went to the run file only: "
                   f"`fp8bench ingest {outcome.run_file}`", soft_wrap=True)

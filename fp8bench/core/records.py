@@ -93,6 +93,10 @@ class Record:
     interpreted: bool = False
     notes: list[str] = field(default_factory=list)
     timing: dict[str, Any] = field(default_factory=dict)  # warm-up, overhead, sampling policy outcome
+    # The harness's own cost of this case (fp8bench.measure.harness_cost): wall_s, measured_s (inside timed
+    # samples), harness_s (the difference), share (of wall_s) and split_s (probe, setup, warmup, sampling,
+    # numerics, energy, bookkeeping), seconds. Empty in records written before it.
+    harness: dict[str, Any] = field(default_factory=dict)
     # The timer that produced every figure of this record (samples, phases, energy per iteration), or that the run
     # used, for a record without figures: ``cpu`` (host clock), ``cuda_events`` (events around eager calls: launch
     # gaps included) or ``cuda_graph`` (events around replays of a captured CUDA graph: no launch gaps); see

@@ -126,6 +126,18 @@ def _read_cache(path: Path | None) -> dict[str, Any]:
 _THIS_PROCESS: dict[str, dict[str, Any]] = {}
 
 
+def _ceiling_key() -> str:
+    """What a cached ceiling is valid for: this host, CPU model, torch's thread count and torch release."""
+    return f"{host_alias()}|{cpu_model()}|threads={torch.get_num_threads()}|torch={torch.__version__}"
+
+
+def cached_cpu_ceilings(cache_dir: Path | None) -> dict[str, Any] | None:
+    """This CPU's ceilings from ``cache_dir/cpu_ceilings.json`` without measuring anything (``None``: none cached),
+    for estimates made before a run (:mod:`fp8bench.measure.plan`)."""
+    entry = _read_cache(cache_dir / "cpu_ceilings.json" if cache_dir else None).get(_ceiling_key())
+    return entry if isinstance(entry, dict) else None
+
+
 def cpu_ceilings(cache_dir: Path | None, refresh: bool = False) -> dict[str, Any]:
     """Measured CPU ceilings, read from or written to ``cache_dir/cpu_ceilings.json``.
 
@@ -134,7 +146,7 @@ def cpu_ceilings(cache_dir: Path | None, refresh: bool = False) -> dict[str, Any
     old but quiet cached entry is kept rather than replaced by a loaded one. The returned entry's ``cached`` says
     whether it is in the cache now, and a fresh one's ``measured_because`` why it was measured.
     """
-    key = f"{host_alias()}|{cpu_model()}|threads={torch.get_num_threads()}|torch={torch.__version__}"
+    key = _ceiling_key()
     path = cache_dir / "cpu_ceilings.json" if cache_dir else None
     cache = _read_cache(path)
     entry = cache.get(key) if isinstance(cache.get(key), dict) else None

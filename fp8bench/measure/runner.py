@@ -39,11 +39,12 @@ import os
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -80,6 +81,7 @@ from fp8bench.hardware.clocks import (
 from fp8bench.hardware.peaks import Peaks
 from fp8bench.measure.blocking import HoldTimedOut, gave_up_note, held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
+from fp8bench.measure.harness_cost import CostClock, summarise
 from fp8bench.measure.output_check import OutputCheck, OutputWatch, deterministic
 from fp8bench.measure.profiling import CaseProfiler, profile_mode
 from fp8bench.measure.timing import (
@@ -280,6 +282,7 @@ class CaseMeasurer:
             self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
         # A timer shared by several processes (fp8bench.hardware.distributed.LockstepTimer) makes every decision together.
         self.lockstep = hasattr(self.timer, "agree")
+        self.cost = CostClock()  # the harness's own cost of the case being measured (measure.harness_cost)
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
         self._refs: dict[tuple[str, str], torch.Tensor] = {}
         self.context_lost: str | None = None  # why no later case can run on this device (lost_context)
@@ -310,17 +313,42 @@ class CaseMeasurer:
         fields.setdefault("l2_flushed", self.l2_flushed)
         return case_record(case, self.device, seq, status, reason, **fields)
 
-    def measure(self, case: Case, seq: int = 0) -> Record:
+    def skipped(self, case: Case, seq: int, reason: str) -> Record:
+        """The record of ``case`` not measured, with the reason."""
+        return self._base(case, seq, "skipped", reason)
+
+    def measure(self, case: Case, seq: int = 0, settings: RunSettings | None = None) -> Record:
+        """The record of ``case``, measured under ``settings`` (a suite budget's shortened ones) or the run's."""
         if self.context_lost is not None:  # every CUDA call of this process would fail with the same error
             return self._base(case, seq, "skipped", self.context_lost)
         started = time.monotonic()
-        with self.device.guard():
+        self.cost = CostClock()
+        with self.device.guard(), self._settings_for_case(settings):
             try:
                 record = self._measure_or_explain(case, seq, started)
             finally:
                 if self.graphs is not None:
                     self.graphs.release()
-        return replace(record, timing={**record.timing, "case_wall_s": time.monotonic() - started})
+        wall = time.monotonic() - started
+        return replace(record, timing={**record.timing, "case_wall_s": wall},
+                       harness=self.cost.record(wall, record.timing.get("timed_s", 0.0)))
+
+    @contextmanager
+    def _settings_for_case(self, settings: RunSettings | None) -> Iterator[None]:
+        """Measure under ``settings`` for one case (the energy meter's windows follow them), then the run's again."""
+        run_settings = self.settings
+        if settings is None or settings == run_settings:
+            yield
+            return
+        self.settings = settings
+        configure_meter(self.meter, settings.energy_window_s, settings.clock_floor, settings.strict_clocks,
+                        settings.energy_error_target)
+        try:
+            yield
+        finally:
+            self.settings = run_settings
+            configure_meter(self.meter, run_settings.energy_window_s, run_settings.clock_floor,
+                            run_settings.strict_clocks, run_settings.energy_error_target)
 
     def _clock_checked(self, timer: Timer) -> ClockCheckedTimer | None:
         """``timer`` with the per-sample clock check (fp8bench.hardware.clocks), where the device reports its SM clock and a
@@ -390,11 +418,11 @@ class CaseMeasurer:
                 return estimate
         return estimate
 
-    def _numerics(self, case: Case, shape: Shape, pipeline: Pipeline,
-                  fresh: torch.Tensor | None = None) -> Numerics:
-        """Numerics of a fresh output (``fresh``, or a call of ``output()``) against the FP64 reference at ``shape``
-        (outside any timed region)."""
-        output = pipeline.output() if fresh is None else fresh
+    def _numerics(self, case: Case, shape: Shape, pipeline: Pipeline, output: torch.Tensor | None = None) -> Numerics:
+        """Numerics of a fresh output against the FP64 reference at ``shape`` (outside any timed region): ``output``
+        where the caller holds one, else a call of the pipeline's output."""
+        if output is None:
+            output = pipeline.output()
         self.device.synchronize()
         stats = pipeline.cast_stats()
         return compare(output, self._reference_for(case.workload, shape),
@@ -441,30 +469,31 @@ class CaseMeasurer:
             return self._check_interpreted(case, seq, started)
         s = self.settings
         deadline = started + s.budget_s
-        min_needed = s.policy.min_samples + s.warmup_iters
-        estimate = self._estimate_call_s(case, s.budget_s)
-        if estimate and estimate[0] * min_needed > s.budget_s:
-            return self._base(case, seq, "skipped", f"over budget: one call is estimated at {estimate[0]:.3g} s "
-                              f"(timed at probe shape {label(estimate[1])}), {min_needed} calls exceed the "
-                              f"{s.budget_s:g} s budget", timing={"estimated_call_s": estimate[0]})
+        over_budget = self._over_budget(case, seq)
+        if over_budget is not None:
+            return over_budget
 
-        inputs = self._inputs_for(case.workload, case.shape)
-        build_started = time.monotonic()
-        pipeline = self._build(case, case.shape, inputs)
+        with self.cost.part("setup"):
+            inputs = self._inputs_for(case.workload, case.shape)
+            build_started = time.monotonic()
+            pipeline = self._build(case, case.shape, inputs)
         # Building (torch.compile, Triton autotuning) is setup, recorded by the backend, not measurement time.
         deadline += time.monotonic() - build_started
         # A fresh call's output, before any warm-up, to check the last timed call against
         # (fp8bench.measure.output_check).
-        outputs = OutputWatch(pipeline.output, pipeline.returns, self.graphs is not None,
-                              deterministic(case.precision, pipeline.returns))
+        with self.cost.part("numerics"):
+            outputs = OutputWatch(pipeline.output, pipeline.returns, self.graphs is not None,
+                                  deterministic(case.precision, pipeline.returns))
         # Warm-up runs what the samples run (the call with its output kept), so the allocator holds every block
         # the samples need before any sample, and no sample allocates (cudaMalloc synchronizes implicitly).
         timed_call = outputs.timed(pipeline.end_to_end)
-        warm = self._warm_up(timed_call, deadline)
+        with self.cost.part("warmup"):
+            warm = self._warm_up(timed_call, deadline)
         if warm.over_budget:
             return self._base(case, seq, "skipped", warm.over_budget,
                               timing={"warmup_calls": warm.calls, "last_call_s": warm.last_call_s})
-        timed = self._time(pipeline, timed_call, deadline, outputs)
+        with self.cost.part("sampling"):
+            timed = self._time(pipeline, timed_call, deadline, outputs)
         timing: dict[str, Any] = {"warmup_s": warm.seconds, "warmup_calls": warm.calls, **{
             f"e2e_{k}": v for k, v in timed.e2e.summary().items() if k not in ("median_s", "n")}}
         if timed.e2e.over_budget:
@@ -473,16 +502,33 @@ class CaseMeasurer:
                               f"in the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
 
         numerics_started = time.monotonic()
-        num = self._numerics(case, case.shape, pipeline)
-        output_check = outputs.verdict(self._reference_for(case.workload, case.shape))
+        with self.cost.part("numerics"):
+            # A deterministic case's calls must all return the same bits (the output check holds them to it), so
+            # the fresh output taken before warm-up serves the numerics: one call of the case fewer.
+            num = self._numerics(case, case.shape, pipeline, outputs.fresh if outputs.exact else None)
+            output_check = outputs.verdict(self._reference_for(case.workload, case.shape))
         timing["numerics_s"] = time.monotonic() - numerics_started
-        energy = self._energy(pipeline, timed)
+        with self.cost.part("energy"):
+            energy = self._energy(pipeline, timed)
         timing["timed_s"] = timed.seconds
         if self.graphs is not None:
             timing["graph_capture_s"] = sum(c.capture_s for c in self.graphs.captured)
         timing["overhead_s"] = time.monotonic() - started - timed.seconds - warm.seconds
         record = self._measured_record(case, seq, pipeline, timed, num, output_check, energy, timing)
         return record if self.profiler is None else self.profiler.attach(record, case, pipeline, self.device, s)
+
+    def _over_budget(self, case: Case, seq: int) -> Record | None:
+        """The ``over budget`` record of a case whose probe-timed call, times the fewest calls it needs, exceeds its
+        budget; ``None`` when it may fit."""
+        s = self.settings
+        min_needed = s.policy.min_samples + s.warmup_iters
+        with self.cost.part("probe"):
+            estimate = self._estimate_call_s(case, s.budget_s)
+        if estimate and estimate[0] * min_needed > s.budget_s:
+            return self._base(case, seq, "skipped", f"over budget: one call is estimated at {estimate[0]:.3g} s "
+                              f"(timed at probe shape {label(estimate[1])}), {min_needed} calls exceed the "
+                              f"{s.budget_s:g} s budget", timing={"estimated_call_s": estimate[0]})
+        return None
 
     def _refusal(self, case: Case, seq: int) -> Record | None:
         """The record of a case that is not measured here, with the reason: its backend does not support it, its
@@ -724,6 +770,8 @@ class RunOutcome:
     disk_full: str | None = None  # what failed when the run file's disk filled; the run stopped there
     run_file_complete: bool = True  # the run file on disk holds every record (False only after a full disk)
     interrupted_by: str | None = None  # SIGINT (Ctrl-C), SIGTERM or SIGHUP
+    harness: dict[str, Any] | None = None  # the harness's cost over the run (measure.harness_cost.summarise)
+    wall_budget: dict[str, Any] | None = None  # the wall budget's outcome (measure.budget), when the run had one
 
 
 def run_header(run_id: str, device: Device, device_spec: str, settings: RunSettings, spec: dict[str, Any]) -> dict[str, Any]:
@@ -748,13 +796,14 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
               store: Any | None = None, spec: dict[str, Any] | None = None, results_dir: Path | None = None,
               on_record: Callable[[int, Case, Record], None] | None = None,
               on_start: Callable[[int, Case], None] | None = None, run_id: str | None = None,
-              timer: Timer | None = None) -> RunOutcome:
+              timer: Timer | None = None, budget: RunBudget | None = None) -> RunOutcome:
     """Measure ``cases`` in order, streaming each record to ``run_file`` and ``store``.
 
     A ``KeyboardInterrupt`` ends the loop; the run is marked ``interrupted`` and everything already measured is
     kept. Store write errors are collected, not raised: the run file is the record of truth and can be ingested
     later. ``timer`` replaces the device's own (a distributed run passes a
     :class:`fp8bench.hardware.distributed.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
+    ``budget`` fits the run into a wall-clock budget (:mod:`fp8bench.measure.budget`; ``cases`` in its order).
     """
     if settings.threads:
         torch.set_num_threads(settings.threads)
@@ -767,25 +816,85 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     if lock is not None:
         header["clock_lock"] = lock.environment()
         header.setdefault("gpu", {})["clock_policy"] = locked_clock_policy(lock)
+    if budget is not None:
+        header["wall_budget"] = budget.header()
     run = StreamedRun(RecordStream(run_file, header, store), started)
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
                             profiler=case_profiler(settings, run_file, results_dir, run_id))
+    stream_s = 0.0
     with run:
+        ceilings_s = _cpu_ceilings(measurer, cases)
         for i, case in enumerate(cases):
             if settings.cooldown_s and i > 0:
                 time.sleep(settings.cooldown_s)
             if on_start:
                 on_start(i, case)
-            record = measurer.measure(case, seq=i)
+            record = _budgeted(measurer, case, i, budget)
             # the `fp8bench run` command of this one case
             record = replace(record, repro=repro_of(record.to_dict(), header))
+            streamed = time.monotonic()
             run.stream.add(record)
+            stream_s += time.monotonic() - streamed
+            if budget is not None:
+                budget.written(time.monotonic() - streamed)
             if on_record:
                 on_record(i, case, record)
     if lock is not None:
         lock.reset()
-    run.finish(n_cases=len(cases))
-    return run.outcome(run_id, run_file, store)
+    final = {"wall_budget": budget.header(final=True)} if budget is not None else {}
+    harness = {**summarise([r.to_dict() for r in run.stream.records], stream_s), "ceilings_s": ceilings_s}
+    run.finish(n_cases=len(cases), harness=harness, **final)
+    return replace(run.outcome(run_id, run_file, store), harness=harness, wall_budget=final.get("wall_budget"))
+
+
+def _cpu_ceilings(measurer: CaseMeasurer, cases: list[Case]) -> float:
+    """Read or measure the CPU's ceilings before the first case, so that no case's wall time holds a cost of the
+    run's (fp8bench.hardware.peaks caches them per host); seconds taken."""
+    started = time.monotonic()
+    if cases and measurer.peaks is not None and not measurer.device.is_cuda:
+        measurer.peaks.cpu_ceilings()
+    return time.monotonic() - started
+
+
+class BudgetDecision(Protocol):
+    """A wall budget's decision for one case: skip it (with ``reason``), or measure it under ``settings``."""
+
+    @property
+    def skip(self) -> bool: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def settings(self) -> RunSettings | None: ...
+
+
+class RunBudget(Protocol):
+    """What the runner asks of a run's wall budget (:class:`fp8bench.measure.budget.SuiteBudget`) around each case."""
+
+    def decide(self, i: int, now: float | None = None) -> BudgetDecision: ...
+
+    def done(self, i: int, decision: Any, wall_s: float) -> None: ...
+
+    def annotate(self, record: Record, decision: Any) -> Record: ...
+
+    def written(self, seconds: float) -> None: ...
+
+    def header(self, final: bool = False) -> dict[str, Any]: ...
+
+
+def _budgeted(measurer: CaseMeasurer, case: Case, seq: int, budget: RunBudget | None) -> Record:
+    """The record of ``case``, measured under what ``budget`` decides for it (shortened settings, or skipped)."""
+    if budget is None:
+        return measurer.measure(case, seq=seq)
+    started = time.monotonic()
+    decision = budget.decide(seq, started)
+    if decision.skip:
+        record = measurer.skipped(case, seq, decision.reason)
+    else:
+        record = measurer.measure(case, seq=seq, settings=decision.settings)
+    budget.done(seq, decision, time.monotonic() - started)
+    return budget.annotate(record, decision)
 
 
 class StreamedRun:

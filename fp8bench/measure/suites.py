@@ -2,7 +2,8 @@
 
 A suite lists entries, each a workload with shapes (``shapes: [...]``, ``shape_set: NAME``, or neither for the
 workload's default shape), precisions and
-backends (a list, or ``all``), and optional ``settings`` that override the run's defaults (``budget_s``,
+backends (a list, or ``all``), an optional ``priority`` (an integer, default 0: under a wall budget, entries of
+higher priority run first, ``fp8bench run --wall-budget``), and optional ``settings`` that override the run's defaults (``budget_s``,
 ``min_samples``, ``min_time_s``, ``max_time_s``, ``target_rse``, ``max_samples``, ``warmup_s``). ``target_rse``, the
 sampling noise target, is a fraction (``0.005``) or a percentage string (``"0.5%"``). Command-line flags override
 suite settings.
@@ -37,6 +38,7 @@ class SuiteEntry:
     shapes: list[str]
     precisions: list[str]
     backends: list[str]
+    priority: int = 0  # higher runs first (fp8bench.measure.budget.prioritised)
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,10 @@ def load_suite(name_or_path: str) -> Suite:
             if not isinstance(shapes, list) or not shapes:
                 raise SuiteError(f"{origin}: 'shapes' must be a non-empty list (or leave it out for the "
                                  "workload's default shape)")
+        priority = raw.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise SuiteError(f"{origin}: 'priority' must be an integer (higher runs first), got {priority!r}")
         entries.append(SuiteEntry(raw["workload"], [str(s) for s in shapes],
                                   _names(raw.get("precisions"), PRECISIONS.names(), "precisions", origin),
-                                  _names(raw.get("backends"), BACKENDS.names(), "backends", origin)))
+                                  _names(raw.get("backends"), BACKENDS.names(), "backends", origin), priority))
     return Suite(str(data.get("name", path.stem)), str(data.get("description", "")), settings, entries, str(path))

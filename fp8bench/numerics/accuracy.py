@@ -49,15 +49,16 @@ def compare(output: torch.Tensor, reference: torch.Tensor, overflow_frac: float 
     """Numerics of ``output`` against ``reference`` (any dtypes; compared in FP64 on the CPU)."""
     if output.shape != reference.shape:
         raise ValueError(f"output shape {tuple(output.shape)} != reference shape {tuple(reference.shape)}")
-    out = output.detach().to("cpu", torch.float64)
-    ref = reference.detach().to("cpu", torch.float64)
-    finite = torch.isfinite(out)
-    nonfinite = 1.0 - finite.double().mean().item() if out.numel() else 0.0
-    if nonfinite:
+    out = output.detach().to("cpu", torch.float64).flatten()
+    ref = reference.detach().to("cpu", torch.float64).flatten()
+    # One pass per figure over the FP64 copies (the common case, every element finite, is checked by one
+    # reduction): these run once per case, outside any timed sample, but their time is the harness's own.
+    if out.numel() and not bool(torch.isfinite(out).all()):
+        nonfinite = 1.0 - torch.isfinite(out).double().mean().item()
         return Numerics(None, None, None, overflow_frac, underflow_frac, nonfinite)
     err = out - ref
-    signal = ref.square().sum().item()
-    noise = err.square().sum().item()
+    signal = torch.dot(ref, ref).item()
+    noise = torch.dot(err, err).item()
     sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
     rel = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
     return Numerics(sqnr, rel, err.abs().max().item() if err.numel() else 0.0, overflow_frac, underflow_frac, 0.0)

@@ -1,0 +1,77 @@
+"""The harness's own cost per case: the wall time of each case less the time inside its timed samples.
+
+Runs ``fp8bench run`` on cases whose call takes 10 ms or more on a 2-core CPU (by default), reads the run file,
+and prints per case the call's median, the case's wall time, the measured time, the harness's share and its
+split (warm-up, probing, energy, setup, sampling loop, numerics, book-keeping), then the run's total. The
+target is a share under 10% for cases whose call takes 10 ms or more. Records written before the split was
+recorded (``Record.harness`` absent) are read from their ``timing`` fields, so the same script measures before and
+after.
+
+    python scripts/harness_cost.py                 # gemm 1024^3: fp32, bf16 (torch), fp8 tensorwise/rowwise (emulated)
+    python scripts/harness_cost.py -- --shape 768x768x768 --precision fp32   # any `fp8bench run` flags after --
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RUN = ["--workload", "gemm", "--shape", "1024x1024x1024", "--precision", "fp32", "bf16", "fp8_tensorwise",
+               "fp8_rowwise", "--backend", "torch", "emulated"]
+TARGET_SHARE = 0.10  # the harness's share of a case's wall time the project aims under, for calls >= 10 ms
+LONG_CALL_S = 0.010
+
+
+def case_cost(record: dict[str, Any]) -> dict[str, Any] | None:
+    """Wall, measured and harness seconds of one measured record, with its split where recorded."""
+    timing = record.get("timing") or {}
+    harness = record.get("harness") or {}
+    wall = harness.get("wall_s", timing.get("case_wall_s"))
+    measured = harness.get("measured_s", timing.get("timed_s"))
+    if record.get("status") != "ok" or wall is None or measured is None:
+        return None
+    split = harness.get("split_s") or {"warmup": timing.get("warmup_s", 0.0),
+                                       "rest": wall - measured - timing.get("warmup_s", 0.0)}
+    return {"case": f"{record['precision']} {record['backend']}", "median_s": record.get("median_s"),
+            "wall_s": wall, "measured_s": measured, "harness_s": wall - measured,
+            "share": (wall - measured) / wall if wall else None, "split_s": split}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_args", nargs="*", help="`fp8bench run` flags (after --); default: " + " ".join(DEFAULT_RUN))
+    parser.add_argument("--run-file", type=Path, default=None, help="read this run file instead of running")
+    args = parser.parse_args()
+    run_file = args.run_file
+    if run_file is None:
+        run_file = Path(tempfile.mkdtemp()) / "run.json"
+        exe = Path(sys.executable).with_name("fp8bench")
+        cmd = [str(exe), "run", *(args.run_args or DEFAULT_RUN), "--no-store", "--out", str(run_file), "--json"]
+        subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL)
+    data = json.loads(run_file.read_text())
+    costs = [c for c in map(case_cost, data["records"]) if c is not None]
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}, {os.cpu_count()} CPUs; run {run_file}")
+    print(f"{'case':<28} {'call ms':>8} {'wall s':>7} {'meas s':>7} {'harness':>8}  split (s)")
+    for c in costs:
+        split = " ".join(f"{k} {v:.3f}" for k, v in c["split_s"].items() if v)
+        print(f"{c['case']:<28} {1e3 * (c['median_s'] or 0):>8.2f} {c['wall_s']:>7.3f} {c['measured_s']:>7.3f} "
+              f"{100 * c['share']:>7.1f}%  {split}")
+    long = [c for c in costs if (c["median_s"] or 0) >= LONG_CALL_S]
+    if long:
+        worst = max(c["share"] for c in long)
+        total = sum(c["harness_s"] for c in long) / sum(c["wall_s"] for c in long)
+        print(f"calls >= {LONG_CALL_S * 1e3:g} ms: {len(long)} case(s), harness {100 * total:.1f}% of their wall "
+              f"time, worst case {100 * worst:.1f}% (target under {100 * TARGET_SHARE:g}%)")
+    summary = (data.get("run") or {}).get("harness")
+    if summary:
+        print("run summary:", json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

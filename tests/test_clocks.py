@@ -43,6 +43,7 @@ FLOOR_RELEASE = "12.535.77"  # the oldest nvidia-ml-py pyproject.toml allows (te
 def test_lock_sets_and_resets_through_nvml(release, policy):
     gpu = FakeGpu()
     nv = make_pynvml(gpu, release)
+    nv.nvmlInit()  # the test's own session (the fake counts them, as the driver does)
     handle = nv.nvmlDeviceGetHandleByIndex(0)
     with ClockLock(nv, handle, policy) as lock:
         assert lock.locked
@@ -55,6 +56,7 @@ def test_lock_sets_and_resets_through_nvml(release, policy):
 
 def test_lock_is_reset_on_ctrl_c_inside_it():
     nv = make_pynvml(FakeGpu())
+    nv.nvmlInit()
     handle = nv.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(KeyboardInterrupt), ClockLock(nv, handle, "base"):
         raise KeyboardInterrupt
@@ -69,6 +71,7 @@ def test_lock_refusals_say_why(error, words):
         {"NVMLError_NoPermission": nv.NVML_ERROR_NO_PERMISSION,
          "NVMLError_NotSupported": nv.NVML_ERROR_NOT_SUPPORTED}[error])
     closed = []
+    nv.nvmlInit()
     with pytest.raises(ClockLockRefused, match=words):
         ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "max", close=lambda: closed.append(1)).__enter__()
     assert closed == [1]  # NVML is shut down again
@@ -103,6 +106,7 @@ def test_a_crashing_process_resets_the_lock_at_exit(tmp_path):
 def test_run_records_the_lock_and_resets_it_after_a_ctrl_c(fake_cuda, chain, monkeypatch, tmp_path):
     gpu = FakeGpu()
     nv = make_pynvml(gpu)
+    nv.nvmlInit()
     monkeypatch.setattr(clocks, "lock_clocks", lambda device, policy: ClockLock(
         nv, nv.nvmlDeviceGetHandleByIndex(0), policy).__enter__())
     monkeypatch.setattr("fp8bench.measure.runner.lock_clocks", clocks.lock_clocks)

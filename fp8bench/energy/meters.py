@@ -396,10 +396,15 @@ def _read(source: Callable[[], T] | None) -> T | None:
 
 
 def configure_meter(meter: EnergyMeter, min_window_s: float, clock_floor: float,
-                    strict_clocks: bool = False, error_target: float | None = None) -> EnergyMeter:
+                    strict_clocks: bool = False, error_target: float | None = None,
+                    reference_clock_mhz: int | None = None) -> EnergyMeter:
     """Apply a run's minimum window length (seconds), clock floor (fraction), ``--strict-clocks`` (power capping
-    invalidates) and energy error target (a fraction: windows sized to it, fp8bench.energy.windows) to a window
-    meter; others pass through."""
+    invalidates), energy error target (a fraction: windows sized to it, fp8bench.energy.windows) and, under a clock
+    lock, the locked clock read back (MHz) as the reference clock to a window meter; others pass through."""
+    if isinstance(meter, WindowMeter) and reference_clock_mhz:
+        meter.reference_clock_mhz = reference_clock_mhz
+        if meter.source is not None:
+            meter.source = replace(meter.source, reference_clock_mhz=reference_clock_mhz)
     if isinstance(meter, WindowMeter):
         meter.policy = replace(meter.policy, min_window_s=min_window_s,
                                max_window_s=max(meter.policy.max_window_s, min_window_s), error_target=error_target)

@@ -237,7 +237,8 @@ class CaseMeasurer:
     """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
 
     def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None,
-                 timer: Timer | None = None, profiler: CaseProfiler | None = None) -> None:
+                 timer: Timer | None = None, profiler: CaseProfiler | None = None,
+                 locked_clock_mhz: int | None = None) -> None:
         self.settings, self.device = settings, device
         self.profiler = profiler  # adds a profile to each measured record, after its figures are taken
         self.timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
@@ -251,8 +252,9 @@ class CaseMeasurer:
             self.blocked, self.blocked_note = held_timer(device, settings.blocked_stream, settings.flush_l2, timer)
             if settings.blocked_stream and self.blocked is None:
                 self.timing_mode = timing_mode_for(device, settings.cuda_graph)
+            # Under --lock-clocks the locked clock, read back, is the reference of every throttle check.
             self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
-                                         settings.strict_clocks, settings.energy_error_target)
+                                         settings.strict_clocks, settings.energy_error_target, locked_clock_mhz)
             # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
             # whether or not energy is metered (fp8bench.energy.telemetry).
             self.telemetry = getattr(self.meter, "source", None)
@@ -707,7 +709,8 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
         header.setdefault("gpu", {})["clock_policy"] = locked_clock_policy(lock)
     run = StreamedRun(RecordStream(run_file, header, store), started)
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
-                            profiler=case_profiler(settings, run_file, results_dir, run_id))
+                            profiler=case_profiler(settings, run_file, results_dir, run_id),
+                            locked_clock_mhz=lock.clock_mhz if lock is not None else None)
     with run:
         for i, case in enumerate(cases):
             if settings.cooldown_s and i > 0:

@@ -100,3 +100,12 @@ def test_the_runner_records_the_bound_with_the_energy_figure(fake_cuda, chain, m
     assert record.energy_j is not None and record.energy["method"] == "nvml_counter"
     assert record.energy["counter_update_s"] is not None
     assert record.energy["error_bound"] <= 0.01 + 1e-3 / record.energy["window_j"]
+
+
+def test_a_host_bound_call_stops_at_the_window_cap_in_wall_time():
+    """The timed (device) median says 0.1 ms a call while the host takes 10 ms: a chunk sized from the device time
+    is 250 calls, 2.5 s of wall time, far past a 0.2 s cap. The cap holds in wall time: at most one call past it
+    (a loaded machine only lengthens each sleep, so fewer calls fit)."""
+    meter = meter_on(FakeGpu(counter_step_s=0.005), min_window_s=0.1, max_window_s=0.2)
+    reading = meter.measure(lambda: time.sleep(0.01), Device("cpu"), 1e-4)
+    assert reading.iterations <= 21

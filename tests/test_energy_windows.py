@@ -18,6 +18,10 @@ from fp8bench.core.devices import Device
 from fp8bench.energy import meters as energy
 from fp8bench.energy.meters import WindowMeter, WindowPolicy, nvml_meter
 from fp8bench.energy.windows import ERROR_TARGET, error_bound, measure_update_period, sized_window_s
+try:  # names the fixes introduce
+    from fp8bench.energy.windows import COOLDOWN_MARGIN_C, PERIOD_FLOOR_S
+except ImportError:
+    COOLDOWN_MARGIN_C, PERIOD_FLOOR_S = 5, 0.01
 from fp8bench.measure.runner import CaseMeasurer, RunSettings
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
@@ -109,3 +113,38 @@ def test_a_host_bound_call_stops_at_the_window_cap_in_wall_time():
     meter = meter_on(FakeGpu(counter_step_s=0.005), min_window_s=0.1, max_window_s=0.2)
     reading = meter.measure(lambda: time.sleep(0.01), Device("cpu"), 1e-4)
     assert reading.iterations <= 21
+
+
+def test_a_counter_faster_than_any_reported_is_bounded_with_the_floor():
+    """A counter that seems to change every millisecond (a driver interpolating between sensor updates would look
+    so) must not buy a 0.1 % bound: the period is floored at the fastest update ever reported."""
+    meter = meter_on(FakeGpu(counter_step_s=0.001), min_window_s=0.2, max_window_s=0.2, error_target=0.01)
+    reading = meter.measure(lambda: time.sleep(1e-3), Device("cpu"), 1e-3)
+    assert reading.counter_update_s >= PERIOD_FLOOR_S
+    assert reading.error_bound >= PERIOD_FLOOR_S / reading.window_s
+
+
+def test_the_bound_says_what_it_leaves_out_and_the_window_its_start_temperature():
+    meter = meter_on(FakeGpu(counter_step_s=0.005, temperature_c=61), min_window_s=0.05, max_window_s=1.0,
+                     error_target=0.05)
+    reading = meter.measure(lambda: time.sleep(1e-3), Device("cpu"), 1e-3)
+    assert getattr(reading, "start_temperature_c", None) == 61
+    assert "25%" in (getattr(reading, "bound_scope", None) or "")
+
+
+def test_a_hot_gpu_cools_down_before_its_window():
+    """The previous window left the GPU 20 degrees over where the meter first found it: the next window waits
+    (bounded) until it is back within the margin, so a case's energy does not depend on the case before it."""
+    gpu = FakeGpu(counter_step_s=0.005, temperature_c=50)
+    meter = meter_on(gpu, min_window_s=0.05, max_window_s=1.0)
+    gpu.temperature_c = 70
+    waited = []
+
+    def cool(seconds):
+        waited.append(seconds)
+        gpu.temperature_c -= 5
+
+    meter.sleep = cool
+    reading = meter.measure(lambda: time.sleep(1e-3), Device("cpu"), 1e-3)
+    assert waited and gpu.temperature_c <= 50 + COOLDOWN_MARGIN_C
+    assert getattr(reading, "start_temperature_c", None) == gpu.temperature_c

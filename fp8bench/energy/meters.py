@@ -57,7 +57,17 @@ from fp8bench.energy.telemetry import (
     judge,
     summarize,
 )
-from fp8bench.energy.windows import UpdatePeriod, error_bound, measure_update_period, sized_window_s
+from fp8bench.energy.windows import (
+    COOLDOWN_MARGIN_C,
+    COOLDOWN_POLL_S,
+    MAX_COOLDOWN_S,
+    NVML_SENSOR_SCOPE,
+    QUANTIZATION_ONLY,
+    UpdatePeriod,
+    error_bound,
+    measure_update_period,
+    sized_window_s,
+)
 
 if TYPE_CHECKING:  # a pipeline is only called here
     from fp8bench.core.pipeline import Pipeline
@@ -93,6 +103,9 @@ class EnergyReading:
     # (a fraction; fp8bench.energy.windows). ``None`` where the window was not sized (no counter, period unseen).
     counter_update_s: float | None = None
     error_bound: float | None = None
+    bound_scope: str | None = None  # what error_bound covers, and what it leaves out (fp8bench.energy.windows)
+    start_temperature_c: int | None = None  # the GPU's temperature as the window began (degrees C)
+    cooldown_s: float = 0.0  # seconds waited before the window for the GPU to cool (fp8bench.energy.windows)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,7 +183,8 @@ class WindowMeter:
                  decode: Callable[[int], list[str]] = lambda mask: [f"0x{mask:x}"],
                  reference_clock_mhz: int | None = None, note: str | None = None,
                  policy: WindowPolicy | None = None, throttle: ThrottlePolicy | None = None,
-                 close: Callable[[], None] | None = None, counter_unit_j: float = 0.0) -> None:
+                 close: Callable[[], None] | None = None, counter_unit_j: float = 0.0,
+                 bound_scope: str = QUANTIZATION_ONLY) -> None:
         if counter is None and telemetry is None:
             raise ValueError("a window meter needs an energy counter or a power-reporting telemetry source")
         self.method, self.counter, self.telemetry, self.violations = method, counter, telemetry, violations
@@ -182,6 +196,31 @@ class WindowMeter:
         self._close = close
         self.counter_unit_j = counter_unit_j  # the counter's unit, joules (NVML: 1 mJ)
         self.update_period: UpdatePeriod | None = None  # measured on the first sized window
+        self.bound_scope = bound_scope
+        self.sleep: Callable[[float], None] = time.sleep  # the cooldown's wait (seconds)
+        # The temperature found before the first case (degrees C): what a window waits to cool back towards.
+        self.cool_c = self._temperature()
+
+    def _temperature(self) -> int | None:
+        """The device's temperature now (degrees C), ``None`` without telemetry or when it cannot be read."""
+        if self.telemetry is None:
+            return None
+        try:
+            return self.telemetry().temperature_c
+        except Exception:  # a failed read costs the cooldown, never the window (which reports its own errors)
+            return None
+
+    def cool_down(self) -> float:
+        """Wait until the device is within :data:`COOLDOWN_MARGIN_C` of :attr:`cool_c`, at most
+        :data:`MAX_COOLDOWN_S`; returns the seconds waited (module docstring of fp8bench.energy.windows)."""
+        waited = 0.0
+        while self.cool_c is not None and waited < MAX_COOLDOWN_S:
+            now = self._temperature()
+            if now is None or now <= self.cool_c + COOLDOWN_MARGIN_C:
+                break
+            self.sleep(COOLDOWN_POLL_S)
+            waited += COOLDOWN_POLL_S
+        return waited
 
     def window_s(self) -> float:
         """The minimum length (seconds) of the next looped window: sized from the counter's update period where
@@ -209,7 +248,10 @@ class WindowMeter:
             return replace(reading, reason="; ".join(filter(None, [reading.reason, f"window not sized to an error "
                                                                     f"bound: {why}"])))
         bound = error_bound(period, reading.window_s, reading.window_j, self.counter_unit_j)
-        reading = replace(reading, counter_update_s=period, error_bound=bound)
+        reading = replace(reading, counter_update_s=period, error_bound=bound, bound_scope=self.bound_scope)
+        floored = self.update_period.reason if self.update_period is not None else None
+        if floored:
+            reading = replace(reading, reason="; ".join(filter(None, [reading.reason, floored])))
         capped = (reading.window_s or 0.0) >= self.policy.max_window_s  # else it lasted period / target at least
         if bound is not None and bound > self.policy.error_target and capped:
             reading = replace(reading, reason="; ".join(filter(None, [reading.reason, (
@@ -243,6 +285,7 @@ class WindowMeter:
         guard), so work that names no device lands on the metered GPU.
         """
         window = self.window_s()  # before the span: sizing reads the counter in a loop of its own
+        cooled = self.cool_down()  # the previous window's heat must not enter this one
         span = _Span(self, device)
         iterations = 0
         with device.guard():
@@ -259,7 +302,7 @@ class WindowMeter:
                 span.error = exc.__cause__
             finally:
                 span.stop()
-        return self._bounded(span.reading(name, iterations))
+        return replace(self._bounded(span.reading(name, iterations)), cooldown_s=cooled)
 
     def _run_chunk(self, fn: Callable[[], Any], calls: int, t0: float) -> int:
         """Call ``fn`` up to ``calls`` times, stopping once the window has lasted its cap in wall time (seconds
@@ -375,7 +418,8 @@ class _Span:
         window_s = self.t1 - self.t0
         telemetry = summarize(self.samples, m.decode) if self.samples else {}
         base = EnergyReading(m.method, None, None, window_s, iterations, None, telemetry, name=name,
-                             samples=len(self.samples))
+                             samples=len(self.samples),
+                             start_temperature_c=self.samples[0].temperature_c if self.samples else None)
         if self.error is not None:
             return replace(base, reason=f"{m.method}: energy meter failed mid-window ({describe_error(self.error)}); "
                                         f"energy not reported for this window")
@@ -514,7 +558,8 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
                               "close": dev.close}
     why = dev.energy_counter_reason()
     if why is None:
-        return WindowMeter("nvml_counter", counter=lambda: dev.energy_mj() / 1000.0, counter_unit_j=1e-3, **common)
+        return WindowMeter("nvml_counter", counter=lambda: dev.energy_mj() / 1000.0, counter_unit_j=1e-3,
+                           bound_scope=NVML_SENSOR_SCOPE, **common)
     try:
         dev.power_w()
     except dev.nv.NVMLError as exc:

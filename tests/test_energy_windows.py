@@ -66,7 +66,7 @@ def meter_on(gpu: FakeGpu, **policy) -> WindowMeter:
 
 
 def test_a_sized_window_records_its_bound_under_the_target():
-    gpu = FakeGpu(counter_step_s=0.005)
+    gpu = FakeGpu(counter_step_s=0.012)  # above the period floor
     # The fake counter steps in real time: on a loaded machine its period reads longer (polls come late), and the
     # window grows with it. A cap far above any such reading keeps the check about the sizing rule, not the load.
     meter = meter_on(gpu, min_window_s=0.01, max_window_s=60.0, error_target=0.01)
@@ -148,3 +148,14 @@ def test_a_hot_gpu_cools_down_before_its_window():
     reading = meter.measure(lambda: time.sleep(1e-3), Device("cpu"), 1e-3)
     assert waited and gpu.temperature_c <= 50 + COOLDOWN_MARGIN_C
     assert getattr(reading, "start_temperature_c", None) == gpu.temperature_c
+
+
+def test_a_window_that_cannot_run_what_was_timed_says_how_it_differs(fake_cuda, chain, monkeypatch):
+    """Cold-L2 timed samples, eager warm-L2 energy calls: the energy figure must not pass for the timed one's."""
+    nv = make_pynvml(FakeGpu(counter_step_s=0.002))
+    monkeypatch.setattr(energy, "_FACTORIES", [lambda device: energy.nvml_meter(device, nv=nv)])
+    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=True, energy_window_s=0.01,
+                    flush_l2=True)
+    record = CaseMeasurer(s, GPU1).measure(chain())
+    assert record.energy["matches_timing"] is False
+    assert "warm L2" in record.energy["reason"]

@@ -106,6 +106,9 @@ class EnergyReading:
     bound_scope: str | None = None  # what error_bound covers, and what it leaves out (fp8bench.energy.windows)
     start_temperature_c: int | None = None  # the GPU's temperature as the window began (degrees C)
     cooldown_s: float = 0.0  # seconds waited before the window for the GPU to cool (fp8bench.energy.windows)
+    # Whether the window ran the calls as the timed samples did (same mode, same L2 state); ``None``: not compared.
+    # Where it did not, ``reason`` says how it differs (:func:`timing_mismatch`).
+    matches_timing: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -483,11 +486,14 @@ PHASE_ENERGY_METHOD = "each phase looped alone on the state left by the previous
 
 def measure_case_energy(meter: EnergyMeter, pipeline: Pipeline, device: Device, seconds_per_call: float,
                         phase_seconds: dict[str, float], per_phase: bool,
-                        idle: EnergyReading | None) -> EnergyReading:
+                        idle: EnergyReading | None, mismatch: str | None = None) -> EnergyReading:
     """The end-to-end reading of one case, plus one reading per phase when ``per_phase`` (see
-    :data:`PHASE_ENERGY_METHOD`). A throttled phase window makes the whole case's reading invalid."""
+    :data:`PHASE_ENERGY_METHOD`). A throttled phase window makes the whole case's reading invalid. ``mismatch``
+    says how the window differs from the timed samples (:func:`timing_mismatch`; ``None``: it runs what was timed)."""
     idle_w = idle.avg_power_w if idle is not None else None
     reading = meter.measure(pipeline.end_to_end, device, seconds_per_call).with_idle(idle_w)
+    reading = replace(reading, matches_timing=mismatch is None,
+                      reason="; ".join(filter(None, [reading.reason, mismatch])) or None)
     if idle is not None and idle.avg_power_w is None and reading.joules_per_iter is not None:
         reading = replace(reading, reason="; ".join(filter(None, [reading.reason, f"no idle baseline: {idle.reason}"])))
     if not per_phase or not pipeline.phases:
@@ -501,6 +507,21 @@ def measure_case_energy(meter: EnergyMeter, pipeline: Pipeline, device: Device, 
         notes += [f"phase {name}: {n}" for n in phase.clock_notes]
     return replace(reading, phases=phases, valid=not invalid, invalid_reasons=tuple(invalid),
                    clock_notes=tuple(notes))
+
+
+def timing_mismatch(timing_mode: str, l2_flushed: bool) -> str | None:
+    """How an energy window, which loops the timed call back to back (a CUDA graph's replays where the samples
+    replayed one), differs from the timed samples taken in ``timing_mode`` (``fp8bench.measure.timing.TimingMode``
+    values) with or without an L2 flush before each; ``None`` where it runs what was timed. Joules per call then
+    describe the window's calls, not the timed figure's: the record says so rather than pair them silently."""
+    parts = []
+    if timing_mode == "blocked_stream":
+        parts.append("the timed samples queued calls behind a held stream (no launch gaps); the window runs them "
+                     "eagerly, launch gaps included")
+    if l2_flushed:
+        parts.append("the timed samples each began with a flushed L2; the window's calls run back to back with a "
+                     "warm L2")
+    return "energy window differs from the timed samples: " + "; ".join(parts) if parts else None
 
 
 def not_metered(meter: EnergyMeter, status: str) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from fp8bench.energy.meters import (
     measure_case_energy,
     meter_for,
     not_metered,
+    timing_mismatch,
 )
 from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy, ThrottleVerdict
 from fp8bench.hardware import environment
@@ -541,7 +542,7 @@ class CaseMeasurer:
         metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=timed.e2e_call,
                                                                phases=timed.phase_calls)
         return measure_case_energy(self.meter, metered, self.device, timed.e2e.median_s or 0.0, timed.phases,
-                                   s.energy_phases, self.idle)
+                                   s.energy_phases, self.idle, timing_mismatch(timed.timing_mode, self.l2_flushed))
 
     def _measured_record(self, case: Case, seq: int, pipeline: Pipeline, timed: _Timed, num: Numerics,
                          output_check: OutputCheck, energy: EnergyReading | None, timing: dict[str, Any]) -> Record:

@@ -17,11 +17,14 @@ from test_cuda_timing import GPU1, POLICY
 from fp8bench.core.devices import Device
 from fp8bench.energy import meters as energy
 from fp8bench.energy.meters import WindowMeter, WindowPolicy, nvml_meter
-from fp8bench.energy.windows import ERROR_TARGET, error_bound, measure_update_period, sized_window_s
-try:  # names the fixes introduce
-    from fp8bench.energy.windows import COOLDOWN_MARGIN_C, PERIOD_FLOOR_S
-except ImportError:
-    COOLDOWN_MARGIN_C, PERIOD_FLOOR_S = 5, 0.01
+from fp8bench.energy.windows import (
+    COOLDOWN_MARGIN_C,
+    ERROR_TARGET,
+    PERIOD_FLOOR_S,
+    error_bound,
+    measure_update_period,
+    sized_window_s,
+)
 from fp8bench.measure.runner import CaseMeasurer, RunSettings
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared

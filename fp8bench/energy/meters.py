@@ -588,7 +588,9 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
         raise MeterUnavailable(f"{why}; NVML power unreadable too ({nvml.error_text(exc)})") from exc
     return WindowMeter("nvml_power", note=(
         f"approximate: {why}, so board power sampled every {(policy or WindowPolicy()).telemetry_interval_s:g} s "
-        f"was integrated over the window (NVML power is a 1 s average on Ampere and newer)"), **common)
+        f"was integrated over the window (the instant power field where the driver has it, else "
+        f"nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the window's telemetry names which)"),
+        **common)
 
 
 def _nvml_factory(device: Device) -> EnergyMeter | None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import atexit
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,9 +91,11 @@ class ClockLock:
 
     def __enter__(self) -> ClockLock:
         nv = self.nv
+        held = False
         try:
             low, high, self.setting = self._bounds()
             nv.nvmlDeviceSetGpuLockedClocks(self.handle, low, high)
+            held = True
         except nv.NVMLError_NoPermission as exc:
             raise ClockLockRefused(f"--lock-clocks {self.policy}: locking GPU clocks needs root (NVML: no "
                                    "permission); run as root (sudo), or drop --lock-clocks") from exc
@@ -106,7 +107,7 @@ class ClockLock:
                                    f"{type(exc).__name__}") from exc
         finally:
             # A refused lock releases its NVML session here; a held one keeps it, for the reset.
-            if sys.exc_info()[0] is not None and self._close is not None:
+            if not held and self._close is not None:
                 self._close()
         self.locked = True
         atexit.register(self.reset)  # should the unwinding below be skipped (an exit from a thread, say)

@@ -9,6 +9,25 @@ Two surfaces can be faked: the installed release (the newest, in CI), and an old
 ``scripts/pynvml_surface.py`` under ``tests/data/pynvml/`` (its functions with their parameters, its constants
 with their values, its error class names). The recorded surface is how the oldest release ``pyproject.toml``
 allows is tested without installing it: a name that release lacks is absent from its fake too.
+
+Driver rules the fake enforces (nvidia-ml-py 13.615.71 ``pynvml.py`` and the NVML API reference, R550+):
+
+* **Reference-counted sessions.** ``nvmlInit`` counts up and ``nvmlShutdown`` counts down (``pynvml.py``,
+  ``_nvmlLib_refcount``, ``nvmlInitWithFlags``/``nvmlShutdown``; NVML reference, "Initialization and Cleanup": the
+  library shuts down only when the count reaches zero). Any device or system query made while the count is zero,
+  and a shutdown with nothing open, raises ``NVMLError_Uninitialized`` (code 1), as the driver does.
+* **Two powers.** ``nvmlDeviceGetPowerUsage`` returns milliwatts averaged over the last second on Ampere (except
+  GA100) and newer (NVML reference, ``nvmlDeviceGetPowerUsage``); the instantaneous power is the field
+  ``NVML_FI_DEV_POWER_INSTANT`` (186) of ``nvmlDeviceGetFieldValues``, the one-second average field 185 (nvml.h
+  comments on both ids). Per-field failures do not raise: each entry carries its own ``nvmlReturn``
+  (``pynvml.py`` ``c_nvmlFieldValue_t``). :attr:`FakeGpu.instant_field` off models a driver without field 186.
+* **A stepped energy counter.** ``nvmlDeviceGetTotalEnergyConsumption`` is millijoules since the driver loaded
+  (NVML reference), published only at whole update periods (:attr:`FakeGpu.counter_step_s`, configurable: NVIDIA
+  does not document the period; ~100 ms observed, 10-100 ms reported, ``shared/reference/nvml_and_peaks.md``).
+  It integrates the power history, so a power step shows in it as it does on a GPU.
+* **Locked clocks.** ``nvmlDeviceSetGpuLockedClocks(h, min, max)`` pins the SM clock; ``NVML_CLOCK_LIMIT_ID_TDP``
+  for both bounds locks it to the TDP (base) clock (NVML reference, ``nvmlDeviceSetGpuLockedClocks`` table);
+  ``nvmlDeviceResetGpuLockedClocks`` undoes it. The current SM clock then reads the locked value.
 """
 
 from __future__ import annotations
@@ -31,7 +50,8 @@ RELEASES = Path(__file__).parent / "data" / "pynvml"
 
 @dataclass
 class FakeGpu:
-    """The simulated device: constant power, an energy counter that steps every ``counter_step_s`` seconds."""
+    """The simulated device: instantaneous power ``power_w`` (change it with :meth:`set_power` to keep its history),
+    an energy counter that steps every ``counter_step_s`` seconds, an NVML session count ``nvml_refs``."""
 
     power_w: float = 300.0
     counter_step_s: float = 0.02  # real GPUs: ~0.1 s; shorter here so tests stay fast
@@ -46,11 +66,45 @@ class FakeGpu:
     uuid: str = "GPU-12345678-1234-1234-1234-123456789abc"
     count: int = 1
     t0: float = field(default_factory=time.perf_counter)
+    nvml_refs: int = 0  # open nvmlInit sessions (module docstring)
+    base_sm_clock_mhz: int = 1590  # the TDP clock NVML_CLOCK_LIMIT_ID_TDP locks to (H100 SXM base clock)
+    locked_sm_clock_mhz: int | None = None
+    instant_field: bool = True  # the driver answers NVML_FI_DEV_POWER_INSTANT
+    power_history: list[tuple[float, float]] = field(default_factory=list)  # (perf_counter s, watts) from then on
+
+    def set_power(self, watts: float, at: float | None = None) -> None:
+        """The instantaneous power changes to ``watts`` now (or at ``at``, perf_counter seconds)."""
+        self._history().append((time.perf_counter() if at is None else at, watts))
+        self.power_w = watts
+
+    def _history(self) -> list[tuple[float, float]]:
+        if not self.power_history:
+            self.power_history.append((self.t0, self.power_w))
+        return self.power_history
+
+    def joules_between(self, a: float, b: float) -> float:
+        """Energy (J) of the power history over ``[a, b]`` (perf_counter seconds)."""
+        points = [*self._history(), (max(b, self._history()[-1][0]), 0.0)]
+        total = 0.0
+        for (start, watts), (end, _) in zip(points, points[1:], strict=False):
+            lo, hi = max(start, a), min(end, b)
+            if hi > lo:
+                total += watts * (hi - lo)
+        return total
 
     def energy_mj(self) -> int:
         """Millijoules since start, published only at whole counter steps (like the real counter)."""
         steps = int((time.perf_counter() - self.t0) / self.counter_step_s)
-        return int(steps * self.counter_step_s * self.power_w * 1000)
+        return round(self.joules_between(self.t0, self.t0 + steps * self.counter_step_s) * 1000)
+
+    def average_power_w(self, window_s: float = 1.0) -> float:
+        """The power averaged over the last ``window_s`` seconds (what GetPowerUsage reports on Ampere+)."""
+        now = time.perf_counter()
+        start = max(self.t0, now - window_s)
+        return self.joules_between(start, now) / (now - start) if now > start else self.power_w
+
+    def current_sm_clock_mhz(self) -> int:
+        return self.locked_sm_clock_mhz if self.locked_sm_clock_mhz is not None else self.sm_clock_mhz
 
 
 def _copy_data(fake: Any, source: Any) -> None:
@@ -104,8 +158,9 @@ def make_pynvml(gpu: FakeGpu, release: str | None = None) -> Any:
     nv.nvmlDeviceGetHandleByIndex.side_effect = lambda i: SimpleNamespace(index=i)
     nv.nvmlDeviceGetHandleByUUID.side_effect = lambda u: SimpleNamespace(index=0)
     nv.nvmlDeviceGetTotalEnergyConsumption.side_effect = lambda h: gpu.energy_mj()
-    nv.nvmlDeviceGetPowerUsage.side_effect = lambda h: int(gpu.power_w * 1000)
-    clocks = {N.NVML_CLOCK_SM: lambda: gpu.sm_clock_mhz, N.NVML_CLOCK_MEM: lambda: gpu.mem_clock_mhz}
+    nv.nvmlDeviceGetPowerUsage.side_effect = lambda h: int(gpu.average_power_w() * 1000)
+    nv.nvmlDeviceGetFieldValues.side_effect = lambda h, ids: [_field_value(gpu, N, f) for f in ids]
+    clocks = {N.NVML_CLOCK_SM: gpu.current_sm_clock_mhz, N.NVML_CLOCK_MEM: lambda: gpu.mem_clock_mhz}
     nv.nvmlDeviceGetClockInfo.side_effect = lambda h, t: clocks[t]()
     nv.nvmlDeviceGetMaxClockInfo.side_effect = lambda h, t: gpu.max_sm_clock_mhz if t == N.NVML_CLOCK_SM else 2619
     nv.nvmlDeviceGetClock.side_effect = lambda h, t, i: gpu.default_sm_clock_mhz
@@ -133,7 +188,61 @@ def make_pynvml(gpu: FakeGpu, release: str | None = None) -> Any:
     nv.nvmlDeviceGetPowerManagementDefaultLimit.side_effect = lambda h: 700_000
     nv.nvmlDeviceGetEnforcedPowerLimit.side_effect = lambda h: 700_000
     nv.nvmlDeviceGetTopologyCommonAncestor.side_effect = lambda a, b: N.NVML_TOPOLOGY_SYSTEM
+    nv.nvmlDeviceSetGpuLockedClocks.side_effect = lambda h, lo, hi: _lock(gpu, N, lo, hi)
+    nv.nvmlDeviceResetGpuLockedClocks.side_effect = lambda h: setattr(gpu, "locked_sm_clock_mhz", None)
+    _count_sessions(nv, gpu)
     return nv
+
+
+def _field_value(gpu: FakeGpu, N: Any, field_id: Any) -> SimpleNamespace:
+    """One ``c_nvmlFieldValue_t``-shaped entry: its own ``nvmlReturn``, never an exception (module docstring)."""
+    fid, scope = field_id if isinstance(field_id, tuple) else (field_id, 0)
+    watts = {N.NVML_FI_DEV_POWER_INSTANT: gpu.power_w if gpu.instant_field else None,
+             N.NVML_FI_DEV_POWER_AVERAGE: gpu.average_power_w()}.get(fid)
+    ok = watts is not None and scope == N.NVML_POWER_SCOPE_GPU
+    return SimpleNamespace(fieldId=fid, scopeId=scope, timestamp=int(time.time() * 1e6), latencyUsec=0,
+                           valueType=N.NVML_VALUE_TYPE_UNSIGNED_INT,
+                           nvmlReturn=N.NVML_SUCCESS if ok else N.NVML_ERROR_NOT_SUPPORTED,
+                           value=SimpleNamespace(uiVal=int(watts * 1000) if ok else 0))
+
+
+def _lock(gpu: FakeGpu, N: Any, low: int, high: int) -> None:
+    """``nvmlDeviceSetGpuLockedClocks``: TDP for both bounds locks to the base clock; mixing a symbolic and a
+    numeric bound is refused with INVALID_ARGUMENT (NVML reference, its table)."""
+    tdp = int(N.NVML_CLOCK_LIMIT_ID_TDP)
+    if (low == tdp) != (high == tdp):
+        raise N.NVMLError(N.NVML_ERROR_INVALID_ARGUMENT)
+    gpu.locked_sm_clock_mhz = gpu.base_sm_clock_mhz if low == tdp else int(high)
+
+
+def _count_sessions(nv: Any, gpu: FakeGpu) -> None:
+    """``nvmlInit``/``nvmlShutdown`` reference counting, and ``Uninitialized`` for every query made while no
+    session is open (module docstring)."""
+    def init(*args: Any) -> None:
+        gpu.nvml_refs += 1
+
+    def shutdown() -> None:
+        if gpu.nvml_refs == 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        gpu.nvml_refs -= 1
+
+    nv.nvmlInit.side_effect = init
+    nv.nvmlShutdown.side_effect = shutdown
+    for name in dir(nv):
+        if not name.startswith(("nvmlDevice", "nvmlSystem")):
+            continue
+        mocked = getattr(nv, name)
+        answer = getattr(mocked, "side_effect", None)
+        if answer is not None:
+            mocked.side_effect = _needs_session(gpu, answer)
+
+
+def _needs_session(gpu: FakeGpu, answer: Any) -> Any:
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if gpu.nvml_refs == 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        return answer(*args, **kwargs)
+    return guarded
 
 
 def skip_if_driver_present() -> None:

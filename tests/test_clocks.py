@@ -43,6 +43,7 @@ FLOOR_RELEASE = "12.535.77"  # the oldest nvidia-ml-py pyproject.toml allows (te
 def test_lock_sets_and_resets_through_nvml(release, policy):
     gpu = FakeGpu()
     nv = make_pynvml(gpu, release)
+    nv.nvmlInit()  # the test's own session (the fake counts them, as the driver does)
     handle = nv.nvmlDeviceGetHandleByIndex(0)
     with ClockLock(nv, handle, policy) as lock:
         assert lock.locked
@@ -55,6 +56,7 @@ def test_lock_sets_and_resets_through_nvml(release, policy):
 
 def test_lock_is_reset_on_ctrl_c_inside_it():
     nv = make_pynvml(FakeGpu())
+    nv.nvmlInit()
     handle = nv.nvmlDeviceGetHandleByIndex(0)
     with pytest.raises(KeyboardInterrupt), ClockLock(nv, handle, "base"):
         raise KeyboardInterrupt
@@ -69,6 +71,7 @@ def test_lock_refusals_say_why(error, words):
         {"NVMLError_NoPermission": nv.NVML_ERROR_NO_PERMISSION,
          "NVMLError_NotSupported": nv.NVML_ERROR_NOT_SUPPORTED}[error])
     closed = []
+    nv.nvmlInit()
     with pytest.raises(ClockLockRefused, match=words):
         ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "max", close=lambda: closed.append(1)).__enter__()
     assert closed == [1]  # NVML is shut down again
@@ -89,7 +92,8 @@ def test_a_crashing_process_resets_the_lock_at_exit(tmp_path):
             pass
 
         nv = SimpleNamespace(NVML_CLOCK_LIMIT_ID_TDP=0xFFFFFF01, NVMLError=NVMLError, NVMLError_NoPermission=NVMLError,
-                             NVMLError_NotSupported=NVMLError,
+                             NVMLError_NotSupported=NVMLError, NVML_CLOCK_SM=1,
+                             nvmlDeviceGetClockInfo=lambda h, t: 1590,
                              nvmlDeviceSetGpuLockedClocks=lambda h, lo, hi: print("set", lo, hi, flush=True),
                              nvmlDeviceResetGpuLockedClocks=lambda h: print("reset", flush=True))
         ClockLock(nv, "handle", "base").__enter__()
@@ -103,6 +107,7 @@ def test_a_crashing_process_resets_the_lock_at_exit(tmp_path):
 def test_run_records_the_lock_and_resets_it_after_a_ctrl_c(fake_cuda, chain, monkeypatch, tmp_path):
     gpu = FakeGpu()
     nv = make_pynvml(gpu)
+    nv.nvmlInit()
     monkeypatch.setattr(clocks, "lock_clocks", lambda device, policy: ClockLock(
         nv, nv.nvmlDeviceGetHandleByIndex(0), policy).__enter__())
     monkeypatch.setattr("fp8bench.measure.runner.lock_clocks", clocks.lock_clocks)
@@ -117,7 +122,7 @@ def test_run_records_the_lock_and_resets_it_after_a_ctrl_c(fake_cuda, chain, mon
     assert outcome.interrupted and len(outcome.records) == 1
     header = json.loads((tmp_path / "run.json").read_text())["run"]
     assert header["clock_lock"] == {"policy": "max", "min_mhz": 1980, "max_mhz": 1980, "locked": True,
-                                    "via": "nvmlDeviceSetGpuLockedClocks"}
+                                    "via": "nvmlDeviceSetGpuLockedClocks", "read_back_mhz": 1980}
     assert header["gpu"]["clock_policy"] == "locked:1980"
     nv.nvmlDeviceResetGpuLockedClocks.assert_called_once()
 
@@ -201,3 +206,72 @@ def test_run_verb_refuses_lock_clocks_on_the_cpu_before_writing_anything(tmp_pat
                  "--no-store", "--out", str(out)])
     assert code == 2 and not out.exists()
     assert "--lock-clocks locks an NVIDIA GPU's clocks through NVML; this run is on cpu" in capsys.readouterr().err
+
+
+# -- one power-cap rule ----------------------------------------------------------------------------------------------
+SW_POWER_CAP, SW_THERMAL = 0x004, 0x020
+
+
+def _timer(readings, slept):
+    it = iter(readings)
+
+    def read():
+        clock, mask = next(it)
+        return Sample(0.0, sm_clock_mhz=clock, power_w=700.0, reasons_mask=mask)
+    return ClockCheckedTimer(inner=type("T", (), {"time": lambda self, fn: fn()})(), read=read,
+                             reference_clock_mhz=1755.0, sleep=slept.append)
+
+
+def test_a_power_capped_sample_is_kept_with_its_clock_never_retaken():
+    """1200 MHz is 68 % of the reference, under nvbench's 75 %: with the power-cap bit alone it is the board's
+    legitimate state, kept with its clock; a thermal slowdown at the same clock is retaken."""
+    slept, calls = [], []
+    timer = _timer([(1980, 0), (1200, SW_POWER_CAP), (1980, 0), (1980, 0)], slept)
+    for i in range(3):
+        timer.time(lambda i=i: calls.append(i) or 1e-3)
+    assert calls == [0, 1, 2] and slept == []
+    record = timer.take_record()
+    assert record["sample_sm_clock_mhz"] == [1980, 1200, 1980] and record["discarded_samples"] == 0
+    timer = _timer([(1200, SW_POWER_CAP | SW_THERMAL), (1980, 0)], slept)
+    timer.time(lambda: 1e-3)
+    assert timer.take_record()["discarded_samples"] == 1
+
+
+def test_a_power_capped_run_keeps_every_sample_and_stays_valid(fake_cuda, chain, monkeypatch):
+    gpu = FakeGpu(sm_clock_mhz=1200, default_sm_clock_mhz=1755, reasons=SW_POWER_CAP)
+    nvml_on_fake_gpu(monkeypatch, gpu)
+    monkeypatch.setattr(clocks, "_sleep", lambda s: None)
+    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False)
+    record = CaseMeasurer(s, GPU1).measure(chain())
+    assert record.discarded_samples == 0
+    assert record.status == "ok" and any(n.startswith("power-capped:") for n in record.notes)
+
+
+def test_a_successful_lock_keeps_its_nvml_session_until_the_reset():
+    """The lock's session stays open while the GPU is locked, so the reset can reach the driver."""
+    from fp8bench.energy import nvml
+
+    gpu = FakeGpu()
+    dev = nvml.open_device(0, None, make_pynvml(gpu))
+    lock = ClockLock(dev.nv, dev.handle, "max", close=dev.close).__enter__()
+    assert gpu.nvml_refs == 1 and gpu.locked_sm_clock_mhz == 1980
+    lock.reset()
+    assert gpu.locked_sm_clock_mhz is None and gpu.nvml_refs == 0
+
+
+def test_a_base_clock_lock_makes_the_locked_clock_the_reference(fake_cuda, chain, monkeypatch, tmp_path):
+    """H100 SXM: default clock 1980 MHz, base (TDP) clock 1590 MHz, 80 % of it. Locked at base, every sample runs
+    at 1590 MHz: that is the reference, read back from the GPU after the lock."""
+    gpu = FakeGpu(sm_clock_mhz=1980, default_sm_clock_mhz=1980, base_sm_clock_mhz=1590)
+    nv = nvml_on_fake_gpu(monkeypatch, gpu)
+    monkeypatch.setattr("fp8bench.measure.runner.lock_clocks",
+                        lambda device, policy: clocks.lock_clocks(device, policy, nv))
+    monkeypatch.setattr("fp8bench.energy.meters._cuda_uuid", lambda device: None)
+    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False,
+                    lock_clocks="base")
+    outcome = run_cases([chain()], s, GPU1, run_file=tmp_path / "run.json")
+    record = outcome.records[0]
+    assert record.telemetry["timing"]["reference_sm_clock_mhz"] == 1590
+    assert record.status == "ok", record.reason
+    header = json.loads((tmp_path / "run.json").read_text())["run"]
+    assert header["clock_lock"]["read_back_mhz"] == 1590 and gpu.locked_sm_clock_mhz is None

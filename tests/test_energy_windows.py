@@ -17,7 +17,14 @@ from test_cuda_timing import GPU1, POLICY
 from fp8bench.core.devices import Device
 from fp8bench.energy import meters as energy
 from fp8bench.energy.meters import WindowMeter, WindowPolicy, nvml_meter
-from fp8bench.energy.windows import ERROR_TARGET, error_bound, measure_update_period, sized_window_s
+from fp8bench.energy.windows import (
+    COOLDOWN_MARGIN_C,
+    ERROR_TARGET,
+    PERIOD_FLOOR_S,
+    error_bound,
+    measure_update_period,
+    sized_window_s,
+)
 from fp8bench.measure.runner import CaseMeasurer, RunSettings
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
@@ -62,7 +69,7 @@ def meter_on(gpu: FakeGpu, **policy) -> WindowMeter:
 
 
 def test_a_sized_window_records_its_bound_under_the_target():
-    gpu = FakeGpu(counter_step_s=0.005)
+    gpu = FakeGpu(counter_step_s=0.012)  # above the period floor
     # The fake counter steps in real time: on a loaded machine its period reads longer (polls come late), and the
     # window grows with it. A cap far above any such reading keeps the check about the sizing rule, not the load.
     meter = meter_on(gpu, min_window_s=0.01, max_window_s=60.0, error_target=0.01)
@@ -100,3 +107,58 @@ def test_the_runner_records_the_bound_with_the_energy_figure(fake_cuda, chain, m
     assert record.energy_j is not None and record.energy["method"] == "nvml_counter"
     assert record.energy["counter_update_s"] is not None
     assert record.energy["error_bound"] <= 0.01 + 1e-3 / record.energy["window_j"]
+
+
+def test_a_host_bound_call_stops_at_the_window_cap_in_wall_time():
+    """The timed (device) median says 0.1 ms a call while the host takes 10 ms: a chunk sized from the device time
+    is 250 calls, 2.5 s of wall time, far past a 0.2 s cap. The cap holds in wall time: at most one call past it
+    (a loaded machine only lengthens each sleep, so fewer calls fit)."""
+    meter = meter_on(FakeGpu(counter_step_s=0.005), min_window_s=0.1, max_window_s=0.2)
+    reading = meter.measure(lambda: time.sleep(0.01), Device("cpu"), 1e-4)
+    assert reading.iterations <= 21
+
+
+def test_a_counter_faster_than_any_reported_is_bounded_with_the_floor():
+    """A counter that seems to change every millisecond (a driver interpolating between sensor updates would look
+    so) must not buy a 0.1 % bound: the period is floored at the fastest update ever reported."""
+    meter = meter_on(FakeGpu(counter_step_s=0.001), min_window_s=0.2, max_window_s=0.2, error_target=0.01)
+    reading = meter.measure(lambda: time.sleep(1e-3), Device("cpu"), 1e-3)
+    assert reading.counter_update_s >= PERIOD_FLOOR_S
+    assert reading.error_bound >= PERIOD_FLOOR_S / reading.window_s
+
+
+def test_the_bound_says_what_it_leaves_out_and_the_window_its_start_temperature():
+    meter = meter_on(FakeGpu(counter_step_s=0.005, temperature_c=61), min_window_s=0.05, max_window_s=1.0,
+                     error_target=0.05)
+    reading = meter.measure(lambda: time.sleep(1e-3), Device("cpu"), 1e-3)
+    assert getattr(reading, "start_temperature_c", None) == 61
+    assert "25%" in (getattr(reading, "bound_scope", None) or "")
+
+
+def test_a_hot_gpu_cools_down_before_its_window():
+    """The previous window left the GPU 20 degrees over where the meter first found it: the next window waits
+    (bounded) until it is back within the margin, so a case's energy does not depend on the case before it."""
+    gpu = FakeGpu(counter_step_s=0.005, temperature_c=50)
+    meter = meter_on(gpu, min_window_s=0.05, max_window_s=1.0)
+    gpu.temperature_c = 70
+    waited = []
+
+    def cool(seconds):
+        waited.append(seconds)
+        gpu.temperature_c -= 5
+
+    meter.sleep = cool
+    reading = meter.measure(lambda: time.sleep(1e-3), Device("cpu"), 1e-3)
+    assert waited and gpu.temperature_c <= 50 + COOLDOWN_MARGIN_C
+    assert getattr(reading, "start_temperature_c", None) == gpu.temperature_c
+
+
+def test_a_window_that_cannot_run_what_was_timed_says_how_it_differs(fake_cuda, chain, monkeypatch):
+    """Cold-L2 timed samples, eager warm-L2 energy calls: the energy figure must not pass for the timed one's."""
+    nv = make_pynvml(FakeGpu(counter_step_s=0.002))
+    monkeypatch.setattr(energy, "_FACTORIES", [lambda device: energy.nvml_meter(device, nv=nv)])
+    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=True, energy_window_s=0.01,
+                    flush_l2=True)
+    record = CaseMeasurer(s, GPU1).measure(chain())
+    assert record.energy["matches_timing"] is False
+    assert "warm L2" in record.energy["reason"]

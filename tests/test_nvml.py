@@ -57,7 +57,7 @@ def test_old_driver_falls_back_to_deprecated_calls():
 
 
 def test_sample_raises_on_real_errors_but_not_on_unsupported():
-    nv = make_pynvml(FakeGpu())
+    nv = make_pynvml(FakeGpu(instant_field=False))
     nv.nvmlDeviceGetPowerUsage.side_effect = pynvml.NVMLError_NotSupported()
     dev = nvml.open_device(0, None, nv)
     assert dev.sample().power_w is None
@@ -111,3 +111,19 @@ def test_topology_between_gpus():
 
 def test_error_text_needs_no_library():
     assert nvml.error_text(pynvml.NVMLError_GpuIsLost()) == "NVMLError_GpuIsLost (code 15)"
+
+
+def test_sample_power_is_the_instant_field_and_says_which_it_holds():
+    """GetPowerUsage averages the last second on Ampere and newer; the instant field does not. A step from 100 W
+    to 600 W a moment ago reads 600 W through the field, ~100 W through GetPowerUsage."""
+    import time
+
+    gpu = FakeGpu(power_w=100.0, t0=time.perf_counter() - 5.0)
+    dev = nvml.open_device(0, None, make_pynvml(gpu))
+    gpu.set_power(600.0)
+    s = dev.sample()
+    assert s.power_w == 600.0
+    assert s.power_source == nvml.PowerSource.INSTANT
+    gpu.instant_field = False  # a driver without NVML_FI_DEV_POWER_INSTANT: the averaged call, named as such
+    s = nvml.open_device(0, None, make_pynvml(gpu)).sample()
+    assert s.power_source == nvml.PowerSource.USAGE and s.power_w < 200.0

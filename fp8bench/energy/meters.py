@@ -57,7 +57,17 @@ from fp8bench.energy.telemetry import (
     judge,
     summarize,
 )
-from fp8bench.energy.windows import UpdatePeriod, error_bound, measure_update_period, sized_window_s
+from fp8bench.energy.windows import (
+    COOLDOWN_MARGIN_C,
+    COOLDOWN_POLL_S,
+    MAX_COOLDOWN_S,
+    NVML_SENSOR_SCOPE,
+    QUANTIZATION_ONLY,
+    UpdatePeriod,
+    error_bound,
+    measure_update_period,
+    sized_window_s,
+)
 
 if TYPE_CHECKING:  # a pipeline is only called here
     from fp8bench.core.pipeline import Pipeline
@@ -93,6 +103,12 @@ class EnergyReading:
     # (a fraction; fp8bench.energy.windows). ``None`` where the window was not sized (no counter, period unseen).
     counter_update_s: float | None = None
     error_bound: float | None = None
+    bound_scope: str | None = None  # what error_bound covers, and what it leaves out (fp8bench.energy.windows)
+    start_temperature_c: int | None = None  # the GPU's temperature as the window began (degrees C)
+    cooldown_s: float = 0.0  # seconds waited before the window for the GPU to cool (fp8bench.energy.windows)
+    # Whether the window ran the calls as the timed samples did (same mode, same L2 state); ``None``: not compared.
+    # Where it did not, ``reason`` says how it differs (:func:`timing_mismatch`).
+    matches_timing: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,7 +186,8 @@ class WindowMeter:
                  decode: Callable[[int], list[str]] = lambda mask: [f"0x{mask:x}"],
                  reference_clock_mhz: int | None = None, note: str | None = None,
                  policy: WindowPolicy | None = None, throttle: ThrottlePolicy | None = None,
-                 close: Callable[[], None] | None = None, counter_unit_j: float = 0.0) -> None:
+                 close: Callable[[], None] | None = None, counter_unit_j: float = 0.0,
+                 bound_scope: str = QUANTIZATION_ONLY) -> None:
         if counter is None and telemetry is None:
             raise ValueError("a window meter needs an energy counter or a power-reporting telemetry source")
         self.method, self.counter, self.telemetry, self.violations = method, counter, telemetry, violations
@@ -182,6 +199,31 @@ class WindowMeter:
         self._close = close
         self.counter_unit_j = counter_unit_j  # the counter's unit, joules (NVML: 1 mJ)
         self.update_period: UpdatePeriod | None = None  # measured on the first sized window
+        self.bound_scope = bound_scope
+        self.sleep: Callable[[float], None] = time.sleep  # the cooldown's wait (seconds)
+        # The temperature found before the first case (degrees C): what a window waits to cool back towards.
+        self.cool_c = self._temperature()
+
+    def _temperature(self) -> int | None:
+        """The device's temperature now (degrees C), ``None`` without telemetry or when it cannot be read."""
+        if self.telemetry is None:
+            return None
+        try:
+            return self.telemetry().temperature_c
+        except Exception:  # a failed read costs the cooldown, never the window (which reports its own errors)
+            return None
+
+    def cool_down(self) -> float:
+        """Wait until the device is within :data:`COOLDOWN_MARGIN_C` of :attr:`cool_c`, at most
+        :data:`MAX_COOLDOWN_S`; returns the seconds waited (module docstring of fp8bench.energy.windows)."""
+        waited = 0.0
+        while self.cool_c is not None and waited < MAX_COOLDOWN_S:
+            now = self._temperature()
+            if now is None or now <= self.cool_c + COOLDOWN_MARGIN_C:
+                break
+            self.sleep(COOLDOWN_POLL_S)
+            waited += COOLDOWN_POLL_S
+        return waited
 
     def window_s(self) -> float:
         """The minimum length (seconds) of the next looped window: sized from the counter's update period where
@@ -209,7 +251,10 @@ class WindowMeter:
             return replace(reading, reason="; ".join(filter(None, [reading.reason, f"window not sized to an error "
                                                                     f"bound: {why}"])))
         bound = error_bound(period, reading.window_s, reading.window_j, self.counter_unit_j)
-        reading = replace(reading, counter_update_s=period, error_bound=bound)
+        reading = replace(reading, counter_update_s=period, error_bound=bound, bound_scope=self.bound_scope)
+        floored = self.update_period.reason if self.update_period is not None else None
+        if floored:
+            reading = replace(reading, reason="; ".join(filter(None, [reading.reason, floored])))
         capped = (reading.window_s or 0.0) >= self.policy.max_window_s  # else it lasted period / target at least
         if bound is not None and bound > self.policy.error_target and capped:
             reading = replace(reading, reason="; ".join(filter(None, [reading.reason, (
@@ -243,6 +288,7 @@ class WindowMeter:
         guard), so work that names no device lands on the metered GPU.
         """
         window = self.window_s()  # before the span: sizing reads the counter in a loop of its own
+        cooled = self.cool_down()  # the previous window's heat must not enter this one
         span = _Span(self, device)
         iterations = 0
         with device.guard():
@@ -250,9 +296,7 @@ class WindowMeter:
             try:
                 span.begin()
                 while iterations < self.policy.max_iterations:
-                    for _ in range(chunk):
-                        fn()
-                    iterations += chunk
+                    iterations += self._run_chunk(fn, chunk, span.t0)
                     elapsed, moved = span.mark()
                     if elapsed >= self.policy.max_window_s or (elapsed >= window and moved):
                         break
@@ -261,7 +305,18 @@ class WindowMeter:
                 span.error = exc.__cause__
             finally:
                 span.stop()
-        return self._bounded(span.reading(name, iterations))
+        return replace(self._bounded(span.reading(name, iterations)), cooldown_s=cooled)
+
+    def _run_chunk(self, fn: Callable[[], Any], calls: int, t0: float) -> int:
+        """Call ``fn`` up to ``calls`` times, stopping once the window has lasted its cap in wall time (seconds
+        since ``t0``, ``perf_counter``): the chunk is sized from the timed device seconds per call, and a
+        host-bound call takes longer than that on the host. Returns the calls made."""
+        cap = t0 + self.policy.max_window_s
+        for made in range(1, calls + 1):
+            fn()
+            if time.perf_counter() >= cap:
+                return made
+        return calls
 
     @contextlib.contextmanager
     def window(self, name: str, device: Device, iterations: int = 1) -> Iterator[WindowHandle]:
@@ -366,7 +421,8 @@ class _Span:
         window_s = self.t1 - self.t0
         telemetry = summarize(self.samples, m.decode) if self.samples else {}
         base = EnergyReading(m.method, None, None, window_s, iterations, None, telemetry, name=name,
-                             samples=len(self.samples))
+                             samples=len(self.samples),
+                             start_temperature_c=self.samples[0].temperature_c if self.samples else None)
         if self.error is not None:
             return replace(base, reason=f"{m.method}: energy meter failed mid-window ({describe_error(self.error)}); "
                                         f"energy not reported for this window")
@@ -396,10 +452,15 @@ def _read(source: Callable[[], T] | None) -> T | None:
 
 
 def configure_meter(meter: EnergyMeter, min_window_s: float, clock_floor: float,
-                    strict_clocks: bool = False, error_target: float | None = None) -> EnergyMeter:
+                    strict_clocks: bool = False, error_target: float | None = None,
+                    reference_clock_mhz: int | None = None) -> EnergyMeter:
     """Apply a run's minimum window length (seconds), clock floor (fraction), ``--strict-clocks`` (power capping
-    invalidates) and energy error target (a fraction: windows sized to it, fp8bench.energy.windows) to a window
-    meter; others pass through."""
+    invalidates), energy error target (a fraction: windows sized to it, fp8bench.energy.windows) and, under a clock
+    lock, the locked clock read back (MHz) as the reference clock to a window meter; others pass through."""
+    if isinstance(meter, WindowMeter) and reference_clock_mhz:
+        meter.reference_clock_mhz = reference_clock_mhz
+        if meter.source is not None:
+            meter.source = replace(meter.source, reference_clock_mhz=reference_clock_mhz)
     if isinstance(meter, WindowMeter):
         meter.policy = replace(meter.policy, min_window_s=min_window_s,
                                max_window_s=max(meter.policy.max_window_s, min_window_s), error_target=error_target)
@@ -425,11 +486,14 @@ PHASE_ENERGY_METHOD = "each phase looped alone on the state left by the previous
 
 def measure_case_energy(meter: EnergyMeter, pipeline: Pipeline, device: Device, seconds_per_call: float,
                         phase_seconds: dict[str, float], per_phase: bool,
-                        idle: EnergyReading | None) -> EnergyReading:
+                        idle: EnergyReading | None, mismatch: str | None = None) -> EnergyReading:
     """The end-to-end reading of one case, plus one reading per phase when ``per_phase`` (see
-    :data:`PHASE_ENERGY_METHOD`). A throttled phase window makes the whole case's reading invalid."""
+    :data:`PHASE_ENERGY_METHOD`). A throttled phase window makes the whole case's reading invalid. ``mismatch``
+    says how the window differs from the timed samples (:func:`timing_mismatch`; ``None``: it runs what was timed)."""
     idle_w = idle.avg_power_w if idle is not None else None
     reading = meter.measure(pipeline.end_to_end, device, seconds_per_call).with_idle(idle_w)
+    reading = replace(reading, matches_timing=mismatch is None,
+                      reason="; ".join(filter(None, [reading.reason, mismatch])) or None)
     if idle is not None and idle.avg_power_w is None and reading.joules_per_iter is not None:
         reading = replace(reading, reason="; ".join(filter(None, [reading.reason, f"no idle baseline: {idle.reason}"])))
     if not per_phase or not pipeline.phases:
@@ -443,6 +507,21 @@ def measure_case_energy(meter: EnergyMeter, pipeline: Pipeline, device: Device, 
         notes += [f"phase {name}: {n}" for n in phase.clock_notes]
     return replace(reading, phases=phases, valid=not invalid, invalid_reasons=tuple(invalid),
                    clock_notes=tuple(notes))
+
+
+def timing_mismatch(timing_mode: str, l2_flushed: bool) -> str | None:
+    """How an energy window, which loops the timed call back to back (a CUDA graph's replays where the samples
+    replayed one), differs from the timed samples taken in ``timing_mode`` (``fp8bench.measure.timing.TimingMode``
+    values) with or without an L2 flush before each; ``None`` where it runs what was timed. Joules per call then
+    describe the window's calls, not the timed figure's: the record says so rather than pair them silently."""
+    parts = []
+    if timing_mode == "blocked_stream":
+        parts.append("the timed samples queued calls behind a held stream (no launch gaps); the window runs them "
+                     "eagerly, launch gaps included")
+    if l2_flushed:
+        parts.append("the timed samples each began with a flushed L2; the window's calls run back to back with a "
+                     "warm L2")
+    return "energy window differs from the timed samples: " + "; ".join(parts) if parts else None
 
 
 def not_metered(meter: EnergyMeter, status: str) -> dict[str, Any]:
@@ -500,7 +579,8 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
                               "close": dev.close}
     why = dev.energy_counter_reason()
     if why is None:
-        return WindowMeter("nvml_counter", counter=lambda: dev.energy_mj() / 1000.0, counter_unit_j=1e-3, **common)
+        return WindowMeter("nvml_counter", counter=lambda: dev.energy_mj() / 1000.0, counter_unit_j=1e-3,
+                           bound_scope=NVML_SENSOR_SCOPE, **common)
     try:
         dev.power_w()
     except dev.nv.NVMLError as exc:
@@ -508,7 +588,9 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
         raise MeterUnavailable(f"{why}; NVML power unreadable too ({nvml.error_text(exc)})") from exc
     return WindowMeter("nvml_power", note=(
         f"approximate: {why}, so board power sampled every {(policy or WindowPolicy()).telemetry_interval_s:g} s "
-        f"was integrated over the window (NVML power is a 1 s average on Ampere and newer)"), **common)
+        f"was integrated over the window (the instant power field where the driver has it, else "
+        f"nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the window's telemetry names which)"),
+        **common)
 
 
 def _nvml_factory(device: Device) -> EnergyMeter | None:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, TypeVar
 
-from fp8bench.energy.telemetry import Sample
+from fp8bench.energy.telemetry import PowerSource, Sample
 
 T = TypeVar("T")
 
@@ -107,6 +107,7 @@ class NvmlDevice:
     def __init__(self, nv: ModuleType, handle: Any, matched_by: str) -> None:
         self.nv, self.handle, self.matched_by = nv, handle, matched_by
         self._closed = False
+        self._instant: bool | None = None  # whether the driver answers the instant power field (asked once)
 
     # -- plumbing ------------------------------------------------------------------------------------------------
     def _optional(self, call: Callable[[], T], fallback: bool = False) -> T | None:
@@ -156,6 +157,21 @@ class NvmlDevice:
         """Board power in watts (a one-second average on Ampere except GA100 and newer; instantaneous before)."""
         return self.nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
 
+    def instant_power(self) -> tuple[float, PowerSource]:
+        """Board power in watts and which reading it is: the instantaneous field ``NVML_FI_DEV_POWER_INSTANT``
+        (GPU scope) where the driver answers it, else :meth:`power_w`. A field's failure does not raise: each
+        entry of ``nvmlDeviceGetFieldValues`` carries its own return code, checked here; a driver that refuses
+        the field once is not asked again."""
+        nv = self.nv
+        if self._instant is not False:
+            entry = self._optional(lambda: nv.nvmlDeviceGetFieldValues(
+                self.handle, [(nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_POWER_SCOPE_GPU)])[0])
+            self._instant = entry is not None and entry.nvmlReturn == nv.NVML_SUCCESS
+            if self._instant:
+                assert entry is not None
+                return _field_number(nv, entry) / 1000.0, PowerSource.INSTANT
+        return self.power_w(), PowerSource.USAGE
+
     # -- telemetry -----------------------------------------------------------------------------------------------
     def reasons_mask(self) -> int:
         """The clocks event reasons bitmask now; the deprecated Throttle call on drivers without the Event one."""
@@ -181,13 +197,15 @@ class NvmlDevice:
         """One snapshot of clocks, temperature, power and throttle reasons. Raises on NVML errors other than
         "not supported" (a lost GPU mid-window must not read as a quiet one)."""
         nv = self.nv
+        power = self._optional(self.instant_power)
         return Sample(
             t=time.perf_counter(),
             sm_clock_mhz=self._optional(lambda: int(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM))),
             mem_clock_mhz=self._optional(lambda: int(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_MEM))),
             temperature_c=self.temperature_c(),
-            power_w=self._optional(self.power_w),
+            power_w=power[0] if power is not None else None,
             reasons_mask=self._optional(self.reasons_mask),
+            power_source=power[1] if power is not None else None,
         )
 
     def violation_ns(self) -> dict[str, int | None]:
@@ -275,6 +293,17 @@ class NvmlDevice:
             level = self._optional(functools.partial(nv.nvmlDeviceGetTopologyCommonAncestor, self.handle, other.handle))
             out[str(other.uuid())] = levels.get(level, str(level)) if level is not None else None
         return out
+
+
+def _field_number(nv: ModuleType, entry: Any) -> float:
+    """The number in one ``nvmlDeviceGetFieldValues`` entry, read through the member of its value union that its
+    ``valueType`` names (pynvml.py ``c_nvmlValue_t``)."""
+    members = {nv.NVML_VALUE_TYPE_DOUBLE: "dVal", nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+               nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+               nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal"}
+    if entry.valueType not in members:
+        raise ValueError(f"NVML field {entry.fieldId}: unknown value type {entry.valueType}")
+    return float(getattr(entry.value, members[entry.valueType]))
 
 
 def _text(value: bytes | str) -> str:

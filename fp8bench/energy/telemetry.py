@@ -41,8 +41,9 @@ from __future__ import annotations
 import re
 import statistics
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from itertools import pairwise
 from typing import Any
 
@@ -63,10 +64,19 @@ THROTTLE_REASONS = {
 }
 
 
+class PowerSource(str, Enum):
+    """Which power a sample holds. NVML has two: the instantaneous reading (field ``NVML_FI_DEV_POWER_INSTANT``,
+    186) and ``nvmlDeviceGetPowerUsage``, which on Ampere (except GA100) and newer is the average of the last
+    second, and instantaneous only on older GPUs (NVML reference, ``nvmlDeviceGetPowerUsage``)."""
+
+    INSTANT = "instant"
+    USAGE = "power_usage (1 s average on Ampere except GA100 and newer)"
+
+
 @dataclass(frozen=True)
 class Sample:
     """One telemetry snapshot taken at ``t`` (``time.perf_counter`` seconds). Fields a device cannot report are
-    ``None``. Clocks in MHz, temperature in degrees C, power in watts."""
+    ``None``. Clocks in MHz, temperature in degrees C, power in watts, ``power_source`` says which power."""
 
     t: float
     sm_clock_mhz: int | None = None
@@ -74,6 +84,7 @@ class Sample:
     temperature_c: int | None = None
     power_w: float | None = None
     reasons_mask: int | None = None
+    power_source: PowerSource | None = None
 
 
 class TelemetrySampler:
@@ -154,6 +165,7 @@ def summarize(samples: list[Sample], decode: Callable[[int], list[str]]) -> dict
         "mem_clock_mhz": _stats(col("mem_clock_mhz")),
         "temperature_c": ({"start": temps[0], "max": max(temps), "end": temps[-1]} if temps else None),
         "power_w": _stats(col("power_w")),
+        "power_source": next((s.power_source.value for s in samples if s.power_source is not None), None),
         "reasons_mask": mask if col("reasons_mask") else None,
         "reasons": decode(mask) if mask else [],
     }
@@ -172,6 +184,22 @@ def integrate_power_j(samples: list[Sample], t0: float, t1: float) -> float | No
 
 
 POWER_CAP = "sw_power_cap"
+
+
+def power_cap_alone(reasons: Iterable[str], growth_ns: dict[str, int | None] | None = None) -> bool:
+    """The power-cap rule, the one place it is written: whether power capping was seen (its reason bit, or growth
+    of the power violation counter, nanoseconds) and no limiter that invalidates was (no thermal, hardware,
+    power-brake, board or reliability bit, and no thermal counter growth). A clock drop such a stretch or sample
+    shows is the board at its power limit: recorded with its clock, never discarded, never retaken, never
+    invalidating unless ``--strict-clocks`` asks. Used by the per-sample check
+    (:class:`fp8bench.hardware.clocks.ClockCheckedTimer`), the window check (:class:`ThrottlePolicy`), and through
+    :func:`only_power_capped` by the gate and the selection rules."""
+    growth = growth_ns or {}
+    seen = set(reasons) & set(THROTTLE_REASONS)
+    capped = POWER_CAP in seen or (growth.get("power") or 0) > 0
+    return capped and seen <= {POWER_CAP} and not (growth.get("thermal") or 0) > 0
+
+
 STRICT_FLAG = "--strict-clocks"
 # What a verdict's words name: the two stretches of a case that are watched.
 TIMED_SAMPLES = "the timed samples"
@@ -249,10 +277,7 @@ class ThrottlePolicy:
     def _power_cap_alone(summary: dict[str, Any], violations_ns: dict[str, int | None] | None) -> bool:
         """Whether power capping was seen (bit or counter) and no other limiter was: no thermal, hardware,
         power-brake, board or reliability bit, however the policy weighs them, and no thermal counter growth."""
-        growth = violations_ns or {}
-        seen = set(summary.get("reasons", [])) & set(THROTTLE_REASONS)
-        capped = POWER_CAP in seen or (growth.get("power") or 0) > 0
-        return capped and seen <= {POWER_CAP} and not (growth.get("thermal") or 0) > 0
+        return power_cap_alone(summary.get("reasons", []), violations_ns)
 
 
 @dataclass(frozen=True)

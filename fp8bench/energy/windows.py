@@ -17,6 +17,20 @@ the record says so, with the larger bound it reached. Each energy figure carries
 windows itself the same way, from the counter's behaviour rather than a fixed length. Power integration
 (``nvml_power``) has no counter steps: its error is that of NVML's one-second power average, which no window length
 bounds, so it carries no bound and says why.
+
+What the bound leaves out. It covers the counter's quantization only. The sensor behind NVML's power and energy
+readings samples only part of the runtime on A100 and H100 (about 25 %, Yang, Adamek & Armour, *Accurate and
+Convenient Energy Measurements for GPUs*, SC24): a power that changes faster than the sensor's cycle can bias a
+window beyond this bound, and no window length removes that bias. Each NVML reading says so in
+``energy.bound_scope``. A measured period is floored at :data:`PERIOD_FLOOR_S`, the fastest update ever reported: a
+counter that seems to change at every read (a driver interpolating between sensor updates would look so) would
+otherwise buy a bound no sensor supports.
+
+Heat. A GPU that has just run a 10 s full-power window is hotter, leaks more power and may clock lower in the
+next window, so back-to-back windows would make a case's energy depend on the case before it. Each window therefore
+records its start temperature (``energy.start_temperature_c``) and, on devices that report one, first waits (up to
+:data:`MAX_COOLDOWN_S`) until the temperature is within :data:`COOLDOWN_MARGIN_C` of the one the meter found before
+the first case, as zeus's profiler cools down before its windows; the wait is recorded (``energy.cooldown_s``).
 """
 
 from __future__ import annotations
@@ -32,6 +46,19 @@ ERROR_TARGET = 0.01
 # the ~100 ms period NVML is observed to have take ~0.5 s.
 PERIOD_TICKS = 5
 PERIOD_PROBE_MAX_S = 2.0
+# The shortest update period a bound may assume (seconds): the fastest NVML counter update reported, about 10 ms
+# (gpuopenanalytics/pynvml PR #18; shared/reference/nvml_and_peaks.md). Shorter measured periods are floored.
+PERIOD_FLOOR_S = 0.01
+# Cooling between windows: back within this many degrees C of the temperature found before the first case, waiting
+# at most MAX_COOLDOWN_S seconds, reading the temperature every COOLDOWN_POLL_S seconds.
+COOLDOWN_MARGIN_C = 5
+MAX_COOLDOWN_S = 30.0
+COOLDOWN_POLL_S = 1.0
+# What a counter's error bound covers (module docstring, "What the bound leaves out").
+QUANTIZATION_ONLY = "counter quantization only"
+NVML_SENSOR_SCOPE = (f"{QUANTIZATION_ONLY}; the NVML power sensor samples about 25% of runtime on A100/H100 (Yang "
+                     "et al., SC24), so power that varies faster than its cycle can bias the figure beyond this "
+                     "bound")
 
 
 @dataclass(frozen=True)
@@ -46,7 +73,8 @@ class UpdatePeriod:
 def measure_update_period(counter: Callable[[], float], clock: Callable[[], float] = time.perf_counter,
                           max_s: float = PERIOD_PROBE_MAX_S, ticks: int = PERIOD_TICKS) -> UpdatePeriod:
     """Read ``counter`` in a tight loop until it has changed ``ticks`` times (or ``max_s`` passed); the period is
-    the median time between changes. The first change only marks a start: the time to it is not a whole period."""
+    the median time between changes, floored at :data:`PERIOD_FLOOR_S` (then ``reason`` says so). The first change
+    only marks a start: the time to it is not a whole period."""
     start = clock()
     last = counter()
     stamps: list[float] = []
@@ -59,7 +87,12 @@ def measure_update_period(counter: Callable[[], float], clock: Callable[[], floa
         return UpdatePeriod(None, len(stamps), f"the counter changed {len(stamps)} time(s) in {max_s:g} s, too "
                                                "few to measure its update period")
     gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-    return UpdatePeriod(statistics.median(gaps), len(stamps))
+    measured = statistics.median(gaps)
+    if measured < PERIOD_FLOOR_S:
+        return UpdatePeriod(PERIOD_FLOOR_S, len(stamps), f"the counter changed every {measured * 1e3:.3g} ms, "
+                                                          f"faster than any update reported: bounded with "
+                                                          f"{PERIOD_FLOOR_S * 1e3:g} ms")
+    return UpdatePeriod(measured, len(stamps))
 
 
 def sized_window_s(period_s: float, min_s: float, max_s: float, target: float = ERROR_TARGET) -> float:

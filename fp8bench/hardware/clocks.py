@@ -13,13 +13,22 @@ otherwise (``NVMLError_NoPermission``, ``NVMLError_NotSupported``), and so does 
 naming the cause. The lock is undone when the run ends: normally, on Ctrl-C, SIGTERM or SIGHUP (the command line
 turns them into an interrupt that unwinds through :class:`ClockLock`), on an error, and at interpreter exit
 (``atexit``) should anything skip the unwinding. A ``SIGKILL`` cannot be caught: ``nvidia-smi -rgc`` (as root)
-undoes a lock left behind. The lock is recorded in the run's environment (``clock_lock``). All three names exist in
+undoes a lock left behind. The lock is recorded in the run's environment (``clock_lock``). NVML has no getter for
+the locked range, so once locked the SM clock is read back (``nvmlDeviceGetClockInfo``, ``read_back_mhz``) and
+becomes the reference clock of every throttle check of the run: under ``base`` (about 0.8 x boost on an H100
+SXM) the default clock would make every sample look throttled. The lock keeps its NVML session open until the
+reset, which needs it. All three names exist in
 nvidia-ml-py 12.535.77, the oldest release fp8bench allows (its recorded surface, ``tests/data/pynvml``).
 
 **Per-sample clock check** (:class:`ClockCheckedTimer`, nvbench's throttle detection in ``measure_cold``): after
 each timed sample the SM clock and board power are read through NVML (two driver calls, outside the sample). A
 sample taken while the SM clock is under ``threshold`` of the reference clock is discarded, the timer waits a
-recovery delay, and the call is timed again. nvbench's defaults are the starting point: a threshold of 75 % of the
+recovery delay, and the call is timed again, unless the sample's clocks event reasons say the board was at its
+power limit and nothing else held it (the one power-cap rule, :func:`fp8bench.energy.telemetry.power_cap_alone`):
+a power-capped clock is the board's legitimate state under that kernel, so the sample is kept with its clock,
+never retaken after an idle pause that would let the clock recover (retaking it would keep only optimistic samples
+on boards whose capped clock is under 75 %, such as L4 or H100 PCIe). Thermal and hardware slowdowns, and drops
+with no reason bit, are retaken as nvbench does. nvbench's defaults are the starting point: a threshold of 75 % of the
 default clock (``--throttle-threshold``, "Default is 75") and a recovery delay of 0.05 s
 (``--throttle-recovery-delay``, "Default is 0.05 seconds"), both from nvbench ``docs/cli_help.md``; like nvbench,
 the delay doubles while discards repeat. After :data:`MAX_CONSECUTIVE_DISCARDS` discards in a row the sample is
@@ -38,7 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fp8bench.energy.telemetry import Sample
+from fp8bench.energy.nvml import decode_reasons
+from fp8bench.energy.telemetry import Sample, power_cap_alone
 
 LOCK_POLICIES = ("base", "max")
 # nvbench's defaults (module docstring): 75 % of the default clock, 0.05 s to recover.
@@ -67,6 +77,9 @@ class ClockLock:
         self.nv, self.handle, self.policy, self._close = nv, handle, policy, close
         self.locked = False
         self.setting: dict[str, Any] = {}
+        # The SM clock read back from the GPU once locked (MHz; None: unreadable): the reference every throttle
+        # check of the run compares with, since NVML has no getter for the locked range.
+        self.clock_mhz: int | None = None
 
     def _bounds(self) -> tuple[int, int, dict[str, Any]]:
         nv = self.nv
@@ -78,9 +91,11 @@ class ClockLock:
 
     def __enter__(self) -> ClockLock:
         nv = self.nv
+        held = False
         try:
             low, high, self.setting = self._bounds()
             nv.nvmlDeviceSetGpuLockedClocks(self.handle, low, high)
+            held = True
         except nv.NVMLError_NoPermission as exc:
             raise ClockLockRefused(f"--lock-clocks {self.policy}: locking GPU clocks needs root (NVML: no "
                                    "permission); run as root (sudo), or drop --lock-clocks") from exc
@@ -91,11 +106,23 @@ class ClockLock:
             raise ClockLockRefused(f"--lock-clocks {self.policy}: NVML refused to lock the clocks: "
                                    f"{type(exc).__name__}") from exc
         finally:
-            if not self.locked and self._close is not None:
+            # A refused lock releases its NVML session here; a held one keeps it, for the reset.
+            if not held and self._close is not None:
                 self._close()
         self.locked = True
         atexit.register(self.reset)  # should the unwinding below be skipped (an exit from a thread, say)
+        self.clock_mhz = self._read_back()
+        self.setting["read_back_mhz"] = self.clock_mhz
         return self
+
+    def _read_back(self) -> int | None:
+        """The SM clock the locked GPU reports now (MHz), ``None`` where NVML cannot say."""
+        nv = self.nv
+        try:
+            mhz = int(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM))
+        except nv.NVMLError:
+            return None
+        return mhz or None
 
     def reset(self) -> None:
         """Undo the lock (once; later calls do nothing)."""
@@ -129,8 +156,10 @@ class ClockCheckedTimer:
     threshold: float = THROTTLE_THRESHOLD
     recovery_delay_s: float = RECOVERY_DELAY_S
     sleep: Callable[[float], None] = field(default=lambda seconds: _sleep(seconds))  # _sleep, read at each call
+    decode: Callable[[int], list[str]] = decode_reasons  # names the bits of a reasons mask
     sm_clock_mhz: list[float | None] = field(default_factory=list)  # beside each kept sample
     power_w: list[float | None] = field(default_factory=list)
+    power_source: str | None = None  # which NVML power the samples hold (fp8bench.energy.telemetry.PowerSource)
     discarded: int = 0
     gave_up: bool = False  # a sample was kept after MAX_CONSECUTIVE_DISCARDS: no more checks until take_record
 
@@ -151,25 +180,34 @@ class ClockCheckedTimer:
             seconds = self.inner.time(fn)
             state = self.read()  # right after the sample, outside it
             clock = state.sm_clock_mhz
-            throttled = clock is not None and clock < self.threshold * self.reference_clock_mhz
+            throttled = (clock is not None and clock < self.threshold * self.reference_clock_mhz
+                         and not self._power_capped(state))
             if not throttled or self.gave_up or attempt == MAX_CONSECUTIVE_DISCARDS:
                 self.gave_up = self.gave_up or throttled
                 self.sm_clock_mhz.append(float(clock) if clock is not None else None)
                 self.power_w.append(state.power_w)
+                self.power_source = self.power_source or (state.power_source.value if state.power_source else None)
                 return seconds
             self.discarded += 1  # taken at a throttled clock: let the device recover, and time the call again
             self.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable: the last attempt is always kept")
 
+    def _power_capped(self, state: Sample) -> bool:
+        """Whether the sample's reasons mask says its clock is the board at its power limit (the one power-cap
+        rule, :func:`fp8bench.energy.telemetry.power_cap_alone`): such a sample is kept with its clock."""
+        return state.reasons_mask is not None and power_cap_alone(self.decode(int(state.reasons_mask)))
+
     def take_record(self) -> dict[str, Any]:
         """The record's per-sample device state, and resets it for the next sampled function."""
         known = [c for c in self.sm_clock_mhz if c is not None]
         out = {"sample_sm_clock_mhz": list(self.sm_clock_mhz), "sample_power_w": list(self.power_w),
+               "sample_power_source": self.power_source,
                "discarded_samples": self.discarded, "kept_throttled": self.gave_up, "throttle_threshold": self.threshold,
                "reference_sm_clock_mhz": self.reference_clock_mhz,
                "median_sample_sm_clock_mhz": statistics.median(known) if known else None}
         self.sm_clock_mhz, self.power_w, self.discarded, self.gave_up = [], [], 0, False
+        self.power_source = None
         return out
 
 

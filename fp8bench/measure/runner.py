@@ -68,6 +68,7 @@ from fp8bench.energy.meters import (
     measure_case_energy,
     meter_for,
     not_metered,
+    timing_mismatch,
 )
 from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy, ThrottleVerdict
 from fp8bench.hardware import environment
@@ -255,7 +256,8 @@ class CaseMeasurer:
     """Measures single cases on one device. Inputs and FP64 references are cached per (workload, shape)."""
 
     def __init__(self, settings: RunSettings, device: Device, peaks: Peaks | None = None,
-                 timer: Timer | None = None, profiler: CaseProfiler | None = None) -> None:
+                 timer: Timer | None = None, profiler: CaseProfiler | None = None,
+                 locked_clock_mhz: int | None = None) -> None:
         self.settings, self.device = settings, device
         self.profiler = profiler  # adds a profile to each measured record, after its figures are taken
         self.timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
@@ -269,8 +271,9 @@ class CaseMeasurer:
             self.blocked, self.blocked_note = held_timer(device, settings.blocked_stream, settings.flush_l2, timer)
             if settings.blocked_stream and self.blocked is None:
                 self.timing_mode = timing_mode_for(device, settings.cuda_graph)
+            # Under --lock-clocks the locked clock, read back, is the reference of every throttle check.
             self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
-                                         settings.strict_clocks, settings.energy_error_target)
+                                         settings.strict_clocks, settings.energy_error_target, locked_clock_mhz)
             # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
             # whether or not energy is metered (fp8bench.energy.telemetry).
             self.telemetry = getattr(self.meter, "source", None)
@@ -627,7 +630,7 @@ class CaseMeasurer:
         metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=timed.e2e_call,
                                                                phases=timed.phase_calls)
         return measure_case_energy(self.meter, metered, self.device, timed.e2e.median_s or 0.0, timed.phases,
-                                   s.energy_phases, self.idle)
+                                   s.energy_phases, self.idle, timing_mismatch(timed.timing_mode, self.l2_flushed))
 
     def _measured_record(self, case: Case, seq: int, pipeline: Pipeline, timed: _Timed, num: Numerics,
                          output_check: OutputCheck, energy: EnergyReading | None, timing: dict[str, Any]) -> Record:
@@ -820,7 +823,8 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
         header["wall_budget"] = budget.header()
     run = StreamedRun(RecordStream(run_file, header, store), started)
     measurer = CaseMeasurer(settings, device, Peaks(device, header["device"]["name"], results_dir), timer=timer,
-                            profiler=case_profiler(settings, run_file, results_dir, run_id))
+                            profiler=case_profiler(settings, run_file, results_dir, run_id),
+                            locked_clock_mhz=lock.clock_mhz if lock is not None else None)
     stream_s = 0.0
     with run:
         ceilings_s = _cpu_ceilings(measurer, cases)

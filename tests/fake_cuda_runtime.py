@@ -72,11 +72,18 @@ cache when Python drops its last reference, as a tensor's storage does. The rule
 * PyTorch's caching allocator (docs/source/notes/cuda.rst, "Memory management"; c10/cuda/CUDACachingAllocator.cpp,
   ``DeviceCachingAllocator::malloc``: ``get_free_block`` first, ``alloc_block`` and so ``cudaMalloc`` only when no
   cached block fits): a freed block is kept and handed to the next request of its size without any CUDA call; a
-  request that finds none calls ``cudaMalloc`` (counted in :attr:`FakeCuda.mallocs`).
+  request that finds none calls ``cudaMalloc`` (counted in :attr:`FakeCuda.mallocs`). Simplified: blocks are keyed
+  by exact size and not by stream, where the real allocator rounds sizes, splits larger cached blocks and keys free
+  blocks by stream; so the fake may count a cudaMalloc the real one avoids (splitting), or miss one it makes (a
+  block freed on another stream).
 * CUDA C++ Programming Guide, "Implicit Synchronization" (Streams): two commands from different streams cannot run
   concurrently if a device memory allocation is issued by the host between them. A ``cudaMalloc`` while a spin
   kernel holds a stream therefore orders every later command, the release on the other stream included, after the
-  spin: the spin runs to its give-up (or forever, without one).
+  spin: the spin runs to its give-up (or forever, without one). The guide promises only the ordering, not that the
+  host waits; the fake also makes the host wait, which changes nothing the tests judge (the give-up happens either
+  way).
+* Hardware queues: only ``hardware_queues == 1`` serializes streams here. With CUDA's default of 8 queues two
+  streams may still share one (CUDA_DEVICE_MAX_CONNECTIONS, MPS), which the fake does not model.
 
 Held streams (the ``blocked_stream`` timing mode, fp8bench/measure/blocking.py)
 -----------------------------------------------------------------------

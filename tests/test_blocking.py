@@ -287,11 +287,13 @@ def test_the_kept_output_allocates_in_warm_up_not_inside_a_held_sample(fake_cuda
 
 
 # -- two streams that cannot run side by side ------------------------------------------------------------------------
-@pytest.mark.parametrize("variable", ["CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING"])
+@pytest.mark.parametrize("variable", ["CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING",
+                                      "PYTORCH_NO_CUDA_MEMORY_CACHING"])
 def test_an_environment_that_serializes_streams_is_refused_before_any_spin(fake_cuda, fake_holds, chain,
                                                                            monkeypatch, variable):
     """With one hardware queue (fake rule) the release queues behind the spin it should end; with blocking launches
-    the spin's own launch waits for it. Either way every hold would wait out the give-up: refused by name, at once."""
+    the spin's own launch waits for it; without the caching allocator every allocation in a held call is a cudaMalloc,
+    which waits for the held stream. Every hold would wait out the give-up: refused by name, at once."""
     fake_cuda.hardware_queues = 1
     monkeypatch.setenv(variable, "1")
     record = CaseMeasurer(settings(), GPU1).measure(chain())

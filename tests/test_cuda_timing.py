@@ -25,7 +25,7 @@ from fake_cuda_runtime import (
 
 from fp8bench.core.comparability import comparability_key
 from fp8bench.core.devices import Device
-from fp8bench.core.pipeline import Pipeline, TimedReturn
+from fp8bench.core.pipeline import Pipeline, TimedReturn, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, Backend, Workload, load_all
 from fp8bench.core.records import TIMING_MODES, Record, case_key
 from fp8bench.energy import meters as energy
@@ -279,6 +279,31 @@ def test_a_sticky_cuda_error_ends_the_device_for_the_rest_of_the_run(fake_cuda, 
         assert (later.status, later.reason.split(":")[0]) == ("skipped", "not run")
         assert later.reason.startswith("not run: CUDA context lost after case 0 (AcceleratorError: CUDA error: an "
                                        "illegal memory access was encountered)")
+
+
+@pytest.mark.parametrize("rewrap", [RuntimeError, Unsupported], ids=["library-error", "refusal"])
+def test_a_lost_context_is_found_whatever_error_a_library_raises_first(fake_cuda, chain, rewrap):
+    """A library (cuBLAS, TE, NCCL) may report the fault in words of its own, or a builder may turn it into a
+    refusal: the device itself, one synchronize later, says the context is lost."""
+    faulting = chain(name="test_fake_faulting_rewrapped")
+    backend = BACKENDS.get(faulting.backend)
+    build, supports = backend.builders[KernelChain.name]
+
+    def end_to_end():
+        try:
+            fake_cuda.fault(ILLEGAL_ADDRESS)
+        except RuntimeError as exc:
+            raise rewrap("CUBLAS_STATUS_EXECUTION_FAILED when calling cublasLtMatmul") from exc
+
+    def faulting_build(ctx):
+        pipeline = build(ctx)
+        return Pipeline(end_to_end=end_to_end, phases=pipeline.phases, output=pipeline.output)
+
+    backend.builders[KernelChain.name] = (faulting_build, supports)
+    measurer = CaseMeasurer(settings(), GPU1)
+    first, later = (measurer.measure(case, seq=i) for i, case in enumerate([faulting, chain()]))
+    assert first.status in ("failed", "skipped") and "CUBLAS_STATUS_EXECUTION_FAILED" in first.reason
+    assert later.status == "skipped" and later.reason.startswith("not run: CUDA context lost after case 0")
 
 
 def test_runner_times_graph_replays_and_releases_the_graphs(fake_cuda, chain):

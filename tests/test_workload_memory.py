@@ -72,3 +72,7 @@ def test_estimates_count_the_outputs_the_output_check_keeps():
     sources_and_scores = 4 * (2 * tokens * width + (3 * 4 * 32 + 4 * 32) * width) + 8 * tokens * width * 4 \
         + 4 * 2 * 4 * 64 * 64
     assert forward_only - sources_and_scores >= 3 * 4 * tokens * width
+    # With backward each checked output is y and dx in FP64 (16 bytes an element), and the last timed value is
+    # flattened into a new FP64 tensor before its copy is kept: four such copies.
+    with_backward = attention.memory_bytes({**a, "backward": 1})
+    assert with_backward - (sources_and_scores + 4 * 2 * 4 * 64 * 64) >= 4 * 16 * tokens * width

@@ -161,12 +161,15 @@ class AttentionBlock(Workload):
 
     def memory_bytes(self, shape: Shape) -> int:
         """Bytes one case holds at its peak: FP32 source tensors (x, dy, weights), activations kept for backward,
-        the outputs the output check keeps beside the call's own ([tokens, width] FP32 each), and one FP32 score
-        matrix, which PyTorch's math attention kernel materializes (the fused kernels do not; the worst case)."""
+        the outputs the output check keeps beside the call's own ([tokens, width] FP32 each; with backward, ``y``
+        and ``dx`` in FP64, plus the copy :func:`_flat` makes of the last timed value before it is kept), and one
+        FP32 score matrix, which PyTorch's math attention kernel materializes (the fused kernels do not; the worst
+        case)."""
         b, h, s, d, kv = (shape[k] for k in SHAPE_KEYS)
         tokens, width = b * s, h * d
+        checked = (CHECKED_OUTPUTS + 1) * 16 if shape["backward"] else CHECKED_OUTPUTS * 4
         return 4 * (2 * tokens * width + ((h + 2 * kv) * d + h * d) * width) + 8 * tokens * width * 4 \
-            + CHECKED_OUTPUTS * 4 * tokens * width + 4 * b * h * s * s * (2 if shape["backward"] else 1)
+            + checked * tokens * width + 4 * b * h * s * s * (2 if shape["backward"] else 1)
 
     def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
         return refusal(device, self.memory_bytes(shape), "this attention case", "FP32 inputs and weights, "

@@ -236,12 +236,17 @@ class BlockedStreamTimer(CudaTimer):
             return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
 
 
-# Environment variables under which two streams of a device never run side by side, so the release (on a second
-# stream) could only run after the spin it should end: CUDA C++ Programming Guide, "CUDA Environment Variables".
+# Environment variables under which the release (on a second stream) could only run after the spin it should end:
+# CUDA C++ Programming Guide, "CUDA Environment Variables". CUDA_DEVICE_MAX_CONNECTIONS of 2 to 7 (or MPS) may map
+# the two streams onto one queue too; that is found by overlap_reason's held empty call, not by name.
 SERIALIZING_ENVIRONMENT = {
     "CUDA_DEVICE_MAX_CONNECTIONS": "gives each device one hardware queue, which runs every stream's work in the "
                                    "order it was submitted",
     "CUDA_LAUNCH_BLOCKING": "makes every kernel launch wait until its kernel ends",
+    # Not a hardware queue, but the same outcome: without PyTorch's caching allocator every allocation of a held call
+    # is a cudaMalloc, which synchronizes implicitly (CUDA C++ Programming Guide, "Implicit Synchronization").
+    "PYTORCH_NO_CUDA_MEMORY_CACHING": "turns off PyTorch's caching allocator, so every allocation inside a held call "
+                                      "is a cudaMalloc, which waits for the held stream",
 }
 
 
@@ -249,8 +254,7 @@ def serializing_reason(environ: Mapping[str, str]) -> str | None:
     """Why ``environ`` keeps two streams from running side by side, or ``None``."""
     for name, effect in SERIALIZING_ENVIRONMENT.items():
         if environ.get(name, "").strip() == "1":
-            return (f"{name}=1 {effect}, so the release on a second stream would wait for the spin kernel it "
-                    "should end")
+            return f"{name}=1 {effect}: a held stream could not be released before the spin gives up"
     return None
 
 
@@ -305,18 +309,26 @@ def gave_up_note(exc: HoldTimedOut) -> str:
 
 def count_launches(call: Callable[[], Any], device: Device) -> int | None:
     """GPU operations (kernels, copies, sets) one unheld call of ``call`` submits to ``device``, counted by the
-    PyTorch profiler's CUDA activity (CUPTI); ``None`` where the profiler cannot count them here. The one place a
-    test puts the fake CUDA runtime's count in its stead."""
+    PyTorch profiler's CUDA activity (CUPTI); ``None`` where the profiler cannot count them here, or counted none
+    (a session can lose the kernel records at its start: pytorch/pytorch#192021; tritonbench saw CUDA-only sessions
+    with no kernel events), so an unknown count never passes for a small one. The one place a test puts the fake
+    CUDA runtime's count in its stead.
+
+    Kineto keeps CUPTI attached after a session unless ``TEARDOWN_CUPTI=1`` (its default only from CUDA 12.6 on:
+    kineto #1264), and an attached CUPTI slows every later launch (pytorch/pytorch#144455): so the variable is set
+    before the first session, unless the user set it."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
     try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             call()
             device.synchronize()
     except (RuntimeError, AssertionError):  # a CPU build of torch (it asserts), no CUPTI, a profiler already running
         return None
-    return sum(1 for event in prof.events() if event.device_type == DeviceType.CUDA)
+    counted = sum(1 for event in prof.events() if event.device_type == DeviceType.CUDA)
+    return counted or None
 
 
 def too_many_launches(launches: int | None) -> str | None:

@@ -372,7 +372,8 @@ class CaseMeasurer:
             return self._measure(case, seq, started)
         except KeyboardInterrupt:
             raise
-        except Unsupported as exc:
+        except Unsupported as exc:  # a refusal may wrap a kernel fault (the context is then checked too)
+            self.context_lost = lost_context(self.device, seq, exc)
             return self._base(case, seq, "skipped", str(exc))
         except Exception as exc:  # a crashing kernel fails its case, never the run
             if is_out_of_memory(exc):  # free what the failed case cached, so the next case has the memory
@@ -694,10 +695,12 @@ def lost_context(device: Device, seq: int, exc: BaseException) -> str | None:
 
     A kernel fault (an illegal address, a launch failure) is sticky: the CUDA Runtime API documents that the
     process is left in an inconsistent state, every later CUDA call returns the same error, and only a new process
-    can use the device. Which errors are sticky is read from the device itself: after a CUDA error, one synchronize
-    either succeeds (the error was the failed call's alone) or fails again (the context is lost).
+    can use the device. Which errors are sticky is read from the device itself: after any error of a case on a CUDA
+    device (a library may word the fault its own way, cuBLAS's ``CUBLAS_STATUS_EXECUTION_FAILED``, or a builder may
+    turn it into a refusal), one synchronize either succeeds (the error was the failed call's alone) or fails with
+    a CUDA error (the context is lost).
     """
-    if not device.is_cuda or not is_cuda_runtime_error(exc):
+    if not device.is_cuda:
         return None
     try:
         device.synchronize()

@@ -367,6 +367,74 @@ def loaded_clocks(ctx: ProbeContext) -> ProbeResult:
     return ProbeResult(outcome, f"loaded SM clock {min(clocks)}..{top} MHz, reference {reference} MHz ({source})")
 
 
+def instant_power(ctx: ProbeContext) -> ProbeResult:
+    """NVML answers the instantaneous power field (NVML_FI_DEV_POWER_INSTANT) under load, so samples hold it, not the
+    one-second average"""
+    from fp8bench.energy.telemetry import PowerSource
+
+    with ctx.nvml() as dev:
+        wait = _busy(ctx, 1.0)
+        watts, source = dev.instant_power()
+        average = dev.power_w()
+        wait()
+    if source is not PowerSource.INSTANT:
+        return ProbeResult(Outcome.FAILED, f"the driver has no instant power field: samples hold the 1 s average "
+                           f"({average:.0f} W)")
+    outcome = Outcome.HELD if 0 < watts < 5 * max(average, 1.0) else Outcome.FAILED
+    return ProbeResult(outcome, f"instant {watts:.0f} W beside the 1 s average {average:.0f} W under load")
+
+
+def clock_lock_readback(ctx: ProbeContext) -> ProbeResult:
+    """a base-clock lock reads back a clock that the GPU then holds under load (within 5%), and resets"""
+    from fp8bench.hardware.clocks import ClockLockRefused, lock_clocks
+
+    try:
+        lock = lock_clocks(ctx.device, "base")
+    except ClockLockRefused as exc:
+        return ProbeResult(Outcome.NOT_APPLICABLE, str(exc))
+    assert lock is not None
+    try:
+        with ctx.nvml() as dev:
+            wait = _busy(ctx, 1.0)
+            loaded = [s.sm_clock_mhz for s in (dev.sample() for _ in range(5)) if s.sm_clock_mhz]
+            wait()
+    finally:
+        lock.reset()
+    read_back = lock.clock_mhz
+    if not read_back or not loaded:
+        return ProbeResult(Outcome.FAILED, f"read back {read_back} MHz, loaded clocks {loaded}")
+    worst = max(abs(c - read_back) / read_back for c in loaded)
+    return ProbeResult(Outcome.HELD if worst <= 0.05 else Outcome.FAILED,
+                       f"read back {read_back} MHz after the lock; {min(loaded)}..{max(loaded)} MHz under load "
+                       f"({worst:.1%} apart at most; limit 5%)")
+
+
+_NVML_REFCOUNT = """
+import pynvml as nv
+nv.nvmlInit(); nv.nvmlInit(); nv.nvmlShutdown()
+nv.nvmlDeviceGetCount()  # one session still open
+nv.nvmlShutdown()
+try:
+    nv.nvmlDeviceGetCount()
+    print("answered")
+except nv.NVMLError_Uninitialized:
+    print("uninitialized")
+"""
+
+
+def nvml_refcount(ctx: ProbeContext) -> ProbeResult:
+    """NVML counts its sessions: a query after the last nvmlShutdown raises Uninitialized, one before it answers"""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _NVML_REFCOUNT], capture_output=True, text=True, timeout=60)
+    said = done.stdout.strip()
+    if done.returncode != 0:
+        return ProbeResult(Outcome.FAILED, f"a query inside the open session failed: {done.stderr.strip()[-200:]}")
+    return ProbeResult(Outcome.HELD if said == "uninitialized" else Outcome.FAILED,
+                       f"after two inits and two shutdowns a query {'raised Uninitialized' if said == 'uninitialized' else 'still answered'}")
+
+
 # At large K the FP32 accumulator decides the error: Triton's full accumulation must read as torch's does.
 ACCUMULATION_SHAPE = (256, 256, 16384)
 ACCUMULATION_TOLERANCE_DB = 1.0
@@ -545,6 +613,12 @@ CLAIMS: tuple[Claim, ...] = (
           "energy window lengths and their error bound", "fp8bench/energy/windows.py", probe=counter_period),
     Claim("loaded_clocks", "NVML's SM clock under load is readable and judged against a reference it can reach",
           "valid/invalid verdicts from clocks", "fp8bench/energy/nvml.py", probe=loaded_clocks),
+    Claim("instant_power", "the driver answers NVML_FI_DEV_POWER_INSTANT, so per-sample power is instantaneous",
+          "per-sample power (sample_power_w) and its source", "fp8bench/energy/nvml.py", probe=instant_power),
+    Claim("clock_lock_readback", "a locked GPU reports its locked SM clock, which becomes the throttle reference",
+          "--lock-clocks records' valid/invalid verdicts", "fp8bench/hardware/clocks.py", probe=clock_lock_readback),
+    Claim("nvml_refcount", "NVML reference-counts nvmlInit/nvmlShutdown (the clock lock keeps its own session)",
+          "the reset of --lock-clocks", "fp8bench/hardware/clocks.py", probe=nvml_refcount),
     Claim("triton_full_accumulation", "Triton's FP8 GEMM with --fast-accum off accumulates as precisely as torch's",
           "triton FP8 numerics and speed with full accumulation", "kernels/triton_kernels.py",
           probe=triton_full_accumulation),

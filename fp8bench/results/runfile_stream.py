@@ -18,7 +18,7 @@ too deep for the parser) is exactly what reading the whole file would accept and
 fit the window yet makes it grow, up to :data:`MAX_RECORD_BYTES`: a longer one is refused, which bounds memory
 whatever the file holds. The incremental layout needs the keys in the order fp8bench writes them
 (``schema_version``, ``run``, then ``records``); a file in another order, or one that is not a run file at all
-(pytest-benchmark JSON), is read whole by :func:`fp8bench.results.runfile.load_json` instead.
+(pytest-benchmark JSON), is read whole by :func:`fp8bench.results.runfile_check.load_json` instead.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from fp8bench.results.record_check import MAX_DEPTH
-from fp8bench.results.runfile import (
+from fp8bench.results.runfile_check import (
     RunFileError,
     check_header,
     check_record,
@@ -131,7 +131,7 @@ class StreamedRun:
     _fh: BinaryIO
 
     def records(self, on_bad_record: Callable[[RunFileError], None] | None = None) -> Iterator[dict[str, Any]]:
-        """Each record, in file order, checked (:func:`fp8bench.results.runfile.check_record`); closes the file at the end.
+        """Each record, in file order, checked (:func:`fp8bench.results.runfile_check.check_record`); closes the file at the end.
         :class:`RunFileError` at the first bad byte, naming the file and where. A well-formed record with a bad
         field raises too, unless ``on_bad_record`` is given: then it receives the error (naming the file and the
         record's index) and the record is left out."""

@@ -166,3 +166,12 @@ def test_a_failed_append_leaves_whole_records_and_the_next_write_adds_the_held_o
     writer.finish(status="failed: disk full")
     data = read_run_file(path)
     assert [r["seq"] for r in data["records"]] == [0, 1] and data["run"]["status"] == "failed: disk full"
+
+
+def test_a_line_of_another_kind_is_refused_by_name(tmp_path):
+    path = tmp_path / "run.json"
+    RunFileWriter(path, {"run_id": "odd"}).append(_case(0, samples=2))
+    with path.open("a") as fh:
+        fh.write('{"notes": ["a line no fp8bench writes"]}\n')
+    with pytest.raises(RunFileError, match=r"line 3 is neither a record line .* it holds 'notes'"):
+        read_run_file(path)

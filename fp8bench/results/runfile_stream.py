@@ -288,7 +288,9 @@ def _open_either(path: Path, fh: BinaryIO) -> StreamedRun | None:
 def _open_lines(path: Path, fh: BinaryIO, header: dict[str, Any]) -> StreamedRun:
     """A schema 2 file whose first line is ``header``: its header is the last run line's, checked."""
     fh.seek(0)
-    fh.readline()  # the first line, decoded already
+    first = fh.readline(MAX_RECORD_BYTES + 1)  # decoded already; read again only to find where it ends
+    if not first.endswith(b"\n") and len(first) > MAX_RECORD_BYTES:
+        raise RunFileError(f"run file {path}: line 1 is longer than {MAX_RECORD_BYTES >> 20} MiB")
     body = _LinesBody(fh, str(path), fh.tell())
     final = body.last_header()
     if final is not None:

@@ -50,6 +50,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from fp8bench.results.runfile import read_run_file
+
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "PASSWORD-probe-1234"
 QUICK = ["--shape", "64x64x64", "--backend", "torch", "--budget", "0.5", "--max-time", "0.02", "--no-energy"]
@@ -250,9 +252,9 @@ def item2(tmp: Path) -> None:
     def existing() -> tuple[bool, str]:
         out_file = tmp / "run.json"
         first = fp8bench("run", *QUICK, "--precision", "bf16", "--out", out_file, "--no-store")
-        first_id = json.loads(out_file.read_text())["run"]["run_id"]
+        first_id = read_run_file(out_file)["run"]["run_id"]
         again = fp8bench("run", *QUICK, "--precision", "bf16", "--out", out_file, "--no-store")
-        kept = json.loads(out_file.read_text())["run"]["run_id"] == first_id
+        kept = read_run_file(out_file)["run"]["run_id"] == first_id
         forced = fp8bench("run", *QUICK, "--precision", "bf16", "--out", out_file, "--no-store", "--force")
         mode = stat.S_IMODE(out_file.stat().st_mode)
         umask = os.umask(0)
@@ -373,7 +375,7 @@ def item5(tmp: Path) -> None:
             out = fp8bench("run", *QUICK, "--precision", "all", "--backend", "torch", "emulated", "--out",
                            mount / "run.json", "--store", tmp / "store5", "--json")
             summary = last_json(out.stdout)
-            kept = json.loads((mount / "run.json").read_text())
+            kept = read_run_file(mount / "run.json")
         finally:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True)
         ok = out.returncode == 74 and 1 <= len(kept["records"]) <= len(summary["records"])
@@ -391,12 +393,12 @@ def item5(tmp: Path) -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
             with contextlib.suppress(OSError, ValueError, KeyError):
-                if json.loads(out_file.read_text())["records"]:
+                if read_run_file(out_file)["records"]:
                     break
             time.sleep(0.2)
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=120)
-        kept = json.loads(out_file.read_text())
+        kept = read_run_file(out_file)
         ok = proc.returncode == 130 and kept["run"]["status"] == "interrupted" and bool(kept["records"])
         return ok, f"exit {proc.returncode}, status {kept['run']['status']!r}, {len(kept['records'])} record(s) " \
                    f"kept; {stderr.strip().splitlines()[-1] if stderr.strip() else ''}"

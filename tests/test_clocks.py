@@ -8,7 +8,6 @@ root were involved: the lock has never been set on hardware here.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -32,6 +31,7 @@ from fp8bench.hardware.clocks import (
     lock_clocks,
 )
 from fp8bench.measure.runner import CaseMeasurer, RunSettings, run_cases
+from fp8bench.results.runfile import read_run_file
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 FLOOR_RELEASE = "12.535.77"  # the oldest nvidia-ml-py pyproject.toml allows (tests/data/pynvml)
@@ -120,7 +120,7 @@ def test_run_records_the_lock_and_resets_it_after_a_ctrl_c(fake_cuda, chain, mon
 
     outcome = run_cases([case, case], s, GPU1, run_file=tmp_path / "run.json", on_start=interrupt)
     assert outcome.interrupted and len(outcome.records) == 1
-    header = json.loads((tmp_path / "run.json").read_text())["run"]
+    header = read_run_file(tmp_path / "run.json")["run"]
     assert header["clock_lock"] == {"policy": "max", "min_mhz": 1980, "max_mhz": 1980, "locked": True,
                                     "via": "nvmlDeviceSetGpuLockedClocks", "read_back_mhz": 1980}
     assert header["gpu"]["clock_policy"] == "locked:1980"

@@ -22,6 +22,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 import fp8bench.dashboard  # noqa: E402
 from fp8bench.analysis.stats import compare_samples  # noqa: E402
 from fp8bench.dashboard.data import FILL_COMMAND, STORE_ENV, loss_curve, shape_label  # noqa: E402
+from fp8bench.results.runfile import read_run_file  # noqa: E402
 from fp8bench.results.store import open_store  # noqa: E402
 
 APP = Path(fp8bench.dashboard.__file__).parent / "app.py"
@@ -98,7 +99,7 @@ def test_overview_table_shows_the_stored_times_and_speedups(monkeypatch, cpu_run
 
 @pytest.mark.slow
 def test_phases_and_roofline_show_the_stored_phase_times_and_ceilings(monkeypatch, cpu_run_store):
-    records = json.loads(Path(cpu_run_store["run_files"][-1]).read_text())["records"]
+    records = read_run_file(cpu_run_store["run_files"][-1])["records"]
     by_case = {(r["precision"], r["backend"]): r for r in records if r["status"] == "ok"}
     at = open_app(monkeypatch, cpu_run_store["dir"], "phases")
     no_failures(at)
@@ -179,7 +180,7 @@ def test_numerics_table_shows_the_stored_errors(monkeypatch, cpu_run_store):
 def test_energy_page_plots_metered_records_and_excludes_throttled_ones(monkeypatch, tmp_path, cpu_run_store):
     """No meter exists on this machine, so the CPU run's records get the energy fields an NVML window would
     write (the vendor boundary); one window is marked throttled, as the runner marks it."""
-    payload = json.loads(Path(cpu_run_store["run_files"][0]).read_text())
+    payload = read_run_file(cpu_run_store["run_files"][0])
     metered = [r for r in payload["records"] if r["status"] == "ok"]
     for i, r in enumerate(metered):
         r.update(energy_j=0.5 + i, avg_power_w=300.0, tflops_per_w=r["flops"] / (0.5 + i) / 1e12,
@@ -224,7 +225,7 @@ def test_compare_ratio_and_interval_are_the_stats_module_on_stored_samples(monke
     at = open_app(monkeypatch, cpu_run_store["dir"], "compare")
     no_failures(at)
     shown = at.dataframe[0].value.set_index("case_key")
-    base, cand = (json.loads(Path(f).read_text())["records"] for f in cpu_run_store["run_files"])
+    base, cand = (read_run_file(f)["records"] for f in cpu_run_store["run_files"])
     pairs = {(b["precision"], b["backend"]): (b, c) for b, c in zip(base, cand, strict=True) if b["status"] == "ok"}
     assert len(shown) == len(pairs)
     b, c = pairs[("fp8_rowwise", "torch")]

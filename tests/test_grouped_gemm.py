@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from fp8bench.hardware.conformance import TARGETS, CudaRefusal, emulating, repla
 from fp8bench.hardware.grouped_rules import GROUPED_RULES
 from fp8bench.numerics.accuracy import compare
 from fp8bench.numerics.recipes import PRECISIONS, resolve_precision
+from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.grouped_gemm import routing, zipf_probabilities
 from fp8bench.workloads.shape_sets import SHAPE_SETS
 
@@ -183,7 +183,7 @@ def test_run_records_routing_and_phases(capsys, results_dir):
                  "--results-dir", str(results_dir)])
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    records = json.loads(Path(summary["run_file"]).read_text())["records"]
+    records = read_run_file(summary["run_file"])["records"]
     assert {(r["precision"], r["backend"]) for r in records if r["status"] == "ok"} == {
         ("bf16", "torch"), ("bf16", "emulated"), ("fp8_rowwise", "torch"), ("fp8_rowwise", "emulated")}
     r = routing(WL.parse_shape(SKEWED))

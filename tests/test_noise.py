@@ -24,6 +24,7 @@ from fp8bench.core.noise import (
     relative_spread,
     run_load,
 )
+from fp8bench.results.runfile import read_run_file
 from tests.gate_fixtures import record
 
 
@@ -81,7 +82,7 @@ def test_a_loaded_run_warns_records_its_load_and_flags_every_case(tmp_path, monk
     assert "warning: load average 6.00 on 2 CPU(s): other processes compete for the cores" in captured.err
     summary = json.loads(captured.out.strip().splitlines()[-1])
     assert summary["load"] == {"load_avg_1m": 6.0, "logical_cpus": 2, "overloaded": True}
-    header = json.loads(out.read_text())["run"]
+    header = read_run_file(out)["run"]
     assert header["host"]["load"] == summary["load"]
     # Every measured case is flagged, and the note under the table says why.
     table = captured.out

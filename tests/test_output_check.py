@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from fp8bench.measure.output_check import (
 from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.numerics.recipes import resolve_precision
+from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.attention import timed_return
 from fp8bench.workloads.transformer_step import STEP_RETURNS
 
@@ -157,7 +157,7 @@ def test_a_kernel_that_skips_work_after_its_first_call_ends_invalid(tmp_path):
                            "--json", "--min-samples", "3", "--max-time", "0.05", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    records = {r["precision"]: r for r in json.loads(out.read_text())["records"]}
+    records = {r["precision"]: r for r in read_run_file(out)["records"]}
     skipping, honest = records["bf16"], records["fp32"]
     assert skipping["status"] == "invalid" and skipping["valid"] is False
     assert skipping["reason"].startswith("timed output differs from a fresh call's: ")

@@ -26,6 +26,7 @@ from fp8bench.measure.profiling import (
 )
 from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
 from fp8bench.measure.timing import CpuTimer
+from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
 from tests.settings_support import with_policy
 
@@ -179,7 +180,7 @@ def test_run_with_profile_nsys_prints_and_records_the_command(capsys, results_di
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     (row,) = summary["profiles"]
-    (record,) = json.loads(Path(summary["run_file"]).read_text())["records"]
+    (record,) = read_run_file(summary["run_file"])["records"]
     command = record["extra"]["profile"]["command"]
     assert row["command"] == command and f"profile {row['case']}: {command}" in out
     folder = Path(summary["run_file"]).parent / f"{summary['run_id']}.profile"

@@ -3,7 +3,6 @@ case with the same settings."""
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from fp8bench.analysis.gate.verdicts import GateConfig, gate, render_markdown
 from fp8bench.cli import main
 from fp8bench.core.repro import frame_commands, repro_command, repro_of
+from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record
 
@@ -36,7 +36,7 @@ def test_the_stored_command_reproduces_the_stored_case(tmp_path, capsys):
     out = tmp_path / "again.json"
     assert main([*argv[1:], "--out", str(out), "--no-store", "--json"]) == 0
     capsys.readouterr()
-    again = json.loads(out.read_text())
+    again = read_run_file(out)
     [rec2] = again["records"]
     from fp8bench.core.records import case_key
 

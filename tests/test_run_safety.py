@@ -92,14 +92,13 @@ def test_no_store_with_out_leaves_the_results_folder_alone(tmp_path, capsys, mon
 # -- a full disk ---------------------------------------------------------------------------------------------------
 @pytest.fixture
 def tiny_filesystem(tmp_path):
-    """A 32 KiB tmpfs (eight pages). Each atomic rewrite of the run file needs pages for the old file and the new
-    one at once, so the file can grow to about 16 KiB. A record holds its raw samples: about 1 KiB when the case is
-    skipped (over budget on a loaded machine) and up to about 20 KiB when it ran, so the first record always fits
-    and the whole run of 18 cases (at least 20 KiB even when every case is skipped) never does. Needs root and
-    permission to mount."""
+    """A 24 KiB tmpfs (six pages). The run file's first line takes about 2 KiB and each record one line: about
+    1.4 KiB when the case is skipped (over budget on a loaded machine) and up to about 20 KiB when it ran, so the
+    first record always fits and the whole run of 22 cases (at least 30 KiB even when every case is skipped) never
+    does. Needs root and permission to mount."""
     mount = tmp_path / "tiny"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(mount)], capture_output=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(mount)], capture_output=True)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
     try:
@@ -166,8 +165,8 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 def _records_in(path: Path) -> int:
     try:
-        return len(json.loads(path.read_text())["records"])
-    except (OSError, ValueError):
+        return len(read_run_file(path)["records"])
+    except ValueError:  # RunFileError: not written yet
         return 0
 
 

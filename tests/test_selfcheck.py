@@ -346,9 +346,11 @@ def test_a_full_disk_stops_the_selfcheck_and_keeps_its_records(tmp_path, capsys,
     out_file = tmp_path / "sc.json"
 
     def fsync(fd: int) -> None:
-        # Only the run file's writes count (each goes through a temporary ".sc.json.*.tmp" beside it): other files
-        # written on the way, such as the CPU ceilings cached on a quiet machine, must not move the failure.
-        if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(f".{out_file.name}."):
+        # Only the run file's writes count (its first line goes through a temporary ".sc.json.*.tmp" beside it,
+        # its records are appended to sc.json): other files written on the way, such as the CPU ceilings cached on
+        # a quiet machine, must not move the failure.
+        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        if name == out_file.name or name.startswith(f".{out_file.name}."):
             calls.append(fd)
             if len(calls) == 3:  # header, record 0, then record 1 fails
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -3,8 +3,6 @@ real runner (phases, extras, numerics against the FP64 model), and a run that ke
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -15,6 +13,7 @@ from fp8bench.core.shapes import ShapeError
 from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, run_cases
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.numerics.recipes import resolve_precision
+from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.model import PRESETS, model_flops
 from fp8bench.workloads.transformer_step import config_of
 
@@ -112,7 +111,7 @@ def test_run_continues_past_out_of_memory_and_keeps_everything(tmp_path):
     assert statuses == ["ok", "failed", "ok"], [r.reason for r in outcome.records]
     reason = outcome.records[1].reason
     assert reason.startswith("out of memory on cpu: a training step needs at least") and "GiB available" in reason
-    assert len(json.loads(run_file.read_text())["records"]) == 3
+    assert len(read_run_file(run_file)["records"]) == 3
 
 
 def test_probe_shape_shrinks_big_steps_for_cost_estimates():

@@ -12,7 +12,9 @@ from typing import Any
 
 from fp8bench.core.shapes import label
 
-SCHEMA_VERSION = 1
+# The run file's schema: 1, one JSON document rewritten after each record; 2, JSON Lines appended to
+# (fp8bench/results/runfile.py). Records and run headers are the same in both; readers take either.
+SCHEMA_VERSION = 2
 
 STATUSES = ("ok", "failed", "skipped", "invalid")
 # How an FP8 recipe's FP32 scale factors are formed (``Record.scale_format``): ``fp32``, any FP32 value (amax / the

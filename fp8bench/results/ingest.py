@@ -43,8 +43,14 @@ def is_pytest_benchmark(data: Any) -> bool:
 
 
 def read_results_file(path: str | Path) -> tuple[dict[str, Any], str]:
-    """A run payload and its source (``fp8bench`` or ``pytest-benchmark``) from either kind of file."""
+    """A run payload and its source (``fp8bench`` or ``pytest-benchmark``) from either kind of file (a run file of
+    either schema, :mod:`fp8bench.results.runfile`)."""
+    from fp8bench.results.runfile_stream import stream_run_file
+
     path = Path(path)
+    streamed = stream_run_file(path, "results file")
+    if streamed is not None:
+        return {**streamed.header, "records": list(streamed.records())}, SOURCE_FP8BENCH
     data = load_json(path, "results file")
     if is_pytest_benchmark(data):
         payload = from_pytest_benchmark(data, str(path))
@@ -166,7 +172,7 @@ def _read_for_ingest(path: Path, on_bad_record: Callable[[RunFileError], None]) 
 
     streamed = stream_run_file(path)
     if streamed is None:
-        return read_results_file(path)
+        return read_results_file(path)  # pytest-benchmark JSON, or a run file in another key order
     return {**streamed.header, "records": streamed.records(on_bad_record)}, SOURCE_FP8BENCH
 
 

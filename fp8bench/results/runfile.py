@@ -1,19 +1,35 @@
-"""Run files: the JSON interchange format of a run, written incrementally and atomically.
+"""Run files: the interchange format of a run, appended to as each case finishes.
 
-Layout: ``{"schema_version", "run": {run_id, started_at, finished_at, status, git, host, device, software,
-settings, ...}, "records": [...]}``. After every finished case the whole file is rewritten to a temporary file in
-the same folder and renamed over the old one (``os.replace`` is atomic on POSIX), so a run killed at any moment
-leaves either the previous complete file or the new one, never half a file, and keeps every finished record. The
-file gets the permissions of any new file (``0666`` less the umask), not the ``0600`` of a temporary file.
+Layout since schema 2: JSON Lines (one JSON object per line, UTF-8, ``\n`` after each), in a file that keeps the
+``.json`` name users and scripts give it::
+
+    {"schema_version": 2, "run": {run_id, started_at, status: "running", git, host, device, settings, ...}}
+    {"record": {workload, shape, precision, backend, device, status, samples_s, ...}}
+    {"record": {...}}                                   one line per finished case, in the order they finished
+    {"run": {... the whole header again, status "complete", finished_at ...}}    the closing line
+
+Appending a record writes that record's line and nothing else, then ``fsync``: a run's writes grow with its
+records, not with their square (rewriting the whole file after each record took 430 s for 1,000 records of 12 KB).
+The first line is written to a temporary file in the same folder and renamed into place (``os.replace`` is atomic
+on POSIX), so the file exists whole or not at all; it gets the permissions of any new file (``0666`` less the
+umask), not the ``0600`` of a temporary file. A ``{"run": ...}`` line replaces the header: the last one is the run's
+header (the closing line; a run killed before it keeps the first, status ``running``).
+
+A run killed at any moment keeps every record whose append returned: a crash inside a write leaves part of one
+line at the end of the file, which readers drop (that record never finished). A write that fails (a full disk) is
+cut back to the last whole line, and the record it held is written by the next write, so the file never holds a
+damaged line before whole ones. Schema 1 files (one JSON document ``{"schema_version", "run", "records": [...]}``,
+rewritten after every record by fp8bench before schema 2) are read as before: readers tell the two apart by the
+first object, which is closed after ``run`` only in schema 2 (:mod:`fp8bench.results.runfile_stream`).
 
 A rename replaces whatever has the name, so :func:`check_writable` refuses, before anything runs, a path that
 exists and is not a regular file (a device node such as ``/dev/full``, a FIFO, a symbolic link, a folder), and
 an existing run file unless overwriting was asked for.
 
-Reading checks what the store and the gate rely on: only a regular file is opened (never a FIFO or a device), every
-record is an object with its identifying fields and every field of the type its readers expect
-(:mod:`fp8bench.results.record_check`), and every timing sample a finite positive number of seconds; the error names the
-file and the first bad record.
+Reading checks what the store and the gate rely on (:mod:`fp8bench.results.runfile_check`): only a regular file is
+opened (never a FIFO or a device), every record is an object with its identifying fields and every field of the
+type its readers expect (:mod:`fp8bench.results.record_check`), and every timing sample a finite positive number of
+seconds; the error names the file and the first bad record. :func:`read_run_file` reads either schema.
 """
 
 from __future__ import annotations
@@ -25,14 +41,28 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from fp8bench.core.records import SCHEMA_VERSION, STATUSES, case_key
-from fp8bench.results.record_check import MAX_DEPTH, describe, record_problems, run_problems
+from fp8bench.core.records import SCHEMA_VERSION
+from fp8bench.results.runfile_check import (
+    REQUIRED_FIELDS,
+    RunFileError,
+    check_header,
+    check_record,
+    check_seconds,
+    file_kind,
+    load_json,
+    open_regular,
+    validate_records,
+    validate_run,
+)
+from fp8bench.results.runfile_stream import read_run
 
-
-class RunFileError(ValueError):
-    """A run file that cannot be read: missing, corrupt, not a run, or from a newer schema."""
+# The checks and the reader live below this module (runfile_check, runfile_stream); their names are kept here,
+# where readers have always imported them from.
+__all__ = ["REQUIRED_FIELDS", "RunFileError", "RunFileWriter", "atomic_write_bytes", "atomic_write_json",
+           "check_header", "check_record", "check_seconds", "check_writable", "json_safe", "load_json",
+           "open_regular", "read_run_file", "validate_records", "validate_run", "write_user_file"]
 
 
 def json_safe(value: Any) -> Any:
@@ -62,55 +92,91 @@ def atomic_write_bytes(path: Path, data: bytes, replace: bool = True) -> None:
     or the new one, never half of one. With ``replace=False`` the file is linked into place instead, which raises
     :class:`FileExistsError` if anything is at ``path``; with ``replace=True`` only a regular file (or nothing) is
     replaced (:class:`RunFileError` otherwise: a rename over a device node would remove the device)."""
+    os.close(_place_new_file(path, data, replace))
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    """``pwrite`` until all of ``data`` is at ``offset`` (a write may take fewer bytes than it was given)."""
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
+
+
+def _place_new_file(path: Path, data: bytes, replace: bool) -> int:
+    """:func:`atomic_write_bytes`, returning the new file's descriptor, open for writing (the caller closes it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, _new_file_mode())
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_all(fd, data, 0)
+        os.fsync(fd)
         if not replace:
             os.link(tmp, path)
             os.unlink(tmp)
-            return
+            return fd
         with contextlib.suppress(FileNotFoundError):
             mode = os.lstat(path).st_mode
             if not stat.S_ISREG(mode):
-                kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+                kind = file_kind(mode) or "not a regular file"
                 raise RunFileError(f"refusing to replace {path}: it is {kind}, not a regular file")
         os.replace(tmp, path)
+        return fd
     except BaseException:
+        os.close(fd)
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _line(value: dict[str, Any]) -> bytes:
+    """One JSON Lines line: compact, ASCII (so no byte of it is a newline but the last), NaN and infinity as null."""
+    return json.dumps(json_safe(value), allow_nan=False, separators=(",", ":")).encode() + b"\n"
+
+
 class RunFileWriter:
-    """Holds a run's header and records and rewrites the file after each change."""
+    """Writes a run file (schema 2, the module docstring's layout): the header at once, each record as it comes,
+    the final header at :meth:`finish`. Every write ends in ``fsync``, so a record is on disk when :meth:`append`
+    returns; one that raises (``ENOSPC``) is held and written first by the next call."""
 
     def __init__(self, path: Path, run: dict[str, Any]) -> None:
         self.path = path
         self.run = dict(run)
-        self.records: list[dict[str, Any]] = []
-        self.flush()
+        self._held: list[bytes] = []  # lines not on disk yet: a write of them failed
+        first = _line({"schema_version": SCHEMA_VERSION, "run": self.run})
+        self._fd: int | None = _place_new_file(path, first, replace=True)
+        self._size = len(first)  # bytes of whole lines on disk; a failed write is cut back to it
 
     def append(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
-        self.flush()
+        """Add one record's line, written and synced before this returns (O(record), whatever the run's size)."""
+        self._held.append(_line({"record": record}))
+        self._write_held()
 
     def finish(self, **fields: Any) -> None:
+        """Close the run: update the header with ``fields`` and write it whole as the last line (after any record
+        held by a failed write), then close the file. Raises as :meth:`append` does; calling it again retries."""
         self.run.update(fields)
-        self.flush()
+        self._held.append(_line({"run": self.run}))
+        self._write_held()
+        self.close()
 
-    def payload(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "run": self.run, "records": self.records}
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
-    def flush(self) -> None:
-        atomic_write_json(self.path, self.payload())
-
-
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    def _write_held(self) -> None:
+        if self._fd is None:
+            raise RunFileError(f"run file {self.path} was finished; nothing more can be written to it")
+        data = b"".join(self._held)
+        try:
+            _write_all(self._fd, data, self._size)
+            os.fsync(self._fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)  # no half line before what a later write adds
+            raise
+        self._size += len(data)
+        self._held.clear()
 
 
 def check_writable(path: Path, overwrite: bool = False, what: str = "the run file", flag: str = "--out") -> None:
@@ -127,7 +193,7 @@ def check_writable(path: Path, overwrite: bool = False, what: str = "the run fil
     except OSError as exc:
         raise RunFileError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
     if mode is not None:
-        kind = next((name for test, name in _KINDS if test(mode)), None)
+        kind = file_kind(mode)
         if kind is not None or not stat.S_ISREG(mode):
             raise RunFileError(f"refusing to write {what} over {path}: it is {kind or 'not a regular file'}; "
                                f"give {flag} a path to a new file")
@@ -158,113 +224,7 @@ def write_user_file(path: Path, data: bytes, overwrite: bool, what: str, flag: s
         raise RunFileError(f"cannot write {what} {path}: {exc.strerror or exc}") from exc
 
 
-def open_regular(path: Path | str, what: str) -> BinaryIO:
-    """Open ``path`` for reading only if it is a regular file; :class:`RunFileError` naming it otherwise.
-
-    A glob such as ``results/*.json`` can match a FIFO (opening it would wait for a writer forever) or a link to
-    ``/dev/zero`` (reading it never ends), so the file is opened without blocking and its type checked on the open
-    descriptor, before a byte is read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise RunFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-        raise RunFileError(f"cannot read {what} {path}: it is {kind}, not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
-
-
-def load_json(path: Path | str, what: str) -> Any:
-    """Parse a JSON file; raises :class:`RunFileError` naming the file (``what``: "run file", ...) and the fault."""
-    try:
-        with open_regular(path, what) as fh:
-            text = fh.read().decode("utf-8")
-    except OSError as exc:
-        raise RunFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise RunFileError(f"{what} {path} is not a JSON text file (byte {exc.start} is not UTF-8 text); is it "
-                           "a binary or compressed file?") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunFileError(f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                           f"{exc.msg}); it may be truncated or corrupted") from exc
-    except RecursionError as exc:
-        raise RunFileError(f"{what} {path} nests objects or lists deeper than a results file can (at most "
-                           f"{MAX_DEPTH} levels in a record)") from exc
-
-
-def read_run_file(path: Path) -> dict[str, Any]:
-    """Load and check a run file; raises :class:`RunFileError` naming the file and what is wrong."""
-    return validate_run(load_json(path, "run file"), str(path))
-
-
-def validate_run(data: Any, origin: str) -> dict[str, Any]:
-    check_header(data, origin)
-    validate_records(data["records"], origin)
-    return data
-
-
-def check_header(data: Any, origin: str) -> None:
-    """Everything of a run file but its records: the layout, the schema version and the run header's fields."""
-    if not isinstance(data, dict) or "schema_version" not in data or "records" not in data or "run" not in data:
-        raise RunFileError(f"{origin} is not an fp8bench run file (needs schema_version, run and records)")
-    version = data["schema_version"]
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise RunFileError(f"{origin}: schema_version must be a positive integer (this fp8bench reads 1 to "
-                           f"{SCHEMA_VERSION}), got {version!r}")
-    if version > SCHEMA_VERSION:
-        raise RunFileError(f"{origin} has schema version {version}, newer than this fp8bench understands "
-                           f"({SCHEMA_VERSION}); upgrade fp8bench to read it")
-    run = data["run"]
-    if not isinstance(data["records"], list) or not isinstance(run, dict) or not isinstance(run.get("run_id"), str):
-        raise RunFileError(f"{origin}: 'run' must be an object with a run_id (text) and 'records' a list")
-    problems = run_problems(run)
-    if problems:
-        raise RunFileError(f"{origin}: run header: {problems[0]}")
-
-
-# Fields every record needs to be identified (its case key) and stored, and their JSON types.
-REQUIRED_FIELDS = {"workload": str, "shape": dict, "precision": str, "backend": str, "device": str, "status": str}
-
-
-def check_seconds(value: Any, where: str) -> float:
-    """A timing value as float seconds; :class:`RunFileError` naming ``where`` unless finite and positive."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise RunFileError(f"{where} is {value!r}; timing samples must be finite positive seconds (the file is "
-                           "damaged or was not written by a timer)")
-    return float(value)
-
-
-def validate_records(records: list[Any], origin: str) -> None:
-    """Raise :class:`RunFileError` at the first record that :func:`check_record` refuses."""
-    for i, rec in enumerate(records):
-        check_record(rec, i, origin)
-
-
-def check_record(rec: Any, i: int, origin: str) -> None:
-    """Raise :class:`RunFileError`, naming the file and the record's index, unless record ``i`` is an object with
-    the required fields, every field of the type its readers expect (:mod:`fp8bench.results.record_check`), and its
-    samples and median finite positive seconds."""
-    if not isinstance(rec, dict):
-        raise RunFileError(f"{origin}: record {i} is not an object (got {type(rec).__name__})")
-    for name, kind in REQUIRED_FIELDS.items():
-        if not isinstance(rec.get(name), kind):
-            got = "missing" if name not in rec else describe(rec[name])
-            raise RunFileError(f"{origin}: record {i}: field {name!r} must be {kind.__name__}, got {got}")
-    if rec["status"] not in STATUSES:
-        raise RunFileError(f"{origin}: record {i}: status {rec['status']!r}; accepted: {', '.join(STATUSES)}")
-    problems = record_problems(rec)
-    if problems:
-        raise RunFileError(f"{origin}: record {i}: {problems[0]}")
-    samples = rec.get("samples_s")
-    if samples is None:
-        samples = []
-    where = f"{origin}: record {i} ({case_key(rec)})"
-    for j, value in enumerate(samples):
-        check_seconds(value, f"{where}: sample {j}")
-    if rec.get("median_s") is not None:
-        check_seconds(rec["median_s"], f"{where}: median_s")
+def read_run_file(path: Path | str) -> dict[str, Any]:
+    """Load and check a run file of either schema (``{"schema_version", "run", "records": [...]}``); raises
+    :class:`RunFileError` naming the file and what is wrong."""
+    return read_run(path)

@@ -1,16 +1,16 @@
 """Streaming a run's records to where they are kept: the run file (the record of truth) and the store.
 
-Each finished record is appended to the run file (rewritten atomically, :mod:`fp8bench.results.runfile`) and inserted
+Each finished record is appended to the run file (one synced line, :mod:`fp8bench.results.runfile`) and inserted
 into the store. What can go wrong on the way, and what happens then:
 
 * **The store fails** (stopped, stalled past its statement timeout, full, refusing a value): the error becomes one
   line (:func:`fp8bench.core.redact.error_line`: the driver's message, no SQL or parameter dump, no password) and the
   store is not written again in this run, so a stalled database costs one timeout instead of one per record. The
   run file is complete; ``fp8bench ingest RUN_FILE`` adds it to the store later.
-* **The disk fills** (``ENOSPC``, or ``EDQUOT`` for a quota) while the run file is rewritten: the record being
-  written stays in memory, still goes to the store, and :class:`DiskFull` stops the run. :meth:`finish` retries
-  the run file once, with status ``failed: disk full``; if that fails too, the file on disk still holds every
-  record before it, since a failed rewrite leaves the previous complete file in place.
+* **The disk fills** (``ENOSPC``, or ``EDQUOT`` for a quota) while a record is appended: the file is cut back to
+  its last whole line, the record is held by the writer, still goes to the store, and :class:`DiskFull` stops the
+  run. :meth:`finish` retries once, writing the held record and the closing header with status ``failed: disk
+  full``; if that fails too, the file on disk still holds every record before it.
 """
 
 from __future__ import annotations

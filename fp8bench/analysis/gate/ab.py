@@ -34,6 +34,8 @@ from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_si
 from fp8bench.core.commits import user_ref
 from fp8bench.core.redact import MASK
 from fp8bench.results.ingest import load_side
+from fp8bench.results.runfile import RunFileError
+from fp8bench.results.runfile_stream import read_run_header
 
 # Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.
 _WORKER = r'''
@@ -273,8 +275,8 @@ def side_dirty(rounds: Path) -> bool | None:
     flags = []
     for path in sorted(rounds.glob("r*.json")):
         try:
-            flags.append((json.loads(path.read_text()).get("run") or {}).get("git", {}).get("dirty"))
-        except (OSError, ValueError, AttributeError):
+            flags.append((read_run_header(path)["run"].get("git") or {}).get("dirty"))
+        except (RunFileError, AttributeError):
             continue
     known = [f for f in flags if isinstance(f, bool)]
     return any(known) if known else None

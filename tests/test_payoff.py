@@ -9,9 +9,9 @@ import pytest
 
 from fp8bench.analysis.payoff import (
     EMULATED_ONLY,
+    NEVER,
     PAYS_OFF,
     WITHIN_NOISE,
-    NEVER,
     case_size,
     cell_speedups,
     in_reading_order,

@@ -90,11 +90,13 @@ def _print_table(rows: list[dict[str, Any]], baseline: str) -> None:
     # The verdicts that are not a shape, short in the table; the notes below it say why.
     SHORT = {NEVER: "never", WITHIN_NOISE: "within noise", EMULATED_ONLY: "emulated only"}
     notes = _notes(rows)
+    # A shape is read whole: its column is never narrower than the longest shape (up to 30 characters).
+    shape_width = min(30, max(len(str(SHORT.get(r["verdict"], r["pays_off_from"]))) for r in rows))
     out = Table(title=f"Where each recipe beats {baseline} end to end (speedup: {baseline} time / recipe time)",
                 padding=(0, 1), box=box.SIMPLE_HEAD)
-    for name in ("device", "workload", "recipe", "pays off from", "at largest", "SQNR cost", "energy"):
+    for name in ("device", "workload", "recipe", "pays off from", "at largest", "SQNR", "energy"):
         # A narrow terminal wraps long cells (the device name first) but never squeezes a column below its header.
-        out.add_column(name, overflow="fold", min_width=6, ratio=2 if name in ("device", "pays off from") else 1)
+        out.add_column(name, overflow="fold", min_width=shape_width if name == "pays off from" else 4)
     for r in rows:
         marks = [notes[t] for t in (r.get("baseline_note"), r["reason"], r.get("energy_note")) if t in notes]
         there = f" ({_ratio(r['speedup_there'])})" if _number(r["speedup_there"]) is not None else ""
@@ -112,7 +114,7 @@ def _print_table(rows: list[dict[str, Any]], baseline: str) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.analysis.payoff import payoff_table, paying_off
+    from fp8bench.analysis.payoff import paying_off, payoff_table
     from fp8bench.analysis.select import LATEST_CLASSES
     from fp8bench.core.shapes import shape_label
     from fp8bench.results.store import open_store

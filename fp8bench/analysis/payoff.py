@@ -156,7 +156,8 @@ def _emulated_only(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str,
     rows = []
     for device, workload, precision in sorted(set(map(tuple, reference[key].to_numpy())) - measured):
         backends = ", ".join(REFERENCE_BACKENDS)
-        rows.append({"device": str(device), "workload": str(workload), "precision": str(precision),
+        rows.append({**dict.fromkeys(COLUMNS), "device": str(device), "workload": str(workload),
+                     "precision": str(precision),
                      "verdict": EMULATED_ONLY, "shapes": 0, "pays_off_from": EMULATED_ONLY,
                      "reason": f"only the {backends} reference (a quantize-dequantize model, not a way to run the "
                                f"recipe) measured {precision} here: run it on a vendor or custom backend to compare"})

@@ -55,6 +55,17 @@ def _exit_with(parser: argparse.ArgumentParser, code: int) -> None:
     parser.error = error  # type: ignore[method-assign]
 
 
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fp8bench")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from fp8bench import __version__
+
+        return __version__
+
+
 def build_parser(verbs: dict[str, ModuleType] | None = None) -> argparse.ArgumentParser:
     verbs = verbs or _verbs()
     parser = argparse.ArgumentParser(
@@ -64,6 +75,8 @@ def build_parser(verbs: dict[str, ModuleType] | None = None) -> argparse.Argumen
         epilog="Start with `fp8bench doctor`, then `fp8bench run --suite smoke`. Each verb has its own --help, "
                f"which ends with its exit codes. docs: README.md and {GENERAL_DOC} in the fp8bench repository.",
     )
+    # The installed distribution's version: the one `pip show fp8bench` reports, whatever the checkout says.
+    parser.add_argument("--version", action="version", version=f"fp8bench {_installed_version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for name, module in verbs.items():
         codes = exit_codes_of(module)

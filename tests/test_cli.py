@@ -182,3 +182,12 @@ def test_converge_prints_its_progress(capsys, results_dir):
     assert code == 0, err
     assert "converge: curve 1 of 1: bf16 on emulated (0 of 4 steps)" in err
     assert "converge: curve 1 of 1: bf16 on emulated: 4/4 steps," in err
+
+
+def test_version_flag_prints_the_package_version(capsys):
+    from importlib.metadata import version
+
+    from fp8bench.cli import main as cli_main
+
+    assert cli_main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"fp8bench {version('fp8bench')}"

@@ -8,7 +8,10 @@ import pandas as pd
 import pytest
 
 from fp8bench.analysis.payoff import (
+    EMULATED_ONLY,
     NEVER,
+    PAYS_OFF,
+    WITHIN_NOISE,
     case_size,
     cell_speedups,
     in_reading_order,
@@ -122,3 +125,54 @@ def test_fp8_and_4bit_recipes_are_scaled_and_cells_leave_out_the_reference():
     nvfp4 = cells[cells["precision"] == "nvfp4"]
     assert list(nvfp4["shape_label"]) == [f"{m}x{m}x{m}" for m in SIZES]  # in order of FLOPs
     assert list(nvfp4["speedup"]) == [0.5, 2.0, 2.0, 4.0]
+
+
+def test_a_win_inside_the_noise_says_so():
+    # The medians say 1.25x at the largest shape, the baseline's spread says it could be chance: the row says
+    # which, and why, rather than a bare "never".
+    frame = rows({"bf16": [1.0, 2.0, 4.0, 8.0], "fp8_rowwise": [2.0, 3.0, 3.0, 6.4]})
+    frame["iqr_s"] = [0.01, 0.01, 0.01, 6.0, 0.01, 0.01, 0.01, 0.1]
+    [row] = payoff_table(frame).to_dict("records")
+    assert row["verdict"] == WITHIN_NOISE
+    assert "1.25x" in row["reason"] and "noise" in row["reason"]
+    frame.loc[3, "iqr_s"] = 0.2
+    [row] = payoff_table(frame).to_dict("records")
+    assert row["verdict"] == PAYS_OFF and "1024x1024x1024" in row["reason"]
+
+
+def test_recipes_measured_only_on_the_emulated_reference_are_listed_as_such():
+    frame = pd.concat([rows({"bf16": [1, 2, 4, 8], "fp8_rowwise": [2, 3, 5, 9]}),
+                       rows({"mxfp8": [0.5, 1, 2, 4]}, backend="emulated")], ignore_index=True)
+    table = payoff_table(frame).set_index("precision")
+    assert table.loc["mxfp8", "verdict"] == EMULATED_ONLY
+    assert "emulated" in table.loc["mxfp8", "reason"] and table.loc["mxfp8", "shapes"] == 0
+    assert table.loc["fp8_rowwise", "verdict"] == NEVER
+
+
+def test_a_baseline_on_a_slow_path_is_named_as_one():
+    # fp16 at 4x fp32's time: a slow path on this device, against which any recipe looks fast.
+    frame = rows({"fp16": [4.0, 8.0, 16.0, 32.0], "fp32": [1.0, 2.0, 4.0, 8.0], "fp8_rowwise": [2.0, 4.0, 8.0, 12.0]})
+    [row] = payoff_table(frame, "fp16").to_dict("records")
+    assert row["verdict"] == PAYS_OFF
+    assert "slow path" in row["baseline_note"] and "fp32" in row["baseline_note"]
+    [row] = payoff_table(rows({"bf16": [1.0, 2.0, 4.0, 8.0], "fp32": [2, 4, 8, 16], "fp8_rowwise": [2, 3, 5, 9]})).to_dict("records")
+    assert row["baseline_note"] is None
+
+
+def test_payoff_verb_gives_a_reason_per_row_fits_the_terminal_and_names_a_shared_note_once(tmp_path, capsys,
+                                                                                             monkeypatch):
+    store = open_store(tmp_path / "store")
+    recs = []
+    for m, (bf16, fp8) in zip((64, 128), ((1e-3, 2e-3), (4e-3, 3e-3)), strict=True):
+        recs += [record(m, "bf16", [bf16] * 3), record(m, "fp8_rowwise", [fp8] * 3),
+                 record(m, "fp8_tensorwise", [fp8] * 3), record(m, "mxfp8", [fp8] * 3, backend="emulated")]
+    store.ingest_run(payload("r1", recs))
+    assert main(["payoff", "--store", str(tmp_path / "store"), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["payoff"]
+    assert all(r["reason"] for r in listed) and {r["verdict"] for r in listed} == {PAYS_OFF, EMULATED_ONLY}
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["payoff", "--store", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()[:-1]) <= 100
+    assert out.count("no energy measurement") == 1
+    assert json.loads(out.strip().splitlines()[-1])["paying_off"] == 2

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from fp8bench.analysis.payoff import cell_speedups
+from fp8bench.analysis.payoff import cell_speedups, paying_off, payoff_table
 from fp8bench.analysis.select import REFERENCE_BACKENDS, is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.core.repro import frame_commands
 from fp8bench.dashboard.safe_text import md_text
@@ -61,8 +61,8 @@ def heatmap(cells: pd.DataFrame, column: str, baseline: str) -> go.Figure:
     return fig
 
 
-def scaled_metrics(cells: pd.DataFrame, column: str, baseline: str) -> None:
-    """The best and worst FP8/4-bit cell and how many beat the baseline (the cells Payoff's curves draw)."""
+def scaled_metrics(cells: pd.DataFrame, column: str, baseline: str, latest: pd.DataFrame) -> None:
+    """The best and worst FP8/4-bit cell, and how many recipes pay off by Payoff's rule (one count, one rule)."""
     scaled = cells[cells["precision"].map(is_scaled)]
     if scaled.empty:
         return
@@ -72,7 +72,9 @@ def scaled_metrics(cells: pd.DataFrame, column: str, baseline: str) -> None:
         where = f"{cell['precision']} {cell['backend']} · {cell['device_label']} · {cell['workload']} " \
                 f"{cell['shape_label']}"
         col.metric(label, ratio_text(cell[column]), md_text(where), delta_color="off", delta_arrow="off")
-    m3.metric("FP8/4-bit cells faster than " + md_text(baseline), f"{int((scaled[column] > 1).sum())} of {len(scaled)}")
+    summary = payoff_table(latest, baseline)
+    m3.metric("FP8/4-bit recipes that pay off vs " + md_text(baseline), f"{len(paying_off(summary))} of {len(summary)}",
+              "beyond the noise, as on Payoff", delta_color="off", delta_arrow="off")
 
 
 def main() -> None:
@@ -97,7 +99,7 @@ def main() -> None:
                 f"against: choose another baseline precision, or run one with `--backend torch` (the {references} "
                 "reference is not a way to run a recipe, so it makes no cell; its records are in the table below).")
     else:
-        scaled_metrics(cells, column, baseline)
+        scaled_metrics(cells, column, baseline, latest)
         chart(heatmap(cells, column, baseline), key="overview_heatmap")
         excluded = len(latest_per_case(view.records)) - len(latest)
         st.caption(f"Latest record per case; each cell is its precision's fastest backend, the {references} "

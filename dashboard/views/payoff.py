@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from fp8bench.analysis.payoff import BASELINE, NEVER, cell_speedups, payoff_table, shape_family
+from fp8bench.analysis.payoff import BASELINE, cell_speedups, paying_off, payoff_table, shape_family
 from fp8bench.analysis.select import is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
@@ -29,8 +29,8 @@ from fp8bench.dashboard.widgets import (
 )
 
 # The answer first; where it was read and how many shapes it rests on last.
-SHOWN = ["device", "workload", "precision", "pays_off_from", "speedup_there", "speedup_at_largest", "sqnr_cost_db",
-         "energy_ratio", "energy_note", "largest_shape", "backend_there", "measured_at", "shapes"]
+SHOWN = ["device", "workload", "precision", "verdict", "pays_off_from", "speedup_there", "speedup_at_largest", "sqnr_cost_db",
+         "energy_ratio", "reason", "baseline_note", "energy_note", "largest_shape", "backend_there", "measured_at", "shapes"]
 
 
 # Height of one workload's panel and of the gap below it, px: the gap holds the panel's wrapped shape labels (up to
@@ -92,7 +92,7 @@ def main() -> None:
         st.info(f"No recipe has both its own and a {md_text(baseline)} measurement of the same shape in this "
                 f"selection: run the same shapes in {md_text(baseline)} and an FP8 recipe.")
         return
-    paying = summary[summary["pays_off_from"] != NEVER]
+    paying = paying_off(summary)
     m1, m2 = st.columns(2)
     m1.metric("Recipes that pay off", f"{len(paying)} of {len(summary)}")
     if not paying.empty:

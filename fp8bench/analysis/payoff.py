@@ -36,15 +36,24 @@ from typing import Any
 
 import pandas as pd
 
-from fp8bench.analysis.select import CELL, fastest_cells, is_scaled
+from fp8bench.analysis.select import CELL, REFERENCE_BACKENDS, fastest_cells, is_scaled
 from fp8bench.core.shapes import parse_stored
 
 BASELINE = "bf16"
 # The public contract's workloads in the order pages list them: the single GEMM first, communication last.
 WORKLOAD_ORDER = ("gemm", "attention", "transformer_step", "grouped_gemm", "collective")
 NEVER = "never within the measured shapes"
-COLUMNS = ("device", "workload", "precision", "shapes", "pays_off_from", "speedup_there", "backend_there",
-           "largest_shape", "speedup_at_largest", "sqnr_cost_db", "energy_ratio", "energy_note", "measured_at")
+# The verdict of one row: the one answer the verb, the Payoff page and the Overview count alike.
+PAYS_OFF = "pays off"
+WITHIN_NOISE = "faster within the noise"
+EMULATED_ONLY = "measured only on the emulated reference"
+# Another unscaled precision this many times faster than the baseline, beyond the noise, at the largest shape both
+# measured, marks the baseline as a slow path on that device (FP16 on a CPU without FP16 units runs far below
+# FP32): speedups against it overstate every recipe.
+SLOW_BASELINE_FACTOR = 1.5
+COLUMNS = ("device", "workload", "precision", "verdict", "reason", "baseline_note", "shapes", "pays_off_from",
+           "speedup_there", "backend_there", "largest_shape", "speedup_at_largest", "sqnr_cost_db", "energy_ratio",
+           "energy_note", "measured_at")
 
 
 def case_size(flops: Any, shape: str) -> float:
@@ -104,12 +113,55 @@ def payoff_table(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFram
     rows = []
     for (device, workload), group in cells.groupby(["device_label", "workload"], sort=True):
         base = group[group["precision"] == baseline].set_index("shape")
+        note = slow_baseline_note(group, baseline)
         for precision, recipe in group[group["precision"].map(is_scaled)].groupby("precision", sort=True):
             paired = in_reading_order(recipe[recipe["shape"].isin(base.index)], first=())
             if paired.empty:
                 continue
-            rows.append(_summary(str(device), str(workload), str(precision), paired, base))
+            rows.append({**_summary(str(device), str(workload), str(precision), paired, base),
+                         "baseline_note": note})
+    rows += _emulated_only(records, cells)
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def paying_off(summary: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a :func:`payoff_table` whose recipe pays off: what every count of "recipes that pay off" reads."""
+    return summary[summary["verdict"] == PAYS_OFF] if not summary.empty else summary
+
+
+def slow_baseline_note(group: pd.DataFrame, baseline: str) -> str | None:
+    """Why the ``baseline`` cells of one device and workload (``group``, :func:`fastest_cells` rows) run on a slow
+    path, or ``None``: at the largest shape the baseline measured, another unscaled precision is more than
+    :data:`SLOW_BASELINE_FACTOR` times faster beyond the noise."""
+    base = in_reading_order(group[group["precision"] == baseline], first=())
+    if base.empty:
+        return None
+    last = base.iloc[-1]
+    others = group[(group["shape"] == last["shape"]) & ~group["precision"].map(is_scaled)
+                   & (group["precision"] != baseline)]
+    for other in others.to_dict("records"):
+        factor = float(last["median_s"]) / float(other["median_s"])
+        if factor > SLOW_BASELINE_FACTOR and _wins(last, other):
+            return (f"{baseline} is a slow path on this device: {other['precision']} runs {factor:.3g}x faster "
+                    f"at {last['shape_label']}, so speedups against {baseline} overstate the recipe")
+    return None
+
+
+def _emulated_only(records: pd.DataFrame, cells: pd.DataFrame) -> list[dict[str, Any]]:
+    """A row for each scaled recipe of a device and workload measured only by a reference backend: listed, with
+    nothing to compare, rather than left out without a word."""
+    key = ["device_label", "workload", "precision"]
+    reference = records[records["backend"].isin(REFERENCE_BACKENDS) & records["precision"].map(is_scaled)]
+    measured = set(map(tuple, cells[key].drop_duplicates().to_numpy()))
+    rows = []
+    for device, workload, precision in sorted(set(map(tuple, reference[key].to_numpy())) - measured):
+        backends = ", ".join(REFERENCE_BACKENDS)
+        rows.append({**dict.fromkeys(COLUMNS), "device": str(device), "workload": str(workload),
+                     "precision": str(precision),
+                     "verdict": EMULATED_ONLY, "shapes": 0, "pays_off_from": EMULATED_ONLY,
+                     "reason": f"only the {backends} reference (a quantize-dequantize model, not a way to run the "
+                               f"recipe) measured {precision} here: run it on a vendor or custom backend to compare"})
+    return rows
 
 
 def _half_iqr(row: Any) -> float:
@@ -135,13 +187,34 @@ def _summary(device: str, workload: str, precision: str, paired: pd.DataFrame, b
     b = base.loc[at["shape"]]
     sqnr_cost = _minus(b.get("sqnr_db"), at.get("sqnr_db"))
     energy_ratio, energy_note = _energy(b, at)
-    return {"device": device, "workload": workload, "precision": precision, "shapes": len(speedups),
+    verdict, reason = _verdict(paired, base, speedups, start)
+    return {"device": device, "workload": workload, "precision": precision, "verdict": verdict, "reason": reason,
+            "shapes": len(speedups),
             "pays_off_from": at["shape_label"] if pays else NEVER,
             "speedup_there": speedups[start] if pays else None,
             "backend_there": at["backend"] if pays else None,
             "largest_shape": paired.iloc[-1]["shape_label"], "speedup_at_largest": speedups[-1],
             "sqnr_cost_db": sqnr_cost, "energy_ratio": energy_ratio, "energy_note": energy_note,
             "measured_at": at["shape_label"]}
+
+
+def _verdict(paired: pd.DataFrame, base: pd.DataFrame, speedups: list[float], start: int) -> tuple[str, str]:
+    """The row's verdict and its reason in one sentence; ``start`` is the index of the payoff shape in ``paired``
+    (its length when the recipe never pays off)."""
+    if start < len(speedups):
+        return PAYS_OFF, (f"faster beyond the noise from {paired.iloc[start]['shape_label']} ({speedups[start]:.3g}x) "
+                          "at every larger measured shape")
+    last = paired.iloc[-1]
+    if speedups[-1] <= 1:
+        return NEVER, f"slower at the largest shape, {last['shape_label']} ({speedups[-1]:.3g}x)"
+    b = base.loc[last["shape"]]
+    return WITHIN_NOISE, (f"{speedups[-1]:.3g}x faster by median at {last['shape_label']}, but within the noise: "
+                          f"the recipe's upper quartile {_ms(float(last['median_s']) + _half_iqr(last))} is not "
+                          f"below the baseline's lower quartile {_ms(float(b['median_s']) - _half_iqr(b))}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
 
 
 def _number(value: Any) -> float | None:

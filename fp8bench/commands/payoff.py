@@ -46,19 +46,76 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json_flag(p)
 
 
+def _number(value: Any) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
 def _cell(value: Any, spec: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return format(value, spec) if spec else str(value)
 
 
-def execute(args: argparse.Namespace) -> int:
+def _ratio(value: Any) -> str:
+    number = _number(value)
+    return "-" if number is None else f"{number:.3g}x"
+
+
+def _notes(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Each distinct note of the rows (baseline and energy notes, the reason of a row that does not pay off), once,
+    numbered in the order first met."""
+    from fp8bench.analysis.payoff import PAYS_OFF
+
+    notes: dict[str, int] = {}
+    for r in rows:
+        for text in (r.get("baseline_note"), None if r["verdict"] == PAYS_OFF else r["reason"],
+                     None if _number(r.get("energy_ratio")) is not None else r.get("energy_note")):
+            if isinstance(text, str) and text and text not in notes:
+                notes[text] = len(notes) + 1
+    return notes
+
+
+def _print_table(rows: list[dict[str, Any]], baseline: str) -> None:
+    """The rows as a table that fits the terminal; a note shared by many rows is printed once below it and each
+    row's verdict points at it by number."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    from fp8bench.analysis.payoff import payoff_table
-    from fp8bench.analysis.select import LATEST_CLASSES
+    from fp8bench.analysis.payoff import EMULATED_ONLY, NEVER, WITHIN_NOISE
     from fp8bench.core.escaping import term_text
+
+    # The verdicts that are not a shape, short in the table; the notes below it say why.
+    SHORT = {NEVER: "never", WITHIN_NOISE: "within noise", EMULATED_ONLY: "emulated only"}
+    notes = _notes(rows)
+    # A shape is read whole: its column is never narrower than the longest shape (up to 30 characters).
+    shape_width = min(30, max(len(str(SHORT.get(r["verdict"], r["pays_off_from"]))) for r in rows))
+    out = Table(title=f"Where each recipe beats {baseline} end to end (speedup: {baseline} time / recipe time)",
+                padding=(0, 1), box=box.SIMPLE_HEAD)
+    for name in ("device", "workload", "recipe", "pays off from", "at largest", "SQNR", "energy"):
+        # A narrow terminal wraps long cells (the device name first) but never squeezes a column below its header.
+        out.add_column(name, overflow="fold", min_width=shape_width if name == "pays off from" else 4)
+    for r in rows:
+        marks = [notes[t] for t in (r.get("baseline_note"), r["reason"], r.get("energy_note")) if t in notes]
+        there = f" ({_ratio(r['speedup_there'])})" if _number(r["speedup_there"]) is not None else ""
+        sqnr = _number(r["sqnr_cost_db"])
+        # Every name and shape is stored text: shown as itself (a precision `[/]fp8` is not Rich markup).
+        out.add_row(term_text(r["device"]), term_text(r["workload"]), term_text(r["precision"]),
+                    term_text(SHORT.get(r["verdict"], r["pays_off_from"])) + there
+                    + "".join(f" ({m})" for m in sorted(set(marks))),
+                    _ratio(r["speedup_at_largest"]), "-" if sqnr is None else f"{sqnr:.1f} dB",
+                    _ratio(r.get("energy_ratio")))
+    console = Console()
+    console.print(out)
+    for text, number in notes.items():
+        console.print(f"({number}) {term_text(text)}", markup=False, highlight=False)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from fp8bench.analysis.payoff import paying_off, payoff_table
+    from fp8bench.analysis.select import LATEST_CLASSES
     from fp8bench.core.shapes import shape_label
     from fp8bench.results.store import open_store
     from fp8bench.results.store import queries as store_queries
@@ -80,17 +137,7 @@ def execute(args: argparse.Namespace) -> int:
     if not rows:
         print(f"No recipe has both its own and a {args.baseline} measurement of one shape in {store.url}.")
     else:
-        out = Table(title=f"Where each recipe beats {args.baseline} end to end")
-        for name in ("device", "workload", "recipe", "shapes", "pays off from", "speedup there",
-                     "largest shape", "speedup at largest", "SQNR cost (dB)", "energy vs baseline"):
-            out.add_column(name, overflow="fold")
-        for r in rows:
-            energy = _cell(r["energy_ratio"], ".2f") + "x" if r["energy_ratio"] is not None else r["energy_note"]
-            # Every name and shape is stored text: shown as itself (a precision `[/]fp8` is not Rich markup).
-            out.add_row(term_text(r["device"]), term_text(r["workload"]), term_text(r["precision"]), str(r["shapes"]),
-                        term_text(r["pays_off_from"]), _cell(r["speedup_there"], ".2f"), term_text(r["largest_shape"]),
-                        _cell(r["speedup_at_largest"], ".2f"), _cell(r["sqnr_cost_db"], ".1f"), term_text(energy))
-        Console(width=200).print(out)
+        _print_table(rows, args.baseline)
     print_json({"store": store.url, "baseline": args.baseline, "recipes": len(rows),
-                "paying_off": sum(r["pays_off_from"] != "never within the measured shapes" for r in rows)})
+                "paying_off": len(paying_off(table))})
     return EXIT_OK

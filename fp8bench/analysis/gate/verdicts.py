@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import fnmatch
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -535,6 +536,21 @@ def overall_verdict(cases: Sequence[dict[str, Any]]) -> str:
     return OVERALL[outcome]
 
 
+def _load_note(side_name: str, side: Side) -> str:
+    """One note for all the runs of a side that started under load: one run by its id, many by their count and
+    the range of their load (each run's id and load stay in the JSON report)."""
+    loads = list(side.loaded.values())
+    if len(loads) == 1:
+        [(run_id, load)] = side.loaded.items()
+        return f"the {side_name} run {run_id} started at {load.describe()}: its timings are noisy"
+    averages = sorted(load.load_1m for load in loads)
+    cpus = sorted({load.cpus for load in loads})
+    where = (f"load average {averages[0]:.2f}" if averages[0] == averages[-1]
+             else f"load average {averages[0]:.2f} to {averages[-1]:.2f}")
+    return (f"{len(loads)} of {len(side.run_ids)} {side_name} runs started at {where} on "
+            f"{'/'.join(map(str, cpus))} CPU(s): their timings are noisy (loaded_runs in the JSON report)")
+
+
 def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
                  results: Sequence[CaseResult] | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
     """The whole gate outcome as one JSON-able dict (what the store keeps and the JSON report holds)."""
@@ -547,8 +563,8 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
     if not any(c["verdict"] in COMPARED for c in cases):
         all_notes.append("no case could be compared")
     for side_name, side in (("base", base), ("candidate", cand)):
-        for run_id, load in side.loaded.items():
-            all_notes.append(f"the {side_name} run {run_id} started at {load.describe()}: its timings are noisy")
+        if side.loaded:
+            all_notes.append(_load_note(side_name, side))
     if any(c["verdict"] == "noisy" for c in cases):
         all_notes.append(f"noisy: a difference within the noise of one side is not called a regression; "
                          f"{NOISY_ADVICE}")
@@ -571,6 +587,8 @@ def build_report(base: Side, cand: Side, config: GateConfig = GateConfig(),
                    "sqnr_tolerance_db": config.sqnr_tolerance_db,
                    "sqnr_floors": [list(f) for f in config.sqnr_floors]},
         "counts": counts, "cases": cases, "notes": all_notes,
+        # Which runs started under load: a note says how many, this says which (a long A/B has hundreds).
+        "loaded_runs": {"base": sorted(base.loaded), "candidate": sorted(cand.loaded)},
         "slower_cases": [c["case"] for c in cases if c["verdict"] in REGRESSING],
         # How to measure each regressed case again, on its own: the candidate's command for it.
         "repro": {c["case"]: cand.cases[c["case"]].repro for c in cases
@@ -629,6 +647,10 @@ def aa_noise_of(report: dict[str, Any]) -> float:
 # First line of every Markdown report, invisible when rendered: the CI workflow finds the comment it posted on a
 # pull request by this marker and updates it, instead of editing whichever bot comment came last.
 REPORT_MARKER = "<!-- fp8bench-gate-report -->"
+# The most a Markdown report holds, bytes: well under a pull-request comment's 65,536 characters and short enough
+# to read; cases past it are counted and left to the JSON report.
+MARKDOWN_BYTES = 20_000
+WHY_CHARS = 300  # a case's reason in the Markdown table, characters
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
@@ -644,8 +666,7 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
     fail_on = report["config"].get("fail_on", "inconclusive")
     lenient = (" under --fail-on regression" if fail_on == "regression" and report["verdict"] in ("inconclusive", "noisy")
                else "")
-    cfg = report["config"]
-    metric = METRICS[cfg.get("metric", "median_s")]
+    metric = METRICS[report["config"].get("metric", "median_s")]
     named = "" if metric.name == "median_s" else f" on {metric.name}"
     lines = [REPORT_MARKER,
              f"## fp8bench gate{named}: **{report['verdict'].upper()}** (exit {report['exit_code']}{lenient})", "",
@@ -655,43 +676,76 @@ def render_markdown(report: dict[str, Any], max_rows: int = 200) -> str:
     lines += _unchecked_warning(report)
     lines += _ab_lines(report)
     if report.get("slower_cases"):
-        lines += ["Regressed or broken: " + ", ".join(md_code(c) for c in report["slower_cases"]), ""]
+        slower = report["slower_cases"]
+        more = f" and {len(slower) - 20} more (slower_cases in the JSON report)" if len(slower) > 20 else ""
+        lines += ["Regressed or broken: " + ", ".join(md_code(c) for c in slower[:20]) + more, ""]
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
     rows = sorted(report["cases"], key=lambda c: (order.get(c["verdict"], 99), -(c["ratio"] or 0)))
-    if metric.statistical:
-        lines += [f"Metric: {metric.description} ({metric.unit}, lower is better). Threshold {cfg['threshold']:.1%} "
-                  f"(per-case below), alpha {cfg['alpha']:g} after Benjamini-Hochberg, {cfg['confidence']:.0%} "
-                  "bootstrap interval of median(cand)/median(base)."
-                  + (f" A/A noise {cfg['aa_noise']:.2%}." if cfg.get("aa_noise") is not None else ""), "",
-                  "| case | verdict | ratio | interval | p worse (BH) | T | n base/cand | why |",
-                  "|---|---|---|---|---|---|---|---|"]
-    else:
-        floors = ", ".join(f"{p}: {db:g} dB" for p, db in cfg.get("sqnr_floors") or []) or "none"
-        lines += [f"Metric: {metric.description} ({metric.unit}, higher is better). A drop of more than "
-                  f"{cfg['sqnr_tolerance_db']:g} dB, or a value under its precision's floor ({floors}), is a "
-                  "regression.", "",
-                  "| case | verdict | base dB | candidate dB | change dB | floor dB | n base/cand | why |",
-                  "|---|---|---|---|---|---|---|---|"]
+    lines += _method_lines(report, metric)
+    tail = _note_lines(report) + _repro_lines(report)
+    room = MARKDOWN_BYTES - len("\n".join([*lines, *tail]).encode()) - 200  # 200: the "more cases" row
+    shown = 0
     for c in rows[:max_rows]:
-        why = md_text(c.get("reason") or "")
-        verdict = f"{c['verdict']}{' (rerun)' if c.get('rerun') else ''}"
-        if metric.statistical:
-            interval = "-" if c["ci_low"] is None else f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
-            lines.append(f"| {md_code(c['case'])} | {verdict} | {_fmt(c['ratio'], '.3f')} | {interval} | "
-                         f"{_fmt(c['p_slower_adj'], '.2g')} | {_fmt(c['threshold'], '.1%')} | "
-                         f"{c['n_base']}/{c['n_cand']} | {why} |")
-        else:
-            base, cand = c.get("base_value"), c.get("cand_value")
-            change = None if base is None or cand is None else cand - base
-            lines.append(f"| {md_code(c['case'])} | {verdict} | {_fmt(base, '.2f')} | {_fmt(cand, '.2f')} | "
-                         f"{_fmt(change, '+.2f')} | {_fmt(c.get('floor_db'), 'g')} | {c['n_base']}/{c['n_cand']} | "
-                         f"{why} |")
-    if len(rows) > max_rows:
-        lines.append(f"| ... {len(rows) - max_rows} more case(s) in the JSON report | | | | | | | |")
-    if report.get("notes"):
-        lines += ["", *[f"- {md_text(n)}" for n in report["notes"]]]
-    lines += _repro_lines(report)
+        row = _case_row(c, metric)
+        room -= len(row.encode()) + 1
+        if room < 0:
+            break
+        lines.append(row)
+        shown += 1
+    if len(rows) > shown:
+        lines.append(f"| ... {len(rows) - shown} more case(s) in the JSON report | | | | | | | |")
+    lines += tail
     return "\n".join(lines) + "\n"
+
+
+def _method_lines(report: dict[str, Any], metric: Any) -> list[str]:
+    """The line naming the method the verdicts came from, and the table's header."""
+    cfg = report["config"]
+    if not metric.statistical:
+        floors = ", ".join(f"{p}: {db:g} dB" for p, db in cfg.get("sqnr_floors") or []) or "none"
+        return [f"Metric: {metric.description} ({metric.unit}, higher is better). A drop of more than "
+                f"{cfg['sqnr_tolerance_db']:g} dB, or a value under its precision's floor ({floors}), is a "
+                "regression.", "",
+                "| case | verdict | base dB | candidate dB | change dB | floor dB | n base/cand | why |",
+                "|---|---|---|---|---|---|---|---|"]
+    sequential = report.get("sequential")
+    if sequential:
+        method = (f"{sequential.get('method', 'confidence sequence')} over {sequential.get('rounds', '?')} "
+                  f"round(s), one-sided alpha {cfg['alpha']:g} and a {cfg['confidence']:.0%} sequence split over "
+                  "the compared cases (Bonferroni); ratio: geometric mean of the per-round ratios.")
+        p_column = "p worse"
+    else:
+        method = (f"alpha {cfg['alpha']:g} after Benjamini-Hochberg, {cfg['confidence']:.0%} bootstrap interval of "
+                  "median(cand)/median(base).")
+        p_column = "p worse (BH)"
+    aa = f" A/A noise {cfg['aa_noise']:.2%}." if cfg.get("aa_noise") is not None else ""
+    return [f"Metric: {metric.description} ({metric.unit}, lower is better). Threshold {cfg['threshold']:.1%} "
+            f"(per-case below), {method}{aa}", "",
+            f"| case | verdict | ratio | interval | {p_column} | T | n base/cand | why |",
+            "|---|---|---|---|---|---|---|---|"]
+
+
+def _case_row(c: dict[str, Any], metric: Any) -> str:
+    """One case's table row; its reason cut to :data:`WHY_CHARS` (the JSON report keeps it whole)."""
+    why = c.get("reason") or ""
+    why = md_text(why if len(why) <= WHY_CHARS else why[:WHY_CHARS - 3] + "...")
+    verdict = f"{c['verdict']}{' (rerun)' if c.get('rerun') else ''}"
+    if metric.statistical:
+        interval = "-" if c["ci_low"] is None else f"[{c['ci_low']:.3f}, {c['ci_high']:.3f}]"
+        return (f"| {md_code(c['case'])} | {verdict} | {_fmt(c['ratio'], '.3f')} | {interval} | "
+                f"{_fmt(c['p_slower_adj'], '.2g')} | {_fmt(c['threshold'], '.1%')} | "
+                f"{c['n_base']}/{c['n_cand']} | {why} |")
+    base, cand = c.get("base_value"), c.get("cand_value")
+    change = None if base is None or cand is None else cand - base
+    return (f"| {md_code(c['case'])} | {verdict} | {_fmt(base, '.2f')} | {_fmt(cand, '.2f')} | "
+            f"{_fmt(change, '+.2f')} | {_fmt(c.get('floor_db'), 'g')} | {c['n_base']}/{c['n_cand']} | {why} |")
+
+
+def _note_lines(report: dict[str, Any]) -> list[str]:
+    """Each distinct note once, with how many times it was given when more than once."""
+    counted = Counter(report.get("notes") or [])
+    return ["", *[f"- {md_text(n)}" + (f" ({k} times)" if k > 1 else "") for n, k in counted.items()]] \
+        if counted else []
 
 
 def _repro_lines(report: dict[str, Any]) -> list[str]:

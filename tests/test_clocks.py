@@ -273,5 +273,5 @@ def test_a_base_clock_lock_makes_the_locked_clock_the_reference(fake_cuda, chain
     record = outcome.records[0]
     assert record.telemetry["timing"]["reference_sm_clock_mhz"] == 1590
     assert record.status == "ok", record.reason
-    header = json.loads((tmp_path / "run.json").read_text())["run"]
+    header = read_run_file(tmp_path / "run.json")["run"]
     assert header["clock_lock"]["read_back_mhz"] == 1590 and gpu.locked_sm_clock_mhz is None

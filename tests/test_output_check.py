@@ -181,7 +181,7 @@ def _run_with_zeros_plugin(tmp_path: Path, backend: str, precisions: list[str],
                            "--json", "--min-samples", "3", "--max-time", "0.05", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert out.exists(), proc.stderr[-2000:]
-    return proc.returncode, {r["precision"]: r for r in json.loads(out.read_text())["records"]}
+    return proc.returncode, {r["precision"]: r for r in read_run_file(out)["records"]}
 
 
 def test_a_wrapped_torch_gemm_that_returns_zeros_after_its_first_call_ends_invalid(tmp_path):

@@ -62,7 +62,7 @@ def examples() -> Iterator[dict[str, ModuleType]]:
             loaded[file] = _load(EXAMPLES / file, name)
         yield loaded
     finally:
-        for file, (name, registry, item) in MODULES.items():
+        for name, registry, item in MODULES.values():
             if item in registry:
                 registry.remove(item)
             sys.modules.pop(name, None)

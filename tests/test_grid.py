@@ -7,10 +7,9 @@ import itertools
 import subprocess
 from pathlib import Path
 
+import grid
 import pytest
 import yaml
-
-import grid
 from grid import FULL_MATRIX_ENV, one_per_kind, pairwise
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -96,6 +96,7 @@ def test_watch_says_why_it_does_not_check():
     assert "CUDA-graph replays hand back no output" in graph.verdict(torch.ones(2)).reason
 
 
+@pytest.mark.slow  # a fresh interpreter with a plugin
 def test_a_kernel_that_skips_work_after_its_first_call_ends_invalid(tmp_path):
     """Real torch GEMMs on the CPU: bf16 through a plugin that multiplies half of K after its first call, fp32
     untouched. The run exits 1 (a case came out invalid) and says why."""

@@ -38,14 +38,17 @@ GAB_SCHEMA = {
 def two_runs(tmp_path_factory):
     """Two real CPU runs in one results folder (store and run files)."""
     results = tmp_path_factory.mktemp("export") / "results"
-    ids = []
+    ids: list[str] = []
     for _ in range(2):
         out = io.StringIO()
         code = main(["run", "--shape", "32x32x32", "--precision", "bf16", "fp8_rowwise", "mxfp8", "--backend",
                      "torch", "emulated", "--budget", "10", "--no-phases", "--no-energy", "--results-dir",
                      str(results), "--json"])
         assert code == 0, out.getvalue()
-        ids.append(sorted(p.stem for p in (results / "runs").glob("*.json"))[-1])
+        # The new run file, not the last name in sort order: two runs started in the same second share the
+        # timestamp part of their ids and sort by their random suffix.
+        (new,) = {p.stem for p in (results / "runs").glob("*.json")} - set(ids)
+        ids.append(new)
     return results, ids
 
 

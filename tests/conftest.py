@@ -55,8 +55,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
-        if "long" in item.keywords and not run_long:
-            item.add_marker(skip_long)
+        if "long" in item.keywords:
+            # A long check is a slow one too: `-m "not slow"` stays the quick subset even where long checks run.
+            item.add_marker(pytest.mark.slow)
+            if not run_long:
+                item.add_marker(skip_long)
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ and every refusal must carry a reason.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
+from grid import FULL_MATRIX
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Unsupported
@@ -53,7 +53,6 @@ MUST_RUN_MODELS_ON_CPU = {  # attention and transformer_step
 # fp8_rowwise (one compile of forward and backward per case; the compiled Fp8Linear path is the same), and the
 # training step with per-tensor E4M3 scales, whose same-dtype _scaled_mm takes the CPU's slow path (the attention
 # case runs the same layers). FP8BENCH_FULL_MATRIX=1 runs them too.
-FULL_MATRIX = os.environ.get("FP8BENCH_FULL_MATRIX") == "1"
 COSTLY = {("attention", "compiled", "fp8_tensorwise"), ("transformer_step", "compiled", "fp8_tensorwise")} | {
     ("transformer_step", b, p) for b in ("torch", "torchao") for p in ("fp8_tensorwise", "fp8_delayed")}
 

@@ -106,6 +106,7 @@ def test_ingest_is_idempotent(capsys, results_dir):
     assert code == 2 and "not valid JSON" in err
 
 
+@pytest.mark.slow  # a run in its own process, interrupted
 def test_ctrl_c_keeps_finished_records(tmp_path):
     """A real process, a real SIGINT: exit 130, and the run file holds every record finished before it."""
     results = tmp_path / "results"

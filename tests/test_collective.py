@@ -81,6 +81,7 @@ def _record(run, op, precision):
     return record
 
 
+@pytest.mark.slow  # a real two-process torchrun launch
 def test_only_rank_zero_writes_and_prints(torchrun_run):
     stdout, run = torchrun_run
     json_lines = [line for line in stdout.splitlines() if line.startswith("{")]
@@ -93,6 +94,7 @@ def test_only_rank_zero_writes_and_prints(torchrun_run):
     assert all(r["tflops"] is None for r in run["records"] if r["shape"]["op"] != "tp_linear")
 
 
+@pytest.mark.slow  # a real two-process torchrun launch
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "tp_linear"])
 def test_fp8_sends_half_the_bytes_of_bf16_plus_its_scales(torchrun_run, op):
     _, run = torchrun_run
@@ -110,6 +112,7 @@ def test_fp8_sends_half_the_bytes_of_bf16_plus_its_scales(torchrun_run, op):
         assert extra["algbw_gbps"] == pytest.approx(r["bytes"] / r["phases"]["communicate"] / 1e9)
 
 
+@pytest.mark.slow  # a real two-process torchrun launch
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "tp_linear"])
 def test_numerics_are_those_of_the_precision_not_of_a_scrambled_result(torchrun_run, op):
     _, run = torchrun_run
@@ -120,6 +123,7 @@ def test_numerics_are_those_of_the_precision_not_of_a_scrambled_result(torchrun_
     assert 24 < fp8["numerics"]["sqnr_db"] < bf16["numerics"]["sqnr_db"]
 
 
+@pytest.mark.slow  # a real two-process torchrun launch
 def test_recipes_it_cannot_pack_are_skipped_and_energy_says_why_it_is_missing(torchrun_run):
     _, run = torchrun_run
     blockwise = _record(run, "all_gather", "fp8_blockwise")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from grid import grid, one_per_kind
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
@@ -39,6 +40,23 @@ _EDGES = {torch_api.TORCH_FLOOR, parse_version(torch.__version__)[:2],
           max(parse_version(r)[:2] for r in torch_api.recorded())}
 EDGE_TARGETS = tuple(name for name, t in TARGETS.items()
                      if not name.startswith(("h100-torch", "b200-torch")) or t.torch in _EDGES)
+
+
+def _api_generation(version: tuple[int, ...]) -> tuple[object, ...]:
+    """What the replay reads from a torch release: its scaled-GEMM entry points with their parameters, enums and
+    dtypes. Releases that agree on all of it form one API generation (their meta functions are the installed
+    torch's in every replay)."""
+    s = torch_api.release_surface(version)
+    return (tuple(sorted(s.functions.items())), s.names, tuple(sorted((k, tuple(sorted(v.items())))
+                                                                        for k, v in s.enums.items())), s.dtypes)
+
+
+# One target per GPU x CUDA toolkit x torch API generation (the edge releases preferred); every target under
+# FP8BENCH_FULL_MATRIX=1 (tests/grid.py).
+CONFORMANCE_TARGETS = tuple(one_per_kind(
+    sorted(TARGETS), lambda n: (TARGETS[n].name, TARGETS[n].cc, TARGETS[n].cuda, _api_generation(TARGETS[n].torch)),
+    preferred=EDGE_TARGETS))
+LAYER_TARGETS = tuple(t for t in EDGE_TARGETS if t in CONFORMANCE_TARGETS)
 RECIPES = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8")
 FORMATS = ("e4m3", "hybrid", "e5m2")
 # Small shapes that still exercise every padding rule: K/128 = 3 pads to 4 block columns, M = 192 pads to 256
@@ -73,18 +91,17 @@ def _check(workload: str, recipe: str, fmt: str, backend: str, target_name: str)
                                f"{_report(replay)}"
 
 
-@pytest.mark.parametrize(("backend", "target"), [("torch", t) for t in sorted(TARGETS)]
-                         + [("compiled", t) for t in EDGE_TARGETS])
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("recipe", RECIPES)
-def test_gemm_workload_conforms(recipe: str, fmt: str, backend: str, target: str) -> None:
-    _check("gemm", recipe, fmt, backend, target)
+# Every pair of recipe, format and backend-on-target values at least once (the full product with
+# FP8BENCH_FULL_MATRIX=1).
+@pytest.mark.parametrize(("recipe", "fmt", "backend_target"), grid(
+    RECIPES, FORMATS, [("torch", t) for t in CONFORMANCE_TARGETS] + [("compiled", t) for t in LAYER_TARGETS]),
+    ids=lambda v: "-".join(v) if isinstance(v, tuple) else v)
+def test_gemm_workload_conforms(recipe: str, fmt: str, backend_target: tuple[str, str]) -> None:
+    _check("gemm", recipe, fmt, *backend_target)
 
 
-@pytest.mark.parametrize("target", EDGE_TARGETS)
-@pytest.mark.parametrize("fmt", ("e4m3", "hybrid"))
-@pytest.mark.parametrize("recipe", RECIPES)
-@pytest.mark.parametrize("workload", ("attention", "transformer_step"))
+@pytest.mark.parametrize(("workload", "recipe", "fmt", "target"), grid(
+    ("attention", "transformer_step"), RECIPES, ("e4m3", "hybrid"), LAYER_TARGETS))
 def test_fp8_layers_conform_forward_and_backward(workload: str, recipe: str, fmt: str, target: str) -> None:
     _check(workload, recipe, fmt, "torch", target)
 
@@ -217,8 +234,8 @@ def test_capability_matrix_and_recipes_read_the_same_rules() -> None:
 FP4 = torch.float4_e2m1fn_x2
 
 
-@pytest.mark.parametrize(("workload", "target"), [("gemm", t) for t in sorted(TARGETS)]
-                         + [(w, t) for w in ("attention", "transformer_step") for t in EDGE_TARGETS])
+@pytest.mark.parametrize(("workload", "target"), [("gemm", t) for t in CONFORMANCE_TARGETS]
+                         + [(w, t) for w in ("attention", "transformer_step") for t in LAYER_TARGETS])
 @pytest.mark.parametrize("recipe", ("nvfp4", "mxfp4"))
 def test_four_bit_recipes_conform(workload: str, recipe: str, target: str) -> None:
     """Packed FP4 data and blocked scales through F.scaled_mm pass on 10.x with torch 2.10+; torch 2.9 has no entry

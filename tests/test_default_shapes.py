@@ -36,6 +36,7 @@ def test_an_explicit_shape_applies_to_every_named_workload():
     assert _entries("--workload", "attention", "--shape", "tiny,s=32") == [("attention", ["tiny,s=32"])]
 
 
+@pytest.mark.slow  # a real run at the default model shape
 def test_transformer_step_without_shape_runs(capsys, results_dir):
     # The failure this replaces: the GEMM default was applied to every workload ("unknown preset '1024x1024x1024'").
     code = main(["run", "--workload", "transformer_step", "--precision", "bf16", "--budget", "120", "--no-phases",

@@ -67,6 +67,7 @@ def _worker(rank: int, port: int, results) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # spawns a process per rank
 def test_lockstep_timer_reports_the_slowest_rank_and_agrees_on_decisions():
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

@@ -1,10 +1,11 @@
 """Every command block of README.md and docs/*.md runs green as written, so that the docs cannot drift from the tool.
 
 A *command block* is a fenced block tagged ``bash``, ``sh`` or ``console``; in a ``console`` block the commands are
-the lines after a ``$`` prompt (the rest is the output it showed). Each document's blocks run in order, in a sandbox
-of their own: a copy of the repository's files (a fresh clone, in effect: ``results/`` empty, a git repository of
-one commit), with the project's virtual environment first on ``PATH``, as after ``source .venv/bin/activate``. A
-block passes when it exits 0 (bash with ``-e``: every line must) and leaves no file outside ``results/``.
+the lines after a ``$`` prompt (the rest is the output it showed). Each document's blocks run in order in one
+sandbox shared by all: a copy of the repository's files, built once per session (a fresh clone, in effect: a git
+repository of one commit), with ``results/`` reset to empty before each document and the project's virtual
+environment first on ``PATH``, as after ``source .venv/bin/activate``. A block passes when it exits 0 (bash with
+``-e``: every line must) and leaves no file outside ``results/`` new or changed, so no document sees another's.
 
 A document steers the test with HTML comments on the lines right above a block, invisible on the rendered page:
 
@@ -164,9 +165,9 @@ def test_directives_are_parsed_and_typos_refused(tmp_path):
         parse(doc)
 
 
-def make_sandbox(where: Path, smoke: Path | None) -> Path:
-    """A copy of the repository's files as a git repository of one commit, the venv linked in, ``results/`` empty
-    (or holding the smoke suite's results)."""
+def make_sandbox(where: Path) -> Path:
+    """A copy of the repository's files as a git repository of one commit, the venv linked in, ``results/`` empty."""
+    where.mkdir(parents=True)
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
                            check=True).stdout.decode().split("\0")
     for name in filter(None, files):
@@ -181,8 +182,6 @@ def make_sandbox(where: Path, smoke: Path | None) -> Path:
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "docs snapshot"]):
         subprocess.run(["git", *args], cwd=where, env=env, check=True, capture_output=True)
     (where / ".git" / "info" / "exclude").write_text(".venv\n")
-    if smoke is not None:
-        shutil.copytree(smoke, where / "results", dirs_exist_ok=True)
     return where
 
 
@@ -195,20 +194,42 @@ def block_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def smoke_results(tmp_path_factory) -> Path:
+def shared_sandbox(tmp_path_factory) -> Path:
+    """The one copy of the repository every document's blocks run in (built once per session): each document
+    starts from its ``results/`` reset, and a block may change nothing else, so no document sees another's."""
+    return make_sandbox(tmp_path_factory.mktemp("docs") / "repo")
+
+
+def reset_results(sandbox: Path, smoke: Path | None) -> None:
+    """The sandbox as a fresh clone has it, ``results/`` empty or holding the smoke suite's results. Files a
+    failed document left behind are removed here too, so that one failure does not fail the documents after it."""
+    for args in (["checkout", "-q", "--", "."], ["clean", "-fdq"]):  # ignored files (results/, .venv) stay
+        subprocess.run(["git", *args], cwd=sandbox, check=True, capture_output=True)
+    shutil.rmtree(sandbox / "results", ignore_errors=True)  # git clean removes it when it is empty
+    if smoke is None:
+        (sandbox / "results").mkdir()
+    else:
+        shutil.copytree(smoke, sandbox / "results")
+
+
+@pytest.fixture(scope="session")
+def smoke_results(shared_sandbox, tmp_path_factory) -> Path:
     """``results/`` after the README's set-up ran the smoke suite (once per session, copied where needed)."""
-    folder = make_sandbox(tmp_path_factory.mktemp("smoke"), None)
-    out = subprocess.run(["fp8bench", "run", "--suite", "smoke"], cwd=folder, env=block_env(), capture_output=True,
-                         text=True, timeout=BLOCK_TIMEOUT_S)
+    reset_results(shared_sandbox, None)
+    out = subprocess.run(["fp8bench", "run", "--suite", "smoke"], cwd=shared_sandbox, env=block_env(),
+                         capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S)
     assert out.returncode == 0, out.stderr[-3000:]
-    return folder / "results"
+    kept = tmp_path_factory.mktemp("smoke") / "results"
+    shutil.copytree(shared_sandbox / "results", kept)
+    return kept
 
 
-def stray_files(sandbox: Path) -> list[str]:
-    """Files a block left in the repository outside ``results/`` (git's untracked, non-ignored files)."""
+def changed_files(sandbox: Path) -> list[str]:
+    """Files a block left or changed in the repository outside ``results/`` (git's untracked, non-ignored files
+    and changed tracked ones)."""
     out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=sandbox, capture_output=True,
                          text=True, check=True).stdout
-    return [line[3:] for line in out.splitlines() if line.startswith("??")]
+    return [line[3:] for line in out.splitlines()]
 
 
 def record_time(block: Block, seconds: float, code: int) -> None:
@@ -224,10 +245,11 @@ def record_time(block: Block, seconds: float, code: int) -> None:
 
 @pytest.mark.long
 @pytest.mark.parametrize("document", RUN_DOCUMENTS, ids=lambda p: p.name)
-def test_documented_commands_run_as_written(document, tmp_path, request):
+def test_documented_commands_run_as_written(document, shared_sandbox, request):
     blocks = [b for b in ALL_BLOCKS if b.document == document]
     smoke = request.getfixturevalue("smoke_results") if any("smoke" in b.needs for b in blocks) else None
-    sandbox = make_sandbox(tmp_path / "repo", smoke)
+    sandbox = shared_sandbox
+    reset_results(sandbox, smoke)
     for block in blocks:
         if block.skip is not None:
             continue
@@ -241,5 +263,5 @@ def test_documented_commands_run_as_written(document, tmp_path, request):
         for row in block.shown_rows():
             assert re.search(r"\s*│\s*".join(map(re.escape, row)), out.stdout), (
                 f"{block.name} shows the case {row}, which came out otherwise here:\n{out.stdout[-3000:]}")
-        stray = stray_files(sandbox)
+        stray = changed_files(sandbox)
         assert not stray, f"{block.name} left {stray} outside results/: outputs belong under results/"

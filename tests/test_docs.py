@@ -33,3 +33,16 @@ def test_relative_links_resolve(page):
             continue
         assert (page.parent / target).exists(), f"{page.name} links {target}, which does not exist"
 
+
+
+def test_tests_folder_holds_what_development_md_says():
+    """docs/development.md describes tests/ (test files, fakes, named support modules, plugins/ and data/): a new
+    kind of file there is named in that page first."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    tests = ROOT / "tests"
+    support = {p.name for p in tests.glob("*.py") if not p.name.startswith(("test_", "fake_"))}
+    unnamed = sorted(name for name in support if f"`{name}`" not in page and f"{name} " not in page)
+    assert not unnamed, f"support modules in tests/ that docs/development.md does not name: {unnamed}"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders == {"plugins", "data"}, folders
+    assert "fake_*.py" in page and "test_<topic>.py" in page

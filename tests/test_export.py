@@ -38,7 +38,7 @@ GAB_SCHEMA = {
 def two_runs(tmp_path_factory):
     """Two real CPU runs in one results folder (store and run files)."""
     results = tmp_path_factory.mktemp("export") / "results"
-    ids = []
+    ids: list[str] = []
     for _ in range(2):
         out = io.StringIO()
         code = main(["run", "--shape", "32x32x32", "--precision", "bf16", "fp8_rowwise", "mxfp8", "--backend",

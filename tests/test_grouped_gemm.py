@@ -177,6 +177,7 @@ def test_cpu_refusals_are_reasons_not_failures():
                                            PRECISIONS.get("mxfp8"))
 
 
+@pytest.mark.slow  # a real run of every routing
 def test_run_records_routing_and_phases(capsys, results_dir):
     code = main(["run", "--workload", "grouped_gemm", "--shape", SKEWED + ",impl=loop", "--precision", "bf16",
                  "fp8_rowwise", "--backend", "torch", "emulated", "--budget", "20", "--min-samples", "3",

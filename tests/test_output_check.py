@@ -145,6 +145,7 @@ def test_a_timed_return_other_than_the_output_must_say_why():
         TimedReturn("output")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # a fresh interpreter with a plugin
 def test_a_kernel_that_skips_work_after_its_first_call_ends_invalid(tmp_path):
     """Real torch GEMMs on the CPU: bf16 through a plugin that multiplies half of K after its first call, fp32
     untouched. The run exits 1 (a case came out invalid) and says why."""

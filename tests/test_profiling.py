@@ -81,6 +81,7 @@ class WatchingTimer(CpuTimer):
         return super().time(fn)
 
 
+@pytest.mark.slow  # a fresh interpreter: what the C library prints
 def test_a_profiled_run_prints_no_kineto_marker_lines(tmp_path):
     """libkineto writes "USDT: ... profiler_start/stop" to the process's stderr (fd 2, below Python): a real process."""
     import os

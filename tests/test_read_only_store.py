@@ -20,6 +20,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from dashboard_support import CliResult
+from dashboard_support import fp8bench as run_cli
 
 import fp8bench.results.store as store_module
 from fp8bench.results.store import StoreError, open_store
@@ -44,9 +46,10 @@ def fill(folder: Path) -> Path:
     return run_file
 
 
-def fp8bench(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fp8bench.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def fp8bench(*args: object, cwd: Path) -> CliResult:
+    """The verb run in this process from ``cwd`` (the mount, not a process boundary, is what is tested here)."""
+    with contextlib.chdir(cwd):
+        return run_cli(*map(str, args), check=False)
 
 
 @contextlib.contextmanager

@@ -108,6 +108,7 @@ def _peak_ingest_bytes(path: Path, store: str) -> int:
         assert "error" not in done, done
 
 
+@pytest.mark.slow  # a file of many records, ingested while memory is watched
 def test_ingest_memory_does_not_grow_with_the_file(tmp_path):
     """Python allocations while ingesting a run four times as long stay about the same (the store's batches and one
     chunk of text), where reading the whole file held all of it."""

@@ -258,6 +258,7 @@ def test_config_refuses_nonsense():
 # --- the real CPU subset ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # every CPU check, end to end
 def test_cpu_subset_end_to_end(tmp_path):
     """The real probe of this CPU: measured ceilings, CpuTimer against time.time, the real quantizers and kernels."""
     run_file = tmp_path / "selfcheck.json"
@@ -287,6 +288,7 @@ def test_cpu_subset_end_to_end(tmp_path):
         r.measured["backend"] == "emulated" for r in out.results if r.check == "sqnr")
 
 
+@pytest.mark.slow  # measures the CPU ceilings
 def test_the_cpu_ceiling_check_refreshes_the_cached_ceilings(tmp_path, monkeypatch):
     """On a quiet host the ceilings the check measured become the cache later runs read; under load they do not."""
     config = replace(FAST, checks=("cpu_ceiling",), policy=SamplingPolicy(min_samples=3, max_time_s=0.5))
@@ -304,6 +306,7 @@ def test_the_cpu_ceiling_check_refreshes_the_cached_ceilings(tmp_path, monkeypat
     assert not (tmp_path / "other" / "cpu_ceilings.json").exists()
 
 
+@pytest.mark.slow  # every CPU check, end to end
 def test_cli_on_the_cpu_prints_a_table_and_ends_in_json(tmp_path, capsys):
     out_file = tmp_path / "sc.json"
     rc = main(["selfcheck", "--device", "cpu", "--check", "gemm_peak", "energy", "backend", "--backend", "torch",

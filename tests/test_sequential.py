@@ -88,6 +88,7 @@ def test_bad_budget_flags_are_harness_errors(tmp_path, capsys, flags):
     assert "budget" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a real ab run: two worker processes
 def test_sequential_ab_of_the_same_code_passes_early(tmp_path, results_dir, capsys):
     """The same code on both sides with a 90% threshold: the case is `same` within a few looks (from round 3; on
     a loaded machine a look or two later), and the run stops there, far inside its budget."""

@@ -308,6 +308,7 @@ def test_postgres_gets_default_timeouts_unless_the_url_or_environment_sets_its_o
     assert postgres_timeouts(url("postgresql://u@h/db")) == {}
 
 
+@pytest.mark.slow  # waits out the 10 s connect timeout
 def test_a_server_that_accepts_but_never_answers_is_a_store_error_within_the_connect_timeout(tmp_path, capsys,
                                                                                             monkeypatch):
     """The kernel completes the TCP handshake on a listening socket that nobody reads: libpq waits for the server's

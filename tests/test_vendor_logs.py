@@ -5,6 +5,8 @@ logger is."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -41,13 +43,18 @@ def test_with_cuda_a_failed_library_load_stays_loud(torchao_logger, caplog):
     assert vendor_logs.silenced() == []
 
 
-def test_real_torchao_import_prints_no_library_failures_on_this_cpu():
-    import subprocess
-    import sys
-
+@pytest.fixture(scope="module")
+def quiet_import():
+    """One fresh interpreter importing torchao the way fp8bench does (after ``fp8bench.kernels``), shared by the
+    tests that read what a real import prints: only a fresh process shows import-time log lines."""
     pytest.importorskip("torchao")
     code = "import torch, fp8bench.kernels, torchao; from fp8bench.hardware.vendor_logs import silenced; print(silenced())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch
+def test_real_torchao_import_prints_no_library_failures_on_this_cpu(quiet_import):
+    out = quiet_import
     assert out.returncode == 0, out.stderr
     import torch
 
@@ -70,14 +77,10 @@ def test_torchaos_enum_constant_deprecation_is_dropped_and_nothing_else(monkeypa
     assert [r.getMessage() for r in caplog.records] == ["some other pytree problem"]
 
 
-def test_real_torchao_import_prints_no_pytree_deprecation():
-    import subprocess
-    import sys
-
-    pytest.importorskip("torchao")
+@pytest.mark.slow  # fresh interpreters importing torch
+def test_real_torchao_import_prints_no_pytree_deprecation(quiet_import):
     bare = subprocess.run([sys.executable, "-c", "import torchao"], capture_output=True, text=True, timeout=300)
-    quiet = subprocess.run([sys.executable, "-c", "import torch, fp8bench.kernels, torchao"], capture_output=True,
-                           text=True, timeout=300)
+    quiet = quiet_import
     assert quiet.returncode == 0, quiet.stderr
     if "KernelPreference" not in bare.stderr:
         pytest.skip("this torchao release does not register an Enum as a pytree constant")

@@ -14,7 +14,7 @@ from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import WORKLOADS, Workload
 from fp8bench.core.shapes import Shape, parse_keyvalue
 from fp8bench.numerics.recipes import Precision
-from fp8bench.workloads.memory import refusal
+from fp8bench.workloads.memory import CHECKED_OUTPUTS, refusal
 
 ALPHA = 0.5
 
@@ -42,8 +42,10 @@ class Axpy(Workload):
         return ALPHA * inputs["x"].double() + inputs["y"].double()
 
     def memory_reason(self, shape: Shape, precision: Precision, device: Device) -> str | None:
-        # FP32 sources, their copies in the precision, the output and the FP64 reference: 24 bytes a value at most.
-        return refusal(device, 24 * shape["n"], "this axpy", "inputs, output and FP64 reference")
+        # FP32 sources, their copies in the precision, the output and the FP64 reference: 24 bytes a value at most;
+        # and the outputs the output check keeps beside the call's own (CHECKED_OUTPUTS, 4 bytes a value each).
+        return refusal(device, (24 + 4 * CHECKED_OUTPUTS) * shape["n"], "this axpy",
+                       "inputs, output, the output check's copies and FP64 reference")
 
     def eager_pipeline(self, ctx: BuildContext) -> Pipeline:
         x, y = (ctx.inputs[k].to(ctx.precision.dtype) for k in ("x", "y"))

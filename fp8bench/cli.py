@@ -1,4 +1,4 @@
-"""The ``fp8bench`` command line: one parser, one module per verb (:mod:`fp8bench.commands`).
+"""The ``fp8bench`` command line: one parser, one module per verb (:mod:`fp8bench.commands`), imported on demand.
 
 Every verb takes ``--json`` for machine-readable output and ends its ``--help`` with its exit-code table and the
 document that explains it. Bad input (an unknown flag or name, a value that does not parse, an impossible shape, a
@@ -15,7 +15,7 @@ import sys
 from types import ModuleType
 from typing import NoReturn
 
-from fp8bench.commands import VERB_MODULES
+from fp8bench.commands import VERB_BY_NAME, VERBS
 from fp8bench.commands.common import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -25,13 +25,20 @@ from fp8bench.commands.common import (
     help_epilog,
 )
 from fp8bench.core.redact import has_password, redact
+from fp8bench.results.errors import StoreError
 
 GENERAL_DOC = "docs/cli.md"
 
 
-def _verbs() -> dict[str, ModuleType]:
-    modules = [importlib.import_module(m) for m in VERB_MODULES]
-    return {m.NAME: m for m in modules}
+def verb_module(name: str) -> ModuleType:
+    """The module of verb ``name`` (imported now if it was not)."""
+    return importlib.import_module(VERB_BY_NAME[name].module)
+
+
+def _verb_in(argv: list[str]) -> str:
+    """The verb ``argv`` names ("" for none): its first word that is not an option, as the top-level parser takes
+    no option with a value."""
+    return next((word for word in argv if not word.startswith("-")), "")
 
 
 def exit_codes_of(module: ModuleType) -> ExitCodes:
@@ -66,8 +73,9 @@ def _installed_version() -> str:
         return __version__
 
 
-def build_parser(verbs: dict[str, ModuleType] | None = None) -> argparse.ArgumentParser:
-    verbs = verbs or _verbs()
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every verb complete, or with ``only``, just that verb (none for ``""``), the others
+    reduced to their help line so that their modules are not imported."""
     parser = argparse.ArgumentParser(
         prog="fp8bench",
         description="Does FP8 pay off on this device, for these shapes, and at what cost in accuracy and energy? "
@@ -78,9 +86,13 @@ def build_parser(verbs: dict[str, ModuleType] | None = None) -> argparse.Argumen
     # The installed distribution's version: the one `pip show fp8bench` reports, whatever the checkout says.
     parser.add_argument("--version", action="version", version=f"fp8bench {_installed_version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    for name, module in verbs.items():
+    for verb in VERBS:
+        if only is not None and verb.name != only:
+            sub.add_parser(verb.name, help=verb.help)
+            continue
+        module = verb_module(verb.name)
         codes = exit_codes_of(module)
-        p = sub.add_parser(name, help=module.HELP, description=module.DESCRIPTION,
+        p = sub.add_parser(verb.name, help=verb.help, description=module.DESCRIPTION,
                            epilog=help_epilog(codes, doc_of(module)),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         _exit_with(p, codes.bad_input)
@@ -102,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     # Every bad-input error of fp8bench (unknown name, bad shape, missing device, unreadable run file or suite) is
     # a ValueError; StoreError is the one exception. Importing only those keeps torch out of verbs that need none.
     from fp8bench.measure.interrupts import signals_interrupt
-    from fp8bench.results.store import StoreError
 
-    verbs = _verbs()
-    parser = build_parser(verbs)
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(only=_verb_in(argv))
     try:
         args = _parse(parser, argv)
     except SystemExit as exc:  # argparse's --help (0) and its usage errors (the verb's bad-input code)
@@ -118,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
               "lists keep; give it through $PGPASSWORD or ~/.pgpass instead (docs/security.md)", file=sys.stderr)
     try:
         with signals_interrupt():  # SIGTERM and SIGHUP end a verb the way Ctrl-C does
-            return int(verbs[args.verb].execute(args))
+            return int(verb_module(args.verb).execute(args))
     except (UsageError, StoreError, ValueError) as exc:
         print(f"fp8bench {args.verb}: error: {redact(exc)}", file=sys.stderr)
-        return exit_codes_of(verbs[args.verb]).bad_input
+        return exit_codes_of(verb_module(args.verb)).bad_input
     except KeyboardInterrupt as exc:
         print(f"fp8bench {args.verb}: interrupted ({getattr(exc, 'signal_name', 'SIGINT')})", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -132,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         from fp8bench.core.redact import error_line
 
         print(f"fp8bench {args.verb}: error: the store failed: {error_line(exc)}", file=sys.stderr)
-        return exit_codes_of(verbs[args.verb]).bad_input
+        return exit_codes_of(verb_module(args.verb)).bad_input
 
 
 def _database_error(exc: BaseException) -> bool:

@@ -1,6 +1,6 @@
 """The exit-code contract of every verb: bad input never exits with a verdict's code, and --help prints the table.
 
-Every verb in ``VERB_MODULES`` is checked, so a verb added later is covered without touching this file: it must
+Every verb in ``VERBS`` is checked, so a verb added later is covered without touching this file: it must
 declare ``EXIT_CODES`` (its table) and ``DOC`` (the document its --help links), and its usage errors, argparse's
 own included, must exit with the table's bad-input code.
 """
@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 from fp8bench.cli import build_parser, main
-from fp8bench.commands import VERB_MODULES
+from fp8bench.commands import VERBS as VERB_TABLE
 from fp8bench.commands.common import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, ExitCodes
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = {name: importlib.import_module(name) for name in VERB_MODULES}
-VERBS = {module.NAME: module for module in MODULES.values()}
+VERBS = {verb.name: importlib.import_module(verb.module) for verb in VERB_TABLE}
 
 
 @pytest.mark.parametrize("verb", VERBS)

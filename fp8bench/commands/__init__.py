@@ -1,23 +1,59 @@
-"""CLI verbs, one module each.
+"""CLI verbs, one module each, imported only when their verb runs.
 
-A verb module defines ``NAME``, ``HELP``, ``DESCRIPTION``, ``EXIT_CODES`` (its exit-code table, printed by
-``--help``), ``DOC`` (the document ``--help`` links), ``add_arguments(parser)`` and ``execute(args) -> int``.
-Adding a verb is adding its module name to :data:`VERB_MODULES`; ``tests/test_exit_codes.py`` then checks it.
+:data:`VERBS` is the table the command line is built from: each verb's name, its module and its line in
+``fp8bench --help``. ``fp8bench --help`` imports no verb; ``fp8bench VERB ...`` imports that verb's module alone, so
+a verb may import what it needs at its top without slowing the others. A verb module defines ``DESCRIPTION``,
+``EXIT_CODES`` (its exit-code table, printed by ``--help``), ``DOC`` (the document ``--help`` links),
+``add_arguments(parser)`` and ``execute(args) -> int``. Adding a verb is adding its row here;
+``tests/test_exit_codes.py`` then checks it.
 """
 
-VERB_MODULES = (
-    "fp8bench.commands.doctor",
-    "fp8bench.commands.list_names",
-    "fp8bench.commands.run",
-    "fp8bench.commands.converge",
-    "fp8bench.commands.ingest",
-    "fp8bench.commands.gate",
-    "fp8bench.commands.compare",
-    "fp8bench.commands.ab",
-    "fp8bench.commands.bisect",
-    "fp8bench.commands.dashboard",
-    "fp8bench.commands.changes",
-    "fp8bench.commands.payoff",
-    "fp8bench.commands.selfcheck",
-    "fp8bench.commands.export",
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Verb:
+    """One verb of the command line."""
+
+    name: str
+    """What the user types: ``fp8bench NAME``."""
+    module: str
+    """The module that implements it, imported only when it runs or its ``--help`` is asked for."""
+    help: str
+    """Its line in ``fp8bench --help``."""
+
+
+VERBS: tuple[Verb, ...] = (
+    Verb("doctor", "fp8bench.commands.doctor",
+         "what this machine can run, and why not"),
+    Verb("list", "fp8bench.commands.list_names",
+         "workloads, precisions, backends, suites and shape sets"),
+    Verb("run", "fp8bench.commands.run",
+         "measure cases: table, run file, store rows"),
+    Verb("converge", "fp8bench.commands.converge",
+         "convergence check: FP8 and 4-bit loss curves against BF16 on the same model and data"),
+    Verb("ingest", "fp8bench.commands.ingest",
+         "add fp8bench run files and pytest-benchmark JSON to a store (idempotent)"),
+    Verb("gate", "fp8bench.commands.gate",
+         "fail on a real regression in time, energy or accuracy: ratio of medians, bootstrap CI, Benjamini-Hochberg"),
+    Verb("compare", "fp8bench.commands.compare",
+         "per-case ratio of medians with bootstrap interval and p-values (informational, exit 0)"),
+    Verb("ab", "fp8bench.commands.ab",
+         "A/B: run base and head in interleaved rounds (separate processes) and gate head against base"),
+    Verb("bisect", "fp8bench.commands.bisect",
+         "bisect a slowdown: the first commit between GOOD and BAD that the gate finds slower than GOOD"),
+    Verb("dashboard", "fp8bench.commands.dashboard",
+         "serve the Streamlit dashboard on a store (127.0.0.1 by default)"),
+    Verb("changes", "fp8bench.commands.changes",
+         "change points in the nightly history: regressions and improvements by commit, newest first"),
+    Verb("payoff", "fp8bench.commands.payoff",
+         "where FP8 pays off: the smallest shape from which each recipe beats BF16 end to end, per device"),
+    Verb("selfcheck", "fp8bench.commands.selfcheck",
+         "acceptance check of a device: peak GEMM rate, timers, FP8 numerics, energy meter, backends"),
+    Verb("export", "fp8bench.commands.export",
+         "records as CSV, Parquet, github-action-benchmark or Bencher JSON, filtered like the dashboard"),
 )
+
+VERB_BY_NAME: dict[str, Verb] = {verb.name: verb for verb in VERBS}

@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 # driver wait), and ends the A/B run instead of the CI job's own, much later, timeout.
 DEFAULT_ROUND_TIMEOUT_S = 3600.0
 
-NAME = "ab"
-HELP = "A/B: run base and head in interleaved rounds (separate processes) and gate head against base"
 DESCRIPTION = """Measure a base and a head version of the project on this machine, in interleaved rounds, then gate.
 
 BASE and HEAD are each a folder holding a checkout of the project, or a git ref of --repo (checked out into a

@@ -21,8 +21,6 @@ from fp8bench.commands.common import (
 from fp8bench.core.units import positive_seconds
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 
-NAME = "bisect"
-HELP = "bisect a slowdown: the first commit between GOOD and BAD that the gate finds slower than GOOD"
 DESCRIPTION = """Find the commit that made the cases slower, by binary search between a good and a bad commit.
 
 Each probed commit is checked out into a temporary worktree of --repo, built with --setup, and measured against

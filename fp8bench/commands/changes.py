@@ -25,8 +25,6 @@ if TYPE_CHECKING:  # each loads only when the verb runs, not for `fp8bench --hel
     from fp8bench.analysis.changes import Change, ChangeConfig
     from fp8bench.results.store import Store
 
-NAME = "changes"
-HELP = "change points in the nightly history: regressions and improvements by commit, newest first"
 DESCRIPTION = """Find the commits at which a case's measurements stepped up or down, per case and environment,
 along each branch (commits in first-parent order), and list them newest first: open regressions by default.
 

@@ -15,8 +15,6 @@ from fp8bench.commands.common import (
     print_json,
 )
 
-NAME = "compare"
-HELP = "per-case ratio of medians with bootstrap interval and p-values (informational, exit 0)"
 DESCRIPTION = """Compare two runs case by case: ratio median(cand)/median(base), its bootstrap interval,
 one-sided Mann-Whitney p-values after Benjamini-Hochberg, and the verdict the gate would give.
 

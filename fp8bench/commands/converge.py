@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from fp8bench.measure.runner import RunOutcome
     from fp8bench.numerics.recipes import Precision
 
-NAME = "converge"
-HELP = "convergence check: FP8 and 4-bit loss curves against BF16 on the same model and data"
 DESCRIPTION = """Train the same GPT-style decoder (same initial weights, same synthetic batches) for N steps in
 BF16 and in each FP8 or 4-bit (nvfp4, mxfp4) recipe, and compare every loss curve with BF16's: final and largest
 relative gap, and a

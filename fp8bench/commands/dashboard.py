@@ -25,8 +25,6 @@ from fp8bench.commands.common import (
     store_target,
 )
 
-NAME = "dashboard"
-HELP = "serve the Streamlit dashboard on a store (127.0.0.1 by default)"
 DESCRIPTION = """Serve the dashboard: speedups per device, roofline, phases, energy, numerics, history by commit
 with the gate's verdicts, regressions (change points, newest first), where FP8 pays off, run-to-run comparison and
 environments, read from a store.

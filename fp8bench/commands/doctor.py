@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from fp8bench.hardware.cpu_fp8_rate import CpuFp8Rate
     from fp8bench.numerics.torch_api import TorchSurface
 
-NAME = "doctor"
-HELP = "what this machine can run, and why not"
 DESCRIPTION = ("Report the device, library versions, the scaled-GEMM API this torch has (entry points, enums, FP8 "
                "and FP4 dtypes, and which entry point each scaling kind takes), the FP8 capability matrix (per "
                "scaling and per recipe and element format, with the reason for each refusal), backend availability "

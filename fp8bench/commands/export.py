@@ -21,8 +21,6 @@ from fp8bench.commands.common import (
     stored_names,
 )
 
-NAME = "export"
-HELP = "records as CSV, Parquet, github-action-benchmark or Bencher JSON, filtered like the dashboard"
 DESCRIPTION = """Export records for the tools CI already reads, from run files (or pytest-benchmark JSON) or, when
 no file is given, from the store. The filters are the dashboard's: device (its model, or its kind where the run
 did not record one), workload, backend, precision, branch and a run range.

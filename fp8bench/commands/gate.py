@@ -25,8 +25,6 @@ from fp8bench.core.units import fraction_arg
 if TYPE_CHECKING:  # the gate loads only when the verb runs, not for `fp8bench --help`
     from fp8bench.analysis.gate.verdicts import GateConfig
 
-NAME = "gate"
-HELP = "fail on a real regression in time, energy or accuracy: ratio of medians, bootstrap CI, Benjamini-Hochberg"
 DESCRIPTION = """Compare a candidate against its base, case by case, and fail on a real regression: slower, more
 energy per iteration, or less accurate (--metric median_s|energy_j|sqnr_db).
 

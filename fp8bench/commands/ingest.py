@@ -17,8 +17,6 @@ from fp8bench.commands.common import (
     store_target,
 )
 
-NAME = "ingest"
-HELP = "add fp8bench run files and pytest-benchmark JSON to a store (idempotent)"
 DESCRIPTION = """Add results files to the store: fp8bench run files, or pytest-benchmark JSON
 (`pytest --benchmark-json=FILE`). Ingesting the same run twice stores it once; several ingest processes may write
 to one store at once. Each file is stored in its own transaction, all of it or nothing: a file that cannot be

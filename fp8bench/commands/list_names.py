@@ -12,8 +12,6 @@ from fp8bench.commands.common import (
     print_json,
 )
 
-NAME = "list"
-HELP = "workloads, precisions, backends, suites and shape sets"
 DESCRIPTION = "List every registered name the other verbs accept."
 EXIT_CODES = STANDARD_EXIT_CODES
 DOC = "docs/cli.md"

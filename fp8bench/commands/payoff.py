@@ -19,8 +19,6 @@ from fp8bench.commands.common import (
     stored_names,
 )
 
-NAME = "payoff"
-HELP = "where FP8 pays off: the smallest shape from which each recipe beats BF16 end to end, per device"
 DESCRIPTION = """Answer the headline question from the store: per device and workload, the smallest shape from
 which each FP8 (or 4-bit) recipe is faster than the baseline end to end (quantization included) at every larger
 measured shape, the speedup there and at the largest shape measured, its SQNR cost in dB and its energy per

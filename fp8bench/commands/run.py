@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from fp8bench.measure.sharding import DevicePlan
     from fp8bench.measure.timing import Timer, TimingMode
 
-NAME = "run"
-HELP = "measure cases: table, run file, store rows"
 DESCRIPTION = """Measure every combination of workload x shape x precision x backend on one device.
 
 examples:

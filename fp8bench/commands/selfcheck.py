@@ -27,8 +27,6 @@ if TYPE_CHECKING:  # the checks and rich load only when the verb runs, not for `
 
     from fp8bench.measure.selfcheck import CheckResult, Probe, SelfcheckConfig
 
-NAME = "selfcheck"
-HELP = "acceptance check of a device: peak GEMM rate, timers, FP8 numerics, energy meter, backends"
 DESCRIPTION = """Check that fp8bench measures this device correctly. Run it first on a new GPU runner (and after a
 driver, CUDA or torch upgrade); CI runs it before gating. Under 5 minutes; ends in a PASS/FAIL table and a run file.
 

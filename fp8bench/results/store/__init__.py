@@ -53,16 +53,13 @@ from sqlalchemy.engine import Engine
 from fp8bench.core.records import SCHEMA_VERSION, case_key
 from fp8bench.core.redact import redact
 from fp8bench.core.shapes import label
+from fp8bench.results.errors import StoreError
 from fp8bench.results.record_check import describe, record_problems, repaired, run_problems
 from fp8bench.results.runfile import REQUIRED_FIELDS, json_safe
 from fp8bench.results.store.columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
 
 STORE_SCHEMA_VERSION = 7
 DEFAULT_DB_NAME = "fp8bench.sqlite"
-
-
-class StoreError(RuntimeError):
-    """A store that cannot be opened or read: bad URL, corrupt file, newer schema."""
 
 
 metadata = sa.MetaData()

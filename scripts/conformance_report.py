@@ -16,9 +16,9 @@ import argparse
 import sys
 from collections import Counter
 
-from fp8bench.hardware.conformance import TARGETS, replay_case
 from fp8bench.numerics import torch_api
 from fp8bench.numerics.recipes import resolve_precision
+from fp8bench.verify.cuda_replay import TARGETS, replay_case
 
 RECIPES = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8")
 FOUR_BIT = ("nvfp4", "mxfp4")

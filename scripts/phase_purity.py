@@ -1,5 +1,5 @@
 """Print the phase-purity table: for every backend x precision x workload, what the timed ``gemm`` phase dispatches,
-and every host synchronization or host-to-device copy in any timed region (``fp8bench.hardware.phase_audit``).
+and every host synchronization or host-to-device copy in any timed region (``fp8bench.verify.phase_audit``).
 
 Each case is built on small CPU tensors as on a simulated H100 (a B200 for recipes only it runs; the CPU for
 backends that run only there), its scaled GEMMs replayed on fake CUDA tensors, and each timed region called once
@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 
-from fp8bench.hardware.phase_audit import AUDIT_WORKLOADS, CaseAudit, audit_matrix
+from fp8bench.verify.phase_audit import AUDIT_WORKLOADS, CaseAudit, audit_matrix
 
 
 def row(case: CaseAudit) -> str:

@@ -3,7 +3,7 @@
 fp8bench calls PyTorch's scaled-GEMM entry points, and which of them exist, with which parameters, enum members and
 dtypes, changes from release to release (``torch.nn.functional.scaled_mm``, ``ScalingType`` and ``SwizzleType``
 arrived after ``torch._scaled_mm``). Only one torch installs on a machine, so the conformance replay
-(``fp8bench.hardware.conformance``) judges each call against the surface recorded here for its target's release, and the
+(``fp8bench.verify.cuda_replay``) judges each call against the surface recorded here for its target's release, and the
 tests read this file (CI has no network).
 
 Any platform's wheel holds a release's Python files, stubs and headers; the macOS arm64 ones are the smallest (about

@@ -1,7 +1,7 @@
 """CUDA conformance: every scaled GEMM of every FP8 path, replayed on fake CUDA tensors for real target GPUs.
 
 For each case (workload x FP8 recipe x element format x backend) and each target in
-:data:`fp8bench.hardware.conformance.TARGETS`, the capability matrix decides whether fp8bench runs the case there. Then:
+:data:`fp8bench.verify.cuda_replay.TARGETS`, the capability matrix decides whether fp8bench runs the case there. Then:
 
 * a case fp8bench runs must build on the simulated target with every scaled GEMM accepted by torch's meta
   functions and by the CUDA rules of :mod:`fp8bench.hardware.capabilities`, and it must issue at least one scaled GEMM;
@@ -28,9 +28,9 @@ from fp8bench.hardware.capabilities import (
     parse_version,
     scaled_gemm_reason,
 )
-from fp8bench.hardware.conformance import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
 from fp8bench.numerics import torch_api
 from fp8bench.numerics.recipes import ScaledRecipe, resolve_precision
+from fp8bench.verify.cuda_replay import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
 
 load_all()  # registries in their canonical order before any test imports one backend module on its own
 CUDA = Device("cuda", 0)

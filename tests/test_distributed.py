@@ -9,7 +9,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from fp8bench.core.devices import Device
-from fp8bench.hardware.distributed import LaunchEnv, LaunchError, LockstepTimer, device_spec_for, launch_env
+from fp8bench.hardware.distributed import LaunchEnv, LaunchError, device_spec_for, launch_env
+from fp8bench.measure.lockstep import LockstepTimer
 from fp8bench.measure.timing import CpuTimer, SamplingPolicy, agreed, sample
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",

@@ -18,7 +18,7 @@ PACKAGES = {"fp8bench": ROOT / "fp8bench", "fp8bench.workloads": ROOT / "workloa
             "fp8bench.kernels": ROOT / "kernels", "fp8bench.dashboard": ROOT / "dashboard"}
 
 # The layers, lowest first: a module may import its own layer or a lower one, never a higher one. Layers that share
-# a rank (the command line and the dashboard) may not import each other. ``X.*`` is the package X and everything in
+# a rank (the command line, the dashboard and the checks of fp8bench itself) may not import each other. ``X.*`` is the package X and everything in
 # it; a plain name is that module alone. docs/development.md explains each layer and why it sits where it does.
 LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (0, "core", ("fp8bench", "fp8bench.core.*", "fp8bench.exit_codes", "fp8bench.paths")),
@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (8, "analysis", ("fp8bench.analysis.*",)),
     (9, "commands", ("fp8bench.commands.*", "fp8bench.cli", "fp8bench.__main__", "fp8bench.pytest_plugin")),
     (9, "dashboard", ("fp8bench.dashboard.*",)),
+    (9, "verify", ("fp8bench.verify.*",)),
 )
 
 

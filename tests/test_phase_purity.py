@@ -1,4 +1,4 @@
-"""Phase purity and capture purity (:mod:`fp8bench.hardware.phase_audit`): every timed region holds only what its name says.
+"""Phase purity and capture purity (:mod:`fp8bench.verify.phase_audit`): every timed region holds only what its name says.
 
 Two classes of defect are caught here, on a CPU, for every backend x precision x workload that runs:
 
@@ -22,8 +22,8 @@ import torch
 
 import fp8bench.numerics.quantize
 from fp8bench.core.plugins import BACKENDS, load_all
-from fp8bench.hardware.phase_audit import AUDIT_SHAPES, Auditor, CaseAudit, RegionAudit, audit_case
 from fp8bench.numerics.recipes import PRECISIONS
+from fp8bench.verify.phase_audit import AUDIT_SHAPES, Auditor, CaseAudit, RegionAudit, audit_case
 
 load_all()
 
@@ -151,7 +151,7 @@ def test_four_bit_cases_pass_a_simulated_capture(workload: str) -> None:
     ("fp8_blockwise", "h100-torch2.10", "aten._scaled_mm_v2"), ("nvfp4", "b200-torch2.14", "aten._scaled_mm_v2")])
 def test_the_gemm_phase_is_the_kernel_alone_through_either_entry_point(precision: str, target: str, op: str) -> None:
     """On torch 2.9 block scales go through torch._scaled_mm, with their own layouts: prepared in quantize too."""
-    from fp8bench.hardware.conformance import TARGETS
+    from fp8bench.verify.cuda_replay import TARGETS
 
     case = audit_case("gemm", AUDIT_SHAPES["gemm"][0], precision, "torch", targets=(TARGETS[target],))
     assert case.status == "audited" and case.gemm_phase is not None, case.status

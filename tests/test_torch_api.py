@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from fp8bench.hardware.capabilities import parse_version
-from fp8bench.hardware.conformance import TARGETS
 from fp8bench.numerics import torch_api
+from fp8bench.verify.cuda_replay import TARGETS
 
 ROOT = Path(__file__).resolve().parent.parent
 F_SCALED_MM = "torch.nn.functional.scaled_mm"

@@ -274,6 +274,7 @@ def execute(args: argparse.Namespace) -> int:
     from fp8bench.analysis.report import summary_counts
     from fp8bench.core.devices import resolve_device
     from fp8bench.hardware import distributed
+    from fp8bench.measure.lockstep import LockstepTimer
     from fp8bench.measure.runner import expand_cases, run_cases
     from fp8bench.measure.timing import timer_for, timing_mode_for
     from fp8bench.numerics.recipes import PRECISIONS
@@ -311,7 +312,7 @@ def execute(args: argparse.Namespace) -> int:
             raise UsageError("--cuda-graph is not supported under torchrun: each rank would capture and replay its "
                              "collectives on its own; drop --cuda-graph")
         distributed.init(device, distributed.collective_timeout_s(settings.budget_s))
-        timer = distributed.LockstepTimer(timer_for(device, settings.flush_l2), device)
+        timer = LockstepTimer(timer_for(device, settings.flush_l2), device)
         spec["distributed"] = distributed.run_spec(launch, device)
         if not launch.is_main:  # the other ranks measure in step with rank 0 and write nothing
             try:

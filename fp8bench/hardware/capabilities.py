@@ -1,7 +1,7 @@
 """The device capability matrix: which FP8 GEMM kinds a device can run natively, and why not.
 
 Every backend's availability check, ``fp8bench doctor`` and the CUDA conformance tests
-(:mod:`fp8bench.hardware.conformance`) read the rules here, so they live in one place.
+(:mod:`fp8bench.verify.cuda_replay`) read the rules here, so they live in one place.
 
 **Hardware and PyTorch's CUDA kernels.** A scaled GEMM ``torch._scaled_mm`` / ``torch.nn.functional.scaled_mm``
 is described by a :class:`ScaledGemmSpec` (operand dtypes, how each operand is scaled, output dtype, fast
@@ -411,7 +411,7 @@ def _cuda_reasons(target: CudaTarget) -> dict[str, str | None]:
 
 
 # A CUDA target that stands in for the live GPU while the conformance layer replays calls
-# (:func:`fp8bench.hardware.conformance.emulating`); ``None`` in normal runs.
+# (:func:`fp8bench.verify.cuda_replay.emulating`); ``None`` in normal runs.
 _SIMULATED_TARGET: CudaTarget | None = None
 
 

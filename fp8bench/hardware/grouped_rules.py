@@ -5,7 +5,7 @@ A grouped GEMM multiplies jagged row groups of ``A`` ``[M, K]`` (row-major, FP8)
 offsets. PyTorch's meta function (``torch/_meta_registrations.py``: ``_meta_grouped_mm_common``) already checks
 what fake CUDA tensors can show: E4M3 operands, row-major ``A``, column-major ``B``, strides that are multiples of
 16 bytes, int32 1-D offsets, FP32 scales ``[M]`` for ``A`` and ``[G, N]`` for ``B`` (rowwise) or E8M0 scales with
-the blocked sizes (MXFP8), no bias, BF16 output when one is named. :mod:`fp8bench.hardware.conformance` replays every call
+the blocked sizes (MXFP8), no bias, BF16 output when one is named. :mod:`fp8bench.verify.cuda_replay` replays every call
 through it. The rules below are the rest, each with the source that enforces it:
 
 * **Architecture.** ATen admits compute capability 9.0 and 10.0 only (``aten/src/ATen/native/cuda/GroupedBlas.cpp``,

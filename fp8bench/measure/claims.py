@@ -593,7 +593,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("vendor_backends", "torchao, Triton (compiled) and torch.compile (Inductor) run their smallest case on CUDA",
           "records of those backends", "kernels/", check="backend"),
     Claim("no_host_sync", "no timed call reads a value back to the host, copies to the host or synchronizes a stream "
-          "(checked without a GPU only by the phase audit's op list)", "every GPU time", "fp8bench/hardware/phase_audit.py", probe=no_host_sync),
+          "(checked without a GPU only by the phase audit's op list)", "every GPU time", "fp8bench/verify/phase_audit.py", probe=no_host_sync),
     Claim("bitwise_outputs", "GEMM, grouped GEMM and attention forward kernels return the same bits for the same "
           "inputs (the output check compares them bitwise)", "invalid verdicts from the output check",
           "fp8bench/measure/output_check.py", probe=bitwise_outputs),

@@ -283,7 +283,7 @@ class CaseMeasurer:
                                      "GPUs")
             # Idle power is measured once, before any case runs, so that no case's heat is in it.
             self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
-        # A timer shared by several processes (fp8bench.hardware.distributed.LockstepTimer) makes every decision together.
+        # A timer shared by several processes (fp8bench.measure.lockstep.LockstepTimer) makes every decision together.
         self.lockstep = hasattr(self.timer, "agree")
         self.cost = CostClock()  # the harness's own cost of the case being measured (measure.harness_cost)
         self._inputs: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
@@ -808,7 +808,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     A ``KeyboardInterrupt`` ends the loop; the run is marked ``interrupted`` and everything already measured is
     kept. Store write errors are collected, not raised: the run file is the record of truth and can be ingested
     later. ``timer`` replaces the device's own (a distributed run passes a
-    :class:`fp8bench.hardware.distributed.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
+    :class:`fp8bench.measure.lockstep.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
     ``budget`` fits the run into a wall-clock budget (:mod:`fp8bench.measure.budget`; ``cases`` in its order).
     """
     if settings.threads:

@@ -170,7 +170,7 @@ def timing_events(device: Device) -> tuple[Any, Any]:
 def agreed(timer: Timer, flag: bool) -> bool:
     """A decision taken on this process's clock, as every process timing together takes it.
 
-    A timer shared by several processes (:class:`fp8bench.hardware.distributed.LockstepTimer`) has ``agree``: the flag is
+    A timer shared by several processes (:class:`fp8bench.measure.lockstep.LockstepTimer`) has ``agree``: the flag is
     true when it is true on any of them, so all ranks stop or go on together. A timer of one process has none, and
     the flag stands.
     """

@@ -12,12 +12,12 @@ kernel reads its own. :meth:`ScaledGemm.prepare` turns a quantized operand into 
 the kernel reads (E2M1 pairs packed into bytes, scales transposed, padded or swizzled), and belongs to the timed
 ``quantize`` phase, as Transformer Engine's and torchao's quantize kernels write those layouts themselves.
 :meth:`ScaledGemm.__call__` then launches the kernel alone: the pre-quantized ``gemm`` phase dispatches the GEMM op and
-views, nothing else (checked by :mod:`fp8bench.hardware.phase_audit`).
+views, nothing else (checked by :mod:`fp8bench.verify.phase_audit`).
 
 **Which entry point** is decided once per :class:`ScaledGemm`, from what the installed torch has
 (:func:`fp8bench.numerics.torch_api.gemm_entry_point`): ``torch.nn.functional.scaled_mm`` (``aten._scaled_mm_v2``, torch 2.10+)
 for block scales where it exists, ``torch._scaled_mm`` otherwise. The layouts (each CUDA rule is checked on fake CUDA
-tensors by :mod:`fp8bench.hardware.conformance`):
+tensors by :mod:`fp8bench.verify.cuda_replay`):
 
 * **tensorwise**: two 0-dim FP32 tensors (``torch._scaled_mm``).
 * **rowwise**: ``[M, 1]`` for ``a`` and ``[1, N]`` for ``b`` (``torch._scaled_mm``).
@@ -227,7 +227,7 @@ class ScaledGroupedGemm:
     at once, with both operands prepared in the quantize phase.
 
     ``B`` is the expert weights quantized as one ``[G*N, K]`` stack (rows ``e*N:(e+1)*N`` are expert ``e``). Layouts
-    (checked on fake CUDA tensors by :mod:`fp8bench.hardware.conformance`; rules in :mod:`fp8bench.hardware.grouped_rules`):
+    (checked on fake CUDA tensors by :mod:`fp8bench.verify.cuda_replay`; rules in :mod:`fp8bench.hardware.grouped_rules`):
 
     * ``A`` row-major ``[M, K]``; ``B`` the ``[G, N, K]`` stack transposed: column-major ``[G, K, N]``;
     * **rowwise**: FP32 scales ``[M]`` for ``A`` and ``[G, N]`` for ``B``;

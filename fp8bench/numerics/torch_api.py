@@ -279,7 +279,7 @@ def as_release(surface: TorchSurface) -> Iterator[TorchSurface]:
     """Within the block, :func:`detect` answers with ``surface`` and :func:`entry_point` hands out that release's
     entry points only, checked against its signatures. torch's own modules are left untouched (their internals
     import these names), so a call that bypasses :func:`entry_point` is judged where it reaches the dispatcher
-    (:class:`fp8bench.hardware.conformance.CudaConformance`)."""
+    (:class:`fp8bench.verify.cuda_replay.CudaConformance`)."""
     global _generation, _shown
     previous = _shown
     _shown = surface

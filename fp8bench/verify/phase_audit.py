@@ -18,7 +18,7 @@ does not stretch with host work:
   a capture also refuses. Constants are built once per device, outside the timed region.
 
 How the audit sees it on a CPU-only machine. A case is built exactly as the conformance replay builds it
-(:func:`fp8bench.hardware.conformance.replay_case`: small CPU tensors, the scaled GEMMs replayed on fake CUDA tensors for a
+(:func:`fp8bench.verify.cuda_replay.replay_case`: small CPU tensors, the scaled GEMMs replayed on fake CUDA tensors for a
 target GPU), then each timed region (``end_to_end`` and every phase) is called once under two interception layers:
 
 1. a ``TorchDispatchMode`` (:class:`_OpRecorder`) records every ATen op the region dispatches, the ops under
@@ -404,8 +404,8 @@ def audit_case(workload: str, shape_text: str, precision_name: str, backend: str
     from fp8bench.core.devices import Device
     from fp8bench.core.pipeline import BuildContext, Unsupported
     from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-    from fp8bench.hardware.conformance import TARGETS, emulating
     from fp8bench.numerics.recipes import resolve_precision
+    from fp8bench.verify.cuda_replay import TARGETS, emulating
 
     load_all()
     wl, impl = WORKLOADS.get(workload), BACKENDS.get(backend)

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fp8bench.core.devices import Device
+from fp8bench.core.peak_table import above_ceiling, ceiling_advice, device_table, table_peak
 from fp8bench.hardware import peaks
-from fp8bench.hardware.peak_table import above_ceiling, ceiling_advice, device_table, table_peak
 from fp8bench.hardware.peaks import (
     CEILING_MAX_AGE,
     Peaks,

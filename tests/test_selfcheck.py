@@ -21,9 +21,9 @@ from fake_nvml import FakeGpu, make_pynvml
 
 from fp8bench.cli import main
 from fp8bench.core.devices import Device
+from fp8bench.core.peak_table import table_peak
 from fp8bench.core.records import Record
 from fp8bench.energy.meters import EnergyReading, WindowPolicy, nvml_meter
-from fp8bench.hardware.peak_table import table_peak
 from fp8bench.measure.selfcheck import (
     PEAK_FRACTION,
     TIMER_REPEATS,

@@ -21,6 +21,7 @@ from plotly.subplots import make_subplots
 
 from fp8bench.analysis.payoff import in_reading_order
 from fp8bench.analysis.select import latest_per_case
+from fp8bench.core.loss_curves import smooth  # the check's smoothing, so the chart and the verdict agree
 from fp8bench.dashboard.widgets import (
     chart,
     current_view,
@@ -28,7 +29,6 @@ from fp8bench.dashboard.widgets import (
     table,
     wrap_label,
 )
-from fp8bench.measure.loss_curves import smooth  # the check's smoothing, so the chart and the verdict agree
 
 METRICS = {"SQNR (dB, higher is better)": "sqnr_db", "relative error (lower is better)": "rel_err"}
 BASELINE_CURVE = "bf16"

@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.analysis.select import latest_per_case, speed_comparable_frame
+from fp8bench.core.peak_table import above_ceiling, ceiling_advice, table_peak
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
     NOISE_COLUMN,
@@ -28,7 +29,6 @@ from fp8bench.dashboard.widgets import (
     nothing_selected,
     table,
 )
-from fp8bench.hardware.peak_table import above_ceiling, ceiling_advice, table_peak
 
 
 def bandwidth_tbps(points: pd.DataFrame, device_name: str) -> tuple[float | None, str]:
@@ -98,7 +98,7 @@ def main() -> None:
     bw_text = f"{bw:.3g} TB/s ({bw_source})" if bw else bw_source
     sources = "; ".join(sorted(points["peak_source"].dropna().unique())) or "none stored"
     where = ("fp8bench's own measurement of this CPU (a large matmul and a large copy)" if device_is_cpu(points) else
-             "the device table, fp8bench/hardware/data/device_peaks.json, each value with its source")
+             "the device table, fp8bench/core/data/device_peaks.json, each value with its source")
     st.caption(f"Ceilings come from {where}. Bandwidth ceiling: {md_text(bw_text)}. Compute ceilings: "
                f"{md_text(sources)}. Latest record per case.")
     over = points[points["pct_of_peak"].map(above_ceiling)]

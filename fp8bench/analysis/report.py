@@ -16,9 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8bench.core.noise import NOISY_SPREAD, HostLoad, is_noisy, record_spread
+from fp8bench.core.peak_table import above_ceiling, ceiling_advice
 from fp8bench.core.records import SCALE_POW2, full_accum_variant
 from fp8bench.core.shapes import label, shape_label
-from fp8bench.hardware.peak_table import above_ceiling, ceiling_advice
 
 
 def _shape_text(shape: dict[str, int]) -> str:
@@ -96,7 +96,7 @@ def noise_text(record: dict[str, Any], loaded: bool = False) -> str:
 
 
 def peak_text(record: dict[str, Any]) -> str:
-    """% of peak, with ``!`` where it is above 100 (:func:`fp8bench.hardware.peak_table.above_ceiling`)."""
+    """% of peak, with ``!`` where it is above 100 (:func:`fp8bench.core.peak_table.above_ceiling`)."""
     pct = record.get("pct_of_peak")
     return _fmt(pct, ".1f") + (" !" if above_ceiling(pct) else "")
 

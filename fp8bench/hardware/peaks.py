@@ -1,7 +1,7 @@
 """Peaks: the ceilings that turn a TFLOP/s figure into a percentage.
 
 On GPUs the ceilings come from a versioned table of dense tensor-core TFLOPS per dtype and memory bandwidth
-(:mod:`fp8bench.hardware.peak_table`, which needs no torch, so readers of stored records use it alone); this module
+(:mod:`fp8bench.core.peak_table`, which needs no torch, so readers of stored records use it alone); this module
 says which column a precision is held to (:func:`peak_key`).
 
 A CPU has no honest datasheet figure for PyTorch's kernels, so its ceilings are **measured**: the best of a few
@@ -14,7 +14,7 @@ A ceiling measured while other processes held the cores is too low, and every pe
 load above the CPU count is used for its own run but never cached, a cached one is measured again when it is a
 week old or carries no load, and ``fp8bench selfcheck`` measures afresh and caches what it measured on a quiet
 machine. A percentage above 100 is flagged wherever it is shown
-(:func:`fp8bench.hardware.peak_table.above_ceiling`).
+(:func:`fp8bench.core.peak_table.above_ceiling`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import torch
 
 from fp8bench.core.devices import Device, cpu_model
 from fp8bench.core.noise import HostLoad, host_load
+from fp8bench.core.peak_table import Peak, table_peak
 from fp8bench.hardware.environment import host_alias
-from fp8bench.hardware.peak_table import Peak, table_peak
 from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.results.runfile import atomic_write_bytes
 

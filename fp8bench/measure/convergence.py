@@ -37,10 +37,10 @@ import torch
 from torch import nn
 
 from fp8bench.core.devices import Device
+from fp8bench.core.loss_curves import smooth
 from fp8bench.core.plugins import load_all
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape
-from fp8bench.measure.loss_curves import smooth
 from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, fp8_layers, swap_linears
 from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.corpus import SyntheticCorpus

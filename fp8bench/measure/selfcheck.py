@@ -48,12 +48,12 @@ from typing import Any
 import torch
 
 from fp8bench.core.devices import Device
+from fp8bench.core.peak_table import table_peak
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
-from fp8bench.hardware.peak_table import table_peak
 from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key
 from fp8bench.measure.claims import CLAIMS, Claim, Outcome, ProbeContext, describe, run_probe
 from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, StreamedRun, new_run_id, run_header
@@ -362,7 +362,7 @@ class Selfcheck:
                 continue
             if peak is None:
                 yield CheckResult("gemm_peak", name, Verdict.FAIL, f"no {peak_key(precision)} peak for "
-                                  f"{self.probe.device_name!r} in the device table (fp8bench/hardware/data/device_peaks.json):"
+                                  f"{self.probe.device_name!r} in the device table (fp8bench/core/data/device_peaks.json):"
                                   f" add its row with a source", measured)
                 continue
             what = f"{n}^3 " + ("GEMM phase (operands pre-quantized)" if fp8 else "GEMM")

@@ -29,7 +29,7 @@ class Peak:
 
 @lru_cache(maxsize=1)
 def device_table() -> dict[str, Any]:
-    return json.loads(resources.files("fp8bench.hardware").joinpath("data/device_peaks.json").read_text())
+    return json.loads(resources.files("fp8bench.core").joinpath("data/device_peaks.json").read_text())
 
 
 def table_peak(device_name: str, key: str) -> Peak | None:
@@ -54,5 +54,5 @@ def ceiling_advice(device: str) -> str:
     if str(device).startswith("cpu"):
         return ("Re-measure the CPU's ceilings on a quiet machine: `fp8bench selfcheck --check cpu_ceiling` "
                 "(a measurement under load is never cached)")
-    return ("Check the device table's row for this GPU (fp8bench/hardware/data/device_peaks.json, each value with its "
+    return ("Check the device table's row for this GPU (fp8bench/core/data/device_peaks.json, each value with its "
             "source) and the timer: `fp8bench selfcheck`")

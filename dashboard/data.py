@@ -26,7 +26,7 @@ import pandas as pd
 import sqlalchemy as sa
 import streamlit as st
 
-from fp8bench.analysis.select import LATEST_CLASSES, speed_comparable_sql
+from fp8bench.analysis.selection import LATEST_CLASSES, speed_comparable_sql
 from fp8bench.core.commits import checkout_remote, url_template
 from fp8bench.core.noise import is_noisy, record_spread, run_load
 from fp8bench.core.redact import error_line, redact

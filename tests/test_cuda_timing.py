@@ -424,7 +424,7 @@ def test_gate_never_compares_graph_with_eager():
 
 
 def test_store_queries_and_dashboard_label_graph_records_apart(results_dir):
-    from fp8bench.analysis.select import LATEST_CLASSES
+    from fp8bench.analysis.selection import LATEST_CLASSES
     from fp8bench.results.store import open_store
     from fp8bench.results.store.queries import GRAPH_LABEL, RecordFilter, filter_options, latest_records
     from tests.gate_fixtures import payload, record

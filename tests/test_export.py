@@ -10,7 +10,7 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from fp8bench.analysis.select import is_speed_comparable
+from fp8bench.analysis.selection import is_speed_comparable
 from fp8bench.cli import main
 from fp8bench.results.export import COLUMNS, Row, bencher_metric_format, github_action_benchmark
 from fp8bench.results.runfile import atomic_write_json

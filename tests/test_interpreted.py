@@ -108,7 +108,7 @@ def test_gate_calls_interpreted_on_one_side_incomparable():
 
 
 def test_table_and_dashboard_never_compare_interpreted_timings():
-    from fp8bench.analysis.select import speed_comparable_frame as speed_comparable
+    from fp8bench.analysis.selection import speed_comparable_frame as speed_comparable
 
     timed = {**record(64, "bf16", [1e-3] * 5), "interpreted": False}
     interp = {**record(64, "fp8_rowwise", [5e-3] * 5), "interpreted": True}

@@ -17,7 +17,7 @@ from fp8bench.analysis.payoff import (
     in_reading_order,
     payoff_table,
 )
-from fp8bench.analysis.select import is_scaled
+from fp8bench.analysis.selection import is_scaled
 from fp8bench.cli import main
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record

@@ -18,7 +18,7 @@ import pytest
 from fp8bench.cli import main
 from fp8bench.results.ingest import ingest_file, load_side, read_results_file
 from fp8bench.results.runfile import read_run_file
-from fp8bench.results.runfile_stream import read_run_header, stream_run_file
+from fp8bench.results.runfile_reader import read_run_header, stream_run_file
 from fp8bench.results.store import open_store
 
 DATA = Path(__file__).resolve().parent / "data" / "runfiles"

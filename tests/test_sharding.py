@@ -26,9 +26,9 @@ from fp8bench.measure.sharding import (
     plan_devices,
     run_sharded,
 )
+from fp8bench.results.record_stream import RecordStream
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
-from fp8bench.results.stream import RecordStream
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "tests" / "plugins"

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fp8bench.analysis.select import LATEST_CLASSES
+from fp8bench.analysis.selection import LATEST_CLASSES
 from fp8bench.results.store import open_store
 from fp8bench.results.store.queries import (
     RecordFilter,

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from fp8bench.analysis.select import latest_per_case
+from fp8bench.analysis.selection import latest_per_case
 from fp8bench.dashboard.data import count_records
 from fp8bench.dashboard.safe_text import md_join
 from fp8bench.dashboard.widgets import chart, current_view, nothing_selected, table

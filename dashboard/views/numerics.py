@@ -20,7 +20,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from fp8bench.analysis.payoff import in_reading_order
-from fp8bench.analysis.select import latest_per_case
+from fp8bench.analysis.selection import latest_per_case
 from fp8bench.core.loss_curves import smooth  # the check's smoothing, so the chart and the verdict agree
 from fp8bench.dashboard.widgets import (
     chart,

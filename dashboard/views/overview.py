@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.analysis.payoff import cell_speedups, paying_off, payoff_table
-from fp8bench.analysis.select import REFERENCE_BACKENDS, is_scaled, latest_per_case, speed_comparable_frame
+from fp8bench.analysis.selection import REFERENCE_BACKENDS, is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.core.repro import frame_commands
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.speedup import speedup_frame

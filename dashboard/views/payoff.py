@@ -17,7 +17,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from fp8bench.analysis.payoff import BASELINE, cell_speedups, paying_off, payoff_table, shape_family
-from fp8bench.analysis.select import is_scaled, latest_per_case, speed_comparable_frame
+from fp8bench.analysis.selection import is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
     chart,

@@ -285,7 +285,7 @@ def new_since(changes: Sequence[Change], started_at: str) -> list[Change]:
 
 def history_records(store: Store, flt: RecordFilter, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
     """The speed-comparable records of ``store`` under ``flt``, with the columns change detection reads, in run order."""
-    from fp8bench.analysis.select import speed_comparable_sql
+    from fp8bench.analysis.selection import speed_comparable_sql
     from fp8bench.results.store import queries as store_queries
 
     columns = tuple(dict.fromkeys([*HISTORY_COLUMNS, *metrics]))

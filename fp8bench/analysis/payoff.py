@@ -22,9 +22,9 @@ Each cell takes the fastest backend of that precision at that shape, among vendo
 ``emulated`` backend is a quantize-dequantize reference, never a way to run a model, so it is left out. Records
 are the latest valid, non-interpreted measurement of each case.
 
-What a cell is (:func:`fp8bench.analysis.select.fastest_cells`: one per device, workload, shape and precision)
-and which precisions a payoff is asked of (:func:`fp8bench.analysis.select.is_scaled`: FP8, MX and 4-bit) are
-shared selection rules (:mod:`fp8bench.analysis.select`). The rules that compare cells and order cases live here
+What a cell is (:func:`fp8bench.analysis.selection.fastest_cells`: one per device, workload, shape and precision)
+and which precisions a payoff is asked of (:func:`fp8bench.analysis.selection.is_scaled`: FP8, MX and 4-bit) are
+shared selection rules (:mod:`fp8bench.analysis.selection`). The rules that compare cells and order cases live here
 once, for this summary and the dashboard's pages alike: :func:`cell_speedups` (each cell against the baseline's
 cell of the same shape) and :func:`in_reading_order` (cases by workload, then by FLOPs).
 """
@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from fp8bench.analysis.select import CELL, REFERENCE_BACKENDS, fastest_cells, is_scaled
+from fp8bench.analysis.selection import CELL, REFERENCE_BACKENDS, fastest_cells, is_scaled
 from fp8bench.core.shapes import parse_stored
 
 BASELINE = "bf16"

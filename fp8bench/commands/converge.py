@@ -99,7 +99,7 @@ def execute(args: argparse.Namespace) -> int:
     """Parse the flags, train every curve (:func:`converge`), then render the table and the summary line."""
     from rich.console import Console
 
-    from fp8bench.results.stream import DiskFull
+    from fp8bench.results.record_stream import DiskFull
 
     err = Console(stderr=True)
     results_dir = args.results_dir or default_results_dir()
@@ -186,7 +186,7 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
     recipes' gradient options (``None``: each recipe's own). ``run_file`` defaults to
     ``results_dir/runs/RUN_ID.json``; ``store`` is a store URL or folder, ``None`` for the run file only.
     Progress and each failed recipe go to ``console`` (stderr). Bad input raises :class:`UsageError`; a disk
-    already full raises :class:`fp8bench.results.stream.DiskFull` before anything trains.
+    already full raises :class:`fp8bench.results.record_stream.DiskFull` before anything trains.
     """
     from rich.console import Console
 
@@ -194,9 +194,9 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
     from fp8bench.core.plugins import WORKLOADS, load_all
     from fp8bench.measure.convergence import BASELINE, BROKEN
     from fp8bench.measure.runner import RunSettings, StreamedRun, new_run_id, run_header
+    from fp8bench.results.record_stream import RecordStream
     from fp8bench.results.runfile import check_writable
     from fp8bench.results.store import open_store
-    from fp8bench.results.stream import RecordStream
 
     load_all()
     settings = _settings(steps=steps, window=window, tolerance=tolerance, diverge_gap=diverge_gap,

@@ -99,7 +99,7 @@ def _rows(args: argparse.Namespace) -> list[Any]:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.analysis.select import is_speed_comparable
+    from fp8bench.analysis.selection import is_speed_comparable
     from fp8bench.results.export import count, render, write
     from fp8bench.results.runfile import check_writable
 

@@ -113,7 +113,7 @@ def _print_table(rows: list[dict[str, Any]], baseline: str) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from fp8bench.analysis.payoff import paying_off, payoff_table
-    from fp8bench.analysis.select import LATEST_CLASSES
+    from fp8bench.analysis.selection import LATEST_CLASSES
     from fp8bench.core.shapes import shape_label
     from fp8bench.results.store import open_store
     from fp8bench.results.store import queries as store_queries

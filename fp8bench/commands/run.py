@@ -353,8 +353,8 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
     from fp8bench.core.noise import host_load, overload_warning
     from fp8bench.measure.profiling import summary_rows
     from fp8bench.measure.runner import new_run_id
+    from fp8bench.results.record_stream import DiskFull
     from fp8bench.results.runfile import check_writable
-    from fp8bench.results.stream import DiskFull
 
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
@@ -404,7 +404,7 @@ def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_fil
     """Measure ``cases`` on ``device`` (on ``plan``'s worker processes when given), streaming each record to
     ``run_file`` and ``store`` (a store URL or folder; ``None``: the run file only) under ``run_id``;
     ``results_dir`` caches the CPU's measured ceilings (``None``: not cached). A progress bar goes to ``console``
-    (stderr) when it is a terminal and ``show_progress``. Raises :class:`fp8bench.results.stream.DiskFull` when the
+    (stderr) when it is a terminal and ``show_progress``. Raises :class:`fp8bench.results.record_stream.DiskFull` when the
     run file cannot even be started. ``budget``: the run's wall budget (one device only)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

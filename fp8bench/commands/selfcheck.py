@@ -105,7 +105,7 @@ def _run(args: argparse.Namespace, probe: Probe, config: SelfcheckConfig, run_fi
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from fp8bench.measure.selfcheck import Verdict, run_selfcheck
-    from fp8bench.results.stream import DiskFull
+    from fp8bench.results.record_stream import DiskFull
 
     err = Console(stderr=True)
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,

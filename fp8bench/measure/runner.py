@@ -29,7 +29,7 @@ events and L2 flush, graph captures and energy windows all act on the case's dev
 
 Ctrl-C (and SIGTERM or SIGHUP, which the command line turns into the same interrupt) stops the run between or
 inside cases; every record finished before it stays in the run file and store. A full disk stops the run too,
-with status ``failed: disk full`` (:mod:`fp8bench.results.stream`).
+with status ``failed: disk full`` (:mod:`fp8bench.results.record_stream`).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ from fp8bench.numerics.recipes import (
     resolve_precision,
 )
 from fp8bench.paths import default_results_dir, profile_dir
-from fp8bench.results.stream import STATUS_DISK_FULL, DiskFull, RecordStream
+from fp8bench.results.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 
 # Probe shapes for estimating a big case's cost, in FLOPs: 2e7 takes 0.05 s at the 0.4 GFLOP/s of the slowest
 # CPU kernel seen (FP16 matmul); the larger levels refine estimates for kernels that are slow only on small shapes.
@@ -907,10 +907,10 @@ def _budgeted(measurer: CaseMeasurer, case: Case, seq: int, budget: RunBudget | 
 class StreamedRun:
     """The one way a command that streams records ends: every verb that keeps records as they finish (``run``,
     sharded and distributed runs, ``converge``, ``selfcheck``) produces them inside ``with StreamedRun(stream):``,
-    adding each to the :class:`fp8bench.results.stream.RecordStream`, then calls :meth:`finish`.
+    adding each to the :class:`fp8bench.results.record_stream.RecordStream`, then calls :meth:`finish`.
 
     The block ends early, without losing a record already added, on a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM
-    and SIGHUP through :mod:`fp8bench.measure.interrupts`) or on :class:`fp8bench.results.stream.DiskFull`; any other
+    and SIGHUP through :mod:`fp8bench.measure.interrupts`) or on :class:`fp8bench.results.record_stream.DiskFull`; any other
     exception propagates. :meth:`finish` then writes the final header with the status that says which it was.
     """
 

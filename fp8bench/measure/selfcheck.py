@@ -60,7 +60,7 @@ from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, StreamedRun
 from fp8bench.measure.timing import SamplingPolicy, Timer, timer_for
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
 from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, ScaledRecipe, resolve_precision
-from fp8bench.results.stream import DiskFull, RecordStream
+from fp8bench.results.record_stream import DiskFull, RecordStream
 
 # A vendor GEMM this large is compute-bound and should run well above half the dense datasheet peak; under half
 # means something is wrong. The bar is deliberately loose: it catches broken setups, not tuning gaps.
@@ -554,8 +554,8 @@ def run_selfcheck(probe: Probe, config: SelfcheckConfig | None = None, run_file:
                   on_check: Callable[[str], None] = lambda name: None, run_id: str | None = None) -> SelfcheckOutcome:
     """Run every check, writing each case's record to ``run_file`` as it finishes and the verdicts at the end.
     Ctrl-C ends the run early; the run file then keeps what was measured and says ``interrupted``. A full disk
-    ends it too (status ``failed: disk full``, :mod:`fp8bench.results.stream`); a disk full before the first
-    record raises :class:`fp8bench.results.stream.DiskFull`."""
+    ends it too (status ``failed: disk full``, :mod:`fp8bench.results.record_stream`); a disk full before the first
+    record raises :class:`fp8bench.results.record_stream.DiskFull`."""
     started = time.monotonic()
     run_id = run_id or new_run_id()
     check = Selfcheck(probe, config, on_check=on_check)

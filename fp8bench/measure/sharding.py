@@ -27,7 +27,7 @@ fp8bench does it, and why:
   runs on one worker: shard sweeps of many shapes (the suites). The in-order merge below waits at most for the
   groups before a finished one.
 * **One run file and store, in case order.** Only the parent writes: workers send each finished record through a
-  pipe, and the parent hands records to :class:`fp8bench.results.stream.RecordStream` in case order (a record that
+  pipe, and the parent hands records to :class:`fp8bench.results.record_stream.RecordStream` in case order (a record that
   finishes early waits in memory for the cases before it). The run file and store get the same records, in the same
   order, with the same ``seq``, that one worker would have written; each record names the device that measured it.
 * **A worker that dies** is seen through its process sentinel (``multiprocessing.connection.wait``): the case it
@@ -71,7 +71,7 @@ from fp8bench.measure.runner import (
     run_header,
 )
 from fp8bench.measure.timing import timing_mode_for
-from fp8bench.results.stream import DiskFull, RecordStream
+from fp8bench.results.record_stream import DiskFull, RecordStream
 
 # A device whose worker died this many times with no finished case in between is given up on: a crashing kernel
 # fails its own case, a broken device must not cost one worker start per remaining case.

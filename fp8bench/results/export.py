@@ -20,7 +20,7 @@ becomes run start times): as SQL on a store, the same rules in Python on files (
   created on first use.
 
 The two benchmark formats take speed-comparable records only (the rule of
-:func:`fp8bench.analysis.select.is_speed_comparable`, which the ``export`` verb passes in as ``comparable``: measured,
+:func:`fp8bench.analysis.selection.is_speed_comparable`, which the ``export`` verb passes in as ``comparable``: measured,
 valid, not interpreted, with a median; an interpreter's time means nothing) and one per benchmark name: the latest run's, since a tracker wants one value per benchmark in
 each report. A benchmark's name is the case key (workload, shape, precision and format, backend, device kind)
 followed by the device model, so that results from two GPU models never share a series.
@@ -69,7 +69,7 @@ class ExportError(ValueError):
 
 
 # Which records a tracker may get, given a record and its run header: the speed-comparable rule
-# (fp8bench.analysis.select.is_speed_comparable, a layer above this one, so the verb passes it in).
+# (fp8bench.analysis.selection.is_speed_comparable, a layer above this one, so the verb passes it in).
 Comparable = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
 

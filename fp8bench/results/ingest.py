@@ -17,7 +17,7 @@ ids): ingesting the same file twice stores it once.
 not JSON, a record missing a field or with a field of the wrong type, a sample that is not finite positive seconds)
 or that the store refuses (a value its column cannot hold, two records with one seq) is reported with its name, the
 record's index and what is wrong, stores nothing, and does not stop the files after it. An fp8bench run file is
-streamed record by record (:mod:`fp8bench.results.runfile_stream`), so memory does not grow with the file.
+streamed record by record (:mod:`fp8bench.results.runfile_reader`), so memory does not grow with the file.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def is_pytest_benchmark(data: Any) -> bool:
 def read_results_file(path: str | Path) -> tuple[dict[str, Any], str]:
     """A run payload and its source (``fp8bench`` or ``pytest-benchmark``) from either kind of file (a run file of
     either schema, :mod:`fp8bench.results.runfile`)."""
-    from fp8bench.results.runfile_stream import stream_run_file
+    from fp8bench.results.runfile_reader import stream_run_file
 
     path = Path(path)
     streamed = stream_run_file(path, "results file")
@@ -165,10 +165,10 @@ def ingest_file(store: Store, path: Path) -> dict[str, Any]:
 
 def _read_for_ingest(path: Path, on_bad_record: Callable[[RunFileError], None]) -> tuple[dict[str, Any], str]:
     """A results file as a payload whose ``records`` may be an iterator: an fp8bench run file is streamed record
-    by record (:mod:`fp8bench.results.runfile_stream`: bounded memory), and a record with a bad field goes to
+    by record (:mod:`fp8bench.results.runfile_reader`: bounded memory), and a record with a bad field goes to
     ``on_bad_record`` and is left out, so one bad record never costs the rest of its run. Any other file is read
     whole."""
-    from fp8bench.results.runfile_stream import stream_run_file
+    from fp8bench.results.runfile_reader import stream_run_file
 
     streamed = stream_run_file(path)
     if streamed is None:

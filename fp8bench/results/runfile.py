@@ -20,7 +20,7 @@ line at the end of the file, which readers drop (that record never finished). A 
 cut back to the last whole line, and the record it held is written by the next write, so the file never holds a
 damaged line before whole ones. Schema 1 files (one JSON document ``{"schema_version", "run", "records": [...]}``,
 rewritten after every record by fp8bench before schema 2) are read as before: readers tell the two apart by the
-first object, which is closed after ``run`` only in schema 2 (:mod:`fp8bench.results.runfile_stream`).
+first object, which is closed after ``run`` only in schema 2 (:mod:`fp8bench.results.runfile_reader`).
 
 A rename replaces whatever has the name, so :func:`check_writable` refuses, before anything runs, a path that
 exists and is not a regular file (a device node such as ``/dev/full``, a FIFO, a symbolic link, a folder), and
@@ -56,9 +56,9 @@ from fp8bench.results.runfile_check import (
     validate_records,
     validate_run,
 )
-from fp8bench.results.runfile_stream import read_run
+from fp8bench.results.runfile_reader import read_run
 
-# The checks and the reader live below this module (runfile_check, runfile_stream); their names are kept here,
+# The checks and the reader live below this module (runfile_check, runfile_reader); their names are kept here,
 # where readers have always imported them from.
 __all__ = ["REQUIRED_FIELDS", "RunFileError", "RunFileWriter", "atomic_write_bytes", "atomic_write_json",
            "check_header", "check_record", "check_seconds", "check_writable", "json_safe", "load_json",

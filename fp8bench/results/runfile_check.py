@@ -2,7 +2,7 @@
 each record that the store and the gate rely on, and reading only regular files.
 
 Both layouts (:mod:`fp8bench.results.runfile`) hold the same header and records, so the checks are the same for
-both; :mod:`fp8bench.results.runfile_stream` reads them.
+both; :mod:`fp8bench.results.runfile_reader` reads them.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from fp8bench.core.commits import user_ref
 from fp8bench.core.redact import MASK
 from fp8bench.results.ingest import load_side
 from fp8bench.results.runfile import RunFileError
-from fp8bench.results.runfile_stream import read_run_header
+from fp8bench.results.runfile_reader import read_run_header
 
 # Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.
 _WORKER = r'''

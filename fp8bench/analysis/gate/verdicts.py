@@ -61,7 +61,7 @@ from fp8bench.analysis.gate.metrics import (
     metric_value,
     sqnr_verdict,
 )
-from fp8bench.analysis.select import timings_count
+from fp8bench.analysis.selection import timings_count
 from fp8bench.analysis.stats import RatioEstimate, benjamini_hochberg, compare_batch, compare_paired
 from fp8bench.core.comparability import ComparabilityKey, comparability_key, describe_differences
 from fp8bench.core.escaping import md_code, md_code_block, md_text

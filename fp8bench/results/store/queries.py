@@ -7,7 +7,7 @@ one on each device model. So the dashboard, ``payoff`` and ``changes`` ask the d
 * :func:`filter_options`: the distinct values the sidebar offers, one ``GROUP BY``;
 * :func:`latest_records`: the latest record of each case on each device model, overall and among the records a
   page may use (speed-comparable, energy-metered, with numerics, with a loss curve: the conditions of
-  :data:`fp8bench.analysis.select.LATEST_CLASSES`), with their phase times;
+  :data:`fp8bench.analysis.selection.LATEST_CLASSES`), with their phase times;
 * :func:`count_records_by`: counts per group (energy coverage, case outcomes per run);
 * :func:`select_records`: the records of some cases, or of some status, in time order (history, change points).
 
@@ -100,7 +100,7 @@ def filter_options(store: Store) -> pd.DataFrame:
 def latest_records(store: Store, classes: Mapping[str, sa.ColumnElement[bool]], flt: RecordFilter = RecordFilter(),
                    with_phases: bool = True) -> pd.DataFrame:
     """The latest record (by run start, then position in the run) of each case on each device label, for each
-    subset in ``classes`` (name -> condition: :data:`fp8bench.analysis.select.LATEST_CLASSES`), without
+    subset in ``classes`` (name -> condition: :data:`fp8bench.analysis.selection.LATEST_CLASSES`), without
     duplicates, oldest first; phase medians as
     ``phase:NAME`` columns. At most (cases x devices x classes) rows, however long the history.
 

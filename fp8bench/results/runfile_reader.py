@@ -122,7 +122,7 @@ class _Window:
 
 
 @dataclass
-class StreamedRun:
+class OpenRunFile:
     """A run file's header, and its records on demand (each checked as it is read)."""
 
     path: Path
@@ -243,7 +243,7 @@ class _LinesBody:
                 yield value["record"]
 
 
-def stream_run_file(path: Path | str, what: str = "run file") -> StreamedRun | None:
+def stream_run_file(path: Path | str, what: str = "run file") -> OpenRunFile | None:
     """Open a run file for reading record by record, its header checked; ``None`` when the file does not start the
     way fp8bench writes run files (then read it whole). :class:`RunFileError` for a file that cannot be read (named
     as ``what`` in the message)."""
@@ -259,7 +259,7 @@ def stream_run_file(path: Path | str, what: str = "run file") -> StreamedRun | N
     return opened
 
 
-def _open_either(path: Path, fh: BinaryIO) -> StreamedRun | None:
+def _open_either(path: Path, fh: BinaryIO) -> OpenRunFile | None:
     """Read the first object's keys: ``schema_version`` and ``run``, then ``records`` (schema 1) or the object's end
     (schema 2)."""
     window = _Window(fh, str(path))
@@ -277,7 +277,7 @@ def _open_either(path: Path, fh: BinaryIO) -> StreamedRun | None:
                 return None
             window.pos += 1
             check_header({**header, "records": []}, str(path))
-            return StreamedRun(path, header, _DocumentBody(window), fh)
+            return OpenRunFile(path, header, _DocumentBody(window), fh)
         if key not in ("schema_version", "run"):
             return None
         header[key] = window.value(f"{key!r}")
@@ -285,7 +285,7 @@ def _open_either(path: Path, fh: BinaryIO) -> StreamedRun | None:
             return _open_lines(path, fh, header) if set(header) == {"schema_version", "run"} else None
 
 
-def _open_lines(path: Path, fh: BinaryIO, header: dict[str, Any]) -> StreamedRun:
+def _open_lines(path: Path, fh: BinaryIO, header: dict[str, Any]) -> OpenRunFile:
     """A schema 2 file whose first line is ``header``: its header is the last run line's, checked."""
     fh.seek(0)
     first = fh.readline(MAX_RECORD_BYTES + 1)  # decoded already; read again only to find where it ends
@@ -296,7 +296,7 @@ def _open_lines(path: Path, fh: BinaryIO, header: dict[str, Any]) -> StreamedRun
     if final is not None:
         header = {**header, "run": final}
     check_header({**header, "records": []}, str(path))
-    return StreamedRun(path, header, body, fh)
+    return OpenRunFile(path, header, body, fh)
 
 
 def read_run(path: Path | str) -> dict[str, Any]:

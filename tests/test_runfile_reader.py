@@ -30,7 +30,7 @@ def run_file(path: Path, run_id: str, n: int, samples: int = 3, **dump: object) 
 
 
 def streamed(path: Path) -> tuple[dict, list[dict]]:
-    from fp8bench.results.runfile_stream import stream_run_file
+    from fp8bench.results.runfile_reader import stream_run_file
 
     opened = stream_run_file(path)
     assert opened is not None
@@ -39,7 +39,7 @@ def streamed(path: Path) -> tuple[dict, list[dict]]:
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
 def test_streamed_records_equal_the_whole_file_at_any_chunk_size(tmp_path, monkeypatch, chunk):
-    import fp8bench.results.runfile_stream as stream
+    import fp8bench.results.runfile_reader as stream
 
     monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
     for indent in (None, 1):
@@ -51,7 +51,7 @@ def test_streamed_records_equal_the_whole_file_at_any_chunk_size(tmp_path, monke
 
 
 def test_keys_after_the_records_are_read_and_a_cut_file_is_refused(tmp_path, monkeypatch):
-    import fp8bench.results.runfile_stream as stream
+    import fp8bench.results.runfile_reader as stream
 
     monkeypatch.setattr(stream, "CHUNK_BYTES", 64)
     path = tmp_path / "r.json"
@@ -80,7 +80,7 @@ def test_a_file_in_another_key_order_is_read_whole(tmp_path, store_url_sqlite):
     data = payload("reordered", [record(64, "bf16", [1e-3])])
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"records": data["records"], "run": data["run"], "schema_version": 1}))
-    from fp8bench.results.runfile_stream import stream_run_file
+    from fp8bench.results.runfile_reader import stream_run_file
 
     assert stream_run_file(path) is None
     done = ingest_file(open_store(store_url_sqlite), path)
@@ -88,7 +88,7 @@ def test_a_file_in_another_key_order_is_read_whole(tmp_path, store_url_sqlite):
 
 
 def test_a_record_longer_than_the_window_bound_is_refused(tmp_path, monkeypatch):
-    import fp8bench.results.runfile_stream as stream
+    import fp8bench.results.runfile_reader as stream
 
     monkeypatch.setattr(stream, "MAX_RECORD_BYTES", 2000)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 512)

@@ -1,4 +1,4 @@
-"""The shared selection rules (fp8bench.analysis.select): their SQL, frame and dict forms pick the same records from
+"""The shared selection rules (fp8bench.analysis.selection): their SQL, frame and dict forms pick the same records from
 one generated store (every status, valid and invalid, power-capped, several runs per case, several backends, float,
 FP8 and 4-bit precisions). Collected again against a real PostgreSQL by tests/test_store_postgres.py."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fp8bench.analysis.select import (
+from fp8bench.analysis.selection import (
     LATEST_CLASSES,
     fastest_cells,
     is_scaled,

@@ -16,7 +16,7 @@ forms its readers need, side by side:
   those columns (:func:`speed_comparable_frame`: the dashboard's pages). The typed columns hold neither a record's
   invalid reasons per window nor its run's ``--strict-clocks`` setting, so the SQL and frame forms read an older
   power-capped record as invalid; the dict form alone re-reads it (the one place the forms differ, asserted by
-  ``tests/test_select.py``).
+  ``tests/test_selection.py``).
 * **latest per case**: the most recent record of each case on each device label (SQL:
   :data:`LATEST_CLASSES` with :func:`fp8bench.results.store.queries.latest_records`; frame: :func:`latest_per_case`).
 * **fastest backend per cell**: one cell per device, workload, shape and precision, its fastest vendor or custom

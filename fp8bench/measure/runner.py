@@ -1,7 +1,7 @@
 """The runner: expands a spec into cases and measures each into a record, streaming records to the run file and
 the store as they finish.
 
-Per case (see DESIGN, "Measurement method"):
+Per case (docs/method.md, "The steps of one case"):
 
 1. **Skip early** what cannot run: a backend unavailable on the device, a precision it does not support, a shape
    the recipe's kernels cannot take. Each becomes a ``skipped`` record with the reason; nothing disappears.

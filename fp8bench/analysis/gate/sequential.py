@@ -285,8 +285,3 @@ def run_sequential_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], f
                     "worker_packages": {n: w.package for n, w in workers.items()}}
     return report
 
-
-def rounds_of(report: dict[str, Any]) -> int:
-    """Rounds a (sequential or fixed) A/B report measured per side."""
-    seq = report.get("sequential")
-    return int(seq["rounds"]) if seq else int((report.get("rounds") or {}).get("cand") or 0)

@@ -1,6 +1,6 @@
 """The statistical regression gate: does a candidate commit make any case slower than its base, for real?
 
-Method (DESIGN, "Gate method"):
+Method (docs/gate.md, "The gate"):
 
 1. **Samples.** Each side is one run or several interleaved *rounds* (``fp8bench ab``). With rounds, a case's
    samples are its per-round medians: drift of the machine (clocks, neighbours, thermals) then shows up as

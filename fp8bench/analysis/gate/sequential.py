@@ -284,4 +284,3 @@ def run_sequential_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], f
                     "round_timeout_s": round_timeout_s,
                     "worker_packages": {n: w.package for n, w in workers.items()}}
     return report
-

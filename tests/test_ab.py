@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8bench.analysis.gate.ab import AbError, SideSpec, Worker, round_order
 from fp8bench.cli import main
+from fp8bench.orchestration.ab import AbError, SideSpec, Worker, round_order
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -45,7 +45,7 @@ def test_worker_needs_a_project_root(tmp_path):
 def test_git_refs_become_temporary_worktrees_and_are_removed(tmp_path):
     import subprocess
 
-    from fp8bench.analysis.gate.ab import temporary_checkouts
+    from fp8bench.orchestration.ab import temporary_checkouts
 
     repo = tmp_path / "repo"
     subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(repo)], check=True, timeout=120)
@@ -104,7 +104,7 @@ def test_a_worker_dies_with_its_parent(tmp_path):
     checkout = tiny_checkout(tmp_path / "c", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))"
                                              "\ntime.sleep(600)\n")
     script = ("import os, threading, time; from pathlib import Path; "
-              "from fp8bench.analysis.gate.ab import SideSpec, Worker; "
+              "from fp8bench.orchestration.ab import SideSpec, Worker; "
               f"threading.Thread(target=Worker, args=(SideSpec('head', Path({str(checkout)!r})),), daemon=True).start(); "
               f"[time.sleep(0.05) for _ in range(1200) if not os.path.exists({str(pid_file)!r})]; os._exit(0)")
     subprocess.run([sys.executable, "-c", script], timeout=120, check=True)
@@ -140,7 +140,7 @@ def test_bad_invocations_are_harness_errors_not_inconclusive(tmp_path, capsys):
 
 def test_a_ref_that_git_would_read_as_an_option_and_a_huge_round_count_are_refused_up_front(tmp_path, capsys,
                                                                                              monkeypatch):
-    import fp8bench.analysis.gate.ab as ab
+    import fp8bench.orchestration.ab as ab
 
     def no_checkout(*args, **kwargs):  # nothing may reach git or allocate rounds before the refusal
         raise AssertionError("reached git")
@@ -155,7 +155,7 @@ def test_a_ref_that_git_would_read_as_an_option_and_a_huge_round_count_are_refus
 
 def test_a_git_ref_side_gets_an_absolute_out_folder_from_any_working_directory(tmp_path, monkeypatch):
     """The worker of a git-ref side runs inside a temporary worktree: a relative --out would land there."""
-    import fp8bench.analysis.gate.ab as ab
+    import fp8bench.orchestration.ab as ab
 
     seen = {}
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fp8bench.analysis.gate.ab import AbError, SideSpec, run_ab
 from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, render_markdown
 from fp8bench.cli import main
+from fp8bench.orchestration.ab import AbError, SideSpec, run_ab
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record
 
@@ -66,7 +66,7 @@ def test_round_timeout_must_be_positive_seconds(capsys):
 
 
 def test_side_dirty_reads_the_rounds_git_flag(tmp_path):
-    from fp8bench.analysis.gate.ab import side_dirty
+    from fp8bench.orchestration.ab import side_dirty
 
     for name, flags in (("clean", [False, False]), ("dirty", [False, True]), ("unknown", [None])):
         folder = tmp_path / name

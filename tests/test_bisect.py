@@ -20,7 +20,6 @@ from fp8bench.analysis.bisect import (
     Probe,
     bisect,
     bisected_commit,
-    commits_between,
     load_evidence,
     marker,
     probe_from_report,
@@ -28,6 +27,7 @@ from fp8bench.analysis.bisect import (
     save_evidence,
 )
 from fp8bench.cli import main
+from fp8bench.orchestration.bisect_probes import commits_between
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -30,9 +30,10 @@ LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (6, "kernels", ("fp8bench.kernels.*",)),
     (7, "measure", ("fp8bench.measure.*",)),
     (8, "analysis", ("fp8bench.analysis.*",)),
-    (9, "commands", ("fp8bench.commands.*", "fp8bench.cli", "fp8bench.__main__", "fp8bench.pytest_plugin")),
-    (9, "dashboard", ("fp8bench.dashboard.*",)),
-    (9, "verify", ("fp8bench.verify.*",)),
+    (9, "orchestration", ("fp8bench.orchestration.*",)),
+    (10, "commands", ("fp8bench.commands.*", "fp8bench.cli", "fp8bench.__main__", "fp8bench.pytest_plugin")),
+    (10, "dashboard", ("fp8bench.dashboard.*",)),
+    (10, "verify", ("fp8bench.verify.*",)),
 )
 
 

@@ -91,7 +91,7 @@ def test_export_reads_both_schemas(tmp_path):
 
 
 def test_a_round_folder_of_both_schemas_gives_its_git_flag(tmp_path):
-    from fp8bench.analysis.gate.ab import side_dirty
+    from fp8bench.orchestration.ab import side_dirty
 
     folder = tmp_path / "base"
     folder.mkdir()

@@ -18,7 +18,7 @@ over the commits between good and bad along the first-parent line, as ``git bise
 
 One environment serves every probe: the worker of each side imports ``fp8bench`` (and the ``package-dir``
 packages of the commit's ``pyproject.toml``) from that side's worktree, into this Python with the dependencies
-installed here (:mod:`fp8bench.analysis.gate.ab`). So a probe needs no virtual environment of its own; the default ``--setup``
+installed here (:mod:`fp8bench.orchestration.ab`). So a probe needs no virtual environment of its own; the default ``--setup``
 only byte-compiles the checkout (a syntax error is "does not build"). That assumes the probed commits run with the
 dependencies installed here; a range that changes them needs a ``--setup`` that installs them. A repository of
 custom kernels (not fp8bench itself) is bisected the same way with ``--plugin MODULE``: both sides load that module
@@ -26,28 +26,21 @@ from their own worktree (``FP8BENCH_PLUGINS``, ``PYTHONPATH``), and fp8bench is 
 
 The evidence (every probe's verdict, ratio, interval, rounds and time) is written to ``bisect.json`` beside its
 round files and, for ``changes`` and the dashboard, to ``RESULTS/bisects/`` (:func:`save_evidence`).
+
+This module is the search and its evidence; checking commits out, building them and running their rounds is
+:mod:`fp8bench.orchestration.bisect_probes`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shlex
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from fp8bench.analysis.gate.ab import AbError, SideSpec, Worker, checkout_ref, remove_checkout
-from fp8bench.analysis.gate.sequential import SequentialConfig, run_sequential
-from fp8bench.analysis.gate.verdicts import GateConfig
-from fp8bench.core.commits import user_ref
 from fp8bench.core.escaping import md_code, md_code_block, md_text
 from fp8bench.core.repro import UnsafeField, no_command, shell_line
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
@@ -122,41 +115,6 @@ class BisectResult:
         return out
 
 
-def git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise BisectError(f"git {' '.join(args)} in {repo}: {out.stderr.strip() or out.stdout.strip()}")
-    return out.stdout.strip()
-
-
-def resolve(repo: Path, ref: str) -> Commit:
-    try:
-        user_ref(ref, "ref")
-    except ValueError as exc:
-        raise BisectError(str(exc)) from None
-    sha = git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
-    return Commit(sha, git(repo, "log", "-1", "--format=%s", sha))
-
-
-def commits_between(repo: Path, good: str, bad: str) -> tuple[Commit, Commit, list[Commit]]:
-    """Good, bad and the commits after good up to bad along bad's first-parent line, oldest first."""
-    g, b = resolve(repo, good), resolve(repo, bad)
-    if g.sha == b.sha:
-        raise BisectError(f"good and bad are the same commit {g.sha[:12]}")
-    if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", g.sha, b.sha]).returncode != 0:
-        raise BisectError(f"good {good} ({g.sha[:12]}) is not an ancestor of bad {bad} ({b.sha[:12]})")
-    lines = git(repo, "rev-list", "--first-parent", "--reverse", "--format=%H %s", f"{g.sha}..{b.sha}")
-    commits = []
-    for line in lines.splitlines():
-        if line.startswith("commit "):
-            continue
-        sha, _, subject = line.partition(" ")
-        commits.append(Commit(sha, subject))
-    if not commits or commits[-1].sha != b.sha:
-        raise BisectError(f"bad {bad} is not on a first-parent line from good {good}")
-    return g, b, commits
-
-
 def _next_probe(lo: int, hi: int, tested: set[int]) -> int | None:
     """The untested index strictly between ``lo`` and ``hi`` nearest their middle (lower first), or None."""
     open_ = [i for i in range(lo + 1, hi) if i not in tested]
@@ -220,106 +178,6 @@ def bisect(good: Commit, bad: Commit, commits: Sequence[Commit], measure: Measur
                          "decided)")
     result.seconds = clock() - started
     return result
-
-
-# -- measuring a commit for real ---------------------------------------------------------------------------------
-def default_setup() -> list[str]:
-    """Byte-compile the checkout with this Python: a commit with a syntax error does not build."""
-    return [sys.executable, "-m", "compileall", "-q", "."]
-
-
-@dataclass
-class ProbeRunner:
-    """Measures commits against good with sequential A/B rounds: one long-lived worker for good, one per probe."""
-
-    repo: Path
-    good: Commit
-    run_args: Sequence[str]
-    folder: Path
-    config: GateConfig = field(default_factory=GateConfig)
-    setup: str | None = None  # a shell command run in each worktree; None: :func:`default_setup`
-    plugin: str | None = None  # a module of the repository loaded on both sides (a repository of custom kernels)
-    min_rounds: int = 8
-    round_timeout_s: float | None = None
-    stderr: IO[str] | None = None
-    on_round: Callable[[int, str], None] | None = None
-    _tmp: Path | None = None
-    _good_worker: Worker | None = None
-    _checkouts: dict[str, Path] = field(default_factory=dict)
-
-    def _checkout(self, commit: Commit) -> Path:
-        """The commit's worktree (checked out once, kept until :meth:`close`)."""
-        assert self._tmp is not None
-        if commit.sha not in self._checkouts:
-            self._checkouts[commit.sha] = checkout_ref(self.repo, commit.sha, self._tmp / commit.sha[:12])
-        return self._checkouts[commit.sha]
-
-    def _env(self, root: Path) -> dict[str, str]:
-        if not self.plugin:
-            return {}
-        path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
-        return {"FP8BENCH_PLUGINS": self.plugin, "PYTHONPATH": path}
-
-    def _build(self, root: Path) -> str | None:
-        """Run the setup command in ``root``; the reason it failed, or None."""
-        env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-        cmd: Any = default_setup() if self.setup is None else self.setup
-        done = subprocess.run(cmd, cwd=root, shell=isinstance(cmd, str), env=env, capture_output=True, text=True)
-        if done.returncode == 0:
-            return None
-        shown = cmd if isinstance(cmd, str) else shlex.join(cmd)
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        return f"setup `{shown}` exited {done.returncode}: {' / '.join(tail)}"
-
-    def start(self) -> None:
-        """Check out and build good, and start its worker (kept for every probe)."""
-        self._tmp = Path(tempfile.mkdtemp(prefix="fp8bench-bisect-"))
-        root = self._checkout(self.good)
-        failed = self._build(root)
-        if failed:
-            raise BisectError(f"the good commit {self.good.sha[:12]} does not build: {failed}")
-        try:
-            self._good_worker = Worker(SideSpec("base", root, self._env(root)), stderr=self.stderr)
-        except AbError as exc:
-            raise BisectError(f"the good commit {self.good.sha[:12]} cannot be loaded: {exc}") from exc
-
-    def close(self) -> None:
-        if self._good_worker is not None:
-            self._good_worker.close()
-        for path in self._checkouts.values():
-            remove_checkout(self.repo, path)
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __call__(self, commit: Commit, budget_s: float, attempt: int) -> Probe:
-        assert self._good_worker is not None, "start() first"
-        began = time.monotonic()
-        folder = self.folder / f"{commit.sha[:12]}-{attempt}"
-        root = self._checkout(commit)
-
-        def skipped(reason: str) -> Probe:
-            return Probe(commit.sha, commit.subject, SKIP, reason=reason, seconds=time.monotonic() - began,
-                         folder=str(folder))
-
-        failed = self._build(root) if attempt == 1 else None
-        if failed:
-            return skipped(f"does not build: {failed}")
-        try:
-            head = Worker(SideSpec("head", root, self._env(root)), stderr=self.stderr)
-        except AbError as exc:
-            return skipped(f"cannot be loaded: {exc}")
-        try:
-            seq = SequentialConfig(budget_s, self.min_rounds)
-            report = run_sequential({"base": self._good_worker, "head": head}, self.run_args, folder, seq,
-                                    self.config, self.on_round, round_timeout_s=self.round_timeout_s)
-        except AbError as exc:
-            if self._good_worker.proc.poll() is not None:
-                raise BisectError(f"the good commit's worker failed: {exc}") from exc
-            return skipped(f"could not be measured: {exc}")
-        finally:
-            head.close()
-        (folder / "report.json").write_text(json.dumps(report, indent=1, default=str))
-        return probe_from_report(commit, report, time.monotonic() - began, str(folder))
 
 
 def probe_from_report(commit: Commit, report: dict[str, Any], seconds: float, folder: str | None) -> Probe:

@@ -96,8 +96,8 @@ def _env(pairs: list[str], flag: str) -> dict[str, str]:
 def check_outputs(folder: Path, rounds: int, force: bool) -> None:
     """Refuse, before any round runs, round files and reports in ``folder`` that must not be replaced (an earlier
     A/B run's, unless ``force``; a device, FIFO or link, ever), the rerun's included."""
-    from fp8bench.analysis.gate.ab import round_files
     from fp8bench.commands.gate import check_report_dir
+    from fp8bench.orchestration.ab import round_files
     from fp8bench.results.runfile import check_writable
 
     check_report_dir(folder, force, "--out")
@@ -123,8 +123,8 @@ def _sequential(args: argparse.Namespace, seq: Any, roots: dict[str, Path], envs
     """``--budget``: rounds until every case is decided, with one progress line per look."""
     import time
 
-    from fp8bench.analysis.gate.ab import SideSpec, round_order
-    from fp8bench.analysis.gate.sequential import run_sequential_ab
+    from fp8bench.orchestration.ab import SideSpec, round_order
+    from fp8bench.orchestration.sequential_ab import run_sequential_ab
 
     started = time.monotonic()
 
@@ -158,7 +158,7 @@ def _round_progress(progress: StepProgress, rounds: int, err: Console,
                     quiet: bool) -> tuple[Callable[[int, str], None], Callable[[list[str]], None]]:
     """The callbacks that advance ``progress`` per run of a round and say on ``err`` (unless ``quiet``) which cases
     are rerun."""
-    from fp8bench.analysis.gate.ab import round_order
+    from fp8bench.orchestration.ab import round_order
 
     rerun = {"phase": ""}
 
@@ -192,8 +192,8 @@ def _check_rounds_and_sides(args: argparse.Namespace) -> None:
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from fp8bench.analysis.gate.ab import AbError, SideSpec, run_ab, temporary_checkouts
     from fp8bench.commands.gate import gate_config, publish_report, write_report
+    from fp8bench.orchestration.ab import AbError, SideSpec, run_ab, temporary_checkouts
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     try:  # bad input is a harness error (3) here: 2 would read as "inconclusive"

@@ -103,15 +103,9 @@ def check_outputs(folder: Path, markdown: Path | None, force: bool) -> None:
 def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from fp8bench.analysis.bisect import (
-        BisectError,
-        Probe,
-        ProbeRunner,
-        bisect,
-        case_keys,
-        commits_between,
-    )
+    from fp8bench.analysis.bisect import BisectError, Probe, bisect, case_keys
     from fp8bench.commands.gate import gate_config
+    from fp8bench.orchestration.bisect_probes import ProbeRunner, commits_between
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     err = Console(stderr=True)

@@ -18,10 +18,11 @@ A ref given on the command line (``ab --base``, ``bisect --good``) reaches git a
 
 from __future__ import annotations
 
-import subprocess
 import urllib.parse
 
 import pandas as pd
+
+from fp8bench.core.git import git_fact
 
 ORDER_COLUMNS = ("commit_depth", "commit_time", "run_started_at")
 
@@ -78,11 +79,7 @@ def web_url(remote: str | None) -> str | None:
 
 def checkout_remote() -> str | None:
     """The ``origin`` remote of the current directory's checkout as a web address, or ``None``."""
-    try:
-        out = subprocess.run(["git", "remote", "get-url", "origin"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return web_url(out.stdout.strip()) if out.returncode == 0 else None
+    return web_url(git_fact(None, "remote", "get-url", "origin"))
 
 
 def url_template(repo_url: str | None) -> str | None:

@@ -30,6 +30,7 @@ import torch
 
 from fp8bench.core.commits import web_url
 from fp8bench.core.devices import Device, cpu_model
+from fp8bench.core.git import git_fact
 from fp8bench.core.noise import host_load
 
 # Environment variables that change which kernels run or how many threads they use.
@@ -69,14 +70,10 @@ def git_info(path: Path | None = None) -> dict[str, Any]:
     name or token removed, for links to the commit. A detached HEAD (CI checkouts) takes its branch from
     ``$FP8BENCH_GIT_BRANCH`` or the CI's branch variables when set.
     """
-    cwd = str(path or Path.cwd())
+    cwd = path or Path.cwd()
 
     def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
+        return git_fact(cwd, *args)
 
     commit = git("rev-parse", "HEAD")
     if commit is None:

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, merge_rerun
 from fp8bench.core.commits import user_ref
+from fp8bench.core.git import GitError, add_worktree, remove_worktree
 from fp8bench.core.redact import MASK
 from fp8bench.results.ingest import load_side
 from fp8bench.results.runfile import RunFileError
@@ -210,15 +211,14 @@ def checkout_ref(repo: Path, ref: str, into: Path) -> Path:
         user_ref(ref, "ref")
     except ValueError as exc:
         raise AbError(str(exc)) from None
-    out = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(into), ref],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise AbError(f"cannot check out {ref!r} of {repo}: {out.stderr.strip()}")
-    return into
+    try:
+        return add_worktree(repo, ref, into)
+    except GitError as exc:
+        raise AbError(f"cannot check out {ref!r} of {repo}: {exc}") from None
 
 
 def remove_checkout(repo: Path, path: Path) -> None:
-    subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)], capture_output=True)
+    remove_worktree(repo, path)
 
 
 @dataclass

@@ -12,8 +12,8 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.precisions import Precision
 from fp8bench.core.shapes import Shape, parse_keyvalue
-from fp8bench.numerics.recipes import Precision
 from fp8bench.workloads.memory import CHECKED_OUTPUTS, refusal
 
 ALPHA = 0.5

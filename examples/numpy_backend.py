@@ -8,7 +8,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.libraries import Library
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend
-from fp8bench.numerics.recipes import Precision
+from fp8bench.core.precisions import Precision
 
 # NumPy 1.22 is the oldest release with the ``ndarray @`` semantics and BLAS dispatch used here.
 NUMPY_LIBRARY = Library("numpy", (1, 22))

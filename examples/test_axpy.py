@@ -8,8 +8,8 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext
 from fp8bench.core.plugins import BACKENDS, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.core.shapes import ShapeError
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.axpy import AXPY
 
 CPU = Device("cpu")

@@ -38,13 +38,13 @@ from torch import nn
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.core.precisions import FloatPrecision, Fp4Recipe, Precision, ScaledRecipe
 from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.kernels.torch_backend import _tf32
 from fp8bench.kernels.torch_layers import torch_convert
 from fp8bench.kernels.triton_backend import TRITON_LIBRARY
 from fp8bench.numerics.fp8_linear import Fp8Linear
 from fp8bench.numerics.quantize import Quantized, cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Fp4Recipe, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.gemm import output_dtype

@@ -16,8 +16,8 @@ import torch
 
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.numerics.quantize import cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.gemm import output_dtype
 
 EMULATED = BACKENDS.add("emulated", Backend(

@@ -21,10 +21,10 @@ from torch import nn
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.kernels.emulated import EMULATED, qdq_float
 from fp8bench.numerics.fp8_linear import EMULATED as EMULATED_GEMM
 from fp8bench.numerics.fp8_linear import Fp8Linear, swap_linears
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 

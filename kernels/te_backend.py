@@ -91,8 +91,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.libraries import Library, parse_version
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
-from fp8bench.core.records import SCALE_FP32, SCALE_POW2
-from fp8bench.numerics.recipes import (
+from fp8bench.core.precisions import (
     FloatPrecision,
     Fp4Recipe,
     Fp8FormatChoice,
@@ -100,6 +99,7 @@ from fp8bench.numerics.recipes import (
     Precision,
     ScaledRecipe,
 )
+from fp8bench.core.records import SCALE_FP32, SCALE_POW2
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 

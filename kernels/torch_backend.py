@@ -21,9 +21,9 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.numerics.quantize import cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm, fp8_scaled_mm  # noqa: F401  (re-exported: other backends use it)
 from fp8bench.workloads.gemm import output_dtype
 

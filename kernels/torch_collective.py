@@ -18,12 +18,12 @@ import torch.distributed as dist
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.hardware.distributed import world
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, WireLayout, decode, pack
 from fp8bench.numerics.quantize import Quantized, cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import fp8_scaled_mm
 from fp8bench.workloads.collective import COLLECTIVE, collective_extra, op_of, result_dtype
 from fp8bench.workloads.gemm import output_dtype

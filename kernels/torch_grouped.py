@@ -24,11 +24,11 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.hardware.capabilities import capabilities_for, forward_gemm_spec, recipe_gemm_reason
 from fp8bench.hardware.grouped_rules import GroupedGemmSpec, grouped_gemm_reason
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.numerics.quantize import cast_stats, quantizer_for
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm, ScaledGroupedGemm
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.grouped_gemm import group_bounds, routing_fields

@@ -18,10 +18,10 @@ from torch import nn
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.hardware.capabilities import recipe_gemm_reason
 from fp8bench.kernels.torch_backend import ATEN_REFUSALS, TORCH
 from fp8bench.numerics.fp8_linear import NATIVE, Fp8Linear, swap_linears
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 

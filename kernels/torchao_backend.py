@@ -73,9 +73,9 @@ from fp8bench.core.devices import Device
 from fp8bench.core.libraries import Library
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, first_line, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.core.precisions import Fp4Recipe, Fp8FormatChoice, Granularity, Precision, ScaledRecipe
 from fp8bench.core.records import SCALE_FP32, SCALE_POW2
 from fp8bench.hardware.capabilities import recipe_hardware_reason
-from fp8bench.numerics.recipes import Fp4Recipe, Fp8FormatChoice, Granularity, Precision, ScaledRecipe
 from fp8bench.workloads.attention import build_attention_pipeline
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, build_training_pipeline
 

@@ -23,10 +23,10 @@ from fp8bench.core.devices import Device
 from fp8bench.core.libraries import Library
 from fp8bench.core.pipeline import BuildContext, Pipeline, refusals
 from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.core.precisions import Granularity, Precision, ScaledRecipe
 from fp8bench.hardware.capabilities import fp8_gemm_reason
 from fp8bench.kernels import triton_kernels as tk
 from fp8bench.numerics.quantize import AmaxHistory, Quantized, cast_stats
-from fp8bench.numerics.recipes import Granularity, Precision, ScaledRecipe
 from fp8bench.workloads.gemm import output_dtype
 
 # Triton 3.0 is the oldest with tl.float8e4nv dots and knobs-free jit arguments. Its wheels are named after the

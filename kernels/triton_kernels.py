@@ -55,9 +55,9 @@ from typing import Any
 
 import torch
 
-from fp8bench.numerics.formats import Fp8Format
+from fp8bench.core.formats import ElementFormat
+from fp8bench.core.precisions import Granularity
 from fp8bench.numerics.quantize import Quantized
-from fp8bench.numerics.recipes import Granularity
 
 # Interpreted or compiled Triton was chosen when the fp8bench.kernels package loaded (see its docstring).
 
@@ -307,12 +307,12 @@ def _kernels_for(t: torch.Tensor) -> tuple[_KernelSet, bool]:
     return _decorate(), INTERPRETED
 
 
-def _tl_dtype(fmt: Fp8Format) -> Any:
+def _tl_dtype(fmt: ElementFormat) -> Any:
     names = {"e4m3": "float8e4nv", "e5m2": "float8e5", "e4m3fnuz": "float8e4b8", "e5m2fnuz": "float8e5b16"}
     return getattr(tl, names[fmt.name])
 
 
-def _format_args(fmt: Fp8Format) -> dict[str, Any]:
+def _format_args(fmt: ElementFormat) -> dict[str, Any]:
     """Compile-time constants describing ``fmt``: Triton dtype, mantissa bits, smallest normal exponent."""
     return {"OUT_DTYPE": _tl_dtype(fmt), "MBITS": fmt.mantissa_bits, "EMIN": int(math.log2(fmt.min_normal))}
 
@@ -323,7 +323,7 @@ def _check_2d(x: torch.Tensor, what: str) -> torch.Tensor:
     return x if x.stride(1) == 1 else x.contiguous()
 
 
-def quantize_tensorwise(x: torch.Tensor, fmt: Fp8Format, scale: torch.Tensor | None = None, margin: int = 0
+def quantize_tensorwise(x: torch.Tensor, fmt: ElementFormat, scale: torch.Tensor | None = None, margin: int = 0
                         ) -> tuple[Quantized, torch.Tensor]:
     """Per-tensor quantization in two launches; returns the :class:`Quantized` and the tensor's amax (0-dim).
 
@@ -348,7 +348,7 @@ def quantize_tensorwise(x: torch.Tensor, fmt: Fp8Format, scale: torch.Tensor | N
     return Quantized(y, out_scale, fmt, Granularity.TENSORWISE), amax
 
 
-def quantize_rowwise(x: torch.Tensor, fmt: Fp8Format) -> Quantized:
+def quantize_rowwise(x: torch.Tensor, fmt: ElementFormat) -> Quantized:
     """One scale per row (``[rows, 1]``), fused in one launch."""
     k, _ = _kernels_for(x)
     x = _check_2d(x, "rowwise quantize")
@@ -361,7 +361,7 @@ def quantize_rowwise(x: torch.Tensor, fmt: Fp8Format) -> Quantized:
     return Quantized(y, scale, fmt, Granularity.ROWWISE)
 
 
-def quantize_blockwise(x: torch.Tensor, fmt: Fp8Format, block: tuple[int, int]) -> Quantized:
+def quantize_blockwise(x: torch.Tensor, fmt: ElementFormat, block: tuple[int, int]) -> Quantized:
     """One scale per ``block`` tile (``(1, 128)`` or ``(128, 128)``), fused in one launch.
 
     The block's column count must divide the columns, and a multi-row block's row count the rows, as in

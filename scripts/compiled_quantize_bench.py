@@ -31,10 +31,10 @@ from typing import Any
 import torch
 
 from fp8bench.core.devices import resolve_device
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.hardware.peaks import Peaks
 from fp8bench.measure.timing import timer_for
 from fp8bench.numerics.quantize import quantizer_for
-from fp8bench.numerics.recipes import resolve_precision
 
 RECIPES = ("fp8_tensorwise", "fp8_rowwise", "fp8_blockwise")
 

@@ -16,8 +16,8 @@ import argparse
 import sys
 from collections import Counter
 
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.numerics import torch_api
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.verify.cuda_replay import TARGETS, replay_case
 
 RECIPES = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8")

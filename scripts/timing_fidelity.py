@@ -20,8 +20,8 @@ import torch.utils.benchmark as tbench
 from fp8bench.core.devices import resolve_device
 from fp8bench.core.pipeline import BuildContext
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.measure.timing import SamplingPolicy, sample, timer_for
-from fp8bench.numerics.recipes import resolve_precision
 
 
 def main() -> None:

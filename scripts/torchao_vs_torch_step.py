@@ -31,8 +31,8 @@ import torch
 from fp8bench.core.devices import resolve_device
 from fp8bench.core.pipeline import BuildContext, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.recipes import resolve_precision
 
 
 def main(argv: list[str] | None = None) -> int:

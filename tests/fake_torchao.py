@@ -179,8 +179,8 @@ def make_fp4_modules(counts: Fp4Counts) -> dict[str, types.ModuleType]:
 
     Numerics: fp8bench's NVFP4 and MXFP4 quantizers (bit-exact with the formats), the product in FP32.
     """
+    from fp8bench.core.formats import E2M1
     from fp8bench.numerics import quantize as ref
-    from fp8bench.numerics.formats import E2M1
 
     def fp4_tensor(name: str, quantize: Any) -> type:
         class Fp4Weight(torch.Tensor):

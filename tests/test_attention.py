@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 from work_clock import WorkClock
 
+from fp8bench.core.cases import Case
 from fp8bench.core.devices import resolve_device
 from fp8bench.core.plugins import WORKLOADS, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.core.shapes import ShapeError
-from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings
+from fp8bench.measure.runner import CaseMeasurer, RunSettings
 from fp8bench.measure.timing import SamplingPolicy
-from fp8bench.numerics.recipes import resolve_precision
 
 load_all()
 ATTN = WORKLOADS.get("attention")

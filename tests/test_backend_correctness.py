@@ -26,8 +26,8 @@ from grid import FULL_MATRIX
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import PRECISIONS, FloatPrecision, resolve_precision
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.recipes import PRECISIONS, FloatPrecision, resolve_precision
 
 load_all()
 CPU = Device("cpu")

@@ -25,17 +25,18 @@ from fake_cuda_runtime import (
 from test_cuda_timing import GPU1, PHASE_S, POLICY, KernelChain, kernels_on
 
 import fp8bench.kernels  # noqa: F401 - sets TRITON_INTERPRET=1 on a machine without CUDA, before Triton is imported
+from fp8bench.core.cases import Case
 from fp8bench.core.comparability import comparability_key
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.core.records import case_key
 from fp8bench.measure import blocking
 from fp8bench.measure.blocking import BlockedStreamTimer, HoldTimedOut, held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import GraphCapturer
-from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings
+from fp8bench.measure.runner import CaseMeasurer, RunSettings
 from fp8bench.measure.timing import CudaTimer, TimingMode, timing_mode_for
-from fp8bench.numerics.recipes import resolve_precision
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 FLUSH_S = 2 * H100_L2_BYTES / FLUSH_BYTES_PER_S

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fp8bench.core.devices import Device
+from fp8bench.core.precisions import Granularity
 from fp8bench.hardware import capabilities as caps
-from fp8bench.numerics.recipes import Granularity
 
 CUDA = Device("cuda", 0)
 CPU = Device("cpu")
@@ -36,7 +36,7 @@ def test_cuda_rules_follow_compute_capability_and_cuda(cc, cuda, tensorwise, blo
 
 
 def test_four_bit_recipes_read_their_own_rows() -> None:
-    from fp8bench.numerics.recipes import PRECISIONS
+    from fp8bench.core.precisions import PRECISIONS
 
     assert caps.capability_key(PRECISIONS.get("mxfp4")) == "mxfp4"
     assert caps.capability_key(PRECISIONS.get("mxfp8")) == "mx"

@@ -24,8 +24,8 @@ def test_records_from_before_accumulation_was_recorded_keep_their_keys() -> None
 
 
 def test_fast_accumulation_defaults_match_the_recipe_registry() -> None:
+    from fp8bench.core.precisions import PRECISIONS, ScaledRecipe
     from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT
-    from fp8bench.numerics.recipes import PRECISIONS, ScaledRecipe
 
     assert tuple(name for name, p in PRECISIONS.items()
                                           if isinstance(p, ScaledRecipe) and p.fast_accum) == FAST_ACCUM_BY_DEFAULT

@@ -7,8 +7,8 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.kernels import compiled, torch_backend
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 CPU = Device("cpu")

@@ -11,8 +11,8 @@ import pytest
 from fp8bench.cli import main
 from fp8bench.core.devices import resolve_device
 from fp8bench.core.plugins import WORKLOADS, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.measure.convergence import BROKEN, ConvergenceSettings, Curve, assess, smooth, train_curve
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.results.store import open_store
 
 load_all()

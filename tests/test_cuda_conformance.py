@@ -20,6 +20,7 @@ from grid import grid, one_per_kind
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
+from fp8bench.core.precisions import ScaledRecipe, resolve_precision
 from fp8bench.hardware import capabilities
 from fp8bench.hardware.capabilities import (
     CudaTarget,
@@ -29,7 +30,6 @@ from fp8bench.hardware.capabilities import (
     scaled_gemm_reason,
 )
 from fp8bench.numerics import torch_api
-from fp8bench.numerics.recipes import ScaledRecipe, resolve_precision
 from fp8bench.verify.cuda_replay import TARGETS, CaseReplay, CudaRefusal, Emulation, emulating, replay_case
 
 load_all()  # registries in their canonical order before any test imports one backend module on its own
@@ -307,8 +307,8 @@ def test_mxfp4_scales_are_counted_on_the_unpacked_k_as_cuda_counts_them() -> Non
     (a count CUDA refuses). The replay holds the CUDA rule."""
     import torch.nn.functional as F
 
+    from fp8bench.core.precisions import PRECISIONS
     from fp8bench.numerics.quantize import quantize_mx
-    from fp8bench.numerics.recipes import PRECISIONS
     from fp8bench.numerics.scaled_gemm import to_blocked_scales
 
     fmt = PRECISIONS.get("mxfp4").forward_format  # type: ignore[union-attr]

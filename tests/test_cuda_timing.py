@@ -23,17 +23,18 @@ from fake_cuda_runtime import (
     FakeCuda,
 )
 
+from fp8bench.core.cases import Case
 from fp8bench.core.comparability import comparability_key
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline, TimedReturn, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, Backend, Workload, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.core.records import TIMING_MODES, Record, case_key
 from fp8bench.energy import meters as energy
 from fp8bench.energy.meters import WindowMeter, WindowPolicy
 from fp8bench.measure.cuda_graphs import CAPTURE_ERROR_MODE, WARMUP_CALLS, CaptureRefused, GraphCapturer
-from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings
+from fp8bench.measure.runner import CaseMeasurer, RunSettings
 from fp8bench.measure.timing import CudaTimer, SamplingPolicy, TimingMode, timing_mode_for
-from fp8bench.numerics.recipes import resolve_precision
 
 load_all()
 GPU1 = Device("cuda", 1)

@@ -80,8 +80,8 @@ def test_decoder_training_flops_match_flop_counter(cfg):
 
 
 def test_fp8_linear_counts_its_three_scaled_gemms():
+    from fp8bench.core.precisions import resolve_precision
     from fp8bench.numerics.fp8_linear import NATIVE, Fp8Linear
-    from fp8bench.numerics.recipes import resolve_precision
 
     layer = Fp8Linear(64, 32, resolve_precision("fp8_rowwise"), gemm=NATIVE)
     x = torch.randn(48, 64, dtype=torch.bfloat16, requires_grad=True)

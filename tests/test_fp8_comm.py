@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from fp8bench.numerics.formats import E4M3, E5M2
+from fp8bench.core.formats import E4M3, E5M2
+from fp8bench.core.precisions import Granularity
 from fp8bench.numerics.fp8_comm import WireLayout, chunk_wire_bytes, decode, encode
 from fp8bench.numerics.quantize import quantize_rowwise, quantize_tensorwise
-from fp8bench.numerics.recipes import Granularity
 
 
 @pytest.mark.parametrize("granularity,quantize", [

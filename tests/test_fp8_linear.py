@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
+from fp8bench.core.formats import E5M2
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.formats import E5M2
 from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, swap_linears
-from fp8bench.numerics.recipes import resolve_precision
 from tests.rounding_theory import rounding_sqnr_db
 
 M, K, N = 256, 128, 128  # whole 128-blocks, so every recipe (blockwise included) takes the shape

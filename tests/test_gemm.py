@@ -6,9 +6,9 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import PRECISIONS, resolve_precision
 from fp8bench.core.shapes import ShapeError
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.recipes import PRECISIONS, resolve_precision
 from tests.rounding_theory import rounding_sqnr_db
 
 load_all()

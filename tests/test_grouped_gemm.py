@@ -12,10 +12,10 @@ from fp8bench.cli import main
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import PRECISIONS, resolve_precision
 from fp8bench.core.shapes import ShapeError, label
 from fp8bench.hardware.grouped_rules import GROUPED_RULES
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.recipes import PRECISIONS, resolve_precision
 from fp8bench.results.runfile import read_run_file
 from fp8bench.verify.cuda_replay import TARGETS, CudaRefusal, emulating, replay_case
 from fp8bench.workloads.grouped_gemm import routing, zipf_probabilities

@@ -17,24 +17,60 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"fp8bench": ROOT / "fp8bench", "fp8bench.workloads": ROOT / "workloads",
             "fp8bench.kernels": ROOT / "kernels", "fp8bench.dashboard": ROOT / "dashboard"}
 
-# The layers, lowest first: a module may import its own layer or a lower one, never a higher one. Layers that share
-# a rank (the command line, the dashboard and the checks of fp8bench itself) may not import each other. ``X.*`` is the package X and everything in
-# it; a plain name is that module alone. docs/development.md explains each layer and why it sits where it does.
-LAYERS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
-    (0, "core", ("fp8bench", "fp8bench.core.*", "fp8bench.exit_codes", "fp8bench.paths")),
-    (1, "results", ("fp8bench.results.*",)),
-    (2, "numerics", ("fp8bench.numerics.*",)),
-    (3, "energy", ("fp8bench.energy.*",)),
-    (4, "hardware", ("fp8bench.hardware.*",)),
-    (5, "workloads", ("fp8bench.workloads.*",)),
-    (6, "kernels", ("fp8bench.kernels.*",)),
-    (7, "measure", ("fp8bench.measure.*",)),
-    (8, "analysis", ("fp8bench.analysis.*",)),
-    (9, "orchestration", ("fp8bench.orchestration.*",)),
-    (10, "commands", ("fp8bench.commands.*", "fp8bench.cli", "fp8bench.__main__", "fp8bench.pytest_plugin")),
-    (10, "dashboard", ("fp8bench.dashboard.*",)),
-    (10, "verify", ("fp8bench.verify.*",)),
-)
+# The layers and what each may import, stated once (docs/development.md links here). Each layer names the layers
+# directly under it; it may import its own modules and everything reachable down that graph, nothing else:
+#
+#   core (the ground: vocabulary and rules every layer shares)
+#   numerics, results, energy        beside each other on the ground, not importing each other
+#   hardware                         above all three
+#   workloads < kernels < measure    the measuring wing, above hardware
+#   analysis < dashboard             the reading wing, above results only: it meets the measuring wing at results
+#   orchestration                    the processes and worktrees of ab and bisect, judged by the analysis
+#   commands                         on top of both wings; verify (checks of fp8bench itself) beside it
+#
+# ``X.*`` is the package X and everything in it; a plain name is that module alone.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "core": ("fp8bench", "fp8bench.core.*", "fp8bench.exit_codes", "fp8bench.paths"),
+    "numerics": ("fp8bench.numerics.*",),
+    "results": ("fp8bench.results.*",),
+    "energy": ("fp8bench.energy.*",),
+    "hardware": ("fp8bench.hardware.*",),
+    "workloads": ("fp8bench.workloads.*",),
+    "kernels": ("fp8bench.kernels.*",),
+    "measure": ("fp8bench.measure.*",),
+    "analysis": ("fp8bench.analysis.*",),
+    "dashboard": ("fp8bench.dashboard.*",),
+    "orchestration": ("fp8bench.orchestration.*",),
+    "commands": ("fp8bench.commands.*", "fp8bench.cli", "fp8bench.__main__", "fp8bench.pytest_plugin"),
+    "verify": ("fp8bench.verify.*",),
+}
+BELOW: dict[str, tuple[str, ...]] = {
+    "core": (),
+    "numerics": ("core",),
+    "results": ("core",),
+    "energy": ("core",),
+    "hardware": ("numerics", "results", "energy"),
+    "workloads": ("hardware",),
+    "kernels": ("workloads",),
+    "measure": ("kernels",),
+    "analysis": ("results",),
+    "dashboard": ("analysis",),
+    "orchestration": ("analysis",),
+    "commands": ("measure", "orchestration", "dashboard"),
+    "verify": ("measure",),
+}
+
+
+def reachable(layer: str, below: dict[str, tuple[str, ...]] = BELOW) -> set[str]:
+    """The layers ``layer`` may import: those under it in the graph, at any depth."""
+    seen: set[str] = set()
+    todo = list(below[layer])
+    while todo:
+        lower = todo.pop()
+        if lower not in seen:
+            seen.add(lower)
+            todo.extend(below[lower])
+    return seen
 
 
 def _modules() -> dict[str, Path]:
@@ -92,23 +128,24 @@ def _matches(module: str, entry: str) -> bool:
     return module == entry
 
 
-def layers_of(module: str) -> list[tuple[int, str]]:
+def layers_of(module: str) -> list[str]:
     """Every layer whose table entry names ``module`` (exactly one, when the table is right)."""
-    return [(rank, layer) for rank, layer, entries in LAYERS if any(_matches(module, e) for e in entries)]
+    return [layer for layer, entries in LAYERS.items() if any(_matches(module, e) for e in entries)]
 
 
 def upward_imports(modules: dict[str, Path]) -> list[str]:
-    """Each import of a higher layer (or of a layer of the same rank), described for a reader."""
+    """Each import of a layer that is not under the importer's in the graph, described for a reader."""
     problems = []
     for name, path in sorted(modules.items()):
         if len(layers_of(name)) != 1:
             continue  # reported by test_every_module_belongs_to_exactly_one_layer
-        ((rank, layer),) = layers_of(name)
+        (layer,) = layers_of(name)
+        allowed = reachable(layer) | {layer}
         for target, line in sorted(_import_lines(name, path, set(modules), types_too=False).items()):
             if len(layers_of(target)) != 1:
                 continue
-            ((target_rank, target_layer),) = layers_of(target)
-            if target_rank > rank or (target_rank == rank and target_layer != layer):
+            (target_layer,) = layers_of(target)
+            if target_layer not in allowed:
                 shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
                 problems.append(f"{name} ({layer}) imports {target} ({target_layer}) at {shown}:{line}")
     return problems
@@ -119,15 +156,28 @@ def test_every_module_belongs_to_exactly_one_layer() -> None:
     unassigned = sorted(m for m in modules if not layers_of(m))
     assert not unassigned, (f"modules without a layer: {unassigned}; add each to LAYERS in tests/test_layering.py "
                             "and to the tree in docs/development.md")
-    ambiguous = {m: [layer for _, layer in layers_of(m)] for m in modules if len(layers_of(m)) > 1}
+    ambiguous = {m: layers_of(m) for m in modules if len(layers_of(m)) > 1}
     assert not ambiguous, f"modules named by more than one layer: {ambiguous}"
 
 
 def test_imports_point_down_the_layers() -> None:
     problems = upward_imports(_modules())
-    order = " -> ".join(" | ".join(layer for r, layer, _ in LAYERS if r == rank)
-                        for rank in sorted({r for r, _, _ in LAYERS}))
-    assert not problems, f"imports of a higher layer (order: {order}):\n  " + "\n  ".join(problems)
+    graph = "; ".join(f"{layer} > {', '.join(lower)}" for layer, lower in BELOW.items() if lower)
+    assert not problems, f"imports of a layer not under the importer (graph: {graph}):\n  " + "\n  ".join(problems)
+
+
+def test_the_graph_has_no_cycle_and_names_every_layer() -> None:
+    assert set(BELOW) == set(LAYERS)
+    assert all(lower in LAYERS for lowers in BELOW.values() for lower in lowers)
+    assert all(layer not in reachable(layer) for layer in BELOW)
+
+
+def test_the_two_wings_meet_only_at_results() -> None:
+    measuring, reading = {"workloads", "kernels", "measure"}, {"analysis", "dashboard"}
+    for layer in reading:
+        assert not reachable(layer) & (measuring | {"hardware", "numerics", "energy"}), layer
+    for layer in measuring:
+        assert not reachable(layer) & reading, layer
 
 
 def test_the_direction_check_sees_an_upward_import_and_skips_type_only_ones(tmp_path: Path) -> None:

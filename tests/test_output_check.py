@@ -13,6 +13,7 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import WORKLOAD_OUTPUT, Returns, TimedReturn
 from fp8bench.core.plugins import BACKENDS, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.measure.output_check import (
     SQNR_CEILING_DB,
     SQNR_TOLERANCE_DB,
@@ -23,7 +24,6 @@ from fp8bench.measure.output_check import (
 )
 from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
 from fp8bench.measure.timing import SamplingPolicy
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.attention import timed_return
 from fp8bench.workloads.transformer_step import STEP_RETURNS

@@ -12,6 +12,7 @@ import pytest
 
 from fp8bench.core.devices import Device
 from fp8bench.core.peak_table import above_ceiling, ceiling_advice, device_table, table_peak
+from fp8bench.core.precisions import PRECISIONS
 from fp8bench.hardware import peaks
 from fp8bench.hardware.peaks import (
     CEILING_MAX_AGE,
@@ -20,7 +21,6 @@ from fp8bench.hardware.peaks import (
     cpu_ceilings,
     peak_key,
 )
-from fp8bench.numerics.recipes import PRECISIONS
 
 
 def test_every_table_value_names_a_known_source():

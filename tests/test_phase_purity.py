@@ -22,7 +22,7 @@ import torch
 
 import fp8bench.numerics.quantize
 from fp8bench.core.plugins import BACKENDS, load_all
-from fp8bench.numerics.recipes import PRECISIONS
+from fp8bench.core.precisions import PRECISIONS
 from fp8bench.verify.phase_audit import AUDIT_SHAPES, Auditor, CaseAudit, RegionAudit, audit_case
 
 load_all()

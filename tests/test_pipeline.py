@@ -20,9 +20,9 @@ from fake_cuda_runtime import ILLEGAL_ADDRESS, LAUNCH_FAILURE, cuda_error
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
 from fp8bench.measure.timing import SamplingPolicy
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 load_all()

@@ -13,8 +13,8 @@ from fp8bench.core import plugins
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, Backend, Workload, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.core.shapes import Shape
-from fp8bench.numerics.recipes import resolve_precision
 
 CPU = Device("cpu")
 

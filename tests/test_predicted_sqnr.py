@@ -11,10 +11,11 @@ from scipy import integrate
 
 import fp8bench.numerics.predicted_sqnr as P
 from fp8bench.core.devices import Device
+from fp8bench.core.formats import E2M1, E4M3, E5M2, FP8_FORMATS
 from fp8bench.core.pipeline import BuildContext, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import PRECISIONS, Fp4Recipe, ScaledRecipe, resolve_precision
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.formats import E2M1, E4M3, E5M2, FP8_FORMATS
 from fp8bench.numerics.quantize import (
     quantize_blockwise,
     quantize_mx,
@@ -22,7 +23,6 @@ from fp8bench.numerics.quantize import (
     quantize_rowwise,
     quantize_tensorwise,
 )
-from fp8bench.numerics.recipes import PRECISIONS, Fp4Recipe, ScaledRecipe, resolve_precision
 
 # Measured SQNRs are one draw of a random tensor. With a million elements their spread is a few hundredths of a dB
 # (largest seen: 0.035 dB, MX with 32-element groups); a modelling error of one mantissa bit would be 6 dB.

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from fp8bench.numerics.formats import E4M3, E5M2
+from fp8bench.core.formats import E4M3, E5M2
+from fp8bench.core.precisions import PRECISIONS
 from fp8bench.numerics.quantize import (
     AmaxHistory,
     cast_stats,
@@ -12,7 +13,6 @@ from fp8bench.numerics.quantize import (
     quantize_tensorwise,
     quantizer_for,
 )
-from fp8bench.numerics.recipes import PRECISIONS
 
 
 def randn(*shape, seed=0):
@@ -147,7 +147,7 @@ def test_pack_e2m1_nibbles_low_first():
 
 
 def test_nvfp4_two_level_scales():
-    from fp8bench.numerics.formats import E2M1
+    from fp8bench.core.formats import E2M1
     from fp8bench.numerics.quantize import quantize_nvfp4
 
     x = randn(32, 64)
@@ -183,7 +183,7 @@ def test_nvfp4_block_whose_scale_underflows_becomes_zeros():
 
 
 def test_mxfp4_power_of_two_scales_put_the_amax_in_4_to_8():
-    from fp8bench.numerics.formats import E2M1
+    from fp8bench.core.formats import E2M1
 
     x = randn(16, 64)
     q = quantize_mx(x, E2M1)

@@ -23,7 +23,7 @@ import pytest
 from dashboard_support import CliResult
 from dashboard_support import fp8bench as run_cli
 
-import fp8bench.results.store as store_module
+import fp8bench.results.store.engine as store_engine
 from fp8bench.results.store import StoreError, open_store
 from tests.gate_fixtures import payload, record
 
@@ -166,7 +166,7 @@ def test_the_schema_lock_is_the_resolved_path_and_a_waiter_says_what_it_waits_fo
     fill(real)
     for name in ("a.sqlite", "b.sqlite"):
         (tmp_path / name).symlink_to(real / "fp8bench.sqlite")
-    monkeypatch.setattr(store_module, "SCHEMA_LOCK_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(store_engine, "SCHEMA_LOCK_TIMEOUT_S", 1.0)
     lock = real / "fp8bench.sqlite.lock"
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # another process setting the store up

@@ -16,16 +16,16 @@ from rich.console import Console
 from fp8bench.analysis.report import render_table
 from fp8bench.cli import main
 from fp8bench.core.comparability import definition_hash
-from fp8bench.measure.runner import RunSettings, expand_cases
-from fp8bench.numerics.formats import E4M3
-from fp8bench.numerics.quantize import AmaxHistory, scale_from_amax
-from fp8bench.numerics.recipes import (
+from fp8bench.core.formats import E4M3
+from fp8bench.core.precisions import (
     TE_DELAYED_SCALING_DEFAULTS,
     Fp8Recipe,
     default_fp8_format,
     delayed_scaling_settings,
     resolve_precision,
 )
+from fp8bench.measure.runner import RunSettings, expand_cases
+from fp8bench.numerics.quantize import AmaxHistory, scale_from_amax
 
 TE_DEFAULTS = {"amax_history_len": 1024, "amax_compute_algo": "max", "margin": 0, "fp8_format": "hybrid"}
 

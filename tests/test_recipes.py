@@ -1,9 +1,8 @@
 import pytest
 import torch
 
-from fp8bench.core.registry import UnknownNameError
-from fp8bench.numerics.formats import E4M3, E4M3FNUZ, E5M2, E5M2FNUZ, FP8_FORMATS
-from fp8bench.numerics.recipes import (
+from fp8bench.core.formats import E4M3, E4M3FNUZ, E5M2, E5M2FNUZ, FP8_FORMATS
+from fp8bench.core.precisions import (
     PRECISIONS,
     FloatPrecision,
     Fp4Recipe,
@@ -13,6 +12,7 @@ from fp8bench.numerics.recipes import (
     ScaledRecipe,
     resolve_precision,
 )
+from fp8bench.core.registry import UnknownNameError
 from tests.rounding_theory import rounding_sqnr_db
 
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 from work_clock import WorkClock
 
+from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend, load_all
-from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, expand_cases, run_cases
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from fp8bench.core.precisions import Granularity, resolve_precision
 from fp8bench.numerics import torch_api
 from fp8bench.numerics.quantize import quantize_blockwise, quantize_mx
-from fp8bench.numerics.recipes import Granularity, resolve_precision
 from fp8bench.numerics.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm, to_blocked_scales
 
 E4M3 = resolve_precision("fp8_blockwise").forward_format

@@ -28,7 +28,7 @@ from tests.test_ingest_files import (  # noqa: F401 - collected again here, agai
     test_nan_and_infinite_samples_are_one_line_errors_naming_the_record,
     test_over_long_ids_are_refused_in_one_line_naming_the_column,
 )
-from tests.test_select import (  # noqa: F401 - collected again here, against PostgreSQL
+from tests.test_selection import (  # noqa: F401 - collected again here, against PostgreSQL
     mixed_store,
     test_fastest_cells_take_the_fastest_non_reference_backend,
     test_latest_per_case_sql_and_frame_agree,

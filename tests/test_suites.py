@@ -1,7 +1,7 @@
 import pytest
 
+from fp8bench.core.precisions import PRECISIONS
 from fp8bench.measure.suites import SuiteError, builtin_suites, load_suite
-from fp8bench.numerics.recipes import PRECISIONS
 from fp8bench.workloads.shape_sets import SHAPE_SETS, llm_projections
 
 

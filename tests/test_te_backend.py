@@ -16,9 +16,9 @@ from torch import nn
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Unsupported
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.kernels import te_backend as teb
 from fp8bench.numerics.accuracy import compare
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 
@@ -276,7 +276,7 @@ SAME_FP8_VALUES_DB = 40.0
 def _fp32_scaled_product(ctx: BuildContext, precision: str) -> torch.Tensor:
     """The product fp8bench's recipe defines, on the BF16 operands TE is handed: FP32 ``amax / 448`` scales per
     tensor (tensorwise) or per 1x128 / 128x128 block (blockwise), E4M3 data (fp8bench.numerics.quantize)."""
-    from fp8bench.numerics.formats import E4M3
+    from fp8bench.core.formats import E4M3
     from fp8bench.numerics.quantize import quantize_blockwise, quantize_tensorwise
 
     a, b = (ctx.inputs[k].bfloat16().float() for k in ("a", "b"))

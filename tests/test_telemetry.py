@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from fp8bench.core.throttle import only_power_capped
 from fp8bench.energy.telemetry import (
     TIMED_SAMPLES,
     Sample,
@@ -14,7 +15,6 @@ from fp8bench.energy.telemetry import (
     TelemetryWindow,
     ThrottlePolicy,
     integrate_power_j,
-    only_power_capped,
     summarize,
 )
 

@@ -62,7 +62,7 @@ def test_the_recorded_surfaces_hold_the_release_boundaries() -> None:
 
 
 def test_entry_points_follow_what_the_torch_has() -> None:
-    from fp8bench.numerics.recipes import Granularity
+    from fp8bench.core.precisions import Granularity
 
     old, new = torch_api.release_surface((2, 9)), torch_api.release_surface((2, 13))
     assert torch_api.gemm_entry_point(Granularity.BLOCKWISE, False, old) == torch_api.V1

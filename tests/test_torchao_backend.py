@@ -14,9 +14,9 @@ pytest.importorskip("torchao.float8")
 
 from fp8bench.core.devices import Device  # noqa: E402
 from fp8bench.core.pipeline import BuildContext, Unsupported  # noqa: E402
+from fp8bench.core.precisions import resolve_precision  # noqa: E402
 from fp8bench.kernels import torchao_backend as tab  # noqa: E402
 from fp8bench.numerics.accuracy import compare  # noqa: E402
-from fp8bench.numerics.recipes import resolve_precision  # noqa: E402
 from fp8bench.workloads.gemm import GEMM  # noqa: E402
 
 

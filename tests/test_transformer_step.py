@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+from fp8bench.core.cases import Case
 from fp8bench.core.devices import resolve_device
 from fp8bench.core.plugins import WORKLOADS, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.core.shapes import ShapeError
-from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, run_cases
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, run_cases
 from fp8bench.measure.timing import SamplingPolicy
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.model import PRESETS, model_flops
 from fp8bench.workloads.transformer_step import config_of

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from fp8bench.core.devices import Device
+from fp8bench.core.formats import E4M3, E5M2, ElementFormat
 from fp8bench.core.pipeline import BuildContext
 from fp8bench.core.plugins import BACKENDS, load_all
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.numerics import quantize as ref
-from fp8bench.numerics.formats import E4M3, E5M2, Fp8Format
-from fp8bench.numerics.recipes import resolve_precision
 from fp8bench.workloads.gemm import GEMM
 
 tk = pytest.importorskip("fp8bench.kernels.triton_kernels")
@@ -38,7 +38,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
-def test_tensorwise_matches_shared_quantizer_bit_for_bit(fmt: Fp8Format) -> None:
+def test_tensorwise_matches_shared_quantizer_bit_for_bit(fmt: ElementFormat) -> None:
     x = _bf16(37, 301, seed=1)
     q, amax = tk.quantize_tensorwise(x, fmt)
     r = ref.quantize_tensorwise(x, fmt)
@@ -65,7 +65,7 @@ def test_tensorwise_margin_matches_delayed_first_call() -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
-def test_rowwise_matches_shared_quantizer_bit_for_bit(fmt: Fp8Format) -> None:
+def test_rowwise_matches_shared_quantizer_bit_for_bit(fmt: ElementFormat) -> None:
     x = _bf16(37, 301, seed=4)
     x[5] = 0.0  # an all-zero row gets the floored scale, not a division by zero
     q = tk.quantize_rowwise(x, fmt)

@@ -12,7 +12,7 @@ import pytest
 from fp8bench.cli import main
 from fp8bench.core.devices import Device, resolve_device
 from fp8bench.core.plugins import WORKLOADS, Workload, load_all
-from fp8bench.numerics.recipes import resolve_precision
+from fp8bench.core.precisions import resolve_precision
 from fp8bench.workloads.gemm import OPERAND_BYTES
 from fp8bench.workloads.grouped_gemm import routing
 

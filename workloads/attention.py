@@ -41,10 +41,10 @@ from torch import nn
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, TimedReturn, Unsupported
 from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.shapes import Shape, ShapeError
 from fp8bench.numerics.fp8_linear import alignment_reason
 from fp8bench.numerics.quantize import quantize_tensorwise
-from fp8bench.numerics.recipes import Precision, ScaledRecipe
 from fp8bench.workloads.memory import CHECKED_OUTPUTS, refusal
 from fp8bench.workloads.model import (
     Attention,

@@ -48,10 +48,10 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue
 from fp8bench.hardware.distributed import LAUNCH_HINT, world
 from fp8bench.numerics.fp8_comm import WIRE_GRANULARITIES, chunk_wire_bytes
-from fp8bench.numerics.recipes import Precision, ScaledRecipe
 from fp8bench.workloads.gemm import output_dtype
 from fp8bench.workloads.memory import refusal
 

@@ -23,8 +23,8 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.core.shapes import Shape, ShapeError, parse_keyvalue, parse_positive
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.memory import CHECKED_OUTPUTS, refusal
 
 _MNK = re.compile(r"^\s*([^x]+)x([^x]+)x([^x]+)\s*$", re.IGNORECASE)

@@ -50,10 +50,10 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.shapes import Shape, ShapeError, parse_positive, split_pair
 from fp8bench.hardware.capabilities import operand_layout
 from fp8bench.hardware.grouped_rules import GROUP_ALIGN_ROWS
-from fp8bench.numerics.recipes import Precision, ScaledRecipe
 from fp8bench.workloads.gemm import OPERAND_BYTES, OUTPUT_BYTES, output_dtype
 from fp8bench.workloads.memory import refusal
 from fp8bench.workloads.transformer_step import PROBE_MIN_RATIO

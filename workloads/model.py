@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fp8bench.core.devices import Device
+from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.shapes import ShapeError, parse_positive, split_pair
-from fp8bench.numerics.recipes import Precision, ScaledRecipe
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ from torch import nn
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, TimedReturn
 from fp8bench.core.plugins import WORKLOADS, Workload
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.core.shapes import Shape, ShapeError
 from fp8bench.numerics.fp8_linear import alignment_reason
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.workloads.corpus import SyntheticCorpus
 from fp8bench.workloads.memory import peak_memory, refusal
 from fp8bench.workloads.model import (

@@ -104,7 +104,7 @@ def peak_text(record: dict[str, Any]) -> str:
 def delayed_scaling_header(records: list[dict[str, Any]]) -> str | None:
     """One line naming the delayed-scaling settings and FP8 formats the run's ``fp8_delayed`` records used, or
     ``None`` when there are none: those settings change the numbers, so the table says them up front."""
-    from fp8bench.numerics.recipes import TE_DELAYED_SCALING_DEFAULTS
+    from fp8bench.core.precisions import TE_DELAYED_SCALING_DEFAULTS
 
     delayed = [r for r in records if r.get("delayed_scaling")]
     if not delayed:

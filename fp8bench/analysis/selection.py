@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 import sqlalchemy as sa
 
-from fp8bench.energy.telemetry import only_power_capped
+from fp8bench.core.throttle import only_power_capped
 from fp8bench.results.store.queries import MEASURED, R
 
 # -- speed-comparable ---------------------------------------------------------------------------------------------

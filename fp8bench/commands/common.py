@@ -218,8 +218,8 @@ def check_filter_names(filters: Mapping[str, Iterable[str]],
     input naming the value. Names found only in ``stored`` (written by an older version or a plugin not loaded now)
     stay accepted, since their records can still be read."""
     from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.precisions import PRECISIONS
     from fp8bench.core.registry import UnknownNameError
-    from fp8bench.numerics.recipes import PRECISIONS
 
     load_all()
     registered = {"workload": WORKLOADS.names(), "backend": BACKENDS.names(), "precision": PRECISIONS.names()}

@@ -30,11 +30,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from fp8bench.core.devices import Device
+    from fp8bench.core.precisions import Precision
     from fp8bench.core.records import Record
     from fp8bench.core.shapes import Shape
     from fp8bench.measure.convergence import ConvergenceSettings, Curve
     from fp8bench.measure.runner import RunOutcome
-    from fp8bench.numerics.recipes import Precision
 
 DESCRIPTION = """Train the same GPT-style decoder (same initial weights, same synthetic batches) for N steps in
 BF16 and in each FP8 or 4-bit (nvfp4, mxfp4) recipe, and compare every loss curve with BF16's: final and largest
@@ -251,7 +251,7 @@ def _recipes(names: list[str], fp8_format: str | None, stochastic_rounding: bool
              rht: bool | None) -> list[Precision]:
     """Each precision name resolved for training: ``fp8_format`` for the FP8 recipes, the gradient options for
     the 4-bit ones (E2M1 elements: ``fp8_format`` does not apply)."""
-    from fp8bench.numerics.recipes import PRECISIONS, Fp4Recipe, resolve_precision
+    from fp8bench.core.precisions import PRECISIONS, Fp4Recipe, resolve_precision
 
     def resolve(name: str) -> Precision:
         if isinstance(PRECISIONS.get(name), Fp4Recipe):  # E2M1 elements: fp8_format is for the FP8 recipes
@@ -281,8 +281,8 @@ class _Curves:
     def record(self, seq: int, precision: Precision | str) -> Record:
         """Train one curve and return its record. A recipe that fails to train gives a ``failed`` record with the
         error, so the other curves still run."""
+        from fp8bench.core.precisions import ScaledRecipe, fp4_settings
         from fp8bench.measure import convergence
-        from fp8bench.numerics.recipes import ScaledRecipe, fp4_settings
 
         name = precision if isinstance(precision, str) else precision.name
         recipe = precision if isinstance(precision, ScaledRecipe) else None

@@ -113,7 +113,7 @@ def doctor(*, device: str = "auto") -> DoctorReport:
 def _backend_matrix(device: Device) -> dict[str, dict[str, dict[str, str | None]]]:
     """backend -> workload -> precision -> why the backend cannot run it on ``device`` (``None``: it can)."""
     from fp8bench.core.plugins import BACKENDS, WORKLOADS
-    from fp8bench.numerics.recipes import PRECISIONS
+    from fp8bench.core.precisions import PRECISIONS
 
     return {bname: {wname: {p: backend.unsupported_reason(wname, prec, device) for p, prec in PRECISIONS.items()}
                     for wname in WORKLOADS}
@@ -139,7 +139,7 @@ def render_vendor_limits(limits: list[dict[str, str]], console: Console) -> None
 def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | None]]:
     """Scaled recipe -> FP8 element format -> why its forward, dgrad and wgrad GEMMs cannot run (``None``: they
     can); a 4-bit recipe has E2M1 elements, so only its ``e4m3`` cell is checked."""
-    from fp8bench.numerics.recipes import (
+    from fp8bench.core.precisions import (
         PRECISIONS,
         Fp4Recipe,
         Fp8FormatChoice,
@@ -224,7 +224,7 @@ def _render_fp8(report: DoctorReport, console: Console) -> None:
     """Native FP8 and FP4 GEMM per scaling, then each recipe in training per element format, refusals numbered."""
     from rich.table import Table
 
-    from fp8bench.numerics.recipes import Fp8FormatChoice
+    from fp8bench.core.precisions import Fp8FormatChoice
 
     caps = report.caps
     t = Table(title=f"native FP8 and FP4 GEMM on this device (FP8 variant: {caps.fp8_variant})",
@@ -273,7 +273,7 @@ def _render_backends(report: DoctorReport, console: Console) -> None:
     from rich.table import Table
 
     from fp8bench.core.plugins import BACKENDS
-    from fp8bench.numerics.recipes import PRECISIONS
+    from fp8bench.core.precisions import PRECISIONS
 
     data, matrix = report.data, report.data["matrix"]
     t = Table(title="backends on this device", header_style="bold")

@@ -25,8 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.precisions import PRECISIONS
     from fp8bench.measure.suites import builtin_suites, load_suite
-    from fp8bench.numerics.recipes import PRECISIONS
     from fp8bench.workloads.shape_sets import SHAPE_SETS
 
     load_all()

@@ -31,11 +31,12 @@ from fp8bench.core.units import fraction_arg, percent_arg
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from fp8bench.core.cases import Case
     from fp8bench.core.devices import Device
     from fp8bench.core.noise import HostLoad
     from fp8bench.hardware.distributed import LaunchEnv
     from fp8bench.measure.budget import SuiteBudget
-    from fp8bench.measure.runner import Case, RunOutcome, RunSettings
+    from fp8bench.measure.runner import RunOutcome, RunSettings
     from fp8bench.measure.sharding import DevicePlan
     from fp8bench.measure.timing import Timer, TimingMode
 
@@ -181,8 +182,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Cases, settings overrides and the spec (for the run header) from a suite and/or flags."""
     from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+    from fp8bench.core.precisions import PRECISIONS
     from fp8bench.measure.suites import load_suite
-    from fp8bench.numerics.recipes import PRECISIONS
     from fp8bench.workloads.shape_sets import shape_set
 
     load_all()
@@ -273,11 +274,11 @@ def execute(args: argparse.Namespace) -> int:
     started = time.monotonic() - process_age_s()  # a wall budget counts from the process's start
     from fp8bench.analysis.report import summary_counts
     from fp8bench.core.devices import resolve_device
+    from fp8bench.core.precisions import PRECISIONS
     from fp8bench.hardware import distributed
     from fp8bench.measure.lockstep import LockstepTimer
     from fp8bench.measure.runner import expand_cases, run_cases
     from fp8bench.measure.timing import timer_for, timing_mode_for
-    from fp8bench.numerics.recipes import PRECISIONS
 
     launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)

@@ -12,10 +12,11 @@ from fp8bench.commands.common import UsageError, print_json
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from fp8bench.core.cases import Case
     from fp8bench.core.devices import Device
     from fp8bench.measure.budget import SuiteBudget
     from fp8bench.measure.plan import CostModel, Plan
-    from fp8bench.measure.runner import Case, RunSettings
+    from fp8bench.measure.runner import RunSettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

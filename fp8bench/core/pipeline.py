@@ -27,8 +27,8 @@ from fp8bench.core.devices import Device
 from fp8bench.core.shapes import Shape
 
 if TYPE_CHECKING:
+    from fp8bench.core.precisions import Precision
     from fp8bench.numerics.quantize import CastStats
-    from fp8bench.numerics.recipes import Precision
 
 
 def first_line(exc: BaseException, limit: int = 200) -> str:

@@ -29,7 +29,7 @@ from fp8bench.core.registry import Registry
 from fp8bench.core.shapes import Shape
 
 if TYPE_CHECKING:
-    from fp8bench.numerics.recipes import Precision
+    from fp8bench.core.precisions import Precision
 
 
 class Workload(ABC):

@@ -38,31 +38,19 @@ a clock locked by the operator is policy, recorded in the environment.
 
 from __future__ import annotations
 
-import re
 import statistics
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import pairwise
 from typing import Any
 
+from fp8bench.core.throttle import POWER_CAP, THROTTLE_REASONS, power_cap_alone
+
 # Sampling period of the background thread, seconds. NVML's power and clock readings refresh no faster than about
 # every 20-100 ms, so faster polling only burns a CPU core the benchmark may need.
 DEFAULT_INTERVAL_S = 0.05
-
-# Reason bits (names from :data:`fp8bench.energy.nvml.REASON_BITS`) that make a window invalid, with the words used in
-# the record's reasons.
-THROTTLE_REASONS = {
-    "sw_thermal_slowdown": "thermal slowdown (software)",
-    "hw_thermal_slowdown": "thermal slowdown (hardware)",
-    "hw_slowdown": "hardware slowdown",
-    "hw_power_brake_slowdown": "external power brake",
-    "sw_power_cap": "power cap",
-    "board_limit": "board limit",
-    "reliability": "reliability limit",
-}
-
 
 class PowerSource(str, Enum):
     """Which power a sample holds. NVML has two: the instantaneous reading (field ``NVML_FI_DEV_POWER_INSTANT``,
@@ -181,23 +169,6 @@ def integrate_power_j(samples: list[Sample], t0: float, t1: float) -> float | No
     # Hold the first and last readings out to the window's edges so the whole window is covered.
     points = [(t0, points[0][1]), *[(t, p) for t, p in points if t0 < t < t1], (t1, points[-1][1])]
     return sum((tb - ta) * (pa + pb) / 2 for (ta, pa), (tb, pb) in pairwise(points))
-
-
-POWER_CAP = "sw_power_cap"
-
-
-def power_cap_alone(reasons: Iterable[str], growth_ns: dict[str, int | None] | None = None) -> bool:
-    """The power-cap rule, the one place it is written: whether power capping was seen (its reason bit, or growth
-    of the power violation counter, nanoseconds) and no limiter that invalidates was (no thermal, hardware,
-    power-brake, board or reliability bit, and no thermal counter growth). A clock drop such a stretch or sample
-    shows is the board at its power limit: recorded with its clock, never discarded, never retaken, never
-    invalidating unless ``--strict-clocks`` asks. Used by the per-sample check
-    (:class:`fp8bench.hardware.clocks.ClockCheckedTimer`), the window check (:class:`ThrottlePolicy`), and through
-    :func:`only_power_capped` by the gate and the selection rules."""
-    growth = growth_ns or {}
-    seen = set(reasons) & set(THROTTLE_REASONS)
-    capped = POWER_CAP in seen or (growth.get("power") or 0) > 0
-    return capped and seen <= {POWER_CAP} and not (growth.get("thermal") or 0) > 0
 
 
 STRICT_FLAG = "--strict-clocks"
@@ -395,29 +366,3 @@ def describe_error(exc: BaseException) -> str:
     """An error's class and code (NVML errors) or message, without calling back into the failing library."""
     code = getattr(exc, "value", None)
     return type(exc).__name__ + (f" (code {code})" if isinstance(code, int) else f": {exc}" if str(exc) else "")
-
-
-_POWER_CAP_REASONS = ("throttled: power cap (sw_power_cap)", "throttled: clocks held by the power cap ")
-_CLOCK_REASON = "throttled: median SM clock "
-_PHASE_PREFIX = re.compile(r"^(phase [^:]+: )")
-
-
-def _window_and_text(line: str) -> tuple[str, str]:
-    """``"phase gemm: throttled: ..."`` -> ``("phase gemm: ", "throttled: ...")``; the end-to-end window's lines
-    have no prefix."""
-    match = _PHASE_PREFIX.match(line)
-    return (match.group(1), line[match.end():]) if match else ("", line)
-
-
-def only_power_capped(invalid_reasons: list[str], notes: list[str] | tuple[str, ...] = ()) -> bool:
-    """Whether windows were invalidated by power capping alone, as older fp8bench versions (and runs with
-    ``--strict-clocks``) word it: the power-cap bit or counter (invalid before the power-cap rule), or a median
-    clock under the floor in a window that was power-capped and saw no other limiter (invalid before a clock drop
-    the power cap explains was let stand; the window's ``power-capped`` note or power-cap reason says it was
-    capped). Lets readers of older run files apply today's rule. ``notes`` are the reading's clock notes."""
-    capped = {window for window, text in map(_window_and_text, [*notes, *invalid_reasons])
-              if text.startswith(("power-capped:", *_POWER_CAP_REASONS))}
-    for window, text in map(_window_and_text, invalid_reasons):
-        if not (text.startswith(_POWER_CAP_REASONS) or (text.startswith(_CLOCK_REASON) and window in capped)):
-            return False
-    return bool(invalid_reasons)

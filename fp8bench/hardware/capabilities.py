@@ -49,8 +49,8 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.libraries import parse_version
+from fp8bench.core.precisions import Fp4Recipe, Fp8Recipe, Granularity, ScaledRecipe
 from fp8bench.numerics import torch_api
-from fp8bench.numerics.recipes import Fp4Recipe, Fp8Recipe, Granularity, ScaledRecipe
 
 
 class ScaleLayout(str, Enum):

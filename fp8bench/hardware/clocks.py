@@ -24,7 +24,7 @@ nvidia-ml-py 12.535.77, the oldest release fp8bench allows (its recorded surface
 each timed sample the SM clock and board power are read through NVML (two driver calls, outside the sample). A
 sample taken while the SM clock is under ``threshold`` of the reference clock is discarded, the timer waits a
 recovery delay, and the call is timed again, unless the sample's clocks event reasons say the board was at its
-power limit and nothing else held it (the one power-cap rule, :func:`fp8bench.energy.telemetry.power_cap_alone`):
+power limit and nothing else held it (the one power-cap rule, :func:`fp8bench.core.throttle.power_cap_alone`):
 a power-capped clock is the board's legitimate state under that kernel, so the sample is kept with its clock,
 never retaken after an idle pause that would let the clock recover (retaking it would keep only optimistic samples
 on boards whose capped clock is under 75 %, such as L4 or H100 PCIe). Thermal and hardware slowdowns, and drops
@@ -47,8 +47,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fp8bench.core.throttle import power_cap_alone
 from fp8bench.energy.nvml import decode_reasons
-from fp8bench.energy.telemetry import Sample, power_cap_alone
+from fp8bench.energy.telemetry import Sample
 
 LOCK_POLICIES = ("base", "max")
 # nvbench's defaults (module docstring): 75 % of the default clock, 0.05 s to recover.
@@ -195,7 +196,7 @@ class ClockCheckedTimer:
 
     def _power_capped(self, state: Sample) -> bool:
         """Whether the sample's reasons mask says its clock is the board at its power limit (the one power-cap
-        rule, :func:`fp8bench.energy.telemetry.power_cap_alone`): such a sample is kept with its clock."""
+        rule, :func:`fp8bench.core.throttle.power_cap_alone`): such a sample is kept with its clock."""
         return state.reasons_mask is not None and power_cap_alone(self.decode(int(state.reasons_mask)))
 
     def take_record(self) -> dict[str, Any]:

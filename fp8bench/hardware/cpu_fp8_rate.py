@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from fp8bench.numerics.formats import E4M3
+from fp8bench.core.formats import E4M3
 from fp8bench.numerics.quantize import quantize_tensorwise
 from fp8bench.numerics.scaled_gemm import fp8_scaled_mm
 

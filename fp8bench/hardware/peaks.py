@@ -31,8 +31,8 @@ import torch
 from fp8bench.core.devices import Device, cpu_model
 from fp8bench.core.noise import HostLoad, host_load
 from fp8bench.core.peak_table import Peak, table_peak
+from fp8bench.core.precisions import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.hardware.environment import host_alias
-from fp8bench.numerics.recipes import FloatPrecision, Precision, ScaledRecipe
 from fp8bench.results.runfile import atomic_write_bytes
 
 

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fp8bench.core.cases import Case
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import label
 from fp8bench.measure.plan import CostModel, Plan, plan_run
-from fp8bench.measure.runner import Case, RunSettings
+from fp8bench.measure.runner import RunSettings
 
 SKIP_REASON = "suite budget"
 # Aim this share of the budget early, and RUN_END_S more: the run's end and an overrunning case fit in them.

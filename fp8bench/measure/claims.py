@@ -36,10 +36,10 @@ from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS
 
 if TYPE_CHECKING:
+    from fp8bench.core.cases import Case
     from fp8bench.core.devices import Device
     from fp8bench.core.records import Record
     from fp8bench.energy.nvml import NvmlDevice
-    from fp8bench.measure.runner import Case
 
 
 class Outcome(str, Enum):
@@ -95,7 +95,7 @@ class Claim:
 
 def _pipeline(ctx: ProbeContext, workload: str, shape_text: str | None, precision: str,
               backend: str = "torch") -> Pipeline:
-    from fp8bench.numerics.recipes import PRECISIONS
+    from fp8bench.core.precisions import PRECISIONS
 
     w = WORKLOADS.get(workload)
     shape = w.parse_shape(shape_text or w.default_shape)
@@ -104,8 +104,8 @@ def _pipeline(ctx: ProbeContext, workload: str, shape_text: str | None, precisio
 
 
 def _gemm_case(shape: tuple[int, int, int], precision: str, backend: str, fast_accum: bool | None = None) -> Case:
-    from fp8bench.measure.runner import Case
-    from fp8bench.numerics.recipes import resolve_precision
+    from fp8bench.core.cases import Case
+    from fp8bench.core.precisions import resolve_precision
 
     m, n, k = shape
     return Case("gemm", {"m": m, "n": n, "k": k}, resolve_precision(precision, fast_accum=fast_accum), backend)
@@ -517,7 +517,7 @@ import json
 from fp8bench.core.plugins import load_all
 load_all()
 from fp8bench.kernels.te_backend import PINNED_RECIPE_FIELDS, te_api, te_recipe_spec
-from fp8bench.numerics.recipes import PRECISIONS
+from fp8bench.core.precisions import PRECISIONS
 api, out = te_api(), {}
 for name in ("fp8_tensorwise", "fp8_delayed", "fp8_blockwise", "mxfp8", "nvfp4"):
     spec = te_recipe_spec(PRECISIONS.get(name))

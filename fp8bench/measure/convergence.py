@@ -39,10 +39,10 @@ from torch import nn
 from fp8bench.core.devices import Device
 from fp8bench.core.loss_curves import smooth
 from fp8bench.core.plugins import load_all
+from fp8bench.core.precisions import Fp8Recipe, Granularity, Precision
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape
 from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, fp8_layers, swap_linears
-from fp8bench.numerics.recipes import Fp8Recipe, Granularity, Precision
 from fp8bench.workloads.corpus import SyntheticCorpus
 from fp8bench.workloads.model import init_parameters, model_flops
 from fp8bench.workloads.transformer_step import LAYER_CONVERTERS, TrainingStep, config_of
@@ -191,7 +191,7 @@ def baseline_verdict(curve: Curve, settings: ConvergenceSettings) -> Verdict:
 def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, settings: ConvergenceSettings,
                  seq: int, fp8_format: str | None, options: dict[str, Any] | None = None) -> Record:
     """The record of one curve, in the run file's record layout (see :mod:`fp8bench.core.records`); ``options`` are a
-    4-bit recipe's gradient options (:func:`fp8bench.numerics.recipes.fp4_settings`), kept in ``extra.fp4_options``."""
+    4-bit recipe's gradient options (:func:`fp8bench.core.precisions.fp4_settings`), kept in ``extra.fp4_options``."""
     from statistics import median
 
     cfg = config_of(shape)

@@ -37,21 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import BACKENDS, WORKLOADS
+from fp8bench.core.precisions import ScaledRecipe
 from fp8bench.core.shapes import label
 from fp8bench.energy.meters import EnergyMeter, WindowMeter
 from fp8bench.energy.windows import sized_window_s
 from fp8bench.hardware.peaks import cached_cpu_ceilings, peak_key, table_peak
-from fp8bench.measure.runner import (
-    END_TO_END_BUDGET_SHARE,
-    PROBE_FLOPS_LEVELS,
-    Case,
-    RunSettings,
-    case_record,
-)
+from fp8bench.measure.runner import END_TO_END_BUDGET_SHARE, PROBE_FLOPS_LEVELS, RunSettings, case_record
 from fp8bench.measure.timing import SamplingPolicy
-from fp8bench.numerics.recipes import ScaledRecipe
 
 if TYPE_CHECKING:
     from fp8bench.results.store import Store

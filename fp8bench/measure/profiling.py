@@ -48,10 +48,10 @@ import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline, first_line
+from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.measure.timing import SamplingPolicy
-from fp8bench.numerics.recipes import Precision, ScaledRecipe
 from fp8bench.paths import TRACE_SUFFIX
 
 PROFILE_MODES = ("torch", "nvtx", "nsys")
@@ -226,7 +226,7 @@ def nvtx_profile(pipeline: Pipeline, device: Device, iterations: int) -> dict[st
 
 
 def _precision_flags(case: Case) -> list[str]:
-    """The flags that resolve to ``case.precision`` again (``fp8bench.numerics.recipes.resolve_precision``)."""
+    """The flags that resolve to ``case.precision`` again (``fp8bench.core.precisions.resolve_precision``)."""
     p = case.precision
     flags = ["--precision", p.name]
     if isinstance(p, ScaledRecipe):

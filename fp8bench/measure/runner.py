@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 import torch
 
+from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import (
     BuildContext,
@@ -58,7 +59,14 @@ from fp8bench.core.pipeline import (
     is_out_of_memory,
 )
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT, Record
+from fp8bench.core.precisions import (
+    Precision,
+    ScaledRecipe,
+    delayed_scaling_settings,
+    fp4_settings,
+    resolve_precision,
+)
+from fp8bench.core.records import Record
 from fp8bench.core.repro import repro_of
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import (
@@ -96,13 +104,6 @@ from fp8bench.measure.timing import (
     timing_mode_for,
 )
 from fp8bench.numerics.accuracy import Numerics, compare, worst
-from fp8bench.numerics.recipes import (
-    Precision,
-    ScaledRecipe,
-    delayed_scaling_settings,
-    fp4_settings,
-    resolve_precision,
-)
 from fp8bench.paths import default_results_dir, profile_dir
 from fp8bench.results.record_stream import STATUS_DISK_FULL, DiskFull, RecordStream
 
@@ -188,19 +189,6 @@ class RunSettings:
                              f"{self.throttle_threshold}")
         if not (math.isfinite(self.throttle_recovery_s) and self.throttle_recovery_s >= 0):
             raise ValueError(f"throttle recovery delay must be finite seconds >= 0, got {self.throttle_recovery_s}")
-
-
-@dataclass(frozen=True)
-class Case:
-    workload: str
-    shape: Shape
-    precision: Precision
-    backend: str
-
-    def describe(self) -> str:
-        p = self.precision
-        accum = " full-accum" if isinstance(p, ScaledRecipe) and p.name in FAST_ACCUM_BY_DEFAULT and not p.fast_accum else ""
-        return f"{self.workload}[{label(self.shape)}] {self.precision.name}{accum} {self.backend}"
 
 
 def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[str], backends: list[str],

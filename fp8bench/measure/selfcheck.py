@@ -47,19 +47,20 @@ from typing import Any
 
 import torch
 
+from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device
 from fp8bench.core.peak_table import table_peak
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import PRECISIONS, Fp8Recipe, Precision, ScaledRecipe, resolve_precision
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
 from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key
 from fp8bench.measure.claims import CLAIMS, Claim, Outcome, ProbeContext, describe, run_probe
-from fp8bench.measure.runner import Case, CaseMeasurer, RunSettings, StreamedRun, new_run_id, run_header
+from fp8bench.measure.runner import CaseMeasurer, RunSettings, StreamedRun, new_run_id, run_header
 from fp8bench.measure.timing import SamplingPolicy, Timer, timer_for
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
-from fp8bench.numerics.recipes import PRECISIONS, Fp8Recipe, Precision, ScaledRecipe, resolve_precision
 from fp8bench.results.record_stream import DiskFull, RecordStream
 
 # A vendor GEMM this large is compute-bound and should run well above half the dense datasheet peak; under half

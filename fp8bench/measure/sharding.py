@@ -55,13 +55,13 @@ from typing import Any
 
 import torch
 
+from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device, DeviceError, resolve_device
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import label
 from fp8bench.energy.meters import meter_for, not_metered
 from fp8bench.hardware.environment import device_properties
 from fp8bench.measure.runner import (
-    Case,
     RunOutcome,
     RunSettings,
     StreamedRun,

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import PRECISIONS
 from fp8bench.core.units import parse_fraction
-from fp8bench.numerics.recipes import PRECISIONS
 
 SETTING_KEYS = ("budget_s", "min_samples", "min_time_s", "max_time_s", "target_rse", "max_samples", "warmup_s",
                 # energy and telemetry settings `fp8bench run` takes from a suite when no flag overrides them

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8bench.numerics.formats import Fp8Format
+from fp8bench.core.formats import ElementFormat
+from fp8bench.core.precisions import Granularity
 from fp8bench.numerics.quantize import Quantized, Quantizer
-from fp8bench.numerics.recipes import Granularity
 
 SCALE_BYTES = 4  # FP32 dequantization scales
 # Granularities whose scales split with the rows of a tensor (tensorwise: one per chunk; rowwise: one per row).
@@ -46,7 +46,7 @@ class WireLayout:
     rows: int
     cols: int
     chunks: int
-    fmt: Fp8Format
+    fmt: ElementFormat
     granularity: Granularity
 
     def __post_init__(self) -> None:

@@ -41,7 +41,7 @@ Gradients (``dy``) use the recipe's backward format: E5M2 under ``hybrid``, else
 three GEMMs write BF16 (the activation dtype); the weight gradient is then cast to the master weight's dtype (FP32),
 as torchao does. BF16 is also the one output CUTLASS's per-row kernels wrote in PyTorch builds before mid-2026.
 Accumulation: the forward GEMM uses the recipe's ``fast_accum`` switch, both gradient GEMMs always accumulate in
-full precision (the vendors' split, see :mod:`fp8bench.numerics.recipes`). The quantizers are the shared ones in
+full precision (the vendors' split, see :mod:`fp8bench.core.precisions`). The quantizers are the shared ones in
 :mod:`fp8bench.numerics.quantize`; nothing here re-implements scaling.
 
 The GEMM itself is pluggable: :data:`NATIVE` calls PyTorch's scaled matmul (real FP8 kernels), :data:`EMULATED`
@@ -61,6 +61,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fp8bench.core.precisions import Granularity, ScaledRecipe
 from fp8bench.numerics.quantize import (
     Quantized,
     Quantizer,
@@ -70,7 +71,6 @@ from fp8bench.numerics.quantize import (
     quantizer_for,
     random_hadamard_transform,
 )
-from fp8bench.numerics.recipes import Granularity, ScaledRecipe
 from fp8bench.numerics.scaled_gemm import ScaledGemm, emulated_scaled_mm, fp8_scaled_mm
 
 GemmFn = Callable[[Quantized, Quantized, torch.dtype, bool], torch.Tensor]  # (lhs, rhs, out dtype, fast_accum)
@@ -243,7 +243,7 @@ def alignment_reason(recipe: ScaledRecipe, tokens: int, layers: dict[str, tuple[
     """Why FP8 linear layers of these sizes cannot run under ``recipe`` (``None``: every GEMM is aligned).
 
     ``layers`` maps a name to ``(in_features, out_features)``. Each GEMM's ``(M, N, K)`` must meet the recipe's
-    :meth:`~fp8bench.numerics.recipes.ScaledRecipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also dgrad
+    :meth:`~fp8bench.core.precisions.ScaledRecipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also dgrad
     ``(tokens, in, out)`` and wgrad ``(out, in, tokens)``, whose reduction runs over the tokens.
     """
     need = recipe.gemm_alignment()

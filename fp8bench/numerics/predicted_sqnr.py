@@ -78,8 +78,8 @@ import numpy as np
 import torch
 from scipy import special
 
-from fp8bench.numerics.formats import E2M1, E4M3
-from fp8bench.numerics.recipes import Granularity, ScaledRecipe
+from fp8bench.core.formats import E2M1, E4M3
+from fp8bench.core.precisions import Granularity, ScaledRecipe
 
 # Points of the midpoint rule over the quantiles of a group's amax (split where the scale jumps), and the fewest
 # points one piece gets. 1024 keeps every prediction here within 0.005 dB of a 16384-point rule (see the tests).
@@ -91,7 +91,7 @@ AMAX_TAIL = 1e-12
 
 
 class ElementFormat(Protocol):
-    """What the prediction needs of a format: its grid. :class:`fp8bench.numerics.formats.Fp8Format` is one."""
+    """What the prediction needs of a format: its grid. :class:`fp8bench.core.formats.ElementFormat` is one."""
 
     @property
     def name(self) -> str: ...
@@ -120,7 +120,7 @@ def format_of_dtype(dtype: torch.dtype) -> FloatFormat:
     """The grid of a standard torch floating-point dtype (BF16, FP16), from ``torch.finfo`` (``eps = 2**-m``).
 
     Not for FP8: torch 2.13 reports ``eps = 0.125`` for ``float8_e5m2fnuz``, which has two mantissa bits. FP8
-    formats come from the table in :mod:`fp8bench.numerics.formats`, which the tests check against every bit pattern.
+    formats come from the table in :mod:`fp8bench.core.formats`, which the tests check against every bit pattern.
     """
     info = torch.finfo(dtype)
     mantissa = round(-math.log2(info.eps))

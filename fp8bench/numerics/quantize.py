@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fp8bench.numerics.formats import E2M1, E4M3, Fp8Format
-from fp8bench.numerics.recipes import Granularity, ScaledRecipe
+from fp8bench.core.formats import E2M1, E4M3, ElementFormat
+from fp8bench.core.precisions import Granularity, ScaledRecipe
 
 # A group whose amax is zero (an all-zero row, say) would get a zero scale and divide by it; this floor keeps the
 # scale finite. It is far below any amax a real tensor has (FP32's smallest normal is ~1.2e-38).
@@ -51,7 +51,7 @@ class Quantized:
 
     data: torch.Tensor
     scale: torch.Tensor
-    fmt: Fp8Format
+    fmt: ElementFormat
     granularity: Granularity
     block: tuple[int, int] = (1, 1)
     tensor_scale: torch.Tensor | None = None
@@ -88,11 +88,11 @@ def expand_scale(scale: torch.Tensor, block: tuple[int, int], shape: torch.Size)
     return scale.repeat_interleave(block[0], dim=0)[: shape[0]].repeat_interleave(block[1], dim=1)[:, : shape[1]]
 
 
-def _cast(x: torch.Tensor, scale: torch.Tensor, fmt: Fp8Format) -> torch.Tensor:
+def _cast(x: torch.Tensor, scale: torch.Tensor, fmt: ElementFormat) -> torch.Tensor:
     return (x.float() / scale).clamp_(-fmt.max, fmt.max).to(fmt.dtype)
 
 
-def _cast_blocks(x: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], fmt: Fp8Format) -> torch.Tensor:
+def _cast_blocks(x: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], fmt: ElementFormat) -> torch.Tensor:
     """Cast with one scale per tile, by viewing the tensor as tiles (no expanded copy of the scales)."""
     rows, cols = x.shape
     br, bc = block
@@ -166,19 +166,19 @@ def _cast_e2m1(x: torch.Tensor, scale: torch.Tensor, block: tuple[int, int], sto
     return round_to_e2m1(scaled, stochastic, generator).reshape(rows, cols).to(torch.bfloat16)
 
 
-def scale_from_amax(amax: torch.Tensor, fmt: Fp8Format, margin: int = 0) -> torch.Tensor:
+def scale_from_amax(amax: torch.Tensor, fmt: ElementFormat, margin: int = 0) -> torch.Tensor:
     """Dequantization scale that maps ``amax`` onto ``fmt.max`` (times ``2**margin`` headroom)."""
     return amax.float().clamp(min=_AMAX_FLOOR) * (2.0**margin) / fmt.max
 
 
-def quantize_tensorwise(x: torch.Tensor, fmt: Fp8Format, scale: torch.Tensor | None = None) -> Quantized:
+def quantize_tensorwise(x: torch.Tensor, fmt: ElementFormat, scale: torch.Tensor | None = None) -> Quantized:
     """One scale for the whole tensor: current scaling, or a given (delayed) scale."""
     if scale is None:
         scale = scale_from_amax(x.abs().amax(), fmt)
     return Quantized(_cast(x, scale, fmt), scale, fmt, Granularity.TENSORWISE)
 
 
-def quantize_rowwise(x: torch.Tensor, fmt: Fp8Format) -> Quantized:
+def quantize_rowwise(x: torch.Tensor, fmt: ElementFormat) -> Quantized:
     """One scale per row (``[rows, 1]``): per token for activations, per output channel for ``[N, K]`` weights."""
     scale = scale_from_amax(x.abs().amax(dim=-1, keepdim=True), fmt)
     return Quantized(_cast(x, scale, fmt), scale, fmt, Granularity.ROWWISE)
@@ -192,13 +192,13 @@ def _block_amax(x: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     return x.abs().reshape(rows // br, br, cols // bc, bc).amax(dim=(1, 3))
 
 
-def quantize_blockwise(x: torch.Tensor, fmt: Fp8Format, block: tuple[int, int]) -> Quantized:
+def quantize_blockwise(x: torch.Tensor, fmt: ElementFormat, block: tuple[int, int]) -> Quantized:
     """One FP32 scale per ``block`` tile (1x128 for activations, 128x128 for weights in DeepSeek-V3's recipe)."""
     scale = scale_from_amax(_block_amax(x, block), fmt)
     return Quantized(_cast_blocks(x, scale, block, fmt), scale, fmt, Granularity.BLOCKWISE, block)
 
 
-def quantize_mx(x: torch.Tensor, fmt: Fp8Format, block_size: int = 32, stochastic: bool = False,
+def quantize_mx(x: torch.Tensor, fmt: ElementFormat, block_size: int = 32, stochastic: bool = False,
                 generator: torch.Generator | None = None) -> Quantized:
     """OCP MX: one power-of-two (E8M0) scale per ``block_size`` values along the last dimension.
 
@@ -285,7 +285,7 @@ class AmaxHistory:
             return self.history[(self.count - 1) % len(self.history)]
         return self.history.max()
 
-    def scale(self, fmt: Fp8Format) -> torch.Tensor | None:
+    def scale(self, fmt: ElementFormat) -> torch.Tensor | None:
         return None if self.count == 0 else scale_from_amax(self.amax(), fmt, self.margin)
 
     def push(self, amax: torch.Tensor) -> None:
@@ -294,7 +294,7 @@ class AmaxHistory:
         self.count += 1
 
 
-def quantize_delayed(x: torch.Tensor, fmt: Fp8Format, history: AmaxHistory) -> Quantized:
+def quantize_delayed(x: torch.Tensor, fmt: ElementFormat, history: AmaxHistory) -> Quantized:
     """Cast with the scale from earlier iterations, then record this tensor's amax."""
     amax = x.abs().amax()
     scale = history.scale(fmt)
@@ -306,7 +306,7 @@ def quantize_delayed(x: torch.Tensor, fmt: Fp8Format, history: AmaxHistory) -> Q
 Quantizer = Callable[[torch.Tensor], Quantized]
 
 
-def quantizer_for(recipe: ScaledRecipe, role: str, fmt: Fp8Format | None = None, stochastic: bool = False,
+def quantizer_for(recipe: ScaledRecipe, role: str, fmt: ElementFormat | None = None, stochastic: bool = False,
                   generator: torch.Generator | None = None) -> Quantizer:
     """The quantizer a recipe applies to one GEMM operand.
 

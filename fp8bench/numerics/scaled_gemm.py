@@ -41,7 +41,7 @@ tensors by :mod:`fp8bench.verify.cuda_replay`):
     ``f4f4bf16``), while ``torch._scaled_mm`` takes packed FP4 with E8M0 scales on ROCm only.
 
 Fast accumulation (``use_fast_accum``) applies to tensorwise and rowwise kernels; block-scaled recipes accumulate in
-full precision (:mod:`fp8bench.numerics.recipes`), and cuBLASLt refuses the flag with 1x128/128x128 scales (``CUDABlas.cpp``:
+full precision (:mod:`fp8bench.core.precisions`), and cuBLASLt refuses the flag with 1x128/128x128 scales (``CUDABlas.cpp``:
 ``scaled_gemm``) and with FP4 operands.
 """
 
@@ -53,9 +53,9 @@ from typing import Any
 
 import torch
 
+from fp8bench.core.precisions import Granularity, ScaledRecipe
 from fp8bench.numerics import torch_api
 from fp8bench.numerics.quantize import Quantized, pack_e2m1
-from fp8bench.numerics.recipes import Granularity, ScaledRecipe
 
 BLOCKED_ROWS, BLOCKED_COLS = 128, 4  # one tile of cuBLAS's blocked scale layout: 128 rows x 4 scale columns
 

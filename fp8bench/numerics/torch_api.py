@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from fp8bench.numerics.recipes import Granularity
+from fp8bench.core.precisions import Granularity
 
 # The oldest torch release fp8bench supports (pyproject.toml's ``torch>=``); tests keep the two equal.
 TORCH_FLOOR = (2, 9)

@@ -64,7 +64,7 @@ from fp8bench.hardware.grouped_rules import GROUPED_RULES, GroupedGemmSpec, grou
 from fp8bench.numerics import torch_api
 
 if TYPE_CHECKING:
-    from fp8bench.numerics.recipes import Precision
+    from fp8bench.core.precisions import Precision
 
 _aten = torch.ops.aten
 # The dispatcher ops behind torch._scaled_mm, torch.nn.functional.scaled_mm and torch._scaled_grouped_mm.
@@ -80,7 +80,7 @@ _V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 2: ScaleLayout
 # Frames of these packages are the call sites worth naming (fp8bench's own code, its kernels and workloads, and the
 # vendor libraries it drives); the funnel every fp8bench call goes through is skipped, so a site names who asked.
 _SITE_ROOTS = ("fp8bench", "torchao")
-_FUNNELS = ("conformance.py", "scaled_gemm.py", "torch_api.py")
+_FUNNELS = ("cuda_replay.py", "scaled_gemm.py", "torch_api.py")
 _FUNNEL_FUNCTIONS = {("fp8_linear.py", "matmul")}  # the FP8 layer's one GEMM call: its caller is the forward or backward
 
 

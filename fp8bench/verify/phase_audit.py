@@ -404,7 +404,7 @@ def audit_case(workload: str, shape_text: str, precision_name: str, backend: str
     from fp8bench.core.devices import Device
     from fp8bench.core.pipeline import BuildContext, Unsupported
     from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-    from fp8bench.numerics.recipes import resolve_precision
+    from fp8bench.core.precisions import resolve_precision
     from fp8bench.verify.cuda_replay import TARGETS, emulating
 
     load_all()
@@ -442,7 +442,7 @@ def audit_matrix(workloads: tuple[str, ...] = AUDIT_WORKLOADS, backends: tuple[s
                  precisions: tuple[str, ...] | None = None) -> list[CaseAudit]:
     """Every backend x precision x workload (each shape of :data:`AUDIT_SHAPES`)."""
     from fp8bench.core.plugins import BACKENDS, load_all
-    from fp8bench.numerics.recipes import PRECISIONS
+    from fp8bench.core.precisions import PRECISIONS
 
     load_all()
     out = []

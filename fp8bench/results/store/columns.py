@@ -9,7 +9,7 @@ because their names vary by workload (quantize/gemm/epilogue, forward/backward/o
 
 Adding a column is one line in :data:`RECORD_COLUMNS`: a name, a SQL type, and a function from ``(record, run
 header)`` to the value. A new column needs a store schema version step that adds and back-fills it
-(:func:`fp8bench.results.store.add_missing_columns` does both for any column listed here).
+(:func:`fp8bench.results.store.migrations.add_missing_columns` does both for any column listed here).
 """
 
 from __future__ import annotations

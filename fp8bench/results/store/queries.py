@@ -25,7 +25,15 @@ import pandas as pd
 import sqlalchemy as sa
 
 from fp8bench.core.records import SEPARATE_TIMING_MODES
-from fp8bench.results.store import Store, record_data_table, record_phases_table, records_table, runs_table
+from fp8bench.results.store.database import Store
+from fp8bench.results.store.rows import as_dict
+from fp8bench.results.store.tables import (
+    gate_reports_table,
+    record_data_table,
+    record_phases_table,
+    records_table,
+    runs_table,
+)
 
 R = records_table.c
 # Appended to the device label of records timed as CUDA-graph replays (and " · blocked stream" to blocked-stream
@@ -201,7 +209,6 @@ def select_records(store: Store, flt: RecordFilter, columns: Sequence[str] | Non
 def store_fingerprint(store: Store) -> tuple[int, int, int]:
     """Numbers that change whenever a record, run or gate report is added: the highest record id and the run and
     report counts (index lookups, not a scan of the records)."""
-    from fp8bench.results.store import gate_reports_table
 
     stmt = sa.select(sa.select(sa.func.max(R.id)).scalar_subquery(),
                      sa.select(sa.func.count()).select_from(runs_table).scalar_subquery(),
@@ -213,7 +220,6 @@ def store_fingerprint(store: Store) -> tuple[int, int, int]:
 
 def record_json(store: Store, record_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """The full record JSON of a few records (a loss curve, the raw samples), by id."""
-    from fp8bench.results.store import _as_dict
 
     out: dict[int, dict[str, Any]] = {}
     ids = [int(i) for i in record_ids]
@@ -221,5 +227,5 @@ def record_json(store: Store, record_ids: Sequence[int]) -> dict[int, dict[str, 
         for start in range(0, len(ids), _IN_CHUNK):
             rows = conn.execute(sa.select(record_data_table.c.record_id, record_data_table.c.data)
                                 .where(record_data_table.c.record_id.in_(ids[start:start + _IN_CHUNK]))).all()
-            out.update({int(i): _as_dict(d) for i, d in rows})
+            out.update({int(i): as_dict(d) for i, d in rows})
     return out

@@ -14,7 +14,7 @@ The 4-bit formats of Blackwell-class GPUs use one element layout (OCP MX v1.0, s
 * **E2M1** (``float4_e2m1fn_x2`` in torch, two values packed per byte): 2 exponent bits, 1 mantissa bit, bias 1.
   Its 8 magnitudes are 0, 0.5, 1, 1.5, 2, 3, 4 and 6: max 6, smallest normal 1, one subnormal (0.5), no infinity
   and no NaN. With one mantissa bit the relative rounding error reaches 1/6 (between 1 and 1.5, say), so a 4-bit
-  element is only usable with a scale per small block of values (see :mod:`fp8bench.numerics.recipes`: ``nvfp4``,
+  element is only usable with a scale per small block of values (see :mod:`fp8bench.core.precisions`: ``nvfp4``,
   ``mxfp4``). torch has no cast to it: fp8bench rounds to the grid itself (:mod:`fp8bench.numerics.quantize`) and keeps the
   values unpacked, one per element, until a kernel needs the packed bytes.
 
@@ -38,7 +38,7 @@ import torch
 
 
 @dataclass(frozen=True)
-class Fp8Format:
+class ElementFormat:
     """One narrow (FP8 or FP4) element format. Values in the units of the number itself."""
 
     name: str  # e4m3 | e5m2 | e4m3fnuz | e5m2fnuz | e2m1
@@ -64,16 +64,16 @@ class Fp8Format:
         return self.bits == 4
 
 
-E4M3 = Fp8Format("e4m3", "float8_e4m3fn", 4, 3, 448.0, 2.0**-6, 2.0**-9, 8)
-E5M2 = Fp8Format("e5m2", "float8_e5m2", 5, 2, 57344.0, 2.0**-14, 2.0**-16, 15)
-E4M3FNUZ = Fp8Format("e4m3fnuz", "float8_e4m3fnuz", 4, 3, 240.0, 2.0**-7, 2.0**-10, 7)
-E5M2FNUZ = Fp8Format("e5m2fnuz", "float8_e5m2fnuz", 5, 2, 57344.0, 2.0**-15, 2.0**-17, 15)
+E4M3 = ElementFormat("e4m3", "float8_e4m3fn", 4, 3, 448.0, 2.0**-6, 2.0**-9, 8)
+E5M2 = ElementFormat("e5m2", "float8_e5m2", 5, 2, 57344.0, 2.0**-14, 2.0**-16, 15)
+E4M3FNUZ = ElementFormat("e4m3fnuz", "float8_e4m3fnuz", 4, 3, 240.0, 2.0**-7, 2.0**-10, 7)
+E5M2FNUZ = ElementFormat("e5m2fnuz", "float8_e5m2fnuz", 5, 2, 57344.0, 2.0**-15, 2.0**-17, 15)
 
 # OCP MX v1.0, table 5: E2M1 max 6 = 1.5 * 2**2 (emax 2), min normal 1, min subnormal 0.5.
-E2M1 = Fp8Format("e2m1", "float4_e2m1fn_x2", 2, 1, 6.0, 1.0, 0.5, 2)
+E2M1 = ElementFormat("e2m1", "float4_e2m1fn_x2", 2, 1, 6.0, 1.0, 0.5, 2)
 
-FP8_FORMATS: dict[str, Fp8Format] = {f.name: f for f in (E4M3, E5M2, E4M3FNUZ, E5M2FNUZ)}
-FP4_FORMATS: dict[str, Fp8Format] = {E2M1.name: E2M1}
+FP8_FORMATS: dict[str, ElementFormat] = {f.name: f for f in (E4M3, E5M2, E4M3FNUZ, E5M2FNUZ)}
+FP4_FORMATS: dict[str, ElementFormat] = {E2M1.name: E2M1}
 
 # Mantissa (fraction) bits of the high-precision formats. TF32 keeps FP32's 8-bit exponent and 10 mantissa bits.
 MANTISSA_BITS: dict[str, int] = {"fp32": 23, "tf32": 10, "bf16": 7, "fp16": 10, "e4m3": 3, "e5m2": 2, "e2m1": 1}

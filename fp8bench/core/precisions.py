@@ -20,7 +20,7 @@ that is what ``torch._scaled_mm`` consumes. Recipes differ in how many values sh
 * ``mxfp8``: OCP Microscaling: one power-of-two scale (8-bit exponent, E8M0) per 32 consecutive values along the
   reduction dimension. Power-of-two scales make rescaling exact; hardware support starts at compute capability 10.0.
 
-Two 4-bit recipes put E2M1 elements (values 0 to 6, one mantissa bit; :mod:`fp8bench.numerics.formats`) under small-block
+Two 4-bit recipes put E2M1 elements (values 0 to 6, one mantissa bit; :mod:`fp8bench.core.formats`) under small-block
 scales, and quantize every operand of every GEMM (gradients included) to 4 bits:
 
 * ``nvfp4``: NVIDIA's format: one E4M3 scale per 16 consecutive values along the reduction dimension, times one
@@ -69,8 +69,8 @@ from typing import ClassVar, TypeVar
 
 import torch
 
+from fp8bench.core.formats import E2M1, E4M3, E5M2, MANTISSA_BITS, ElementFormat
 from fp8bench.core.registry import Registry
-from fp8bench.numerics.formats import E2M1, E4M3, E5M2, MANTISSA_BITS, Fp8Format
 
 
 class Granularity(str, Enum):
@@ -200,12 +200,12 @@ class ScaledRecipe:
         return False
 
     @property
-    def forward_format(self) -> Fp8Format:
+    def forward_format(self) -> ElementFormat:
         """Element format of activations and weights."""
         raise NotImplementedError
 
     @property
-    def backward_format(self) -> Fp8Format:
+    def backward_format(self) -> ElementFormat:
         """Element format of gradients."""
         raise NotImplementedError
 
@@ -304,11 +304,11 @@ class Fp8Recipe(ScaledRecipe):
         return self.granularity is Granularity.MX
 
     @property
-    def forward_format(self) -> Fp8Format:
+    def forward_format(self) -> ElementFormat:
         return E5M2 if self.fp8_format is Fp8FormatChoice.E5M2 else E4M3
 
     @property
-    def backward_format(self) -> Fp8Format:
+    def backward_format(self) -> ElementFormat:
         """E5M2 under ``hybrid`` and ``e5m2``; E4M3 otherwise."""
         return E4M3 if self.fp8_format is Fp8FormatChoice.E4M3 else E5M2
 
@@ -381,11 +381,11 @@ class Fp4Recipe(ScaledRecipe):
         return self.granularity is Granularity.MX
 
     @property
-    def forward_format(self) -> Fp8Format:
+    def forward_format(self) -> ElementFormat:
         return E2M1
 
     @property
-    def backward_format(self) -> Fp8Format:
+    def backward_format(self) -> ElementFormat:
         return E2M1
 
     @property

@@ -1,0 +1,119 @@
+"""Records and run headers as table rows: the typed columns of a record, values checked against their columns
+before a write (a driver's error on one bad value would name the whole batch), and the idempotent insert.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from fp8bench.core.records import case_key
+from fp8bench.core.shapes import label
+from fp8bench.results.errors import StoreError
+from fp8bench.results.record_check import describe
+from fp8bench.results.store.columns import record_column_values
+
+
+def insert_or_skip(conn: sa.Connection, table: sa.Table, keys: list[str]) -> Any:
+    """``INSERT ... ON CONFLICT (keys) DO NOTHING`` in the connection's dialect."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing(index_elements=keys)
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing(index_elements=keys)
+    raise StoreError(f"unsupported database dialect {conn.dialect.name}")  # pragma: no cover
+
+
+# sa.Integer is INTEGER, four bytes, on PostgreSQL; sa.BigInteger is eight.
+_INTEGER_RANGE = {sa.Integer: (-2**31, 2**31 - 1), sa.BigInteger: (-2**63, 2**63 - 1)}
+
+
+def check_values(table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """Refuse a value its column cannot hold, naming the column, on every database alike: PostgreSQL refuses text in
+    a number column, an integer beyond its column's range and a too-long text with a parameter dump, where SQLite
+    would keep them (and Python's sqlite3 cannot pass an integer beyond 64 bits at all). An integer for a float
+    column is converted to float, as PostgreSQL would."""
+    for column in table.columns:
+        kind = column.type
+        if isinstance(kind, sa.JSON):
+            continue
+        for row in rows:
+            value = row.get(column.name)
+            if value is None:
+                continue
+            where = f"{table.name}.{column.name}"
+            if isinstance(kind, sa.String):
+                if not isinstance(value, str):
+                    raise StoreError(f"{where} is {describe(value)}; the store keeps text there")
+                if kind.length and len(value) > kind.length:
+                    raise StoreError(f"{where} {value[:40]!r}... is {len(value)} characters long; the store keeps "
+                                     f"at most {kind.length}")
+            elif isinstance(kind, sa.Boolean):
+                if not isinstance(value, bool | np.bool_):
+                    raise StoreError(f"{where} is {describe(value)}; the store keeps true or false there")
+            elif isinstance(kind, sa.Integer):
+                low, high = _INTEGER_RANGE[sa.BigInteger if isinstance(kind, sa.BigInteger) else sa.Integer]
+                if isinstance(value, float) and value.is_integer():
+                    value = row[column.name] = int(value)
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= int(value) <= high:
+                    raise StoreError(f"{where} is {describe(value)}; the store keeps an integer from {low} to "
+                                     f"{high} there")
+            elif isinstance(kind, sa.Float):
+                if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                    raise StoreError(f"{where} is {describe(value)}; the store keeps a number there")
+                try:
+                    row[column.name] = float(value)
+                except OverflowError as exc:
+                    raise StoreError(f"{where} is {describe(value)}, beyond any floating-point number") from exc
+
+
+# What makes two records the same case, as columns written alike by every schema version.
+IDENTITY_COLUMNS = ("workload", "shape", "precision", "fp8_format", "backend", "device")
+
+
+def record_seq(record: dict[str, Any]) -> int:
+    """A record's position in its run, part of its identity in the store; a record without one is 0."""
+    return int(record.get("seq") or 0)
+
+
+def run_progress(run: dict[str, Any]) -> tuple[bool, bool, int]:
+    """How far along a run header is: finished, then complete, then how many records it counts. A stored header is
+    replaced only by one further along, so a partial copy of a run never rewinds it."""
+    n_records = run.get("n_records")
+    return (run.get("finished_at") is not None, run.get("status") == "complete",
+            n_records if isinstance(n_records, int) and not isinstance(n_records, bool) else 0)
+
+
+def same_seq(run_id: str, seq: int, first: str, second: str, stored: bool = False) -> str:
+    where = "is stored as" if stored else "is"
+    return (f"run {run_id}: the record at seq {seq} {where} {first} and again {second}; a record is identified "
+            "by its run and seq, so two records cannot share one (was the run file edited, or two runs given one "
+            "run id?); nothing of this file was stored")
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def record_row(run_id: str, r: dict[str, Any], device_name: str | None, run: dict[str, Any]) -> dict[str, Any]:
+    from fp8bench.core.comparability import comparability_key, key_string
+
+    numerics = r.get("numerics") or {}
+    return {"run_id": run_id, "seq": record_seq(r), "case_key": case_key(r), "workload": r["workload"],
+            "shape": label(r["shape"]), "precision": r["precision"],
+            "fp8_format": r.get("fp8_format"), "backend": r["backend"], "device": r["device"],
+            "device_name": device_name, "status": r["status"], "reason": r.get("reason"),
+            "median_s": r.get("median_s"), "prequant_median_s": r.get("prequant_median_s"),
+            "tflops": r.get("tflops"), "prequant_tflops": r.get("prequant_tflops"),
+            "pct_of_peak": r.get("pct_of_peak"), "energy_j": r.get("energy_j"),
+            "tflops_per_w": r.get("tflops_per_w"), "sqnr_db": numerics.get("sqnr_db"),
+            "rel_err": numerics.get("rel_err"), "valid": r.get("valid", True),
+            "interpreted": r.get("interpreted", False),
+            "comparability_key": key_string(comparability_key(r, run)), **record_column_values(r, run)}

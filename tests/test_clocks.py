@@ -148,6 +148,18 @@ def test_a_throttled_sample_is_discarded_and_retaken_after_a_recovery_delay():
     assert record["sample_power_w"] == [650.0] * 3 and record["kept_throttled"] is False
 
 
+def test_samples_whose_power_came_from_two_sources_are_recorded_as_mixed():
+    from fp8bench.energy.telemetry import PowerSource
+
+    sources = iter([PowerSource.INSTANT, None, PowerSource.USAGE])
+    timer = ClockCheckedTimer(inner=type("T", (), {"time": lambda self, fn: fn()})(),
+                              read=lambda: Sample(0.0, sm_clock_mhz=1980, power_w=600.0, power_source=next(sources)),
+                              reference_clock_mhz=1755.0, sleep=lambda s: None)
+    for _ in range(3):
+        timer.time(lambda: 1e-3)
+    assert timer.take_record()["sample_power_source"] == "mixed"
+
+
 def nvml_on_fake_gpu(monkeypatch, gpu):
     nv = make_pynvml(gpu)
     monkeypatch.setattr(energy, "_FACTORIES", [lambda device: energy.nvml_meter(device, nv=nv)])

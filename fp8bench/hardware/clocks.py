@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fp8bench.energy.nvml import decode_reasons
-from fp8bench.energy.telemetry import Sample, power_cap_alone
+from fp8bench.energy.telemetry import PowerSource, Sample, power_cap_alone, power_source_of
 
 LOCK_POLICIES = ("base", "max")
 # nvbench's defaults (module docstring): 75 % of the default clock, 0.05 s to recover.
@@ -159,7 +159,7 @@ class ClockCheckedTimer:
     decode: Callable[[int], list[str]] = decode_reasons  # names the bits of a reasons mask
     sm_clock_mhz: list[float | None] = field(default_factory=list)  # beside each kept sample
     power_w: list[float | None] = field(default_factory=list)
-    power_source: str | None = None  # which NVML power the samples hold (fp8bench.energy.telemetry.PowerSource)
+    power_sources: list[PowerSource | None] = field(default_factory=list)  # which NVML power each kept sample holds
     discarded: int = 0
     gave_up: bool = False  # a sample was kept after MAX_CONSECUTIVE_DISCARDS: no more checks until take_record
 
@@ -186,7 +186,7 @@ class ClockCheckedTimer:
                 self.gave_up = self.gave_up or throttled
                 self.sm_clock_mhz.append(float(clock) if clock is not None else None)
                 self.power_w.append(state.power_w)
-                self.power_source = self.power_source or (state.power_source.value if state.power_source else None)
+                self.power_sources.append(state.power_source)
                 return seconds
             self.discarded += 1  # taken at a throttled clock: let the device recover, and time the call again
             self.sleep(delay)
@@ -202,12 +202,11 @@ class ClockCheckedTimer:
         """The record's per-sample device state, and resets it for the next sampled function."""
         known = [c for c in self.sm_clock_mhz if c is not None]
         out = {"sample_sm_clock_mhz": list(self.sm_clock_mhz), "sample_power_w": list(self.power_w),
-               "sample_power_source": self.power_source,
+               "sample_power_source": power_source_of(self.power_sources),
                "discarded_samples": self.discarded, "kept_throttled": self.gave_up, "throttle_threshold": self.threshold,
                "reference_sm_clock_mhz": self.reference_clock_mhz,
                "median_sample_sm_clock_mhz": statistics.median(known) if known else None}
-        self.sm_clock_mhz, self.power_w, self.discarded, self.gave_up = [], [], 0, False
-        self.power_source = None
+        self.sm_clock_mhz, self.power_w, self.power_sources, self.discarded, self.gave_up = [], [], [], 0, False
         return out
 
 

@@ -185,6 +185,18 @@ def test_a_base_lock_read_back_idle_or_slowed_falls_back_to_the_device_reference
     without_load.reset()
 
 
+def test_a_load_that_fails_while_locked_resets_the_lock_before_raising():
+    gpu = FakeGpu()
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+
+    def failing_load():
+        raise RuntimeError("out of memory")
+    with pytest.raises(RuntimeError, match="out of memory"):
+        ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "base", load=failing_load).__enter__()
+    assert gpu.locked_sm_clock_mhz is None
+
+
 def test_a_max_lock_read_back_far_under_its_target_is_noted():
     gpu = FakeGpu(max_sm_clock_mhz=1980, reasons=0x040)
     nv = make_pynvml(gpu)

@@ -387,13 +387,18 @@ def loaded_clocks(ctx: ProbeContext) -> ProbeResult:
 def instant_power(ctx: ProbeContext) -> ProbeResult:
     """NVML answers the instantaneous power field (NVML_FI_DEV_POWER_INSTANT) under load, so samples hold it, not the
     one-second average"""
+    from fp8bench.energy.nvml import FieldReadFailed
     from fp8bench.energy.telemetry import PowerSource
 
     with ctx.nvml() as dev:
         wait = _busy(ctx, 1.0)
-        watts, source = dev.instant_power()
-        average = dev.power_w()
-        wait()
+        try:
+            watts, source = dev.instant_power()
+            average = dev.power_w()
+        except FieldReadFailed as exc:  # an error code in the field's entry other than "not supported"
+            return ProbeResult(Outcome.FAILED, f"the instant power field failed under load: {exc}")
+        finally:
+            wait()
     if source is not PowerSource.INSTANT:
         return ProbeResult(Outcome.FAILED, f"the driver has no instant power field: samples hold the 1 s average "
                            f"({average:.0f} W)")

@@ -156,10 +156,10 @@ class ClockLock:
         chosen: dict[str, Any] = {"read_back_mhz": read_back}
         if self.policy == "max":
             target = int(self.setting["max_mhz"])
-            if read_back is not None and read_back < THROTTLE_THRESHOLD * target:
-                rejected = "; ".join(filter(None, [rejected, f"median {read_back} MHz"]))
-            if rejected or (read_back is not None and read_back < THROTTLE_THRESHOLD * target):
-                chosen["read_back_note"] = f"the {target} MHz lock did not hold the clock under load: {rejected}"
+            held = read_back is not None and read_back >= THROTTLE_THRESHOLD * target
+            if not held and (read_back is not None or rejected):
+                seen = "; ".join(filter(None, [rejected, f"median {read_back} MHz" if read_back else None]))
+                chosen["read_back_note"] = f"the {target} MHz lock did not hold the clock under load ({seen})"
             return target, {**chosen, "reference_mhz": target, "reference_source": "lock target"}
         if read_back is None:
             why = rejected or ("no load could run to read the locked clock under" if self.load is None

@@ -10,24 +10,44 @@ Two surfaces can be faked: the installed release (the newest, in CI), and an old
 with their values, its error class names). The recorded surface is how the oldest release ``pyproject.toml``
 allows is tested without installing it: a name that release lacks is absent from its fake too.
 
-Driver rules the fake enforces (nvidia-ml-py 13.615.71 ``pynvml.py`` and the NVML API reference, R550+):
+Driver rules the fake enforces (nvidia-ml-py 13.615.71 ``pynvml.py``; ``nvml.h`` of NVML API version 13 as
+NVIDIA/go-nvml ``gen/nvml/nvml.h`` carries it at 2f9e261, its doc comments quoted by function):
 
 * **Reference-counted sessions.** ``nvmlInit`` counts up and ``nvmlShutdown`` counts down (``pynvml.py``,
-  ``_nvmlLib_refcount``, ``nvmlInitWithFlags``/``nvmlShutdown``; NVML reference, "Initialization and Cleanup": the
-  library shuts down only when the count reaches zero). Any device or system query made while the count is zero,
-  and a shutdown with nothing open, raises ``NVMLError_Uninitialized`` (code 1), as the driver does.
-* **Two powers.** ``nvmlDeviceGetPowerUsage`` returns milliwatts averaged over the last second on Ampere (except
-  GA100) and newer (NVML reference, ``nvmlDeviceGetPowerUsage``); the instantaneous power is the field
-  ``NVML_FI_DEV_POWER_INSTANT`` (186) of ``nvmlDeviceGetFieldValues``, the one-second average field 185 (nvml.h
-  comments on both ids). Per-field failures do not raise: each entry carries its own ``nvmlReturn``
-  (``pynvml.py`` ``c_nvmlFieldValue_t``). :attr:`FakeGpu.instant_field` off models a driver without field 186.
+  ``_nvmlLib_refcount``, ``nvmlInitWithFlags``/``nvmlShutdown``; ``nvml.h`` ``nvmlInit_v2``: "A reference count of
+  the number of initializations is maintained. Shutdown only occurs when the reference count reaches zero"). Every
+  device or system function of the module, whether a test gave it an answer or not, raises
+  ``NVMLError_Uninitialized`` (code 1) while the count is zero, as each documents (``NVML_ERROR_UNINITIALIZED`` "if
+  the library has not been successfully initialized"); so does a shutdown with nothing open.
+* **Two powers, by architecture.** ``nvmlDeviceGetPowerUsage`` returns milliwatts averaged over one second on
+  Ampere except GA100 and newer, and instantaneous power on GA100 and older architectures (``nvml.h``,
+  ``nvmlDeviceGetPowerUsage``): :attr:`FakeGpu.architecture` (an ``NVML_DEVICE_ARCH_*`` value, also what
+  ``nvmlDeviceGetArchitecture`` answers) and :attr:`FakeGpu.ga100` choose. The fields: ``NVML_FI_DEV_POWER_INSTANT``
+  (186) "Current GPU power, supported on all architectures"; ``NVML_FI_DEV_POWER_AVERAGE`` (185) "GPU power averaged
+  over 1 sec interval, supported on Ampere (except GA100) or newer" (``nvml.h`` comments on both ids), so 185
+  answers ``NVML_ERROR_NOT_SUPPORTED`` in its entry elsewhere.
+* **Per-entry field results.** ``nvmlDeviceGetFieldValues`` succeeds as a call and reports each field in its own
+  entry: ``nvmlReturn`` "must be checked before looking at value, as value is undefined if nvmlReturn !=
+  NVML_SUCCESS", and ``valueType`` names the member of the ``value`` union that holds the number (``nvml.h``
+  ``nvmlFieldValue_t``, ``nvmlValueType_t``, ``nvmlValue_t``). :attr:`FakeGpu.instant_field` off models a driver
+  without field 186 (``NOT_SUPPORTED``); :attr:`FakeGpu.field_returns` queues the codes of the next entries (a
+  transient ``NVML_ERROR_UNKNOWN``, "on any unexpected error"); :attr:`FakeGpu.field_value_type` sets the type the
+  driver reports (``NVML_VALUE_TYPE_UNSIGNED_SHORT`` = 6, member ``usVal``, exists in nvidia-ml-py 12.560.30 as a
+  constant but its ``c_nvmlValue_t`` gains ``usVal`` only in 12.570.86); the entry's union holds only that member.
 * **A stepped energy counter.** ``nvmlDeviceGetTotalEnergyConsumption`` is millijoules since the driver loaded
   (NVML reference), published only at whole update periods (:attr:`FakeGpu.counter_step_s`, configurable: NVIDIA
   does not document the period; ~100 ms observed, 10-100 ms reported, ``shared/reference/nvml_and_peaks.md``).
   It integrates the power history, so a power step shows in it as it does on a GPU.
-* **Locked clocks.** ``nvmlDeviceSetGpuLockedClocks(h, min, max)`` pins the SM clock; ``NVML_CLOCK_LIMIT_ID_TDP``
-  for both bounds locks it to the TDP (base) clock (NVML reference, ``nvmlDeviceSetGpuLockedClocks`` table);
-  ``nvmlDeviceResetGpuLockedClocks`` undoes it. The current SM clock then reads the locked value.
+* **Locked clocks, and a current clock that is only the current one.** ``nvmlDeviceSetGpuLockedClocks(h, min,
+  max)`` takes two MHz values or two ``nvmlClockLimitId_t`` values (``nvml.h``, its table): TDP/TDP locks to the
+  TDP (base) clock, UNLIMITED/TDP caps at it ("clock may drift below"), TDP/UNLIMITED floors at it ("may boost
+  above"), UNLIMITED/UNLIMITED unlocks "(== nvmlDeviceResetGpuLockedClocks)", and a mixed numeric and symbolic
+  pair is ``NVML_ERROR_INVALID_ARGUMENT``. NVML has no getter for the locked range; ``nvmlDeviceGetClockInfo``
+  "Retrieves the current clock speeds" (``nvml.h``), so an idle GPU (:attr:`FakeGpu.idle`) reads its idle clock and
+  sets ``nvmlClocksEventReasonGpuIdle`` ("GPU is idle"), locked or not: the fake never promises that a lock reads
+  back as its target (whether a lock holds an idle GPU at its locked clock is not documented either way; the fake
+  takes the case that would hurt). ``NVML_VALUE_NOT_AVAILABLE`` (-1) is documented only for members of structures fp8bench does
+  not read (process and accounting statistics, ``nvml.h``), so no answer of the fake carries it.
 """
 
 from __future__ import annotations
@@ -70,6 +90,12 @@ class FakeGpu:
     base_sm_clock_mhz: int = 1590  # the TDP clock NVML_CLOCK_LIMIT_ID_TDP locks to (H100 SXM base clock)
     locked_sm_clock_mhz: int | None = None
     instant_field: bool = True  # the driver answers NVML_FI_DEV_POWER_INSTANT
+    architecture: int = 9  # NVML_DEVICE_ARCH_HOPPER (nvml.h: AMPERE = 7, ADA = 8, HOPPER = 9)
+    ga100: bool = False  # an Ampere GA100 (A100): GetPowerUsage instantaneous, no averaged field
+    field_returns: list[int] = field(default_factory=list)  # nvmlReturn of the next field entries, then SUCCESS
+    field_value_type: int = 1  # NVML_VALUE_TYPE_UNSIGNED_INT: the type the driver reports power fields in
+    idle: bool = False  # nothing runs: the current SM clock is the idle clock and the GpuIdle bit is set
+    idle_sm_clock_mhz: int = 345
     power_history: list[tuple[float, float]] = field(default_factory=list)  # (perf_counter s, watts) from then on
 
     def set_power(self, watts: float, at: float | None = None) -> None:
@@ -103,8 +129,22 @@ class FakeGpu:
         start = max(self.t0, now - window_s)
         return self.joules_between(start, now) / (now - start) if now > start else self.power_w
 
+    @property
+    def averages_power_usage(self) -> bool:
+        """Whether ``nvmlDeviceGetPowerUsage`` is the one-second average: Ampere except GA100, and newer."""
+        return self.architecture >= 7 and not self.ga100
+
+    def power_usage_w(self) -> float:
+        """What ``nvmlDeviceGetPowerUsage`` reports, in watts (module docstring, "Two powers")."""
+        return self.average_power_w() if self.averages_power_usage else self.power_w
+
     def current_sm_clock_mhz(self) -> int:
+        if self.idle:
+            return self.idle_sm_clock_mhz
         return self.locked_sm_clock_mhz if self.locked_sm_clock_mhz is not None else self.sm_clock_mhz
+
+    def current_reasons(self) -> int:
+        return self.reasons | (0x1 if self.idle else 0)  # nvmlClocksEventReasonGpuIdle
 
 
 def _copy_data(fake: Any, source: Any) -> None:
@@ -158,7 +198,8 @@ def make_pynvml(gpu: FakeGpu, release: str | None = None) -> Any:
     nv.nvmlDeviceGetHandleByIndex.side_effect = lambda i: SimpleNamespace(index=i)
     nv.nvmlDeviceGetHandleByUUID.side_effect = lambda u: SimpleNamespace(index=0)
     nv.nvmlDeviceGetTotalEnergyConsumption.side_effect = lambda h: gpu.energy_mj()
-    nv.nvmlDeviceGetPowerUsage.side_effect = lambda h: int(gpu.average_power_w() * 1000)
+    nv.nvmlDeviceGetPowerUsage.side_effect = lambda h: int(gpu.power_usage_w() * 1000)
+    nv.nvmlDeviceGetArchitecture.side_effect = lambda h: gpu.architecture
     nv.nvmlDeviceGetFieldValues.side_effect = lambda h, ids: [_field_value(gpu, N, f) for f in ids]
     clocks = {N.NVML_CLOCK_SM: gpu.current_sm_clock_mhz, N.NVML_CLOCK_MEM: lambda: gpu.mem_clock_mhz}
     nv.nvmlDeviceGetClockInfo.side_effect = lambda h, t: clocks[t]()
@@ -167,7 +208,7 @@ def make_pynvml(gpu: FakeGpu, release: str | None = None) -> Any:
     if hasattr(source, "nvmlDeviceGetTemperatureV"):  # nvidia-ml-py 12.570.86 and newer
         nv.nvmlDeviceGetTemperatureV.side_effect = lambda h, s, version=None: gpu.temperature_c
     nv.nvmlDeviceGetTemperature.side_effect = lambda h, s: gpu.temperature_c
-    nv.nvmlDeviceGetCurrentClocksEventReasons.side_effect = lambda h: gpu.reasons
+    nv.nvmlDeviceGetCurrentClocksEventReasons.side_effect = lambda h: gpu.current_reasons()
     nv.nvmlDeviceGetViolationStatus.side_effect = lambda h, p: SimpleNamespace(
         violationTime=gpu.violation_ns.get(p, 0), referenceTime=0)
     nv.nvmlDeviceGetName.side_effect = lambda h: gpu.name
@@ -194,25 +235,42 @@ def make_pynvml(gpu: FakeGpu, release: str | None = None) -> Any:
     return nv
 
 
+# The member of pynvml's ``c_nvmlValue_t`` union each ``nvmlValueType_t`` names (nvml.h ``nvmlValue_t`` comments;
+# pynvml.py 13.615.71 ``c_nvmlValue_t``): a field entry carries only its own type's member.
+UNION_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
 def _field_value(gpu: FakeGpu, N: Any, field_id: Any) -> SimpleNamespace:
     """One ``c_nvmlFieldValue_t``-shaped entry: its own ``nvmlReturn``, never an exception (module docstring)."""
     fid, scope = field_id if isinstance(field_id, tuple) else (field_id, 0)
     watts = {N.NVML_FI_DEV_POWER_INSTANT: gpu.power_w if gpu.instant_field else None,
-             N.NVML_FI_DEV_POWER_AVERAGE: gpu.average_power_w()}.get(fid)
-    ok = watts is not None and scope == N.NVML_POWER_SCOPE_GPU
+             N.NVML_FI_DEV_POWER_AVERAGE: gpu.average_power_w() if gpu.averages_power_usage else None}.get(fid)
+    code = N.NVML_SUCCESS if watts is not None and scope == N.NVML_POWER_SCOPE_GPU else N.NVML_ERROR_NOT_SUPPORTED
+    if code == N.NVML_SUCCESS and gpu.field_returns:
+        code = gpu.field_returns.pop(0)
+    member = UNION_MEMBERS.get(gpu.field_value_type)
+    value = SimpleNamespace(**({member: int(watts * 1000)} if code == N.NVML_SUCCESS and member else {}))
     return SimpleNamespace(fieldId=fid, scopeId=scope, timestamp=int(time.time() * 1e6), latencyUsec=0,
-                           valueType=N.NVML_VALUE_TYPE_UNSIGNED_INT,
-                           nvmlReturn=N.NVML_SUCCESS if ok else N.NVML_ERROR_NOT_SUPPORTED,
-                           value=SimpleNamespace(uiVal=int(watts * 1000) if ok else 0))
+                           valueType=gpu.field_value_type, nvmlReturn=code, value=value)
 
 
 def _lock(gpu: FakeGpu, N: Any, low: int, high: int) -> None:
-    """``nvmlDeviceSetGpuLockedClocks``: TDP for both bounds locks to the base clock; mixing a symbolic and a
-    numeric bound is refused with INVALID_ARGUMENT (NVML reference, its table)."""
-    tdp = int(N.NVML_CLOCK_LIMIT_ID_TDP)
-    if (low == tdp) != (high == tdp):
+    """``nvmlDeviceSetGpuLockedClocks``: two MHz values, or two ``nvmlClockLimitId_t`` values read through the
+    table of ``nvml.h`` (module docstring); a symbolic bound beside a numeric one is INVALID_ARGUMENT."""
+    tdp, unlimited = int(N.NVML_CLOCK_LIMIT_ID_TDP), int(N.NVML_CLOCK_LIMIT_ID_UNLIMITED)
+    symbolic = (low in (tdp, unlimited), high in (tdp, unlimited))
+    if symbolic[0] != symbolic[1]:
         raise N.NVMLError(N.NVML_ERROR_INVALID_ARGUMENT)
-    gpu.locked_sm_clock_mhz = gpu.base_sm_clock_mhz if low == tdp else int(high)
+    if not symbolic[0]:
+        gpu.locked_sm_clock_mhz = int(high)
+    elif low == high == unlimited:
+        gpu.locked_sm_clock_mhz = None  # unlocked, as nvmlDeviceResetGpuLockedClocks
+    elif low == high == tdp:
+        gpu.locked_sm_clock_mhz = gpu.base_sm_clock_mhz
+    elif high == tdp:  # capped at the TDP clock, may drift below it
+        gpu.locked_sm_clock_mhz = min(gpu.sm_clock_mhz, gpu.base_sm_clock_mhz)
+    else:  # floored at the TDP clock, may boost above it
+        gpu.locked_sm_clock_mhz = max(gpu.sm_clock_mhz, gpu.base_sm_clock_mhz)
 
 
 def _count_sessions(nv: Any, gpu: FakeGpu) -> None:
@@ -232,9 +290,15 @@ def _count_sessions(nv: Any, gpu: FakeGpu) -> None:
         if not name.startswith(("nvmlDevice", "nvmlSystem")):
             continue
         mocked = getattr(nv, name)
-        answer = getattr(mocked, "side_effect", None)
-        if answer is not None:
-            mocked.side_effect = _needs_session(gpu, answer)
+        if not callable(mocked):
+            continue
+        # A function with no answer of its own returns its return_value (mock.DEFAULT), still only in a session.
+        answer = getattr(mocked, "side_effect", None) or _return_value
+        mocked.side_effect = _needs_session(gpu, answer)
+
+
+def _return_value(*args: Any, **kwargs: Any) -> Any:
+    return mock.DEFAULT
 
 
 def _needs_session(gpu: FakeGpu, answer: Any) -> Any:

@@ -122,9 +122,91 @@ def test_run_records_the_lock_and_resets_it_after_a_ctrl_c(fake_cuda, chain, mon
     assert outcome.interrupted and len(outcome.records) == 1
     header = read_run_file(tmp_path / "run.json")["run"]
     assert header["clock_lock"] == {"policy": "max", "min_mhz": 1980, "max_mhz": 1980, "locked": True,
-                                    "via": "nvmlDeviceSetGpuLockedClocks", "read_back_mhz": 1980}
+                                    "via": "nvmlDeviceSetGpuLockedClocks", "read_back_mhz": None,
+                                    "reference_mhz": 1980, "reference_source": "lock target"}
     assert header["gpu"]["clock_policy"] == "locked:1980"
     nv.nvmlDeviceResetGpuLockedClocks.assert_called_once()
+
+
+# -- the reference clock under a lock ------------------------------------------------------------------------------
+def _loading(gpu):
+    """A load that brings ``gpu`` out of idle until its waiter is called (what clocks.busy does to a real GPU)."""
+    def load():
+        before, gpu.idle = gpu.idle, False
+
+        def wait():
+            gpu.idle = before
+        return wait
+    return load
+
+
+def _locked_idle_gpu(policy, **kwargs):
+    gpu = FakeGpu(idle=True, sm_clock_mhz=1980, max_sm_clock_mhz=1980, base_sm_clock_mhz=1590, **kwargs)
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+    lock = ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), policy)
+    lock.load = _loading(gpu)
+    lock.pause = lambda seconds: None
+    return gpu, lock.__enter__()
+
+
+def test_a_base_lock_on_an_idle_gpu_reads_its_clock_back_under_load():
+    """Idle, the locked GPU reports 345 MHz (nvmlDeviceGetClockInfo is the current clock, and NVML has no getter
+    for the locked range): read then, it would be a reference that no throttled sample falls under."""
+    gpu, lock = _locked_idle_gpu("base")
+    assert lock.clock_mhz == 1590
+    assert lock.setting["read_back_mhz"] == 1590 and lock.setting["reference_source"] == "read back under load"
+    assert gpu.idle  # the load is over
+    lock.reset()
+
+
+def test_a_max_lock_takes_its_target_as_the_reference_whatever_it_reads_back():
+    gpu, lock = _locked_idle_gpu("max")
+    assert lock.clock_mhz == 1980 and lock.setting["reference_source"] == "lock target"
+    lock.reset()
+
+
+def test_a_base_lock_read_back_idle_or_slowed_falls_back_to_the_device_reference_and_says_why():
+    gpu = FakeGpu(idle=True, base_sm_clock_mhz=1590)
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+    lock = ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "base", load=lambda: lambda: None,
+                     pause=lambda seconds: None).__enter__()  # a load that never reached the GPU
+    assert lock.clock_mhz is None
+    assert "gpu_idle" in lock.setting["reference_source"] and "345 MHz" in lock.setting["reference_source"]
+    lock.reset()
+    gpu.idle, gpu.reasons = False, 0x040  # hardware thermal slowdown: not the locked clock either
+    lock = ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "base", load=lambda: lambda: None,
+                     pause=lambda seconds: None).__enter__()
+    assert lock.clock_mhz is None and "hw_thermal_slowdown" in lock.setting["reference_source"]
+    lock.reset()
+    without_load = ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "base").__enter__()
+    assert without_load.clock_mhz is None and "no load" in without_load.setting["reference_source"]
+    without_load.reset()
+
+
+def test_a_load_that_fails_while_locked_resets_the_lock_before_raising():
+    gpu = FakeGpu()
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+
+    def failing_load():
+        raise RuntimeError("out of memory")
+    with pytest.raises(RuntimeError, match="out of memory"):
+        ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "base", load=failing_load).__enter__()
+    assert gpu.locked_sm_clock_mhz is None
+
+
+def test_a_max_lock_read_back_far_under_its_target_is_noted():
+    gpu = FakeGpu(max_sm_clock_mhz=1980, reasons=0x040)
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+    gpu.sm_clock_mhz = 1100  # what the board runs at under the lock, held down by heat
+    nv.nvmlDeviceSetGpuLockedClocks.side_effect = lambda h, lo, hi: None  # a lock the heat overrides
+    lock = ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "max", load=lambda: lambda: None,
+                     pause=lambda seconds: None).__enter__()
+    assert lock.clock_mhz == 1980 and "1100 MHz" in lock.setting["read_back_note"]
+    lock.reset()
 
 
 # -- per-sample clock check ----------------------------------------------------------------------------------------
@@ -146,6 +228,18 @@ def test_a_throttled_sample_is_discarded_and_retaken_after_a_recovery_delay():
     record = timer.take_record()
     assert record["discarded_samples"] == 2 and record["sample_sm_clock_mhz"] == [1980, 1980, 1980]
     assert record["sample_power_w"] == [650.0] * 3 and record["kept_throttled"] is False
+
+
+def test_samples_whose_power_came_from_two_sources_are_recorded_as_mixed():
+    from fp8bench.energy.telemetry import PowerSource
+
+    sources = iter([PowerSource.INSTANT, None, PowerSource.USAGE])
+    timer = ClockCheckedTimer(inner=type("T", (), {"time": lambda self, fn: fn()})(),
+                              read=lambda: Sample(0.0, sm_clock_mhz=1980, power_w=600.0, power_source=next(sources)),
+                              reference_clock_mhz=1755.0, sleep=lambda s: None)
+    for _ in range(3):
+        timer.time(lambda: 1e-3)
+    assert timer.take_record()["sample_power_source"] == "mixed"
 
 
 def nvml_on_fake_gpu(monkeypatch, gpu):
@@ -265,8 +359,8 @@ def test_a_base_clock_lock_makes_the_locked_clock_the_reference(fake_cuda, chain
     gpu = FakeGpu(sm_clock_mhz=1980, default_sm_clock_mhz=1980, base_sm_clock_mhz=1590)
     nv = nvml_on_fake_gpu(monkeypatch, gpu)
     monkeypatch.setattr("fp8bench.measure.runner.lock_clocks",
-                        lambda device, policy: clocks.lock_clocks(device, policy, nv))
-    monkeypatch.setattr("fp8bench.energy.meters._cuda_uuid", lambda device: None)
+                        lambda device, policy: clocks.lock_clocks(device, policy, nv, load=_loading(gpu)))
+    monkeypatch.setattr("fp8bench.energy.meters.cuda_uuid", lambda device: None)
     s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False,
                     lock_clocks="base")
     outcome = run_cases([chain()], s, GPU1, run_file=tmp_path / "run.json")

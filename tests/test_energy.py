@@ -522,3 +522,22 @@ def test_real_nvml_counter_meters_a_gemm_loop():
     assert reading.joules_per_iter is not None and reading.joules_per_iter > 0, reading.reason
     assert 10 < reading.avg_power_w < 2000  # a loaded datacenter or desktop GPU, in watts
     assert reading.telemetry["samples"] >= 2 and reading.telemetry["sm_clock_mhz"]["median"] > 0
+
+
+PRIVATE_ENERGY_NAME = __import__("re").compile(
+    r"from fp8bench\.energy(?:\.\w+)? import [^\n]*?\b(_[a-z]\w*)|\b(?:meters|nvml|telemetry|windows|rapl)\.(_[a-z]\w*)")
+
+
+def private_energy_names(text: str) -> list[str]:
+    """Private names of the energy package a module outside it reaches for."""
+    return [a or b for a, b in PRIVATE_ENERGY_NAME.findall(text)]
+
+
+def test_other_packages_use_only_public_names_of_the_energy_package():
+    from pathlib import Path
+
+    package = Path(energy.__file__).resolve().parent.parent
+    assert private_energy_names("from fp8bench.energy.meters import _x\nmeters._y(d)") == ["_x", "_y"]
+    used = {str(p.relative_to(package)): private_energy_names(p.read_text()) for p in package.rglob("*.py")
+            if p.parent.name != "energy"}
+    assert {path: names for path, names in used.items() if names} == {}

@@ -127,3 +127,107 @@ def test_sample_power_is_the_instant_field_and_says_which_it_holds():
     gpu.instant_field = False  # a driver without NVML_FI_DEV_POWER_INSTANT: the averaged call, named as such
     s = nvml.open_device(0, None, make_pynvml(gpu)).sample()
     assert s.power_source == nvml.PowerSource.USAGE and s.power_w < 200.0
+
+
+# -- the instant power field: per-entry codes and value types (nvml.h nvmlFieldValue_t, nvmlValueType_t) ------------
+def test_a_transient_field_error_fails_that_reading_only_and_is_asked_again():
+    """An entry's NVML_ERROR_UNKNOWN says nothing about whether the driver has the field: the next sample asks again
+    and holds the instant power; only NOT_SUPPORTED / INVALID_ARGUMENT stop the asking."""
+    gpu = FakeGpu(power_w=640.0, field_returns=[pynvml.NVML_ERROR_UNKNOWN])
+    nv = make_pynvml(gpu)
+    dev = nvml.open_device(0, None, nv)
+    failed = dev.sample()
+    assert dev.sample().power_source is nvml.PowerSource.INSTANT
+    # That sample's reading failed: no power and no source, and nothing else of it lost.
+    assert failed.power_w is None and failed.power_source is None and failed.sm_clock_mhz == 1980
+    gpu.field_returns = [pynvml.NVML_ERROR_UNKNOWN]
+    with pytest.raises(nvml.FieldReadFailed, match="code 999"):
+        dev.instant_power()
+    assert dev.instant_power() == (640.0, nvml.PowerSource.INSTANT)
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT])
+def test_a_field_the_driver_refuses_is_not_asked_again(code):
+    gpu = FakeGpu(field_returns=[code])
+    nv = make_pynvml(gpu)
+    dev = nvml.open_device(0, None, nv)
+    assert dev.instant_power()[1] is nvml.PowerSource.USAGE
+    assert dev.instant_power()[1] is nvml.PowerSource.USAGE
+    assert nv.nvmlDeviceGetFieldValues.call_count == 1
+
+
+def test_an_unsigned_short_field_is_read_through_its_union_member():
+    """nvidia-ml-py 12.570.86 and newer report NVML_VALUE_TYPE_UNSIGNED_SHORT (6) in member usVal."""
+    gpu = FakeGpu(power_w=50.0, field_value_type=pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT)
+    dev = nvml.open_device(0, None, make_pynvml(gpu))
+    assert dev.instant_power() == (50.0, nvml.PowerSource.INSTANT)
+
+
+@pytest.mark.parametrize("value_type", [pynvml.NVML_VALUE_TYPE_COUNT, 42])
+def test_an_unknown_value_type_is_an_unavailable_field_not_a_failed_window(value_type):
+    gpu = FakeGpu(power_w=300.0, field_value_type=value_type)
+    nv = make_pynvml(gpu)
+    dev = nvml.open_device(0, None, nv)
+    watts, source = dev.instant_power()
+    assert source is nvml.PowerSource.USAGE and watts == pytest.approx(300.0, rel=0.05)
+    assert dev.sample().power_source is nvml.PowerSource.USAGE and nv.nvmlDeviceGetFieldValues.call_count == 1
+
+
+def test_a_binding_whose_union_lacks_the_member_reads_the_field_as_unavailable():
+    """nvidia-ml-py 12.560.30 defines NVML_VALUE_TYPE_UNSIGNED_SHORT but its c_nvmlValue_t has no usVal."""
+    from types import SimpleNamespace
+
+    entry = SimpleNamespace(fieldId=186, valueType=6, value=SimpleNamespace(uiVal=0))
+    assert nvml._field_number(pynvml, entry) is None
+
+
+# -- the fake's own rules, each from nvml.h (tests/fake_nvml.py docstring) ---------------------------------------
+@pytest.mark.parametrize(("architecture", "ga100", "averaged"), [(9, False, True), (7, False, True), (7, True, False),
+                                                                  (5, False, False)])
+def test_fake_power_usage_averages_only_on_ampere_except_ga100_and_newer(architecture, ga100, averaged):
+    import time
+
+    gpu = FakeGpu(power_w=100.0, t0=time.perf_counter() - 5.0, architecture=architecture, ga100=ga100)
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    gpu.set_power(600.0)
+    usage_w = nv.nvmlDeviceGetPowerUsage(h) / 1000
+    assert (usage_w < 200.0) is averaged and (usage_w == 600.0) is not averaged
+    average = nv.nvmlDeviceGetFieldValues(h, [(pynvml.NVML_FI_DEV_POWER_AVERAGE, pynvml.NVML_POWER_SCOPE_GPU)])[0]
+    assert (average.nvmlReturn == pynvml.NVML_SUCCESS) is averaged
+    assert nv.nvmlDeviceGetArchitecture(h) == architecture
+
+
+def test_fake_lock_takes_the_symbolic_bounds_of_the_nvml_table():
+    gpu = FakeGpu(sm_clock_mhz=1980, base_sm_clock_mhz=1590)
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    tdp, unlimited = pynvml.NVML_CLOCK_LIMIT_ID_TDP, pynvml.NVML_CLOCK_LIMIT_ID_UNLIMITED
+    readings = {}
+    for low, high in ((tdp, tdp), (unlimited, tdp), (tdp, unlimited), (unlimited, unlimited), (1400, 1400)):
+        nv.nvmlDeviceSetGpuLockedClocks(h, low, high)
+        readings[(low, high)] = nv.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+    assert list(readings.values()) == [1590, 1590, 1980, 1980, 1400]
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        nv.nvmlDeviceSetGpuLockedClocks(h, unlimited, 1400)
+
+
+def test_fake_idle_gpu_reads_its_idle_clock_even_locked():
+    gpu = FakeGpu(idle=True)
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    nv.nvmlDeviceSetGpuLockedClocks(h, pynvml.NVML_CLOCK_LIMIT_ID_TDP, pynvml.NVML_CLOCK_LIMIT_ID_TDP)
+    assert nv.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) == 345
+    assert nv.nvmlDeviceGetCurrentClocksEventReasons(h) & pynvml.nvmlClocksEventReasonGpuIdle
+
+
+def test_fake_refuses_every_query_outside_a_session_answered_or_not():
+    nv = make_pynvml(FakeGpu())
+    nv.nvmlDeviceGetBrand.return_value = 2  # no side effect of its own
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        nv.nvmlDeviceGetBrand(object())
+    nv.nvmlInit()
+    assert nv.nvmlDeviceGetBrand(object()) == 2

@@ -9,6 +9,7 @@ import pytest
 from fp8bench.core.throttle import only_power_capped
 from fp8bench.energy.telemetry import (
     TIMED_SAMPLES,
+    PowerSource,
     Sample,
     TelemetrySampler,
     TelemetrySource,
@@ -72,6 +73,16 @@ def test_summarize_ors_reason_bits_and_ranges():
     assert s["mem_clock_mhz"]["median"] == 2619  # a missing reading is skipped, not counted as 0
     assert s["temperature_c"] == {"start": 50, "max": 60, "end": 58}
     assert s["reasons_mask"] == 0x5 and s["reasons"] == ["gpu_idle", "sw_power_cap"]
+
+
+def test_a_window_whose_samples_hold_two_powers_says_mixed():
+    """The instant field for some samples and the 1 s average for others: the window's power is neither."""
+    instant, usage = PowerSource.INSTANT, PowerSource.USAGE
+    mixed = [Sample(0.0, power_w=600.0, power_source=instant), Sample(0.1, power_w=None),
+             Sample(0.2, power_w=410.0, power_source=usage)]
+    assert summarize(mixed, _names)["power_source"] == "mixed"
+    assert summarize(mixed[:2], _names)["power_source"] == instant.value
+    assert summarize([Sample(0.0)], _names)["power_source"] is None
 
 
 def test_integrate_constant_and_ramp_power():

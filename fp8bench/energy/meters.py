@@ -549,7 +549,7 @@ def meter_for(device: Device) -> EnergyMeter:
     return NullMeter("no CPU energy counter readable here (RAPL /sys/class/powercap absent or unreadable)")
 
 
-def _cuda_uuid(device: Device) -> str | None:
+def cuda_uuid(device: Device) -> str | None:
     """The CUDA device's UUID as torch reports it (NVML ignores ``CUDA_VISIBLE_DEVICES``, so match by UUID)."""
     import torch
 
@@ -569,7 +569,7 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
     from fp8bench.energy import nvml
 
     try:
-        dev = nvml.open_device(device.index or 0, _cuda_uuid(device), nv)
+        dev = nvml.open_device(device.index or 0, cuda_uuid(device), nv)
     except nvml.NvmlUnavailable as exc:
         raise MeterUnavailable(str(exc)) from exc
 

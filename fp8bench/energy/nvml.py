@@ -63,11 +63,22 @@ REASON_BITS: tuple[tuple[str, str, int], ...] = (
 # with getattr(nv, name, None) and has a fallback for older releases.
 NEWER_NAMES: dict[str, str] = {
     "nvmlDeviceGetTemperatureV": "12.570.86",  # before it: nvmlDeviceGetTemperature (deprecated since, same value)
+    # Defined by 12.560.30 (absent from 12.535.77); its union member usVal only from 12.570.86 (_field_number).
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": "12.560.30",
 }
 
 
 class _FallBack(Exception):
     """The driver lacks a newer NVML function: use the older one."""
+
+
+class FieldReadFailed(RuntimeError):
+    """One entry of ``nvmlDeviceGetFieldValues`` came back with an error other than "the driver lacks this field":
+    that reading failed, and says nothing about the next one. ``code`` is the entry's ``nvmlReturn``."""
+
+    def __init__(self, field_id: int, code: int) -> None:
+        super().__init__(f"NVML field {field_id}: reading failed (code {code})")
+        self.code = code
 
 
 class NvmlUnavailable(RuntimeError):
@@ -159,18 +170,31 @@ class NvmlDevice:
 
     def instant_power(self) -> tuple[float, PowerSource]:
         """Board power in watts and which reading it is: the instantaneous field ``NVML_FI_DEV_POWER_INSTANT``
-        (GPU scope) where the driver answers it, else :meth:`power_w`. A field's failure does not raise: each
-        entry of ``nvmlDeviceGetFieldValues`` carries its own return code, checked here; a driver that refuses
-        the field once is not asked again."""
-        nv = self.nv
+        (GPU scope) where the driver answers it, else :meth:`power_w`.
+
+        ``nvmlDeviceGetFieldValues`` succeeds as a call and reports each field in its entry's own ``nvmlReturn``
+        (nvml.h, ``nvmlFieldValue_t``: the value is undefined unless it is ``NVML_SUCCESS``). Only an answer that
+        means the driver lacks the field (``NVML_ERROR_NOT_SUPPORTED`` or ``NVML_ERROR_INVALID_ARGUMENT`` in the
+        entry or from the call, a driver without the call, or a value type these bindings cannot read) stops the
+        asking for this device; any other code is one failed reading, raised as :class:`FieldReadFailed`, and the
+        next call asks again."""
         if self._instant is not False:
-            entry = self._optional(lambda: nv.nvmlDeviceGetFieldValues(
-                self.handle, [(nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_POWER_SCOPE_GPU)])[0])
-            self._instant = entry is not None and entry.nvmlReturn == nv.NVML_SUCCESS
-            if self._instant:
-                assert entry is not None
-                return _field_number(nv, entry) / 1000.0, PowerSource.INSTANT
+            watts = self._instant_field_w()
+            if watts is not None:
+                return watts, PowerSource.INSTANT
         return self.power_w(), PowerSource.USAGE
+
+    def _instant_field_w(self) -> float | None:
+        """The instant power field in watts; ``None`` (and never asked again) where the driver lacks it."""
+        nv = self.nv
+        entry = self._optional(lambda: nv.nvmlDeviceGetFieldValues(
+            self.handle, [(nv.NVML_FI_DEV_POWER_INSTANT, nv.NVML_POWER_SCOPE_GPU)])[0])
+        code = entry.nvmlReturn if entry is not None else nv.NVML_ERROR_NOT_SUPPORTED
+        if code not in (nv.NVML_SUCCESS, nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
+            raise FieldReadFailed(nv.NVML_FI_DEV_POWER_INSTANT, int(code))
+        milliwatts = _field_number(nv, entry) if code == nv.NVML_SUCCESS else None
+        self._instant = milliwatts is not None
+        return milliwatts / 1000.0 if milliwatts is not None else None
 
     # -- telemetry -----------------------------------------------------------------------------------------------
     def reasons_mask(self) -> int:
@@ -197,7 +221,10 @@ class NvmlDevice:
         """One snapshot of clocks, temperature, power and throttle reasons. Raises on NVML errors other than
         "not supported" (a lost GPU mid-window must not read as a quiet one)."""
         nv = self.nv
-        power = self._optional(self.instant_power)
+        try:
+            power = self._optional(self.instant_power)
+        except FieldReadFailed:
+            power = None  # this sample's power reading failed; the next sample asks again
         return Sample(
             t=time.perf_counter(),
             sm_clock_mhz=self._optional(lambda: int(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM))),
@@ -295,15 +322,19 @@ class NvmlDevice:
         return out
 
 
-def _field_number(nv: ModuleType, entry: Any) -> float:
+def _field_number(nv: ModuleType, entry: Any) -> float | None:
     """The number in one ``nvmlDeviceGetFieldValues`` entry, read through the member of its value union that its
-    ``valueType`` names (pynvml.py ``c_nvmlValue_t``)."""
+    ``valueType`` names (nvml.h ``nvmlValueType_t`` and ``nvmlValue_t``; pynvml.py ``c_nvmlValue_t``). ``None``
+    where these bindings cannot read it: a type they do not define (newer drivers may add some), or a member their
+    union lacks (nvidia-ml-py 12.560.30 defines ``NVML_VALUE_TYPE_UNSIGNED_SHORT`` but not ``usVal``)."""
     members = {nv.NVML_VALUE_TYPE_DOUBLE: "dVal", nv.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
                nv.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
                nv.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nv.NVML_VALUE_TYPE_SIGNED_INT: "siVal"}
-    if entry.valueType not in members:
-        raise ValueError(f"NVML field {entry.fieldId}: unknown value type {entry.valueType}")
-    return float(getattr(entry.value, members[entry.valueType]))
+    unsigned_short = getattr(nv, "NVML_VALUE_TYPE_UNSIGNED_SHORT", None)
+    if unsigned_short is not None:
+        members[unsigned_short] = "usVal"
+    number = getattr(entry.value, members.get(entry.valueType, ""), None)
+    return float(number) if number is not None else None
 
 
 def _text(value: bytes | str) -> str:

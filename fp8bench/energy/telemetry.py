@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import pairwise
@@ -59,6 +59,18 @@ class PowerSource(str, Enum):
 
     INSTANT = "instant"
     USAGE = "power_usage (1 s average on Ampere except GA100 and newer)"
+
+
+# The power source of a stretch whose samples hold more than one kind of power (an instant reading failed and the
+# driver was then asked for the other, say): their power is neither the instant one nor the averaged one.
+MIXED_POWER = "mixed"
+
+
+def power_source_of(sources: Iterable[PowerSource | None]) -> str | None:
+    """Which power a stretch of samples holds: the one source all of them share, :data:`MIXED_POWER` where they
+    hold more than one, ``None`` where none holds a power."""
+    seen = {s.value for s in sources if s is not None}
+    return seen.pop() if len(seen) == 1 else (MIXED_POWER if seen else None)
 
 
 @dataclass(frozen=True)
@@ -153,7 +165,7 @@ def summarize(samples: list[Sample], decode: Callable[[int], list[str]]) -> dict
         "mem_clock_mhz": _stats(col("mem_clock_mhz")),
         "temperature_c": ({"start": temps[0], "max": max(temps), "end": temps[-1]} if temps else None),
         "power_w": _stats(col("power_w")),
-        "power_source": next((s.power_source.value for s in samples if s.power_source is not None), None),
+        "power_source": power_source_of(s.power_source for s in samples),
         "reasons_mask": mask if col("reasons_mask") else None,
         "reasons": decode(mask) if mask else [],
     }

@@ -13,12 +13,29 @@ otherwise (``NVMLError_NoPermission``, ``NVMLError_NotSupported``), and so does 
 naming the cause. The lock is undone when the run ends: normally, on Ctrl-C, SIGTERM or SIGHUP (the command line
 turns them into an interrupt that unwinds through :class:`ClockLock`), on an error, and at interpreter exit
 (``atexit``) should anything skip the unwinding. A ``SIGKILL`` cannot be caught: ``nvidia-smi -rgc`` (as root)
-undoes a lock left behind. The lock is recorded in the run's environment (``clock_lock``). NVML has no getter for
-the locked range, so once locked the SM clock is read back (``nvmlDeviceGetClockInfo``, ``read_back_mhz``) and
-becomes the reference clock of every throttle check of the run: under ``base`` (about 0.8 x boost on an H100
-SXM) the default clock would make every sample look throttled. The lock keeps its NVML session open until the
-reset, which needs it. All three names exist in
-nvidia-ml-py 12.535.77, the oldest release fp8bench allows (its recorded surface, ``tests/data/pynvml``).
+undoes a lock left behind. The lock is recorded in the run's environment (``clock_lock``). The lock keeps its NVML
+session open until the reset, which needs it. All three names exist in nvidia-ml-py 12.535.77, the oldest release
+fp8bench allows (its recorded surface, ``tests/data/pynvml``).
+
+**The reference clock under a lock.** Every throttle check of a locked run compares with the locked clock, not the
+device's default one: under ``base`` (about 0.8 x boost on an H100 SXM) the default clock would make every sample
+look throttled. NVML has no getter for the locked range, and ``nvmlDeviceGetClockInfo`` returns only the current
+clock (nvml.h), which on an idle GPU is its idle clock (``nvmlClocksEventReasonGpuIdle``, "GPU is idle"): a
+reference read then would sit so low that no throttled sample ever fell under it. So:
+
+* under ``max`` the reference is the lock's target, the MHz value passed to the driver;
+* under ``base`` the target is symbolic (the TDP clock, whose MHz NVML does not report), so the clock is read back
+  *under load*: :func:`busy` queues :data:`READBACK_LOAD_S` seconds of GEMMs and :data:`READBACK_READS` readings
+  are taken while they run. Readings whose reasons mask says the GPU was idle or slowed down by a limiter
+  (:data:`fp8bench.energy.telemetry.THROTTLE_REASONS`, the power cap included: the TDP clock is the one the board
+  holds within its power limit) are not the locked clock; the median of the others is the reference. Where none is
+  left (or no load could run), the run falls back to the device's own reference clock and ``reference_source`` says
+  why; its samples are then judged against the higher default clock, which errs towards flagging a throttle, never
+  towards missing one.
+
+Both record ``read_back_mhz`` (the loaded reading), ``reference_mhz`` and ``reference_source``; under ``max`` a
+loaded reading under :data:`THROTTLE_THRESHOLD` of the target adds ``read_back_note`` (the lock did not hold the
+clock there: its samples will show it).
 
 **Per-sample clock check** (:class:`ClockCheckedTimer`, nvbench's throttle detection in ``measure_cold``): after
 each timed sample the SM clock and board power are read through NVML (two driver calls, outside the sample). A
@@ -41,15 +58,16 @@ clock with a GPU timer kernel over the sample; NVML's reading is a snapshot take
 from __future__ import annotations
 
 import atexit
+import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fp8bench.core.throttle import power_cap_alone
-from fp8bench.energy.nvml import decode_reasons
-from fp8bench.energy.telemetry import Sample
+from fp8bench.core.throttle import THROTTLE_REASONS, power_cap_alone
+from fp8bench.energy.nvml import FieldReadFailed, NvmlDevice, decode_reasons
+from fp8bench.energy.telemetry import PowerSource, Sample, power_source_of
 
 LOCK_POLICIES = ("base", "max")
 # nvbench's defaults (module docstring): 75 % of the default clock, 0.05 s to recover.
@@ -58,6 +76,13 @@ RECOVERY_DELAY_S = 0.05
 # The recovery delay doubles with each discard in a row (nvbench grows its delay while throttling repeats); a
 # sample is kept after this many discards in a row (0.05 + 0.1 + 0.2 s of waiting at the default delay).
 MAX_CONSECUTIVE_DISCARDS = 3
+# Reading the locked clock back under load (module docstring): seconds of GEMMs queued, readings taken while they
+# run, and the wait between readings (NVML's clock readings refresh about every 20-100 ms).
+READBACK_LOAD_S = 0.5
+READBACK_READS = 5
+READBACK_SPACING_S = 0.05
+# Reason bits that say a reading is not the locked clock: the GPU idled, or a limiter held it down.
+NOT_LOCKED_CLOCK = frozenset({"gpu_idle", *THROTTLE_REASONS})
 
 
 def _sleep(seconds: float) -> None:
@@ -72,14 +97,19 @@ class ClockLock:
     """``--lock-clocks``: locks the SM clock of one NVML device on ``__enter__`` and resets it on ``__exit__`` or at
     interpreter exit, whichever comes first. ``nv`` is the ``pynvml`` module, ``handle`` the device's handle."""
 
-    def __init__(self, nv: Any, handle: Any, policy: str, close: Callable[[], None] | None = None) -> None:
+    def __init__(self, nv: Any, handle: Any, policy: str, close: Callable[[], None] | None = None,
+                 load: Callable[[], Callable[[], None]] | None = None,
+                 pause: Callable[[float], None] = time.sleep) -> None:
         if policy not in LOCK_POLICIES:
             raise ValueError(f"--lock-clocks {policy!r}; accepted: {', '.join(LOCK_POLICIES)}")
         self.nv, self.handle, self.policy, self._close = nv, handle, policy, close
+        # ``load()`` starts GPU work and returns the function that waits for it (:func:`busy`); ``None``: no load
+        # can run, so nothing is read back. ``pause`` waits between readings (seconds).
+        self.load, self.pause = load, pause
         self.locked = False
         self.setting: dict[str, Any] = {}
-        # The SM clock read back from the GPU once locked (MHz; None: unreadable): the reference every throttle
-        # check of the run compares with, since NVML has no getter for the locked range.
+        # The reference every throttle check of the run compares with (MHz; None: the device's own reference),
+        # chosen as the module docstring says.
         self.clock_mhz: int | None = None
 
     def _bounds(self) -> tuple[int, int, dict[str, Any]]:
@@ -112,18 +142,58 @@ class ClockLock:
                 self._close()
         self.locked = True
         atexit.register(self.reset)  # should the unwinding below be skipped (an exit from a thread, say)
-        self.clock_mhz = self._read_back()
-        self.setting["read_back_mhz"] = self.clock_mhz
+        try:
+            self.clock_mhz, chosen = self._reference()
+        except BaseException:
+            self.reset()  # the caller never reaches its ``with`` body, nor its reset
+            raise
+        self.setting.update(chosen)
         return self
 
-    def _read_back(self) -> int | None:
-        """The SM clock the locked GPU reports now (MHz), ``None`` where NVML cannot say."""
-        nv = self.nv
+    def _reference(self) -> tuple[int | None, dict[str, Any]]:
+        """The run's reference SM clock under the lock (MHz; ``None``: the device's own) and what the environment
+        records about it (module docstring)."""
+        read_back, rejected = self._read_back()
+        chosen: dict[str, Any] = {"read_back_mhz": read_back}
+        if self.policy == "max":
+            target = int(self.setting["max_mhz"])
+            held = read_back is not None and read_back >= THROTTLE_THRESHOLD * target
+            if not held and (read_back is not None or rejected):
+                seen = "; ".join(filter(None, [rejected, f"median {read_back} MHz" if read_back else None]))
+                chosen["read_back_note"] = f"the {target} MHz lock did not hold the clock under load ({seen})"
+            return target, {**chosen, "reference_mhz": target, "reference_source": "lock target"}
+        if read_back is None:
+            why = rejected or ("no load could run to read the locked clock under" if self.load is None
+                               else "NVML reported no SM clock under load")
+            return None, {**chosen, "reference_mhz": None,
+                          "reference_source": f"device default: the base clock was not read back ({why})"}
+        return read_back, {**chosen, "reference_mhz": read_back, "reference_source": "read back under load"}
+
+    def _read_back(self) -> tuple[int | None, str | None]:
+        """The median SM clock (MHz) of the readings taken under load that show the locked clock, and a description
+        of those that did not (``None`` if none was rejected); ``(None, None)`` without a load."""
+        if self.load is None:
+            return None, None
+        device = NvmlDevice(self.nv, self.handle, "clock lock")  # reads only; the lock's session stays its own
+        wait = self.load()
+        samples: list[Sample] = []
         try:
-            mhz = int(nv.nvmlDeviceGetClockInfo(self.handle, nv.NVML_CLOCK_SM))
-        except nv.NVMLError:
-            return None
-        return mhz or None
+            for _ in range(READBACK_READS):
+                self.pause(READBACK_SPACING_S)
+                samples.append(device.sample())
+        except (self.nv.NVMLError, FieldReadFailed):
+            pass  # what was read so far decides
+        finally:
+            wait()
+        kept, rejected = [], []
+        for s in samples:
+            flags = sorted(set(decode_reasons(int(s.reasons_mask or 0))) & NOT_LOCKED_CLOCK)
+            if s.sm_clock_mhz and not flags:
+                kept.append(s.sm_clock_mhz)
+            elif s.sm_clock_mhz:
+                rejected.append(f"{s.sm_clock_mhz} MHz with {'+'.join(flags)}")
+        median = int(statistics.median(kept)) if kept else None
+        return median, ("readings " + ", ".join(rejected)) if rejected else None
 
     def reset(self) -> None:
         """Undo the lock (once; later calls do nothing)."""
@@ -160,7 +230,7 @@ class ClockCheckedTimer:
     decode: Callable[[int], list[str]] = decode_reasons  # names the bits of a reasons mask
     sm_clock_mhz: list[float | None] = field(default_factory=list)  # beside each kept sample
     power_w: list[float | None] = field(default_factory=list)
-    power_source: str | None = None  # which NVML power the samples hold (fp8bench.energy.telemetry.PowerSource)
+    power_sources: list[PowerSource | None] = field(default_factory=list)  # which NVML power each kept sample holds
     discarded: int = 0
     gave_up: bool = False  # a sample was kept after MAX_CONSECUTIVE_DISCARDS: no more checks until take_record
 
@@ -187,7 +257,7 @@ class ClockCheckedTimer:
                 self.gave_up = self.gave_up or throttled
                 self.sm_clock_mhz.append(float(clock) if clock is not None else None)
                 self.power_w.append(state.power_w)
-                self.power_source = self.power_source or (state.power_source.value if state.power_source else None)
+                self.power_sources.append(state.power_source)
                 return seconds
             self.discarded += 1  # taken at a throttled clock: let the device recover, and time the call again
             self.sleep(delay)
@@ -203,18 +273,36 @@ class ClockCheckedTimer:
         """The record's per-sample device state, and resets it for the next sampled function."""
         known = [c for c in self.sm_clock_mhz if c is not None]
         out = {"sample_sm_clock_mhz": list(self.sm_clock_mhz), "sample_power_w": list(self.power_w),
-               "sample_power_source": self.power_source,
+               "sample_power_source": power_source_of(self.power_sources),
                "discarded_samples": self.discarded, "kept_throttled": self.gave_up, "throttle_threshold": self.threshold,
                "reference_sm_clock_mhz": self.reference_clock_mhz,
                "median_sample_sm_clock_mhz": statistics.median(known) if known else None}
-        self.sm_clock_mhz, self.power_w, self.discarded, self.gave_up = [], [], 0, False
-        self.power_source = None
+        self.sm_clock_mhz, self.power_w, self.power_sources, self.discarded, self.gave_up = [], [], [], 0, False
         return out
 
 
-def lock_clocks(device: Any, policy: str | None, nv: Any = None) -> ClockLock | None:
-    """The entered :class:`ClockLock` of ``device`` under ``policy`` (``None``: no lock asked, nothing done).
-    Raises :class:`ClockLockRefused` with the reason where it cannot lock, before anything is measured."""
+def busy(device: Any, seconds: float) -> Callable[[], None]:
+    """Queue about ``seconds`` of 4096^3 BF16 GEMMs on ``device`` (timed from one call) and return the function that
+    waits for them: a GPU loaded while its clocks are read."""
+    import torch
+
+    a = torch.randn(4096, 4096, device=device.torch, dtype=torch.bfloat16)
+    a @ a
+    device.synchronize()
+    start = time.perf_counter()
+    a @ a
+    device.synchronize()
+    calls = max(1, math.ceil(seconds / max(time.perf_counter() - start, 1e-6)))
+    for _ in range(calls):
+        a @ a
+    return device.synchronize
+
+
+def lock_clocks(device: Any, policy: str | None, nv: Any = None,
+                load: Callable[[], Callable[[], None]] | None = None) -> ClockLock | None:
+    """The entered :class:`ClockLock` of ``device`` under ``policy`` (``None``: no lock asked, nothing done), its
+    reference clock read under ``load`` (default: :func:`busy` for :data:`READBACK_LOAD_S`). Raises
+    :class:`ClockLockRefused` with the reason where it cannot lock, before anything is measured."""
     if policy is None:
         return None
     if policy not in LOCK_POLICIES:
@@ -223,13 +311,14 @@ def lock_clocks(device: Any, policy: str | None, nv: Any = None) -> ClockLock | 
         raise ClockLockRefused(f"--lock-clocks locks an NVIDIA GPU's clocks through NVML; this run is on {device} "
                                "(drop --lock-clocks)")
     from fp8bench.energy import nvml
-    from fp8bench.energy.meters import _cuda_uuid
+    from fp8bench.energy.meters import cuda_uuid
 
     try:
-        dev = nvml.open_device(device.index or 0, _cuda_uuid(device), nv)  # by UUID: NVML ignores CUDA's order
+        dev = nvml.open_device(device.index or 0, cuda_uuid(device), nv)  # by UUID: NVML ignores CUDA's order
     except nvml.NvmlUnavailable as exc:
         raise ClockLockRefused(f"--lock-clocks {policy}: {exc}") from exc
-    return ClockLock(dev.nv, dev.handle, policy, close=dev.close).__enter__()
+    load = load or (lambda: busy(device, READBACK_LOAD_S))
+    return ClockLock(dev.nv, dev.handle, policy, close=dev.close, load=load).__enter__()
 
 
 def locked_clock_policy(lock: ClockLock) -> str:

@@ -87,6 +87,8 @@ SPIN_GIVE_UP_S = 1.0
 # Polls timed once, when the hold is made, to turn SPIN_GIVE_UP_S into a poll count (the kernel has no clock the
 # Triton interpreter runs; a poll is one uncached global-memory load, of the order of a microsecond on a
 # data-centre GPU, so this calibration spin lasts tens of milliseconds).
+# Made on a GPU that is often idle, at low clocks: loaded, a poll may be faster and the give-up shorter; the
+# selfcheck claim `spin_give_up_loaded` checks that it still lasts over 100 ms (fp8bench.measure.claims).
 CALIBRATION_CHECKS = 1 << 15
 # A generation no release ever reaches (the flag is an int32): the calibration spin runs all its polls.
 NEVER_RELEASED = 2**31 - 1

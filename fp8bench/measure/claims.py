@@ -22,7 +22,6 @@ it into a verdict on a real GPU:
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -65,7 +64,7 @@ class ProbeContext:
         """This GPU's NVML handle, opened by UUID as the energy meter opens it; close it after use."""
         from fp8bench.energy import meters, nvml
 
-        return nvml.open_device(self.device.index or 0, meters._cuda_uuid(self.device))
+        return nvml.open_device(self.device.index or 0, meters.cuda_uuid(self.device))
 
 
 @dataclass(frozen=True)
@@ -112,17 +111,10 @@ def _gemm_case(shape: tuple[int, int, int], precision: str, backend: str, fast_a
 
 
 def _busy(ctx: ProbeContext, seconds: float) -> Callable[[], None]:
-    """A loop of 4096^3 BF16 GEMMs keeping the GPU loaded for about ``seconds``; returns a function that waits."""
-    a = torch.randn(4096, 4096, device=ctx.device.torch, dtype=torch.bfloat16)
-    a @ a
-    ctx.device.synchronize()
-    start = time.perf_counter()
-    a @ a
-    ctx.device.synchronize()
-    calls = max(1, math.ceil(seconds / max(time.perf_counter() - start, 1e-6)))
-    for _ in range(calls):
-        a @ a
-    return ctx.device.synchronize
+    """The GPU loaded for about ``seconds`` (:func:`fp8bench.hardware.clocks.busy`); returns a function that waits."""
+    from fp8bench.hardware.clocks import busy
+
+    return busy(ctx.device, seconds)
 
 
 # --- the probes ----------------------------------------------------------------------------------------------------
@@ -304,6 +296,31 @@ def blocked_stream_holds(ctx: ProbeContext) -> ProbeResult:
     return ProbeResult(Outcome.HELD if held else Outcome.FAILED, "; ".join(rows))
 
 
+# The spin kernel's give-up (fp8bench.measure.blocking, SPIN_GIVE_UP_S) is a poll count, from the seconds one poll
+# took when the hold was made, on a GPU that is probably idle then. A loaded GPU runs at higher clocks, where a poll
+# may be faster and the same count a shorter give-up (up to about max/idle SM clock shorter, were a poll's time all
+# SM clock: ~6x on an H100). It must stay far longer than a host needs to queue one held call of at most
+# MAX_QUEUED_LAUNCHES kernels (milliseconds): 100 ms keeps a margin of over 10x even for a slow Python host.
+GIVE_UP_FLOOR_S = 0.1
+
+
+def spin_give_up_loaded(ctx: ProbeContext) -> ProbeResult:
+    """the spin kernel's calibrated give-up, timed right after a GEMM load has raised the clocks, still lasts 100 ms"""
+    from fp8bench.measure.blocking import SPIN_GIVE_UP_S, TritonStreamHold, triton_missing_reason
+
+    missing = triton_missing_reason()
+    if missing:
+        return ProbeResult(Outcome.NOT_APPLICABLE, missing)
+    with ctx.device.guard():
+        hold = TritonStreamHold(ctx.device)  # calibrates its poll count now, as a run's timer does
+        _busy(ctx, 1.0)()
+        loaded_s = hold._timed_spin(hold.max_checks)  # the whole give-up, nothing releasing it
+    outcome = Outcome.HELD if loaded_s >= GIVE_UP_FLOOR_S else Outcome.FAILED
+    return ProbeResult(outcome, f"{hold.max_checks} polls ({hold.poll_s * 1e9:.0f} ns each when calibrated, for a "
+                       f"{SPIN_GIVE_UP_S:g} s give-up) lasted {loaded_s:.3f} s after the load (floor "
+                       f"{GIVE_UP_FLOOR_S:g} s)")
+
+
 # The telemetry sampler polls every 50 ms (fp8bench.energy.telemetry); a poll must cost a small share of that.
 POLL_BUDGET_S = 0.005
 
@@ -370,13 +387,18 @@ def loaded_clocks(ctx: ProbeContext) -> ProbeResult:
 def instant_power(ctx: ProbeContext) -> ProbeResult:
     """NVML answers the instantaneous power field (NVML_FI_DEV_POWER_INSTANT) under load, so samples hold it, not the
     one-second average"""
+    from fp8bench.energy.nvml import FieldReadFailed
     from fp8bench.energy.telemetry import PowerSource
 
     with ctx.nvml() as dev:
         wait = _busy(ctx, 1.0)
-        watts, source = dev.instant_power()
-        average = dev.power_w()
-        wait()
+        try:
+            watts, source = dev.instant_power()
+            average = dev.power_w()
+        except FieldReadFailed as exc:  # an error code in the field's entry other than "not supported"
+            return ProbeResult(Outcome.FAILED, f"the instant power field failed under load: {exc}")
+        finally:
+            wait()
     if source is not PowerSource.INSTANT:
         return ProbeResult(Outcome.FAILED, f"the driver has no instant power field: samples hold the 1 s average "
                            f"({average:.0f} W)")
@@ -385,7 +407,7 @@ def instant_power(ctx: ProbeContext) -> ProbeResult:
 
 
 def clock_lock_readback(ctx: ProbeContext) -> ProbeResult:
-    """a base-clock lock reads back a clock that the GPU then holds under load (within 5%), and resets"""
+    """a base-clock lock reads back, under load, a clock that the GPU then holds under load (within 5%), and resets"""
     from fp8bench.hardware.clocks import ClockLockRefused, lock_clocks
 
     try:
@@ -400,12 +422,12 @@ def clock_lock_readback(ctx: ProbeContext) -> ProbeResult:
             wait()
     finally:
         lock.reset()
-    read_back = lock.clock_mhz
-    if not read_back or not loaded:
-        return ProbeResult(Outcome.FAILED, f"read back {read_back} MHz, loaded clocks {loaded}")
-    worst = max(abs(c - read_back) / read_back for c in loaded)
+    reference, source = lock.clock_mhz, lock.setting.get("reference_source")
+    if not reference or not loaded:
+        return ProbeResult(Outcome.FAILED, f"reference {reference} MHz ({source}), loaded clocks {loaded}")
+    worst = max(abs(c - reference) / reference for c in loaded)
     return ProbeResult(Outcome.HELD if worst <= 0.05 else Outcome.FAILED,
-                       f"read back {read_back} MHz after the lock; {min(loaded)}..{max(loaded)} MHz under load "
+                       f"reference {reference} MHz ({source}); {min(loaded)}..{max(loaded)} MHz under load later "
                        f"({worst:.1%} apart at most; limit 5%)")
 
 
@@ -607,6 +629,10 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("blocked_stream_holds", "a held stream is released from a second stream, within the give-up time in "
           "seconds, and warm-up leaves no allocation (an implicit synchronization) inside a held sample",
           "--blocked-stream records", "fp8bench/measure/blocking.py, runner.py", probe=blocked_stream_holds),
+    Claim("spin_give_up_loaded", "the spin kernel's give-up, counted in polls timed when the hold is made (often on "
+          "an idle GPU), still lasts far longer than a host needs to queue a held call once the GPU runs loaded",
+          "--blocked-stream records that fell back to cuda_events after a give-up",
+          "fp8bench/measure/blocking.py", probe=spin_give_up_loaded),
     Claim("nvml_poll_cost", "a telemetry poll costs a small share of the 50 ms sampling interval",
           "telemetry, per-sample clocks", "fp8bench/energy/telemetry.py", probe=nvml_poll_cost),
     Claim("counter_period", "NVML's energy counter updates about every 100 ms",
@@ -615,7 +641,8 @@ CLAIMS: tuple[Claim, ...] = (
           "valid/invalid verdicts from clocks", "fp8bench/energy/nvml.py", probe=loaded_clocks),
     Claim("instant_power", "the driver answers NVML_FI_DEV_POWER_INSTANT, so per-sample power is instantaneous",
           "per-sample power (sample_power_w) and its source", "fp8bench/energy/nvml.py", probe=instant_power),
-    Claim("clock_lock_readback", "a locked GPU reports its locked SM clock, which becomes the throttle reference",
+    Claim("clock_lock_readback", "a base-locked GPU under load reports its locked SM clock, which becomes the "
+          "throttle reference",
           "--lock-clocks records' valid/invalid verdicts", "fp8bench/hardware/clocks.py", probe=clock_lock_readback),
     Claim("nvml_refcount", "NVML reference-counts nvmlInit/nvmlShutdown (the clock lock keeps its own session)",
           "the reset of --lock-clocks", "fp8bench/hardware/clocks.py", probe=nvml_refcount),

@@ -8,7 +8,6 @@ The counters are fakes: a simulated one driven by a simulated clock (exact), and
 from __future__ import annotations
 
 import time
-
 from dataclasses import replace
 
 import pytest
@@ -22,11 +21,12 @@ from test_cuda_timing import GPU1, PHASE_S, POLICY
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import BACKENDS
 from fp8bench.energy import meters as energy
-from fp8bench.energy.meters import WindowMeter, WindowPolicy, nvml_meter
+from fp8bench.energy.meters import EnergyReading, WindowMeter, WindowPolicy, nvml_meter, subtract
 from fp8bench.energy.windows import (
     COOLDOWN_MARGIN_C,
     ERROR_TARGET,
     PERIOD_FLOOR_S,
+    difference_bound,
     error_bound,
     measure_update_period,
     sized_window_s,
@@ -290,3 +290,24 @@ def test_a_timer_that_cannot_run_a_call_as_timed_keeps_the_label(fake_cuda, chai
     record = CaseMeasurer(energy_settings(flush_l2=True), GPU1, timer=Wrapped()).measure(chain())
     assert record.energy["matches_timing"] is False
     assert "warm L2" in record.energy["reason"]
+
+
+def test_a_difference_carries_both_windows_errors():
+    """Two windows each within 1 %: 100 J less 60 J is within (1 + 0.6) J, a 4 % bound on 40 J."""
+    assert difference_bound(0.01, 100.0, 0.01, 60.0) == pytest.approx(0.04)
+    assert difference_bound(0.01, 100.0, None, 60.0) is None
+    assert difference_bound(0.01, 60.0, 0.01, 60.0) is None  # nothing left to bound
+
+
+def test_a_subtracted_window_reports_the_difference_and_refuses_a_negative_one():
+    calls = EnergyReading("nvml_counter", 1.0, 100.0, 1.0, 100, window_j=100.0, error_bound=0.01)
+    wrapping = EnergyReading("nvml_counter", 0.6, 120.0, 0.5, 100, window_j=60.0, error_bound=0.01,
+                             invalid_reasons=("thermal",), valid=False)
+    out = subtract(calls, wrapping, "the L2 flush alone", target=0.01)
+    assert out.joules_per_iter == pytest.approx(0.4) and out.avg_power_w == pytest.approx(80.0)  # 40 J in 0.5 s
+    assert out.call_s == pytest.approx(0.005) and out.subtracted_j == 60.0 and out.subtracted_s == 0.5
+    assert out.error_bound == pytest.approx(0.04) and "quantization error up to 4.0%" in out.reason
+    assert not out.valid and out.invalid_reasons == ("subtracted window: thermal",)  # its throttling counts too
+    assert out.with_idle(50.0).joules_above_idle_per_iter == pytest.approx(0.4 - 50.0 * 0.005)
+    more = subtract(calls, replace(wrapping, window_j=101.0), "the L2 flush alone", target=0.01)
+    assert more.joules_per_iter is None and "no energy is left to the calls" in more.reason

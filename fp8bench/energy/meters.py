@@ -32,9 +32,11 @@ Methods, best first
 -------------------
 * ``nvml_counter``: the GPU's total-energy counter (Volta and newer). Exact to the counter's step.
 * ``nvml_power``: where the counter is unsupported, board power sampled in a background thread and integrated over
-  the window. Approximate: on Ampere (except GA100) and newer NVML reports a one-second running average, and even
-  instantaneous readings cover only part of the runtime, so short bursts are smoothed away. Marked as approximate
-  in the reading's ``reason``.
+  the window: the instantaneous reading (``NVML_FI_DEV_POWER_INSTANT``) where the driver answers it, else
+  ``nvmlDeviceGetPowerUsage``, a one-second running average on Ampere (except GA100) and newer. Approximate either
+  way: power between samples is interpolated, an averaged reading smooths bursts and lags the work, and even
+  instantaneous readings cover only part of the runtime (:mod:`fp8bench.energy.windows`). Marked as approximate in
+  the reading's ``reason``.
 * ``rapl``: the CPU package counters under ``/sys/class/powercap`` (:mod:`fp8bench.energy.rapl`), where readable.
 * ``none``: no meter; joules are ``null`` and ``reason`` says why.
 

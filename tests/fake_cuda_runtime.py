@@ -90,7 +90,8 @@ The L2 cache and the energy counter (what an energy window meters)
 * A flush empties the L2. nvbench's cold measurement (NVIDIA/nvbench ``nvbench/detail/l2flush.cuh``) clears the
   cache before each sample with one ``cudaMemsetAsync`` over a buffer of the device's ``cudaDevAttrL2CacheSize``
   bytes on the sample's stream; fp8bench's flush is ``Tensor.zero_()`` of twice that (a fill kernel over every byte
-  on the current stream: aten/src/ATen/native/cuda/FillKernel.cu, ``fill_kernel_cuda``, torch v2.13.0). Here a
+  on the current stream: aten/src/ATen/native/cuda/FillKernel.cu, ``fill_kernel_cuda``, read at pytorch/pytorch
+  commit 131c37b; the file is a few lines that register the fill stub, unchanged in substance for years). Here a
   kernel that writes at least the L2's size evicts everything (:meth:`FakeCuda.through_l2`).
 * What the L2 holds is named: a kernel's ``name`` stands for the data it touches (CUDA C++ Programming Guide,
   "Device Memory L2 Access Management": global-memory accesses are cached in L2, and a repeated access to data
@@ -104,10 +105,10 @@ The L2 cache and the energy counter (what an energy window meters)
   power (:data:`IDLE_W`) over the simulated time, plus each kernel's or replay's power (:data:`KERNEL_W`) and each
   spin's (:data:`SPIN_W`: a spin kernel is a kernel, one warp on one SM, drawing power for as long as it polls) above
   idle over the part of it that has run. A reading after ``torch.cuda.synchronize`` (torch/cuda/__init__.py,
-  ``synchronize``, torch v2.13.0: waits for every kernel of every stream of the device) therefore holds all the
-  work queued before it. The counter is exact (no update period: the window tests of NVML's steps use
-  tests/fake_nvml.py) and its watts are illustrative, like the launch costs: tests assert relations (joules of the
-  timed call), never the constants.
+  ``synchronize``, line 1209 of the torch 2.13.0 wheel: waits for every kernel of every stream of the device)
+  therefore holds all the work queued before it. The counter is exact (no update period: the window tests of
+  NVML's steps use tests/fake_nvml.py) and its watts are illustrative, like the launch costs: tests assert
+  relations (joules of the timed call), never the constants.
 
 Held streams (the ``blocked_stream`` timing mode, fp8bench/measure/blocking.py)
 -----------------------------------------------------------------------

@@ -211,12 +211,14 @@ def test_a_cold_l2_window_meters_flushed_calls_less_the_flush_alone(fake_cuda, c
     flush then call, less the flush alone metered as many times, so its joules per call are the timed call's (on
     the fake, the chain's kernel power times its cold time), not a warm call's."""
     meter_cuda1(fake_cuda, monkeypatch)
-    record = CaseMeasurer(energy_settings(flush_l2=True), GPU1).measure(chain(cold_s=COLD_S))
+    record = CaseMeasurer(energy_settings(flush_l2=True, energy_phases=True), GPU1).measure(chain(cold_s=COLD_S))
     assert record.status == "ok", record.reason
     assert record.median_s == pytest.approx(COLD_S["a"] + COLD_S["b"], rel=1e-9)
     assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-6)
     assert record.energy["matches_timing"] is True, record.energy["reason"]
     assert record.energy["subtracted_j"] > 0 and "L2 flush" in record.energy["subtracted_what"]
+    for name, phase in record.energy["phases"].items():  # each phase's window meters it as its samples ran it
+        assert phase["joules_per_iter"] == pytest.approx(KERNEL_W * record.phases[name], rel=1e-6)
 
 
 def test_a_cold_l2_window_of_graph_replays_subtracts_the_flush(fake_cuda, chain, monkeypatch):

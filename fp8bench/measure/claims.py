@@ -379,7 +379,11 @@ def _energy_probe(ctx: ProbeContext, run: Callable[[Any, Callable[[], None]], Pr
         with ctx.device.guard():
             l2 = int(torch.cuda.get_device_properties(ctx.device.cuda_index).L2_cache_size)
             x = torch.zeros(int(l2 * ENERGY_PROBE_L2_SHARE) // 4, device=ctx.device.torch)
-            return run(meter, lambda: x.add_(1.0))
+
+            def call() -> None:
+                x.add_(1.0)
+
+            return run(meter, call)
     finally:
         meter.close()
 

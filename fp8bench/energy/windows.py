@@ -18,11 +18,12 @@ windows itself the same way, from the counter's behaviour rather than a fixed le
 
 Two ways to the window's joules, two kinds of error. ``nvml_counter`` (and ``rapl``) read an *energy counter* at the
 window's edges: the bound above is its error. ``nvml_power``, where the GPU has no counter, *integrates power*
-sampled every 50 ms (``fp8bench.energy.telemetry.integrate_power_j``, trapezoids between samples), and the power it
+sampled every 50 ms by default (``WindowPolicy.telemetry_interval_s``; trapezoids between samples,
+``fp8bench.energy.telemetry.integrate_power_j``), and the power it
 integrates is the instantaneous reading (field ``NVML_FI_DEV_POWER_INSTANT``) wherever the driver answers it; only
 where it does not is it ``nvmlDeviceGetPowerUsage``, which on Ampere (except GA100) and newer is a one-second
 running average (the window's telemetry says which, in ``power_source``). Its error is then sampling, not
-quantization: power that changes between two samples 50 ms apart is interpolated, not seen, and an averaged reading
+quantization: power that changes between two samples is interpolated, not seen, and an averaged reading
 also lags the work by up to a second at each edge. Neither has a bound that this module can state from a window's
 length, so such a window carries none (``energy.error_bound`` is ``null``).
 

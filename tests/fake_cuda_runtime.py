@@ -85,6 +85,31 @@ cache when Python drops its last reference, as a tensor's storage does. The rule
 * Hardware queues: only ``hardware_queues == 1`` serializes streams here. With CUDA's default of 8 queues two
   streams may still share one (CUDA_DEVICE_MAX_CONNECTIONS, MPS), which the fake does not model.
 
+The L2 cache and the energy counter (what an energy window meters)
+------------------------------------------------------------------
+* A flush empties the L2. nvbench's cold measurement (NVIDIA/nvbench ``nvbench/detail/l2flush.cuh``) clears the
+  cache before each sample with one ``cudaMemsetAsync`` over a buffer of the device's ``cudaDevAttrL2CacheSize``
+  bytes on the sample's stream; fp8bench's flush is ``Tensor.zero_()`` of twice that (a fill kernel over every byte
+  on the current stream: aten/src/ATen/native/cuda/FillKernel.cu, ``fill_kernel_cuda``, read at pytorch/pytorch
+  commit 131c37b; the file is a few lines that register the fill stub, unchanged in substance for years). Here a
+  kernel that writes at least the L2's size evicts everything (:meth:`FakeCuda.through_l2`).
+* What the L2 holds is named: a kernel's ``name`` stands for the data it touches (CUDA C++ Programming Guide,
+  "Device Memory L2 Access Management": global-memory accesses are cached in L2, and a repeated access to data
+  still there is a hit). A kernel given ``cold_s`` takes that long when its data is not in the L2 (the first run
+  after a flush) and ``seconds`` when it is; kernels without ``cold_s`` take ``seconds`` whatever the L2 holds.
+  Simplified: the rule is applied in launch order, which is the order one stream runs its work (two streams
+  interleaving in the L2 are not modelled), nothing but a flush evicts (no capacity), and a captured kernel with an
+  L2 rule raises :class:`Unmodelled` (its L2 state is known only when the graph replays).
+* A total-energy counter (:meth:`FakeCuda.energy_j`): NVML's ``nvmlDeviceGetTotalEnergyConsumption`` counts the
+  board's energy since the driver was loaded (nvml.h; ``shared/reference/nvml_and_peaks.md``). Here: joules, idle
+  power (:data:`IDLE_W`) over the simulated time, plus each kernel's or replay's power (:data:`KERNEL_W`) and each
+  spin's (:data:`SPIN_W`: a spin kernel is a kernel, one warp on one SM, drawing power for as long as it polls) above
+  idle over the part of it that has run. A reading after ``torch.cuda.synchronize`` (torch/cuda/__init__.py,
+  ``synchronize``, line 1209 of the torch 2.13.0 wheel: waits for every kernel of every stream of the device)
+  therefore holds all the work queued before it. The counter is exact (no update period: the window tests of
+  NVML's steps use tests/fake_nvml.py) and its watts are illustrative, like the launch costs: tests assert
+  relations (joules of the timed call), never the constants.
+
 Held streams (the ``blocked_stream`` timing mode, fp8bench/measure/blocking.py)
 -----------------------------------------------------------------------
 :class:`FakeStreamHold` stands for the Triton spin and release kernels. CUDA's rules for them: a stream runs its work
@@ -114,6 +139,9 @@ GRAPH_LAUNCH_S = 5e-6  # host seconds per cudaGraphLaunch
 EVENT_RECORD_S = 1e-6  # host seconds per cudaEventRecord
 EVENT_CREATE_S = 3e-6  # host seconds per cudaEventCreateWithFlags (made on an event's first record)
 FLUSH_BYTES_PER_S = 3e12  # bytes per second the L2-flush kernel writes (HBM3 class)
+IDLE_W = 70.0  # board watts with nothing running ("The energy counter", module docstring)
+KERNEL_W = 500.0  # board watts while a kernel (or a graph replay's kernels) runs
+SPIN_W = 90.0  # board watts while a one-warp spin kernel polls its flag (one SM busy)
 H100_L2_BYTES = 50 * 2**20  # NVIDIA H100 SXM5: 50 MB L2
 
 # cudaError_t -> (cudaGetErrorName, cudaGetErrorString) for the errors this fake raises.
@@ -153,12 +181,13 @@ def cuda_error(code: int, before_2_8: bool = False) -> RuntimeError:
 class Op:
     """One entry of the fake's log: what ran (or was captured) where, and when on the simulated clock."""
 
-    kind: str  # kernel | captured | replay | event | sync | capture_begin | capture_end
+    kind: str  # kernel | captured | replay | event | sync | capture_begin | capture_end | spin | release
     device: int
     stream: int  # stream id; 0 is the device's default stream
     name: str = ""
     start_s: float = 0.0
     end_s: float = 0.0
+    watts: float = 0.0  # board power while it runs (kernels, replays, spins); 0: it draws nothing of its own
 
 
 class FakeStream:
@@ -342,7 +371,7 @@ class FakeGraph:
         stream.ready_s = start + sum(seconds for _, seconds in self.nodes)
         self.replays += 1
         cuda.log.append(Op("replay", self.device, stream.stream_id, "+".join(n for n, _ in self.nodes), start,
-                           stream.ready_s))
+                           stream.ready_s, KERNEL_W))
 
     def reset(self) -> None:
         self.has_exec, self.nodes = False, []
@@ -357,7 +386,8 @@ class DeviceBuffer:
         self._cuda, self.device, self.nbytes = cuda, torch.device("cuda", index), nbytes
 
     def zero_(self) -> DeviceBuffer:
-        self._cuda.kernel(self.nbytes / FLUSH_BYTES_PER_S, device=self.device.index, name="zero_")
+        self._cuda.kernel(self.nbytes / FLUSH_BYTES_PER_S, device=self.device.index, name="zero_",
+                          writes=self.nbytes)
         return self
 
 
@@ -401,6 +431,9 @@ class FakeCuda:
     mallocs: int = 0  # cudaMalloc calls (allocations no cached block served)
     mallocs_while_held: int = 0  # of which, issued while a spin kernel held a stream of the device
     capturing: FakeGraph | None = None
+    idle_w: float = IDLE_W  # board watts with nothing running ("The energy counter")
+    # Per device, the named working sets the L2 holds since its last flush ("The L2 cache").
+    l2_holds: dict[int, set[str]] = field(default_factory=dict)
     unstick: threading.Event = field(default_factory=threading.Event)  # set by a test to end a hang
     hung: bool = False  # a host wait on a held stream that nothing will ever release
 
@@ -477,9 +510,12 @@ class FakeCuda:
                                minor=0, multi_processor_count=132, uuid=f"fake-uuid-{index}")
 
     # -- what tests call for the work a pipeline does -----------------------------------------------------------
-    def kernel(self, seconds: float, device: Any = None, name: str = "kernel") -> None:
+    def kernel(self, seconds: float, device: Any = None, name: str = "kernel", cold_s: float | None = None,
+               writes: int = 0) -> None:
         """One op on a tensor of ``device`` (``None``: the current device, as ``device="cuda"`` tensors are): a
-        kernel on that device's current stream, or a node of the capture running on it."""
+        kernel on that device's current stream, or a node of the capture running on it. ``name`` also names the
+        data it touches: it takes ``cold_s`` instead of ``seconds`` where that data is not in the L2 ("The L2
+        cache"); ``writes`` bytes of ``writes >= L2`` evict the whole L2."""
         self.check_context()
         index = self.index(device)
         stream = self.currents[index]
@@ -487,21 +523,49 @@ class FakeCuda:
         if stream.capture is not None:
             if stream.capture.invalidated:
                 raise cuda_error(CAPTURE_INVALIDATED)
+            if cold_s is not None or writes:
+                raise Unmodelled("the L2 state of a captured kernel (it is known only when the graph replays)")
             stream.capture.nodes.append((name, seconds))
             self.log.append(Op("captured", index, stream.stream_id, name))
             return
+        seconds = self.through_l2(index, name, seconds, cold_s, writes)
         held = stream if stream.spin is not None else self.queue_blocker(index)
         if held is not None:
             held.pending.append(("kernel", name, seconds))
             return
         start = max(stream.ready_s, self.host_s)
         stream.ready_s = start + seconds
-        self.log.append(Op("kernel", index, stream.stream_id, name, start, stream.ready_s))
+        self.log.append(Op("kernel", index, stream.stream_id, name, start, stream.ready_s, KERNEL_W))
+
+    # -- the L2 cache and the energy counter (module docstring) -------------------------------------------------
+    def through_l2(self, index: int, name: str, seconds: float, cold_s: float | None, writes: int) -> float:
+        """The seconds a kernel of ``name`` takes on device ``index`` given what the L2 holds, which it updates."""
+        holds = self.l2_holds.setdefault(index, set())
+        if writes >= self.l2_bytes:  # a write of the whole cache's size leaves nothing else in it
+            holds.clear()
+            return seconds
+        cold = cold_s is not None and name not in holds
+        holds.add(name)
+        return cold_s if cold and cold_s is not None else seconds
+
+    def energy_j(self, device: Any = None) -> float:
+        """Device ``device``'s total-energy counter, joules since the fake started: idle power over the host's
+        simulated time, plus each kernel's, replay's and spin's power above idle over the part of it run so far."""
+        index, now = self.index(device), self.host_s
+        busy = sum((op.watts - self.idle_w) * max(0.0, min(op.end_s, now) - op.start_s)
+                   for op in self.log if op.device == index and op.watts)
+        return self.idle_w * now + busy
+
+    def host_work(self, seconds: float) -> None:
+        """The host spends ``seconds`` on work that launches nothing (Python between launches, a busy wait)."""
+        self.host_s += seconds
 
     # -- held streams (module docstring) --------------------------------------------------------------------------
     def drain(self, stream: FakeStream, spin_end_s: float) -> None:
         """The spin on ``stream`` ends at ``spin_end_s``: its queued work runs back to back from then (it was all
         launched before, so nothing waits for the host)."""
+        if stream.spin is not None and stream.spin.op is not None:
+            stream.spin.op.end_s = spin_end_s  # the spin polled, drawing power, until now
         stream.spin = None
         stream.ready_s = spin_end_s
         for kind, what, seconds in stream.pending:
@@ -511,7 +575,8 @@ class FakeCuda:
                                    end_s=stream.ready_s))
             else:
                 start, stream.ready_s = stream.ready_s, stream.ready_s + seconds
-                self.log.append(Op("kernel", stream.device_index, stream.stream_id, what, start, stream.ready_s))
+                self.log.append(Op("kernel", stream.device_index, stream.stream_id, what, start, stream.ready_s,
+                                   KERNEL_W))
         stream.pending = []
 
     def wait_for_spin(self, stream: FakeStream) -> None:
@@ -629,6 +694,7 @@ class _Spin:
     generation: int  # the release it waits for
     give_up_s: float | None  # seconds of polling before it gives up; None: never
     gave_up: bool = False
+    op: Op | None = None  # its entry in the log, whose end is set when it stops polling
 
 
 class FakeStreamHold:
@@ -657,7 +723,8 @@ class FakeStreamHold:
             stream.ready_s = start
             return
         stream.spin = self.last
-        cuda.log.append(Op("spin", stream.device_index, stream.stream_id, "spin", start, start))
+        self.last.op = Op("spin", stream.device_index, stream.stream_id, "spin", start, start, SPIN_W)
+        cuda.log.append(self.last.op)
 
     def release(self, generation: int) -> None:
         cuda = self.cuda

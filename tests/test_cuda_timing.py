@@ -195,16 +195,18 @@ class KernelChain(Workload):
 PHASE_S = {"a": 3e-4, "b": 5e-4}
 
 
-def make_backend(fake, name="test_fake_gpu", host_sync_in=None):
+def make_backend(fake, name="test_fake_gpu", host_sync_in=None, cold_s=None):
     """A backend whose phases launch fake kernels on the current device; ``host_sync_in`` names a phase (or
-    ``end_to_end``) that also reads a value back to the host."""
+    ``end_to_end``) that also reads a value back to the host; ``cold_s`` maps a phase to its seconds when its data
+    is not in the L2 (the fake's L2 rule; without it a phase takes its ``PHASE_S`` whatever the L2 holds)."""
     backend = Backend(name=name, kind="custom", description="test backend on the fake GPU")
+    cold_s = cold_s or {}
 
     @backend.builder("test_kernel_chain")
     def build(ctx):
         def phase(p):
             def run():
-                fake.kernel(PHASE_S[p], name=p)
+                fake.kernel(PHASE_S[p], name=p, cold_s=cold_s.get(p))
                 if host_sync_in == p:
                     fake.item()
             return run
@@ -213,7 +215,7 @@ def make_backend(fake, name="test_fake_gpu", host_sync_in=None):
 
         def end_to_end():
             for p in ("a", "b"):
-                fake.kernel(PHASE_S[p], name=p)
+                fake.kernel(PHASE_S[p], name=p, cold_s=cold_s.get(p))
             if host_sync_in == "end_to_end":
                 fake.item()
 

@@ -8,26 +8,34 @@ The counters are fakes: a simulated one driven by a simulated clock (exact), and
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
+import test_blocking
 import test_cuda_timing
+import torch
+from fake_cuda_runtime import H100_L2_BYTES, IDLE_W, KERNEL_W, LAUNCH_S, SPIN_W, FakeStreamHold
 from fake_nvml import FakeGpu, make_pynvml
-from test_cuda_timing import GPU1, POLICY
+from test_cuda_timing import GPU1, PHASE_S, POLICY
 
 from fp8bench.core.devices import Device
+from fp8bench.core.plugins import BACKENDS
 from fp8bench.energy import meters as energy
-from fp8bench.energy.meters import WindowMeter, WindowPolicy, nvml_meter
+from fp8bench.energy.meters import EnergyReading, WindowMeter, WindowPolicy, nvml_meter, subtract
 from fp8bench.energy.windows import (
     COOLDOWN_MARGIN_C,
     ERROR_TARGET,
     PERIOD_FLOOR_S,
+    difference_bound,
     error_bound,
     measure_update_period,
     sized_window_s,
 )
 from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.timing import CudaTimer
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
+fake_holds = test_blocking.fake_holds  # a fixture: held timers on the fake runtime's stream hold
 
 
 class SteppedCounter:
@@ -153,12 +161,155 @@ def test_a_hot_gpu_cools_down_before_its_window():
     assert getattr(reading, "start_temperature_c", None) == gpu.temperature_c
 
 
-def test_a_window_that_cannot_run_what_was_timed_says_how_it_differs(fake_cuda, chain, monkeypatch):
-    """Cold-L2 timed samples, eager warm-L2 energy calls: the energy figure must not pass for the timed one's."""
-    nv = make_pynvml(FakeGpu(counter_step_s=0.002))
-    monkeypatch.setattr(energy, "_FACTORIES", [lambda device: energy.nvml_meter(device, nv=nv)])
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=True, energy_window_s=0.01,
-                    flush_l2=True)
-    record = CaseMeasurer(s, GPU1).measure(chain())
+# -- a window meters the call as it was timed (fake runtime: its L2 and its exact energy counter) ------------------
+# Each phase of the fake chain takes twice as long when its data is not in the L2 (the first call after a flush).
+COLD_S = {"a": 2 * PHASE_S["a"], "b": 2 * PHASE_S["b"]}
+
+
+def meter_cuda1(fake_cuda, monkeypatch, before_read=lambda: None):
+    """Meter every case with the fake runtime's energy counter of cuda:1 (exact: no update period)."""
+    def counter():
+        before_read()
+        return fake_cuda.energy_j(1)
+
+    monkeypatch.setattr(energy, "_FACTORIES", [lambda device: WindowMeter("nvml_counter", counter=counter)])
+
+
+def energy_settings(**kw):
+    return RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=True, energy_window_s=0.01,
+                       energy_error_target=None, **kw)
+
+
+def test_the_fake_l2_keeps_a_kernels_data_until_a_flush_evicts_it(fake_cuda):
+    for _ in range(2):
+        fake_cuda.kernel(1e-3, device=1, name="a", cold_s=2e-3)
+    torch.empty(2 * H100_L2_BYTES, dtype=torch.uint8, device="cuda:1").zero_()
+    fake_cuda.kernel(1e-3, device=1, name="a", cold_s=2e-3)
+    fake_cuda.kernel(1e-3, device=1, name="b")  # no L2 rule: its time whatever the L2 holds
+    durations = [op.end_s - op.start_s for op in fake_cuda.ops("kernel") if op.name in ("a", "b")]
+    assert durations == pytest.approx([2e-3, 1e-3, 2e-3, 1e-3], rel=1e-9)
+
+
+def test_the_fake_counter_holds_idle_power_and_each_kernels_and_spins_above_it(fake_cuda):
+    torch.cuda.synchronize(1)
+    e0, t0 = fake_cuda.energy_j(1), fake_cuda.host_s
+    fake_cuda.kernel(1e-3, device=1)
+    torch.cuda.synchronize(1)  # the spin below starts at once, not after the kernel
+    hold = FakeStreamHold(fake_cuda, 1)
+    hold.hold(torch.cuda.current_stream(1), 1)
+    fake_cuda.host_work(1e-4)
+    hold.release(1)
+    torch.cuda.synchronize(1)
+    spin = fake_cuda.ops("spin")[-1]
+    assert spin.end_s - spin.start_s == pytest.approx(1e-4 + LAUNCH_S, rel=1e-9)  # it polled until the release
+    expected = IDLE_W * (fake_cuda.host_s - t0) + (KERNEL_W - IDLE_W) * 1e-3 + (SPIN_W - IDLE_W) * (1e-4 + LAUNCH_S)
+    assert fake_cuda.energy_j(1) - e0 == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_cold_l2_window_meters_flushed_calls_less_the_flush_alone(fake_cuda, chain, monkeypatch):
+    """Each timed sample began with a flushed L2, so the timed call is a cold one. The window must meter the same:
+    flush then call, less the flush alone metered as many times, so its joules per call are the timed call's (on
+    the fake, the chain's kernel power times its cold time), not a warm call's."""
+    meter_cuda1(fake_cuda, monkeypatch)
+    record = CaseMeasurer(energy_settings(flush_l2=True, energy_phases=True), GPU1).measure(chain(cold_s=COLD_S))
+    assert record.status == "ok", record.reason
+    assert record.median_s == pytest.approx(COLD_S["a"] + COLD_S["b"], rel=1e-9)
+    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-6)
+    assert record.energy["matches_timing"] is True, record.energy["reason"]
+    assert record.energy["subtracted_j"] > 0 and "L2 flush" in record.energy["subtracted_what"]
+    for name, phase in record.energy["phases"].items():  # each phase's window meters it as its samples ran it
+        assert phase["joules_per_iter"] == pytest.approx(KERNEL_W * record.phases[name], rel=1e-6)
+
+
+def test_a_cold_l2_window_of_graph_replays_subtracts_the_flush(fake_cuda, chain, monkeypatch):
+    meter_cuda1(fake_cuda, monkeypatch)
+    record = CaseMeasurer(energy_settings(flush_l2=True, cuda_graph=True), GPU1).measure(chain())
+    assert record.status == "ok" and record.timing_mode == "cuda_graph", record.reason
+    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-6)
+    assert record.energy["matches_timing"] is True, record.energy["reason"]
+
+
+@pytest.mark.parametrize("flush_l2", [True, False])
+def test_a_held_window_meters_calls_queued_behind_the_hold_less_the_hold(fake_cuda, fake_holds, chain, monkeypatch,
+                                                                         flush_l2):
+    """Held samples time the call's kernels back to back, after the spin (and the flush). The window must run each
+    call held, as sampled, and subtract the same held samples with no call in them, the host busy for as long as
+    the call's launches took (so the spin polls as long): its joules per call are then the kernels' alone."""
+    meter_cuda1(fake_cuda, monkeypatch)
+    measurer = CaseMeasurer(energy_settings(flush_l2=flush_l2, blocked_stream=True), GPU1)
+    measurer.blocked.host_clock = lambda: fake_cuda.host_s
+    measurer.blocked.host_wait = fake_cuda.host_work
+    record = measurer.measure(chain(cold_s=COLD_S))
+    assert record.status == "ok" and record.timing_mode == "blocked_stream", record.reason
+    timed = COLD_S if flush_l2 else PHASE_S
+    assert record.median_s == pytest.approx(timed["a"] + timed["b"], rel=1e-9)
+    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-6)
+    assert record.energy["matches_timing"] is True, record.energy["reason"]
+    assert "hold" in record.energy["subtracted_what"]
+
+
+def test_a_held_call_that_gives_up_in_the_window_is_metered_eagerly_and_says_so(fake_cuda, fake_holds, chain,
+                                                                                 monkeypatch):
+    """A call held without trouble while timed reads back to the host once the window has begun: the hold gives
+    up, and the window runs the calls eagerly instead, labelled as not matching the timing."""
+    armed = []
+    meter_cuda1(fake_cuda, monkeypatch, before_read=lambda: armed.append(True))
+    measurer = CaseMeasurer(energy_settings(flush_l2=True, blocked_stream=True), GPU1)
+    measurer.blocked.host_clock = lambda: fake_cuda.host_s
+    measurer.blocked.host_wait = fake_cuda.host_work
+    case = chain()
+    backend = BACKENDS.get(case.backend)
+    build, supports = backend.builders["test_kernel_chain"]
+
+    def sync_once_armed(ctx):
+        pipeline = build(ctx)
+
+        def end_to_end():
+            pipeline.end_to_end()
+            if armed:
+                fake_cuda.item()
+
+        return replace(pipeline, end_to_end=end_to_end)
+
+    monkeypatch.setitem(backend.builders, "test_kernel_chain", (sync_once_armed, supports))
+    record = measurer.measure(case)
+    assert record.timing_mode == "blocked_stream", record.reason
+    assert record.energy["matches_timing"] is False
+    assert "gave up" in record.energy["reason"]
+
+
+def test_a_timer_that_cannot_run_a_call_as_timed_keeps_the_label(fake_cuda, chain, monkeypatch):
+    """A timer that offers no way to run a call as its samples did (one passed in, as the selfcheck does) leaves the
+    window eager and warm: the energy figure must not pass for the timed one's."""
+    class Wrapped:
+        def __init__(self):
+            self.inner = CudaTimer(GPU1)
+
+        def time(self, fn):
+            return self.inner.time(fn)
+
+    meter_cuda1(fake_cuda, monkeypatch)
+    record = CaseMeasurer(energy_settings(flush_l2=True), GPU1, timer=Wrapped()).measure(chain())
     assert record.energy["matches_timing"] is False
     assert "warm L2" in record.energy["reason"]
+
+
+def test_a_difference_carries_both_windows_errors():
+    """Two windows each within 1 %: 100 J less 60 J is within (1 + 0.6) J, a 4 % bound on 40 J."""
+    assert difference_bound(0.01, 100.0, 0.01, 60.0) == pytest.approx(0.04)
+    assert difference_bound(0.01, 100.0, None, 60.0) is None
+    assert difference_bound(0.01, 60.0, 0.01, 60.0) is None  # nothing left to bound
+
+
+def test_a_subtracted_window_reports_the_difference_and_refuses_a_negative_one():
+    calls = EnergyReading("nvml_counter", 1.0, 100.0, 1.0, 100, window_j=100.0, error_bound=0.01)
+    wrapping = EnergyReading("nvml_counter", 0.6, 120.0, 0.5, 100, window_j=60.0, error_bound=0.01,
+                             invalid_reasons=("thermal",), valid=False)
+    out = subtract(calls, wrapping, "the L2 flush alone", target=0.01)
+    assert out.joules_per_iter == pytest.approx(0.4) and out.avg_power_w == pytest.approx(80.0)  # 40 J in 0.5 s
+    assert out.call_s == pytest.approx(0.005) and out.subtracted_j == 60.0 and out.subtracted_s == 0.5
+    assert out.error_bound == pytest.approx(0.04) and "quantization error up to 4.0%" in out.reason
+    assert not out.valid and out.invalid_reasons == ("subtracted window: thermal",)  # its throttling counts too
+    assert out.with_idle(50.0).joules_above_idle_per_iter == pytest.approx(0.4 - 50.0 * 0.005)
+    more = subtract(calls, replace(wrapping, window_j=101.0), "the L2 flush alone", target=0.01)
+    assert more.joules_per_iter is None and "no energy is left to the calls" in more.reason

@@ -226,3 +226,20 @@ def test_run_command_reports_a_budget_reached(tmp_path, capsys) -> None:
     assert code == 0 and out["wall_budget"]["reached"] is True and out["wall_budget"]["skipped"] == 2
     assert {r["reason"].split(":")[0] for r in out["records"]} == {SKIP_REASON}
     assert read_run_file(tmp_path / "run.json")["run"]["wall_budget"]["skipped"] == 2
+
+
+@pytest.mark.parametrize(("wrapping", "windows"), [({"flush_l2": True}, 2),
+                                                   ({"flush_l2": False, "blocked_stream": True}, 2),
+                                                   ({"flush_l2": False}, 1)])
+def test_a_gpu_case_whose_samples_wrap_each_call_expects_two_energy_windows(wrapping, windows) -> None:
+    """A flushed or held call is metered with its wrapping alone beside it (fp8bench.energy.meters): twice the
+    windows of a bare one."""
+    from fp8bench.energy.meters import WindowMeter
+
+    meter = WindowMeter("nvml_counter", counter=lambda: 0.0)
+    gpu = CostModel(Device("cuda", 0), {"bf16": 500.0, "fp32": 50.0, "mem_bw": 3.0}, meter=meter)
+    settings = replace(FAST, device="cuda:0", energy=True, energy_error_target=None, energy_window_s=1.0,
+                       budget_s=30, **wrapping)
+    (case,) = expand_cases([("gemm", ["256x256x256"])], ["bf16"], ["torch"], settings)
+    _, parts = gpu.parts(case, 1e-4, settings, first_of_shape=False)
+    assert parts.energy == pytest.approx(windows * 1.0)

@@ -13,13 +13,30 @@ counter that never moves yields ``null`` with the reason, never 0. Code that can
 is measured in a named window around it, :meth:`WindowMeter.window`; every window returns an
 :class:`EnergyReading` (joules, seconds, average watts, telemetry samples, method).
 
+What a window runs
+------------------
+A window meters the call as the timed samples ran it, so that joules per call belong to the timed figure. Where the
+samples ran the bare call (warm L2, eager or one CUDA-graph replay), the window loops it. Where each sample wrapped
+it (``fp8bench.measure.timing``: an L2 flush before the call; ``fp8bench.measure.blocking``: the call queued behind
+a spin kernel that holds the stream, then released), the timer hands the window an :class:`AsTimed`: the call
+wrapped as a sample wrapped it, and the wrapping alone. The meter loops the wrapped call, then loops the wrapping
+alone as many times, in the same chunks (:meth:`WindowMeter.measure_as_timed`), and reports the difference: the
+flush's energy, or the spin's and the flush's, is subtracted, as the samples' events leave them out. The record
+keeps what was subtracted (``energy.subtracted_what``, ``subtracted_j``, ``subtracted_s``), and the difference's
+error bound adds both windows' (:func:`fp8bench.energy.windows.difference_bound`). ``energy.matches_timing`` is
+``true`` for such a window; it is ``false``, with the reason, only where the window could not run the call as timed
+(a timer that offers no :class:`AsTimed`, a meter that cannot subtract, a held call that gave up in the window):
+:func:`timing_mismatch`.
+
 Methods, best first
 -------------------
 * ``nvml_counter``: the GPU's total-energy counter (Volta and newer). Exact to the counter's step.
 * ``nvml_power``: where the counter is unsupported, board power sampled in a background thread and integrated over
-  the window. Approximate: on Ampere (except GA100) and newer NVML reports a one-second running average, and even
-  instantaneous readings cover only part of the runtime, so short bursts are smoothed away. Marked as approximate
-  in the reading's ``reason``.
+  the window: the instantaneous reading (``NVML_FI_DEV_POWER_INSTANT``) where the driver answers it, else
+  ``nvmlDeviceGetPowerUsage``, a one-second running average on Ampere (except GA100) and newer. Approximate either
+  way: power between samples is interpolated, an averaged reading smooths bursts and lags the work, and even
+  instantaneous readings cover only part of the runtime (:mod:`fp8bench.energy.windows`). Marked as approximate in
+  the reading's ``reason``.
 * ``rapl``: the CPU package counters under ``/sys/class/powercap`` (:mod:`fp8bench.energy.rapl`), where readable.
 * ``none``: no meter; joules are ``null`` and ``reason`` says why.
 
@@ -64,6 +81,7 @@ from fp8bench.energy.windows import (
     NVML_SENSOR_SCOPE,
     QUANTIZATION_ONLY,
     UpdatePeriod,
+    difference_bound,
     error_bound,
     measure_update_period,
     sized_window_s,
@@ -109,16 +127,41 @@ class EnergyReading:
     # Whether the window ran the calls as the timed samples did (same mode, same L2 state); ``None``: not compared.
     # Where it did not, ``reason`` says how it differs (:func:`timing_mismatch`).
     matches_timing: bool | None = None
+    # A window that subtracted the samples' wrapping of each call (module docstring, "What a window runs"): what
+    # the subtracted window ran, its joules and its seconds. ``window_j`` and ``window_s`` stay the wrapped calls';
+    # ``joules_per_iter``, ``avg_power_w`` and ``error_bound`` are the difference's.
+    subtracted_what: str | None = None
+    subtracted_j: float | None = None
+    subtracted_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def call_s(self) -> float | None:
+        """Seconds per metered call: the window's, less the subtracted window's, over the iterations."""
+        if not self.window_s or not self.iterations:
+            return None
+        return (self.window_s - (self.subtracted_s or 0.0)) / self.iterations
+
     def with_idle(self, idle_w: float | None) -> EnergyReading:
         """This reading with an idle baseline (watts) subtracted and reported beside the raw figure."""
-        if idle_w is None or self.joules_per_iter is None or not self.window_s or not self.iterations:
+        call_s = self.call_s
+        if idle_w is None or self.joules_per_iter is None or call_s is None:
             return replace(self, idle_power_w=idle_w)
-        above = self.joules_per_iter - idle_w * self.window_s / self.iterations
+        above = self.joules_per_iter - idle_w * call_s
         return replace(self, idle_power_w=idle_w, joules_above_idle_per_iter=above)
+
+
+@dataclass(frozen=True)
+class AsTimed:
+    """One call as the timed samples ran it (module docstring, "What a window runs"): ``call`` runs it wrapped as
+    each sample wrapped it, ``wrapping`` runs the same wrapping with no call in it, and ``what`` says in words what
+    ``wrapping`` runs. ``wrapping`` is looped after ``call``'s window, so it may use what that window saw."""
+
+    call: Callable[[], Any]
+    wrapping: Callable[[], Any]
+    what: str
 
 
 class EnergyMeter(Protocol):
@@ -145,6 +188,9 @@ class NullMeter:
     def measure(self, fn: Callable[[], Any], device: Device, seconds_per_call: float,
                 name: str = "end_to_end") -> EnergyReading:
         return EnergyReading(self.method, None, None, None, 0, self.reason, name=name)
+
+    def measure_as_timed(self, as_timed: AsTimed, device: Device, name: str = "end_to_end") -> EnergyReading:
+        return self.measure(as_timed.call, device, 0.0, name)
 
     def idle(self, device: Device, seconds: float) -> EnergyReading:
         return EnergyReading(self.method, None, None, None, 0, self.reason, name="idle")
@@ -287,25 +333,60 @@ class WindowMeter:
         with the reason. Errors raised by ``fn`` itself propagate. ``fn`` runs with ``device`` current (its device
         guard), so work that names no device lands on the metered GPU.
         """
+        return self._looped(fn, device, seconds_per_call, name)[0]
+
+    def measure_as_timed(self, as_timed: AsTimed, device: Device, name: str = "end_to_end") -> EnergyReading:
+        """Joules per call of ``as_timed.call`` less ``as_timed.wrapping`` (module docstring, "What a window
+        runs"): the wrapped call looped as :meth:`measure` loops a call, then the wrapping alone in the same chunks,
+        so as many times, and the difference. Chunks are sized from one wrapped call timed here (the timed seconds
+        leave the wrapping out). Errors raised by either propagate, as in :meth:`measure`."""
+        reading, chunks = self._looped(as_timed.call, device, 0.0, name)
+        if reading.window_j is None:  # nothing to subtract from: the reason is the reading's own
+            return replace(reading, subtracted_what=as_timed.what)
+        wrapping, _ = self._looped(as_timed.wrapping, device, 0.0, name, chunks)
+        return subtract(reading, wrapping, as_timed.what, self.policy.error_target)
+
+    def _looped(self, fn: Callable[[], Any], device: Device, seconds_per_call: float, name: str,
+                chunks: list[int] | None = None) -> tuple[EnergyReading, list[int]]:
+        """One window of ``fn``: until the window is long enough (:meth:`_loop`), or exactly ``chunks`` (calls
+        per chunk, a window being replayed call for call). Returns the reading and the chunks it ran."""
         window = self.window_s()  # before the span: sizing reads the counter in a loop of its own
         cooled = self.cool_down()  # the previous window's heat must not enter this one
         span = _Span(self, device)
-        iterations = 0
+        made: list[int] = []
         with device.guard():
-            chunk = self._chunk(fn, device, seconds_per_call, window)
+            chunk = self._chunk(fn, device, seconds_per_call, window) if chunks is None else 0
             try:
                 span.begin()
-                while iterations < self.policy.max_iterations:
-                    iterations += self._run_chunk(fn, chunk, span.t0)
-                    elapsed, moved = span.mark()
-                    if elapsed >= self.policy.max_window_s or (elapsed >= window and moved):
-                        break
+                if chunks is None:
+                    self._loop(fn, span, chunk, window, made)
+                else:
+                    self._replay(fn, span, chunks, made)
                 span.end()
             except _MeterError as exc:  # a meter failure costs this window's energy, never the case or the run
                 span.error = exc.__cause__
             finally:
                 span.stop()
-        return replace(self._bounded(span.reading(name, iterations)), cooldown_s=cooled)
+        return replace(self._bounded(span.reading(name, sum(made))), cooldown_s=cooled), made
+
+    def _loop(self, fn: Callable[[], Any], span: _Span, chunk: int, window: float, made: list[int]) -> None:
+        """Chunks of ``chunk`` calls until the window has lasted ``window`` seconds and its counter moved, or its
+        cap; appends the calls each chunk made to ``made``."""
+        while sum(made) < self.policy.max_iterations:
+            made.append(self._run_chunk(fn, chunk, span.t0))
+            elapsed, moved = span.mark()
+            if elapsed >= self.policy.max_window_s or (elapsed >= window and moved):
+                break
+
+    @staticmethod
+    def _replay(fn: Callable[[], Any], span: _Span, chunks: list[int], made: list[int]) -> None:
+        """Exactly ``chunks`` (calls per chunk), each closed by a synchronized counter read as :meth:`_loop`'s are:
+        a second window of as many calls, with as many edges; appends each chunk's calls to ``made``."""
+        for calls in chunks:
+            for _ in range(calls):
+                fn()
+            made.append(calls)
+            span.mark()
 
     def _run_chunk(self, fn: Callable[[], Any], calls: int, t0: float) -> int:
         """Call ``fn`` up to ``calls`` times, stopping once the window has lasted its cap in wall time (seconds
@@ -484,16 +565,66 @@ def idle_baseline(meter: EnergyMeter, device: Device, seconds: float) -> EnergyR
 PHASE_ENERGY_METHOD = "each phase looped alone on the state left by the previous phase"
 
 
+def subtract(reading: EnergyReading, wrapping: EnergyReading, what: str, target: float | None) -> EnergyReading:
+    """``reading`` (a window of wrapped calls) less ``wrapping`` (a window of the wrapping alone, as many times):
+    joules per call, average power and error bound of the difference (module docstring, "What a window runs").
+    The wrapping's window's throttling invalidates the reading too; a difference that is not positive gives
+    ``null`` joules with the reason."""
+    invalid = (*reading.invalid_reasons, *(f"subtracted window: {r}" for r in wrapping.invalid_reasons))
+    notes = (*reading.clock_notes, *(f"subtracted window: {n}" for n in wrapping.clock_notes))
+    out = replace(reading, joules_per_iter=None, avg_power_w=None, error_bound=None, subtracted_what=what,
+                  subtracted_j=wrapping.window_j, subtracted_s=wrapping.window_s, valid=not invalid,
+                  invalid_reasons=invalid, clock_notes=notes)
+    if reading.window_j is None or wrapping.window_j is None or not reading.iterations:
+        return replace(out, reason=_joined(reading.reason, f"the window of {what} read no energy: {wrapping.reason}"))
+    joules = reading.window_j - wrapping.window_j
+    if not joules > 0:
+        return replace(out, reason=_joined(reading.reason, (
+            f"the wrapped calls' window read {reading.window_j:.4g} J and the window of {what} {wrapping.window_j:.4g} "
+            "J: no energy is left to the calls above the counter's resolution")))
+    seconds = (reading.window_s or 0.0) - (wrapping.window_s or 0.0)
+    bound = difference_bound(reading.error_bound, reading.window_j, wrapping.error_bound, wrapping.window_j)
+    reason = reading.reason
+    if bound is not None and target is not None and bound > target:
+        reason = _joined(reason, f"quantization error up to {bound:.1%} after subtracting {what} "
+                                 f"({wrapping.window_j:.3g} J of {reading.window_j:.3g} J)")
+    return replace(out, joules_per_iter=joules / reading.iterations, avg_power_w=joules / seconds if seconds > 0
+                   else None, error_bound=bound, reason=reason)
+
+
+def _joined(*parts: str | None) -> str | None:
+    return "; ".join(filter(None, parts)) or None
+
+
+def _metered(meter: EnergyMeter, fn: Callable[[], Any], device: Device, seconds_per_call: float, name: str,
+             as_timed: Callable[[Callable[[], Any]], AsTimed | None] | None) -> tuple[EnergyReading, str | None]:
+    """``fn``'s reading, run as timed where ``as_timed`` wraps it and the meter can subtract; else looped bare,
+    with the reason it does not run as timed (``None``: bare is as timed)."""
+    wrapped = as_timed(fn) if as_timed is not None else None
+    if wrapped is None:
+        return meter.measure(fn, device, seconds_per_call, name=name), None
+    measure_as_timed = getattr(meter, "measure_as_timed", None)
+    if measure_as_timed is None:
+        return meter.measure(fn, device, seconds_per_call, name=name), (
+            f"energy window differs from the timed samples: the {meter.method} meter cannot subtract {wrapped.what}, "
+            "so its window loops the bare call")
+    return measure_as_timed(wrapped, device, name=name), None
+
+
 def measure_case_energy(meter: EnergyMeter, pipeline: Pipeline, device: Device, seconds_per_call: float,
-                        phase_seconds: dict[str, float], per_phase: bool,
-                        idle: EnergyReading | None, mismatch: str | None = None) -> EnergyReading:
+                        phase_seconds: dict[str, float], per_phase: bool, idle: EnergyReading | None,
+                        mismatch: str | None = None,
+                        as_timed: Callable[[Callable[[], Any]], AsTimed | None] | None = None) -> EnergyReading:
     """The end-to-end reading of one case, plus one reading per phase when ``per_phase`` (see
-    :data:`PHASE_ENERGY_METHOD`). A throttled phase window makes the whole case's reading invalid. ``mismatch``
-    says how the window differs from the timed samples (:func:`timing_mismatch`; ``None``: it runs what was timed)."""
+    :data:`PHASE_ENERGY_METHOD`). A throttled phase window makes the whole case's reading invalid. ``as_timed``
+    wraps a call as the timed samples ran it (``None`` for a call that runs bare: module docstring, "What a window
+    runs"); ``mismatch`` says how the window differs from the timed samples where it cannot run them so
+    (:func:`timing_mismatch`; ``None``: it runs what was timed)."""
     idle_w = idle.avg_power_w if idle is not None else None
-    reading = meter.measure(pipeline.end_to_end, device, seconds_per_call).with_idle(idle_w)
-    reading = replace(reading, matches_timing=mismatch is None,
-                      reason="; ".join(filter(None, [reading.reason, mismatch])) or None)
+    reading, unmatched = _metered(meter, pipeline.end_to_end, device, seconds_per_call, "end_to_end", as_timed)
+    reading = reading.with_idle(idle_w)
+    mismatch = mismatch or unmatched
+    reading = replace(reading, matches_timing=mismatch is None, reason=_joined(reading.reason, mismatch))
     if idle is not None and idle.avg_power_w is None and reading.joules_per_iter is not None:
         reading = replace(reading, reason="; ".join(filter(None, [reading.reason, f"no idle baseline: {idle.reason}"])))
     if not per_phase or not pipeline.phases:
@@ -501,7 +632,7 @@ def measure_case_energy(meter: EnergyMeter, pipeline: Pipeline, device: Device, 
     phases: dict[str, dict[str, Any]] = {}
     invalid, notes = list(reading.invalid_reasons), list(reading.clock_notes)
     for name, fn in pipeline.phases.items():
-        phase = meter.measure(fn, device, phase_seconds.get(name, 0.0), name=name).with_idle(idle_w)
+        phase = _metered(meter, fn, device, phase_seconds.get(name, 0.0), name, as_timed)[0].with_idle(idle_w)
         phases[name] = {**phase.to_dict(), "method_note": PHASE_ENERGY_METHOD}
         invalid += [f"phase {name}: {r}" for r in phase.invalid_reasons]
         notes += [f"phase {name}: {n}" for n in phase.clock_notes]
@@ -510,10 +641,11 @@ def measure_case_energy(meter: EnergyMeter, pipeline: Pipeline, device: Device, 
 
 
 def timing_mismatch(timing_mode: str, l2_flushed: bool) -> str | None:
-    """How an energy window, which loops the timed call back to back (a CUDA graph's replays where the samples
-    replayed one), differs from the timed samples taken in ``timing_mode`` (``fp8bench.measure.timing.TimingMode``
-    values) with or without an L2 flush before each; ``None`` where it runs what was timed. Joules per call then
-    describe the window's calls, not the timed figure's: the record says so rather than pair them silently."""
+    """How an energy window that loops the bare call back to back (a CUDA graph's replays where the samples
+    replayed one) differs from the timed samples taken in ``timing_mode`` (``fp8bench.measure.timing.TimingMode``
+    values) with or without an L2 flush before each; ``None`` where it runs what was timed. Only for a window that
+    could not run the call as timed (module docstring, "What a window runs"): joules per call then describe the
+    window's calls, not the timed figure's, and the record says so rather than pair them silently."""
     parts = []
     if timing_mode == "blocked_stream":
         parts.append("the timed samples queued calls behind a held stream (no launch gaps); the window runs them "

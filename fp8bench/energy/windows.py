@@ -14,9 +14,25 @@ call longer than ``P / e`` makes the window one call, with a smaller bound).
 The window is capped (``max_window_s``, 10 s by default): where ``P / e`` is longer, the window stops at the cap and
 the record says so, with the larger bound it reached. Each energy figure carries its bound
 (``energy.error_bound``, a fraction) and the period it was derived from (``energy.counter_update_s``). Zeus sizes its
-windows itself the same way, from the counter's behaviour rather than a fixed length. Power integration
-(``nvml_power``) has no counter steps: its error is that of NVML's one-second power average, which no window length
-bounds, so it carries no bound and says why.
+windows itself the same way, from the counter's behaviour rather than a fixed length.
+
+Two ways to the window's joules, two kinds of error. ``nvml_counter`` (and ``rapl``) read an *energy counter* at the
+window's edges: the bound above is its error. ``nvml_power``, where the GPU has no counter, *integrates power*
+sampled every 50 ms by default (``WindowPolicy.telemetry_interval_s``; trapezoids between samples,
+``fp8bench.energy.telemetry.integrate_power_j``), and the power it
+integrates is the instantaneous reading (field ``NVML_FI_DEV_POWER_INSTANT``) wherever the driver answers it; only
+where it does not is it ``nvmlDeviceGetPowerUsage``, which on Ampere (except GA100) and newer is a one-second
+running average (the window's telemetry says which, in ``power_source``). Its error is then sampling, not
+quantization: power that changes between two samples is interpolated, not seen, and an averaged reading
+also lags the work by up to a second at each edge. Neither has a bound that this module can state from a window's
+length, so such a window carries none (``energy.error_bound`` is ``null``).
+
+Windows that subtract. Where the timed samples wrapped each call (an L2 flush before it, a hold around it), the
+meter runs the call wrapped so and, as many times, the wrapping alone, and reports the difference
+(:mod:`fp8bench.energy.meters`, "What a window runs"). Each window's quantization error is bounded as above; the
+difference's absolute error is at most the sum of the two, so its relative bound is
+``(bound_a * J_a + bound_b * J_b) / (J_a - J_b)`` (:func:`difference_bound`): large where the wrapping costs most of
+the energy, which the record then shows rather than hides.
 
 What the bound leaves out. It covers the counter's quantization only. The sensor behind NVML's power and energy
 readings samples only part of the runtime on A100 and H100 (about 25 %, Yang, Adamek & Armour, *Accurate and
@@ -110,3 +126,17 @@ def error_bound(period_s: float | None, window_s: float | None, window_j: float 
     if period_s is None or not window_s or not window_j:
         return None
     return period_s / window_s + unit_j / window_j
+
+
+def difference_bound(bound_a: float | None, joules_a: float | None, bound_b: float | None,
+                     joules_b: float | None) -> float | None:
+    """Upper bound of the relative quantization error of ``joules_a - joules_b`` (joules), two windows' readings
+    each within its own relative ``bound``: their absolute errors add (module docstring, "Windows that subtract").
+    ``None`` where any input is missing or the difference is not positive."""
+    if None in (bound_a, joules_a, bound_b, joules_b):
+        return None
+    assert bound_a is not None and joules_a is not None and bound_b is not None and joules_b is not None
+    difference = joules_a - joules_b
+    if not difference > 0:
+        return None
+    return (bound_a * joules_a + bound_b * joules_b) / difference

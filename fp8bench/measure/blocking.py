@@ -45,6 +45,16 @@ Where it cannot apply, the case is timed with ``cuda_events`` instead, with the 
   any figure is taken; a call that synchronizes only now and then can still give up in a later sample, and then
   every sample of the case is retaken with ``cuda_events`` (:func:`gave_up_note`), never skipped.
 
+Energy. An energy window meters held calls as they were timed (:meth:`BlockedStreamTimer.as_timed`;
+fp8bench.energy.meters, "What a window runs"): each call inside a held sample of this timer (hold, flush, events,
+call, release, the wait for the end event), then as many held samples with no call in them, the host kept busy
+(:func:`busy_wait`) as long as the call's launches took on average, so that the spin polls as long as it did
+around the call. The difference is the call's kernels back to back, what the events time: the spin (a kernel: one
+warp polling on one SM, drawing power for as long as the host launches), the flush and each sample's wait are in
+both windows and cancel. It assumes that the spin's power does not depend on what queues behind it (queued work
+does not run) and uses the mean launch time, which is what a linear cost in the spin's duration needs. A call
+whose hold gives up inside the window is metered bare instead, and its record says so (``matches_timing: false``).
+
 Why a Triton kernel, and not ``torch.cuda._sleep``: ``_sleep(cycles)`` spins for a fixed number of clock cycles and
 cannot wait for a flag. If the host needs longer to queue the call than the sleep lasts, the GPU starts early and the
 launch gaps are back in the figure without any sign. And why a device-memory flag released by a kernel
@@ -66,13 +76,16 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Unsupported
+from fp8bench.energy.meters import AsTimed
 from fp8bench.measure.timing import CudaTimer, Timer, TimingMode
 
 # GPU operations one held call may queue behind the spin kernel. nvbench's blocking_kernel.cuh (the stream hold of
@@ -215,14 +228,31 @@ class BlockedStreamTimer(CudaTimer):
         super().__init__(device, flush_l2)
         self.hold = hold
         self.generation = 0
+        # How the host waits, seconds, in a held sample with no call (as_timed): a busy loop on the host's clock.
+        self.host_wait: Callable[[float], None] = busy_wait
+
+    def as_timed(self, fn: Callable[[], Any]) -> AsTimed:
+        """``fn`` as a held sample runs it, for an energy window (module docstring, "Energy"): one held sample of
+        this timer around the call, and, to subtract, one around a host wait as long as the call's launches took on
+        average (host seconds, :attr:`host_clock`) in the call's window, so that the spin polls as long and the
+        flush, where there is one, runs in both. Raises :class:`HoldTimedOut` as :meth:`time` does."""
+        launches = _HostSeconds()
+
+        def launched() -> None:
+            start = self.host_clock()
+            fn()
+            launches.add(self.host_clock() - start)
+
+        what = ("the stream hold and release around no call, the host busy as long as the call's launches took"
+                + (", and the L2 flush" if self.flushes else ""))
+        return AsTimed(lambda: self.time(launched), lambda: self.time(lambda: self.host_wait(launches.mean_s)), what)
 
     def time(self, fn: Callable[[], Any]) -> float:
         with self.device.guard():
             stream = torch.cuda.current_stream(self.index)
             self.generation += 1
             self.hold.hold(stream, self.generation)  # 1. nothing below runs until the release
-            if self._flush is not None:
-                self._flush.zero_()  # cold L2, before the start event, as in cuda_events
+            self.flush()  # cold L2 where asked, before the start event, as in cuda_events
             start, end = self.start, self.end  # created before timing (fp8bench.measure.timing.timing_events)
             start.record(stream)
             host_start = self.host_clock()
@@ -236,6 +266,29 @@ class BlockedStreamTimer(CudaTimer):
                                    "host: .item(), float(tensor), .cpu(), a synchronize; or it launches more kernels "
                                    "than the launch queue holds)")
             return start.elapsed_time(end) * 1e-3  # elapsed_time is in milliseconds
+
+
+@dataclass
+class _HostSeconds:
+    """Host seconds summed over calls, and their mean (0 before any call)."""
+
+    total_s: float = 0.0
+    calls: int = 0
+
+    def add(self, seconds: float) -> None:
+        self.total_s += seconds
+        self.calls += 1
+
+    @property
+    def mean_s(self) -> float:
+        return self.total_s / self.calls if self.calls else 0.0
+
+
+def busy_wait(seconds: float) -> None:
+    """Keep the host busy for ``seconds`` (``perf_counter``): a sleep would yield the thread and oversleep."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 # Environment variables under which the release (on a second stream) could only run after the spin it should end:

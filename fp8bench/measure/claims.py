@@ -369,6 +369,119 @@ def counter_period(ctx: ProbeContext) -> ProbeResult:
                        f"(band {low * 1e3:.0f}..{high * 1e3:.0f} ms)")
 
 
+# The energy-window probes' call: one elementwise pass over a tensor of 3/4 of the L2 (warm calls find its data in
+# the L2; after a flush it comes from device memory). Each window is sized for a 5 % quantization bound (about 2 s
+# at a 100 ms counter period, fp8bench.energy.windows). The warm window runs a sleep kernel (no memory traffic) where
+# the cold one runs the flush, so both keep the GPU busy between calls and differ only in what the L2 holds: about
+# 50 us of sleep at 2 GHz, a flush of twice a 50 MB L2 at 3 TB/s.
+ENERGY_PROBE_L2_SHARE = 0.75
+ENERGY_PROBE_ERROR = 0.05
+ENERGY_PROBE_SLEEP_CYCLES = 100_000
+# Held and eager cold joules per call may differ by this share beyond their bounds: the held loop waits for every
+# sample, so clocks and power between its calls differ a little from the eager loop's.
+HELD_ENERGY_TOLERANCE = 0.10
+
+
+def _energy_probe(ctx: ProbeContext, run: Callable[[Any, Callable[[], None]], ProbeResult]) -> ProbeResult:
+    """``run(meter, call)`` with this GPU's counter meter, windows sized for :data:`ENERGY_PROBE_ERROR`, and the
+    probes' call; not applicable where nothing meters with a counter here."""
+    from fp8bench.energy.meters import WindowMeter, WindowPolicy, meter_for
+
+    meter = meter_for(ctx.device)
+    if not isinstance(meter, WindowMeter) or meter.counter is None:
+        return ProbeResult(Outcome.NOT_APPLICABLE, "no energy counter meters this GPU: "
+                           f"{getattr(meter, 'reason', None) or meter.method}")
+    try:
+        meter.policy = WindowPolicy(error_target=ENERGY_PROBE_ERROR)
+        with ctx.device.guard():
+            l2 = int(torch.cuda.get_device_properties(ctx.device.cuda_index).L2_cache_size)
+            x = torch.zeros(int(l2 * ENERGY_PROBE_L2_SHARE) // 4, device=ctx.device.torch)
+
+            def call() -> None:
+                x.add_(1.0)
+
+            return run(meter, call)
+    finally:
+        meter.close()
+
+
+def _per_call(reading: Any) -> str:
+    bound = f"{reading.error_bound:.1%}" if reading.error_bound is not None else "unbounded"
+    return (f"{reading.joules_per_iter * 1e3:.3g} mJ/call (bound {bound}; {reading.subtracted_j:.3g} J of "
+            f"{reading.window_j:.3g} J subtracted)")
+
+
+def _margin_j(*readings: Any) -> float:
+    """The joules per call two readings may differ by within their quantization bounds."""
+    return sum((r.error_bound or 0.0) * r.joules_per_iter for r in readings)
+
+
+def cold_l2_energy(ctx: ProbeContext) -> ProbeResult:
+    """a cold-L2 energy window (flush then call, less the flush alone) leaves positive joules per call, above the
+    same call's warm ones (sleep then call, less the sleep alone) by more than the windows' bounds"""
+    from fp8bench.energy.meters import AsTimed
+    from fp8bench.measure.timing import CudaTimer
+
+    def run(meter: Any, call: Callable[[], None]) -> ProbeResult:
+        def sleep() -> None:
+            torch.cuda._sleep(ENERGY_PROBE_SLEEP_CYCLES)
+
+        def sleep_then_call() -> None:
+            sleep()
+            call()
+
+        cold_calls = CudaTimer(ctx.device).as_timed(call)
+        assert cold_calls is not None  # the timer flushes
+        cold = meter.measure_as_timed(cold_calls, ctx.device, name="cold_l2")
+        warm = meter.measure_as_timed(AsTimed(sleep_then_call, sleep, "a sleep kernel alone"), ctx.device,
+                                      name="warm_l2")
+        if cold.joules_per_iter is None or warm.joules_per_iter is None:
+            return ProbeResult(Outcome.FAILED, f"no joules per call left: cold: {cold.reason}; warm: {warm.reason}")
+        figure = f"cold {_per_call(cold)}, warm {_per_call(warm)}"
+        if cold.joules_per_iter > warm.joules_per_iter + _margin_j(cold, warm):
+            return ProbeResult(Outcome.HELD, figure)
+        if cold.joules_per_iter < warm.joules_per_iter - _margin_j(cold, warm):
+            return ProbeResult(Outcome.FAILED, figure + ": a cold call cost less than a warm one")
+        return ProbeResult(Outcome.NOT_APPLICABLE, figure + ": inconclusive within the windows' bounds")
+
+    return _energy_probe(ctx, run)
+
+
+def held_energy(ctx: ProbeContext) -> ProbeResult:
+    """a held energy window (each call in a held sample, less held samples with no call and the host busy as long
+    as the launches) gives the same joules per call as the eager cold-L2 window, within their bounds and 10%"""
+    from fp8bench.measure.blocking import (
+        BlockedStreamTimer,
+        overlap_reason,
+        stream_hold_for,
+        unavailable_reason,
+    )
+    from fp8bench.measure.timing import CudaTimer
+
+    why = unavailable_reason(ctx.device)
+    if why:
+        return ProbeResult(Outcome.NOT_APPLICABLE, why)
+
+    def run(meter: Any, call: Callable[[], None]) -> ProbeResult:
+        held_timer = BlockedStreamTimer(ctx.device, stream_hold_for(ctx.device))
+        refused = overlap_reason(held_timer)
+        if refused:
+            return ProbeResult(Outcome.NOT_APPLICABLE, refused)
+        cold_calls = CudaTimer(ctx.device).as_timed(call)
+        assert cold_calls is not None  # the timer flushes
+        eager = meter.measure_as_timed(cold_calls, ctx.device, name="cold_l2")
+        held = meter.measure_as_timed(held_timer.as_timed(call), ctx.device, name="held")
+        if eager.joules_per_iter is None or held.joules_per_iter is None:
+            return ProbeResult(Outcome.FAILED, f"no joules per call left: eager: {eager.reason}; held: {held.reason}")
+        off = abs(held.joules_per_iter - eager.joules_per_iter)
+        allowed = _margin_j(eager, held) + HELD_ENERGY_TOLERANCE * eager.joules_per_iter
+        outcome = Outcome.HELD if off <= allowed else Outcome.FAILED
+        return ProbeResult(outcome, f"held {_per_call(held)}, eager {_per_call(eager)}; off by "
+                           f"{off * 1e3:.3g} mJ (allowed {allowed * 1e3:.3g} mJ)")
+
+    return _energy_probe(ctx, run)
+
+
 def loaded_clocks(ctx: ProbeContext) -> ProbeResult:
     """under a GEMM load NVML reports an SM clock above 0 and at most 5% over the reference clock it is judged by"""
     with ctx.nvml() as dev:
@@ -635,6 +748,13 @@ CLAIMS: tuple[Claim, ...] = (
           "fp8bench/measure/blocking.py", probe=spin_give_up_loaded),
     Claim("nvml_poll_cost", "a telemetry poll costs a small share of the 50 ms sampling interval",
           "telemetry, per-sample clocks", "fp8bench/energy/telemetry.py", probe=nvml_poll_cost),
+    Claim("cold_l2_energy", "an energy window of cold-L2 calls (flush then call, less the flush alone metered as "
+          "many times) meters the cold call's own energy: positive, and above the same call's warm energy",
+          "energy_j and tflops_per_w of records timed with an L2 flush (the default)",
+          "fp8bench/energy/meters.py, fp8bench/measure/timing.py", probe=cold_l2_energy),
+    Claim("held_energy", "a held energy window, less held samples with no call (the spin polling as long), meters "
+          "the call's kernels alone, as the cold eager window does", "energy_j of --blocked-stream records",
+          "fp8bench/measure/blocking.py", probe=held_energy),
     Claim("counter_period", "NVML's energy counter updates about every 100 ms",
           "energy window lengths and their error bound", "fp8bench/energy/windows.py", probe=counter_period),
     Claim("loaded_clocks", "NVML's SM clock under load is readable and judged against a reference it can reach",

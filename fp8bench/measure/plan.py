@@ -10,7 +10,8 @@ from the run's settings and one number, the seconds ``t`` of one end-to-end call
   ceil(warmup_s / t))`` calls; **samples** of the end-to-end call and of each phase (:func:`sampled_s`), the
   end-to-end ones within half the case budget and all of them within the budget; **numerics**, two more calls and,
   once per shape, the FP64 reference; the **energy** window where a meter exists (:func:`energy_window_s`, and
-  one per phase with ``energy_phases``); and :data:`CASE_BOOKKEEPING_S` of setup and book-keeping.
+  one per phase with ``energy_phases``; twice as many on a GPU whose samples flush the L2 or hold the stream, the
+  wrapping being metered alone too); and :data:`CASE_BOOKKEEPING_S` of setup and book-keeping.
 
 Without history, ``t`` is modelled as ``max(flops / (ceiling * efficiency), bytes / (bandwidth / 2)) + floor``:
 the ceilings are the device table's (GPUs) or the CPU's cached measured ones (:func:`fp8bench.hardware.peaks.
@@ -219,6 +220,9 @@ class CostModel:
         if first_of_shape:
             numerics += self.reference_s(case)
         n_windows = 1 + (len(self.phase_calls_s(case, call_s)) if s.energy_phases else 0)
+        # Samples that wrap each call (an L2 flush, a hold) double the windows: the wrapping alone is metered too,
+        # as many times (fp8bench.energy.meters, "What a window runs"), at most as long as the calls' window.
+        n_windows *= 2 if self.device.is_cuda and (s.flush_l2 or s.blocked_stream) else 1
         energy = energy_window_s(self.meter, s) * n_windows if s.energy else 0.0
         return "measured", Parts(probe, warmup, e2e, phases, numerics, energy, CASE_BOOKKEEPING_S)
 

@@ -585,7 +585,7 @@ class CaseMeasurer:
             e2e_call = self._timed_call("end_to_end", e2e)
             timed = _Timed(sample(e2e_call, timer, s.policy, e2e_deadline), e2e_call,
                            notes=[*pipeline.notes, *([mode_note] if mode_note else [])],
-                           timing_mode=timing_mode.value)
+                           timing_mode=timing_mode.value, timer=mode[0])
             outputs.keep_last()
             timed.per_sample = checked.take_record() if checked is not None else None
             if not timed.e2e.over_budget and s.phases and len(pipeline.phases) > 0:
@@ -615,11 +615,19 @@ class CaseMeasurer:
         s = self.settings
         if not s.energy or self.lockstep:
             return None
-        # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work.
+        # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work,
+        # and each call as the samples' timer ran it (after a flush, behind a hold) where it wrapped them.
         metered = pipeline if self.graphs is None else replace(pipeline, end_to_end=timed.e2e_call,
                                                                phases=timed.phase_calls)
-        return measure_case_energy(self.meter, metered, self.device, timed.e2e.median_s or 0.0, timed.phases,
-                                   s.energy_phases, self.idle, timing_mismatch(timed.timing_mode, self.l2_flushed))
+        as_timed = getattr(timed.timer, "as_timed", None)
+        mismatch = None if as_timed is not None else timing_mismatch(timed.timing_mode, self.l2_flushed)
+        args = (self.meter, metered, self.device, timed.e2e.median_s or 0.0, timed.phases, s.energy_phases, self.idle)
+        try:
+            return measure_case_energy(*args, mismatch, as_timed)
+        except HoldTimedOut as exc:  # the call reads back to the host now and then: no held window, the bare call
+            gave_up = f"a held call gave up in the energy window ({exc})"
+            return measure_case_energy(*args, "; ".join(filter(None, [timing_mismatch(timed.timing_mode,
+                                                                                     self.l2_flushed), gave_up])))
 
     def _measured_record(self, case: Case, seq: int, pipeline: Pipeline, timed: _Timed, num: Numerics,
                          output_check: OutputCheck, energy: EnergyReading | None, timing: dict[str, Any]) -> Record:
@@ -722,6 +730,7 @@ class _Timed:
     notes: list[str] = field(default_factory=list)
     watched: ThrottleVerdict = field(default_factory=lambda: ThrottleVerdict({}))
     timing_mode: str = ""  # the mode the samples were taken in (blocked_stream falls back per case)
+    timer: Timer | None = None  # the timer that took them (its ``as_timed`` runs a call as they did, for energy)
     per_sample: dict[str, Any] | None = None  # GPUs: SM clock and power after each end-to-end sample
     discarded: int | None = None  # samples retaken after a throttled clock reading (None: not checked)
 

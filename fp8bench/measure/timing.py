@@ -6,7 +6,8 @@ Method (after nvbench and ``torch.utils.benchmark``):
   the case's device's current stream, read after a synchronize, so that device time between the events is counted.
 * **Cold cache on CUDA.** Before each sample the L2 cache is flushed by writing a buffer twice its size (read from
   the device's properties, not a fixed 256 MB), so every sample pays its own loads from HBM. The flush kernel is
-  enqueued *before* the start event: it is never part of a sample.
+  enqueued *before* the start event: it is never part of a sample. The energy window meters the same cold calls:
+  flush then call, less the flush alone (:meth:`CudaTimer.as_timed`; fp8bench.energy.meters, "What a window runs").
 * **Adaptive sampling.** At least ``min_samples`` samples and ``min_time_s`` of measured time, then stop when the
   relative standard error of the median falls under ``target_rse`` (nvbench uses 0.5 %), when ``max_samples`` is
   reached, or when the case's deadline passes. Raw samples are kept; the result says whether the target was met.
@@ -64,6 +65,7 @@ import numpy as np
 import torch
 
 from fp8bench.core.devices import Device
+from fp8bench.energy.meters import AsTimed
 
 # Standard error of the median of n normal samples is sqrt(pi/2) ~= 1.2533 times that of the mean.
 _MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
@@ -137,11 +139,36 @@ class CudaTimer:
                 self._flush = torch.empty(l2_flush_bytes(l2), dtype=torch.uint8, device=device.torch)
             self.start, self.end = timing_events(device)
 
+    @property
+    def flushes(self) -> bool:
+        """Whether each sample begins with an L2 flush."""
+        return self._flush is not None
+
+    def flush(self) -> None:
+        """Enqueue the L2 flush on the device's current stream, nothing where this timer does not flush: a write
+        of :func:`l2_flush_bytes`, after which a call loads its data from device memory. The one flush of every
+        sample, held ones included, and of the energy window that meters them (:meth:`as_timed`)."""
+        if self._flush is not None:
+            with self.device.guard():
+                self._flush.zero_()  # on the buffer's device's current stream
+
+    def as_timed(self, fn: Callable[[], Any]) -> AsTimed | None:
+        """``fn`` as a sample of this timer runs it, for an energy window to meter the same (fp8bench.energy.meters,
+        "What a window runs"): after an L2 flush, with the flush alone to subtract. ``None`` where samples run the
+        bare call (no flush): the window then loops ``fn`` itself."""
+        if self._flush is None:
+            return None
+
+        def flushed() -> None:
+            self.flush()
+            fn()
+
+        return AsTimed(flushed, self.flush, "the L2 flush alone")
+
     def time(self, fn: Callable[[], Any]) -> float:
         with self.device.guard():
             stream = torch.cuda.current_stream(self.index)
-            if self._flush is not None:
-                self._flush.zero_()  # enqueued on ``stream`` (the buffer's device's current stream), before ``start``
+            self.flush()  # enqueued on ``stream``, before ``start``: never part of a sample
             self.start.record(stream)
             host_start = self.host_clock()
             fn()

@@ -62,8 +62,9 @@ SAMPLE_LOOP_S = 5e-5
 # The least seconds one call takes whatever its size: Python dispatch and kernel launches.
 CALL_FLOOR_S = {"cpu": 2e-5, "cuda": 1e-5}
 # Fraction of the ceiling a case's call reaches. Float GEMMs run near their matmul ceiling; scaled (FP8/FP4) recipes
-# add quantization passes, and on a CPU run FP8 on slow paths (docs/findings-cpu.md: ~130 GFLOP/s against ~400 for
-# BF16 on one CPU, 0.7 s against 1.7 ms at 256^3 on another) or emulate it: far under the ceiling.
+# add quantization passes, and on a CPU run FP8 on slow paths (docs/findings-cpu.md, "Backends": 6x slower than BF16
+# at 128x128x256 on one CPU, per-tensor E4M3 x E4M3 about 2000x slower on another) or emulate it: far under the
+# ceiling.
 EFFICIENCY = {("cpu", "float"): 0.5, ("cpu", "scaled"): 0.05, ("cuda", "float"): 0.6, ("cuda", "scaled"): 0.4}
 # A CPU whose ceilings were never measured here: a modest 2-core machine (TFLOP/s, TB/s).
 DEFAULT_CPU_CEILINGS = {"fp32": 0.05, "bf16": 0.05, "mem_bw": 0.005}

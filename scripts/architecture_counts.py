@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import contextlib
 import importlib.util
+import io
 import sys
 import tempfile
 from pathlib import Path
@@ -61,19 +63,22 @@ def layer_figures(code: Path) -> tuple[list[str], dict[tuple[str, str], int]]:
 
 
 def walk_ab() -> collections.Counter:
-    """Entries into the gate's modules from other modules while the parent of one small ``fp8bench ab`` runs."""
+    """Calls from fp8bench's own modules outside the gate package into it, by (caller, callee) function, while the
+    parent of one small ``fp8bench ab`` runs (its workers are other processes). Module bodies run at import and
+    calls made by the standard library (``dataclasses.replace`` building a result) are not entries."""
     sys.path.insert(0, str(ROOT))
     from fp8bench.cli import main
 
     entries: collections.Counter = collections.Counter()
 
     def profile(frame, event, _arg):
-        if event != "call":
+        if event != "call" or frame.f_back is None or frame.f_code.co_name == "<module>":
             return
         callee = frame.f_globals.get("__name__", "")
-        caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""
-        if callee.startswith(GATE_PREFIX) and not caller.startswith(GATE_PREFIX):
-            entries[f"{caller} -> {callee}"] += 1
+        caller = frame.f_back.f_globals.get("__name__", "")
+        if (callee.startswith(GATE_PREFIX) and caller.startswith("fp8bench")
+                and not caller.startswith(GATE_PREFIX)):
+            entries[f"{caller}.{frame.f_back.f_code.co_name} -> {callee}.{frame.f_code.co_name}"] += 1
 
     with tempfile.TemporaryDirectory() as folder:
         argv = ["ab", "--base", str(ROOT), "--head", str(ROOT), "--rounds", "2", "--threshold", "0.9",
@@ -82,7 +87,8 @@ def walk_ab() -> collections.Counter:
                 "--min-samples", "5", "--max-time", "0.02", "--budget", "5"]
         sys.setprofile(profile)
         try:
-            main(argv)
+            with contextlib.redirect_stdout(io.StringIO()):
+                main(argv)
         finally:
             sys.setprofile(None)
     return entries
@@ -105,7 +111,8 @@ def main() -> None:
         print(f"  {a:<10} -> {b:<10} {n}")
     if args.walk_ab:
         entries = walk_ab()
-        print(f"entries into {GATE_PREFIX}.* from outside while `ab` ran: {sum(entries.values())}")
+        print(f"calls into {GATE_PREFIX}.* from other fp8bench modules while `ab` ran: {sum(entries.values())} "
+              f"({len(entries)} distinct caller -> callee pairs)")
         for edge, n in entries.most_common():
             print(f"  {n:>4}  {edge}")
 

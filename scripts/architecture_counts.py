@@ -48,17 +48,22 @@ def static_counts(code: Path) -> dict[str, int]:
     return dict(counts)
 
 
+def _layer_name(entry: str | tuple[int, str]) -> str:
+    """A layer's name, from the layering test of any version (older ones ranked layers: ``(rank, name)``)."""
+    return entry if isinstance(entry, str) else entry[1]
+
+
 def layer_figures(code: Path) -> tuple[list[str], dict[tuple[str, str], int]]:
     """The layering test's violations, and the number of imports between each pair of distinct layers."""
     layering = _load_layering(code)
     modules = layering._modules()
     edges: collections.Counter = collections.Counter()
     for name, path in modules.items():
-        own = layering.layers_of(name)
+        own = [_layer_name(x) for x in layering.layers_of(name)]
         for target in layering._imports(name, path, set(modules)):
-            theirs = layering.layers_of(target)
-            if len(own) == 1 and len(theirs) == 1 and own[0][1] != theirs[0][1]:
-                edges[(own[0][1], theirs[0][1])] += 1
+            theirs = [_layer_name(x) for x in layering.layers_of(target)]
+            if len(own) == 1 and len(theirs) == 1 and own[0] != theirs[0]:
+                edges[(own[0], theirs[0])] += 1
     return layering.upward_imports(modules), dict(edges)
 
 

@@ -260,3 +260,36 @@ def test_accumulation_note_says_what_applies_on_the_device_it_ran_on(capability,
         assert expected in note and ("FP32" in note if capability is None else "unused" in note), note
     blockwise = tb.accumulation_note(resolve_precision("fp8_blockwise"), capability)
     assert "each 128-deep block-scaled partial product is added in FP32" in blockwise
+
+
+def _stub_operand(dtype: str, k: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(dtype=dtype, shape=[16, k], type=SimpleNamespace(element_ty=dtype))
+
+
+@pytest.mark.parametrize("api", ["method", "function"])
+def test_dot_recorder_patches_the_semantic_dot_of_each_triton_release(monkeypatch, api) -> None:
+    """Triton 3.4-3.9 have ``TritonSemantic.dot(self, lhs, rhs, acc, input_precision, max_num_imprecise_acc,
+    out_dtype)``; 3.0-3.3 a module-level ``semantic.dot(lhs, rhs, acc, input_precision, max_num_imprecise_acc,
+    out_dtype, builder)`` (tests/fake_triton_dot.py). The recorder must hook whichever the installed release has and
+    pass every argument on unchanged; the 3.0-3.3 shape is laid over the installed module here."""
+    from triton.language import semantic
+
+    forwarded: list[tuple] = []
+    if api == "function":
+        monkeypatch.delattr(semantic, "TritonSemantic")
+        monkeypatch.setattr(semantic, "dot", lambda *args: forwarded.append(args) or "result", raising=False)
+    else:
+        monkeypatch.setattr(semantic.TritonSemantic, "dot", lambda *args: forwarded.append(args) or "result")
+    calls = fake_triton_dot.record_dots(monkeypatch)
+    lhs, rhs, acc = _stub_operand("fp8e4nv", 64), _stub_operand("fp8e4nv", 64), _stub_operand("fp32", 32)
+    if api == "function":
+        assert semantic.dot(lhs, rhs, acc, None, 32, None, "builder") == "result"
+        assert forwarded == [(lhs, rhs, acc, None, 32, None, "builder")]
+    else:
+        owner = object.__new__(semantic.TritonSemantic)
+        assert semantic.TritonSemantic.dot(owner, lhs, rhs, acc, None, 32, None) == "result"
+        assert forwarded == [(owner, lhs, rhs, acc, None, 32, None)]
+    assert calls == [fake_triton_dot.DotCall("fp8e4nv", "fp8e4nv", "fp32", 64, True, 32)]
+    assert calls[0].imprecise_span == 32

@@ -238,7 +238,8 @@ def _fp4_configs() -> tuple[type, type]:
         def __post_init__(self) -> None:
             # inference_workflow.py lines 114-119 and config.py lines 77-81: matching dtypes, each an MX element
             # dtype (AssertionError). v0.15.0 (lines 59-67) also asserts 32-element blocks for the AUTO kernel.
-            assert self.activation_dtype == self.weight_dtype, "For now - we only support matching input/weight dtypes."
+            assert self.activation_dtype == self.weight_dtype, (
+                "For now - we only support matching input/weight dtypes.")
             for dtype in (self.activation_dtype, self.weight_dtype):
                 assert dtype in mx_elem_dtypes, f"elem_dtype must be one of {list(mx_elem_dtypes)}, got {dtype}"
 
@@ -283,7 +284,8 @@ def make_fp4_modules(counts: Fp4Counts, capability: tuple[int, int] | None = SM1
         if w.shape[-2] % 16 or w.shape[-1] % 16:
             raise RuntimeError(f"NVFP4 only supports weight shape with last 2 dims divisible by 16, got {w.shape}")
         assert config.step is None, "the fake models torchao's dynamic NVFP4 flow only (step=None)"
-        assert capability is not None and capability >= SM100, "NVFP4 DYNAMIC mode is only supported on sm100+ machines"
+        assert capability is not None and capability >= SM100, (
+            "NVFP4 DYNAMIC mode is only supported on sm100+ machines")
         torch.max(torch.abs(w))  # the per-tensor amax, the quantizer's first op on the weight
         return ref.quantize_nvfp4(w.detach()).dequantize(torch.bfloat16)
 

@@ -90,11 +90,23 @@ def operand_quantizer(recipe: ScaledRecipe, role: str = "lhs") -> Any:
     return lambda x: tk.quantize_tensorwise(x, fmt)[0]
 
 
-def accumulation_note(recipe: ScaledRecipe) -> str:
-    """What the GEMM's ``tl.dot`` calls are given for ``recipe``'s accumulation (:mod:`.triton_kernels`)."""
+def accumulation_note(recipe: ScaledRecipe, capability: tuple[int, int] | None) -> str:
+    """What the GEMM's ``tl.dot`` calls do with ``recipe``'s accumulation on the device they ran on: compute
+    ``capability`` (major, minor), or ``None`` under the interpreter (:mod:`.triton_kernels`, "Accumulation").
+
+    Triton reads ``max_num_imprecise_acc`` in its sm_90 WGMMA lowering only (its default is ``2**30`` on compute
+    capability 9.0 and 0 elsewhere), so sm_90's promotion rule is named on 9.x alone."""
+    mode = "fast accumulation" if recipe.fast_accum else "full accumulation"
     if recipe.granularity is Granularity.BLOCKWISE:
         return ("full accumulation: promoted to FP32 every K tile (each 128-deep block-scaled partial product is "
                 "added in FP32)")
+    if capability is None:
+        return (f"{mode}: under the interpreter tl.dot is a NumPy matmul in FP32, so the accumulation mode does not "
+                "change the numbers")
+    if capability[0] != 9:
+        return (f"{mode} asked for: on compute capability {capability[0]}.{capability[1]} Triton's FP8 dots "
+                "accumulate as its MMA instructions do; max_num_imprecise_acc is unused there (sm_90 WGMMA only), "
+                "so fast and full run the same kernel")
     if recipe.fast_accum:
         return ("fast accumulation: tl.dot without max_num_imprecise_acc (Triton's sm_90 default 2**30, never "
                 "promoted to FP32)")
@@ -131,7 +143,9 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
     first_call_s = time.perf_counter() - t0
 
     extra: dict[str, Any] = {"persistent": persistent}
-    notes = ["triton: fused amax/scale/cast quantizers + scaled FP8 GEMM, BF16 out", accumulation_note(precision)]
+    capability = None if tk.INTERPRETED else ctx.device.capability()
+    notes = ["triton: fused amax/scale/cast quantizers + scaled FP8 GEMM, BF16 out",
+             accumulation_note(precision, capability)]
     if tk.INTERPRETED:
         notes.append("interpreted: Triton's CPU interpreter runs the kernels for correctness only")
     else:

@@ -454,7 +454,19 @@ def _block_amax(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return tiles.expand(r // rows, rows, c // cols, cols).reshape(r, c)
 
 
-def _make_linear(state: _State, version: str) -> type[nn.Module]:
+def _check_block_scales(version: str, gpu: FakeGpu, force_pow_2_scales: bool) -> None:
+    """The block quantizers' device rule: on compute capability 10.0 and newer (``cuda::sm_arch() >= 100``) TE
+    runs the recipe on MXFP8 GEMMs, whose E8M0 scales cannot hold an FP32 scale, so an ``NVTE_CHECK`` on the
+    quantizer's power-of-two flag refuses FP32 scales (a ``RuntimeError`` in Python). Sources:
+    ``common/transpose/quantize_transpose_square_blockwise.cu`` lines 489-492 and
+    ``quantize_transpose_vector_blockwise.cu`` lines 533-536 at tag v2.9 (present in both files at every tag up to
+    v2.18). Absent in v2.8, whose support check refuses every device but Hopper already."""
+    if version != OLD and gpu.compute_capability >= (10, 0) and not force_pow_2_scales:
+        raise RuntimeError("block quantizer on compute capability 10.0+: FP8 block scaling runs as MXFP8 "
+                           "there and takes power-of-two scales only")
+
+
+def _make_linear(state: _State, version: str, gpu: FakeGpu) -> type[nn.Module]:
     class Linear(nn.Module):
         """``module/linear.py`` ``Linear``: the parameters up to ``device`` in TE's order (the third positional one
         is ``sequence_parallel``, not ``bias``), the rest keyword arguments TE also takes."""
@@ -513,6 +525,8 @@ def _make_linear(state: _State, version: str) -> type[nn.Module]:
                     state.quantizers.append({"recipe": type(recipe).__name__, "role": role,
                                              "force_pow_2_scales": pow2[role]})
                 if isinstance(recipe, Float8BlockScaling):  # x_block_scaling_dim=1, w_block_scaling_dim=2
+                    for role in pow2:
+                        _check_block_scales(version, gpu, pow2[role])
                     amax_x, amax_w = _block_amax(x2d, 1, 128), _block_amax(w, 128, 128)
                 else:
                     amax_x, amax_w = x2d.detach().abs().max(), w.detach().abs().max()
@@ -563,7 +577,7 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None, environ: Mapping[str
     common.recipe = recipe_mod  # type: ignore[attr-defined]
 
     te = types.ModuleType("transformer_engine.pytorch")
-    te.Linear = _make_linear(state, version)  # type: ignore[attr-defined]
+    te.Linear = _make_linear(state, version, gpu)  # type: ignore[attr-defined]
     utils = types.ModuleType("transformer_engine.pytorch.utils")  # pytorch/utils.py, 2.0 to 2.20.2
     utils.get_device_compute_capability = lambda: gpu.compute_capability  # type: ignore[attr-defined]
     te.utils = utils  # type: ignore[attr-defined]

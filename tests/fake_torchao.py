@@ -155,6 +155,13 @@ def install(monkeypatch: Any, version: str = OLD) -> dict[str, types.ModuleType 
 
 
 # -- torchao's 4-bit inference configs (torchao 0.18, torchao/prototype/mx_formats/) ----------------------------------
+#
+# Sources, at tag v0.18.0 of pytorch/ao unless a line says otherwise (``inference_workflow.py`` is
+# ``torchao/prototype/mx_formats/inference_workflow.py``). fp8bench reaches these configs by their 0.15+ names; where
+# the floor of those names, v0.15.0, differs, the rule says so.
+
+SM100 = (10, 0)
+
 
 @dataclass
 class Fp4Counts:
@@ -164,76 +171,145 @@ class Fp4Counts:
     activation_quantizations: int = 0
 
 
-def make_fp4_modules(counts: Fp4Counts) -> dict[str, types.ModuleType]:
-    """``sys.modules`` entries for torchao 0.18's ``NVFP4DynamicActivationNVFP4WeightConfig`` and
-    ``MXDynamicActivationMXWeightConfig`` with ``quantize_``. Rules, as torchao 0.18 has them:
+def _fp4_tensor(name: str, quantize: Any, counts: Fp4Counts, packed: bool) -> type:
+    """A weight subclass standing for torchao's ``NVFP4Tensor`` / ``MXTensor``. Rules it keeps:
 
-    * ``inference_workflow.py`` ``_nvfp4_inference_linear_transform`` / ``_mx_inference_linear_transform`` (the
-      handlers ``quantize_`` calls, ``quantization/quant_api.py``): the weight is quantized **once, at transform
-      time** (``NVFP4Tensor.to_nvfp4`` / ``MXTensor.to_mx``) and the module's weight replaced by the quantized
-      tensor as a ``Parameter`` without gradient; only the activation is quantized per call (the tensor's
-      ``act_quant_kwargs``, in ``nvfp4_tensor.py`` / ``mx_tensor.py`` linear dispatch).
-    * NVFP4: weight dims not multiples of 16 are a ``RuntimeError`` (same handler); MX: the weight must be BF16
-      (``assert weight.dtype == torch.bfloat16``), so an already quantized weight cannot be quantized again.
-    * ``quant_api.py`` ``_is_linear``: every ``nn.Linear`` matches, whatever its weight already is.
-
-    Numerics: fp8bench's NVFP4 and MXFP4 quantizers (bit-exact with the formats), the product in FP32.
+    * it reports the dtype of the tensor it was quantized from, BF16 (``mx_tensor.py`` lines 543-549 and
+      ``nvfp4_tensor.py`` lines 101-104: ``_make_wrapper_subclass(..., dtype=orig_dtype)``);
+    * an op missing from the subclass's table is a ``NotImplementedError`` (``torchao/utils.py`` lines 686-696);
+      the fake refuses the arithmetic the quantizers start with (``abs``, ``max``, ``amax``), which the tables lack;
+    * a packed FP4 ``MXTensor`` keeps the strides of its packed data (two elements a byte), so ``is_contiguous()``
+      is False for its logical shape (``mx_tensor.py`` lines 543-549; observed on torchao 0.18.0);
+    * ``F.linear`` quantizes the activation per call (the tensor's ``act_quant_kwargs``) and multiplies.
     """
-    from fp8bench.core.formats import E2M1
-    from fp8bench.numerics import quantize as ref
 
-    def fp4_tensor(name: str, quantize: Any) -> type:
-        class Fp4Weight(torch.Tensor):
-            @classmethod
-            def __torch_function__(cls, func: Any, types_: Any, args: Any = (), kwargs: Any = None) -> Any:
-                kwargs = kwargs or {}
-                if func is torch.nn.functional.linear:
-                    x, w = args[0], args[1]
-                    counts.activation_quantizations += 1
-                    with torch._C.DisableTorchFunctionSubclass():
-                        xq = quantize(x.reshape(-1, x.shape[-1])).dequantize()
-                        out = xq @ w.float().t()
-                    return out.to(x.dtype).reshape(*x.shape[:-1], w.shape[0])
-                return super().__torch_function__(func, types_, args, kwargs)
+    class Fp4Weight(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func: Any, types_: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if func is torch.nn.functional.linear:
+                x, w = args[0], args[1]
+                counts.activation_quantizations += 1
+                with torch._C.DisableTorchFunctionSubclass():
+                    xq = quantize(x.reshape(-1, x.shape[-1])).dequantize()
+                    out = xq @ w.float().t()
+                return out.to(x.dtype).reshape(*x.shape[:-1], w.shape[0])
+            op = getattr(func, "__name__", "")
+            if op in ("abs", "max", "amax"):
+                raise NotImplementedError(f"{name} dispatch: attempting to run unimplemented operator/function: "
+                                          f"func=aten.{op}")
+            if packed and op == "is_contiguous":
+                return False
+            return super().__torch_function__(func, types_, args, kwargs)
 
-        Fp4Weight.__name__ = Fp4Weight.__qualname__ = name
-        return Fp4Weight
+    Fp4Weight.__name__ = Fp4Weight.__qualname__ = name
+    return Fp4Weight
 
-    nvfp4 = fp4_tensor("NVFP4Tensor", lambda x: ref.quantize_nvfp4(x))
-    mx = fp4_tensor("MXTensor", lambda x: ref.quantize_mx(x, E2M1, 32))
+
+def _fp4_configs() -> tuple[type, type]:
+    """The two configs as dataclasses with torchao 0.18's fields and ``__post_init__`` checks."""
+    from torchao.quantization.quantize_.common.quantization_step import QuantizationStep
+
+    mx_elem_dtypes = (torch.float8_e4m3fn, torch.float8_e5m2, "fp6_e2m3", "fp6_e3m2", torch.float4_e2m1fn_x2)
 
     @dataclass
     class NVFP4DynamicActivationNVFP4WeightConfig:
         use_triton_kernel: bool = True
         use_dynamic_per_tensor_scale: bool = True
+        step: Any = None
+
+        def __post_init__(self) -> None:
+            # inference_workflow.py lines 225-231: a step string becomes a QuantizationStep (ValueError when it
+            # names none), and a step turns the dynamic per-tensor scale off. v0.15.0 (lines 127-132) has no step
+            # field and refuses torch older than 2.8 with a RuntimeError instead.
+            if isinstance(self.step, str):
+                self.step = QuantizationStep(self.step)
+            if self.step is not None:
+                self.use_dynamic_per_tensor_scale = False
 
     @dataclass
     class MXDynamicActivationMXWeightConfig:
         block_size: int = 32
         activation_dtype: Any = torch.float8_e4m3fn
         weight_dtype: Any = torch.float8_e4m3fn
+        kernel_preference: KernelPreference = KernelPreference.AUTO
+        scaling_mode: str = "rceil"  # torchao: ScaleCalculationMode.RCEIL; the fake quantizes with OCP's floor
 
-    def quantize_(model: nn.Module, config: Any, filter_fn: Any = None, device: Any = None) -> None:
-        for _, mod in list(model.named_modules()):
-            if not isinstance(mod, nn.Linear):
+        def __post_init__(self) -> None:
+            # inference_workflow.py lines 114-119 and config.py lines 77-81: matching dtypes, each an MX element
+            # dtype (AssertionError). v0.15.0 (lines 59-67) also asserts 32-element blocks for the AUTO kernel.
+            assert self.activation_dtype == self.weight_dtype, (
+                "For now - we only support matching input/weight dtypes.")
+            for dtype in (self.activation_dtype, self.weight_dtype):
+                assert dtype in mx_elem_dtypes, f"elem_dtype must be one of {list(mx_elem_dtypes)}, got {dtype}"
+
+    return NVFP4DynamicActivationNVFP4WeightConfig, MXDynamicActivationMXWeightConfig
+
+
+def make_fp4_modules(counts: Fp4Counts, capability: tuple[int, int] | None = SM100) -> dict[str, types.ModuleType]:
+    """``sys.modules`` entries for torchao 0.18's ``NVFP4DynamicActivationNVFP4WeightConfig`` and
+    ``MXDynamicActivationMXWeightConfig`` with ``quantize_``, on a device of compute ``capability`` (``None``: no
+    CUDA device). Rules of ``quantize_`` and the handlers it calls, as torchao 0.18 has them:
+
+    * ``quantization/quant_api.py`` ``_is_linear`` (lines 168-182), ``quantize_``'s default filter: every
+      ``nn.Linear`` but ``NonDynamicallyQuantizableLinear``, whatever its weight already is. No type check keeps an
+      already quantized weight from being quantized again (v0.15.0's ``_is_linear`` excludes other quantized
+      tensor types, not these two).
+    * ``inference_workflow.py`` ``_nvfp4_inference_linear_transform``: weight dims not multiples of 16 are a
+      ``RuntimeError`` (lines 248-251); with no ``step``, ``assert is_sm_at_least_100()`` (lines 301-303;
+      ``torchao/utils.py`` lines 1157-1162: CUDA present and capability >= 10.0; in v0.15.0 it is the transform's
+      first line, 140-142); then ``torch.max(torch.abs(weight))`` (line 310) and the weight is quantized.
+    * ``_mx_inference_linear_transform`` (lines 127-170): ``assert weight.dtype == torch.bfloat16`` (lines
+      135-137), which a quantized weight passes (it reports BF16); then ``MXTensor.to_mx`` (``mx_tensor.py``
+      ``to_mx`` lines 225-234: BF16 or FP32, last dim a multiple of the block, contiguous, else
+      ``AssertionError``; line 247 ``torch.abs``). No device check: MX's GEMM is the device's to refuse.
+    * Either way the weight is quantized **once, at transform time**, and replaced by the quantized tensor as a
+      ``Parameter`` without gradient; only the activation is quantized per call.
+
+    Numerics: fp8bench's NVFP4 and MXFP4 quantizers (bit-exact with the formats), the product in FP32. The
+    ``step`` (observer) flow of NVFP4 is not modelled: the fake refuses it.
+    """
+    from fp8bench.core.formats import E2M1
+    from fp8bench.numerics import quantize as ref
+
+    nvfp4 = _fp4_tensor("NVFP4Tensor", ref.quantize_nvfp4, counts, packed=False)
+    mx = _fp4_tensor("MXTensor", lambda x: ref.quantize_mx(x, E2M1, 32), counts, packed=True)
+    nvfp4_config, mx_config = _fp4_configs()
+
+    def is_linear(mod: nn.Module, fqn: str = "") -> bool:
+        return (isinstance(mod, nn.Linear) and hasattr(mod, "weight")
+                and not isinstance(mod, nn.modules.linear.NonDynamicallyQuantizableLinear))
+
+    def quantize_nvfp4(w: torch.Tensor, config: Any) -> torch.Tensor:
+        if w.shape[-2] % 16 or w.shape[-1] % 16:
+            raise RuntimeError(f"NVFP4 only supports weight shape with last 2 dims divisible by 16, got {w.shape}")
+        assert config.step is None, "the fake models torchao's dynamic NVFP4 flow only (step=None)"
+        assert capability is not None and capability >= SM100, (
+            "NVFP4 DYNAMIC mode is only supported on sm100+ machines")
+        torch.max(torch.abs(w))  # the per-tensor amax, the quantizer's first op on the weight
+        return ref.quantize_nvfp4(w.detach()).dequantize(torch.bfloat16)
+
+    def quantize_mx(w: torch.Tensor, config: Any) -> torch.Tensor:
+        assert w.dtype == torch.bfloat16, f"Only supporting bf16 out dtype for now, got {w.dtype}"
+        assert w.shape[-1] % config.block_size == 0, (
+            f"the last dimension of shape {w.shape} must be divisible by block_size {config.block_size}")
+        assert w.is_contiguous(), "unsupported"
+        torch.abs(w)  # to_mx's block amax starts here
+        return ref.quantize_mx(w.detach(), E2M1, 32).dequantize(torch.bfloat16)
+
+    def quantize_(model: nn.Module, config: Any, filter_fn: Any = is_linear, device: Any = None) -> None:
+        for fqn, mod in list(model.named_modules()):
+            if not filter_fn(mod, fqn):
                 continue
-            w = mod.weight
-            if isinstance(config, NVFP4DynamicActivationNVFP4WeightConfig):
-                if w.shape[-2] % 16 or w.shape[-1] % 16:
-                    raise RuntimeError(f"NVFP4 only supports weight shape with last 2 dims divisible by 16, got "
-                                       f"{w.shape}")
-                cls, q = nvfp4, ref.quantize_nvfp4
-            else:
-                assert w.dtype == torch.bfloat16 and type(w) is nn.Parameter, (
-                    f"Only supporting bf16 out dtype for now, got {w.dtype}")
-                cls, q = mx, (lambda t: ref.quantize_mx(t, E2M1, 32))
+            nv = isinstance(config, nvfp4_config)
+            dequantized = (quantize_nvfp4 if nv else quantize_mx)(mod.weight, config)
             counts.weight_quantizations += 1
-            dequantized = q(w.detach()).dequantize(torch.bfloat16)
-            mod.weight = nn.Parameter(torch.Tensor._make_subclass(cls, dequantized, False), requires_grad=False)
+            weight = torch.Tensor._make_subclass(nvfp4 if nv else mx, dequantized, False)
+            mod.weight = nn.Parameter(weight, requires_grad=False)
 
     mx_formats = types.ModuleType("torchao.prototype.mx_formats")
-    mx_formats.NVFP4DynamicActivationNVFP4WeightConfig = NVFP4DynamicActivationNVFP4WeightConfig  # type: ignore
-    mx_formats.MXDynamicActivationMXWeightConfig = MXDynamicActivationMXWeightConfig  # type: ignore
+    mx_formats.NVFP4DynamicActivationNVFP4WeightConfig = nvfp4_config  # type: ignore[attr-defined]
+    mx_formats.MXDynamicActivationMXWeightConfig = mx_config  # type: ignore[attr-defined]
     nvfp4_tensor = types.ModuleType("torchao.prototype.mx_formats.nvfp4_tensor")
     nvfp4_tensor.NVFP4Tensor = nvfp4  # type: ignore[attr-defined]
     mx_tensor = types.ModuleType("torchao.prototype.mx_formats.mx_tensor")
@@ -244,9 +320,10 @@ def make_fp4_modules(counts: Fp4Counts) -> dict[str, types.ModuleType]:
             "torchao.prototype.mx_formats.mx_tensor": mx_tensor, "torchao.quantization": quantization}
 
 
-def install_fp4(monkeypatch: Any) -> Fp4Counts:
-    """Put the 4-bit inference fake in ``sys.modules`` for one test; returns its counters."""
+def install_fp4(monkeypatch: Any, capability: tuple[int, int] | None = SM100) -> Fp4Counts:
+    """Put the 4-bit inference fake in ``sys.modules`` for one test, on a device of compute ``capability``
+    (default: a compute capability 10.0 device, where torchao runs both configs); returns its counters."""
     counts = Fp4Counts()
-    for name, module in make_fp4_modules(counts).items():
+    for name, module in make_fp4_modules(counts, capability).items():
         monkeypatch.setitem(sys.modules, name, module)
     return counts

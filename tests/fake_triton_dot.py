@@ -6,8 +6,8 @@ CPU. This fake records the arguments each ``tl.dot`` reaches Triton's semantic l
 the CUDA backend applies to them on compute capability 9.0 (Triton 3.9.0, paths inside the ``triton`` wheel or
 repository):
 
-* ``language/semantic.py`` ``TritonSemantic.dot``: ``max_num_imprecise_acc=None`` with FP8 operands takes the
-  backend's ``max_num_imprecise_acc_default``; an explicit value above the dot's K is a ``ValueError``.
+* ``language/semantic.py`` ``dot``: ``max_num_imprecise_acc=None`` with FP8 operands takes the backend's
+  ``max_num_imprecise_acc_default``; an explicit value above the dot's K is a ``ValueError``.
 * ``backends/nvidia/compiler.py`` ``CUDABackend.parse_options``: that default is ``2**30`` when the capability is
   90, else 0 (the same line exists since Triton 3.0's ``third_party/nvidia/backend/compiler.py``).
 * ``WarpGroupDotOp::needsPartialAccumulator`` (``lib/Dialect/TritonNvidiaGPU/IR/Ops.cpp``) with the WGMMA lowering
@@ -60,19 +60,50 @@ class DotCall:
         return None if self.carried else self.k
 
 
+def _record(calls: list[DotCall], lhs: Any, rhs: Any, acc: Any, max_num_imprecise_acc: Any, out_dtype: Any) -> None:
+    out = out_dtype if out_dtype is not None else (acc.type.element_ty if acc is not None else "fp32")
+    calls.append(DotCall(str(lhs.dtype), str(rhs.dtype), str(out), _int(lhs.shape[-1]), acc is not None,
+                         None if max_num_imprecise_acc is None else _int(max_num_imprecise_acc)))
+
+
 def record_dots(monkeypatch: Any) -> list[DotCall]:
-    """Record every ``tl.dot`` interpreted kernels issue for the rest of the test (undone after it)."""
-    from triton.language.semantic import TritonSemantic
+    """Record every ``tl.dot`` interpreted kernels issue for the rest of the test (undone after it).
+
+    ``tl.dot`` (``language/core.py``) reaches the semantic layer in one of two shapes, checked in the wheel of every
+    release from 3.0.0 to 3.9.0 (``triton/language/semantic.py`` and ``core.py``):
+
+    * 3.4.0 to 3.9.0: a method, ``TritonSemantic.dot(self, lhs, rhs, acc, input_precision, max_num_imprecise_acc,
+      out_dtype)``, which ``core.dot`` calls as ``_semantic.dot(...)`` (3.9.0: semantic.py line 1548, core.py
+      line 2314);
+    * 3.0.0 to 3.3.1: a module-level function, ``dot(lhs, rhs, acc, input_precision, max_num_imprecise_acc,
+      out_dtype, builder)``, which ``core.dot`` calls as ``semantic.dot(...)``, looked up on the module at each call
+      (3.0.0: semantic.py line 1319, core.py line 1534; 3.3.1: lines 1539 and 1814).
+
+    Whichever the installed release has is wrapped; the arguments pass on unchanged.
+    """
+    from triton.language import semantic
 
     calls: list[DotCall] = []
-    original = TritonSemantic.dot
+    owner = getattr(semantic, "TritonSemantic", None)
+    if owner is not None:
+        method = owner.dot
 
-    def dot(self: Any, lhs: Any, rhs: Any, acc: Any, input_precision: Any, max_num_imprecise_acc: Any,
-            out_dtype: Any) -> Any:
-        out = out_dtype if out_dtype is not None else (acc.type.element_ty if acc is not None else "fp32")
-        calls.append(DotCall(str(lhs.dtype), str(rhs.dtype), str(out), _int(lhs.shape[-1]), acc is not None,
-                             None if max_num_imprecise_acc is None else _int(max_num_imprecise_acc)))
-        return original(self, lhs, rhs, acc, input_precision, max_num_imprecise_acc, out_dtype)
+        def dot_method(self: Any, lhs: Any, rhs: Any, acc: Any, input_precision: Any, max_num_imprecise_acc: Any,
+                       out_dtype: Any) -> Any:
+            _record(calls, lhs, rhs, acc, max_num_imprecise_acc, out_dtype)
+            return method(self, lhs, rhs, acc, input_precision, max_num_imprecise_acc, out_dtype)
 
-    monkeypatch.setattr(TritonSemantic, "dot", dot)
+        monkeypatch.setattr(owner, "dot", dot_method)
+        return calls
+    function = getattr(semantic, "dot", None)
+    if function is None:
+        raise RuntimeError("triton.language.semantic has neither TritonSemantic.dot (Triton 3.4+) nor a module-level "
+                           "dot (Triton 3.0-3.3): an API shape this recorder does not know")
+
+    def dot_function(lhs: Any, rhs: Any, acc: Any, input_precision: Any, max_num_imprecise_acc: Any, out_dtype: Any,
+                     builder: Any) -> Any:
+        _record(calls, lhs, rhs, acc, max_num_imprecise_acc, out_dtype)
+        return function(lhs, rhs, acc, input_precision, max_num_imprecise_acc, out_dtype, builder)
+
+    monkeypatch.setattr(semantic, "dot", dot_function)
     return calls

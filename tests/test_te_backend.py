@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from fake_te import NEW, OLD, FakeTE, install
+from fake_te import NEW, OLD, FakeGpu, FakeTE, install
 from torch import nn
 
 from fp8bench.core.devices import Device
@@ -447,3 +447,41 @@ def test_blockwise_is_skipped_on_blackwell_with_the_reason_and_doctor_says_so(mo
     console = Console(record=True, width=200)
     doctor.render_vendor_limits(limits, console)
     assert "te fp8_blockwise on compute capability 10.0+: skipped" in console.export_text()
+
+
+@pytest.mark.parametrize("cc", [(9, 0), (10, 0), (10, 3), (12, 0)])
+def test_blackwell_blockwise_pre_check_refuses_exactly_what_te_refuses(monkeypatch, cc) -> None:
+    """fp8bench's pre-check (``plan_for``) against TE's own refusal (tests/fake_te.py: the block quantizers of TE
+    2.9+ require power-of-two scales on compute capability 10.0+): with the pre-check bypassed, TE refuses the
+    FP32-scaled recipe on exactly the devices where the pre-check skips it, and runs it everywhere else."""
+    install(monkeypatch, NEW, FakeGpu(cc))
+    ctx = _ctx("fp8_blockwise", shape="128x128x256", fmt="e4m3")
+    try:
+        teb.build_gemm(ctx)
+        pre_check_skips = False
+    except Unsupported as exc:
+        assert str(exc) == teb.BLACKWELL_BLOCKWISE
+        pre_check_skips = True
+    monkeypatch.setattr(teb.TEApi, "compute_capability", lambda self: (9, 0))  # bypass the pre-check
+    try:
+        teb.build_gemm(ctx).output()
+        te_refuses = False
+    except Unsupported as exc:
+        assert "power-of-two scales" in str(exc)
+        te_refuses = True
+    assert te_refuses == pre_check_skips == (cc >= (10, 0))
+
+
+def test_te_block_quantizers_take_power_of_two_scales_on_blackwell(monkeypatch) -> None:
+    """TE's default Float8BlockScaling (power-of-two scales) runs on compute capability 10.0 (TE 2.9+); the same
+    recipe with FP32 scales is refused when the block quantizer runs, inside the forward."""
+    fake = install(monkeypatch, NEW, FakeGpu((10, 0)))
+    te, recipes = fake.te, fake.modules["transformer_engine.common.recipe"]
+    layer = te.Linear(256, 128, bias=False, params_dtype=torch.bfloat16, device="cpu")
+    x = torch.randn(128, 256, dtype=torch.bfloat16)
+    recipe = recipes.Float8BlockScaling()
+    with te.autocast(recipe=recipe):
+        layer(x)
+    teb.use_fp32_scales(recipe)
+    with te.autocast(recipe=recipe), pytest.raises(RuntimeError, match="power-of-two scales"):
+        layer(x)

@@ -235,3 +235,75 @@ def test_four_bit_gemm_quantizes_the_weight_in_every_timed_call(monkeypatch, nam
     expected = ctx.inputs["a"].float() @ ctx.inputs["b"].float().t()
     assert compare(first, expected).sqnr_db > 10.0  # 4-bit elements: about 15-20 dB on Gaussian data
     assert "weight quantized in every call" in " ".join(pipeline.notes)
+
+
+# -- the 4-bit fake against the installed torchao: the same refusals, the same re-quantization ----------------------
+
+FP4 = torch.float4_e2m1fn_x2
+
+
+def _fp4_apis(monkeypatch) -> dict[str, dict[str, object]]:
+    """The installed torchao's 4-bit configs and ``quantize_``, and the fake's (a compute capability 10.0 device);
+    torchao's NVFP4 transform is told it runs on sm100 (its only device check) so that both get past it."""
+    import torchao.prototype.mx_formats as mx
+    import torchao.prototype.mx_formats.inference_workflow as workflow
+    from torchao.quantization import quantize_
+
+    monkeypatch.setattr(workflow, "is_sm_at_least_100", lambda: True)
+    fake = fake_torchao.make_fp4_modules(fake_torchao.Fp4Counts(), capability=(10, 0))
+    fake_mx = fake["torchao.prototype.mx_formats"]
+    return {"torchao": {"mx": mx, "quantize_": quantize_},
+            "fake": {"mx": fake_mx, "quantize_": fake["torchao.quantization"].quantize_}}
+
+
+@pytest.mark.parametrize(("config", "kwargs", "refusal"), [
+    ("MXDynamicActivationMXWeightConfig", {"activation_dtype": FP4, "weight_dtype": torch.float8_e4m3fn},
+     AssertionError),
+    ("MXDynamicActivationMXWeightConfig", {"activation_dtype": torch.int8, "weight_dtype": torch.int8},
+     AssertionError),
+    ("MXDynamicActivationMXWeightConfig", {"block_size": 16, "activation_dtype": FP4, "weight_dtype": FP4}, None),
+    ("MXDynamicActivationMXWeightConfig", {"bogus": 1}, TypeError),
+    ("NVFP4DynamicActivationNVFP4WeightConfig", {"step": "bogus"}, ValueError),
+    ("NVFP4DynamicActivationNVFP4WeightConfig", {"use_triton_kernel": False}, None),
+])
+def test_fake_fp4_configs_refuse_what_torchao_refuses(monkeypatch, config, kwargs, refusal) -> None:
+    """Each config's ``__post_init__`` (tests/fake_torchao.py): the fake refuses exactly what the installed torchao
+    refuses, with the same exception type."""
+    for api in _fp4_apis(monkeypatch).values():
+        cls = getattr(api["mx"], config)
+        if refusal is None:
+            cls(**kwargs)
+        else:
+            with pytest.raises(refusal):
+                cls(**kwargs)
+
+
+@pytest.mark.parametrize(("name", "refusal", "match"), [("nvfp4", NotImplementedError, "aten.abs"),
+                                                        ("mxfp4", AssertionError, "unsupported")])
+def test_fake_quantizes_a_quantized_weight_again_as_torchao_does(monkeypatch, name, refusal, match) -> None:
+    """torchao's 4-bit weights report their original dtype (BF16), so ``quantize_`` matches the layer again and its
+    transform tries to quantize the quantized weight, failing inside the quantizer: no type check refuses it. The
+    fake must fail there too, with torchao's exception, so that a pipeline that forgets to restore the BF16 weight
+    fails against the fake as it would against torchao."""
+    for side, api in _fp4_apis(monkeypatch).items():
+        mx = api["mx"]
+        config = (mx.NVFP4DynamicActivationNVFP4WeightConfig(use_triton_kernel=False) if name == "nvfp4" else
+                  mx.MXDynamicActivationMXWeightConfig(activation_dtype=FP4, weight_dtype=FP4))
+        layer = nn.Linear(64, 32, bias=False, dtype=torch.bfloat16)
+        api["quantize_"](layer, config)
+        assert layer.weight.dtype == torch.bfloat16, side
+        assert type(layer.weight) is not nn.Parameter, side
+        with pytest.raises(refusal, match=match):
+            api["quantize_"](layer, config)
+
+
+@pytest.mark.parametrize("capability", [(9, 0), None])
+def test_nvfp4_is_refused_below_sm100_as_torchao_asserts(monkeypatch, capability) -> None:
+    """torchao's NVFP4 transform asserts compute capability 10.0+ (tests/fake_torchao.py); the refusal reaches the
+    record as torchao's own reason. MXFP4's transform has no device check (the GEMM is the device's to refuse)."""
+    fake_torchao.install_fp4(monkeypatch, capability=capability)
+    sh = GEMM.parse_shape("32x64x128")
+    ctx = BuildContext("gemm", sh, resolve_precision("nvfp4"), Device("cpu"),
+                       GEMM.make_inputs(sh, Device("cpu"), seed=0))
+    with pytest.raises(Unsupported, match="AssertionError: NVFP4 DYNAMIC mode is only supported on sm100"):
+        tab.build_gemm(ctx)

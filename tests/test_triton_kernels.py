@@ -234,8 +234,62 @@ def test_every_fp8_dot_gets_the_accumulation_its_recipe_asks_for(monkeypatch, pr
     spans = {c.imprecise_span for c in calls}
     if fast_accum and precision != "fp8_blockwise":
         assert spans == {None}  # reduced precision across the whole K loop: the fast mode the record names
-        assert "fast accumulation" in " ".join(pipeline.notes)
+        assert "fast accumulation: under the interpreter" in " ".join(pipeline.notes)
     else:
         tile_k = tk.INTERPRETER_GEMM_CONFIG["BLOCK_K"] if precision != "fp8_blockwise" else tk.GEMM_SCALE_BLOCK
         assert spans == {tile_k}, f"full accumulation must promote every K tile on sm_90, got spans {spans}"
-        assert "promoted to FP32 every K tile" in " ".join(pipeline.notes)
+        assert "full accumulation" in " ".join(pipeline.notes)
+
+
+@pytest.mark.parametrize("capability", [(9, 0), (8, 9), (10, 0), (12, 0), None])
+@pytest.mark.parametrize("fast_accum", [True, False])
+def test_accumulation_note_says_what_applies_on_the_device_it_ran_on(capability, fast_accum) -> None:
+    """Triton reads ``max_num_imprecise_acc`` on compute capability 9.x only (the WGMMA lowering; its default is
+    ``2**30`` there and 0 elsewhere, tests/fake_triton_dot.py), so sm_90's promotion rule may be named on sm_90 only;
+    elsewhere the note says the argument does not apply, and under the interpreter that the dot is an FP32 matmul."""
+    tb = pytest.importorskip("fp8bench.kernels.triton_backend")
+    recipe = resolve_precision("fp8_tensorwise").with_options(fast_accum=fast_accum)
+    note = tb.accumulation_note(recipe, capability)
+    mode = "fast accumulation" if fast_accum else "full accumulation"
+    assert note.startswith(mode)
+    if capability == (9, 0):
+        assert ("2**30" in note) == fast_accum and ("every K tile" in note) != fast_accum
+    else:
+        assert "2**30" not in note and "every K tile" not in note, note
+        expected = "interpreter" if capability is None else f"compute capability {capability[0]}.{capability[1]}"
+        assert expected in note and ("FP32" in note if capability is None else "unused" in note), note
+    blockwise = tb.accumulation_note(resolve_precision("fp8_blockwise"), capability)
+    assert "each 128-deep block-scaled partial product is added in FP32" in blockwise
+
+
+def _stub_operand(dtype: str, k: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(dtype=dtype, shape=[16, k], type=SimpleNamespace(element_ty=dtype))
+
+
+@pytest.mark.parametrize("api", ["method", "function"])
+def test_dot_recorder_patches_the_semantic_dot_of_each_triton_release(monkeypatch, api) -> None:
+    """Triton 3.4-3.9 have ``TritonSemantic.dot(self, lhs, rhs, acc, input_precision, max_num_imprecise_acc,
+    out_dtype)``; 3.0-3.3 a module-level ``semantic.dot(lhs, rhs, acc, input_precision, max_num_imprecise_acc,
+    out_dtype, builder)`` (tests/fake_triton_dot.py). The recorder must hook whichever the installed release has and
+    pass every argument on unchanged; the 3.0-3.3 shape is laid over the installed module here."""
+    from triton.language import semantic
+
+    forwarded: list[tuple] = []
+    if api == "function":
+        monkeypatch.delattr(semantic, "TritonSemantic")
+        monkeypatch.setattr(semantic, "dot", lambda *args: forwarded.append(args) or "result", raising=False)
+    else:
+        monkeypatch.setattr(semantic.TritonSemantic, "dot", lambda *args: forwarded.append(args) or "result")
+    calls = fake_triton_dot.record_dots(monkeypatch)
+    lhs, rhs, acc = _stub_operand("fp8e4nv", 64), _stub_operand("fp8e4nv", 64), _stub_operand("fp32", 32)
+    if api == "function":
+        assert semantic.dot(lhs, rhs, acc, None, 32, None, "builder") == "result"
+        assert forwarded == [(lhs, rhs, acc, None, 32, None, "builder")]
+    else:
+        owner = object.__new__(semantic.TritonSemantic)
+        assert semantic.TritonSemantic.dot(owner, lhs, rhs, acc, None, 32, None) == "result"
+        assert forwarded == [(owner, lhs, rhs, acc, None, 32, None)]
+    assert calls == [fake_triton_dot.DotCall("fp8e4nv", "fp8e4nv", "fp32", 64, True, 32)]
+    assert calls[0].imprecise_span == 32

@@ -80,7 +80,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _store(tmp_path_factory.mktemp("paths"))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
 def test_no_page_shows_a_server_path(monkeypatch, store, page):
     at = _page(monkeypatch, str(store), page)
@@ -90,7 +89,6 @@ def test_no_page_shows_a_server_path(monkeypatch, store, page):
     assert "fp8bench.sqlite" in text or "results" in text  # the store is still named, by its last component
 
 
-@pytest.mark.slow
 def test_environment_page_shows_the_run_header_and_reasons_with_short_paths(monkeypatch, store):
     at = _page(monkeypatch, str(store), "environment.py")
     text = _texts(at)

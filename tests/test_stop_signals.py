@@ -112,6 +112,7 @@ VERBS = {
 KEPT = {"ab": ("base/r00.json", "head/r00.json"), "bisect": ("*-1/base/r000.json", "*-1/head/r000.json")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", sorted(VERBS))
 @pytest.mark.parametrize("signals", [(signal.SIGTERM, signal.SIGTERM), (signal.SIGINT, signal.SIGINT),
                                      (signal.SIGTERM, signal.SIGINT)], ids=["term-term", "int-int", "term-int"])

@@ -4,7 +4,8 @@ the viewer that opens it.
 ``fp8bench run --profile`` writes one Chrome trace-event JSON file per case beside the run file and the store keeps
 its path (``records.profile_trace``, :mod:`fp8bench.measure.profiling`). A browser cannot follow a ``file://`` link from a
 web page, and Perfetto UI (https://ui.perfetto.dev) opens a trace the user hands it ("Open trace file"), so the
-page shows the path as text and, when the dashboard's own machine can read the file, offers it for download.
+page shows the path as text (relative to the results folder: a visitor learns nothing of the server's folders
+above it) and, when the dashboard's own machine can read the file, offers it for download.
 
 A stored path comes from whatever run was written or ingested into the store, so the dashboard reads only what
 looks like a trace fp8bench wrote: a regular file named ``*.pt.trace.json`` in a ``*.profile`` folder inside the
@@ -28,8 +29,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from fp8bench.core.redact import hide_paths
 from fp8bench.dashboard.data import store_target
-from fp8bench.dashboard.safe_text import md_text
+from fp8bench.dashboard.safe_text import md_text, shown
 from fp8bench.paths import PROFILE_DIR_SUFFIX, TRACE_SUFFIX, default_results_dir
 from fp8bench.results.store import normalize_url
 
@@ -118,7 +120,7 @@ def _download(path: str, root: Path) -> bytes:
     a readable trace (replaced, linked elsewhere, grown too large)."""
     data = read_trace(path, root)
     if data is None:
-        return json.dumps({"error": f"{path} is no longer a readable trace; reload the page"}).encode()
+        return json.dumps({"error": f"{shown(path)} is no longer a readable trace; reload the page"}).encode()
     return data
 
 
@@ -136,7 +138,8 @@ def show_traces(rows: pd.DataFrame, labels: pd.Series) -> None:
     root = traces_root()
     for i in traced.index:
         record_id, path, label = traced.at[i, "id"], traced.at[i, "profile_trace"], str(labels[i])
-        st.text(f"{label}: {path}")  # plain text: a stored path is never markup
+        # Plain text (a stored path is never markup), relative to the results folder: no server folder above it.
+        st.text(f"{label}: {hide_paths(path, str(root))}")
         file = readable_trace(path, root)
         if file is None:
             st.caption("Not readable as a trace from the dashboard's machine (only traces in its results folder "

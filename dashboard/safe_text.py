@@ -8,6 +8,10 @@ linked automatically, and ``:red[...]``, ``:material/...:`` and ``$...$`` are co
 URL is typed by whoever sends the link, and a device name or a reason comes from whatever run file was ingested,
 so every such value passes through :func:`md_text` before it is placed in Markdown.
 
+Whoever opens a page sees it from another machine: the server's own paths (the store's file, a run file, a trace, a
+suite file in a run header) are shown relative to the server's working directory or as their last component only,
+and passwords in store URLs never (:func:`shown`, which :func:`md_text` and the tables apply).
+
 :func:`md_text` backslash-escapes every ASCII punctuation character: CommonMark allows that escape for each of
 them and an escaped character is always literal text, so no link, image, emphasis, directive, math or HTML can
 start, and the reader sees the original characters. Line breaks become spaces, so the value stays one inline run
@@ -37,12 +41,28 @@ import numpy as np
 import plotly.graph_objects as go
 
 from fp8bench.core import escaping
+from fp8bench.core.redact import hide_paths
 
 
 def md_text(value: object) -> str:
-    """``value`` as Markdown that renders as exactly its text (passwords in URLs masked, one line); the rule is
-    the one gate reports use, :func:`fp8bench.core.escaping.md_text`."""
-    return escaping.md_text(value)
+    """``value`` as Markdown that renders as exactly its text (passwords in URLs masked, one line) with the
+    server's absolute paths shortened (:func:`shown`); the escaping rule is the one gate reports use,
+    :func:`fp8bench.core.escaping.md_text`."""
+    return escaping.md_text(hide_paths(value))
+
+
+def shown(value: Any) -> Any:
+    """``value`` (a string, or lists and dicts of them, such as a run header) with every password masked and every
+    absolute path of the server replaced by a name relative to its working directory or by its last component
+    (:func:`fp8bench.core.redact.hide_paths`): a page is read on other machines, and the store's path, a run
+    file's or a suite file's tell them about the server's folders. Other values are returned as they are."""
+    if isinstance(value, str):
+        return hide_paths(value)
+    if isinstance(value, dict):
+        return {k: shown(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [shown(v) for v in value]
+    return value
 
 
 def md_join(values: Iterable[object], sep: str = ", ") -> str:

@@ -13,7 +13,7 @@ import streamlit as st
 from fp8bench.core.escaping import neutralize_formulas
 from fp8bench.dashboard.data import FILL_COMMAND, Snapshot
 from fp8bench.dashboard.filters import Filters
-from fp8bench.dashboard.safe_text import safe_figure
+from fp8bench.dashboard.safe_text import safe_figure, shown
 from fp8bench.results.store.queries import RecordFilter
 
 _VIEW_KEY = "fp8bench_view"
@@ -59,7 +59,12 @@ def chart(fig: go.Figure, key: str) -> None:
 
 
 def table(frame: pd.DataFrame, name: str, **column_config: Any) -> None:
-    """Show ``frame`` as stored (formatting only in the column config) with a CSV download of the same rows."""
+    """Show ``frame`` as stored (formatting only in the column config, server paths shortened by
+    :func:`fp8bench.dashboard.safe_text.shown`) with a CSV download of the same rows."""
+    frame = frame.copy()
+    for i, dtype in enumerate(frame.dtypes):
+        if pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype):
+            frame.iloc[:, i] = frame.iloc[:, i].map(shown)
     st.dataframe(frame, hide_index=True, column_config=column_config or None, width="stretch")
     # A callable: the CSV is written only when someone asks for it, not on every rerun. Stored text that a
     # spreadsheet would run as a formula is prefixed with ' (fp8bench.core.escaping).

@@ -159,7 +159,7 @@ def test_a_git_ref_side_gets_an_absolute_out_folder_from_any_working_directory(t
 
     seen = {}
 
-    def checkouts(repo, refs):
+    def checkouts(repo, refs, register=None):
         return {name: ROOT for name in refs}, lambda: None
 
     def run_ab(base, head, run_args, folder, *args, **kwargs):

@@ -11,6 +11,7 @@ import plotly.express as px
 import streamlit as st
 
 from fp8bench.dashboard.data import LIST_LIMIT, count_records, list_records
+from fp8bench.dashboard.safe_text import shown
 from fp8bench.dashboard.widgets import chart, current_view, nothing_selected, table
 
 STATUS_COLOURS = {"ok": "seagreen", "skipped": "lightgrey", "failed": "crimson", "invalid": "orange"}
@@ -44,7 +45,7 @@ def main() -> None:
             st.caption(f"The newest {LIST_LIMIT:,} of them; narrow the filters or the run range to see older ones.")
         table(not_ok[["run_id", "case_key", "status", "reason"]], "not_measured")
     run_id = st.selectbox("Full run header", runs["run_id"].tolist()[::-1])
-    st.json(runs.set_index("run_id").at[run_id, "header"], expanded=False)
+    st.json(shown(runs.set_index("run_id").at[run_id, "header"]), expanded=False)
 
 
 main()

@@ -24,6 +24,8 @@ from fp8bench.core.units import positive_seconds
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from fp8bench.measure.interrupts import Teardown
+
 # A round of a CI suite takes minutes; one that has not answered in an hour is hung (a deadlocked kernel, a
 # driver wait), and ends the A/B run instead of the CI job's own, much later, timeout.
 DEFAULT_ROUND_TIMEOUT_S = 3600.0
@@ -190,10 +192,8 @@ def _check_rounds_and_sides(args: argparse.Namespace) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from fp8bench.commands.gate import gate_config, publish_report, write_report
-    from fp8bench.orchestration.ab import AbError, SideSpec, run_ab, temporary_checkouts
+    from fp8bench.measure.interrupts import cleanup_on_stop
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     try:  # bad input is a harness error (3) here: 2 would read as "inconclusive"
@@ -217,11 +217,28 @@ def execute(args: argparse.Namespace) -> int:
         print(f"fp8bench ab: error: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
     refs = {n: v for n, v in (("base", args.base), ("head", args.head)) if not _is_checkout(v)}
-    cleanup = None
+    # A second stop signal must not cut the removal of the worktrees short (measure.interrupts).
+    with cleanup_on_stop() as teardown:
+        report = _measure(args, seq, refs, envs, run_args, folder, config, teardown)
+    if isinstance(report, int):
+        return report
+    report["ab"]["refs"] = refs
+    md, js = write_report(report, folder, overwrite=args.force, flag="--out")
+    return publish_report(report, md, js, args, "ab", args.store or results, folder=str(folder))
+
+
+def _measure(args: argparse.Namespace, seq: Any, refs: dict[str, str], envs: dict[str, dict[str, str]],
+             run_args: list[str], folder: Path, config: Any, teardown: Teardown) -> dict[str, Any] | int:
+    """Check the git-ref sides out (removed by ``teardown``) and run the rounds: the gate report, or the exit code
+    of a harness error."""
+    from rich.console import Console
+
+    from fp8bench.orchestration.ab import AbError, SideSpec, run_ab, temporary_checkouts
+
     try:
         roots = {n: Path(v).resolve() for n, v in (("base", args.base), ("head", args.head)) if n not in refs}
         if refs:
-            paths, cleanup = temporary_checkouts(args.repo.resolve(), refs)
+            paths, _ = temporary_checkouts(args.repo.resolve(), refs, teardown.add)
             roots.update(paths)
         err = Console(stderr=True)
         progress = StepProgress("ab", 2 * args.rounds, err, enabled=not args.json, unit="runs")
@@ -238,9 +255,4 @@ def execute(args: argparse.Namespace) -> int:
         return harness_error("ab", exc, expected=True)
     except Exception as exc:  # noqa: BLE001 - no verdict without a measurement
         return harness_error("ab", exc, expected=False)
-    finally:
-        if cleanup:
-            cleanup()
-    report["ab"]["refs"] = refs
-    md, js = write_report(report, folder, overwrite=args.force, flag="--out")
-    return publish_report(report, md, js, args, "ab", args.store or results, folder=str(folder))
+    return report

@@ -105,6 +105,7 @@ def execute(args: argparse.Namespace) -> int:
 
     from fp8bench.analysis.bisect import BisectError, Probe, bisect, case_keys
     from fp8bench.commands.gate import gate_config
+    from fp8bench.measure.interrupts import cleanup_on_stop
     from fp8bench.orchestration.bisect_probes import ProbeRunner, commits_between
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
@@ -140,15 +141,16 @@ def execute(args: argparse.Namespace) -> int:
 
     runner = ProbeRunner(repo, good, run_args, folder, config, args.setup, args.plugin, args.min_rounds,
                          args.round_timeout)
-    try:
-        runner.start()
-        result = bisect(good, bad, commits, runner, args.step_budget, on_probe)
-    except (BisectError, OSError, ValueError) as exc:
-        return harness_error("bisect", exc, expected=True)
-    except Exception as exc:  # noqa: BLE001 - no verdict without a measurement
-        return harness_error("bisect", exc, expected=False)
-    finally:
-        runner.close()
+    # A second stop signal must not cut the removal of the worktrees short (measure.interrupts).
+    with cleanup_on_stop() as teardown:
+        teardown.add(runner.close)
+        try:
+            runner.start()
+            result = bisect(good, bad, commits, runner, args.step_budget, on_probe)
+        except (BisectError, OSError, ValueError) as exc:
+            return harness_error("bisect", exc, expected=True)
+        except Exception as exc:  # noqa: BLE001 - no verdict without a measurement
+            return harness_error("bisect", exc, expected=False)
     return report(result, case_keys(result), run_args, folder, results, args)
 
 

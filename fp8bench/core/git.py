@@ -11,11 +11,14 @@ that must succeed raises :class:`GitError` with git's own message.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from pathlib import Path
 
 # A fact about the checkout that takes git longer than this is left out rather than waited for (seconds).
 FACT_TIMEOUT_S = 10.0
+# Removing a worktree of a large checkout is a folder deletion; past this, it is left for ``git worktree prune``.
+REMOVE_TIMEOUT_S = 120.0
 
 
 class GitError(RuntimeError):
@@ -60,5 +63,10 @@ def add_worktree(repo: Path | str, ref: str, into: Path) -> Path:
 
 
 def remove_worktree(repo: Path | str, path: Path) -> None:
-    """Remove the worktree at ``path`` with whatever it holds (a failure is left for ``git worktree prune``)."""
-    _run(repo, ("worktree", "remove", "--force", str(path)), None)
+    """Remove the worktree at ``path`` and its record in ``repo``; safe to call again, and for a worktree that a
+    stopped ``git worktree add`` left half made (still locked, or with no folder left: hence ``--force`` twice).
+    git runs in a session of its own, so that a Ctrl-C at the terminal, which reaches the whole foreground group,
+    cannot stop it half way; a failure is left for ``git worktree prune``."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", "--force", str(path)],
+                       capture_output=True, start_new_session=True, timeout=REMOVE_TIMEOUT_S)

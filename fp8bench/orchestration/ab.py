@@ -18,6 +18,7 @@ side through ``FP8BENCH_PLUGINS`` in that side's environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -47,6 +48,9 @@ with contextlib.suppress(Exception):
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
     if os.getppid() == 1:  # the parent died before the call above took effect
         sys.exit(1)
+# The parent decides when a round stops (SIGTERM ends it as an interrupted run, its finished records kept): Ctrl-C,
+# which reaches every process of the terminal's group, must not print a traceback here or end a round on its own.
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 # The protocol gets its own copy of stdout, before the checkout's code is imported; fd 1 then points at stderr, so
 # that anything else writing to stdout (a print at import, a C library, a stray print later) cannot corrupt it.
 proto = os.fdopen(os.dup(1), "w")
@@ -103,6 +107,9 @@ class SideSpec:
 # Seconds a worker may take to import its checkout's fp8bench (torch included) and say it is ready: a cold import
 # on a busy 2-core machine takes under a minute; a checkout that hangs at import must not hang the A/B or bisect.
 WORKER_START_TIMEOUT_S = 600.0
+# Seconds a stopping worker may take to exit (an interrupted round writes its run file first) before it is killed:
+# short, because a CI runner's `timeout -k` kills the whole command soon after its first signal.
+WORKER_STOP_GRACE_S = 10.0
 
 
 class Worker:
@@ -117,9 +124,15 @@ class Worker:
         # cores the measuring side needs (GNU OpenMP spins for a while after each parallel region by default).
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.side = side
+        self.busy = False  # a round was asked for and has not answered
         self.proc = subprocess.Popen([python, "-c", _WORKER, str(side.root)], cwd=side.root, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
-        hello = self._read(start_timeout_s, f"the {side.name} worker's start (importing {side.root})", "")
+        try:
+            hello = self._read(start_timeout_s, f"the {side.name} worker's start (importing {side.root})", "")
+        except BaseException:  # a stop signal while it starts: nobody else holds this process to close it
+            self.proc.kill()
+            self.proc.wait()
+            raise
         if not hello.get("ready"):
             raise AbError(f"{side.name} worker did not start: {hello}")
         self.package = hello["fp8bench"]
@@ -157,25 +170,35 @@ class Worker:
         ("head round 3") in messages, ``timeout_s`` bounds it."""
         assert self.proc.stdin is not None
         argv = ["run", *run_args, "--out", str(out), "--no-store", "--json", *(["--force"] if force else [])]
+        self.busy = True
         self.proc.stdin.write(json.dumps({"argv": argv}) + "\n")
         self.proc.stdin.flush()
         reply = self._read(timeout_s, what or f"{self.side.name} round")
+        self.busy = False
         # Exit 1 means a case failed or is invalid: that is data for the gate (a `broken` case), not a harness
         # error. Anything else without a run file is.
         if reply["rc"] not in (0, 1) or not out.is_file():
             raise AbError(f"{self.side.name} round failed (exit {reply['rc']}): {reply['tail'][-800:]}")
         return reply
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
+    def close(self, grace_s: float = WORKER_STOP_GRACE_S) -> None:
+        """Stop the worker; safe to call again. An idle worker is asked to stop; one still in a round (the A/B
+        run was stopped or failed) gets SIGTERM, which ends its round as an interrupted run file with every record
+        finished so far. Either way it is killed if it has not exited within ``grace_s`` seconds."""
+        if self.proc.poll() is not None:
+            return
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            if not self.busy:
                 self.proc.stdin.write(json.dumps({"stop": True}) + "\n")
-                self.proc.stdin.close()
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+            self.proc.stdin.close()
+        if self.busy:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def round_order(r: int) -> tuple[str, str]:
@@ -218,6 +241,7 @@ def checkout_ref(repo: Path, ref: str, into: Path) -> Path:
 
 
 def remove_checkout(repo: Path, path: Path) -> None:
+    """Remove the worktree at ``path`` and its record in ``repo`` (:func:`fp8bench.core.git.remove_worktree`)."""
     remove_worktree(repo, path)
 
 
@@ -282,20 +306,28 @@ def side_dirty(rounds: Path) -> bool | None:
     return any(known) if known else None
 
 
-def temporary_checkouts(repo: Path, refs: dict[str, str]) -> tuple[dict[str, Path], Callable[[], None]]:
-    """Worktrees for git refs (``{"base": "origin/main", ...}``) and a cleanup function."""
-    tmp = Path(tempfile.mkdtemp(prefix="fp8bench-ab-"))
-    paths: dict[str, Path] = {}
+def temporary_checkouts(repo: Path, refs: dict[str, str], register: Callable[[Callable[[], None]], object] | None = None
+                        ) -> tuple[dict[str, Path], Callable[[], None]]:
+    """Worktrees for git refs (``{"base": "origin/main", ...}``) and the function that removes them (safe to call
+    again). ``register`` (a :class:`fp8bench.measure.interrupts.Teardown`'s ``add``) receives that function before
+    anything is made, so a stop signal at any point still has every worktree removed."""
+    made: list[Path] = []
+    folder: list[Path] = []
 
     def cleanup() -> None:
-        for p in paths.values():
+        for p in made:
             remove_checkout(repo, p)
-        shutil.rmtree(tmp, ignore_errors=True)
+        for f in folder:
+            shutil.rmtree(f, ignore_errors=True)
 
+    if register is not None:
+        register(cleanup)
+    folder.append(Path(tempfile.mkdtemp(prefix="fp8bench-ab-")))
     try:
         for name, ref in refs.items():
-            paths[name] = checkout_ref(repo, ref, tmp / name)
-    except AbError:
+            made.append(folder[0] / name)  # before git makes it: a stop during `git worktree add` still removes it
+            checkout_ref(repo, ref, made[-1])
+    except BaseException:
         cleanup()
         raise
-    return paths, cleanup
+    return dict(zip(refs, made, strict=True)), cleanup

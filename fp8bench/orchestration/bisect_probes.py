@@ -85,12 +85,15 @@ class ProbeRunner:
     _tmp: Path | None = None
     _good_worker: Worker | None = None
     _checkouts: dict[str, Path] = field(default_factory=dict)
+    _made: list[Path] = field(default_factory=list)  # every worktree begun, checked out or not
 
     def _checkout(self, commit: Commit) -> Path:
         """The commit's worktree (checked out once, kept until :meth:`close`)."""
         assert self._tmp is not None
         if commit.sha not in self._checkouts:
-            self._checkouts[commit.sha] = checkout_ref(self.repo, commit.sha, self._tmp / commit.sha[:12])
+            path = self._tmp / commit.sha[:12]
+            self._made.append(path)  # before git makes it: a stop during `git worktree add` still removes it
+            self._checkouts[commit.sha] = checkout_ref(self.repo, commit.sha, path)
         return self._checkouts[commit.sha]
 
     def _env(self, root: Path) -> dict[str, str]:
@@ -123,10 +126,12 @@ class ProbeRunner:
             raise BisectError(f"the good commit {self.good.sha[:12]} cannot be loaded: {exc}") from exc
 
     def close(self) -> None:
+        """Stop the good commit's worker and remove every worktree and the temporary folder; safe to call again."""
         if self._good_worker is not None:
             self._good_worker.close()
-        for path in self._checkouts.values():
-            remove_checkout(self.repo, path)
+        while self._made:
+            remove_checkout(self.repo, self._made.pop())
+        self._checkouts.clear()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 

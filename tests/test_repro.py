@@ -7,7 +7,9 @@ import shlex
 
 import pytest
 
-from fp8bench.analysis.gate.verdicts import GateConfig, gate, render_markdown
+from fp8bench.analysis.gate.config import GateConfig
+from fp8bench.analysis.gate.markdown import render_markdown
+from fp8bench.analysis.gate.report import gate
 from fp8bench.cli import main
 from fp8bench.core.repro import frame_commands, repro_command, repro_of
 from fp8bench.results.runfile import read_run_file
@@ -75,8 +77,8 @@ def test_the_gate_report_gives_each_slower_case_its_command():
     base = payload("b", [record(64, "bf16", fast), record(64, "fp32", fast, seq=1)])
     cand = payload("c", [record(64, "bf16", slow), record(64, "fp32", fast, seq=1)])
     report = gate([base], [cand], GateConfig())
-    assert report["slower_cases"] == ["gemm[m=64,n=64,k=64] bf16 torch cpu"]
-    assert list(report["repro"]) == report["slower_cases"]
+    assert report.slower_cases == ["gemm[m=64,n=64,k=64] bf16 torch cpu"]
+    assert list(report.repro) == report.slower_cases
     md = render_markdown(report)
     assert "Reproduce a regressed case:" in md
     assert "fp8bench run --workload gemm --shape m=64,n=64,k=64 --precision bf16 --backend torch --device cpu" in md

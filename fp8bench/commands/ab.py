@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ from fp8bench.core.units import positive_seconds
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from fp8bench.analysis.gate.report import GateReport
 
 # A round of a CI suite takes minutes; one that has not answered in an hour is hung (a deadlocked kernel, a
 # driver wait), and ends the A/B run instead of the CI job's own, much later, timeout.
@@ -119,7 +122,7 @@ def sequential_config(args: argparse.Namespace) -> Any:
 
 
 def _sequential(args: argparse.Namespace, seq: Any, roots: dict[str, Path], envs: dict[str, dict[str, str]],
-                run_args: list[str], folder: Path, config: Any, err: Any) -> dict[str, Any]:
+                run_args: list[str], folder: Path, config: Any, err: Any) -> GateReport:
     """``--budget``: rounds until every case is decided, with one progress line per look."""
     import time
 
@@ -241,6 +244,7 @@ def execute(args: argparse.Namespace) -> int:
     finally:
         if cleanup:
             cleanup()
-    report["ab"]["refs"] = refs
+    assert report.ab is not None
+    report = replace(report, ab=replace(report.ab, refs=refs))
     md, js = write_report(report, folder, overwrite=args.force, flag="--out")
     return publish_report(report, md, js, args, "ab", args.store or results, folder=str(folder))

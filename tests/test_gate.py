@@ -352,3 +352,17 @@ def test_power_capping_alone_never_breaks_a_case():
                            "energy": {"invalid_reasons": [
                                "throttled: power cap (sw_power_cap) during the energy window", why]}}
     assert verdicts(gate(base, hot))["gemm[m=64,n=64,k=64] fp32"] == "broken"
+
+
+def test_cli_aa_report_sets_the_noise_floor_from_a_stored_report(tmp_path, results_dir, capsys):
+    b, c = _write_sides(tmp_path, rounds("b", CASES, cv=0.03, seed=1), rounds("h", CASES, cv=0.03, seed=2))
+    aa = tmp_path / "aa.json"
+    aa.write_text(json.dumps(gate(rounds("a1", CASES, cv=0.03, seed=3), rounds("a2", CASES, cv=0.03, seed=4)).to_json()))
+    rc = main(["gate", str(b), str(c), "--aa-report", str(aa), "--results-dir", str(results_dir), "--json",
+               "--no-store-report"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == EXIT_PASS and out["config"]["aa_noise"] == pytest.approx(aa_noise_of(
+        GateReport.from_json(json.loads(aa.read_text()))))
+    aa.write_text(json.dumps({"report_id": "x"}))  # no cases: not a gate report
+    assert main(["gate", str(b), str(c), "--aa-report", str(aa), "--results-dir", str(results_dir)]) == 3
+    assert f"cannot read the A/A report {aa}" in capsys.readouterr().err

@@ -276,12 +276,14 @@ def gate(base_payloads: Sequence[dict[str, Any]], cand_payloads: Sequence[dict[s
 
 def merge_rerun(first: GateReport, rerun: GateReport) -> GateReport:
     """Take the rerun's verdicts for the cases the first report left inconclusive (each is rerun once only); the
-    first report's config, notes and reproduction commands stay."""
+    first report's config and notes stay. A case the rerun finds regressed gets the rerun's command to measure it
+    again, as one regressed at the first look has the first's."""
     again = {c.case: c for c in rerun.cases}
     cases = tuple(replace(again[c.case], rerun=True, first=FirstLook(c.verdict, c.reason, c.ratio, c.ci_low,
                                                                     c.ci_high))
                   if c.verdict is Verdict.INCONCLUSIVE and c.case in again else c for c in first.cases)
-    return replace(first, cases=cases,
+    repro = {**first.repro, **{c.case: rerun.repro[c.case] for c in cases if c.rerun and c.case in rerun.repro}}
+    return replace(first, cases=cases, repro=repro,
                    rerun=RerunInfo(",".join(rerun.base_run_ids), ",".join(rerun.cand_run_ids)))
 
 

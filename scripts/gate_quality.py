@@ -5,7 +5,7 @@ Each trial is one gate decision over a suite of ``--cases`` cases measured in ``
 A case's per-round medians are drawn from a log-normal distribution with the given coefficient of variation (the
 shape timing noise has: positive, right-skewed). In an A/A trial both sides share the distribution; in an A/B
 trial every candidate sample is ``1 + slowdown`` times slower. The samples go through the gate's real code path
-(:func:`fp8bench.analysis.gate.verdicts.compare_sides`: bootstrap interval, Mann-Whitney U, Benjamini-Hochberg, verdicts), and
+(:func:`fp8bench.analysis.gate.decision.compare_sides`: bootstrap interval, Mann-Whitney U, Benjamini-Hochberg, verdicts), and
 inconclusive cases are rerun once with fresh samples, as ``fp8bench ab`` does.
 
 Reported per CV: the false-alarm rate (share of A/A cases judged ``slower``) with its Wilson 95% upper bound, the
@@ -39,15 +39,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from fp8bench.analysis.gate.config import GateConfig
+from fp8bench.analysis.gate.decision import compare_sides
+from fp8bench.analysis.gate.report import aa_noise_of, build_report
 from fp8bench.analysis.gate.sequential import confidence_sequence, sequential_verdict
-from fp8bench.analysis.gate.verdicts import (
-    GateConfig,
-    Side,
-    SideCase,
-    aa_noise_of,
-    build_report,
-    compare_sides,
-)
+from fp8bench.analysis.gate.sides import Side, SideCase
 from fp8bench.core.comparability import ComparabilityKey
 
 

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, render_markdown
+from fp8bench.analysis.gate.config import GateConfig
+from fp8bench.analysis.gate.markdown import render_markdown
+from fp8bench.analysis.gate.report import build_report
+from fp8bench.analysis.gate.sides import collect_side
 from fp8bench.cli import main
 from fp8bench.orchestration.ab import AbError, SideSpec, run_ab
 from fp8bench.results.store import open_store
@@ -106,7 +109,7 @@ def test_fail_on_regression_with_nothing_compared_says_so_loudly(tmp_path, capsy
     base = payload("b", [record(64, "bf16", samples)], torch="2.13.0")
     cand = payload("c", [record(64, "bf16", samples)], torch="2.9.1")  # another torch: incomparable
     report = build_report(collect_side([base]), collect_side([cand]), GateConfig(fail_on="regression"))
-    assert report["exit_code"] == 0 and report["counts"]["incomparable"] == 1
+    assert report.exit_code == 0 and report.counts["incomparable"] == 1
     assert "**Warning: nothing was compared.**" in render_markdown(report)
     strict = build_report(collect_side([base]), collect_side([cand]), GateConfig())
     assert "nothing was compared" not in render_markdown(strict)  # exit 2 says it already

@@ -26,6 +26,7 @@ from fp8bench.analysis.bisect import (
     render_markdown,
     save_evidence,
 )
+from fp8bench.analysis.gate.report import GateReport
 from fp8bench.cli import main
 from fp8bench.orchestration.bisect_probes import commits_between
 
@@ -110,16 +111,21 @@ def test_a_bad_commit_that_is_not_slower_ends_it():
 
 
 def test_probe_outcome_from_a_sequential_report():
+    """Probe outcomes from sequential reports, given as the few keys an older report may hold (read by from_json)."""
     commit = Commit("a" * 40, "x")
     case = {"case": "c", "verdict": "slower", "ratio": 1.3, "ci_low": 1.2, "ci_high": 1.4, "reason": "r"}
     same = {"case": "d", "verdict": "same", "ratio": 1.0, "ci_low": 0.9, "ci_high": 1.04, "reason": "s"}
-    report = {"cases": [same, case], "sequential": {"rounds": 9}, "verdict": "regression"}
-    probe = probe_from_report(commit, report, 12.0, None)
+
+    def report(*cases):
+        return GateReport.from_json({"cases": list(cases), "sequential": {"rounds": 9 if len(cases) > 1 else 8}})
+
+    probe = probe_from_report(commit, report(same, case), 12.0, None)
     assert (probe.outcome, probe.ratio, probe.case, probe.rounds) == (SLOWER, 1.3, "c", 9)
-    assert probe_from_report(commit, {"cases": [same], "sequential": {"rounds": 8}}, 1, None).outcome == SAME
+    assert probe_from_report(commit, report(same), 1, None).outcome == SAME
     open_case = {**same, "verdict": "inconclusive", "ci_high": 1.2}
-    assert probe_from_report(commit, {"cases": [open_case], "sequential": {"rounds": 8}}, 1, None).outcome \
-        == UNDECIDED
+    assert probe_from_report(commit, report(open_case), 1, None).outcome == UNDECIDED
+    unmeasured = probe_from_report(commit, report({"case": "e", "verdict": "not measured", "reason": "n"}), 1, None)
+    assert (unmeasured.outcome, unmeasured.ratio, unmeasured.reason) == (UNDECIDED, None, "inconclusive")
 
 
 def test_markdown_issue_body_and_kept_evidence(tmp_path):

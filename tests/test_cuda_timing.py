@@ -415,13 +415,13 @@ def test_comparability_key_separates_graph_from_eager_and_keeps_eager_keys():
 
 
 def test_gate_never_compares_graph_with_eager():
-    from fp8bench.analysis.gate.verdicts import gate
+    from fp8bench.analysis.gate.report import gate
     from tests.gate_fixtures import payload, record
 
     eager = record(64, "bf16", [1e-3] * 12)
     graph = {**record(64, "bf16", [2e-3] * 12), "timing_mode": "cuda_graph"}  # twice as slow: not a verdict
     report = gate([payload("base", [eager])], [payload("cand", [graph])])
-    verdicts = {c["case"]: c["verdict"] for c in report["cases"]}
+    verdicts = {c.case: c.verdict for c in report.cases}
     # Two different cases: the eager one is absent from the candidate (missing, which fails unless allowed).
     assert verdicts == {case_key(eager): "missing", case_key(graph): "new"}
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fp8bench.analysis.gate.verdicts import EXIT_HARNESS_ERROR, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.analysis.stats import BOOTSTRAP_CHUNK_VALUES, compare_batch
 from fp8bench.cli import main
+from fp8bench.exit_codes import EXIT_HARNESS_ERROR, EXIT_PASS, EXIT_REGRESSION
 from tests.gate_fixtures import payload, record
 
 SAMPLES = [1.0e-3, 1.01e-3, 0.99e-3, 1.0e-3, 1.02e-3, 0.98e-3] * 3

@@ -7,17 +7,12 @@ import math
 
 import pytest
 
+from fp8bench.analysis.gate.config import GateConfig, GateError
+from fp8bench.analysis.gate.markdown import render_markdown
 from fp8bench.analysis.gate.metrics import floor_for, metric_value, parse_sqnr_floor, sqnr_verdict
-from fp8bench.analysis.gate.verdicts import (
-    EXIT_INCONCLUSIVE,
-    EXIT_PASS,
-    EXIT_REGRESSION,
-    GateConfig,
-    GateError,
-    gate,
-    render_markdown,
-)
+from fp8bench.analysis.gate.report import gate
 from fp8bench.cli import main
+from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import payload, record
 
@@ -40,14 +35,14 @@ BASE = [("bf16", 1e-3, 0.50, 48.0), ("fp8_rowwise", 2e-3, 0.40, 28.0)]
 
 
 def _verdicts(report):
-    return {c["case"].split()[1].split("/")[0]: c["verdict"] for c in report["cases"]}
+    return {c.case.split()[1].split("/")[0]: c.verdict for c in report.cases}
 
 
 def test_energy_regression_is_worse_and_time_is_unaffected():
     cand = [("bf16", 1e-3, 0.50, 48.0), ("fp8_rowwise", 2e-3, 0.52, 28.0)]  # 30% more joules, same time
     energy = gate(_rounds("b", BASE), _rounds("h", cand), GateConfig(metric="energy_j", paired=True))
     assert _verdicts(energy) == {"bf16": "same", "fp8_rowwise": "worse"}
-    assert energy["exit_code"] == EXIT_REGRESSION and energy["slower_cases"] == [energy["cases"][1]["case"]]
+    assert energy.exit_code == EXIT_REGRESSION and energy.slower_cases == [energy.cases[1].case]
     time = gate(_rounds("b", BASE), _rounds("h", cand), GateConfig(paired=True))
     assert set(_verdicts(time).values()) == {"same"}
 
@@ -55,30 +50,30 @@ def test_energy_regression_is_worse_and_time_is_unaffected():
 def test_less_energy_is_better():
     cand = [("bf16", 1e-3, 0.40, 48.0), ("fp8_rowwise", 2e-3, 0.40, 28.0)]
     report = gate(_rounds("b", BASE), _rounds("h", cand), GateConfig(metric="energy_j", paired=True))
-    assert _verdicts(report) == {"bf16": "better", "fp8_rowwise": "same"} and report["exit_code"] == EXIT_PASS
+    assert _verdicts(report) == {"bf16": "better", "fp8_rowwise": "same"} and report.exit_code == EXIT_PASS
 
 
 def test_energy_needs_rounds_one_run_per_side_is_inconclusive():
     report = gate(_rounds("b", BASE, n=1), _rounds("h", BASE, n=1), GateConfig(metric="energy_j"))
-    assert set(_verdicts(report).values()) == {"inconclusive"} and "too few samples" in report["cases"][0]["reason"]
-    assert report["sample_unit"]["cand"] == "one value per run"
+    assert set(_verdicts(report).values()) == {"inconclusive"} and "too few samples" in report.cases[0].reason
+    assert report.cand_sample_unit == "one value per run"
 
 
 def test_no_energy_meter_is_not_measured_not_a_pass():
     none = [("bf16", 1e-3, None, 48.0)]
     report = gate(_rounds("b", none), _rounds("h", none), GateConfig(metric="energy_j"))
-    (case,) = report["cases"]
-    assert case["verdict"] == "not measured" and "no energy_j" in case["reason"]
-    assert report["exit_code"] == EXIT_INCONCLUSIVE  # nothing compared is never a pass
+    (case,) = report.cases
+    assert case.verdict == "not measured" and "no energy_j" in case.reason
+    assert report.exit_code == EXIT_INCONCLUSIVE  # nothing compared is never a pass
 
 
 def test_sqnr_drop_beyond_tolerance_is_a_regression_in_db():
     cand = [("bf16", 1e-3, 0.5, 47.5), ("fp8_rowwise", 2e-3, 0.4, 26.0)]  # -0.5 dB, -2 dB
     report = gate(_rounds("b", BASE), _rounds("h", cand), GateConfig(metric="sqnr_db"))
     assert _verdicts(report) == {"bf16": "same", "fp8_rowwise": "worse"}
-    worse = report["cases"][1]
-    assert (worse["base_value"], worse["cand_value"]) == (28.0, 26.0) and "-2.00 dB" in worse["reason"]
-    assert report["exit_code"] == EXIT_REGRESSION
+    worse = report.cases[1]
+    assert (worse.values.base_value, worse.values.cand_value) == (28.0, 26.0) and "-2.00 dB" in worse.reason
+    assert report.exit_code == EXIT_REGRESSION
     loose = gate(_rounds("b", BASE), _rounds("h", cand), GateConfig(metric="sqnr_db", sqnr_tolerance_db=3))
     assert set(_verdicts(loose).values()) == {"same"}
 
@@ -88,7 +83,7 @@ def test_sqnr_floor_fails_a_candidate_whatever_the_base_did():
     floors = (("bf16", 35.0), ("fp8_*", 20.0))
     report = gate(_rounds("b", low, n=1), _rounds("h", low, n=1), GateConfig(metric="sqnr_db", sqnr_floors=floors))
     assert _verdicts(report) == {"bf16": "same", "fp8_rowwise": "worse"}
-    assert "under the 20 dB floor for fp8_*" in report["cases"][1]["reason"]
+    assert "under the 20 dB floor for fp8_*" in report.cases[1].reason
     md = render_markdown(report)
     assert "on sqnr_db" in md and "| worse | 18.00 | 18.00 | +0.00 | 20 | 1/1 |" in md and "fp8_*: 20 dB" in md
 

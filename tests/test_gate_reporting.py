@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import json
 
-from fp8bench.analysis.gate.verdicts import (
-    EXIT_INCONCLUSIVE,
-    EXIT_PASS,
-    REPORT_MARKER,
-    GateConfig,
-    gate,
-    merge_rerun,
-    render_markdown,
-)
+from fp8bench.analysis.gate.config import GateConfig
+from fp8bench.analysis.gate.markdown import REPORT_MARKER, render_markdown
+from fp8bench.analysis.gate.report import gate, merge_rerun
 from fp8bench.cli import main
+from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS
 from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import rounds
 
@@ -28,24 +23,24 @@ def _inconclusive():
 def test_fail_on_regression_lets_an_inconclusive_outcome_pass_but_says_so():
     base, cand = _inconclusive()
     strict = gate(base, cand)
-    assert strict["verdict"] == "inconclusive" and strict["exit_code"] == EXIT_INCONCLUSIVE
+    assert strict.verdict == "inconclusive" and strict.exit_code == EXIT_INCONCLUSIVE
     lenient = gate(base, cand, GateConfig(fail_on="regression"))
-    assert lenient["verdict"] == "inconclusive" and lenient["exit_code"] == EXIT_PASS
-    assert lenient["config"]["fail_on"] == "regression"
+    assert lenient.verdict == "inconclusive" and lenient.exit_code == EXIT_PASS
+    assert lenient.config.fail_on == "regression"
     assert "INCONCLUSIVE** (exit 0 under --fail-on regression)" in render_markdown(lenient)
 
 
 def test_fail_on_regression_still_fails_a_regression():
     report = gate(rounds("b", CASES, seed=1), rounds("h", {**CASES, (64, "bf16"): 1.5e-3}, seed=2),
                   GateConfig(fail_on="regression"))
-    assert report["exit_code"] == 1
+    assert report.exit_code == 1
 
 
 def test_merge_rerun_keeps_fail_on():
     base, cand = _inconclusive()
     first = gate(base, cand, GateConfig(fail_on="regression"))
     merged = merge_rerun(first, first)
-    assert merged["exit_code"] == EXIT_PASS and merged["verdict"] == "inconclusive"
+    assert merged.exit_code == EXIT_PASS and merged.verdict == "inconclusive"
 
 
 def test_markdown_report_starts_with_the_hidden_marker():

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fp8bench.analysis.gate.verdicts import gate
+from fp8bench.analysis.gate.report import gate
 from fp8bench.analysis.report import baseline_index, speedups
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
@@ -94,17 +94,17 @@ def test_gate_never_compares_interpreted_timings():
     for payloads in (base, cand):
         for p in payloads:
             p["records"] = [_interpreted(r) for r in p["records"]]
-    (case,) = gate(base, cand)["cases"]
-    assert case["verdict"] == "not measured" and "interpreted" in case["reason"] and case["ratio"] is None
+    (case,) = gate(base, cand).cases
+    assert case.verdict == "not measured" and "interpreted" in case.reason and case.ratio is None
 
 
 def test_gate_calls_interpreted_on_one_side_incomparable():
     base = rounds("b", {(64, "bf16"): 1e-3})
     cand = [payload(f"h-r{i}", [_interpreted(record(64, "bf16", [9e-3] * 5))]) for i in range(10)]
     report = gate(base, cand)
-    (case,) = report["cases"]
-    assert case["verdict"] == "incomparable" and "candidate side only" in case["reason"]
-    assert report["exit_code"] == 2
+    (case,) = report.cases
+    assert case.verdict == "incomparable" and "candidate side only" in case.reason
+    assert report.exit_code == 2
 
 
 def test_table_and_dashboard_never_compare_interpreted_timings():

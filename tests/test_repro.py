@@ -7,7 +7,9 @@ import shlex
 
 import pytest
 
-from fp8bench.analysis.gate.verdicts import GateConfig, gate, render_markdown
+from fp8bench.analysis.gate.config import GateConfig
+from fp8bench.analysis.gate.markdown import render_markdown
+from fp8bench.analysis.gate.report import gate, merge_rerun
 from fp8bench.cli import main
 from fp8bench.core.repro import frame_commands, repro_command, repro_of
 from fp8bench.results.runfile import read_run_file
@@ -75,13 +77,26 @@ def test_the_gate_report_gives_each_slower_case_its_command():
     base = payload("b", [record(64, "bf16", fast), record(64, "fp32", fast, seq=1)])
     cand = payload("c", [record(64, "bf16", slow), record(64, "fp32", fast, seq=1)])
     report = gate([base], [cand], GateConfig())
-    assert report["slower_cases"] == ["gemm[m=64,n=64,k=64] bf16 torch cpu"]
-    assert list(report["repro"]) == report["slower_cases"]
+    assert report.slower_cases == ["gemm[m=64,n=64,k=64] bf16 torch cpu"]
+    assert list(report.repro) == report.slower_cases
     md = render_markdown(report)
     assert "Reproduce a regressed case:" in md
     assert "fp8bench run --workload gemm --shape m=64,n=64,k=64 --precision bf16 --backend torch --device cpu" in md
     assert "--precision fp32" not in md
 
+
+
+def test_a_case_the_rerun_finds_slower_gets_its_command_too():
+    """``fp8bench ab`` reruns an inconclusive case; when the rerun calls it slower, the merged report names it among
+    the regressions and must give its command as it does for a case slower at the first look."""
+    fast, slow = [1e-3 * (1 + 0.001 * i) for i in range(20)], [2e-3 * (1 + 0.001 * i) for i in range(20)]
+    first = gate([payload("b", [record(64, "bf16", fast[:2])])], [payload("c", [record(64, "bf16", slow[:2])])])
+    assert first.cases[0].verdict == "inconclusive" and first.repro == {}  # too few samples
+    rerun = gate([payload("b2", [record(64, "bf16", fast)])], [payload("c2", [record(64, "bf16", slow)])])
+    merged = merge_rerun(first, rerun)
+    assert merged.slower_cases == ["gemm[m=64,n=64,k=64] bf16 torch cpu"]
+    assert merged.repro == rerun.repro and list(merged.repro) == merged.slower_cases
+    assert "Reproduce a regressed case:" in render_markdown(merged)
 
 # --- records from someone else: a run file or store is input, and its commands are pasted by people -----------
 

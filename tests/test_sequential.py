@@ -130,7 +130,7 @@ def _gate_quality():
 def test_the_quality_study_gates_real_samples():
     """The study's synthetic sides carry their samples into the gate (a clear slowdown is found by both designs,
     identical sides pass the sequential one at its first look)."""
-    from fp8bench.analysis.gate.verdicts import GateConfig
+    from fp8bench.analysis.gate.config import GateConfig
 
     gq = _gate_quality()
     rng = np.random.default_rng(0)

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from fp8bench.analysis.gate.verdicts import GateError, parse_override
+from fp8bench.analysis.gate.config import GateError, parse_override
 from fp8bench.cli import build_parser
 from fp8bench.core.units import fraction_arg, parse_fraction, parse_percent, percent_arg
 from fp8bench.measure.suites import SuiteError, load_suite

@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fp8bench.analysis.gate.decision import Verdict
+from fp8bench.analysis.gate.report import GateReport
 from fp8bench.core.escaping import md_code, md_code_block, md_text
 from fp8bench.core.repro import UnsafeField, no_command, shell_line
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
@@ -180,24 +182,30 @@ def bisect(good: Commit, bad: Commit, commits: Sequence[Commit], measure: Measur
     return result
 
 
-def probe_from_report(commit: Commit, report: dict[str, Any], seconds: float, folder: str | None) -> Probe:
+# A probe is the same as good when every case it compared is one of these.
+_PASSING = frozenset({Verdict.SAME, Verdict.FASTER, Verdict.NEW, Verdict.REMOVED, Verdict.NOT_MEASURED})
+
+
+def probe_from_report(commit: Commit, report: GateReport, seconds: float, folder: str | None) -> Probe:
     """A probe's outcome from its sequential gate report: slower if any case is slower (or broke), same when every
     compared case is same or faster, undecided otherwise; the ratio shown is the slowest case's."""
-    cases = report["cases"]
-    rounds = int((report.get("sequential") or {}).get("rounds") or 0)
-    compared = [c for c in cases if c.get("ratio") is not None]
-    worst = max(compared, key=lambda c: c["ratio"]) if compared else None
-    verdicts = {c["verdict"] for c in cases}
-    if verdicts & {"slower", "broken", "missing"}:
+    cases = report.cases
+    rounds = report.sequential.rounds if report.sequential else 0
+    compared = [c for c in cases if c.ratio is not None]
+    worst = max(compared, key=lambda c: c.ratio or 0.0) if compared else None
+    verdicts = {c.verdict for c in cases}
+    if verdicts & {Verdict.SLOWER, Verdict.BROKEN, Verdict.MISSING}:
         outcome = SLOWER
-        worst = next((c for c in cases if c["verdict"] == "slower"), worst)
-    elif compared and verdicts <= {"same", "faster", "new", "removed", "not measured"}:
+        worst = next((c for c in cases if c.verdict is Verdict.SLOWER), worst)
+    elif compared and verdicts <= _PASSING:
         outcome = SAME
     else:
         outcome = UNDECIDED
-    return Probe(commit.sha, commit.subject, outcome, worst["ratio"] if worst else None,
-                 worst["ci_low"] if worst else None, worst["ci_high"] if worst else None, rounds, seconds,
-                 (worst or {}).get("reason") or report.get("verdict"), (worst or {}).get("case"), folder)
+    if worst is None:
+        return Probe(commit.sha, commit.subject, outcome, rounds=rounds, seconds=seconds, reason=report.verdict,
+                     folder=folder)
+    return Probe(commit.sha, commit.subject, outcome, worst.ratio, worst.ci_low, worst.ci_high, rounds, seconds,
+                 worst.reason or report.verdict, worst.case, folder)
 
 
 # -- reports ------------------------------------------------------------------------------------------------------
@@ -250,8 +258,8 @@ def case_keys(result: BisectResult) -> list[str]:
     keys: list[str] = []
     for p in result.probes:
         if p.folder and (Path(p.folder) / "report.json").is_file():
-            report = json.loads((Path(p.folder) / "report.json").read_text())
-            keys += [c["case"] for c in report["cases"] if c["case"] not in keys]
+            report = GateReport.from_json(json.loads((Path(p.folder) / "report.json").read_text()))
+            keys += [c.case for c in report.cases if c.case not in keys]
     return keys
 
 

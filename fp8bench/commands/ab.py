@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from fp8bench.core.units import positive_seconds
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from fp8bench.analysis.gate.report import GateReport
     from fp8bench.measure.interrupts import Teardown
 
 # A round of a CI suite takes minutes; one that has not answered in an hour is hung (a deadlocked kernel, a
@@ -121,7 +123,7 @@ def sequential_config(args: argparse.Namespace) -> Any:
 
 
 def _sequential(args: argparse.Namespace, seq: Any, roots: dict[str, Path], envs: dict[str, dict[str, str]],
-                run_args: list[str], folder: Path, config: Any, err: Any) -> dict[str, Any]:
+                run_args: list[str], folder: Path, config: Any, err: Any) -> GateReport:
     """``--budget``: rounds until every case is decided, with one progress line per look."""
     import time
 
@@ -222,13 +224,14 @@ def execute(args: argparse.Namespace) -> int:
         report = _measure(args, seq, refs, envs, run_args, folder, config, teardown)
     if isinstance(report, int):
         return report
-    report["ab"]["refs"] = refs
+    assert report.ab is not None
+    report = replace(report, ab=replace(report.ab, refs=refs))
     md, js = write_report(report, folder, overwrite=args.force, flag="--out")
     return publish_report(report, md, js, args, "ab", args.store or results, folder=str(folder))
 
 
 def _measure(args: argparse.Namespace, seq: Any, refs: dict[str, str], envs: dict[str, dict[str, str]],
-             run_args: list[str], folder: Path, config: Any, teardown: Teardown) -> dict[str, Any] | int:
+             run_args: list[str], folder: Path, config: Any, teardown: Teardown) -> GateReport | int:
     """Check the git-ref sides out (removed by ``teardown``) and run the rounds: the gate report, or the exit code
     of a harness error."""
     from rich.console import Console

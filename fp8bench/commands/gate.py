@@ -1,4 +1,4 @@
-"""`fp8bench gate BASE CAND`: the statistical regression gate (see :mod:`fp8bench.analysis.gate.verdicts`)."""
+"""`fp8bench gate BASE CAND`: the statistical regression gate (see :mod:`fp8bench.analysis.gate`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from fp8bench.commands.common import (
 from fp8bench.core.units import fraction_arg
 
 if TYPE_CHECKING:  # the gate loads only when the verb runs, not for `fp8bench --help`
-    from fp8bench.analysis.gate.verdicts import GateConfig
+    from fp8bench.analysis.gate.config import GateConfig
+    from fp8bench.analysis.gate.report import GateReport
 
 DESCRIPTION = """Compare a candidate against its base, case by case, and fail on a real regression: slower, more
 energy per iteration, or less accurate (--metric median_s|energy_j|sqnr_db).
@@ -84,14 +85,15 @@ def add_gate_flags(p: argparse.ArgumentParser) -> None:
 
 
 def gate_config(args: argparse.Namespace) -> GateConfig:
+    from fp8bench.analysis.gate.config import GateConfig, parse_override
     from fp8bench.analysis.gate.metrics import parse_sqnr_floor
-    from fp8bench.analysis.gate.verdicts import GateConfig, aa_noise_of, parse_override
+    from fp8bench.analysis.gate.report import GateReport, aa_noise_of
 
     aa = args.aa_noise
     if args.aa_report is not None:
         try:
-            aa = max(aa or 0.0, aa_noise_of(json.loads(args.aa_report.read_text())))
-        except (OSError, json.JSONDecodeError, KeyError) as exc:
+            aa = max(aa or 0.0, aa_noise_of(GateReport.from_json(json.loads(args.aa_report.read_text()))))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"cannot read the A/A report {args.aa_report}: {exc}") from exc
     return GateConfig(threshold=args.threshold, overrides=tuple(parse_override(o) for o in args.override),
                       alpha=args.alpha, confidence=args.confidence, aa_noise=aa,
@@ -125,13 +127,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_json_flag(p)
 
 
-def warn_same_runs(report: dict[str, Any]) -> None:
+def warn_same_runs(report: GateReport) -> None:
     """Say on stderr when both sides are the same run(s): such a gate can only pass."""
-    from fp8bench.analysis.gate.verdicts import SAME_RUN_NOTE
+    from fp8bench.analysis.gate.report import SAME_RUN_NOTE
     from fp8bench.core.escaping import one_line
 
     prefix = SAME_RUN_NOTE.split("{", 1)[0]
-    for note in report.get("notes", []):
+    for note in report.notes:
         if note.startswith(prefix):
             print(f"fp8bench gate: warning: {one_line(note)}", file=sys.stderr)
 
@@ -148,26 +150,26 @@ def check_report_dir(folder: Path, overwrite: bool, flag: str) -> None:
         check_writable(folder / name, overwrite, what="the report", flag=flag)
 
 
-def write_report(report: dict[str, Any], folder: Path, overwrite: bool = False,
+def write_report(report: GateReport, folder: Path, overwrite: bool = False,
                  flag: str = "--report-dir") -> tuple[Path, Path]:
     """Write report.md and report.json into ``folder``; returns their paths."""
-    from fp8bench.analysis.gate.verdicts import render_markdown
+    from fp8bench.analysis.gate.markdown import render_markdown
     from fp8bench.results.runfile import json_safe, write_user_file
 
     md, js = (folder / name for name in REPORT_FILES)
     write_user_file(md, render_markdown(report).encode(), overwrite, what="the report", flag=flag)
-    write_user_file(js, json.dumps(json_safe(report), indent=1, allow_nan=False).encode(), overwrite,
+    write_user_file(js, json.dumps(json_safe(report.to_json()), indent=1, allow_nan=False).encode(), overwrite,
                     what="the report", flag=flag)
     return md, js
 
 
-def store_report(report: dict[str, Any], target: Any) -> str | None:
+def store_report(report: GateReport, target: Any) -> str | None:
     """Add the report to the store; returns an error text instead of raising (the files are already written)."""
     from fp8bench.core.redact import error_line
     from fp8bench.results.store import StoreError, open_store
 
     try:
-        open_store(target).add_gate_report(report)
+        open_store(target).add_gate_report(report.to_json())
     except Exception as exc:  # the verdict stands even if the database is down
         # One line: a driver's message, never SQLAlchemy's statement and parameter dump (the whole report).
         return str(exc) if isinstance(exc, StoreError) else error_line(exc)
@@ -175,7 +177,7 @@ def store_report(report: dict[str, Any], target: Any) -> str | None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.analysis.gate.verdicts import gate
+    from fp8bench.analysis.gate.report import gate
 
     try:
         if args.report_dir is not None:
@@ -191,7 +193,7 @@ def execute(args: argparse.Namespace) -> int:
             traceback.print_exc(file=sys.stderr)
         return EXIT_HARNESS_ERROR
     warn_same_runs(report)
-    folder = args.report_dir or (args.results_dir or default_results_dir()) / "gate" / report["report_id"]
+    folder = args.report_dir or (args.results_dir or default_results_dir()) / "gate" / report.report_id
     try:
         md, js = write_report(report, folder, args.force)
     except (OSError, ValueError) as exc:
@@ -201,15 +203,15 @@ def execute(args: argparse.Namespace) -> int:
                           args.store or (args.results_dir or default_results_dir()), report_json=str(js))
 
 
-def publish_report(report: dict[str, Any], md: Path, js: Path, args: argparse.Namespace, verb: str,
+def publish_report(report: GateReport, md: Path, js: Path, args: argparse.Namespace, verb: str,
                    store: Any, **summary: Any) -> int:
     """Store the written report (unless ``--no-store-report``), print it, and return its exit code.
 
     ``summary`` adds fields to the one-line JSON summary printed after the Markdown report.
     """
-    from fp8bench.analysis.gate.verdicts import nothing_compared_under_lenient_fail_on, render_markdown
+    from fp8bench.analysis.gate.markdown import render_markdown
 
-    if nothing_compared_under_lenient_fail_on(report):
+    if report.unchecked_pass:
         print(f"fp8bench {verb}: warning: nothing was compared (every case is incomparable, missing or unmeasured); "
               "this exits 0 only because of --fail-on regression", file=sys.stderr)
     store_error = None
@@ -221,12 +223,12 @@ def publish_report(report: dict[str, Any], md: Path, js: Path, args: argparse.Na
     if summary_error:
         print(f"fp8bench {verb}: {summary_error}", file=sys.stderr)
     if args.json:
-        print_json({**report, "report_md": str(md), "report_json": str(js), "store_error": store_error})
+        print_json({**report.to_json(), "report_md": str(md), "report_json": str(js), "store_error": store_error})
     else:
         print(render_markdown(report))
-        print_json({"verdict": report["verdict"], "exit_code": report["exit_code"],
-                    "slower_cases": report["slower_cases"], "report_md": str(md), **summary})
-    return int(report["exit_code"])
+        print_json({"verdict": report.verdict, "exit_code": report.exit_code,
+                    "slower_cases": report.slower_cases, "report_md": str(md), **summary})
+    return report.exit_code
 
 
 def append_step_summary(report_md: Path) -> str | None:

@@ -31,7 +31,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from fp8bench.analysis.gate.verdicts import GateConfig, build_report, collect_side, merge_rerun
+from fp8bench.analysis.gate.config import GateConfig
+from fp8bench.analysis.gate.decision import Verdict
+from fp8bench.analysis.gate.report import AbInfo, GateReport, build_report, merge_rerun
+from fp8bench.analysis.gate.sides import collect_side
 from fp8bench.core.commits import user_ref
 from fp8bench.core.git import GitError, add_worktree, remove_worktree
 from fp8bench.core.redact import MASK
@@ -247,7 +250,7 @@ def remove_checkout(repo: Path, path: Path) -> None:
 
 @dataclass
 class AbResult:
-    report: dict[str, Any]
+    report: GateReport
     folder: Path
 
 
@@ -269,9 +272,10 @@ def run_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path
         dirs = run_rounds(workers, run_args, rounds, folder, on_round, round_timeout_s, force)
         report = build_report(collect_side(load_side(str(dirs["base"]))), collect_side(load_side(str(dirs["head"]))),
                               config)
-        if rerun_inconclusive and report["counts"].get("inconclusive"):
+        inconclusive = [c.case for c in report.cases if c.verdict is Verdict.INCONCLUSIVE]
+        if rerun_inconclusive and inconclusive:
             if on_rerun:
-                on_rerun([c["case"] for c in report["cases"] if c["verdict"] == "inconclusive"])
+                on_rerun(inconclusive)
             again = run_rounds(workers, run_args, rounds, folder / "rerun", on_round, round_timeout_s, force)
             rerun = build_report(collect_side(load_side(str(again["base"]))),
                                  collect_side(load_side(str(again["head"]))), config)
@@ -279,12 +283,16 @@ def run_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path
     finally:
         for w in workers.values():
             w.close()
-    report["ab"] = {"base_root": str(base.root), "head_root": str(head.root), "rounds": rounds,
-                    "run_args": list(run_args), "base_env": masked_env(base.env), "head_env": masked_env(head.env),
-                    "dirty": {name: side_dirty(dirs[name]) for name in ("base", "head")},
-                    "round_timeout_s": round_timeout_s,
-                    "worker_packages": {n: w.package for n, w in workers.items()}}
-    return AbResult(report, folder)
+    return AbResult(replace(report, ab=ab_info(base, head, rounds, run_args, dirs, round_timeout_s, workers)),
+                    folder)
+
+
+def ab_info(base: SideSpec, head: SideSpec, rounds: int, run_args: Sequence[str], dirs: dict[str, Path],
+            round_timeout_s: float | None, workers: dict[str, Worker]) -> AbInfo:
+    """The report's A/B section: the checkouts, their round folders' dirty state, the workers' packages."""
+    return AbInfo(str(base.root), str(head.root), rounds, list(run_args), masked_env(base.env), masked_env(head.env),
+                  {name: side_dirty(dirs[name]) for name in ("base", "head")}, round_timeout_s,
+                  {n: w.package for n, w in workers.items()})
 
 
 def masked_env(env: dict[str, str]) -> dict[str, str]:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from fp8bench.analysis.bisect import SKIP, BisectError, Commit, Probe, probe_from_report
+from fp8bench.analysis.gate.config import GateConfig
 from fp8bench.analysis.gate.sequential import SequentialConfig
-from fp8bench.analysis.gate.verdicts import GateConfig
 from fp8bench.core.commits import user_ref
 from fp8bench.core.git import GitError, git, is_ancestor
 from fp8bench.orchestration.ab import AbError, SideSpec, Worker, checkout_ref, remove_checkout
@@ -162,5 +162,5 @@ class ProbeRunner:
             return skipped(f"could not be measured: {exc}")
         finally:
             head.close()
-        (folder / "report.json").write_text(json.dumps(report, indent=1, default=str))
+        (folder / "report.json").write_text(json.dumps(report.to_json(), indent=1, default=str))
         return probe_from_report(commit, report, time.monotonic() - began, str(folder))

@@ -13,9 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from fp8bench.analysis.gate.sequential import SequentialConfig, finish, judge, undecided
-from fp8bench.analysis.gate.verdicts import CaseResult, GateConfig, Side, build_report, collect_side
-from fp8bench.orchestration.ab import AbError, SideSpec, Worker, masked_env, round_order, side_dirty
+from fp8bench.analysis.gate.config import GateConfig
+from fp8bench.analysis.gate.decision import CaseResult
+from fp8bench.analysis.gate.report import GateReport, SequentialInfo, build_report
+from fp8bench.analysis.gate.sequential import METHOD, SequentialConfig, finish, judge, undecided
+from fp8bench.analysis.gate.sides import Side, collect_side
+from fp8bench.orchestration.ab import AbError, SideSpec, Worker, ab_info, round_order
 from fp8bench.results.ingest import load_side
 
 
@@ -50,7 +53,7 @@ def check_folder(folder: Path, force: bool) -> None:
 def run_sequential(workers: dict[str, Worker], run_args: Sequence[str], folder: Path, seq: SequentialConfig,
                    config: GateConfig, on_round: Callable[[int, str], None] | None = None,
                    on_look: Callable[[int, list[str]], None] | None = None, round_timeout_s: float | None = None,
-                   clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+                   clock: Callable[[], float] = time.monotonic) -> GateReport:
     """Interleaved rounds (ABBA) with a look after each from ``seq.min_rounds`` on; stops when every case is
     decided, at ``seq.max_rounds``, or when another round would not fit in ``seq.budget_s`` (judged by the mean
     round time so far). Returns the gate report with a ``sequential`` section."""
@@ -93,19 +96,16 @@ def run_sequential(workers: dict[str, Worker], run_args: Sequence[str], folder: 
     report = build_report(base, cand, config, results=finish(results),
                           notes=[f"sequential: {state.rounds} round(s) in {clock() - state.started:.0f} s of a "
                                  f"{seq.budget_s:g} s budget; stopped: {stopped}"])
-    report["sequential"] = {"method": "asymptotic confidence sequence (Waudby-Smith et al. 2024)",
-                            "budget_s": seq.budget_s, "min_rounds": seq.min_rounds, "max_rounds": seq.max_rounds,
-                            "design_rounds": seq.design_rounds, "rounds": state.rounds, "stopped": stopped,
-                            "elapsed_s": round(clock() - state.started, 3),
-                            "round_seconds": [round(s, 3) for s in state.round_seconds]}
-    return report
+    return replace(report, sequential=SequentialInfo(
+        METHOD, seq.budget_s, seq.min_rounds, seq.max_rounds, seq.design_rounds, state.rounds, stopped,
+        round(clock() - state.started, 3), [round(s, 3) for s in state.round_seconds]))
 
 
 def run_sequential_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], folder: Path,
                       seq: SequentialConfig, config: GateConfig | None = None, force: bool = False,
                       on_round: Callable[[int, str], None] | None = None,
                       on_look: Callable[[int, list[str]], None] | None = None, stderr: Any = None,
-                      round_timeout_s: float | None = None) -> dict[str, Any]:
+                      round_timeout_s: float | None = None) -> GateReport:
     """``fp8bench ab --budget``: both sides' workers, :func:`run_sequential`, and the A/B section of the report."""
     check_folder(folder, force)
     workers: dict[str, Worker] = {}
@@ -117,9 +117,6 @@ def run_sequential_ab(base: SideSpec, head: SideSpec, run_args: Sequence[str], f
     finally:
         for w in workers.values():
             w.close()
-    report["ab"] = {"base_root": str(base.root), "head_root": str(head.root), "rounds": report["sequential"]["rounds"],
-                    "run_args": list(run_args), "base_env": masked_env(base.env), "head_env": masked_env(head.env),
-                    "dirty": {name: side_dirty(folder / name) for name in ("base", "head")},
-                    "round_timeout_s": round_timeout_s,
-                    "worker_packages": {n: w.package for n, w in workers.items()}}
-    return report
+    assert report.sequential is not None
+    dirs = {name: folder / name for name in ("base", "head")}
+    return replace(report, ab=ab_info(base, head, report.sequential.rounds, run_args, dirs, round_timeout_s, workers))

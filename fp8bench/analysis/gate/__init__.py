@@ -1,3 +1,5 @@
-"""The regression gate: verdicts per case (:mod:`.verdicts`), the metrics a gate can compare (:mod:`.metrics`) and
-interleaved base/head A/B rounds (:mod:`.ab`).
+"""The regression gate, one module per concern: how strict it is (:mod:`.config`), each side's runs as per-case
+samples (:mod:`.sides`), the verdict of each case and the outcome (:mod:`.decision`), the report and its JSON
+(:mod:`.report`), the report as Markdown (:mod:`.markdown`), the metrics a gate can compare (:mod:`.metrics`) and
+the sequential A/B's confidence sequences (:mod:`.sequential`).
 """

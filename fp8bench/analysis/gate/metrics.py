@@ -2,7 +2,7 @@
 
 * ``median_s`` (the default): end-to-end seconds per call. Lower is better. Samples are the raw samples of one run
   or the per-round medians of interleaved rounds, compared statistically (ratio of medians, bootstrap interval,
-  Mann-Whitney U or Wilcoxon signed-rank; :mod:`fp8bench.analysis.gate.verdicts`). A regression is ``slower``.
+  Mann-Whitney U or Wilcoxon signed-rank; :mod:`fp8bench.analysis.gate.decision`). A regression is ``slower``.
 * ``energy_j``: joules per end-to-end iteration. Lower is better. A run holds one energy window per case, so the
   samples are per-round values: gating energy needs interleaved rounds (``fp8bench ab``); one run per side gives
   ``inconclusive`` (too few samples). Same statistics as time; a regression is ``worse``.

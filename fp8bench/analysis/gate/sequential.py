@@ -45,12 +45,16 @@ from typing import Any
 
 import numpy as np
 
-from fp8bench.analysis.gate.verdicts import CaseResult, GateConfig, Side, compare_sides
+from fp8bench.analysis.gate.config import GateConfig
+from fp8bench.analysis.gate.decision import CaseResult, Verdict, compare_sides
+from fp8bench.analysis.gate.sides import Side
 
+# What a report's sequential section names as its method.
+METHOD = "asymptotic confidence sequence (Waudby-Smith et al. 2024)"
 # Verdicts a case can reach early; anything else statistical waits for another round.
-DECIDED = ("slower", "faster", "same")
+DECIDED = frozenset({Verdict.SLOWER, Verdict.FASTER, Verdict.SAME})
 # The gate's verdicts of a case it compared on time (``noisy``: one round per side, compared on raw samples).
-STATISTICAL = ("slower", "faster", "same", "inconclusive", "noisy")
+STATISTICAL = frozenset({Verdict.SLOWER, Verdict.FASTER, Verdict.SAME, Verdict.INCONCLUSIVE, Verdict.NOISY})
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ def sequential_verdict(log_ratios: Sequence[float] | np.ndarray, threshold: floa
 def judge(base: Side, cand: Side, config: GateConfig, seq: SequentialConfig, rounds: int,
           frozen: dict[str, CaseResult]) -> list[CaseResult]:
     """Case results after ``rounds`` rounds. Verdicts that need no statistics (broken, missing, incomparable)
-    come from the gate (:func:`fp8bench.analysis.gate.verdicts.compare_sides`); paired cases get the confidence
+    come from the gate (:func:`fp8bench.analysis.gate.decision.compare_sides`); paired cases get the confidence
     sequence's verdict, at ``config.alpha`` split over them. ``frozen`` holds cases decided at an earlier look
     (updated in place)."""
     results = compare_sides(base, cand, config)
@@ -152,7 +156,7 @@ def _judged(r: CaseResult, base: Side, cand: Side, config: GateConfig, seq: Sequ
                 n_cand=len(common), paired_rounds=len(common), decided_at_round=None, cs_alpha=alpha,
                 threshold=threshold)
     if rounds < seq.min_rounds or len(common) < 2:
-        return replace(r, verdict="undecided", ratio=None, ci_low=None, ci_high=None,
+        return replace(r, verdict=Verdict.UNDECIDED, ratio=None, ci_low=None, ci_high=None,
                        reason=f"{len(common)} paired round(s); a decision needs {seq.min_rounds}")
     logs = np.log([c.by_round[i] / b.by_round[i] for i in common])
     r = replace(r, **sequential_verdict(logs, threshold, alpha, seq.design_rounds, same_alpha))
@@ -162,10 +166,10 @@ def _judged(r: CaseResult, base: Side, cand: Side, config: GateConfig, seq: Sequ
 
 
 def undecided(results: Sequence[CaseResult]) -> list[str]:
-    return [r.case for r in results if r.verdict == "undecided"]
+    return [r.case for r in results if r.verdict is Verdict.UNDECIDED]
 
 
 def finish(results: list[CaseResult]) -> list[CaseResult]:
     """Undecided cases at the end become ``inconclusive`` (the gate's word), their reason kept."""
-    return [replace(r, verdict="inconclusive", reason=f"{r.reason} when the budget ended")
-            if r.verdict == "undecided" else r for r in results]
+    return [replace(r, verdict=Verdict.INCONCLUSIVE, reason=f"{r.reason} when the budget ended")
+            if r.verdict is Verdict.UNDECIDED else r for r in results]

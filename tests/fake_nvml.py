@@ -112,6 +112,9 @@ class FakeGpu:
     field_value_type: int = 1  # NVML_VALUE_TYPE_UNSIGNED_INT: the type the driver reports power fields in
     idle: bool = False  # nothing runs: the current SM clock is the idle clock and the GpuIdle bit is set
     idle_sm_clock_mhz: int = 345
+    # Whether an idle GPU sets nvmlClocksEventReasonGpuIdle: the bit "may be removed in a later release" (nvml.h
+    # :3319-3322), so a driver without it reads idle as a low clock with no reason.
+    idle_reason_bit: bool = True
     power_history: list[tuple[float, float]] = field(default_factory=list)  # (perf_counter s, watts) from then on
     nvml_inits: int = 0  # nvmlInit calls ever made (a shutdown before the first is Uninitialized)
     application_clocks_deprecated: bool = False  # an NVML 13 driver (module docstring, "Deprecated")
@@ -162,7 +165,7 @@ class FakeGpu:
         return self.locked_sm_clock_mhz if self.locked_sm_clock_mhz is not None else self.sm_clock_mhz
 
     def current_reasons(self) -> int:
-        return self.reasons | (0x1 if self.idle else 0)  # nvmlClocksEventReasonGpuIdle
+        return self.reasons | (0x1 if self.idle and self.idle_reason_bit else 0)  # nvmlClocksEventReasonGpuIdle
 
 
 def _copy_data(fake: Any, source: Any) -> None:

@@ -30,7 +30,8 @@ costs. It may not: in a timed sample the last L2's worth of dirty lines is writt
 flush-alone loop during the next flush, so about one L2 of HBM writes per call moves between the two windows
 (negligible beside a millisecond GEMM, perhaps ~10 % of a 20 us call). ``energy.matches_timing`` is
 ``true`` for such a window; it is ``false``, with the reason, only where the window could not run the call as timed
-(a timer that offers no :class:`AsTimed`, a meter that cannot subtract, a held call that gave up in the window):
+(a timer that offers no :class:`AsTimed`, a meter that cannot subtract: one without a counter whose power is the
+one-second average, ``WindowMeter.subtract_refusal``; a held call that gave up in the window):
 :func:`timing_mismatch`.
 
 Methods, best first
@@ -243,7 +244,7 @@ class WindowMeter:
                  reference_clock_mhz: int | None = None, note: str | None = None,
                  policy: WindowPolicy | None = None, throttle: ThrottlePolicy | None = None,
                  close: Callable[[], None] | None = None, counter_unit_j: float = 0.0,
-                 bound_scope: str = QUANTIZATION_ONLY) -> None:
+                 bound_scope: str = QUANTIZATION_ONLY, subtract_refusal: str | None = None) -> None:
         if counter is None and telemetry is None:
             raise ValueError("a window meter needs an energy counter or a power-reporting telemetry source")
         self.method, self.counter, self.telemetry, self.violations = method, counter, telemetry, violations
@@ -256,6 +257,8 @@ class WindowMeter:
         self.counter_unit_j = counter_unit_j  # the counter's unit, joules (NVML: 1 mJ)
         self.update_period: UpdatePeriod | None = None  # measured on the first sized window
         self.bound_scope = bound_scope
+        # Why this meter cannot subtract a wrapping window (``None``: it can): see :func:`nvml_meter`.
+        self.subtract_refusal = subtract_refusal
         self.sleep: Callable[[float], None] = time.sleep  # the cooldown's wait (seconds)
         # The temperature found before the first case (degrees C): what a window waits to cool back towards.
         self.cool_c = self._temperature()
@@ -630,10 +633,11 @@ def _metered(meter: EnergyMeter, fn: Callable[[], Any], device: Device, seconds_
     if wrapped is None:
         return meter.measure(fn, device, seconds_per_call, name=name), None
     measure_as_timed = getattr(meter, "measure_as_timed", None)
-    if measure_as_timed is None:
+    refusal = getattr(meter, "subtract_refusal", None)
+    if measure_as_timed is None or refusal:
         return meter.measure(fn, device, seconds_per_call, name=name), (
-            f"energy window differs from the timed samples: the {meter.method} meter cannot subtract {wrapped.what}, "
-            "so its window loops the bare call")
+            f"energy window differs from the timed samples: the {meter.method} meter cannot subtract {wrapped.what}"
+            + (f" ({refusal})" if refusal else "") + ", so its window loops the bare call")
     return measure_as_timed(wrapped, device, name=name), None
 
 
@@ -744,11 +748,30 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
     except dev.nv.NVMLError as exc:
         dev.close()
         raise MeterUnavailable(f"{why}; NVML power unreadable too ({nvml.error_text(exc)})") from exc
-    return WindowMeter("nvml_power", note=(
+    return WindowMeter("nvml_power", subtract_refusal=_averaged_power_refusal(dev), note=(
         f"approximate: {why}, so board power sampled every {(policy or WindowPolicy()).telemetry_interval_s:g} s "
         f"was integrated over the window (the instant power field where the driver has it, else "
         f"nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the window's telemetry names which)"),
         **common)
+
+
+def _averaged_power_refusal(dev: Any) -> str | None:
+    """Why a power-sampling meter on ``dev`` cannot subtract a wrapping window, ``None`` where it can: where the
+    driver lacks the instant power field the samples hold ``nvmlDeviceGetPowerUsage``, a one-second running average
+    on Ampere except GA100 and newer (nvml.h of NVML API 13, go-nvml 2f9e261, :6537-6539). Integrated, that lags
+    the work by up to a second at each edge, so the difference of two windows, one of them short, means nothing.
+    Refused for every GPU without the field: on older ones the reading is instantaneous, but the rule stays one."""
+    from fp8bench.energy import nvml
+    from fp8bench.energy.telemetry import PowerSource
+
+    try:
+        _, source = dev.instant_power()
+    except (dev.nv.NVMLError, nvml.FieldReadFailed):
+        source = None
+    if source is PowerSource.INSTANT:
+        return None
+    return ("its power is nvmlDeviceGetPowerUsage, a 1 s average on Ampere except GA100 and newer, which lags the "
+            "work by up to a second at each window edge")
 
 
 def _nvml_factory(device: Device) -> EnergyMeter | None:

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -97,6 +98,10 @@ if TYPE_CHECKING:  # a pipeline is only called here
     from fp8bench.core.pipeline import Pipeline
 
 T = TypeVar("T")
+
+# Wrapped calls, and wrappings alone, timed before a subtracted pair of windows to size them
+# (:func:`difference_share`): the median of this many.
+SHARE_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -349,11 +354,11 @@ class WindowMeter:
         """Joules per call of ``as_timed.call`` less ``as_timed.wrapping`` (module docstring, "What a window
         runs"): the wrapped call looped as :meth:`measure` loops a call, then the wrapping alone looped in a window
         of its own, as long and until its counter moved, and the difference per call. Both windows are sized for
-        the target times :func:`difference_share` of one wrapped call and one wrapping timed here, so that the
+        the target times :func:`difference_share` of wrapped calls and wrappings timed here, so that the
         difference's bound meets the target. Errors raised by either propagate, as in :meth:`measure`."""
-        with device.guard():
-            call_s = _time_one(as_timed.call, device)
-            wrapping_s = _time_one(as_timed.wrapping, device)
+        with device.guard():  # the median of a few: one call may be slowed by a lazy start or the host
+            call_s = statistics.median(_time_one(as_timed.call, device) for _ in range(SHARE_CALLS))
+            wrapping_s = statistics.median(_time_one(as_timed.wrapping, device) for _ in range(SHARE_CALLS))
         tighten = difference_share(call_s, wrapping_s)
         reading, _ = self._looped(as_timed.call, device, call_s, name, tighten)
         if reading.window_j is None:  # nothing to subtract from: the reason is the reading's own

@@ -18,14 +18,16 @@ NVIDIA/go-nvml ``gen/nvml/nvml.h`` carries it at 2f9e261, its doc comments quote
   the number of initializations is maintained. Shutdown only occurs when the reference count reaches zero"). Every
   device or system function of the module, whether a test gave it an answer or not, raises
   ``NVMLError_Uninitialized`` (code 1) while the count is zero, as each documents (``NVML_ERROR_UNINITIALIZED`` "if
-  the library has not been successfully initialized"); so does a shutdown with nothing open.
+  the library has not been successfully initialized"). A shutdown past the count is no error ("for backwards
+  compatibility", ``nvml.h`` :4027-4029); a shutdown before any init raises ``NVMLError_Uninitialized``, the
+  library never having started (an assumption: ``nvml.h`` lists no return code for that case).
 * **Two powers, by architecture.** ``nvmlDeviceGetPowerUsage`` returns milliwatts averaged over one second on
   Ampere except GA100 and newer, and instantaneous power on GA100 and older architectures (``nvml.h``,
   ``nvmlDeviceGetPowerUsage``): :attr:`FakeGpu.architecture` (an ``NVML_DEVICE_ARCH_*`` value, also what
   ``nvmlDeviceGetArchitecture`` answers) and :attr:`FakeGpu.ga100` choose. The fields: ``NVML_FI_DEV_POWER_INSTANT``
   (186) "Current GPU power, supported on all architectures"; ``NVML_FI_DEV_POWER_AVERAGE`` (185) "GPU power averaged
-  over 1 sec interval, supported on Ampere (except GA100) or newer" (``nvml.h`` comments on both ids), so 185
-  answers ``NVML_ERROR_NOT_SUPPORTED`` in its entry elsewhere.
+  over 1 sec interval, supported on Ampere (except GA100) or newer" (``nvml.h`` comments on both ids, :2716 for
+  185); elsewhere 185 answers ``NVML_ERROR_NOT_SUPPORTED`` in its entry, by assumption ("Assumptions" below).
 * **Per-entry field results.** ``nvmlDeviceGetFieldValues`` succeeds as a call and reports each field in its own
   entry: ``nvmlReturn`` "must be checked before looking at value, as value is undefined if nvmlReturn !=
   NVML_SUCCESS", and ``valueType`` names the member of the ``value`` union that holds the number (``nvml.h``
@@ -46,8 +48,20 @@ NVIDIA/go-nvml ``gen/nvml/nvml.h`` carries it at 2f9e261, its doc comments quote
   "Retrieves the current clock speeds" (``nvml.h``), so an idle GPU (:attr:`FakeGpu.idle`) reads its idle clock and
   sets ``nvmlClocksEventReasonGpuIdle`` ("GPU is idle"), locked or not: the fake never promises that a lock reads
   back as its target (whether a lock holds an idle GPU at its locked clock is not documented either way; the fake
-  takes the case that would hurt). ``NVML_VALUE_NOT_AVAILABLE`` (-1) is documented only for members of structures fp8bench does
+  takes the case that would hurt). What ``NVML_CLOCK_LIMIT_ID_TDP`` locks to is an assumption: ``nvml.h`` :8913
+  says only "Lock clock to TDP"; the fake takes the base clock (:attr:`FakeGpu.base_sm_clock_mhz`), the clock
+  NVIDIA's data sheets rate at TDP. ``NVML_VALUE_NOT_AVAILABLE`` (-1) is documented only for members of structures fp8bench does
   not read (process and accounting statistics, ``nvml.h``), so no answer of the fake carries it.
+* **Deprecated application clocks (NVML 13).** ``NVML_CLOCK_ID_APP_CLOCK_TARGET`` and ``_DEFAULT`` are "Deprecated,
+  do not use" (``nvml.h`` :1127-1130) and their getters ``DEPRECATED(13.0)``, to be removed in CUDA 14.0
+  (:5672-5677). :attr:`FakeGpu.application_clocks_deprecated` models a driver of that line: ``nvmlDeviceGetClock``
+  with either id raises ``NVMLError_Deprecated`` (``NVML_ERROR_DEPRECATED`` = 26, :1324; a class in every
+  nvidia-ml-py fp8bench allows, 12.535.77 ``pynvml.py`` :243). Which code such a driver returns is an assumption:
+  ``nvml.h`` lists none for a deprecated clock id, and 26 is the one whose handling would otherwise go untested.
+* **Assumptions, not vendor statements.** Field 185 answering ``NOT_SUPPORTED`` on GA100 and older: ``nvml.h``
+  :2716 says only where it is supported, not what the driver answers elsewhere. ``NOT_SUPPORTED`` for every power
+  scope but ``NVML_POWER_SCOPE_GPU``: the memory scope answers on H100 (``shared/reference/nvml_and_peaks.md``),
+  but fp8bench asks only for the GPU scope, so the fake keeps the refusal.
 """
 
 from __future__ import annotations
@@ -87,7 +101,9 @@ class FakeGpu:
     count: int = 1
     t0: float = field(default_factory=time.perf_counter)
     nvml_refs: int = 0  # open nvmlInit sessions (module docstring)
-    base_sm_clock_mhz: int = 1590  # the TDP clock NVML_CLOCK_LIMIT_ID_TDP locks to (H100 SXM base clock)
+    # What NVML_CLOCK_LIMIT_ID_TDP locks to. Assumption: the base clock (H100 SXM's); nvml.h :8913 says only "Lock
+    # clock to TDP" (module docstring).
+    base_sm_clock_mhz: int = 1590
     locked_sm_clock_mhz: int | None = None
     instant_field: bool = True  # the driver answers NVML_FI_DEV_POWER_INSTANT
     architecture: int = 9  # NVML_DEVICE_ARCH_HOPPER (nvml.h: AMPERE = 7, ADA = 8, HOPPER = 9)
@@ -96,7 +112,12 @@ class FakeGpu:
     field_value_type: int = 1  # NVML_VALUE_TYPE_UNSIGNED_INT: the type the driver reports power fields in
     idle: bool = False  # nothing runs: the current SM clock is the idle clock and the GpuIdle bit is set
     idle_sm_clock_mhz: int = 345
+    # Whether an idle GPU sets nvmlClocksEventReasonGpuIdle: the bit "may be removed in a later release" (nvml.h
+    # :3319-3322), so a driver without it reads idle as a low clock with no reason.
+    idle_reason_bit: bool = True
     power_history: list[tuple[float, float]] = field(default_factory=list)  # (perf_counter s, watts) from then on
+    nvml_inits: int = 0  # nvmlInit calls ever made (a shutdown before the first is Uninitialized)
+    application_clocks_deprecated: bool = False  # an NVML 13 driver (module docstring, "Deprecated")
 
     def set_power(self, watts: float, at: float | None = None) -> None:
         """The instantaneous power changes to ``watts`` now (or at ``at``, perf_counter seconds)."""
@@ -144,7 +165,7 @@ class FakeGpu:
         return self.locked_sm_clock_mhz if self.locked_sm_clock_mhz is not None else self.sm_clock_mhz
 
     def current_reasons(self) -> int:
-        return self.reasons | (0x1 if self.idle else 0)  # nvmlClocksEventReasonGpuIdle
+        return self.reasons | (0x1 if self.idle and self.idle_reason_bit else 0)  # nvmlClocksEventReasonGpuIdle
 
 
 def _copy_data(fake: Any, source: Any) -> None:
@@ -204,7 +225,7 @@ def make_pynvml(gpu: FakeGpu, release: str | None = None) -> Any:
     clocks = {N.NVML_CLOCK_SM: gpu.current_sm_clock_mhz, N.NVML_CLOCK_MEM: lambda: gpu.mem_clock_mhz}
     nv.nvmlDeviceGetClockInfo.side_effect = lambda h, t: clocks[t]()
     nv.nvmlDeviceGetMaxClockInfo.side_effect = lambda h, t: gpu.max_sm_clock_mhz if t == N.NVML_CLOCK_SM else 2619
-    nv.nvmlDeviceGetClock.side_effect = lambda h, t, i: gpu.default_sm_clock_mhz
+    nv.nvmlDeviceGetClock.side_effect = lambda h, t, i: _clock(gpu, N, i)
     if hasattr(source, "nvmlDeviceGetTemperatureV"):  # nvidia-ml-py 12.570.86 and newer
         nv.nvmlDeviceGetTemperatureV.side_effect = lambda h, s, version=None: gpu.temperature_c
     nv.nvmlDeviceGetTemperature.side_effect = lambda h, s: gpu.temperature_c
@@ -254,6 +275,15 @@ def _field_value(gpu: FakeGpu, N: Any, field_id: Any) -> SimpleNamespace:
                            valueType=gpu.field_value_type, nvmlReturn=code, value=value)
 
 
+def _clock(gpu: FakeGpu, N: Any, clock_id: int) -> int:
+    """``nvmlDeviceGetClock``: the default clock, or ``NVMLError_Deprecated`` for an application clock id on an NVML
+    13 driver (module docstring, "Deprecated")."""
+    app_ids = (N.NVML_CLOCK_ID_APP_CLOCK_TARGET, N.NVML_CLOCK_ID_APP_CLOCK_DEFAULT)
+    if gpu.application_clocks_deprecated and clock_id in app_ids:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_DEPRECATED)
+    return gpu.default_sm_clock_mhz
+
+
 def _lock(gpu: FakeGpu, N: Any, low: int, high: int) -> None:
     """``nvmlDeviceSetGpuLockedClocks``: two MHz values, or two ``nvmlClockLimitId_t`` values read through the
     table of ``nvml.h`` (module docstring); a symbolic bound beside a numeric one is INVALID_ARGUMENT."""
@@ -265,7 +295,7 @@ def _lock(gpu: FakeGpu, N: Any, low: int, high: int) -> None:
         gpu.locked_sm_clock_mhz = int(high)
     elif low == high == unlimited:
         gpu.locked_sm_clock_mhz = None  # unlocked, as nvmlDeviceResetGpuLockedClocks
-    elif low == high == tdp:
+    elif low == high == tdp:  # "Lock clock to TDP": the base clock, by assumption (module docstring)
         gpu.locked_sm_clock_mhz = gpu.base_sm_clock_mhz
     elif high == tdp:  # capped at the TDP clock, may drift below it
         gpu.locked_sm_clock_mhz = min(gpu.sm_clock_mhz, gpu.base_sm_clock_mhz)
@@ -278,11 +308,12 @@ def _count_sessions(nv: Any, gpu: FakeGpu) -> None:
     session is open (module docstring)."""
     def init(*args: Any) -> None:
         gpu.nvml_refs += 1
+        gpu.nvml_inits += 1
 
     def shutdown() -> None:
-        if gpu.nvml_refs == 0:
+        if gpu.nvml_inits == 0:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
-        gpu.nvml_refs -= 1
+        gpu.nvml_refs = max(gpu.nvml_refs - 1, 0)  # past the count: no error (nvml.h :4027-4029)
 
     nv.nvmlInit.side_effect = init
     nv.nvmlShutdown.side_effect = shutdown

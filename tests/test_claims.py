@@ -110,3 +110,61 @@ def test_every_claim_with_a_probe_holds_on_this_gpu():
     failed = {c.name: r.figure for c in CLAIMS if c.probe
               for r in [run_probe(c, ctx)] if r.outcome is Outcome.FAILED}
     assert not failed
+
+
+# -- the verdicts of the energy and clock probes, on the fake NVML ------------------------------------------------
+def _spin(seconds: float) -> None:
+    import time
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _subtracted(call_s: float, wrapping_s: float, name: str):
+    """A subtracted window on the fake NVML (constant power, a counter stepping every 20 ms): joules go as seconds."""
+    from fake_nvml import FakeGpu, make_pynvml
+
+    from fp8bench.energy.meters import AsTimed, WindowPolicy, nvml_meter
+
+    meter = nvml_meter(Device("cuda", 0), nv=make_pynvml(FakeGpu(counter_step_s=0.02)),
+                       policy=WindowPolicy(min_window_s=0.01, max_window_s=5.0, error_target=0.1))
+    try:
+        return meter.measure_as_timed(AsTimed(lambda: (_spin(wrapping_s), _spin(call_s)), lambda: _spin(wrapping_s),
+                                              "the wrapping"), Device("cpu"), name=name)
+    finally:
+        meter.close()
+
+
+def _per_call_reading(name: str, mj: float, bound: float, changes: int = 5):
+    from fp8bench.energy.meters import EnergyReading
+
+    return EnergyReading("nvml_counter", mj * 1e-3, None, 2.0, 1000, name=name, window_j=2.0, error_bound=bound,
+                         subtracted_what="the wrapping", subtracted_j=1.0, subtracted_s=changes * 0.1,
+                         subtracted_iterations=1000, subtracted_counter_changes=changes, counter_update_s=0.1)
+
+
+def test_the_cold_l2_verdict_holds_where_cold_costs_more_and_is_inconclusive_within_the_bounds():
+    warm = _per_call_reading("warm_l2", 1.0, 0.02)
+    assert claims.cold_versus_warm(_per_call_reading("cold_l2", 1.2, 0.02), warm).outcome is Outcome.HELD
+    assert claims.cold_versus_warm(_per_call_reading("cold_l2", 0.8, 0.02), warm).outcome is Outcome.FAILED
+    close = claims.cold_versus_warm(_per_call_reading("cold_l2", 1.03, 0.02), warm)  # within 0.02 + 0.0206 mJ
+    assert close.outcome is Outcome.NOT_APPLICABLE and "inconclusive within" in close.figure, close.figure
+    assert "5 counter periods" in close.figure  # how long each subtracted window lasted, in counter periods
+    still = claims.cold_versus_warm(_per_call_reading("cold_l2", 1.2, 0.02, changes=1), warm)
+    assert still.outcome is Outcome.NOT_APPLICABLE and "cold_l2 lasted fewer than 2 counter periods" in still.figure
+
+
+def test_the_subtracted_window_verdict_needs_joules_within_the_target_and_a_moving_counter():
+    reading = _subtracted(2e-3, 5e-5, "dominant_gemm")  # windows sized for 10 %: the verdict is judged at 20 %
+    assert claims.subtracted_verdict(reading, 0.2).outcome is Outcome.HELD, reading.reason
+    short = replace(reading, subtracted_s=reading.counter_update_s)  # one counter period: too short
+    assert claims.subtracted_verdict(short, 0.2).outcome is Outcome.FAILED
+    assert claims.subtracted_verdict(replace(reading, error_bound=0.3), 0.2).outcome is Outcome.FAILED
+    assert claims.subtracted_verdict(replace(reading, joules_per_iter=None), 0.2).outcome is Outcome.FAILED
+
+
+def test_the_clock_refresh_verdict():
+    assert claims.refresh_verdict([0.0, 0.05, 0.1, 0.15, 0.2], 0.1).outcome is Outcome.HELD
+    assert claims.refresh_verdict([0.0, 0.5, 1.0, 1.5], 0.1).outcome is Outcome.NOT_APPLICABLE
+    assert claims.refresh_verdict([0.0], 0.1).outcome is Outcome.NOT_APPLICABLE

@@ -185,6 +185,53 @@ def test_a_base_lock_read_back_idle_or_slowed_falls_back_to_the_device_reference
     without_load.reset()
 
 
+class _DrainingLoad:
+    """A load the GPU finishes after ``busy_reads`` readings, on a driver without the GpuIdle bit (nvml.h of NVML
+    API 13, go-nvml 2f9e261, :3319-3322: "may be removed in a later release"): its idle clock then reads as a clock
+    with no reason. ``running`` answers as ``torch.cuda.current_stream().query()`` would, negated."""
+
+    def __init__(self, gpu, busy_reads):
+        self.gpu, self.left = gpu, busy_reads
+
+    def __call__(self):
+        self.gpu.idle = False
+        return self
+
+    def pause(self, seconds):  # the wait before each reading: the queue drains meanwhile
+        self.gpu.idle = self.left <= 0
+        self.left -= 1
+
+    def running(self):
+        return not self.gpu.idle
+
+    def wait(self):
+        self.gpu.idle = True
+
+
+def test_a_base_lock_keeps_only_readings_taken_while_the_load_still_ran():
+    """The queue drained after two of five readings (the depth of the launch queue is the driver's: nvbench
+    blocking_kernel.cuh :82-84), and the driver sets no GpuIdle bit: the three idle readings must not count."""
+    gpu = FakeGpu(idle=True, base_sm_clock_mhz=1590, idle_reason_bit=False)
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+    load = _DrainingLoad(gpu, busy_reads=2)
+    lock = ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "base", load=load, pause=load.pause).__enter__()
+    assert lock.clock_mhz == 1590, lock.setting
+    lock.reset()
+
+
+def test_a_base_lock_rejects_a_reading_far_under_the_median_of_the_others():
+    gpu = FakeGpu(base_sm_clock_mhz=1590)
+    nv = make_pynvml(gpu)
+    nv.nvmlInit()
+    clocks = iter([1590, 1590, 600, 1590, 1590])
+    nv.nvmlDeviceGetClockInfo.side_effect = lambda h, t: next(clocks) if t == nv.NVML_CLOCK_SM else 2619
+    lock = ClockLock(nv, nv.nvmlDeviceGetHandleByIndex(0), "base", load=lambda: lambda: None,
+                     pause=lambda seconds: None).__enter__()
+    assert lock.clock_mhz == 1590 and "600 MHz far under" in lock.setting["reference_source"], lock.setting
+    lock.reset()
+
+
 def test_a_load_that_fails_while_locked_resets_the_lock_before_raising():
     gpu = FakeGpu()
     nv = make_pynvml(gpu)
@@ -369,3 +416,15 @@ def test_a_base_clock_lock_makes_the_locked_clock_the_reference(fake_cuda, chain
     assert record.status == "ok", record.reason
     header = read_run_file(tmp_path / "run.json")["run"]
     assert header["clock_lock"]["read_back_mhz"] == 1590 and gpu.locked_sm_clock_mhz is None
+
+
+def test_a_load_runs_until_its_stream_has_drained(fake_cuda):
+    """clocks.Load.running asks the stream (torch.cuda.Stream.query: False while work is pending)."""
+    import torch
+
+    torch.cuda.synchronize(1)
+    fake_cuda.kernel(1e-3, device=1)
+    load = clocks.Load(torch.cuda.current_stream(1), lambda: torch.cuda.synchronize(1))
+    assert load.running()
+    load()
+    assert not load.running()

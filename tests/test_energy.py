@@ -84,6 +84,25 @@ def test_counter_going_backwards_is_null_with_reason():
     assert reading.joules_per_iter is None and "went backwards" in reading.reason
 
 
+def test_a_power_meter_on_the_averaged_power_refuses_to_subtract_a_wrapping():
+    """nvmlDeviceGetPowerUsage is a 1 s running average on Ampere except GA100 and newer (nvml.h of NVML API 13,
+    go-nvml 2f9e261, :6537-6539): integrated over a window, it lags the work by up to a second at each edge, so a
+    short window of the wrapping alone subtracted from the calls' window means nothing. The window loops the bare
+    call and says it does not match the timing."""
+    nv = make_pynvml(FakeGpu(power_w=250.0, instant_field=False))
+    nv.nvmlDeviceGetTotalEnergyConsumption.side_effect = pynvml.NVMLError_NotSupported()
+    meter = nvml_meter(GPU, nv=nv, policy=SHORT)
+    wrapped = energy.AsTimed(work, work, "the L2 flush alone")
+    reading, mismatch = energy._metered(meter, work, CPU, 1e-4, "end_to_end", lambda fn: wrapped)
+    assert mismatch is not None and "1 s average" in mismatch, mismatch
+    assert reading.subtracted_what is None
+    instant = make_pynvml(FakeGpu(power_w=250.0))  # the instant field: sampled power that follows the work
+    instant.nvmlDeviceGetTotalEnergyConsumption.side_effect = pynvml.NVMLError_NotSupported()
+    reading, mismatch = energy._metered(nvml_meter(GPU, nv=instant, policy=SHORT), work, CPU, 1e-4, "end_to_end",
+                                        lambda fn: wrapped)
+    assert mismatch is None and reading.subtracted_what == "the L2 flush alone"
+
+
 def test_counter_unsupported_falls_back_to_power_sampling():
     nv = make_pynvml(FakeGpu(power_w=250.0))
     nv.nvmlDeviceGetTotalEnergyConsumption.side_effect = pynvml.NVMLError_NotSupported()

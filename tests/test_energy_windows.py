@@ -208,24 +208,27 @@ def test_the_fake_counter_holds_idle_power_and_each_kernels_and_spins_above_it(f
 
 def test_a_cold_l2_window_meters_flushed_calls_less_the_flush_alone(fake_cuda, chain, monkeypatch):
     """Each timed sample began with a flushed L2, so the timed call is a cold one. The window must meter the same:
-    flush then call, less the flush alone metered as many times, so its joules per call are the timed call's (on
+    flush then call, less the flush alone metered in its own window, per call, so its joules per call are the timed call's (on
     the fake, the chain's kernel power times its cold time), not a warm call's."""
     meter_cuda1(fake_cuda, monkeypatch)
     record = CaseMeasurer(energy_settings(flush_l2=True, energy_phases=True), GPU1).measure(chain(cold_s=COLD_S))
     assert record.status == "ok", record.reason
     assert record.median_s == pytest.approx(COLD_S["a"] + COLD_S["b"], rel=1e-9)
-    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-6)
+    # The two windows run different counts, so the idle host time at their chunk edges (a synchronize and a counter
+    # read each) no longer cancels: up to a few parts in 10^4 in the fake's 10 ms windows, far under the cold/warm
+    # difference (2x) this checks; a real window lasts a second or more.
+    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)
     assert record.energy["matches_timing"] is True, record.energy["reason"]
     assert record.energy["subtracted_j"] > 0 and "L2 flush" in record.energy["subtracted_what"]
     for name, phase in record.energy["phases"].items():  # each phase's window meters it as its samples ran it
-        assert phase["joules_per_iter"] == pytest.approx(KERNEL_W * record.phases[name], rel=1e-6)
+        assert phase["joules_per_iter"] == pytest.approx(KERNEL_W * record.phases[name], rel=1e-3)
 
 
 def test_a_cold_l2_window_of_graph_replays_subtracts_the_flush(fake_cuda, chain, monkeypatch):
     meter_cuda1(fake_cuda, monkeypatch)
     record = CaseMeasurer(energy_settings(flush_l2=True, cuda_graph=True), GPU1).measure(chain())
     assert record.status == "ok" and record.timing_mode == "cuda_graph", record.reason
-    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-6)
+    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)  # edges, as above
     assert record.energy["matches_timing"] is True, record.energy["reason"]
 
 
@@ -243,7 +246,7 @@ def test_a_held_window_meters_calls_queued_behind_the_hold_less_the_hold(fake_cu
     assert record.status == "ok" and record.timing_mode == "blocked_stream", record.reason
     timed = COLD_S if flush_l2 else PHASE_S
     assert record.median_s == pytest.approx(timed["a"] + timed["b"], rel=1e-9)
-    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-6)
+    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)  # edges, as above
     assert record.energy["matches_timing"] is True, record.energy["reason"]
     assert "hold" in record.energy["subtracted_what"]
 
@@ -311,5 +314,32 @@ def test_a_subtracted_window_reports_the_difference_and_refuses_a_negative_one()
     assert out.error_bound == pytest.approx(0.04) and "quantization error up to 4.0%" in out.reason
     assert not out.valid and out.invalid_reasons == ("subtracted window: thermal",)  # its throttling counts too
     assert out.with_idle(50.0).joules_above_idle_per_iter == pytest.approx(0.4 - 50.0 * 0.005)
-    more = subtract(calls, replace(wrapping, window_j=101.0), "the L2 flush alone", target=0.01)
-    assert more.joules_per_iter is None and "no energy is left to the calls" in more.reason
+    more = subtract(calls, replace(wrapping, window_j=101.0, joules_per_iter=1.01), "the L2 flush alone", target=0.01)
+    assert more.joules_per_iter is None and "no energy is left to the call" in more.reason
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_subtracted_window_of_a_short_wrapping_outlasts_the_counters_period():
+    """A 2 ms call behind a 50 us flush, on the fake NVML's counter stepping every 20 ms: the flush alone, looped
+    only as many times as the calls, would last about 1/40 of the calls' window (under one step, so the counter
+    stands still, or a bound far over the target). Looped in its own sized window, and subtracted per call, the
+    difference is metered and meets the target."""
+    gpu = FakeGpu(counter_step_s=0.02)
+    policy = WindowPolicy(min_window_s=0.01, max_window_s=5.0, error_target=0.1)
+    meter = nvml_meter(Device("cuda", 0), nv=make_pynvml(gpu), policy=policy)
+    try:
+        reading = meter.measure_as_timed(energy.AsTimed(lambda: (_spin(50e-6), _spin(2e-3)),
+                                                        lambda: _spin(50e-6), "the L2 flush alone"), Device("cpu"))
+    finally:
+        meter.close()
+    assert reading.joules_per_iter is not None, reading.reason
+    # The windows are sized from the median of three timed calls; the fake's energy follows the calls' wall time,
+    # which a loaded host stretches unevenly, so the bound may pass the target by a little (and then says so).
+    assert reading.error_bound is not None and reading.error_bound <= 0.1 * 1.2, reading.reason
+    assert reading.error_bound <= 0.1 or "quantization error up to" in reading.reason
+    assert reading.subtracted_s is not None and reading.subtracted_s >= meter.update_period.seconds / 0.1 * 0.9

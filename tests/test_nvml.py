@@ -231,3 +231,29 @@ def test_fake_refuses_every_query_outside_a_session_answered_or_not():
         nv.nvmlDeviceGetBrand(object())
     nv.nvmlInit()
     assert nv.nvmlDeviceGetBrand(object()) == 2
+
+
+def test_fake_shutdown_more_times_than_init_is_no_error():
+    """nvml.h (API 13, go-nvml 2f9e261) :4027-4029: no error when nvmlShutdown is called more times than nvmlInit;
+    a shutdown before any init still finds the library uninitialized."""
+    gpu = FakeGpu()
+    nv = make_pynvml(gpu)
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        nv.nvmlShutdown()
+    nv.nvmlInit()
+    nv.nvmlShutdown()
+    nv.nvmlShutdown()  # one more than the inits
+    assert gpu.nvml_refs == 0
+    with pytest.raises(pynvml.NVMLError_Uninitialized):  # and the library is still shut
+        nv.nvmlDeviceGetCount()
+
+
+def test_a_deprecated_application_clock_falls_back_to_the_max_sm_clock():
+    """NVML 13 deprecates the application clock ids (nvml.h :1127-1130) and their getters (DEPRECATED(13.0),
+    :5672-5677). A driver answering NVML_ERROR_DEPRECATED (26, nvml.h :1324) for them means "no such reading":
+    the reference clock falls back to the maximum SM clock, and the environment record still builds."""
+    nv = make_pynvml(FakeGpu(max_sm_clock_mhz=2520, application_clocks_deprecated=True))
+    with nvml.open_device(0, None, nv) as dev:
+        assert dev.reference_sm_clock_mhz() == (2520, "max SM clock")
+        info = dev.info()
+    assert info["max_sm_clock_mhz"] == 2520

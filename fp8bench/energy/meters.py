@@ -20,12 +20,18 @@ samples ran the bare call (warm L2, eager or one CUDA-graph replay), the window 
 it (``fp8bench.measure.timing``: an L2 flush before the call; ``fp8bench.measure.blocking``: the call queued behind
 a spin kernel that holds the stream, then released), the timer hands the window an :class:`AsTimed`: the call
 wrapped as a sample wrapped it, and the wrapping alone. The meter loops the wrapped call, then loops the wrapping
-alone as many times, in the same chunks (:meth:`WindowMeter.measure_as_timed`), and reports the difference: the
-flush's energy, or the spin's and the flush's, is subtracted, as the samples' events leave them out. The record
-keeps what was subtracted (``energy.subtracted_what``, ``subtracted_j``, ``subtracted_s``), and the difference's
-error bound adds both windows' (:func:`fp8bench.energy.windows.difference_bound`). ``energy.matches_timing`` is
+alone in a window of its own, sized as any window and until its counter moved (:meth:`WindowMeter.measure_as_timed`;
+replayed only as many times as the calls, a 35 us flush behind a millisecond GEMM would last under one counter
+period), and reports the difference per call: the flush's energy, or the spin's and the flush's, is subtracted, as
+the samples' events leave them out. The record keeps what was subtracted (``energy.subtracted_what``,
+``subtracted_j``, ``subtracted_s``, ``subtracted_iterations``), and the difference's error bound adds both windows'
+(:func:`fp8bench.energy.windows.difference_bound`). Assumption: the flush alone costs what a flush before a call
+costs. It may not: in a timed sample the last L2's worth of dirty lines is written back during the call, in the
+flush-alone loop during the next flush, so about one L2 of HBM writes per call moves between the two windows
+(negligible beside a millisecond GEMM, perhaps ~10 % of a 20 us call). ``energy.matches_timing`` is
 ``true`` for such a window; it is ``false``, with the reason, only where the window could not run the call as timed
-(a timer that offers no :class:`AsTimed`, a meter that cannot subtract, a held call that gave up in the window):
+(a timer that offers no :class:`AsTimed`, a meter that cannot subtract: one without a counter whose power is the
+one-second average, ``WindowMeter.subtract_refusal``; a held call that gave up in the window):
 :func:`timing_mismatch`.
 
 Methods, best first
@@ -53,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -91,6 +98,10 @@ if TYPE_CHECKING:  # a pipeline is only called here
     from fp8bench.core.pipeline import Pipeline
 
 T = TypeVar("T")
+
+# Wrapped calls, and wrappings alone, timed before a subtracted pair of windows to size them
+# (:func:`difference_share`): the median of this many.
+SHARE_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -133,16 +144,21 @@ class EnergyReading:
     subtracted_what: str | None = None
     subtracted_j: float | None = None
     subtracted_s: float | None = None
+    subtracted_iterations: int | None = None  # times the subtracted window ran the wrapping alone
+    # Counter changes the subtracted window saw at its chunk edges: a lower bound of the steps it spanned (a
+    # window within one step reads no energy).
+    subtracted_counter_changes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
     def call_s(self) -> float | None:
-        """Seconds per metered call: the window's, less the subtracted window's, over the iterations."""
+        """Seconds per metered call: the window's per call, less the subtracted window's per wrapping."""
         if not self.window_s or not self.iterations:
             return None
-        return (self.window_s - (self.subtracted_s or 0.0)) / self.iterations
+        wrapping_s = (self.subtracted_s or 0.0) / self.subtracted_iterations if self.subtracted_iterations else 0.0
+        return self.window_s / self.iterations - wrapping_s
 
     def with_idle(self, idle_w: float | None) -> EnergyReading:
         """This reading with an idle baseline (watts) subtracted and reported beside the raw figure."""
@@ -233,7 +249,7 @@ class WindowMeter:
                  reference_clock_mhz: int | None = None, note: str | None = None,
                  policy: WindowPolicy | None = None, throttle: ThrottlePolicy | None = None,
                  close: Callable[[], None] | None = None, counter_unit_j: float = 0.0,
-                 bound_scope: str = QUANTIZATION_ONLY) -> None:
+                 bound_scope: str = QUANTIZATION_ONLY, subtract_refusal: str | None = None) -> None:
         if counter is None and telemetry is None:
             raise ValueError("a window meter needs an energy counter or a power-reporting telemetry source")
         self.method, self.counter, self.telemetry, self.violations = method, counter, telemetry, violations
@@ -246,6 +262,8 @@ class WindowMeter:
         self.counter_unit_j = counter_unit_j  # the counter's unit, joules (NVML: 1 mJ)
         self.update_period: UpdatePeriod | None = None  # measured on the first sized window
         self.bound_scope = bound_scope
+        # Why this meter cannot subtract a wrapping window (``None``: it can): see :func:`nvml_meter`.
+        self.subtract_refusal = subtract_refusal
         self.sleep: Callable[[float], None] = time.sleep  # the cooldown's wait (seconds)
         # The temperature found before the first case (degrees C): what a window waits to cool back towards.
         self.cool_c = self._temperature()
@@ -271,9 +289,10 @@ class WindowMeter:
             waited += COOLDOWN_POLL_S
         return waited
 
-    def window_s(self) -> float:
+    def window_s(self, tighten: float = 1.0) -> float:
         """The minimum length (seconds) of the next looped window: sized from the counter's update period where
-        the policy asks for an error target (fp8bench.energy.windows), else the policy's minimum."""
+        the policy asks for an error target (fp8bench.energy.windows), else the policy's minimum. ``tighten`` (a
+        fraction in (0, 1]) sizes it for the target times that fraction: a window that will be subtracted from."""
         p = self.policy
         if p.error_target is None or self.counter is None:
             return p.min_window_s
@@ -285,7 +304,7 @@ class WindowMeter:
                 self.update_period = UpdatePeriod(None, 0, f"counter unreadable: {describe_error(exc)}")
         if self.update_period.seconds is None:
             return p.min_window_s
-        return sized_window_s(self.update_period.seconds, p.min_window_s, p.max_window_s, p.error_target)
+        return sized_window_s(self.update_period.seconds, p.min_window_s, p.max_window_s, p.error_target * tighten)
 
     def _bounded(self, reading: EnergyReading) -> EnergyReading:
         """``reading`` with its quantization error bound, and a reason when the bound misses the target."""
@@ -317,11 +336,7 @@ class WindowMeter:
                window_s: float | None = None) -> int:
         """Calls per chunk: about a quarter of the minimum window, so the loop checks the clock a few times."""
         if not seconds_per_call > 0:  # unknown: time one synchronized call
-            device.synchronize()
-            t = time.perf_counter()
-            fn()
-            device.synchronize()
-            seconds_per_call = max(time.perf_counter() - t, 1e-9)
+            seconds_per_call = _time_one(fn, device)
         calls = math.ceil((window_s or self.policy.min_window_s) / 4 / seconds_per_call)
         return max(1, min(calls, self.policy.max_iterations))
 
@@ -337,37 +352,41 @@ class WindowMeter:
 
     def measure_as_timed(self, as_timed: AsTimed, device: Device, name: str = "end_to_end") -> EnergyReading:
         """Joules per call of ``as_timed.call`` less ``as_timed.wrapping`` (module docstring, "What a window
-        runs"): the wrapped call looped as :meth:`measure` loops a call, then the wrapping alone in the same chunks,
-        so as many times, and the difference. Chunks are sized from one wrapped call timed here (the timed seconds
-        leave the wrapping out). Errors raised by either propagate, as in :meth:`measure`."""
-        reading, chunks = self._looped(as_timed.call, device, 0.0, name)
+        runs"): the wrapped call looped as :meth:`measure` loops a call, then the wrapping alone looped in a window
+        of its own, as long and until its counter moved, and the difference per call. Both windows are sized for
+        the target times :func:`difference_share` of wrapped calls and wrappings timed here, so that the
+        difference's bound meets the target. Errors raised by either propagate, as in :meth:`measure`."""
+        with device.guard():  # the median of a few: one call may be slowed by a lazy start or the host
+            call_s = statistics.median(_time_one(as_timed.call, device) for _ in range(SHARE_CALLS))
+            wrapping_s = statistics.median(_time_one(as_timed.wrapping, device) for _ in range(SHARE_CALLS))
+        tighten = difference_share(call_s, wrapping_s)
+        reading, _ = self._looped(as_timed.call, device, call_s, name, tighten)
         if reading.window_j is None:  # nothing to subtract from: the reason is the reading's own
             return replace(reading, subtracted_what=as_timed.what)
-        wrapping, _ = self._looped(as_timed.wrapping, device, 0.0, name, chunks)
-        return subtract(reading, wrapping, as_timed.what, self.policy.error_target)
+        wrapping, changes = self._looped(as_timed.wrapping, device, wrapping_s, name, tighten)
+        return replace(subtract(reading, wrapping, as_timed.what, self.policy.error_target),
+                       subtracted_counter_changes=changes)
 
     def _looped(self, fn: Callable[[], Any], device: Device, seconds_per_call: float, name: str,
-                chunks: list[int] | None = None) -> tuple[EnergyReading, list[int]]:
-        """One window of ``fn``: until the window is long enough (:meth:`_loop`), or exactly ``chunks`` (calls
-        per chunk, a window being replayed call for call). Returns the reading and the chunks it ran."""
-        window = self.window_s()  # before the span: sizing reads the counter in a loop of its own
+                tighten: float = 1.0) -> tuple[EnergyReading, int]:
+        """One window of ``fn``, until it is long enough and its counter moved (:meth:`_loop`), sized for the
+        target times ``tighten`` (:meth:`window_s`). Returns the reading and how many of its chunk edges saw the
+        counter change."""
+        window = self.window_s(tighten)  # before the span: sizing reads the counter in a loop of its own
         cooled = self.cool_down()  # the previous window's heat must not enter this one
         span = _Span(self, device)
         made: list[int] = []
         with device.guard():
-            chunk = self._chunk(fn, device, seconds_per_call, window) if chunks is None else 0
+            chunk = self._chunk(fn, device, seconds_per_call, window)
             try:
                 span.begin()
-                if chunks is None:
-                    self._loop(fn, span, chunk, window, made)
-                else:
-                    self._replay(fn, span, chunks, made)
+                self._loop(fn, span, chunk, window, made)
                 span.end()
             except _MeterError as exc:  # a meter failure costs this window's energy, never the case or the run
                 span.error = exc.__cause__
             finally:
                 span.stop()
-        return replace(self._bounded(span.reading(name, sum(made))), cooldown_s=cooled), made
+        return replace(self._bounded(span.reading(name, sum(made))), cooldown_s=cooled), span.changes
 
     def _loop(self, fn: Callable[[], Any], span: _Span, chunk: int, window: float, made: list[int]) -> None:
         """Chunks of ``chunk`` calls until the window has lasted ``window`` seconds and its counter moved, or its
@@ -377,16 +396,6 @@ class WindowMeter:
             elapsed, moved = span.mark()
             if elapsed >= self.policy.max_window_s or (elapsed >= window and moved):
                 break
-
-    @staticmethod
-    def _replay(fn: Callable[[], Any], span: _Span, chunks: list[int], made: list[int]) -> None:
-        """Exactly ``chunks`` (calls per chunk), each closed by a synchronized counter read as :meth:`_loop`'s are:
-        a second window of as many calls, with as many edges; appends each chunk's calls to ``made``."""
-        for calls in chunks:
-            for _ in range(calls):
-                fn()
-            made.append(calls)
-            span.mark()
 
     def _run_chunk(self, fn: Callable[[], Any], calls: int, t0: float) -> int:
         """Call ``fn`` up to ``calls`` times, stopping once the window has lasted its cap in wall time (seconds
@@ -472,6 +481,7 @@ class _Span:
         self.e1: float | None = None
         self.v0: dict[str, int | None] | None = None
         self.v1: dict[str, int | None] | None = None
+        self.changes = 0  # chunk edges at which the counter had changed since the previous edge
         self.t0 = self.t1 = time.perf_counter()
 
     def begin(self) -> None:
@@ -479,14 +489,15 @@ class _Span:
         if self.sampler:
             self.sampler.start()
         self.v0 = _read(self.meter.violations)
-        self.e0 = _read(self.meter.counter)
+        self.e0 = self.e1 = _read(self.meter.counter)
         self.t0 = self.t1 = time.perf_counter()
 
     def mark(self) -> tuple[float, bool]:
         """Synchronize and read the counter: (seconds since the start, whether the counter moved)."""
         self.device.synchronize()
         self.t1 = time.perf_counter()
-        self.e1 = _read(self.meter.counter)
+        last, self.e1 = self.e1, _read(self.meter.counter)
+        self.changes += last is not None and self.e1 is not None and self.e1 != last
         return self.t1 - self.t0, (self.e1 is None or self.e0 is None or self.e1 != self.e0)
 
     def end(self) -> None:
@@ -517,6 +528,27 @@ class _Span:
             return base
         return replace(base, joules_per_iter=window_j / iterations, avg_power_w=window_j / window_s,
                        window_j=window_j)
+
+
+def _time_one(fn: Callable[[], Any], device: Device) -> float:
+    """Seconds one synchronized call of ``fn`` takes (at least 1 ns)."""
+    device.synchronize()
+    t = time.perf_counter()
+    fn()
+    device.synchronize()
+    return max(time.perf_counter() - t, 1e-9)
+
+
+def difference_share(call_s: float, wrapping_s: float) -> float:
+    """The fraction of the error target each window of a difference is sized for (seconds of one wrapped call and
+    of one wrapping alone): two windows each within ``e`` bound ``j_a - j_b`` within ``e * (j_a + j_b) / (j_a -
+    j_b)`` (:func:`fp8bench.energy.windows.difference_bound`), so each is sized for ``(a - b) / (a + b)`` of the
+    target. Assumption: a wrapped call and a wrapping alone draw about the same power, so their joules go as
+    their seconds. Floored at 1 %: a wrapping as long as the call gives windows at their cap, whose bound the
+    record then reports over the target."""
+    if not call_s > wrapping_s:
+        return 0.01
+    return max((call_s - wrapping_s) / (call_s + wrapping_s), 0.01)
 
 
 class _MeterError(Exception):
@@ -566,30 +598,32 @@ PHASE_ENERGY_METHOD = "each phase looped alone on the state left by the previous
 
 
 def subtract(reading: EnergyReading, wrapping: EnergyReading, what: str, target: float | None) -> EnergyReading:
-    """``reading`` (a window of wrapped calls) less ``wrapping`` (a window of the wrapping alone, as many times):
-    joules per call, average power and error bound of the difference (module docstring, "What a window runs").
-    The wrapping's window's throttling invalidates the reading too; a difference that is not positive gives
-    ``null`` joules with the reason."""
+    """``reading`` (a window of wrapped calls) less ``wrapping`` (a window of the wrapping alone, looped as long as
+    its own counter needed), per call: ``J_a / N_a - J_b / N_b``, with the average power and the error bound of the
+    difference (module docstring, "What a window runs"). The wrapping's window's throttling invalidates the
+    reading too; a difference that is not positive gives ``null`` joules with the reason."""
     invalid = (*reading.invalid_reasons, *(f"subtracted window: {r}" for r in wrapping.invalid_reasons))
     notes = (*reading.clock_notes, *(f"subtracted window: {n}" for n in wrapping.clock_notes))
     out = replace(reading, joules_per_iter=None, avg_power_w=None, error_bound=None, subtracted_what=what,
-                  subtracted_j=wrapping.window_j, subtracted_s=wrapping.window_s, valid=not invalid,
-                  invalid_reasons=invalid, clock_notes=notes)
-    if reading.window_j is None or wrapping.window_j is None or not reading.iterations:
+                  subtracted_j=wrapping.window_j, subtracted_s=wrapping.window_s,
+                  subtracted_iterations=wrapping.iterations, valid=not invalid, invalid_reasons=invalid,
+                  clock_notes=notes)
+    if reading.joules_per_iter is None or wrapping.joules_per_iter is None:
         return replace(out, reason=_joined(reading.reason, f"the window of {what} read no energy: {wrapping.reason}"))
-    joules = reading.window_j - wrapping.window_j
+    joules = reading.joules_per_iter - wrapping.joules_per_iter
     if not joules > 0:
         return replace(out, reason=_joined(reading.reason, (
-            f"the wrapped calls' window read {reading.window_j:.4g} J and the window of {what} {wrapping.window_j:.4g} "
-            "J: no energy is left to the calls above the counter's resolution")))
-    seconds = (reading.window_s or 0.0) - (wrapping.window_s or 0.0)
-    bound = difference_bound(reading.error_bound, reading.window_j, wrapping.error_bound, wrapping.window_j)
+            f"a wrapped call read {reading.joules_per_iter:.4g} J and {what} {wrapping.joules_per_iter:.4g} J: no "
+            "energy is left to the call above the counter's resolution")))
+    seconds = out.call_s
+    bound = difference_bound(reading.error_bound, reading.joules_per_iter, wrapping.error_bound,
+                             wrapping.joules_per_iter)
     reason = reading.reason
     if bound is not None and target is not None and bound > target:
         reason = _joined(reason, f"quantization error up to {bound:.1%} after subtracting {what} "
-                                 f"({wrapping.window_j:.3g} J of {reading.window_j:.3g} J)")
-    return replace(out, joules_per_iter=joules / reading.iterations, avg_power_w=joules / seconds if seconds > 0
-                   else None, error_bound=bound, reason=reason)
+                                 f"({wrapping.joules_per_iter:.3g} J of {reading.joules_per_iter:.3g} J per call)")
+    return replace(out, joules_per_iter=joules, avg_power_w=joules / seconds if seconds and seconds > 0 else None,
+                   error_bound=bound, reason=reason)
 
 
 def _joined(*parts: str | None) -> str | None:
@@ -604,10 +638,11 @@ def _metered(meter: EnergyMeter, fn: Callable[[], Any], device: Device, seconds_
     if wrapped is None:
         return meter.measure(fn, device, seconds_per_call, name=name), None
     measure_as_timed = getattr(meter, "measure_as_timed", None)
-    if measure_as_timed is None:
+    refusal = getattr(meter, "subtract_refusal", None)
+    if measure_as_timed is None or refusal:
         return meter.measure(fn, device, seconds_per_call, name=name), (
-            f"energy window differs from the timed samples: the {meter.method} meter cannot subtract {wrapped.what}, "
-            "so its window loops the bare call")
+            f"energy window differs from the timed samples: the {meter.method} meter cannot subtract {wrapped.what}"
+            + (f" ({refusal})" if refusal else "") + ", so its window loops the bare call")
     return measure_as_timed(wrapped, device, name=name), None
 
 
@@ -718,11 +753,30 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
     except dev.nv.NVMLError as exc:
         dev.close()
         raise MeterUnavailable(f"{why}; NVML power unreadable too ({nvml.error_text(exc)})") from exc
-    return WindowMeter("nvml_power", note=(
+    return WindowMeter("nvml_power", subtract_refusal=_averaged_power_refusal(dev), note=(
         f"approximate: {why}, so board power sampled every {(policy or WindowPolicy()).telemetry_interval_s:g} s "
         f"was integrated over the window (the instant power field where the driver has it, else "
         f"nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer: the window's telemetry names which)"),
         **common)
+
+
+def _averaged_power_refusal(dev: Any) -> str | None:
+    """Why a power-sampling meter on ``dev`` cannot subtract a wrapping window, ``None`` where it can: where the
+    driver lacks the instant power field the samples hold ``nvmlDeviceGetPowerUsage``, a one-second running average
+    on Ampere except GA100 and newer (nvml.h of NVML API 13, go-nvml 2f9e261, :6537-6539). Integrated, that lags
+    the work by up to a second at each edge, so the difference of two windows, one of them short, means nothing.
+    Refused for every GPU without the field: on older ones the reading is instantaneous, but the rule stays one."""
+    from fp8bench.energy import nvml
+    from fp8bench.energy.telemetry import PowerSource
+
+    try:
+        _, source = dev.instant_power()
+    except (dev.nv.NVMLError, nvml.FieldReadFailed):
+        source = None
+    if source is PowerSource.INSTANT:
+        return None
+    return ("its power is nvmlDeviceGetPowerUsage, a 1 s average on Ampere except GA100 and newer, which lags the "
+            "work by up to a second at each window edge")
 
 
 def _nvml_factory(device: Device) -> EnergyMeter | None:

@@ -122,8 +122,10 @@ class NvmlDevice:
 
     # -- plumbing ------------------------------------------------------------------------------------------------
     def _optional(self, call: Callable[[], T], fallback: bool = False) -> T | None:
-        """``call()``, or ``None`` when the GPU or driver does not support it. With ``fallback``, a driver that
-        lacks the function raises :class:`_FallBack` instead, so the caller can try the older call."""
+        """``call()``, or ``None`` when the GPU or driver does not support it, including a reading NVML has
+        deprecated (``NVML_ERROR_DEPRECATED``, 26: nvml.h of NVML API 13, go-nvml 2f9e261, :1324; NVML 13 deprecates
+        the application clock ids, :1127-1130). With ``fallback``, a driver that lacks the function raises
+        :class:`_FallBack` instead, so the caller can try the older call."""
         nv = self.nv
         try:
             return call()
@@ -131,7 +133,8 @@ class NvmlDevice:
             if fallback:
                 raise _FallBack() from None
             return None
-        except (nv.NVMLError_NotSupported, nv.NVMLError_NoPermission, nv.NVMLError_InvalidArgument):
+        except (nv.NVMLError_NotSupported, nv.NVMLError_NoPermission, nv.NVMLError_InvalidArgument,
+                nv.NVMLError_Deprecated):
             return None
 
     def close(self) -> None:
@@ -177,7 +180,9 @@ class NvmlDevice:
         means the driver lacks the field (``NVML_ERROR_NOT_SUPPORTED`` or ``NVML_ERROR_INVALID_ARGUMENT`` in the
         entry or from the call, a driver without the call, or a value type these bindings cannot read) stops the
         asking for this device; any other code is one failed reading, raised as :class:`FieldReadFailed`, and the
-        next call asks again."""
+        next call asks again. Assumption: an ``INVALID_ARGUMENT`` in one *entry* means "field unknown to this
+        driver"; nvml.h (NVML API 13, go-nvml 2f9e261, :10223-10229) documents that code only for the whole call
+        (an invalid device or a null array), and says nothing of what an entry may hold."""
         if self._instant is not False:
             watts = self._instant_field_w()
             if watts is not None:

@@ -28,10 +28,11 @@ also lags the work by up to a second at each edge. Neither has a bound that this
 length, so such a window carries none (``energy.error_bound`` is ``null``).
 
 Windows that subtract. Where the timed samples wrapped each call (an L2 flush before it, a hold around it), the
-meter runs the call wrapped so and, as many times, the wrapping alone, and reports the difference
-(:mod:`fp8bench.energy.meters`, "What a window runs"). Each window's quantization error is bounded as above; the
-difference's absolute error is at most the sum of the two, so its relative bound is
-``(bound_a * J_a + bound_b * J_b) / (J_a - J_b)`` (:func:`difference_bound`): large where the wrapping costs most of
+meter loops the call wrapped so in one window and the wrapping alone in another, each sized as above and run until
+its counter moved, and reports the difference per call (:mod:`fp8bench.energy.meters`, "What a window runs"). Each
+window's quantization error is bounded as above; the difference's absolute error is at most the sum of the two, so
+with ``j_a = J_a / N_a`` and ``j_b = J_b / N_b`` per call its relative bound is
+``(bound_a * j_a + bound_b * j_b) / (j_a - j_b)`` (:func:`difference_bound`): large where the wrapping costs most of
 the energy, which the record then shows rather than hides.
 
 What the bound leaves out. It covers the counter's quantization only. The sensor behind NVML's power and energy
@@ -130,8 +131,8 @@ def error_bound(period_s: float | None, window_s: float | None, window_j: float 
 
 def difference_bound(bound_a: float | None, joules_a: float | None, bound_b: float | None,
                      joules_b: float | None) -> float | None:
-    """Upper bound of the relative quantization error of ``joules_a - joules_b`` (joules), two windows' readings
-    each within its own relative ``bound``: their absolute errors add (module docstring, "Windows that subtract").
+    """Upper bound of the relative quantization error of ``joules_a - joules_b`` (joules, per call: each window's
+    joules over its own calls), two windows' readings each within its own relative ``bound``: their absolute errors add (module docstring, "Windows that subtract").
     ``None`` where any input is missing or the difference is not positive."""
     if None in (bound_a, joules_a, bound_b, joules_b):
         return None

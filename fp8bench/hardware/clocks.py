@@ -5,8 +5,9 @@ differ by the clock alone. nvbench controls this twice, and fp8bench follows it:
 
 **Locking** (``fp8bench run --lock-clocks base|max``, nvbench's ``--lock-gpu-clocks``): the driver pins the SM clock
 for the run with ``nvmlDeviceSetGpuLockedClocks(handle, min_mhz, max_mhz)``, undone by
-``nvmlDeviceResetGpuLockedClocks(handle)``. ``base`` passes ``NVML_CLOCK_LIMIT_ID_TDP`` for both bounds (the clock
-the board sustains within its power limit, nvbench's ``clock_rate::base``); ``max`` locks both bounds to the
+``nvmlDeviceResetGpuLockedClocks(handle)``. ``base`` passes ``NVML_CLOCK_LIMIT_ID_TDP`` for both bounds (nvbench's
+``clock_rate::base``; nvml.h of NVML API 13, go-nvml 2f9e261, :8913 says only "Lock clock to TDP": that this is the
+base clock, the one the board sustains within its power limit, is an assumption, which is why it is read back); ``max`` locks both bounds to the
 maximum SM clock, ``nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM)`` (nvbench locks its default clock rate,
 CUDA's ``cudaDevAttrClockRate``, the peak clock). Locking needs root and a Volta or newer GPU; NVML refuses
 otherwise (``NVMLError_NoPermission``, ``NVMLError_NotSupported``), and so does fp8bench, before any case runs,
@@ -26,9 +27,14 @@ reference read then would sit so low that no throttled sample ever fell under it
 * under ``max`` the reference is the lock's target, the MHz value passed to the driver;
 * under ``base`` the target is symbolic (the TDP clock, whose MHz NVML does not report), so the clock is read back
   *under load*: :func:`busy` queues :data:`READBACK_LOAD_S` seconds of GEMMs and :data:`READBACK_READS` readings
-  are taken while they run. Readings whose reasons mask says the GPU was idle or slowed down by a limiter
+  are taken while they run. A reading counts only if the load was still running once it was taken (the stream
+  had not drained: how much work the driver queues ahead is its own, nvbench ``blocking_kernel.cuh`` :65-67 at
+  078919b, so a load may end early), since an idle GPU need not say so: the GpuIdle bit "may be removed in a later
+  release" (nvml.h :3319-3322). Readings whose reasons mask says the GPU was idle or slowed down by a limiter
   (:data:`fp8bench.energy.telemetry.THROTTLE_REASONS`, the power cap included: the TDP clock is the one the board
-  holds within its power limit) are not the locked clock; the median of the others is the reference. Where none is
+  holds within its power limit) are not the locked clock either, nor is one under :data:`THROTTLE_THRESHOLD` of
+  the median of the others (a reading with no reason that the loaded ones contradict); the median of those left
+  is the reference. Where none is
   left (or no load could run), the run falls back to the device's own reference clock and ``reference_source`` says
   why; its samples are then judged against the higher default clock, which errs towards flagging a throttle, never
   towards missing one.
@@ -167,33 +173,51 @@ class ClockLock:
                                else "NVML reported no SM clock under load")
             return None, {**chosen, "reference_mhz": None,
                           "reference_source": f"device default: the base clock was not read back ({why})"}
-        return read_back, {**chosen, "reference_mhz": read_back, "reference_source": "read back under load"}
+        source = "read back under load" + (f" ({rejected} left out)" if rejected else "")
+        return read_back, {**chosen, "reference_mhz": read_back, "reference_source": source}
 
     def _read_back(self) -> tuple[int | None, str | None]:
         """The median SM clock (MHz) of the readings taken under load that show the locked clock, and a description
         of those that did not (``None`` if none was rejected); ``(None, None)`` without a load."""
         if self.load is None:
             return None, None
-        device = NvmlDevice(self.nv, self.handle, "clock lock")  # reads only; the lock's session stays its own
-        wait = self.load()
-        samples: list[Sample] = []
-        try:
-            for _ in range(READBACK_READS):
-                self.pause(READBACK_SPACING_S)
-                samples.append(device.sample())
-        except (self.nv.NVMLError, FieldReadFailed):
-            pass  # what was read so far decides
-        finally:
-            wait()
-        kept, rejected = [], []
+        samples, drained = self._loaded_samples()
+        kept, rejected = [], [f"{drained} after the load drained"] if drained else []
         for s in samples:
             flags = sorted(set(decode_reasons(int(s.reasons_mask or 0))) & NOT_LOCKED_CLOCK)
             if s.sm_clock_mhz and not flags:
                 kept.append(s.sm_clock_mhz)
             elif s.sm_clock_mhz:
                 rejected.append(f"{s.sm_clock_mhz} MHz with {'+'.join(flags)}")
-        median = int(statistics.median(kept)) if kept else None
-        return median, ("readings " + ", ".join(rejected)) if rejected else None
+        median = statistics.median(kept) if kept else None
+        low = [c for c in kept if median is not None and c < THROTTLE_THRESHOLD * median]
+        rejected += [f"{c} MHz far under the median of the others" for c in low]
+        kept = [c for c in kept if c not in low]
+        median = statistics.median(kept) if kept else None
+        return (int(median) if median is not None else None), ("readings " + ", ".join(rejected)) if rejected else None
+
+    def _loaded_samples(self) -> tuple[list[Sample], int]:
+        """The readings taken while the load still ran, and how many were taken after it drained (module
+        docstring). A load whose waiter has no ``running()`` (one that cannot tell) keeps every reading."""
+        assert self.load is not None
+        device = NvmlDevice(self.nv, self.handle, "clock lock")  # reads only; the lock's session stays its own
+        wait = self.load()
+        running: Callable[[], bool] | None = getattr(wait, "running", None)
+        samples: list[Sample] = []
+        drained = 0
+        try:
+            for _ in range(READBACK_READS):
+                self.pause(READBACK_SPACING_S)
+                sample = device.sample()
+                if running is not None and not running():  # the reading may have come after the last GEMM
+                    drained += 1
+                    continue
+                samples.append(sample)
+        except (self.nv.NVMLError, FieldReadFailed):
+            pass  # what was read so far decides
+        finally:
+            wait()
+        return samples, drained
 
     def reset(self) -> None:
         """Undo the lock (once; later calls do nothing)."""
@@ -281,9 +305,25 @@ class ClockCheckedTimer:
         return out
 
 
-def busy(device: Any, seconds: float) -> Callable[[], None]:
-    """Queue about ``seconds`` of 4096^3 BF16 GEMMs on ``device`` (timed from one call) and return the function that
-    waits for them: a GPU loaded while its clocks are read."""
+@dataclass(frozen=True)
+class Load:
+    """GPU work queued by :func:`busy`: call it to wait for the work; :meth:`running` says whether it still runs."""
+
+    stream: Any  # the torch.cuda.Stream the work was queued on
+    synchronize: Callable[[], None]
+
+    def __call__(self) -> None:
+        self.synchronize()
+
+    def running(self) -> bool:
+        """Whether the queued work has not finished: ``Stream.query()`` is ``False`` while work is pending."""
+        return not self.stream.query()
+
+
+def busy(device: Any, seconds: float) -> Load:
+    """Queue about ``seconds`` of 4096^3 BF16 GEMMs on ``device`` (timed from one call) and return the
+    :class:`Load`, whose call waits for them: a GPU loaded while its clocks are read (a reading counts only while
+    :meth:`Load.running`)."""
     import torch
 
     a = torch.randn(4096, 4096, device=device.torch, dtype=torch.bfloat16)
@@ -295,7 +335,7 @@ def busy(device: Any, seconds: float) -> Callable[[], None]:
     calls = max(1, math.ceil(seconds / max(time.perf_counter() - start, 1e-6)))
     for _ in range(calls):
         a @ a
-    return device.synchronize
+    return Load(torch.cuda.current_stream(device.torch), device.synchronize)
 
 
 def lock_clocks(device: Any, policy: str | None, nv: Any = None,

@@ -373,17 +373,25 @@ def counter_period(ctx: ProbeContext) -> ProbeResult:
 # the L2; after a flush it comes from device memory). Each window is sized for a 5 % quantization bound (about 2 s
 # at a 100 ms counter period, fp8bench.energy.windows). The warm window runs a sleep kernel (no memory traffic) where
 # the cold one runs the flush, so both keep the GPU busy between calls and differ only in what the L2 holds: about
-# 50 us of sleep at 2 GHz, a flush of twice a 50 MB L2 at 3 TB/s.
+# 50 us of sleep at 2 GHz, a flush of twice a 50 MB L2 at 3 TB/s. The cold/warm difference is one read of 3/4 of the
+# L2 from device memory, whatever the call does besides (a longer call only adds energy both sides share, and with
+# it the margin), while the wrapping is as long as the call: so the cold probe sizes its windows for a 1 % bound
+# instead (the subtracted windows then reach the 10 s cap at a 100 ms period; about 40 s in all).
 ENERGY_PROBE_L2_SHARE = 0.75
 ENERGY_PROBE_ERROR = 0.05
+COLD_PROBE_ERROR = 0.01
+# A subtracted window must last this many counter update periods (a window within one step reads no energy, one of a
+# few steps a bound far over its target; fp8bench.energy.meters, "What a window runs").
+MIN_SUBTRACTED_PERIODS = 2
 ENERGY_PROBE_SLEEP_CYCLES = 100_000
 # Held and eager cold joules per call may differ by this share beyond their bounds: the held loop waits for every
 # sample, so clocks and power between its calls differ a little from the eager loop's.
 HELD_ENERGY_TOLERANCE = 0.10
 
 
-def _energy_probe(ctx: ProbeContext, run: Callable[[Any, Callable[[], None]], ProbeResult]) -> ProbeResult:
-    """``run(meter, call)`` with this GPU's counter meter, windows sized for :data:`ENERGY_PROBE_ERROR`, and the
+def _energy_probe(ctx: ProbeContext, run: Callable[[Any, Callable[[], None]], ProbeResult],
+                  target: float = ENERGY_PROBE_ERROR) -> ProbeResult:
+    """``run(meter, call)`` with this GPU's counter meter, windows sized for ``target`` (a fraction), and the
     probes' call; not applicable where nothing meters with a counter here."""
     from fp8bench.energy.meters import WindowMeter, WindowPolicy, meter_for
 
@@ -392,7 +400,7 @@ def _energy_probe(ctx: ProbeContext, run: Callable[[Any, Callable[[], None]], Pr
         return ProbeResult(Outcome.NOT_APPLICABLE, "no energy counter meters this GPU: "
                            f"{getattr(meter, 'reason', None) or meter.method}")
     try:
-        meter.policy = WindowPolicy(error_target=ENERGY_PROBE_ERROR)
+        meter.policy = WindowPolicy(error_target=target)
         with ctx.device.guard():
             l2 = int(torch.cuda.get_device_properties(ctx.device.cuda_index).L2_cache_size)
             x = torch.zeros(int(l2 * ENERGY_PROBE_L2_SHARE) // 4, device=ctx.device.torch)
@@ -405,10 +413,18 @@ def _energy_probe(ctx: ProbeContext, run: Callable[[Any, Callable[[], None]], Pr
         meter.close()
 
 
+def _subtracted_periods(reading: Any) -> float:
+    """How many counter update periods a reading's subtracted window lasted (0 where either is unknown)."""
+    if not reading.subtracted_s or not reading.counter_update_s:
+        return 0.0
+    return float(reading.subtracted_s / reading.counter_update_s)
+
+
 def _per_call(reading: Any) -> str:
     bound = f"{reading.error_bound:.1%}" if reading.error_bound is not None else "unbounded"
-    return (f"{reading.joules_per_iter * 1e3:.3g} mJ/call (bound {bound}; {reading.subtracted_j:.3g} J of "
-            f"{reading.window_j:.3g} J subtracted)")
+    return (f"{reading.joules_per_iter * 1e3:.3g} mJ/call (bound {bound}; {reading.subtracted_j:.3g} J in "
+            f"{reading.subtracted_s:.3g} s subtracted: {_subtracted_periods(reading):.0f} counter periods, the "
+            f"counter seen to move at {reading.subtracted_counter_changes} of its chunk edges)")
 
 
 def _margin_j(*readings: Any) -> float:
@@ -435,16 +451,59 @@ def cold_l2_energy(ctx: ProbeContext) -> ProbeResult:
         cold = meter.measure_as_timed(cold_calls, ctx.device, name="cold_l2")
         warm = meter.measure_as_timed(AsTimed(sleep_then_call, sleep, "a sleep kernel alone"), ctx.device,
                                       name="warm_l2")
-        if cold.joules_per_iter is None or warm.joules_per_iter is None:
-            return ProbeResult(Outcome.FAILED, f"no joules per call left: cold: {cold.reason}; warm: {warm.reason}")
-        figure = f"cold {_per_call(cold)}, warm {_per_call(warm)}"
-        if cold.joules_per_iter > warm.joules_per_iter + _margin_j(cold, warm):
-            return ProbeResult(Outcome.HELD, figure)
-        if cold.joules_per_iter < warm.joules_per_iter - _margin_j(cold, warm):
-            return ProbeResult(Outcome.FAILED, figure + ": a cold call cost less than a warm one")
-        return ProbeResult(Outcome.NOT_APPLICABLE, figure + ": inconclusive within the windows' bounds")
+        return cold_versus_warm(cold, warm)
+
+    return _energy_probe(ctx, run, COLD_PROBE_ERROR)
+
+
+def cold_versus_warm(cold: Any, warm: Any) -> ProbeResult:
+    """The verdict of :func:`cold_l2_energy` on two subtracted readings: failed where either left no joules, held
+    where the cold call cost more than the warm one beyond both bounds, failed where less, and not applicable
+    (inconclusive) where the two lie within their bounds or a subtracted window lasted fewer than
+    :data:`MIN_SUBTRACTED_PERIODS` counter periods."""
+    if cold.joules_per_iter is None or warm.joules_per_iter is None:
+        return ProbeResult(Outcome.FAILED, f"no joules per call left: cold: {cold.reason}; warm: {warm.reason}")
+    figure = f"cold {_per_call(cold)}, warm {_per_call(warm)}"
+    still = [r.name for r in (cold, warm) if _subtracted_periods(r) < MIN_SUBTRACTED_PERIODS]
+    if still:
+        return ProbeResult(Outcome.NOT_APPLICABLE, figure + f": inconclusive, the subtracted window of {still[0]} "
+                           f"lasted fewer than {MIN_SUBTRACTED_PERIODS} counter periods")
+    if cold.joules_per_iter > warm.joules_per_iter + _margin_j(cold, warm):
+        return ProbeResult(Outcome.HELD, figure)
+    if cold.joules_per_iter < warm.joules_per_iter - _margin_j(cold, warm):
+        return ProbeResult(Outcome.FAILED, figure + ": a cold call cost less than a warm one")
+    return ProbeResult(Outcome.NOT_APPLICABLE, figure + ": inconclusive within the windows' bounds")
+
+
+# A GEMM that dominates the flush before it, as the case the subtracted window was wrong for: about 1.6 ms of BF16
+# at 700 TFLOP/s behind a flush of ~35 us.
+DOMINANT_GEMM = 8192
+
+
+def subtracted_window_steps(ctx: ProbeContext) -> ProbeResult:
+    """a cold-L2 window of a ~2 ms GEMM leaves joules per call within the 5% target, its subtracted flush-alone window
+    lasting 2 counter periods or more"""
+    from fp8bench.measure.timing import CudaTimer
+
+    a = torch.randn(DOMINANT_GEMM, DOMINANT_GEMM, device=ctx.device.torch, dtype=torch.bfloat16)
+
+    def run(meter: Any, call: Callable[[], None]) -> ProbeResult:
+        wrapped = CudaTimer(ctx.device).as_timed(lambda: a @ a)
+        assert wrapped is not None  # the timer flushes
+        return subtracted_verdict(meter.measure_as_timed(wrapped, ctx.device, name="dominant_gemm"),
+                                  ENERGY_PROBE_ERROR)
 
     return _energy_probe(ctx, run)
+
+
+def subtracted_verdict(reading: Any, target: float) -> ProbeResult:
+    """Held where ``reading`` (a subtracted window) has joules per call within ``target`` and its subtracted window
+    lasted :data:`MIN_SUBTRACTED_PERIODS` counter periods or more; failed otherwise."""
+    if reading.joules_per_iter is None:
+        return ProbeResult(Outcome.FAILED, f"no joules per call: {reading.reason}")
+    bound = reading.error_bound
+    ok = _subtracted_periods(reading) >= MIN_SUBTRACTED_PERIODS and bound is not None and bound <= target
+    return ProbeResult(Outcome.HELD if ok else Outcome.FAILED, f"{_per_call(reading)}; target {target:.0%}")
 
 
 def held_energy(ctx: ProbeContext) -> ProbeResult:
@@ -521,10 +580,20 @@ def instant_power(ctx: ProbeContext) -> ProbeResult:
 
 def clock_lock_readback(ctx: ProbeContext) -> ProbeResult:
     """a base-clock lock reads back, under load, a clock that the GPU then holds under load (within 5%), and resets"""
+    return _lock_readback(ctx, "base")
+
+
+def clock_lock_readback_max(ctx: ProbeContext) -> ProbeResult:
+    """a max-clock lock's reference (its target) is the clock the GPU holds under load (within 5%), and resets"""
+    return _lock_readback(ctx, "max")
+
+
+def _lock_readback(ctx: ProbeContext, policy: str) -> ProbeResult:
+    """Lock under ``policy``, then compare the lock's reference clock with the SM clock read under load."""
     from fp8bench.hardware.clocks import ClockLockRefused, lock_clocks
 
     try:
-        lock = lock_clocks(ctx.device, "base")
+        lock = lock_clocks(ctx.device, policy)
     except ClockLockRefused as exc:
         return ProbeResult(Outcome.NOT_APPLICABLE, str(exc))
     assert lock is not None
@@ -555,6 +624,40 @@ try:
 except nv.NVMLError_Uninitialized:
     print("uninitialized")
 """
+
+
+# The refresh the clock readings are spaced for (fp8bench.hardware.clocks, READBACK_SPACING_S): a reading at least
+# every 100 ms.
+CLOCK_REFRESH_S = 0.1
+
+
+def clock_refresh(ctx: ProbeContext) -> ProbeResult:
+    """under load, NVML's SM clock reading changes at least every 100 ms (median gap between changes over 1.5 s)"""
+    with ctx.nvml() as dev:
+        wait = _busy(ctx, 2.0)
+        changes, last = [], None
+        end = time.perf_counter() + 1.5
+        while time.perf_counter() < end:
+            clock = dev.sample().sm_clock_mhz
+            if clock is not None and clock != last:
+                changes.append(time.perf_counter())
+                last = clock
+        wait()
+    return refresh_verdict(changes, CLOCK_REFRESH_S)
+
+
+def refresh_verdict(changes: list[float], limit_s: float) -> ProbeResult:
+    """Held where the median gap between reading changes (perf_counter seconds) is at most ``limit_s``: the
+    readings refresh at least that often. A clock that changed too seldom to tell is inconclusive, not failed:
+    a steady clock refreshed often reads the same."""
+    if len(changes) < 4:
+        return ProbeResult(Outcome.NOT_APPLICABLE, f"the SM clock changed {len(changes)} time(s) under load: too "
+                           "steady to see how often its reading refreshes")
+    gap = statistics.median(b - a for a, b in itertools.pairwise(changes))
+    figure = f"median {gap * 1e3:.0f} ms between {len(changes)} changes (limit {limit_s * 1e3:.0f} ms)"
+    if gap <= limit_s:
+        return ProbeResult(Outcome.HELD, figure)
+    return ProbeResult(Outcome.NOT_APPLICABLE, figure + ": a slower refresh, or a clock that rarely moves")
 
 
 def nvml_refcount(ctx: ProbeContext) -> ProbeResult:
@@ -748,13 +851,20 @@ CLAIMS: tuple[Claim, ...] = (
           "fp8bench/measure/blocking.py", probe=spin_give_up_loaded),
     Claim("nvml_poll_cost", "a telemetry poll costs a small share of the 50 ms sampling interval",
           "telemetry, per-sample clocks", "fp8bench/energy/telemetry.py", probe=nvml_poll_cost),
-    Claim("cold_l2_energy", "an energy window of cold-L2 calls (flush then call, less the flush alone metered as "
-          "many times) meters the cold call's own energy: positive, and above the same call's warm energy",
+    Claim("cold_l2_energy", "an energy window of cold-L2 calls (flush then call, less the flush alone metered in a "
+          "window of its own, per call) meters the cold call's own energy: positive, and above the same call's warm "
+          "energy. Assumed, not probed: the flush alone costs what a flush before a call costs (a timed call writes "
+          "back the last L2's worth of dirty lines during the call, the flush-alone loop during the next flush: about "
+          "one L2 of HBM writes per call, negligible for millisecond GEMMs, perhaps ~10% for 20 us calls)",
           "energy_j and tflops_per_w of records timed with an L2 flush (the default)",
           "fp8bench/energy/meters.py, fp8bench/measure/timing.py", probe=cold_l2_energy),
     Claim("held_energy", "a held energy window, less held samples with no call (the spin polling as long), meters "
           "the call's kernels alone, as the cold eager window does", "energy_j of --blocked-stream records",
           "fp8bench/measure/blocking.py", probe=held_energy),
+    Claim("subtracted_window_steps", "a subtracted window (the flush alone behind a dominant call) lasts several "
+          "counter periods, so the difference has joules and a bound within the target",
+          "energy_j of cold-L2 and --blocked-stream records of millisecond calls",
+          "fp8bench/energy/meters.py", probe=subtracted_window_steps),
     Claim("counter_period", "NVML's energy counter updates about every 100 ms",
           "energy window lengths and their error bound", "fp8bench/energy/windows.py", probe=counter_period),
     Claim("loaded_clocks", "NVML's SM clock under load is readable and judged against a reference it can reach",
@@ -764,6 +874,12 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("clock_lock_readback", "a base-locked GPU under load reports its locked SM clock, which becomes the "
           "throttle reference",
           "--lock-clocks records' valid/invalid verdicts", "fp8bench/hardware/clocks.py", probe=clock_lock_readback),
+    Claim("clock_lock_readback_max", "under a max lock the throttle reference is the lock's target, a clock the GPU "
+          "holds under load", "--lock-clocks max records' valid/invalid verdicts", "fp8bench/hardware/clocks.py",
+          probe=clock_lock_readback_max),
+    Claim("clock_refresh", "NVML's clock readings refresh every 20-100 ms, so readings 50 ms apart are fresh ones",
+          "the locked clock read back under load (--lock-clocks base)", "fp8bench/hardware/clocks.py",
+          probe=clock_refresh),
     Claim("nvml_refcount", "NVML reference-counts nvmlInit/nvmlShutdown (the clock lock keeps its own session)",
           "the reset of --lock-clocks", "fp8bench/hardware/clocks.py", probe=nvml_refcount),
     Claim("triton_full_accumulation", "Triton's FP8 GEMM with --fast-accum off accumulates as precisely as torch's",

@@ -307,8 +307,9 @@ class Selfcheck:
             ("backend", self._backends),
             ("claims", self._claims),
         ]
+        planned = planned_checks(self.probe, self.config)
         for name, step in steps:
-            if self.config.checks is not None and name not in self.config.checks:
+            if name not in planned:
                 continue
             self.on_check(name)
             started = time.monotonic()
@@ -548,6 +549,13 @@ class SelfcheckOutcome:
                 "verdict": (self.verdict or Verdict.PASS).value if not self.interrupted else "interrupted",
                 "counts": counts, "interrupted": self.interrupted, "disk_full": self.disk_full,
                 "wall_s": round(self.wall_s, 3), "checks": [r.to_dict() for r in self.results]}
+
+
+def planned_checks(probe: Probe, config: SelfcheckConfig) -> tuple[str, ...]:
+    """The checks a selfcheck of ``probe`` runs, in order: those ``config`` selects, less the CPU ceiling check on
+    a GPU (its peaks come from the table, checked by ``gemm_peak``)."""
+    return tuple(c for c in CHECKS if not (c == "cpu_ceiling" and probe.gpu)
+                 and (config.checks is None or c in config.checks))
 
 
 def run_selfcheck(probe: Probe, config: SelfcheckConfig | None = None, run_file: Path | None = None,

@@ -228,7 +228,8 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> RunSetting
             policy_fields[key] = getattr(args, flag)
     budget = args.budget if args.budget is not None else overrides.get("budget_s", 30.0)
     return RunSettings(device=args.device, budget_s=float(budget), policy=SamplingPolicy(**policy_fields),
-                       warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed, threads=args.threads,
+                       warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed,
+                       threads=args.threads if args.threads is not None else overrides.get("threads"),
                        fp8_format=args.fp8_format, amax_history_len=args.amax_history_len, margin=args.margin,
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        amax_compute_algo=args.amax_compute_algo,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,14 +59,43 @@ def chart(fig: go.Figure, key: str) -> None:
     st.plotly_chart(safe_figure(fig), key=key)
 
 
+# A stored time with its fractional seconds: the page shows it to the second.
+_FRACTION = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.\d+)?(?:[+-]\d{2}:?\d{2}|Z)?$")
+
+
+def for_display(frame: pd.DataFrame, column_config: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """What a table shows of ``frame``: every number column a page gave no format gets three significant digits;
+    in text columns a stored time reads to the second (UTC) and an empty cell as ``-``. Numbers keep their stored
+    value (sorting and the CSV use it); ``column_config`` (the page's own formats) wins."""
+    config = dict(column_config)
+    displayed = frame.copy()
+    for name in frame.columns:
+        column = frame[name]
+        if name in config:
+            continue
+        if pd.api.types.is_float_dtype(column):
+            config[name] = st.column_config.NumberColumn(format="%.3g")
+        elif _text(column):
+            displayed[name] = column.str.replace(_FRACTION, r"\1 \2", regex=True).fillna("-")
+    return displayed, config
+
+
+def _text(column: pd.Series) -> bool:
+    """A column of text and empty cells only (pandas 3 stores text as ``str``, older ones as ``object``)."""
+    if not (pd.api.types.is_string_dtype(column) or column.dtype == object):
+        return False
+    return pd.api.types.infer_dtype(column, skipna=True) in ("string", "empty")
+
+
 def table(frame: pd.DataFrame, name: str, **column_config: Any) -> None:
-    """Show ``frame`` as stored (formatting only in the column config, server paths shortened by
-    :func:`fp8bench.dashboard.safe_text.shown`) with a CSV download of the same rows."""
+    """Show ``frame`` (:func:`for_display`: formatting only; server paths shortened by
+    :func:`fp8bench.dashboard.safe_text.shown`) with a CSV download of the stored rows, paths shortened alike."""
     frame = frame.copy()
     for i, dtype in enumerate(frame.dtypes):
         if pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype):
             frame.iloc[:, i] = frame.iloc[:, i].map(shown)
-    st.dataframe(frame, hide_index=True, column_config=column_config or None, width="stretch")
+    displayed, config = for_display(frame, column_config)
+    st.dataframe(displayed, hide_index=True, column_config=config or None, width="stretch")
     # A callable: the CSV is written only when someone asks for it, not on every rerun. Stored text that a
     # spreadsheet would run as a formula is prefixed with ' (fp8bench.core.escaping).
     st.download_button(f"Download {name} as CSV", lambda: neutralize_formulas(frame).to_csv(index=False).encode(),

@@ -56,6 +56,9 @@ def build_history(out: Path, commits: int = 16, slow_at: int = 11, broken_at: in
         raise ValueError(f"slow_at {slow_at} must be between 1 and {commits - 1}")
     if broken_at is not None and not (0 < broken_at < commits - 1 and broken_at != slow_at):
         raise ValueError(f"broken_at {broken_at} must be between 1 and {commits - 2}, not the slow commit")
+    if broken_at is not None and broken_at + 1 == slow_at:  # the commit after the broken one carries the fix
+        raise ValueError(f"broken_at {broken_at} must not be right before the slow commit {slow_at}: the next "
+                         "commit fixes the build")
     repo = out / "repo"
     repo.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "results", ".venv", "*.egg-info")

@@ -229,3 +229,10 @@ def test_real_bisect_finds_the_slow_commit_and_skips_the_broken_one(tmp_path, ca
     assert load_evidence(tmp_path / "results")[0]["first_bad"]["sha"] == truth["first_slow"]
     assert not list(Path(truth["repo"]).parent.glob("fp8bench-bisect-*"))
     assert _git(Path(truth["repo"]), "worktree", "list").count("\n") == 0  # every probe's worktree removed
+
+
+def test_the_history_refuses_a_slow_commit_right_after_the_broken_one(tmp_path):
+    """The commit after the broken one fixes the build; were it the slow one, the fix never came and every later
+    commit would fail to build."""
+    with pytest.raises(ValueError, match="broken_at 1 must not be right before the slow commit 2"):
+        _history_script().build_history(tmp_path / "h", commits=4, slow_at=2, broken_at=1)

@@ -174,6 +174,7 @@ def test_changes_verb_lists_the_regression_and_fails_on_new(tmp_path, capsys):
     assert "alert (consecutive nights)" in printed
     # The step needs 3 nights after it to be found (nights 16-18) and the latest 2 to confirm it: it becomes an
     # alert on night 18. So a nightly job that passes the previous night's run fails exactly once, that night.
+    assert main(["changes", "--store", store, "--fail-on-new", runs[16]]) == 1  # the first bad commit's own run
     assert main(["changes", "--store", store, "--fail-on-new", runs[17]]) == 1
     assert main(["changes", "--store", store, "--fail-on-new", runs[18]]) == 0
     capsys.readouterr()

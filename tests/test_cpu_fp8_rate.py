@@ -78,3 +78,19 @@ def test_doctor_reports_the_rate_warns_on_a_slow_path_and_fits_80_columns(capsys
     assert main(["doctor", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["cpu_fp8_gemm"]["slow_path"] is True and len(report["warnings"]) == 1
+
+
+def test_doctor_is_short_by_default_and_verbose_lists_every_refusal(capsys, monkeypatch):
+    """The default answers "what runs here" on one screen; --verbose adds the torch API table, the training matrix
+    and every refusal's reason (163 lines before on this CPU)."""
+    fast = CpuFp8Rate((128, 128, 256), fp8_gflops=200.0, bf16_gflops=150.0, probe_s=0.01)
+    monkeypatch.setattr(cpu_fp8_rate, "measure_cpu_fp8_rate", lambda: fast)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["doctor", "--device", "cpu"]) == 0
+    short = capsys.readouterr().out
+    assert len(short.splitlines()) <= 60, short
+    assert "precision x backend" in short and "doctor --verbose" in short
+    assert "torchao does not run fp8_delayed" not in " ".join(short.split())
+    assert main(["doctor", "--device", "cpu", "--verbose"]) == 0
+    full = " ".join(capsys.readouterr().out.split())
+    assert "torchao does not run fp8_delayed" in full and "scaled-GEMM API of torch" in full

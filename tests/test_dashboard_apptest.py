@@ -22,6 +22,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 import fp8bench.dashboard  # noqa: E402
 from fp8bench.analysis.stats import compare_samples  # noqa: E402
 from fp8bench.dashboard.data import FILL_COMMAND, STORE_ENV, loss_curve, shape_label  # noqa: E402
+from fp8bench.dashboard.widgets import for_display  # noqa: E402
 from fp8bench.results.runfile import read_run_file  # noqa: E402
 from fp8bench.results.store import open_store  # noqa: E402
 
@@ -120,8 +121,9 @@ def test_phases_and_roofline_show_the_stored_phase_times_and_ceilings(monkeypatc
             assert roof.loc[key, "intensity"] == pytest.approx(rec["flops"] / rec["bytes"])
 
 
-def _roofline_run(run_id: str, load: tuple[float, int]) -> dict:
-    """One CPU run of two GEMM cases: a quiet one within its ceiling, a spread one at 131% of a low ceiling."""
+def _roofline_run(run_id: str, load: tuple[float, int], ceiling_load: str = "0.50") -> dict:
+    """One CPU run of two GEMM cases: a quiet one within its ceiling, a spread one at 131% of a low ceiling
+    (measured at load average ``ceiling_load`` on 2 CPUs)."""
     from tests.gate_fixtures import payload, record
 
     def case(precision: str, median_s: float, iqr_s: float, pct: float) -> dict:
@@ -130,7 +132,7 @@ def _roofline_run(run_id: str, load: tuple[float, int]) -> dict:
         return {**record(128, precision, samples), "iqr_s": iqr_s, "median_s": median_s, "flops": flops,
                 "bytes": nbytes, "tflops": flops / median_s / 1e12, "pct_of_peak": pct,
                 "peak_tflops": flops / median_s / 1e12 / pct * 100, "peak_mem_tbps": 0.02,
-                "peak_source": "measured 2026-11-26 at load average 7.75 on 2 CPU(s): best of 5"}
+                "peak_source": f"measured 2026-11-26 at load average {ceiling_load} on 2 CPU(s): best of 5"}
 
     return payload(run_id, [case("bf16", 1e-3, 0.01e-3, 40.0), case("fp32", 2e-3, 1e-3, 131.5)], load=load)
 
@@ -141,7 +143,7 @@ def test_roofline_says_where_its_ceilings_come_from_and_flags_points_above_them(
     no_failures(at)
     caption = as_read(at.caption[0].value)
     assert "Ceilings come from fp8bench's own measurement of this CPU" in caption
-    assert "load average 7.75" in caption  # the stored ceiling's own source, its load included
+    assert "load average 0.50" in caption  # the stored ceiling's own source, its load included
     (warning,) = at.warning
     assert "1 point(s) above their ceiling" in warning.value and "fp8bench selfcheck --check cpu_ceiling" in as_read(
         warning.value)
@@ -150,6 +152,19 @@ def test_roofline_says_where_its_ceilings_come_from_and_flags_points_above_them(
     # The noise column is the run table's: IQR / median, noisy over 10%.
     assert shown.loc["fp32", "noise"] == pytest.approx(0.5) and bool(shown.loc["fp32", "noisy"])
     assert shown.loc["bf16", "noise"] == pytest.approx(0.01) and not bool(shown.loc["bf16", "noisy"])
+
+
+def test_a_ceiling_measured_under_load_is_neither_drawn_nor_judged_against(monkeypatch, tmp_path):
+    """Records written before runs withheld a loaded CPU ceiling still carry one: the page draws no line at it,
+    puts no % of peak against it, and says so."""
+    open_store(tmp_path).ingest_run(_roofline_run("old-run", (0.5, 2), ceiling_load="7.75"))
+    at = open_app(monkeypatch, tmp_path, "roofline")
+    no_failures(at)
+    caption = as_read(at.caption[0].value)
+    assert "2 record(s) carry a ceiling measured under load (load average 7.75 on 2 CPU(s))" in caption, caption
+    assert not at.warning  # no point "above its ceiling": there is no ceiling to be above
+    shown = at.dataframe[0].value.set_index("precision")
+    assert shown["pct_of_peak"].isna().all() and shown["peak_tflops"].isna().all()
 
 
 def test_a_run_started_under_load_is_noisy_on_the_overview(monkeypatch, tmp_path):
@@ -280,7 +295,10 @@ def test_payoff_page_is_the_payoff_verb(monkeypatch, cpu_run_store):
     no_failures(at)
     shown = at.dataframe[0].value
     verb = pd.DataFrame(json.loads(run_cli("payoff", "--results-dir", cpu_run_store["dir"], "--json").stdout)["payoff"])
-    pd.testing.assert_frame_equal(shown.reset_index(drop=True), verb[list(shown.columns)], check_dtype=False)
+    # The same rows as every table shows them; the page formats its number columns itself.
+    formatted = dict.fromkeys(("speedup_there", "speedup_at_largest", "sqnr_cost_db", "energy_ratio"))
+    expected, _ = for_display(verb[list(shown.columns)], formatted)
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
     assert set(shown["precision"]) == {"fp8_rowwise", "mxfp8"}
     # mxfp8 ran on the emulated reference only: listed as such, with nothing to compare
     assert set(shown.loc[shown["precision"] == "mxfp8", "verdict"]) == {"measured only on the emulated reference"}

@@ -221,3 +221,20 @@ def test_roofline_draws_one_ceiling_per_rate_however_often_it_was_measured(monke
     no_failures(at)
     ceilings = [t["name"] for t in chart_spec(at)["data"] if t["name"].startswith("ceiling")]
     assert ceilings == ["ceiling 0.212 TFLOP/s (fp32)", "ceiling 0.45 TFLOP/s (bf16)"]
+
+
+def test_every_table_reads_three_significant_digits_whole_seconds_and_no_none():
+    """Tables showed 4.108e-5 and 0.0000002 as stored, timestamps to the microsecond and `None` in empty text
+    cells. The shown copy keeps every value (the CSV download is the stored frame); only its display changes."""
+    from fp8bench.dashboard.widgets import for_display
+
+    frame = pd.DataFrame({"median_s": [4.108e-5, 2e-7], "speedup": [1.23456, None], "n": [10, 12],
+                          "started_at": ["2026-11-26T10:11:12.345678+00:00", None], "reason": ["over budget", None],
+                          "ratio": [1.0, 2.0]})
+    shown, config = for_display(frame, {"ratio": "explicit"})
+    assert config["median_s"]["type_config"]["format"] == "%.3g"
+    assert config["speedup"]["type_config"]["format"] == "%.3g"
+    assert config["ratio"] == "explicit" and "n" not in config  # a page's own format, and integers, are kept
+    assert list(shown["started_at"]) == ["2026-11-26 10:11:12", "-"]
+    assert list(shown["reason"]) == ["over budget", "-"]
+    assert shown["median_s"].tolist() == frame["median_s"].tolist()

@@ -77,3 +77,20 @@ def test_an_unwritable_step_summary_is_reported_and_the_verdict_stands(tmp_path,
     assert rc == EXIT_PASS
     assert "cannot append the report to $GITHUB_STEP_SUMMARY" in capsys.readouterr().err
 
+
+
+def test_gate_prints_a_plain_table_and_keeps_the_markdown_for_the_report(tmp_path, results_dir, capsys):
+    """On a terminal or in a log the verdicts read as a plain table (no Markdown escapes, no pipes, cells cut to
+    the console); the Markdown goes to report.md, the job summary and the pull-request comment."""
+    base, cand = _inconclusive()
+    folder = tmp_path / "report"
+    rc = main(["gate", _write(tmp_path, "b", base), _write(tmp_path, "c", cand), "--results-dir", str(results_dir),
+               "--no-store-report", "--report-dir", str(folder)])
+    out = capsys.readouterr().out
+    assert rc == EXIT_INCONCLUSIVE
+    table = out.strip().splitlines()[:-1]  # the last line is the JSON summary
+    assert not any(line.startswith("|") or "**" in line or "\\[" in line for line in table), out
+    assert any(line.startswith("fp8bench gate: INCONCLUSIVE (exit 2)") for line in table), out
+    assert any("inconclusive" in line and "[" in line and "]" in line for line in table[3:]), out
+    assert max(len(line) for line in table) <= 200, out
+    assert "fp8bench gate: **INCONCLUSIVE**" in (folder / "report.md").read_text()

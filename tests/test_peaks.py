@@ -142,3 +142,19 @@ def test_above_100_percent_is_a_ceiling_problem():
     assert above_ceiling(100.5) and not above_ceiling(100.0) and not above_ceiling(None)
     assert "fp8bench selfcheck --check cpu_ceiling" in ceiling_advice("cpu")
     assert "device_peaks.json" in ceiling_advice("cuda:0")
+
+
+def test_a_ceiling_measured_under_load_is_never_judged_against(tmp_path, load, measurements):
+    """With no quiet ceiling cached, a run under load has no CPU ceiling: no % of peak against a rate the load
+    lowered (the first run on a busy machine read above 100%), and the peaks say why."""
+    load(4.2)
+    loaded = Peaks(Device("cpu"), "cpu", tmp_path)
+    assert loaded.compute(PRECISIONS.get("bf16")) is None and loaded.bandwidth() is None
+    assert "measured under load (load average 4.20 on 2 CPU(s))" in loaded.withheld()
+    assert loaded.cpu_ceilings()["bf16"] > 0  # measured all the same, for selfcheck to show
+    load(0.5)
+    quiet = Peaks(Device("cpu"), "cpu", tmp_path)
+    assert quiet.compute(PRECISIONS.get("bf16")).value == quiet.cpu_ceilings()["bf16"] and quiet.withheld() is None
+    load(5.0)  # loaded again: the latest quiet ceiling is the one used
+    later = Peaks(Device("cpu"), "cpu", tmp_path)
+    assert later.compute(PRECISIONS.get("bf16")).value == quiet.cpu_ceilings()["bf16"] and later.withheld() is None

@@ -21,7 +21,7 @@ def test_status_and_reason_survive_long_shapes_and_phases_on_a_200_column_consol
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 200
     flat = " ".join(text.split())
-    for word in ("ok", "skipped:", "mxfp8", "communicate", "SQNR"):
+    for word in ("ok", "skipped (1)", "(1) torch does not run mxfp8 on cpu", "mxfp8", "communicate", "SQNR"):
         assert word in flat, word
 
 
@@ -67,7 +67,7 @@ def test_the_table_fits_every_width_dropping_the_least_important_columns_first()
         assert max(len(line) for line in text.splitlines()) <= width, width
         flat = " ".join(text.split())
         # The case's identity and its status (reason included) never vanish, whatever the width.
-        for word in ("fp8_rowwise", "mxfp8", "skipped:", "kernels"):
+        for word in ("fp8_rowwise", "mxfp8", "skipped (1)", "kernels"):
             assert word in flat, (width, word)
         if width >= 160:  # wide enough for the shape on one line: it can be copied back into --shape
             assert "op=reduce_scatter,m=4096,n=1024,b=2,h=8,s=1024,d=64" in flat
@@ -77,7 +77,7 @@ def test_the_table_fits_every_width_dropping_the_least_important_columns_first()
             assert "columns left out at" in flat and "--table compact" in flat
     # Time and the speedup stay longest; the overflow fractions go first.
     assert kept_at[120][-1] == "e2e ms" and "vs bf16" in kept_at[160] and "ovf/unf %" not in kept_at[160]
-    assert kept_at[220][-1] == "rel err" and len(kept_at[300]) == 16
+    assert kept_at[220] == kept_at[300] and len(kept_at[300]) == 16  # the short status cell leaves room for all
 
 
 def test_compact_mode_is_one_plain_line_per_case():
@@ -122,3 +122,19 @@ def test_stored_names_and_reasons_are_never_read_as_markup():
     render_table([bad], "bf16", console)
     text = " ".join(console.export_text().split())
     assert "[/]fp8" in text and "boom [bold]x[/bold] [/]" in text
+
+
+def test_a_long_skip_reason_takes_one_line_under_the_table_not_eight_in_a_cell():
+    """A skipped case's reason folded the status column to 5-8 lines per case; the table now says
+    ``skipped (1)`` and lists each distinct reason once under it, whole, on its own line."""
+    why = "torch does not run mxfp8 on cpu: torch's CPU _scaled_mm has tensorwise and rowwise kernels only"
+    ok = record(128, "bf16", [1e-3, 1.1e-3])
+    skipped = [{**record(128, p, [], status="skipped", reason=why)} for p in ("mxfp8", "nvfp4")]
+    failed = record(128, "fp32", [], status="failed", reason="RuntimeError: boom")
+    console = Console(width=120, record=True, color_system=None)
+    render_table([ok, *skipped, failed], "bf16", console)
+    lines = console.export_text().splitlines()
+    rows = [line for line in lines if line.startswith("│")]
+    assert len(rows) == 4, "\n".join(lines)  # one line per case
+    assert sum("skipped (1)" in row for row in rows) == 2 and sum("failed (2)" in row for row in rows) == 1
+    assert f"(1) {why}" in lines and "(2) RuntimeError: boom" in lines

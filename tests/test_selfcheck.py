@@ -370,3 +370,12 @@ def test_a_full_disk_stops_the_selfcheck_and_keeps_its_records(tmp_path, capsys,
     kept = read_run_file(out_file)
     assert kept["run"]["status"] == "failed: disk full"
     assert [r["precision"] for r in kept["records"]] == ["bf16", "fp8_tensorwise"]
+
+
+def test_a_ceiling_check_failing_under_load_names_the_load():
+    """Above the peak on a loaded host reads as the load's doing, not a wrong timer or table."""
+    verdict, detail = judge_peak(1200, 1000, "x", under_load="load average 4.20 on 2 CPU(s)")
+    assert verdict is Verdict.FAIL and "timer or table wrong" not in detail
+    assert "measured at load average 4.20 on 2 CPU(s): the load is the likely cause" in detail
+    assert "the load is the likely cause" in judge_peak(100, 1000, "x", under_load="load average 9")[1]
+    assert "timer or table wrong" in judge_peak(1200, 1000, "x")[1]

@@ -81,3 +81,29 @@ def test_a_suite_whose_aliases_expand_past_the_bound_is_refused_before_expanding
     recursive.write_text("cases: &x [*x]\n")
     with pytest.raises(SuiteError, match="refers to a node that contains it"):
         load_suite(str(recursive))
+
+
+def _run_settings(*argv: str):
+    from fp8bench.cli import build_parser
+    from fp8bench.commands.run import _plan, _settings
+
+    args = build_parser().parse_args(["run", *argv])
+    return _settings(args, _plan(args)[1])
+
+
+def test_the_smoke_suite_runs_one_thread_and_far_inside_its_budget():
+    """Under load (1-minute load average 7 on 2 CPUs) torch's two-thread pool made a 1 ms GEMM call take 100-170 ms
+    (a thread waits for its preempted peer), the 128^3 probe's time extrapolated 64-fold to 512^3 then read over
+    the 4 s budget, and 9 of the suite's 34 measurable cases were skipped; one thread kept every call at 1-6 ms and
+    all 34 ran. The suite pins one thread and a budget that even a 4x-inflated probe estimate stays inside."""
+    settings = _run_settings("--suite", "smoke")
+    assert settings.threads == 1
+    assert settings.budget_s >= 10
+    assert _run_settings("--suite", "smoke", "--threads", "2").threads == 2  # the flag still wins
+
+
+def test_a_suite_threads_setting_must_be_a_positive_count(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\nsettings:\n  threads: 0\ncases:\n  - workload: gemm\n    shapes: [64x64x64]\n")
+    with pytest.raises(SuiteError, match="threads must be a whole number of CPU threads >= 1, got 0"):
+        load_suite(str(suite))

@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.analysis.selection import latest_per_case, speed_comparable_frame
+from fp8bench.core.noise import HostLoad
 from fp8bench.core.peak_table import above_ceiling, ceiling_advice, table_peak
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
@@ -93,6 +94,7 @@ def main() -> None:
     devices = sorted(points["device_label"].unique())
     device = st.selectbox("Device", devices)
     points = latest_per_case(points[points["device_label"] == device])
+    points, loaded = without_loaded_ceilings(points)
     bw, bw_source = bandwidth_tbps(points, device)
     chart(roofline_figure(points, bw), key="roofline_chart")
     bw_text = f"{bw:.3g} TB/s ({bw_source})" if bw else bw_source
@@ -100,7 +102,7 @@ def main() -> None:
     where = ("fp8bench's own measurement of this CPU (a large matmul and a large copy)" if device_is_cpu(points) else
              "the device table, fp8bench/core/data/device_peaks.json, each value with its source")
     st.caption(f"Ceilings come from {where}. Bandwidth ceiling: {md_text(bw_text)}. Compute ceilings: "
-               f"{md_text(sources)}. Latest record per case.")
+               f"{md_text(sources)}. Latest record per case.{md_text(loaded)}")
     over = points[points["pct_of_peak"].map(above_ceiling)]
     if not over.empty:
         st.warning(f"{len(over)} point(s) above their ceiling (% of peak over 100, marked in the table): the "
@@ -109,6 +111,21 @@ def main() -> None:
     table(points[["workload", "shape_label", "precision", "backend", "flops", "bytes", "intensity", "tflops",
                   "gbps", "peak_tflops", "pct_of_peak", "above_ceiling", "noise", "noisy", "run_id"]], "roofline",
           noise=NOISE_COLUMN)
+
+
+def without_loaded_ceilings(points: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``points`` with no ceiling (nor % of peak) where their ceiling was measured under load, and a sentence
+    saying how many: a CPU's matmul and copy rates drop while other processes hold its cores, so a kernel would
+    read above its ceiling. Runs since withhold such a ceiling themselves; older records still carry one."""
+    loads = points["peak_source"].map(HostLoad.parse)
+    loaded = loads.map(lambda load: load is not None and load.overloaded).astype(bool)
+    if not loaded.any():
+        return points, ""
+    named = sorted({load.describe() for load in loads[loaded]})
+    points = points.copy()
+    points.loc[loaded, ["peak_tflops", "pct_of_peak", "peak_mem_tbps", "peak_source"]] = np.nan
+    return points, (f" {int(loaded.sum())} record(s) carry a ceiling measured under load ({'; '.join(named)}): "
+                    "not drawn, and no % of peak against it.")
 
 
 def device_is_cpu(points: pd.DataFrame) -> bool:

@@ -234,6 +234,7 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
         for cells in rows:
             console.print(compact_line(columns, cells), markup=False, highlight=False, soft_wrap=True)
     else:
+        rows, reasons = numbered_reasons(records, rows, columns.index(next(c for c in columns if c.name == "status")))
         widths = column_widths(columns, rows)
         kept = fit_columns(columns, widths, console.width)
         # A one-line column (a shape can be copied back into --shape) wraps only when the columns that are never
@@ -253,8 +254,27 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
         if dropped:
             console.print(f"columns left out at {console.width} characters: {', '.join(dropped)} (a wider "
                           "console, --table compact, or the run file has them)", markup=False, highlight=False)
+        for i, why in enumerate(reasons, 1):
+            console.print(f"({i}) {why}", markup=False, highlight=False)
     for note in table_notes(records, load):
         console.print(note, markup=False, highlight=False)
+
+
+def numbered_reasons(records: list[dict[str, Any]], rows: list[list[str]],
+                     status: int) -> tuple[list[list[str]], list[str]]:
+    """``rows`` with each status cell that has a reason cut to the status and a number (``skipped (1)``), and the
+    distinct reasons in that numbering: a reason in the cell folded it to several lines per case, repeated for
+    every case that shares it; under the table each is one line, once."""
+    reasons: list[str] = []
+    out = []
+    for r, row in zip(records, rows, strict=True):
+        why = r.get("reason")
+        if why:
+            if why not in reasons:
+                reasons.append(why)
+            row = [*row[:status], f"{r['status']} ({reasons.index(why) + 1})", *row[status + 1:]]
+        out.append(row)
+    return out, reasons
 
 
 def compact_line(columns: tuple[Column, ...], cells: list[str]) -> str:

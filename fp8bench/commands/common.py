@@ -125,10 +125,16 @@ def table_console(mode: str) -> tuple[Any, bool]:
     return console, compact
 
 
+# In a log, a long verb says how far it is at least this often (s) while steps complete: a tenth of a long run
+# can take minutes, and a silent log reads as a hung job.
+LOG_EVERY_S = 10.0
+
+
 class StepProgress:
     """Progress of a long verb on stderr, in steps of work: on a terminal a bar with the step count, the time spent
-    and the time left; elsewhere (a log, CI) one plain line each time another tenth of the work is done. The time
-    left is the time spent per step so far times the steps to go."""
+    and the time left; elsewhere (a log, CI) one plain line each time another tenth of the work is done or a step
+    ends :data:`LOG_EVERY_S` or more after the last line, so at most ten lines plus one per 10 s. The time left is
+    the time spent per step so far times the steps to go."""
 
     def __init__(self, verb: str, total: int, console: Any, enabled: bool = True, unit: str = "steps",
                  clock: Any = None) -> None:
@@ -146,7 +152,7 @@ class StepProgress:
         self.verb, self.total, self.console, self.enabled, self.unit = verb, max(total, 1), console, enabled, unit
         self.clock = clock or time.monotonic
         self.done, self.label, self._reported_tenth = 0, "", 0
-        self.started = self.clock()
+        self.started = self._last_line = self.clock()
         self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=console,
                              transient=True) if enabled and console.is_terminal else None
@@ -168,7 +174,8 @@ class StepProgress:
         if self._bar is not None:
             self._bar.update(self._task, description=label)  # type: ignore[arg-type]
         elif self.enabled and announce:
-            self.console.print(f"{self.verb}: {label} ({self.remaining_text()})", markup=False, highlight=False)
+            done = f"{self.done}/{self.total} {self.unit}, " if self.done else ""
+            self._line(f"{self.verb}: {label} ({done}{self.remaining_text()})")
 
     def extend(self, steps: int) -> None:
         """More work than planned (a rerun): the total grows, the time left with it."""
@@ -177,16 +184,23 @@ class StepProgress:
         if self._bar is not None:
             self._bar.update(self._task, total=self.total)  # type: ignore[arg-type]
 
-    def advance(self, steps: int = 1) -> None:
+    def advance(self, steps: int = 1, quiet: bool = False) -> None:
+        """``steps`` more done; ``quiet``: no log line now (the next :meth:`start` announces the count)."""
         self.done = min(self.done + steps, self.total)
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done)  # type: ignore[arg-type]
             return
+        if quiet:
+            return
         tenth = 10 * self.done // self.total
-        if self.enabled and tenth > self._reported_tenth:
+        due = tenth > self._reported_tenth or self.clock() - self._last_line >= LOG_EVERY_S
+        if self.enabled and due:
             self._reported_tenth = tenth
-            self.console.print(f"{self.verb}: {self.label}: {self.done}/{self.total} {self.unit}, "
-                               f"{self.remaining_text()}", markup=False, highlight=False)
+            self._line(f"{self.verb}: {self.label}: {self.done}/{self.total} {self.unit}, {self.remaining_text()}")
+
+    def _line(self, text: str) -> None:
+        self._last_line = self.clock()
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def remaining_text(self) -> str:
         spent = self.clock() - self.started

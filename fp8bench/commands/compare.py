@@ -41,9 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
 
-    from fp8bench.analysis.gate.markdown import render_markdown
     from fp8bench.analysis.gate.report import gate
-    from fp8bench.commands.gate import gate_config
+    from fp8bench.commands.gate import gate_config, print_report
     from fp8bench.results.ingest import load_side
 
     store = lazy_read_only_store(args)  # opened only when a side names run ids
@@ -51,6 +50,6 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_json())
     else:
-        print(render_markdown(report))
+        print_report(report)
         print_json({"would_gate": report.verdict, "counts": {k.value: v for k, v in report.counts.items() if v}})
     return EXIT_OK

@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules", action="store_true",
                    help="also list the CUDA scaled-GEMM rules (architecture, CUDA/torch versions, dtypes) and "
                         "their sources")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print torch's scaled-GEMM API, the recipes in training per element format, every "
+                        "refusal's reason and the vendor limits (the default prints what runs here on one screen)")
     add_json_flag(p)
 
 
@@ -49,7 +52,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.data)
     else:
-        render(report, rules=args.rules)
+        render(report, rules=args.rules, verbose=args.verbose)
     return EXIT_OK
 
 
@@ -175,22 +178,28 @@ def _torch_api_report(surface: TorchSurface) -> dict[str, Any]:
     }
 
 
-def render(report: DoctorReport, *, rules: bool = False, console: Console | None = None) -> None:
-    """The report as tables on ``console`` (stdout); ``rules`` adds the CUDA scaled-GEMM rules and their sources."""
+def render(report: DoctorReport, *, rules: bool = False, verbose: bool = False, console: Console | None = None) -> None:
+    """The report as tables on ``console`` (stdout): the device, its native FP8 GEMMs, the backends and what each
+    runs, the footer. ``verbose`` adds torch's scaled-GEMM API, the training matrix, each refusal's reason and the
+    vendor limits; ``rules`` the CUDA scaled-GEMM rules and their sources."""
     from rich.console import Console
 
     console = console or Console()
-    _render_device(report, console)
-    _render_fp8(report, console)
+    _render_device(report, console, verbose)
+    _render_fp8(report, console, verbose)
     if rules:
         _render_rules(console)
-    _render_backends(report, console)
-    render_vendor_limits(report.data["vendor_limits"], console)
+    _render_backends(report, console, verbose)
+    if verbose:
+        render_vendor_limits(report.data["vendor_limits"], console)
     _render_footer(report, console)
+    if not verbose:
+        console.print("[dim]fp8bench doctor --verbose: also torch's scaled-GEMM API, the recipes in training, "
+                      "each refusal's reason and the vendor limits[/]")
 
 
-def _render_device(report: DoctorReport, console: Console) -> None:
-    """The device, the library versions and torch's scaled-GEMM API."""
+def _render_device(report: DoctorReport, console: Console, verbose: bool) -> None:
+    """The device, the library versions and (``verbose``) torch's scaled-GEMM API."""
     import torch
     from rich.table import Table
 
@@ -203,6 +212,8 @@ def _render_device(report: DoctorReport, console: Console) -> None:
                      if caps.compute_capability else f", {data['threads']} torch threads"))
     console.print(f"[bold]software[/] torch {sw['torch']}, CUDA {sw['cuda_runtime']}, cuDNN {sw['cudnn']}, "
                   f"triton {sw['triton']}, TE {sw['transformer_engine']}, torchao {sw['torchao']}")
+    if not verbose:
+        return
     torch_report = data["torch_api"]
     if torch_report["recorded_release"] is None:
         recorded_note = "no recorded surface for this release (scripts/torch_surface.py records one)"
@@ -220,8 +231,9 @@ def _render_device(report: DoctorReport, console: Console) -> None:
         f"{key}: {api}" for key, api in torch_report["gemm_entry_points"].items()))
 
 
-def _render_fp8(report: DoctorReport, console: Console) -> None:
-    """Native FP8 and FP4 GEMM per scaling, then each recipe in training per element format, refusals numbered."""
+def _render_fp8(report: DoctorReport, console: Console, verbose: bool) -> None:
+    """Native FP8 and FP4 GEMM per scaling, then (``verbose``) each recipe in training per element format,
+    refusals numbered."""
     from rich.table import Table
 
     from fp8bench.core.precisions import Fp8FormatChoice
@@ -234,6 +246,8 @@ def _render_fp8(report: DoctorReport, console: Console) -> None:
     for g, text in caps.as_rows():
         t.add_row(g, text)
     console.print(t)
+    if not verbose:
+        return
     t = Table(title="FP8 and 4-bit recipes in training (forward, dgrad and wgrad GEMMs) by element format "
                     "(4-bit recipes: E2M1, listed under e4m3)", header_style="bold")
     t.add_column("recipe")
@@ -268,8 +282,9 @@ def _render_rules(console: Console) -> None:
     console.print(t)
 
 
-def _render_backends(report: DoctorReport, console: Console) -> None:
-    """Each backend's availability, then precision x backend for the GEMM with each refusal's reason."""
+def _render_backends(report: DoctorReport, console: Console, verbose: bool) -> None:
+    """Each backend's availability, then precision x backend for the GEMM, with each refusal's reason when
+    ``verbose``."""
     from rich.table import Table
 
     from fp8bench.core.plugins import BACKENDS
@@ -293,6 +308,8 @@ def _render_backends(report: DoctorReport, console: Console) -> None:
     for p in PRECISIONS:
         t.add_row(p, *["yes" if matrix[b].get("gemm", {}).get(p) is None else "[dim]no[/]" for b in BACKENDS])
     console.print(t)
+    if not verbose:
+        return
     for b in BACKENDS:
         reasons = {r for r in matrix[b].get("gemm", {}).values() if r}
         for r in sorted(reasons):

@@ -19,6 +19,7 @@ from fp8bench.commands.common import (
     default_results_dir,
     lazy_read_only_store,
     print_json,
+    table_console,
 )
 from fp8bench.core.units import fraction_arg
 
@@ -207,10 +208,8 @@ def publish_report(report: GateReport, md: Path, js: Path, args: argparse.Namesp
                    store: Any, **summary: Any) -> int:
     """Store the written report (unless ``--no-store-report``), print it, and return its exit code.
 
-    ``summary`` adds fields to the one-line JSON summary printed after the Markdown report.
+    ``summary`` adds fields to the one-line JSON summary printed after the plain table.
     """
-    from fp8bench.analysis.gate.markdown import render_markdown
-
     if report.unchecked_pass:
         print(f"fp8bench {verb}: warning: nothing was compared (every case is incomparable, missing or unmeasured); "
               "this exits 0 only because of --fail-on regression", file=sys.stderr)
@@ -225,10 +224,54 @@ def publish_report(report: GateReport, md: Path, js: Path, args: argparse.Namesp
     if args.json:
         print_json({**report.to_json(), "report_md": str(md), "report_json": str(js), "store_error": store_error})
     else:
-        print(render_markdown(report))
+        print_report(report, md)
         print_json({"verdict": report.verdict, "exit_code": report.exit_code,
                     "slower_cases": report.slower_cases, "report_md": str(md), **summary})
     return report.exit_code
+
+
+# A case's reason in the terminal table, characters: the whole reason is in the reports.
+WHY_COLUMNS = 60
+
+
+def print_report(report: GateReport, md: Path | None = None) -> None:
+    """The report on stdout as plain text for a terminal or a log: the verdict, the sides, the method, a table of
+    the cases (regressions first; a reason cut to :data:`WHY_COLUMNS`) and each distinct note once. The Markdown
+    (for the pull request and the job summary) is in ``md`` when one was written."""
+    from collections import Counter
+
+    from rich.table import Table
+
+    from fp8bench.analysis.gate.markdown import (
+        case_cells,
+        case_columns,
+        headline,
+        method_sentence,
+        sides_line,
+        sorted_cases,
+    )
+    from fp8bench.core.escaping import term_text
+
+    console, _ = table_console("full")
+    metric = METRICS[report.config.metric]
+    title, verdict = headline(report)
+    console.print(f"{title}: {verdict}", markup=False, highlight=False)
+    console.print(term_text(sides_line(report)), highlight=False, soft_wrap=True)
+    console.print(term_text(method_sentence(report, metric)), highlight=False)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in case_columns(report, metric):
+        table.add_column(name, no_wrap=name != "why", overflow="ellipsis", max_width=WHY_COLUMNS if name == "why"
+                         else None, justify="left" if name in ("case", "verdict", "why") else "right")
+    for c in sorted_cases(report):
+        case, *middle, why = case_cells(c, metric)
+        short = why if len(why) <= WHY_COLUMNS else why[:WHY_COLUMNS - 3] + "..."
+        table.add_row(*(term_text(v) for v in (case, *middle, short)))
+    console.print(table)
+    for note, times in Counter(report.notes).items():
+        console.print(term_text(f"note: {note}" + (f" ({times} times)" if times > 1 else "")), highlight=False)
+    if md is not None:
+        console.print(f"the Markdown report (pull request, job summary): {md}", markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 def append_step_summary(report_md: Path) -> str | None:

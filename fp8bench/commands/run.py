@@ -18,6 +18,7 @@ from fp8bench.commands.common import (
     EXIT_USAGE,
     INTERRUPTED,
     ExitCodes,
+    StepProgress,
     UsageError,
     add_json_flag,
     add_store_flags,
@@ -226,7 +227,8 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> RunSetting
             policy_fields[key] = getattr(args, flag)
     budget = args.budget if args.budget is not None else overrides.get("budget_s", 30.0)
     return RunSettings(device=args.device, budget_s=float(budget), policy=SamplingPolicy(**policy_fields),
-                       warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed, threads=args.threads,
+                       warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed,
+                       threads=args.threads if args.threads is not None else overrides.get("threads"),
                        fp8_format=args.fp8_format, amax_history_len=args.amax_history_len, margin=args.margin,
                        fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                        amax_compute_algo=args.amax_compute_algo,
@@ -404,11 +406,11 @@ def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_fil
             show_progress: bool = True, budget: SuiteBudget | None = None) -> RunOutcome:
     """Measure ``cases`` on ``device`` (on ``plan``'s worker processes when given), streaming each record to
     ``run_file`` and ``store`` (a store URL or folder; ``None``: the run file only) under ``run_id``;
-    ``results_dir`` caches the CPU's measured ceilings (``None``: not cached). A progress bar goes to ``console``
-    (stderr) when it is a terminal and ``show_progress``. Raises :class:`fp8bench.results.record_stream.DiskFull` when the
-    run file cannot even be started. ``budget``: the run's wall budget (one device only)."""
+    ``results_dir`` caches the CPU's measured ceilings (``None``: not cached). Progress goes to ``console``
+    (stderr) when ``show_progress``: a bar on a terminal, else a line per finished case with the count and the time
+    left (:class:`StepProgress`). Raises :class:`fp8bench.results.record_stream.DiskFull` when the run file cannot
+    even be started. ``budget``: the run's wall budget (one device only)."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from fp8bench.measure.runner import run_cases
     from fp8bench.measure.sharding import run_sharded
@@ -416,16 +418,18 @@ def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_fil
 
     opened = None if store is None else open_store(store)
     console = console or Console(stderr=True)
-    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=console, transient=True,
-                        disable=not show_progress or not console.is_terminal)
+    progress = StepProgress("run", len(cases), console, enabled=show_progress, unit="cases")
+
+    def finished(case: Case) -> None:
+        progress.label = case.describe()  # the line names the case just measured, not the next one
+        progress.advance()
+
     with progress:
-        task = progress.add_task("starting", total=len(cases))
         run = functools.partial(run_cases, budget=budget) if plan is None else functools.partial(run_sharded, plan=plan)
         return run(cases, settings, device, run_file=run_file, store=opened, spec=spec, results_dir=results_dir,
                    run_id=run_id, timer=timer,
-                   on_start=lambda i, case: progress.update(task, description=case.describe()),
-                   on_record=lambda i, case, rec: progress.advance(task))
+                   on_start=lambda i, case: progress.start(case.describe(), announce=False),
+                   on_record=lambda i, case, rec: finished(case))
 
 
 def render(outcome: RunOutcome, records: list[dict[str, Any]], summary: dict[str, Any], *, baseline: str,

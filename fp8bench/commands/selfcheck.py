@@ -16,6 +16,7 @@ from fp8bench.commands.common import (
     EXIT_OK,
     INTERRUPTED,
     ExitCodes,
+    StepProgress,
     UsageError,
     add_json_flag,
     default_results_dir,
@@ -102,23 +103,27 @@ def execute(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, probe: Probe, config: SelfcheckConfig, run_file: Path, run_id: str) -> int:
     from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from fp8bench.measure.selfcheck import Verdict, run_selfcheck
+    from fp8bench.measure.selfcheck import Verdict, planned_checks, run_selfcheck
     from fp8bench.results.record_stream import DiskFull
 
     err = Console(stderr=True)
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                        transient=True, disable=args.json or not err.is_terminal)
+    progress = StepProgress("selfcheck", len(planned_checks(probe, config)), err, enabled=not args.json,
+                            unit="checks")
+
+    def next_check(name: str) -> None:
+        if progress.label:  # the check before it has ended
+            progress.advance(quiet=True)
+        progress.start(name)
+
     with progress:
-        task = progress.add_task("starting", total=None)
         try:
-            outcome = run_selfcheck(probe, config, run_file, run_id=run_id,
-                                    on_check=lambda name: progress.update(task, description=f"selfcheck: {name}"))
+            outcome = run_selfcheck(probe, config, run_file, run_id=run_id, on_check=next_check)
         except DiskFull as exc:  # before any check: the run file could not even be started
             err.print(f"fp8bench selfcheck: error: disk full: {exc}; nothing was checked", markup=False,
                       soft_wrap=True)
             return EXIT_DISK_FULL
+        progress.advance()
     summary = {**outcome.summary(), "device": str(probe.device), "device_name": probe.device_name}
     if args.json:
         print_json(summary)

@@ -23,6 +23,7 @@ and says ``noisy`` instead.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,16 @@ class HostLoad:
         if not isinstance(load, int | float) or not isinstance(cpus, int) or cpus < 1:
             return None
         return cls(float(load), cpus)
+
+    @classmethod
+    def parse(cls, text: object) -> HostLoad | None:
+        """The load a text names in :meth:`describe`'s words (a stored ceiling's source, written before records
+        carried their ceiling's load as a field), or ``None`` when it names none."""
+        found = _DESCRIBED.search(text) if isinstance(text, str) else None
+        return cls(float(found[1]), int(found[2])) if found and int(found[2]) >= 1 else None
+
+
+_DESCRIBED = re.compile(r"load average (\d+(?:\.\d+)?) on (\d+) CPU\(s\)")
 
 
 def host_load() -> HostLoad | None:

@@ -193,16 +193,37 @@ class Peaks:
             self._cpu = cpu_ceilings(self.cache_dir, self.refresh)
         return self._cpu
 
+    def withheld(self) -> str | None:
+        """Why this CPU has no ceiling to judge a case against, or ``None`` when it has one (or is a GPU): the
+        only ceiling there is was measured under load, which lowers it (a kernel then reads above 100% of peak),
+        and no quiet one is cached."""
+        if self.device.is_cuda:
+            return None
+        load = HostLoad.from_dict(self.cpu_ceilings().get("load"))
+        if load is None or not load.overloaded:
+            return None
+        return (f"no CPU ceiling: the only one was measured under load ({load.describe()}) and none measured on "
+                "a quiet machine is cached; `fp8bench selfcheck --device cpu --check cpu_ceiling` on a quiet "
+                "machine measures one")
+
     def compute(self, precision: Precision) -> Peak | None:
+        """The compute ceiling for ``precision``: the device table's on a GPU, the measured matmul rate on a CPU
+        (``None`` when :meth:`withheld`)."""
         key = peak_key(precision)
         if self.device.is_cuda:
             return table_peak(self.device_name, key)
+        if self.withheld():
+            return None
         ceilings = self.cpu_ceilings()
         ref = "fp32" if key in ("fp32", "tf32") else "bf16"
         return Peak(ceilings[ref], f"{ceilings['method']} ({ref} matmul ceiling)")
 
     def bandwidth(self) -> Peak | None:
+        """The memory-bandwidth ceiling: the table's on a GPU, the measured copy rate on a CPU (``None`` when
+        :meth:`withheld`)."""
         if self.device.is_cuda:
             return table_peak(self.device_name, "mem_bw")
+        if self.withheld():
+            return None
         ceilings = self.cpu_ceilings()
         return Peak(ceilings["mem_bw"], ceilings["method"])

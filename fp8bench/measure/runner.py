@@ -657,6 +657,9 @@ class CaseMeasurer:
         notes = [*timed.notes, *watched.notes, *(energy.clock_notes if energy is not None else ())]
         if pipeline.interpreted:
             notes.append("interpreted: timings are not comparable and never gate anything")
+        withheld = self.peaks.withheld() if peak is None and self.peaks is not None else None
+        if withheld:
+            notes.append(withheld)
         telemetry = {"timing": watched.telemetry}
         if timed.per_sample is not None:
             telemetry["per_sample"] = timed.per_sample

@@ -49,6 +49,7 @@ import torch
 
 from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device
+from fp8bench.core.noise import HostLoad, host_load
 from fp8bench.core.peak_table import table_peak
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
@@ -192,17 +193,24 @@ def largest_square_gemm(free_bytes: int | None, start: int = GEMM_SIZE, floor: i
 # --- verdicts on measurements (pure functions) -------------------------------------------------------------------
 
 
-def judge_peak(tflops: float | None, peak_tflops: float | None, what: str) -> tuple[Verdict, str]:
+def judge_peak(tflops: float | None, peak_tflops: float | None, what: str,
+               under_load: str | None = None) -> tuple[Verdict, str]:
+    """``tflops`` against ``peak_tflops``: PASS inside the band :data:`PEAK_FRACTION`..:data:`PEAK_CEILING`.
+    ``under_load``: the host's load when either was measured (``HostLoad.describe()``), when above its CPU count:
+    other processes then take cores from the rate, its ceiling or both, so a failure names the load as its cause
+    rather than the timer or the table."""
     if tflops is None:
         return Verdict.FAIL, f"{what}: no throughput measured"
     if not peak_tflops:
         return Verdict.FAIL, f"{what}: {tflops:.4g} TFLOP/s, but no dense peak to judge it by"
     share = tflops / peak_tflops
     text = f"{what}: {tflops:.4g} TFLOP/s = {share:.0%} of {peak_tflops:.4g}"
+    loaded = (f"; measured at {under_load}: the load is the likely cause, run again on a quiet machine"
+              if under_load else "")
     if share < PEAK_FRACTION:
-        return Verdict.FAIL, f"{text}, under the {PEAK_FRACTION:.0%} floor"
+        return Verdict.FAIL, f"{text}, under the {PEAK_FRACTION:.0%} floor{loaded}"
     if share > PEAK_CEILING:
-        return Verdict.FAIL, f"{text}, above the peak itself (timer or table wrong)"
+        return Verdict.FAIL, f"{text}, above the peak itself" + (loaded or " (timer or table wrong)")
     return Verdict.PASS, f"{text} (band {PEAK_FRACTION:.0%}..{PEAK_CEILING:.0%})"
 
 
@@ -308,8 +316,9 @@ class Selfcheck:
             ("backend", self._backends),
             ("claims", self._claims),
         ]
+        planned = planned_checks(self.probe, self.config)
         for name, step in steps:
-            if self.config.checks is not None and name not in self.config.checks:
+            if name not in planned:
                 continue
             self.on_check(name)
             started = time.monotonic()
@@ -371,28 +380,28 @@ class Selfcheck:
             yield CheckResult("gemm_peak", name, verdict, detail, measured)
 
     def _cpu_ceiling(self) -> Iterator[CheckResult]:
+        """The runner's BF16 GEMM at the ceiling's size against the ceiling measured now: the check reads the
+        measured rates themselves, even under load (when runs get no ceiling, :meth:`Peaks.withheld`), and then
+        names the load as the likely cause of a failure."""
         peaks = self.probe.peaks or Peaks(self.probe.device, self.probe.device_name, refresh=True)
-        bf16 = PRECISIONS.get("bf16")
-        ceiling = peaks.compute(bf16)  # measured now (the probe's Peaks refreshes its cache)
-        fp32, bandwidth = peaks.compute(PRECISIONS.get("fp32")), peaks.bandwidth()
-        entry = peaks.cpu_ceilings()
+        entry = peaks.cpu_ceilings()  # measured now (the probe's Peaks refreshes its cache)
         n = CEILING_N  # the size the ceiling was measured at
-        record = self._measure(self._peak, "cpu_ceiling", Case("gemm", _gemm_shape((n, n, n)), bf16, "torch"))
-        measured = {"bf16_ceiling_tflops": ceiling.value if ceiling else None,
-                    "fp32_ceiling_tflops": fp32.value if fp32 else None,
-                    "copy_tbps": bandwidth.value if bandwidth else None, "runner_tflops": record.tflops,
+        record = self._measure(self._peak, "cpu_ceiling",
+                               Case("gemm", _gemm_shape((n, n, n)), PRECISIONS.get("bf16"), "torch"))
+        measured = {"bf16_ceiling_tflops": entry["bf16"], "fp32_ceiling_tflops": entry["fp32"],
+                    "copy_tbps": entry["mem_bw"], "runner_tflops": record.tflops,
                     "load": entry.get("load"), "cached": bool(entry.get("cached") and peaks.cache_dir)}
+        loads = [HostLoad.from_dict(entry.get("load")), host_load()]  # while the ceiling, then the GEMM, ran
+        under_load = next((load.describe() for load in loads if load is not None and load.overloaded), None)
         where = (f"cached in {peaks.cache_dir} for later runs" if measured["cached"] else
                  "not cached: measured under load" if (entry.get("load") or {}).get("overloaded") else "not cached")
-        ceilings = (f"measured ceilings: BF16 {measured['bf16_ceiling_tflops']:.3g}, FP32 "
-                    f"{measured['fp32_ceiling_tflops']:.3g} TFLOP/s, copy {measured['copy_tbps']:.3g} TB/s "
-                    f"({where})")
+        ceilings = (f"measured ceilings: BF16 {entry['bf16']:.3g}, FP32 {entry['fp32']:.3g} TFLOP/s, copy "
+                    f"{entry['mem_bw']:.3g} TB/s ({where})")
         if record.status != "ok":
             yield CheckResult("cpu_ceiling", "bf16", Verdict.FAIL, f"{ceilings}; the runner's {n}^3 BF16 GEMM "
                               f"{record.status}: {record.reason}", measured)
             return
-        verdict, detail = judge_peak(record.tflops, ceiling.value if ceiling else None,
-                                     f"runner's {n}^3 BF16 GEMM")
+        verdict, detail = judge_peak(record.tflops, entry["bf16"], f"runner's {n}^3 BF16 GEMM", under_load)
         yield CheckResult("cpu_ceiling", "bf16", verdict, f"{detail} (the measured BF16 ceiling); {ceilings}",
                           measured)
 
@@ -549,6 +558,13 @@ class SelfcheckOutcome:
                 "verdict": (self.verdict or Verdict.PASS).value if not self.interrupted else "interrupted",
                 "counts": counts, "interrupted": self.interrupted, "disk_full": self.disk_full,
                 "wall_s": round(self.wall_s, 3), "checks": [r.to_dict() for r in self.results]}
+
+
+def planned_checks(probe: Probe, config: SelfcheckConfig) -> tuple[str, ...]:
+    """The checks a selfcheck of ``probe`` runs, in order: those ``config`` selects, less the CPU ceiling check on
+    a GPU (its peaks come from the table, checked by ``gemm_peak``)."""
+    return tuple(c for c in CHECKS if not (c == "cpu_ceiling" and probe.gpu)
+                 and (config.checks is None or c in config.checks))
 
 
 def run_selfcheck(probe: Probe, config: SelfcheckConfig | None = None, run_file: Path | None = None,

@@ -25,7 +25,10 @@ from fp8bench.core.units import parse_fraction
 SETTING_KEYS = ("budget_s", "min_samples", "min_time_s", "max_time_s", "target_rse", "max_samples", "warmup_s",
                 # energy and telemetry settings `fp8bench run` takes from a suite when no flag overrides them
                 "energy", "energy_phases", "strict_clocks", "energy_window_s", "idle_baseline_s", "cooldown_s",
-                "clock_floor")
+                "clock_floor",
+                # torch's CPU threads (`--threads`): one thread keeps a small CPU case's calls steady under load,
+                # where a thread pool waits on its preempted threads
+                "threads")
 
 
 class SuiteError(ValueError):
@@ -117,6 +120,9 @@ def load_suite(name_or_path: str) -> Suite:
     unknown = sorted(set(settings) - set(SETTING_KEYS))
     if unknown:
         raise SuiteError(f"suite {path}: unknown settings {', '.join(unknown)}; accepted: {', '.join(SETTING_KEYS)}")
+    threads = settings.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise SuiteError(f"suite {path}: threads must be a whole number of CPU threads >= 1, got {threads!r}")
     if "target_rse" in settings:
         try:
             settings = {**settings, "target_rse": parse_fraction(settings["target_rse"], "target_rse")}

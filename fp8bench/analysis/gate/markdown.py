@@ -13,6 +13,7 @@ and a case key stays inside its cell.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from fp8bench.analysis.gate.decision import VERDICT_ORDER, CaseResult
 from fp8bench.analysis.gate.metrics import METRICS, Metric
@@ -36,14 +37,17 @@ def render_markdown(report: GateReport, max_rows: int = 200) -> str:
     """The report as Markdown for a pull-request comment: verdict, counts, then cases (regressions first), at
     most ``max_rows`` rows and :data:`MARKDOWN_BYTES` bytes."""
     metric = METRICS[report.config.metric]
-    lines = _header_lines(report, metric) + _unchecked_warning(report) + _ab_lines(report.ab)
+    title, verdict = headline(report)
+    word, _, rest = verdict.partition(" ")
+    lines = [REPORT_MARKER, f"## {title}: **{word}** {rest}", "", sides_line(report, md_code), ""]
+    lines += _unchecked_warning(report) + _ab_lines(report.ab)
     slower = report.slower_cases
     if slower:
         more = f" and {len(slower) - 20} more (slower_cases in the JSON report)" if len(slower) > 20 else ""
         lines += ["Regressed or broken: " + ", ".join(md_code(c) for c in slower[:20]) + more, ""]
-    order = {v: i for i, v in enumerate(VERDICT_ORDER)}
-    rows = sorted(report.cases, key=lambda c: (order.get(c.verdict, 99), -(c.ratio or 0)))
-    lines += _method_lines(report, metric)
+    rows = sorted_cases(report)
+    columns = case_columns(report, metric)
+    lines += [method_sentence(report, metric), "", "| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     tail = _note_lines(report) + _repro_lines(report)
     room = MARKDOWN_BYTES - len("\n".join([*lines, *tail]).encode()) - 200  # 200: the "more cases" row
     shown = 0
@@ -60,61 +64,79 @@ def render_markdown(report: GateReport, max_rows: int = 200) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _header_lines(report: GateReport, metric: Metric) -> list[str]:
-    """The marker, the verdict heading and the line naming the two sides and the counts."""
-    counts = ", ".join(f"{n} {v}" for v, n in report.counts.items() if n)
+def headline(report: GateReport) -> tuple[str, str]:
+    """The report's title and its verdict with the exit code, e.g. ``("fp8bench gate", "INCONCLUSIVE (exit 0
+    under --fail-on regression)")``: one wording for the Markdown report and the terminal."""
     lenient = (" under --fail-on regression"
                if report.config.fail_on == "regression" and report.verdict in ("inconclusive", "noisy") else "")
+    metric = METRICS[report.config.metric]
     named = "" if metric.name == "median_s" else f" on {metric.name}"
-    return [REPORT_MARKER,
-            f"## fp8bench gate{named}: **{report.verdict.upper()}** (exit {report.exit_code}{lenient})", "",
-            f"base {md_code(report.base_git_commit or '?')} ({len(report.base_run_ids)} run(s)) vs candidate "
-            f"{md_code(report.git_commit or '?')} ({len(report.cand_run_ids)} run(s)); samples: "
-            f"{report.cand_sample_unit}; {counts or 'no cases'}.", ""]
+    return f"fp8bench gate{named}", f"{report.verdict.upper()} (exit {report.exit_code}{lenient})"
 
 
-def _method_lines(report: GateReport, metric: Metric) -> list[str]:
-    """The line naming the method the verdicts came from, and the table's header."""
+def sides_line(report: GateReport, code: Callable[[str], str] = str) -> str:
+    """Base and candidate commits, their runs, the sample unit and the counts (``code``: how a commit is quoted)."""
+    counts = ", ".join(f"{n} {v}" for v, n in report.counts.items() if n)
+    return (f"base {code(report.base_git_commit or '?')} ({len(report.base_run_ids)} run(s)) vs candidate "
+            f"{code(report.git_commit or '?')} ({len(report.cand_run_ids)} run(s)); samples: "
+            f"{report.cand_sample_unit}; {counts or 'no cases'}.")
+
+
+def sorted_cases(report: GateReport) -> list[CaseResult]:
+    """The report's cases, regressions first, then by ratio (largest first) within a verdict."""
+    order = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    return sorted(report.cases, key=lambda c: (order.get(c.verdict, 99), -(c.ratio or 0)))
+
+
+def method_sentence(report: GateReport, metric: Metric) -> str:
+    """The sentence naming the metric, the threshold and the method the verdicts came from."""
     cfg = report.config
     if not metric.statistical:
         floors = ", ".join(f"{p}: {db:g} dB" for p, db in cfg.sqnr_floors) or "none"
-        return [f"Metric: {metric.description} ({metric.unit}, higher is better). A drop of more than "
+        return (f"Metric: {metric.description} ({metric.unit}, higher is better). A drop of more than "
                 f"{cfg.sqnr_tolerance_db:g} dB, or a value under its precision's floor ({floors}), is a "
-                "regression.", "",
-                "| case | verdict | base dB | candidate dB | change dB | floor dB | n base/cand | why |",
-                "|---|---|---|---|---|---|---|---|"]
+                "regression.")
     sequential = report.sequential
     if sequential:
         method = (f"{sequential.method} over {sequential.rounds} "
                   f"round(s), one-sided alpha {cfg.alpha:g} and a {cfg.confidence:.0%} sequence split over "
                   "the compared cases (Bonferroni); ratio: geometric mean of the per-round ratios.")
-        p_column = "p worse"
     else:
         method = (f"alpha {cfg.alpha:g} after Benjamini-Hochberg, {cfg.confidence:.0%} bootstrap interval of "
                   "median(cand)/median(base).")
-        p_column = "p worse (BH)"
     aa = f" A/A noise {cfg.aa_noise:.2%}." if cfg.aa_noise is not None else ""
-    return [f"Metric: {metric.description} ({metric.unit}, lower is better). Threshold {cfg.threshold:.1%} "
-            f"(per-case below), {method}{aa}", "",
-            f"| case | verdict | ratio | interval | {p_column} | T | n base/cand | why |",
-            "|---|---|---|---|---|---|---|---|"]
+    return (f"Metric: {metric.description} ({metric.unit}, lower is better). Threshold {cfg.threshold:.1%} "
+            f"(per-case below), {method}{aa}")
+
+
+def case_columns(report: GateReport, metric: Metric) -> list[str]:
+    """The case table's column names (those of :func:`case_cells`)."""
+    if not metric.statistical:
+        return ["case", "verdict", "base dB", "candidate dB", "change dB", "floor dB", "n base/cand", "why"]
+    p_column = "p worse" if report.sequential else "p worse (BH)"
+    return ["case", "verdict", "ratio", "interval", p_column, "T", "n base/cand", "why"]
+
+
+def case_cells(c: CaseResult, metric: Metric) -> list[str]:
+    """One case's cells as plain text, its reason whole (each renderer escapes and cuts them for where they go)."""
+    why = c.reason or ""
+    verdict = f"{c.verdict}{' (rerun)' if c.rerun else ''}"
+    n = f"{c.n_base}/{c.n_cand}"
+    if metric.statistical:
+        interval = "-" if c.ci_low is None else f"[{c.ci_low:.3f}, {c.ci_high:.3f}]"
+        return [c.case, verdict, _fmt(c.ratio, ".3f"), interval, _fmt(c.p_slower_adj, ".2g"),
+                _fmt(c.threshold, ".1%"), n, why]
+    base, cand = (c.values.base_value, c.values.cand_value) if c.values else (None, None)
+    change = None if base is None or cand is None else cand - base
+    floor = c.values.floor_db if c.values else None
+    return [c.case, verdict, _fmt(base, ".2f"), _fmt(cand, ".2f"), _fmt(change, "+.2f"), _fmt(floor, "g"), n, why]
 
 
 def _case_row(c: CaseResult, metric: Metric) -> str:
     """One case's table row; its reason cut to :data:`WHY_CHARS` (the JSON report keeps it whole)."""
-    why = c.reason or ""
+    case, *middle, why = case_cells(c, metric)
     why = md_text(why if len(why) <= WHY_CHARS else why[:WHY_CHARS - 3] + "...")
-    verdict = f"{c.verdict}{' (rerun)' if c.rerun else ''}"
-    if metric.statistical:
-        interval = "-" if c.ci_low is None else f"[{c.ci_low:.3f}, {c.ci_high:.3f}]"
-        return (f"| {md_code(c.case)} | {verdict} | {_fmt(c.ratio, '.3f')} | {interval} | "
-                f"{_fmt(c.p_slower_adj, '.2g')} | {_fmt(c.threshold, '.1%')} | "
-                f"{c.n_base}/{c.n_cand} | {why} |")
-    base, cand = (c.values.base_value, c.values.cand_value) if c.values else (None, None)
-    change = None if base is None or cand is None else cand - base
-    floor = c.values.floor_db if c.values else None
-    return (f"| {md_code(c.case)} | {verdict} | {_fmt(base, '.2f')} | {_fmt(cand, '.2f')} | "
-            f"{_fmt(change, '+.2f')} | {_fmt(floor, 'g')} | {c.n_base}/{c.n_cand} | {why} |")
+    return "| " + " | ".join([md_code(case), *middle, why]) + " |"
 
 
 def _note_lines(report: GateReport) -> list[str]:

@@ -228,8 +228,9 @@ def _fp4_configs() -> tuple[type, type]:
 
         def __post_init__(self) -> None:
             # inference_workflow.py lines 225-231: a step string becomes a QuantizationStep (ValueError when it
-            # names none), and a step turns the dynamic per-tensor scale off. v0.15.0-v0.16.0 have no step field;
-            # v0.15.0 (lines 127-132) to v0.17.0 refuse torch older than 2.8 with a RuntimeError.
+            # names none), and a step turns the dynamic per-tensor scale off. v0.15.0-v0.16.0 have no step field
+            # (v0.17.0 adds it); v0.15.0 (lines 127-132) to v0.17.0 (lines 232-234) refuse torch older than 2.8
+            # with a RuntimeError, which v0.18.0 dropped.
             if isinstance(self.step, str):
                 self.step = QuantizationStep(self.step)
             if self.step is not None:
@@ -245,9 +246,9 @@ def _fp4_configs() -> tuple[type, type]:
 
         def __post_init__(self) -> None:
             # inference_workflow.py lines 114-119 and config.py lines 77-81: matching dtypes, each an MX element
-            # dtype (AssertionError). Not modelled: v0.15.0-v0.16.0 also run config.py's
-            # _validate_kernel_preference (v0.15.0 lines 75-86), which refuses the AUTO kernel for block sizes
-            # other than 32, for e5m2 and for the fp6 dtypes.
+            # dtype (AssertionError). Not modelled: v0.15.0-v0.16.0 (__post_init__ lines 59-67 and 62-72) also
+            # run config.py's _validate_kernel_preference (v0.15.0 lines 75-86), which refuses the AUTO kernel for
+            # block sizes other than 32, for e5m2 and for the fp6 dtypes (AssertionError).
             assert self.activation_dtype == self.weight_dtype, (
                 f"activation_dtype {self.activation_dtype} and weight_dtype {self.weight_dtype} must match")
             for dtype in (self.activation_dtype, self.weight_dtype):
@@ -263,7 +264,7 @@ def make_fp4_modules(counts: Fp4Counts, capability: tuple[int, int] | None = SM1
 
     * ``quantization/quant_api.py`` ``_is_linear`` (lines 168-182), ``quantize_``'s default filter: every
       ``nn.Linear`` but ``NonDynamicallyQuantizableLinear``; it never looks at the weight's dtype, and the weight
-      types it excludes (``_AffineFakeQuantizedTensor``, line 180, in v0.15.0 and v0.18.0) are neither of these
+      types it excludes (``_AffineFakeQuantizedTensor``: line 180; v0.15.0 line 242) are neither of these
       two, so nothing keeps an already quantized 4-bit weight from being quantized again.
     * ``inference_workflow.py`` ``_nvfp4_inference_linear_transform``: weight dims not multiples of 16 are a
       ``RuntimeError`` (lines 248-251); with no ``step``, ``assert is_sm_at_least_100()`` (lines 301-303;

@@ -51,7 +51,7 @@ other backends. Its fields (``common/recipe/__init__.py``, TE 2.8+): ``fp4_forma
 Element formats: ``e4m3`` -> ``Format.E4M3``, ``hybrid`` -> ``Format.HYBRID``; pure ``e5m2`` is refused (every TE
 recipe rejects it). Float precisions run the same TE modules with the autocast disabled. TE runs a GEMM whose
 operands and output are all FP32 with ``CUBLAS_COMPUTE_32F_FAST_TF32`` (``transformer_engine/common/gemm/
-cublaslt_gemm.cu``, ``cublas_gemm``: "Use TF32 only for pure FP32 GEMM"), so FP32 parameters measure a TF32 GEMM:
+cublaslt_gemm.cu``, ``cublas_gemm``, which keeps TF32 to all-FP32 GEMMs), so FP32 parameters measure a TF32 GEMM:
 that case is the ``tf32`` precision here (against the TF32 peak), and ``fp32`` is refused with that reason.
 
 The timed forward runs with autograd's grad mode on and no parameter or input requiring a gradient. TE updates

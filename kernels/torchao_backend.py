@@ -283,8 +283,9 @@ def requantizing_forward(layer: nn.Module, weight: torch.Tensor, name: str, a: t
     torchao's 4-bit inference configs quantize the weight once, when ``quantize_`` transforms the module, and only
     the activation per call (``inference_workflow.py``); the other backends' end-to-end GEMM quantizes both
     operands each call, so this call does too, through the same public transform. The BF16 weight is put back
-    first: the quantized one reports BF16 too, so ``quantize_`` would take it and torchao's quantizer fail on it
-    (0.18: ``NotImplementedError`` for NVFP4, ``AssertionError`` for packed MXFP4). The ``extra_repr`` the
+    first: ``quantize_`` takes every ``nn.Linear`` whatever its weight, and the quantized weight, which reports
+    BF16, would pass the MX transform's bf16 assert and make torchao's quantizer fail on it (0.18:
+    ``NotImplementedError`` for NVFP4, ``AssertionError`` for packed MXFP4). The ``extra_repr`` the
     transform chains onto the module each time is dropped, so repeated calls do not grow it.
     """
     quantize_ = importlib.import_module("torchao.quantization").quantize_

@@ -94,8 +94,10 @@ def accumulation_note(recipe: ScaledRecipe, capability: tuple[int, int] | None) 
     """What the GEMM's ``tl.dot`` calls do with ``recipe``'s accumulation on the device they ran on: compute
     ``capability`` (major, minor), or ``None`` under the interpreter (:mod:`.triton_kernels`, "Accumulation").
 
-    Triton reads ``max_num_imprecise_acc`` in its sm_90 WGMMA lowering only (its default is ``2**30`` on compute
-    capability 9.0 and 0 elsewhere), so sm_90's promotion rule is named on 9.x alone."""
+    ``max_num_imprecise_acc``'s numerical effect is in sm_90's WGMMA path, and fp8bench passes it only there (its
+    default is ``2**30`` on compute capability 9.0 and 0 elsewhere; Triton's target-independent combine pass also
+    reads it, folding ``d + dot(a, b)`` only when it is 0). Triton's test is the capability equal to 90, so the
+    promotion rule is named on (9, 0) alone: ROCm's MI300 reports (9, 4) and has no WGMMA."""
     mode = "fast accumulation" if recipe.fast_accum else "full accumulation"
     if recipe.granularity is Granularity.BLOCKWISE:
         return ("full accumulation: promoted to FP32 every K tile (each 128-deep block-scaled partial product is "
@@ -103,9 +105,10 @@ def accumulation_note(recipe: ScaledRecipe, capability: tuple[int, int] | None) 
     if capability is None:
         return (f"{mode}: under the interpreter tl.dot is a NumPy matmul in FP32, so the accumulation mode does not "
                 "change the numbers")
-    if capability[0] != 9:
+    if capability != (9, 0):
         return (f"{mode} asked for: on compute capability {capability[0]}.{capability[1]} Triton's FP8 dots "
-                "accumulate as its MMA instructions do; max_num_imprecise_acc is unused there (sm_90 WGMMA only), "
+                "accumulate as its MMA instructions do; max_num_imprecise_acc is unused there (its effect is in "
+                "sm_90's WGMMA path, the only place fp8bench passes it), "
                 "so fast and full run the same kernel")
     if recipe.fast_accum:
         return ("fast accumulation: tl.dot without max_num_imprecise_acc (Triton's sm_90 default 2**30, never "

@@ -34,8 +34,9 @@ Left unset, the value is the backend's default, ``2**30`` on compute capability 
 precision, which is the fast accumulation of cuBLAS. So a recipe's full accumulation passes ``max_num_imprecise_acc
 = BLOCK_K`` (one FP32 add per K tile: every 128 elements on the Hopper configurations, DeepSeek-V3's interval), and
 fast accumulation leaves Triton's default. Block-scaled dots start from zero each 128-deep step and the kernel adds
-them in FP32, so they are promoted every 128 elements either way. The argument acts on sm_90 only (other
-architectures' default is 0 and their MMA lowering does not read it).
+them in FP32, so they are promoted every 128 elements either way. The argument's numerical effect is in sm_90's
+WGMMA path, and fp8bench passes it only there (other architectures' default is 0; Triton's target-independent
+combine pass also reads it, folding ``d + dot(a, b)`` into one dot only when it is 0).
 
 On CUDA, the GEMM autotunes over tile configurations chosen for Hopper's FP8 tensor cores (128-wide K steps,
 8 warps for the big tiles); the first call of a shape pays for the autotuning. On the CPU, the same kernel bodies
@@ -396,12 +397,13 @@ GEMM_SCALE_BLOCK = 128  # the blockwise GEMM's scale tile: 1x128 activations, 12
 
 
 def promotes_on(device: torch.device) -> bool:
-    """Whether the GEMM passes ``max_num_imprecise_acc`` on ``device``: where Triton's lowering reads it, compute
-    capability 9.x (WGMMA), and under the interpreter, which stands in for it in tests. Elsewhere the argument has
-    no effect on the accumulation, and an untested argument is not sent to another architecture's compiler."""
+    """Whether the GEMM passes ``max_num_imprecise_acc`` on ``device``: where its numerical effect is, compute
+    capability 9.0 exactly (the WGMMA path; Triton's own test is the capability equal to 90, and ROCm's MI300
+    reports (9, 4)), and under the interpreter, which stands in for it in tests. Elsewhere the argument has no
+    effect on the accumulation, and an untested argument is not sent to another architecture's compiler."""
     if device.type != "cuda":
         return True
-    return torch.cuda.get_device_capability(device)[0] == 9
+    return torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def _scale_strides(q: Quantized) -> tuple[torch.Tensor, int, int]:

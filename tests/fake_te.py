@@ -73,7 +73,8 @@ class Format(enum.Enum):
 
 def _no_pure_e5m2(recipe: Any) -> None:
     # common/recipe/__init__.py: every recipe's __post_init__ asserts this (2.8.0 and 2.20.2 alike).
-    assert recipe.fp8_format != Format.E5M2, "Pure E5M2 training is not supported."
+    assert recipe.fp8_format != Format.E5M2, (
+        f"{type(recipe).__name__}: fp8_format E5M2 for every tensor (pure E5M2) is refused")
 
 
 class Recipe:
@@ -175,13 +176,13 @@ class Float8BlockScaling(Recipe):
     def __post_init__(self) -> None:
         # common/recipe/__init__.py Float8BlockScaling.__post_init__
         for dim in (self.x_block_scaling_dim, self.w_block_scaling_dim, self.grad_block_scaling_dim):
-            assert dim in [1, 2], "Only 1D or 2D blocks supported"
+            assert dim in [1, 2], f"block dimension {dim}: 1 or 2 accepted"
         for name, gemm in (("fprop", self.fp8_gemm_fprop), ("dgrad", self.fp8_gemm_dgrad),
                            ("wgrad", self.fp8_gemm_wgrad)):
-            assert gemm.use_split_accumulator, f"Split accumulator required for {name}."
+            assert gemm.use_split_accumulator, f"{name} needs use_split_accumulator=True"
         dims = (self.x_block_scaling_dim, self.w_block_scaling_dim, self.grad_block_scaling_dim)
-        assert sum(d == 2 for d in dims) < 2, "2D by 2D block gemm not supported."
-        assert not self.fp8_dpa and not self.fp8_mha, "FP8 attention is not supported for Float8BlockScaling."
+        assert sum(d == 2 for d in dims) < 2, "a GEMM of two 2D-block operands is refused"
+        assert not self.fp8_dpa and not self.fp8_mha, "Float8BlockScaling takes no FP8 attention (fp8_dpa, fp8_mha)"
         _no_pure_e5m2(self)
 
 
@@ -255,7 +256,8 @@ def _check_env_fields(recipe: Any) -> None:
         assert recipe.backward_override in _BACKWARD_OVERRIDES, (
             "NVTE_BACKWARD_OVERRIDE must be unset or one of: 'high_precision', 'dequantized'.")
         if isinstance(recipe, DelayedScaling):
-            assert recipe.backward_override is None, "Delayed scaling only supports backward_override=None."
+            assert recipe.backward_override is None, (
+                f"DelayedScaling takes backward_override=None only, got {recipe.backward_override!r}")
     if hasattr(recipe, "nvfp4_4over6"):
         assert recipe.nvfp4_4over6 in _4OVER6_SCOPES and recipe.nvfp4_4over6_e4m3_use_256 in _4OVER6_SCOPES
         assert recipe.nvfp4_4over6_err_mode in _4OVER6_ERR_MODES
@@ -291,14 +293,15 @@ class NVFP4BlockScaling(Recipe):
     fp8_mha: bool = False
 
     def __post_init__(self) -> None:
-        assert self.fp4_format == Format.E2M1, "Only E2M1 is supported for NVFP4 scaling"
-        assert self.fp8_format == Format.E4M3, "Only E4M3 is supported for NVFP4 scaling"
+        assert self.fp4_format == Format.E2M1, f"NVFP4BlockScaling: fp4_format must be E2M1, got {self.fp4_format}"
+        assert self.fp8_format == Format.E4M3, f"NVFP4BlockScaling: fp8_format must be E4M3, got {self.fp8_format}"
 
 
 # -- the checks (pytorch/fp8.py in <= 2.8, pytorch/quantization.py since 2.9) ------------------------------------
 
 class _Checks:
-    """``check_*_support() -> (bool, reason)`` as TE computes them from the device (messages are TE's)."""
+    """``check_*_support() -> (bool, reason)`` as TE computes them from the device (the conditions are TE's, the
+    reasons the fake's own words)."""
 
     def __init__(self, gpu: FakeGpu, version: str) -> None:
         self.gpu, self.version = gpu, version
@@ -308,31 +311,31 @@ class _Checks:
         if cc >= (9, 0):
             return True, ""
         if cc < (8, 9):
-            return False, "Device compute capability 8.9 or higher required for FP8 execution."
+            return False, "FP8 needs compute capability 8.9 or newer"
         return True, ""
 
     def check_mxfp8_support(self) -> tuple[bool, str]:
         cc = self.gpu.compute_capability
         if cc >= (12, 0):
-            return False, "MXFP8 (for all gemm layouts) is not supported on 12.0+ architectures yet."
+            return False, "MXFP8 is refused on compute capability 12.0+ (every GEMM layout)"
         if cc >= (10, 0):
             return True, ""
-        return False, "Device compute capability 10.0 or higher required for MXFP8 execution."
+        return False, "MXFP8 needs compute capability 10.0 or newer"
 
     def check_fp8_block_scaling_support(self) -> tuple[bool, str]:
         cc, cuda = self.gpu.compute_capability, float(self.gpu.cuda)
         if self.version == OLD:  # 2.8.0 pytorch/fp8.py: Hopper only
             ok = (9, 0) <= cc < (10, 0) and cuda >= 12.9
-            return (True, "") if ok else (False, "FP8 block scaled GEMM requires Hopper and CUDA >= 12.9.")
+            return (True, "") if ok else (False, "FP8 block-scaled GEMMs need Hopper (9.x) and CUDA 12.9+")
         ok = cc >= (9, 0) and cuda >= 12.9  # 2.20.2 pytorch/quantization.py _compute_fp8_block_scaling_support
         return (True, "") if ok else (
-            False, "FP8 block scaled GEMM requires compute capability 9.0 or higher and CUDA >= 12.9.")
+            False, "FP8 block-scaled GEMMs need compute capability 9.0+ and CUDA 12.9+")
 
     def check_nvfp4_support(self) -> tuple[bool, str]:
         # pytorch/quantization.py _compute_nvfp4_support (2.8.0: pytorch/fp8.py check_nvfp4_support).
         if self.gpu.compute_capability >= (10, 0):
             return True, ""
-        return False, "Device compute capability 10.0 or higher required for NVFP4 execution."
+        return False, "NVFP4 needs compute capability 10.0 or newer"
 
     def check_recipe_support(self, recipe: Any) -> None:
         """2.8.0 ``fp8.py``: ``assert recipe_supported, reason``; 2.20.2 ``quantization.py``: ``RuntimeError``."""
@@ -425,8 +428,8 @@ def _assert_dim_for_fp8_exec(version: str, *tensors: torch.Tensor) -> None:
     for t in tensors:
         lead = math.prod(t.shape[:-1])
         if lead % 8 != 0 or t.shape[-1] % 16 != 0:
-            message = (f"FP8 execution requires the product of all dimensions except the last to be divisible by 8 "
-                       f"and the last dimension to be divisible by 16, but got tensor with dims={list(t.shape)}")
+            message = (f"FP8 operand dims {list(t.shape)}: the product of all but the last must be a multiple of 8 "
+                       "and the last a multiple of 16")
             if version == OLD:
                 raise AssertionError(message)
             raise ValueError(message)
@@ -605,7 +608,8 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None, environ: Mapping[str
 
             def __enter__(self) -> autocast:
                 if self._active is not None:
-                    raise RuntimeError("autocast context manager cannot be entered more than once concurrently")
+                    raise RuntimeError("this autocast object is already entered; TE refuses entering it again "
+                                       "while it is active")
                 enabled, recipe, graph = self._args
                 self._active = region("autocast", enabled, recipe, graph)
                 self._active.__enter__()

@@ -52,10 +52,9 @@ def _round_up(x: int, to: int) -> int:
 
 def _to_mx(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """E4M3 data and E8M0 exponents (biased, uint8) per ``block`` elements of the last dim (FLOOR scale rule)."""
-    assert x.dtype in (torch.bfloat16, torch.float), f"{x.dtype} is not supported yet"
-    assert x.shape[-1] % block == 0, (f"the last dimension of shape {x.shape} must be divisible by block_size "
-                                      f"{block}")
-    assert x.is_contiguous(), "unsupported"
+    assert x.dtype in (torch.bfloat16, torch.float), f"to_mx takes bf16 or fp32, not {x.dtype}"
+    assert x.shape[-1] % block == 0, f"last dim of {tuple(x.shape)} is not a multiple of block_size {block}"
+    assert x.is_contiguous(), "to_mx: unsupported non-contiguous input"
     blocks = x.float().reshape(*x.shape[:-1], x.shape[-1] // block, block)
     amax = blocks.abs().amax(dim=-1, keepdim=True).clamp_min(2.0 ** -126)
     exponent = torch.floor(torch.log2(amax)) - E4M3_MAX_EXPONENT
@@ -158,9 +157,11 @@ def install(monkeypatch: Any, version: str = OLD) -> dict[str, types.ModuleType 
 #
 # Sources, at tag v0.18.0 of pytorch/ao unless a line says otherwise (``inference_workflow.py`` is
 # ``torchao/prototype/mx_formats/inference_workflow.py``). fp8bench reaches these configs by their 0.15+ names; where
-# the floor of those names, v0.15.0, differs, the rule says so.
+# v0.15.0-v0.16.0 (the first releases with those names, alike in these rules) differ, the rule says so.
 
 SM100 = (10, 0)
+FP4 = torch.float4_e2m1fn_x2
+MX_BLOCK = 32  # the one MX block size fp8bench passes
 
 
 @dataclass
@@ -196,8 +197,8 @@ def _fp4_tensor(name: str, quantize: Any, counts: Fp4Counts, packed: bool) -> ty
                 return out.to(x.dtype).reshape(*x.shape[:-1], w.shape[0])
             op = getattr(func, "__name__", "")
             if op in ("abs", "max", "amax"):
-                raise NotImplementedError(f"{name} dispatch: attempting to run unimplemented operator/function: "
-                                          f"func=aten.{op}")
+                raise NotImplementedError(f"{name} has no handler for aten.{op} (the fake's stand-in for "
+                                          "torchao's missing-op refusal)")
             if packed and op == "is_contiguous":
                 return False
             return super().__torch_function__(func, types_, args, kwargs)
@@ -206,10 +207,17 @@ def _fp4_tensor(name: str, quantize: Any, counts: Fp4Counts, packed: bool) -> ty
     return Fp4Weight
 
 
+class QuantizationStep(str, enum.Enum):
+    """torchao's observer-flow steps (``quantization/quantize_/common/quantization_step.py``, new in v0.16.0), kept
+    here so that the fake needs no torchao newer than the project's floor (0.10). Any other name is a
+    ``ValueError``, as the string Enum makes it."""
+
+    PREPARE = "prepare"
+    CONVERT = "convert"
+
+
 def _fp4_configs() -> tuple[type, type]:
     """The two configs as dataclasses with torchao 0.18's fields and ``__post_init__`` checks."""
-    from torchao.quantization.quantize_.common.quantization_step import QuantizationStep
-
     mx_elem_dtypes = (torch.float8_e4m3fn, torch.float8_e5m2, "fp6_e2m3", "fp6_e3m2", torch.float4_e2m1fn_x2)
 
     @dataclass
@@ -220,8 +228,9 @@ def _fp4_configs() -> tuple[type, type]:
 
         def __post_init__(self) -> None:
             # inference_workflow.py lines 225-231: a step string becomes a QuantizationStep (ValueError when it
-            # names none), and a step turns the dynamic per-tensor scale off. v0.15.0 (lines 127-132) has no step
-            # field and refuses torch older than 2.8 with a RuntimeError instead.
+            # names none), and a step turns the dynamic per-tensor scale off. v0.15.0-v0.16.0 have no step field
+            # (v0.17.0 adds it); v0.15.0 (lines 127-132) to v0.17.0 (lines 232-234) refuse torch older than 2.8
+            # with a RuntimeError, which v0.18.0 dropped.
             if isinstance(self.step, str):
                 self.step = QuantizationStep(self.step)
             if self.step is not None:
@@ -237,11 +246,13 @@ def _fp4_configs() -> tuple[type, type]:
 
         def __post_init__(self) -> None:
             # inference_workflow.py lines 114-119 and config.py lines 77-81: matching dtypes, each an MX element
-            # dtype (AssertionError). v0.15.0 (lines 59-67) also asserts 32-element blocks for the AUTO kernel.
+            # dtype (AssertionError). Not modelled: v0.15.0-v0.16.0 (__post_init__ lines 59-67 and 62-72) also
+            # run config.py's _validate_kernel_preference (v0.15.0 lines 75-86), which refuses the AUTO kernel for
+            # block sizes other than 32, for e5m2 and for the fp6 dtypes (AssertionError).
             assert self.activation_dtype == self.weight_dtype, (
-                "For now - we only support matching input/weight dtypes.")
+                f"activation_dtype {self.activation_dtype} and weight_dtype {self.weight_dtype} must match")
             for dtype in (self.activation_dtype, self.weight_dtype):
-                assert dtype in mx_elem_dtypes, f"elem_dtype must be one of {list(mx_elem_dtypes)}, got {dtype}"
+                assert dtype in mx_elem_dtypes, f"{dtype} is not an MX element dtype; accepted: {list(mx_elem_dtypes)}"
 
     return NVFP4DynamicActivationNVFP4WeightConfig, MXDynamicActivationMXWeightConfig
 
@@ -252,28 +263,33 @@ def make_fp4_modules(counts: Fp4Counts, capability: tuple[int, int] | None = SM1
     CUDA device). Rules of ``quantize_`` and the handlers it calls, as torchao 0.18 has them:
 
     * ``quantization/quant_api.py`` ``_is_linear`` (lines 168-182), ``quantize_``'s default filter: every
-      ``nn.Linear`` but ``NonDynamicallyQuantizableLinear``, whatever its weight already is. No type check keeps an
-      already quantized weight from being quantized again (v0.15.0's ``_is_linear`` excludes other quantized
-      tensor types, not these two).
+      ``nn.Linear`` but ``NonDynamicallyQuantizableLinear``; it never looks at the weight's dtype, and the weight
+      types it excludes (``_AffineFakeQuantizedTensor``: line 180; v0.15.0 line 242) are neither of these
+      two, so nothing keeps an already quantized 4-bit weight from being quantized again.
     * ``inference_workflow.py`` ``_nvfp4_inference_linear_transform``: weight dims not multiples of 16 are a
       ``RuntimeError`` (lines 248-251); with no ``step``, ``assert is_sm_at_least_100()`` (lines 301-303;
       ``torchao/utils.py`` lines 1157-1162: CUDA present and capability >= 10.0; in v0.15.0 it is the transform's
-      first line, 140-142); then ``torch.max(torch.abs(weight))`` (line 310) and the weight is quantized.
+      first line, 140-142, in v0.16.0 line 143); then, only with ``use_dynamic_per_tensor_scale``,
+      ``torch.max(torch.abs(weight))`` (line 310), and the weight is quantized.
     * ``_mx_inference_linear_transform`` (lines 127-170): ``assert weight.dtype == torch.bfloat16`` (lines
-      135-137), which a quantized weight passes (it reports BF16); then ``MXTensor.to_mx`` (``mx_tensor.py``
+      135-137); then ``MXTensor.to_mx`` (``mx_tensor.py``
       ``to_mx`` lines 225-234: BF16 or FP32, last dim a multiple of the block, contiguous, else
-      ``AssertionError``; line 247 ``torch.abs``). No device check: MX's GEMM is the device's to refuse.
+      ``AssertionError``; line 247 ``torch.abs``). The BF16 it reports is what gets a quantized weight past that
+      dtype assert. No device check: MX's GEMM is the device's to refuse.
     * Either way the weight is quantized **once, at transform time**, and replaced by the quantized tensor as a
       ``Parameter`` without gradient; only the activation is quantized per call.
 
-    Numerics: fp8bench's NVFP4 and MXFP4 quantizers (bit-exact with the formats), the product in FP32. The
-    ``step`` (observer) flow of NVFP4 is not modelled: the fake refuses it.
+    Numerics: fp8bench's NVFP4 and MXFP4 quantizers (bit-exact with the formats), the product in FP32. Only what
+    fp8bench passes is modelled, and the fake refuses (``AssertionError`` naming the field) the rest: NVFP4 with a
+    ``step`` (observer flow) or without the per-tensor scale, MX with any element dtype but FP4 or any block
+    size but 32.
     """
     from fp8bench.core.formats import E2M1
     from fp8bench.numerics import quantize as ref
 
     nvfp4 = _fp4_tensor("NVFP4Tensor", ref.quantize_nvfp4, counts, packed=False)
-    mx = _fp4_tensor("MXTensor", lambda x: ref.quantize_mx(x, E2M1, 32), counts, packed=True)
+    # packed: FP4 data, two elements a byte; the only MX elements the fake accepts (quantize_mx below)
+    mx = _fp4_tensor("MXTensor", lambda x: ref.quantize_mx(x, E2M1, MX_BLOCK), counts, packed=True)
     nvfp4_config, mx_config = _fp4_configs()
 
     def is_linear(mod: nn.Module, fqn: str = "") -> bool:
@@ -282,20 +298,27 @@ def make_fp4_modules(counts: Fp4Counts, capability: tuple[int, int] | None = SM1
 
     def quantize_nvfp4(w: torch.Tensor, config: Any) -> torch.Tensor:
         if w.shape[-2] % 16 or w.shape[-1] % 16:
-            raise RuntimeError(f"NVFP4 only supports weight shape with last 2 dims divisible by 16, got {w.shape}")
+            raise RuntimeError(f"NVFP4 weight {tuple(w.shape)}: its last two dims must be multiples of 16")
         assert config.step is None, "the fake models torchao's dynamic NVFP4 flow only (step=None)"
         assert capability is not None and capability >= SM100, (
-            "NVFP4 DYNAMIC mode is only supported on sm100+ machines")
+            f"dynamic NVFP4 needs compute capability sm100 or newer, this device has {capability}")
+        # torchao takes the weight's amax only with use_dynamic_per_tensor_scale; without it the numerics differ
+        # (no tensor scale), which the fake does not model, so it refuses before touching the weight
+        assert config.use_dynamic_per_tensor_scale, (
+            "the fake models NVFP4 with its per-tensor scale only (use_dynamic_per_tensor_scale=True)")
         torch.max(torch.abs(w))  # the per-tensor amax, the quantizer's first op on the weight
         return ref.quantize_nvfp4(w.detach()).dequantize(torch.bfloat16)
 
     def quantize_mx(w: torch.Tensor, config: Any) -> torch.Tensor:
-        assert w.dtype == torch.bfloat16, f"Only supporting bf16 out dtype for now, got {w.dtype}"
+        assert (config.weight_dtype, config.block_size) == (FP4, MX_BLOCK), (
+            f"the fake models MXFP4 with 32-element blocks only, got weight_dtype {config.weight_dtype}, "
+            f"block_size {config.block_size}")
+        assert w.dtype == torch.bfloat16, f"the MX transform takes a bf16 weight, not {w.dtype}"
         assert w.shape[-1] % config.block_size == 0, (
-            f"the last dimension of shape {w.shape} must be divisible by block_size {config.block_size}")
-        assert w.is_contiguous(), "unsupported"
+            f"last dim of {tuple(w.shape)} is not a multiple of block_size {config.block_size}")
+        assert w.is_contiguous(), "to_mx: unsupported non-contiguous input"
         torch.abs(w)  # to_mx's block amax starts here
-        return ref.quantize_mx(w.detach(), E2M1, 32).dequantize(torch.bfloat16)
+        return ref.quantize_mx(w.detach(), E2M1, MX_BLOCK).dequantize(torch.bfloat16)
 
     def quantize_(model: nn.Module, config: Any, filter_fn: Any = is_linear, device: Any = None) -> None:
         for fqn, mod in list(model.named_modules()):

@@ -7,7 +7,8 @@ the CUDA backend applies to them on compute capability 9.0 (Triton 3.9.0, paths 
 repository):
 
 * ``language/semantic.py`` ``dot``: ``max_num_imprecise_acc=None`` with FP8 operands takes the backend's
-  ``max_num_imprecise_acc_default``; an explicit value above the dot's K is a ``ValueError``.
+  ``max_num_imprecise_acc_default``; an explicit value above the dot's K is a ``ValueError`` (3.2+; 3.0.0 and
+  3.1.0 have no such check). The fake records and does not raise it: fp8bench passes at most the K tile.
 * ``backends/nvidia/compiler.py`` ``CUDABackend.parse_options``: that default is ``2**30`` when the capability is
   90, else 0 (the same line exists since Triton 3.0's ``third_party/nvidia/backend/compiler.py``).
 * ``WarpGroupDotOp::needsPartialAccumulator`` (``lib/Dialect/TritonNvidiaGPU/IR/Ops.cpp``) with the WGMMA lowering

@@ -127,7 +127,7 @@ def test_fp8bench_refuses_before_te_what_te_would_reject(te: FakeTE) -> None:
     why = teb.precision_support(resolve_precision("fp8_delayed", "e5m2"), Device("cuda", 0))
     assert why == "Transformer Engine rejects pure E5M2 training in every recipe; use e4m3 or hybrid"
     recipe = te.modules["transformer_engine.common.recipe"]
-    with pytest.raises(AssertionError, match="Pure E5M2 training is not supported"):
+    with pytest.raises(AssertionError, match="pure E5M2"):
         recipe.DelayedScaling(fp8_format=recipe.Format.E5M2)
     with pytest.raises(Unsupported, match="TE DelayedScaling needs M, N, K multiples of 16; got K=40"):
         teb.build_gemm(_ctx("fp8_delayed", shape="16x64x40"))
@@ -135,17 +135,16 @@ def test_fp8bench_refuses_before_te_what_te_would_reject(te: FakeTE) -> None:
     layer = te.te.Linear(40, 64, params_dtype=torch.bfloat16, device="cpu")
     region = (te.te.fp8_autocast(enabled=True, fp8_recipe=recipe.DelayedScaling()) if te.version == OLD
               else te.te.autocast(enabled=True, recipe=recipe.DelayedScaling()))
-    with pytest.raises(AssertionError if te.version == OLD else ValueError, match="divisible by 16"), region:
+    with pytest.raises(AssertionError if te.version == OLD else ValueError, match="multiple of 16"), region:
         layer(torch.randn(16, 40, dtype=torch.bfloat16))
 
 
 def test_te_refusal_on_this_gpu_skips_the_case_with_tes_reason(te: FakeTE) -> None:
     te.gpu.compute_capability = (9, 0)
-    with pytest.raises(Unsupported, match="cannot run MXFP8BlockScaling on this GPU: Device compute capability "
-                                          "10.0 or higher required for MXFP8 execution"):
+    with pytest.raises(Unsupported, match="cannot run MXFP8BlockScaling on this GPU: .*10.0"):
         teb.build_gemm(_ctx("mxfp8", fmt="e4m3"))
     te.gpu.compute_capability = (8, 0)
-    with pytest.raises(Unsupported, match="8.9 or higher required for FP8 execution"):
+    with pytest.raises(Unsupported, match="on this GPU: .*8.9"):
         teb.build_gemm(_ctx("fp8_delayed"))
 
 
@@ -164,7 +163,7 @@ def test_tes_own_shape_refusal_inside_a_model_is_a_skip(te: FakeTE, monkeypatch:
     shape = ATTENTION.parse_shape("b=2,h=2,s=3,d=16")
     ctx = BuildContext("attention", shape, resolve_precision("fp8_delayed", "hybrid"), Device("cpu"),
                        ATTENTION.make_inputs(shape, Device("cpu"), seed=0))
-    with pytest.raises(Unsupported, match="Transformer Engine refused fp8_delayed: FP8 execution requires"):
+    with pytest.raises(Unsupported, match="Transformer Engine refused fp8_delayed: .*multiple of 16"):
         teb.TE.build(ctx)
 
 
@@ -260,7 +259,7 @@ def test_accumulation_switch_maps_to_tes_fprop_split_accumulator(te: FakeTE) -> 
     block = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_blockwise", fast_accum=True)))
     assert block.fp8_gemm_fprop.use_split_accumulator
     recipe = te.modules["transformer_engine.common.recipe"]
-    with pytest.raises(AssertionError, match="Split accumulator required for fprop"):
+    with pytest.raises(AssertionError, match="fprop needs use_split_accumulator"):
         recipe.Float8BlockScaling(fp8_gemm_fprop=recipe.MMParams(use_split_accumulator=False))
 
 
@@ -378,11 +377,10 @@ def test_nvfp4_recipe_is_one_te_accepts_and_runs_on_10x_only(te: FakeTE) -> None
     assert type(recipe).__name__ == "NVFP4BlockScaling" and recipe.fp4_format.name == "E2M1"
     assert recipe.disable_2d_quantization and not recipe.disable_rht
     module = te.modules["transformer_engine.common.recipe"]
-    with pytest.raises(AssertionError, match="Only E4M3 is supported for NVFP4"):
+    with pytest.raises(AssertionError, match="fp8_format must be E4M3"):
         module.NVFP4BlockScaling(fp8_format=module.Format.HYBRID)
     te.gpu.compute_capability = (9, 0)
-    with pytest.raises(Unsupported, match="cannot run NVFP4BlockScaling on this GPU: Device compute capability "
-                                          "10.0 or higher required for NVFP4"):
+    with pytest.raises(Unsupported, match="cannot run NVFP4BlockScaling on this GPU: .*10.0"):
         teb.build_gemm(_ctx("nvfp4", shape="128x128x256", fmt="e4m3"))
     te.gpu.compute_capability = (10, 0)
     with pytest.raises(Unsupported, match=r"multiples of 128; got M=64"):

@@ -142,7 +142,7 @@ def test_the_older_mx_fake_rejects_what_torchao_rejects(monkeypatch) -> None:
     with pytest.raises(TypeError):
         config_cls(scale_calculation_mode="rceil")  # not a field of this release
     layer = tab.convert(nn.Linear(40, 32, bias=False, dtype=torch.bfloat16), resolve_precision("mxfp8"))
-    with pytest.raises(AssertionError, match="must be divisible by block_size 32"):
+    with pytest.raises(AssertionError, match="block_size 32"):
         layer(torch.randn(8, 40, dtype=torch.bfloat16))
     emulated = modules["torchao.prototype.mx_formats.mx_linear"].MXLinear.from_float(
         nn.Linear(64, 32, bias=False, dtype=torch.bfloat16), config_cls.from_recipe_name("mxfp8_emulated"))
@@ -281,8 +281,9 @@ def test_fake_fp4_configs_refuse_what_torchao_refuses(monkeypatch, config, kwarg
 @pytest.mark.parametrize(("name", "refusal", "match"), [("nvfp4", NotImplementedError, "aten.abs"),
                                                         ("mxfp4", AssertionError, "unsupported")])
 def test_fake_quantizes_a_quantized_weight_again_as_torchao_does(monkeypatch, name, refusal, match) -> None:
-    """torchao's 4-bit weights report their original dtype (BF16), so ``quantize_`` matches the layer again and its
-    transform tries to quantize the quantized weight, failing inside the quantizer: no type check refuses it. The
+    """``quantize_``'s default filter takes every ``nn.Linear`` whatever its weight (it never checks the dtype, and
+    excludes no 4-bit weight type), so it takes the layer again; the BF16 that torchao's 4-bit weights report gets
+    the quantized weight past MX's bf16 assert, and the transform fails inside the quantizer. The
     fake must fail there too, with torchao's exception, so that a pipeline that forgets to restore the BF16 weight
     fails against the fake as it would against torchao."""
     for side, api in _fp4_apis(monkeypatch).items():
@@ -305,5 +306,44 @@ def test_nvfp4_is_refused_below_sm100_as_torchao_asserts(monkeypatch, capability
     sh = GEMM.parse_shape("32x64x128")
     ctx = BuildContext("gemm", sh, resolve_precision("nvfp4"), Device("cpu"),
                        GEMM.make_inputs(sh, Device("cpu"), seed=0))
-    with pytest.raises(Unsupported, match="AssertionError: NVFP4 DYNAMIC mode is only supported on sm100"):
+    with pytest.raises(Unsupported, match="AssertionError: .*sm100"):
         tab.build_gemm(ctx)
+
+
+def test_fake_fp4_configs_need_no_torchao_newer_than_the_floor(monkeypatch) -> None:
+    """``QuantizationStep`` first ships in torchao 0.16; the fake's configs must build with 0.10-0.15 installed, and
+    a ``step`` outside {prepare, convert} is still a ``ValueError``."""
+    monkeypatch.setitem(sys.modules, "torchao.quantization.quantize_.common.quantization_step", None)
+    fake = fake_torchao.make_fp4_modules(fake_torchao.Fp4Counts())
+    config_cls = fake["torchao.prototype.mx_formats"].NVFP4DynamicActivationNVFP4WeightConfig
+    assert config_cls(step="prepare").use_dynamic_per_tensor_scale is False
+    with pytest.raises(ValueError, match="bogus"):
+        config_cls(step="bogus")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"activation_dtype": torch.float8_e4m3fn, "weight_dtype": torch.float8_e4m3fn},
+    {"activation_dtype": FP4, "weight_dtype": FP4, "block_size": 16}])
+def test_fake_mx_refuses_the_configs_it_does_not_model(kwargs) -> None:
+    """The fake's MX quantizer is MXFP4 with 32-element blocks, the only MX config fp8bench passes; any other
+    config must be refused by name rather than quantized as MXFP4."""
+    fake = fake_torchao.make_fp4_modules(fake_torchao.Fp4Counts())
+    config = fake["torchao.prototype.mx_formats"].MXDynamicActivationMXWeightConfig(**kwargs)
+    with pytest.raises(AssertionError, match="models MXFP4 with 32-element blocks only"):
+        fake["torchao.quantization"].quantize_(nn.Linear(64, 32, bias=False, dtype=torch.bfloat16), config)
+
+
+def test_fake_nvfp4_takes_the_weight_amax_only_with_the_dynamic_per_tensor_scale(monkeypatch) -> None:
+    """torchao runs ``torch.max(torch.abs(weight))`` only when ``use_dynamic_per_tensor_scale`` is set
+    (``inference_workflow.py``); with it off, the fake must not touch the weight's abs/max, and it refuses the
+    config by name, since it quantizes NVFP4 with a per-tensor scale only."""
+    fake = fake_torchao.make_fp4_modules(fake_torchao.Fp4Counts())
+    config = fake["torchao.prototype.mx_formats"].NVFP4DynamicActivationNVFP4WeightConfig(
+        use_triton_kernel=False, use_dynamic_per_tensor_scale=False)
+    layer = nn.Linear(64, 32, bias=False, dtype=torch.bfloat16)
+    seen: list[str] = []
+    real_abs = torch.abs
+    monkeypatch.setattr(torch, "abs", lambda t: seen.append("abs") or real_abs(t))
+    with pytest.raises(AssertionError, match="use_dynamic_per_tensor_scale"):
+        fake["torchao.quantization"].quantize_(layer, config)  # numerics without the tensor scale: not modelled
+    assert seen == []

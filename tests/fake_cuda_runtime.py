@@ -14,11 +14,10 @@ Every rule encoded here is the vendor's, with its source:
 * torch/csrc/cuda/Module.cpp, ``THCPModule_setStream_wrap``: setting a stream also makes its device current.
 * torch/cuda/streams.py, ``Event.record``: no stream given means ``torch.cuda.current_stream()``, the *current
   device's* current stream. c10/cuda/CUDAEvent.h, ``CUDAEvent::record``: an event takes the device of the first stream
-  that records it; a later stream of another device raises ``RuntimeError("Event device X does not match recording
-  stream's device Y.")``. ``CUDAEvent::elapsed_time``: ``ValueError`` unless both events have ``enable_timing`` and
+  that records it; a later stream of another device raises a ``RuntimeError`` naming both devices. ``CUDAEvent::elapsed_time``: ``ValueError`` unless both events have ``enable_timing`` and
   were recorded; ``RuntimeError`` unless both completed.
-* aten/src/ATen/cuda/CUDAGraph.cpp: ``capture_begin`` refuses the default stream ("CUDA graphs must be captured on a
-  non-default stream. ...") and a graph that already owns one; ``capture_end`` must end on the stream it began on,
+* aten/src/ATen/cuda/CUDAGraph.cpp: ``capture_begin`` refuses the default stream (a ``RuntimeError``) and a graph that
+  already owns one; ``capture_end`` must end on the stream it began on,
   fails with the CUDA error when the capture was invalidated, and *warns* (``TORCH_WARN``, a ``UserWarning``) when the
   graph has no nodes; ``replay`` requires a successful capture and launches on the capture device's current stream.
 * torch/csrc/cuda/Graph.cpp: ``capture_error_mode`` must be ``global``, ``thread_local`` or ``relaxed``.
@@ -258,8 +257,8 @@ class FakeEvent:
         if self.device_index is None:
             self.device_index = stream.device_index
         if self.device_index != stream.device_index:
-            raise RuntimeError(f"Event device {self.device_index} does not match recording stream's device "
-                               f"{stream.device_index}.")
+            raise RuntimeError(f"fake CUDA: an event of device {self.device_index} recorded on a stream of device "
+                               f"{stream.device_index}")
         cuda = self._cuda
         cuda.check_context()
         if not self.created:  # CUDAEvent::record: createEvent() on first use, on the recording host thread
@@ -304,11 +303,11 @@ class FakeEvent:
     def elapsed_time(self, end_event: FakeEvent) -> float:
         """Milliseconds from this event to ``end_event`` (CUDAEvent::elapsed_time's checks, in its order)."""
         if not (self.enable_timing and end_event.enable_timing):
-            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+            raise ValueError("fake CUDA: elapsed time needs two events made with enable_timing")
         if self.device_index is None or end_event.device_index is None:
-            raise ValueError("Both events must be recorded before calculating elapsed time.")
+            raise ValueError("fake CUDA: elapsed time needs two recorded events")
         if not (self.query() and end_event.query()):
-            raise RuntimeError("Both events must be completed before calculating elapsed time.")
+            raise RuntimeError("fake CUDA: elapsed time needs two completed events")
         assert self.time_s is not None and end_event.time_s is not None
         return (end_event.time_s - self.time_s) * 1e3
 
@@ -328,16 +327,15 @@ class FakeGraph:
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global",
                       check_input_liveness: bool = False) -> None:
         if capture_error_mode not in ("global", "thread_local", "relaxed"):
-            raise RuntimeError("Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, got "
-                               f"{capture_error_mode}")
+            raise RuntimeError(f"fake CUDA: capture error mode {capture_error_mode!r} is none of global, "
+                               "thread_local, relaxed")
         if self.has_exec:
-            raise RuntimeError("This CUDAGraph instance already owns a captured graph. To capture a new graph, "
-                               "create a new instance.")
+            raise RuntimeError("fake CUDA: this graph already holds a capture; a new capture needs a new graph")
         cuda = self._cuda
         stream = cuda.currents[cuda.current]
         if stream.is_default:
-            raise RuntimeError("CUDA graphs must be captured on a non-default stream. (However, after capture, "
-                               "it's ok to replay them on the default stream.)")
+            raise RuntimeError("fake CUDA: capture on the default stream (a capture needs a side stream; replay may "
+                               "run on any)")
         if cuda.capturing is not None:
             raise Unmodelled("a second capture while one is underway")
         self.stream, self.device, self.mode = stream, cuda.current, capture_error_mode
@@ -348,7 +346,7 @@ class FakeGraph:
         cuda = self._cuda
         stream = cuda.currents[cuda.current]
         if stream is not self.stream:
-            raise RuntimeError("Capture must end on the same stream it began on.")
+            raise RuntimeError("fake CUDA: a capture ended on another stream than the one it began on")
         stream.capture, cuda.capturing = None, None
         cuda.log.append(Op("capture_end", cuda.current, stream.stream_id))
         if self.invalidated:
@@ -360,7 +358,7 @@ class FakeGraph:
 
     def replay(self) -> None:
         if not self.has_exec:
-            raise RuntimeError("Called CUDAGraph::replay without a preceding successful capture.")
+            raise RuntimeError("fake CUDA: replay of a graph with no successful capture")
         cuda = self._cuda
         assert self.device is not None
         stream = cuda.currents[self.device]  # device guard to the capture device, then its current stream
@@ -458,7 +456,7 @@ class FakeCuda:
             device = torch.device(device)
         if isinstance(device, torch.device):
             if device.type != "cuda":
-                raise ValueError(f"Expected a cuda device, but got: {device}")
+                raise ValueError(f"fake CUDA: not a cuda device: {device}")
             device = self.current if device.index is None else device.index
         index = int(device)
         if not 0 <= index < self.device_count:

@@ -8,13 +8,13 @@ them back to back (PyTorch, ``docs/source/notes/cuda.rst``, "CUDA Graphs").
 
 How (PyTorch's API, torch 2.13; the rules are cited where they are enforced):
 
-1. **Warm up on a side stream, then capture on it.** "Before capture, warm up the workload to be captured by running
-   a few eager iterations. Warmup must occur on a side stream" (``notes/cuda.rst``, "PyTorch API"): lazy
+1. **Warm up on a side stream, then capture on it.** PyTorch's CUDA notes (``notes/cuda.rst``, "PyTorch API") ask
+   for a few eager iterations before a capture, run on a side stream: lazy
    initialization (cuBLAS handles and workspaces, autotuning, allocator growth) must not happen inside a capture.
    One side stream per device is created here and reused, bound explicitly to the case's GPU: ``torch.cuda.graph``
    would otherwise create its class-wide default side stream once, on whichever GPU was current the first time
    (``torch/cuda/graphs.py``, ``graph.__init__``), and ``CUDAGraph::capture_begin`` refuses the default stream
-   ("CUDA graphs must be captured on a non-default stream", ``aten/src/ATen/cuda/CUDAGraph.cpp``).
+   (``aten/src/ATen/cuda/CUDAGraph.cpp``).
 2. **Capture with** ``torch.cuda.graph(graph, stream=side_stream, capture_error_mode="global")``. ``"global"`` is
    torch's default and CUDA's strictest mode (``cudaStreamCaptureModeGlobal``): a potentially unsafe call from any
    thread fails the capture instead of corrupting it silently.

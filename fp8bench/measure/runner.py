@@ -114,9 +114,6 @@ PROBE_BUDGET_SHARE = 0.1
 # Timings of one probe taken, the least kept: on a shared machine one timing can be inflated many times over by
 # preemption (noise only ever adds time), which would skip a cheap case as over budget.
 PROBE_REPEATS = 5
-# A retime is worth another only while it lowers the least timing by more than this fraction: a preempted timing
-# is followed by a much lower one, while timings that agree describe the call, and more of them cost whole calls.
-PROBE_RETIME_GAIN = 0.1
 # The end-to-end samples may use this share of a case's budget; the phases share the rest.
 END_TO_END_BUDGET_SHARE = 0.5
 # An interpreted case over this many FLOPs checks its numerics at the workload's smallest legal shape instead: Triton's
@@ -396,9 +393,8 @@ class CaseMeasurer:
 
         Probes grow through :data:`PROBE_FLOPS_LEVELS`: a tiny probe bounds the cost of a pathological kernel
         cheaply, and a larger one corrects the pessimism of extrapolating from a shape too small to be efficient.
-        Each probe's first call is timed too (a cold call can only overstate: where even it fits, the level is
-        done); it is retimed, up to :data:`PROBE_REPEATS` timings, while its estimate would skip the case and the
-        last retime lowered the least timing by more than :data:`PROBE_RETIME_GAIN`; the least timing counts.
+        Each probe runs once to warm up, then is timed, up to :data:`PROBE_REPEATS` times while its estimate
+        would skip the case; the least timing counts.
         """
         workload = WORKLOADS.get(case.workload)
         needed_calls = self.settings.policy.min_samples + self.settings.warmup_iters
@@ -408,8 +404,15 @@ class CaseMeasurer:
             if probe is None:
                 return estimate
             pipeline = self._build(case, probe, workload.make_inputs(probe, self.device, self.settings.seed))
+            pipeline.end_to_end()
             scale = workload.flops(case.shape) / workload.flops(probe)
-            t = self._probe_timing(pipeline.end_to_end, lambda least: least * scale * needed_calls <= budget_s)
+            t = self.timer.time(pipeline.end_to_end)
+            # Retime only while the estimate would skip the case (where a preempted timing would do harm); each
+            # retime costs one probe call, bounded by the level's FLOPs or the refine rule below.
+            for _ in range(PROBE_REPEATS - 1):
+                if t * scale * needed_calls <= budget_s:
+                    break
+                t = min(t, self.timer.time(pipeline.end_to_end))
             estimate = (t * scale, probe)
             if estimate[0] * needed_calls <= budget_s or i + 1 == len(PROBE_FLOPS_LEVELS):
                 return estimate
@@ -418,20 +421,6 @@ class CaseMeasurer:
             if 2 * t * workload.flops(next_probe) / workload.flops(probe) > PROBE_BUDGET_SHARE * budget_s:
                 return estimate
         return estimate
-
-    def _probe_timing(self, call: Callable[[], Any], fits: Callable[[float], bool]) -> float:
-        """The least of a probe's timings (seconds): the first call's, then retimes while the least does not
-        ``fit`` and the last retime lowered it by more than :data:`PROBE_RETIME_GAIN` (where a preempted timing
-        would do harm; each retime costs one probe call, bounded by the level's FLOPs or the refine rule)."""
-        least = self.timer.time(call)
-        for _ in range(PROBE_REPEATS - 1):
-            if fits(least):
-                break
-            t = self.timer.time(call)
-            if t >= least * (1 - PROBE_RETIME_GAIN):
-                return min(least, t)
-            least = t
-        return least
 
     def _numerics(self, case: Case, shape: Shape, pipeline: Pipeline, output: torch.Tensor | None = None) -> Numerics:
         """Numerics of a fresh output against the FP64 reference at ``shape`` (outside any timed region): ``output``

@@ -122,3 +122,10 @@ def mostly_noisy(flags: Sequence[bool]) -> bool:
     """Whether a stretch of measurements (the commits on one side of a change) cannot carry a difference: more than
     half of them were noisy (:func:`is_noisy`)."""
     return len(flags) > 0 and 2 * sum(bool(f) for f in flags) > len(flags)
+
+
+def difference_is_noisy(ratio: float, sides: Sequence[tuple[Sequence[float], HostLoad | None]]) -> bool:
+    """Whether the ratio of two measurements (``sides``: each one's samples, seconds, and the load its run started
+    under) lies within the noise of either (:func:`is_noisy` with the band ``|ratio - 1|``)."""
+    band = abs(ratio - 1)
+    return any(is_noisy(relative_spread(samples), bool(load and load.overloaded), band) for samples, load in sides)

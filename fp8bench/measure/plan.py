@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ from fp8bench.core.shapes import label
 from fp8bench.energy.meters import EnergyMeter, WindowMeter
 from fp8bench.energy.windows import sized_window_s
 from fp8bench.hardware.peaks import cached_cpu_ceilings, peak_key, table_peak
+from fp8bench.measure.harness_cost import Step
 from fp8bench.measure.runner import (
     END_TO_END_BUDGET_SHARE,
     PROBE_FLOPS_LEVELS,
@@ -100,20 +101,20 @@ class History:
 
 @dataclass(frozen=True)
 class Parts:
-    """The modelled seconds of one case, by part (the runner's steps)."""
+    """The modelled seconds of one case, by the runner's step (:class:`fp8bench.measure.harness_cost.Step`, the
+    steps a record's harness split names too); a step not given takes none."""
 
-    probe: float = 0.0
-    warmup: float = 0.0
-    samples: float = 0.0
-    phases: float = 0.0
-    numerics: float = 0.0
-    energy: float = 0.0
-    bookkeeping: float = 0.0
+    seconds: Mapping[Step, float] = field(default_factory=dict)
+
+    def __getitem__(self, step: Step) -> float:
+        return self.seconds.get(step, 0.0)
 
     @property
     def total(self) -> float:
-        return (self.probe + self.warmup + self.samples + self.phases + self.numerics + self.energy
-                + self.bookkeeping)
+        return sum(self.seconds.values())
+
+    def to_dict(self) -> dict[str, float]:
+        return {step.value: self[step] for step in Step}
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class CaseEstimate:
         return {"case": self.case.describe(), "workload": self.case.workload, "shape": dict(self.case.shape),
                 "precision": self.case.precision.name, "backend": self.case.backend, "expected_s": self.seconds,
                 "source": self.source, "history_runs": self.history_runs, "expect": self.expect,
-                "call_s": self.call_s, "parts_s": {k: getattr(self.parts, k) for k in Parts.__dataclass_fields__}}
+                "call_s": self.call_s, "parts_s": self.parts.to_dict()}
 
 
 @dataclass
@@ -182,7 +183,7 @@ class CostModel:
         reference; ``base``: the settings its history was recorded under (default ``settings``)."""
         refused = self.refusal(case)
         if refused is not None:
-            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None, Parts(bookkeeping=REFUSED_S),
+            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None, Parts({Step.BOOKKEEPING: REFUSED_S}),
                                 refused=True)
         hist = self.history.get(case_key_of(case, self.device))
         call = hist.call_s if hist is not None and hist.call_s else self.call_s(case)
@@ -212,7 +213,7 @@ class CostModel:
         needed = s.policy.min_samples + s.warmup_iters
         if call_s * needed > s.budget_s:
             return (f"skipped: over budget (one call ~{call_s:.3g} s)",
-                    Parts(probe=probe, bookkeeping=REFUSED_S))
+                    Parts({Step.PROBE: probe, Step.BOOKKEEPING: REFUSED_S}))
         warmup = max(s.warmup_iters, math.ceil(s.warmup_s / call_s)) * call_s
         e2e = sampled_s(call_s, s.policy, s.budget_s * END_TO_END_BUDGET_SHARE)
         left = max(0.0, s.budget_s - warmup - e2e)
@@ -225,7 +226,8 @@ class CostModel:
             numerics += self.reference_s(case)
         n_windows = 1 + (len(self.phase_calls_s(case, call_s)) if s.energy_phases else 0)
         energy = energy_window_s(self.meter, s) * n_windows if s.energy else 0.0
-        return "measured", Parts(probe, warmup, e2e, phases, numerics, energy, CASE_BOOKKEEPING_S)
+        return "measured", Parts({Step.PROBE: probe, Step.WARMUP: warmup, Step.SAMPLING: e2e + phases,
+                                  Step.NUMERICS: numerics, Step.ENERGY: energy, Step.BOOKKEEPING: CASE_BOOKKEEPING_S})
 
     def reference_s(self, case: Case) -> float:
         """The FP64 reference of the case's shape, seconds (at the FP32 ceiling over :data:`FP64_SLOWDOWN`)."""

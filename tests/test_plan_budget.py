@@ -77,6 +77,20 @@ def test_refused_and_over_budget_cases_are_expected_as_skipped() -> None:
     assert over.expect.startswith("skipped: over budget") and over.seconds < settings.budget_s
 
 
+def test_a_cold_plan_stretches_with_the_hosts_load() -> None:
+    """The cold model knew nothing of load: on 2 CPUs at load 8 a case takes at least 4 times its quiet time (each
+    process gets a quarter of a core), and more, since noisy samples run to ``max_time_s``. Its fixed per-case work
+    (setup, numerics' comparisons, the record's write) is counted by step."""
+    from fp8bench.core.noise import HostLoad
+    from fp8bench.measure.harness_cost import Step
+
+    (case,) = expand_cases([("gemm", ["64x64x64"])], ["fp32"], ["torch"], FAST)
+    quiet = CostModel(CPU, CEILINGS, load=HostLoad(1.0, 2)).estimate(case, FAST)
+    loaded = CostModel(CPU, CEILINGS, load=HostLoad(8.0, 2)).estimate(case, FAST)
+    assert loaded.seconds > 4 * quiet.seconds
+    assert quiet.parts[Step.SETUP] > 0 and quiet.parts[Step.NUMERICS] > 2 * quiet.call_s
+
+
 def test_history_gives_the_median_wall_time_and_scales_with_the_settings() -> None:
     (case,) = expand_cases([("gemm", ["256x256x256"])], ["bf16"], ["torch"], FAST)
     settings = RunSettings(device="cpu", energy=False)

@@ -75,10 +75,11 @@ def run_once(run_args: list[str], src: Path | None, results: Path) -> dict[str, 
     return read_run_file(run_file)
 
 
-def long_share(data: dict[str, Any]) -> tuple[float | None, float | None, int]:
-    """The harness's share of the wall time of the cases whose call takes 10 ms or more, the worst case's, and
-    their count."""
-    long = [c for c in map(case_cost, data["records"]) if c is not None and (c["median_s"] or 0) >= LONG_CALL_S]
+def long_share(data: dict[str, Any], cases: set[str] | None = None) -> tuple[float | None, float | None, int]:
+    """The harness's share of the wall time of the cases whose call takes 10 ms or more (of ``cases`` only, where
+    given), the worst case's, and their count."""
+    long = [c for c in map(case_cost, data["records"]) if c is not None and (c["median_s"] or 0) >= LONG_CALL_S
+            and (cases is None or c["case"] in cases)]
     if not long:
         return None, None, 0
     return (sum(c["harness_s"] for c in long) / sum(c["wall_s"] for c in long), max(c["share"] for c in long),
@@ -92,18 +93,34 @@ def paired(run_args: list[str], old: Path, rounds: int) -> None:
     shares: dict[str, list[float]] = {"new": [], "old": []}
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     for i in range(rounds):
+        runs: dict[str, dict[str, Any]] = {}
         for name in (("old", "new") if i % 2 == 0 else ("new", "old")):
             load = os.getloadavg()[0]
-            share, worst, n = long_share(run_once(run_args, sides[name], results))
+            runs[name] = run_once(run_args, sides[name], results)
+            share, worst, n = long_share(runs[name])
             if share is not None:
-                shares[name].append(share)
                 print(f"round {i + 1} {name}: calls >= 10 ms: {n} case(s), harness {100 * share:.1f}% of their wall "
                       f"time, worst case {100 * worst:.1f}% (load {load:.2f} at start)")
+        # Under load a case may be skipped on one side: the pair is read on the cases both sides measured.
+        both = common_long_cases(runs["old"], runs["new"])
+        for name in ("old", "new"):
+            share = long_share(runs[name], both)[0]
+            if share is not None:
+                shares[name].append(share)
+        print(f"round {i + 1} on the {len(both)} case(s) both measured: " + ", ".join(
+            f"{name} {100 * values[-1]:.1f}%" for name, values in shares.items() if len(values) == i + 1))
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     for name, values in shares.items():
         if values:
-            print(f"{name}: mean {100 * sum(values) / len(values):.1f}% over {len(values)} run(s) "
-                  f"({', '.join(f'{100 * v:.1f}' for v in values)})")
+            print(f"{name}: mean {100 * sum(values) / len(values):.1f}% over {len(values)} round(s) on the cases both "
+                  f"sides measured ({', '.join(f'{100 * v:.1f}' for v in values)})")
+
+
+def common_long_cases(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
+    """The cases measured with calls of 10 ms or more in both runs."""
+    def long(data: dict[str, Any]) -> set[str]:
+        return {c["case"] for c in map(case_cost, data["records"]) if c and (c["median_s"] or 0) >= LONG_CALL_S}
+    return long(a) & long(b)
 
 
 def main() -> None:

@@ -11,16 +11,16 @@ import pytest
 from fp8bench.analysis.changes import (
     ChangeConfig,
     HistoryDepth,
+    changes_frame,
     find_changes,
     history_depth,
     mark_noisy,
     new_since,
     noise_sigma,
     rank_changes,
-    changes_frame,
 )
-from fp8bench.core.noise import HostLoad
 from fp8bench.cli import main
+from fp8bench.core.noise import HostLoad
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import record
 

@@ -310,7 +310,8 @@ def mark_noisy(records: pd.DataFrame, loads: dict[str, HostLoad | None]) -> pd.D
     started under load, or its spread (``iqr_s / median_s``) exceeds the noise band."""
     iqr = pd.to_numeric(records["iqr_s"], errors="coerce") if "iqr_s" in records else pd.Series(np.nan, records.index)
     spread = iqr / pd.to_numeric(records["median_s"], errors="coerce") if "median_s" in records else iqr * np.nan
-    loaded = records["run_id"].map(lambda r: bool(loads.get(r) and loads[r].overloaded))
+    overloaded = {run_id: load is not None and load.overloaded for run_id, load in loads.items()}
+    loaded = records["run_id"].map(lambda r: overloaded.get(r, False))
     flags = [is_noisy(None if pd.isna(s) else float(s), bool(lo)) for s, lo in zip(spread, loaded, strict=True)]
     return records.assign(noisy=flags)
 

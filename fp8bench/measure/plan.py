@@ -160,8 +160,8 @@ class CostModel:
 
     @property
     def stretch(self) -> float:
-        """How much longer a CPU's work takes under the planning-time load: runnable processes per CPU, at least 1
-        (the scheduler shares the cores among them). A GPU's calls run on the device: 1."""
+        """How much longer a CPU's work per call or per case takes under the planning-time load: runnable processes
+        per CPU, at least 1 (the scheduler shares the cores among them). A GPU's calls run on the device: 1."""
         if self.device.is_cuda or self.load is None:
             return 1.0
         return max(1.0, self.load.load_1m / self.load.cpus)
@@ -231,7 +231,9 @@ class CostModel:
         if call_s * needed > s.budget_s:
             return (f"skipped: over budget (one call ~{call_s:.3g} s)",
                     Parts({Step.PROBE: probe, Step.BOOKKEEPING: REFUSED_S}))
-        # Under load the spread target is out of reach: each timed function samples to its most.
+        # Warm-up and sampling stop on wall-clock rules (warmup_s, min_time_s, max_time_s): the load changes how many
+        # calls fit in them more than how long they take; under load the spread target is out of reach, so each
+        # timed function samples to its most. Everything else is work per call or per case that the load stretches.
         unreached = 1.0 if self.stretch > 1 else UNREACHED_SHARE
         warmup = max(s.warmup_iters, math.ceil(s.warmup_s / call_s)) * call_s
         e2e = sampled_s(call_s, s.policy, s.budget_s * END_TO_END_BUDGET_SHARE, unreached)
@@ -245,9 +247,10 @@ class CostModel:
             numerics += self.reference_s(case)
         n_windows = 1 + (len(self.phase_calls_s(case, call_s)) if s.energy_phases else 0)
         energy = energy_window_s(self.meter, s) * n_windows if s.energy else 0.0
-        parts = {Step.PROBE: probe, Step.SETUP: CASE_SETUP_S, Step.WARMUP: warmup, Step.SAMPLING: e2e + phases,
-                 Step.NUMERICS: numerics, Step.ENERGY: energy, Step.BOOKKEEPING: CASE_BOOKKEEPING_S + RECORD_WRITE_S}
-        return "measured", Parts({step: seconds * self.stretch for step, seconds in parts.items()})
+        k = self.stretch
+        return "measured", Parts({Step.PROBE: probe * k, Step.SETUP: CASE_SETUP_S * k, Step.WARMUP: warmup,
+                                  Step.SAMPLING: e2e + phases, Step.NUMERICS: numerics * k, Step.ENERGY: energy,
+                                  Step.BOOKKEEPING: (CASE_BOOKKEEPING_S + RECORD_WRITE_S) * k})
 
     def reference_s(self, case: Case) -> float:
         """The FP64 reference of the case's shape, seconds (at the FP32 ceiling over :data:`FP64_SLOWDOWN`)."""

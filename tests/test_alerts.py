@@ -61,3 +61,10 @@ def test_new_is_the_night_it_became_an_alert():
 def test_a_negative_rule_is_refused():
     with pytest.raises(ValueError, match="alert nights must be >= 0"):
         AlertRule(-1)
+
+
+def test_nights_measured_noisy_do_not_confirm():
+    """The consecutive nights that would confirm a regression were run under load: no alert."""
+    frame = history(stepped()).assign(noisy=[i >= 20 for i in range(30)])
+    assert find_alerts(frame) == []
+    assert len(find_alerts(history(stepped()).assign(noisy=False))) == 1

@@ -11,12 +11,16 @@ import pytest
 from fp8bench.analysis.changes import (
     ChangeConfig,
     HistoryDepth,
+    changes_frame,
     find_changes,
     history_depth,
+    mark_noisy,
     new_since,
     noise_sigma,
+    rank_changes,
 )
 from fp8bench.cli import main
+from fp8bench.core.noise import HostLoad
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import record
 
@@ -115,6 +119,35 @@ def test_new_since_keeps_open_regressions_measured_after_a_run():
     changes = find_changes(history(values))
     assert new_since(changes, "2026-01-20T02:00:00+00:00") == changes  # commit 20 ran on 2026-01-21
     assert new_since(changes, "2026-01-22T02:00:00+00:00") == []
+
+
+def test_a_step_carried_by_noisy_runs_is_kept_as_noisy_and_never_new():
+    """A step whose commits after it were all measured noisy (under load, or spread over the noise band) is still
+    shown, as ``noisy``, but is never a new regression: a load spike does not alert."""
+    values = noisy(30, seed=9)
+    values[20:] *= 1.3
+    [loaded] = find_changes(history(values).assign(noisy=[i >= 20 for i in range(30)]))
+    assert loaded.noisy is True
+    assert new_since([loaded], "2026-01-20T02:00:00+00:00") == []
+    [quiet] = find_changes(history(values).assign(noisy=False))
+    assert quiet.noisy is False and new_since([quiet], "2026-01-20T02:00:00+00:00") == [quiet]
+    assert list(rank_changes(changes_frame([loaded, quiet]))["noisy"]) == [False, True]  # confirmed first
+
+
+def test_a_noisy_record_gives_way_to_a_quiet_one_of_the_same_commit():
+    """Two runs of each commit: from commit 20 on, one ran under load 30% slower. The commit's value is its quiet
+    run's, so no change is found."""
+    values = noisy(30, seed=4)
+    quiet = history(values).assign(noisy=False)
+    loaded = history(values * np.where(np.arange(30) >= 20, 1.3, 1.0)).assign(noisy=np.arange(30) >= 20)
+    loaded["id"] += 100
+    assert find_changes(pd.concat([quiet, loaded], ignore_index=True)) == []
+
+
+def test_a_record_is_noisy_under_load_or_over_the_spread_band():
+    frame = history([1e-3, 1e-3, 1e-3]).assign(iqr_s=[1e-5, 5e-4, 1e-5])
+    loads = {"r000": HostLoad(0.5, 2), "r001": HostLoad(0.5, 2), "r002": HostLoad(9.0, 2)}
+    assert list(mark_noisy(frame, loads)["noisy"]) == [False, True, True]
 
 
 def test_noise_estimate_ignores_a_step():

@@ -100,3 +100,15 @@ def test_the_table_shows_the_spread_and_flags_a_noisy_case():
     assert "│         1% │" in rows["bf16"] and "noisy" not in rows["bf16"]
     assert "│ 129% noisy │" in rows["fp32"]
     assert "noisy: 1 case(s), their samples spread more than 10% (IQR / median)" in text
+
+
+def test_a_ratio_within_either_sides_noise_is_noisy():
+    """Compare's rule: a difference smaller than a side's spread, or read from a run under load, is noisy."""
+    from fp8bench.core.noise import difference_is_noisy
+
+    tight, wide = [1.0, 1.001, 0.999, 1.0], [1.0, 1.4, 0.7, 1.1]
+    quiet, loaded = HostLoad(0.5, 2), HostLoad(9.0, 2)
+    assert not difference_is_noisy(1.2, [(tight, quiet), (tight, None)])
+    assert difference_is_noisy(1.2, [(tight, quiet), (wide, quiet)])  # a 24% spread hides a 20% change
+    assert difference_is_noisy(1.2, [(tight, loaded), (tight, quiet)])
+    assert not difference_is_noisy(1.5, [(wide, quiet), (tight, quiet)])  # clear of the spread

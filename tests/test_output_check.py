@@ -99,6 +99,43 @@ def test_watch_takes_the_fresh_output_first_and_the_last_timed_one():
     assert torch.equal(watch.timed_output, torch.full((3,), 3.0)) and result.passed is False
 
 
+def test_identical_outputs_are_passed_without_an_sqnr(monkeypatch):
+    """The SQNR against the FP64 reference sets the threshold of the sqnr comparison only: outputs that agree
+    bitwise pass without it (one FP64 pass over the output fewer per case)."""
+    from fp8bench.measure import output_check
+
+    computed = []
+    real = output_check.compare
+    monkeypatch.setattr(output_check, "compare", lambda *a, **k: computed.append(1) or real(*a, **k))
+    for exact in (True, False):
+        watch = OutputWatch(lambda: torch.ones(4), WORKLOAD_OUTPUT, graph=False, exact=exact)
+        watch.timed(lambda: torch.ones(4))()
+        watch.keep_last()
+        assert watch.verdict(torch.ones(4, dtype=torch.float64)).passed is True
+    assert computed == []
+
+
+def test_the_first_timed_call_can_be_the_fresh_output():
+    """Where the timed call is ``output`` itself, its first call (the first warm-up call) is the fresh output:
+    :meth:`OutputWatch.first_call` keeps it, and no separate call is made."""
+    values = iter([torch.ones(3), torch.full((3,), 2.0)])
+    calls = []
+
+    def call():
+        calls.append(1)
+        return next(values)
+
+    watch = OutputWatch(call, WORKLOAD_OUTPUT, graph=False, exact=True, timed_fn=call)
+    assert calls == [] and watch.fresh is None
+    timed = watch.timed(call)
+    timed()
+    watch.first_call()
+    timed()
+    watch.keep_last()
+    assert len(calls) == 2 and torch.equal(watch.fresh, torch.ones(3))
+    assert watch.verdict(torch.ones(3, dtype=torch.float64)).passed is False  # the second call differs
+
+
 def test_watch_says_why_it_does_not_check():
     calls = []
 

@@ -21,6 +21,7 @@ from fp8bench.measure.budget import (
     prioritised,
     process_age_s,
 )
+from fp8bench.measure.harness_cost import Step
 from fp8bench.measure.plan import (
     REFUSED_S,
     SAMPLE_LOOP_S,
@@ -75,6 +76,22 @@ def test_refused_and_over_budget_cases_are_expected_as_skipped() -> None:
     assert refused.refused and not model.estimate(big, settings).refused
     over = model.estimate(big, settings)
     assert over.expect.startswith("skipped: over budget") and over.seconds < settings.budget_s
+
+
+def test_a_cold_plan_stretches_with_the_hosts_load() -> None:
+    """The cold model knew nothing of load: on 2 CPUs at load 8 the work per call and per case (setup, numerics'
+    comparisons, the record's write) takes 4 times its quiet time (each process gets a quarter of a core), and
+    noisy samples run to ``max_time_s``; warm-up and sampling stop on wall-clock rules, so they are not stretched."""
+    from fp8bench.core.noise import HostLoad
+    from fp8bench.measure.harness_cost import Step
+
+    (case,) = expand_cases([("gemm", ["64x64x64"])], ["fp32"], ["torch"], FAST)
+    quiet = CostModel(CPU, CEILINGS, load=HostLoad(1.0, 2)).estimate(case, FAST)
+    loaded = CostModel(CPU, CEILINGS, load=HostLoad(8.0, 2)).estimate(case, FAST)
+    for step in (Step.SETUP, Step.NUMERICS, Step.BOOKKEEPING):
+        assert loaded.parts[step] == pytest.approx(4 * quiet.parts[step])
+    assert loaded.parts[Step.SAMPLING] >= quiet.parts[Step.SAMPLING] and loaded.seconds > quiet.seconds
+    assert quiet.parts[Step.SETUP] > 0 and quiet.parts[Step.NUMERICS] > 2 * quiet.call_s
 
 
 def test_history_gives_the_median_wall_time_and_scales_with_the_settings() -> None:
@@ -242,4 +259,4 @@ def test_a_gpu_case_whose_samples_wrap_each_call_expects_two_energy_windows(wrap
                        budget_s=30, **wrapping)
     (case,) = expand_cases([("gemm", ["256x256x256"])], ["bf16"], ["torch"], settings)
     _, parts = gpu.parts(case, 1e-4, settings, first_of_shape=False)
-    assert parts.energy == pytest.approx(windows * 1.0)
+    assert parts[Step.ENERGY] == pytest.approx(windows * 1.0)

@@ -3,7 +3,9 @@
 The ratio is ``median(candidate samples) / median(base samples)`` of the raw end-to-end timing samples: above 1
 the candidate is slower. Its interval is a two-sample bootstrap of that ratio; the p-values are one-sided
 Mann-Whitney U tests in each direction (``fp8bench.analysis.stats.compare_samples``, the gate's own arithmetic). A case
-whose interval holds 1 has no clear change. Cases are matched by their key (workload, shape, precision, format,
+whose interval holds 1 has no clear change; a slower or faster case whose ratio lies within either run's noise (its
+spread, or the load its run started under: :func:`fp8bench.core.noise.difference_is_noisy`) is ``noisy`` instead,
+as the gate says it. Cases are matched by their key (workload, shape, precision, format,
 backend, device kind); interpreted, invalid or unmeasured records are listed but never compared.
 
 The page opens on the newest run that shares a measured case with an earlier one, against the newest such run: in a
@@ -20,6 +22,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.analysis.stats import compare_samples
+from fp8bench.core.noise import difference_is_noisy, run_load
 from fp8bench.core.records import case_key
 from fp8bench.dashboard.data import StoreProblem, count_records, load_run_payload
 from fp8bench.dashboard.safe_text import md_text
@@ -57,6 +60,7 @@ def _comparable(record: dict[str, Any]) -> str | None:
 
 def compare_runs(base: dict[str, Any], cand: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(compared cases with ratio and interval, cases not compared with the reason)."""
+    loads = run_load(base.get("run") or {}), run_load(cand.get("run") or {})
     base_recs = {case_key(r): r for r in base["records"]}
     cand_recs = {case_key(r): r for r in cand["records"]}
     rows, skipped = [], []
@@ -71,6 +75,9 @@ def compare_runs(base: dict[str, Any], cand: dict[str, Any]) -> tuple[pd.DataFra
             continue
         est = compare_samples(b["samples_s"], c["samples_s"])
         verdict = "slower" if est.ci_low > 1 else "faster" if est.ci_high < 1 else "no clear change"
+        if verdict != "no clear change" and difference_is_noisy(
+                est.ratio, [(b["samples_s"], loads[0]), (c["samples_s"], loads[1])]):
+            verdict = "noisy"
         rows.append({"case_key": key, "base_median_s": b["median_s"], "cand_median_s": c["median_s"],
                      "ratio": est.ratio, "ci_low": est.ci_low, "ci_high": est.ci_high, "p_slower": est.p_slower,
                      "p_faster": est.p_faster, "n_base": est.n_base, "n_cand": est.n_cand, "verdict": verdict})
@@ -78,7 +85,8 @@ def compare_runs(base: dict[str, Any], cand: dict[str, Any]) -> tuple[pd.DataFra
 
 
 def forest_figure(result: pd.DataFrame) -> go.Figure:
-    colours = result["verdict"].map({"slower": "crimson", "faster": "seagreen", "no clear change": "grey"})
+    colours = result["verdict"].map({"slower": "crimson", "faster": "seagreen", "no clear change": "grey",
+                                     "noisy": "orange"})
     fig = go.Figure(go.Scatter(
         x=result["ratio"], y=result["case_key"], mode="markers", marker={"color": colours, "size": 10},
         error_x={"type": "data", "symmetric": False, "array": result["ci_high"] - result["ratio"],
@@ -126,7 +134,8 @@ def main() -> None:
     else:
         chart(forest_figure(result), key="compare_chart")
         conf = 95
-        st.caption(f"Bootstrap {conf}% interval of the ratio of medians; one-sided Mann-Whitney p-values.")
+        st.caption(f"Bootstrap {conf}% interval of the ratio of medians; one-sided Mann-Whitney p-values. "
+                   "noisy (orange): a change within a run's spread, or from a run started under load.")
         table(result, "compare", ratio=st.column_config.NumberColumn(format="%.4f"),
               ci_low=st.column_config.NumberColumn(format="%.4f"),
               ci_high=st.column_config.NumberColumn(format="%.4f"),

@@ -24,6 +24,7 @@ from fp8bench.analysis.changes import (
     find_changes,
     history_depth,
     history_records,
+    rank_changes,
 )
 from fp8bench.core.commits import commit_order
 from fp8bench.dashboard.data import cached, commit_url_template, open_for_page
@@ -77,7 +78,8 @@ def main() -> None:
     show_all = c3.toggle("Also closed regressions and improvements", value=False)
     config = ChangeConfig(metrics=(metric,), threshold=float(threshold))
     found, depth = _changes(view.snapshot.target, view.snapshot.fingerprint, view.query, config)
-    shown = found if show_all else found[(found["kind"] == "regression") & found["open"]]
+    # Confirmed changes first: a step carried by noisy nights (load, spread) comes after them, flagged.
+    shown = rank_changes(found if show_all else found[(found["kind"] == "regression") & found["open"]])
     template = commit_url_template(view.snapshot.runs)
     rule = (f"a change needs {config.min_size} commits on each side ({depth.needed} in all), a step of at least "
             f"{threshold:.0%} and p < {config.alpha}")
@@ -101,11 +103,15 @@ def main() -> None:
     shown = shown.assign(bisected_commit=[
         ((bisected_commit(bisects, r.case_key, r.last_good_commit, r.first_bad_commit) or {}).get("first_bad")
          or {}).get("sha") for r in shown.itertuples()])
-    st.metric("Open regressions", int(((found["kind"] == "regression") & found["open"]).sum()))
-    table(shown[["case_key", "device", "size", "first_bad_commit", "bisected_commit", "first_bad_link",
+    open_ = (found["kind"] == "regression") & found["open"]
+    st.metric("Open regressions", int((open_ & ~found["noisy"].astype(bool)).sum()),
+              help=f"confirmed; {int((open_ & found['noisy'].astype(bool)).sum())} more carried by noisy nights")
+    table(shown[["case_key", "device", "size", "noisy", "first_bad_commit", "bisected_commit", "first_bad_link",
                  "last_good_commit", "ci_low",
                  "ci_high", "p_value", "metric", "branch", "kind", "open", "first_bad_run", "first_bad_started_at"]],
           "regressions", size=st.column_config.NumberColumn("change", format="percent"),
+          noisy=st.column_config.CheckboxColumn("noisy", help="most nights on one side of the step ran under "
+                                                "load or spread over the noise band: not confirmed, never alerted"),
           first_bad_commit=st.column_config.TextColumn("first bad", width="small"),
           bisected_commit=st.column_config.TextColumn("bisected", width="small",
                                                       help="the commit `fp8bench bisect` found, when one ran"),

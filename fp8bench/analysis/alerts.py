@@ -9,6 +9,9 @@ two rules, and records which:
 * **bisect**: a stored ``fp8bench bisect`` of the change's range (:func:`fp8bench.analysis.bisect.bisected_commit`) named
   the first slower commit.
 
+A change most of whose nights on either side were measured noisy (``Change.noisy``: under load, or spread over the
+noise band) alerts by neither rule's nights; only a bisect confirms it.
+
 A regression alert is **new since a run** when it alerts on the whole history but did not on the history up to
 and including that run: the night it became confirmed. That is what a nightly job asks ("did anything become an
 alert tonight?"), and it holds however many nights the change needed to be detected and confirmed.
@@ -88,10 +91,13 @@ def confirmed(changes: Sequence[Change], values: Any, metric: Metric, config: Ch
     for change in changes:
         if change.kind != "regression" or not change.open:
             continue
+        # A step most of whose nights were measured noisy confirms nothing, however many nights repeat it.
         found = bisected_commit(bisects, change.case_key, change.last_good_commit, change.first_bad_commit)
         if found is not None:
             sha = (found.get("first_bad") or {}).get("sha", "?")
             out.append(Alert(change, BISECT, f"bisected to {str(sha)[:12]}", found))
+            continue
+        if change.noisy:
             continue
         latest = values[-rule.nights:] if rule.nights else values[:0]
         sizes = [_beyond(change.before, float(v), metric.lower_is_better, metric.log, config) for v in latest]

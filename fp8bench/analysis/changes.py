@@ -18,6 +18,12 @@ significant):
    when it is at least ``threshold`` (5% by default, the gate's T), its interval excludes 1, and its p-value is
    under ``alpha``.
 
+A change is **noisy** when most of the commits on either side of it were measured noisy (under load, or with a
+spread over the noise band: :func:`fp8bench.core.noise.mostly_noisy`): it is listed, ranked after the confirmed
+ones (:func:`rank_changes`), and never new (:func:`new_since`) nor an alert. A commit measured by both quiet and noisy
+records takes its value from the quiet ones (:func:`mark_noisy` flags each record from its run's recorded load and
+its spread).
+
 A kept change is a **regression** when the metric got worse (time or energy up, SQNR or TFLOP/s down), an
 **improvement** otherwise. A regression is **open** while the series' latest segment is still worse than the level
 before the change by more than the threshold: a later fix closes it. Each change names the last commit before it
@@ -35,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from fp8bench.core.commits import commit_order
+from fp8bench.core.noise import HostLoad, is_noisy, mostly_noisy, run_load
 
 if TYPE_CHECKING:  # the store loads only when history is read
     from fp8bench.results.store import Store
@@ -112,6 +119,7 @@ class Change:
     n_before: int  # commits in the segment before
     n_after: int
     comparability_key: str
+    noisy: bool = False  # most commits on one side of it were measured noisy: shown, never alerted
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,9 +168,13 @@ def _per_commit(points: pd.DataFrame, metric: Metric) -> pd.DataFrame:
     metric), the commit, its first run and when that run started."""
     values = pd.to_numeric(points[metric.column], errors="coerce")
     points = points.assign(_v=values)[values.notna() & (values > 0 if metric.log else values.notna())]
+    noisy = points["noisy"].astype(bool) if "noisy" in points else pd.Series(False, index=points.index)
+    # A commit with quiet records is valued by them alone; one measured only noisy keeps its records, flagged.
+    all_noisy = noisy.groupby(points["position"]).transform("all")
+    points = points.assign(_noisy=noisy)[~noisy | all_noisy]
     return points.groupby("position", sort=True).agg(
         value=("_v", "median"), commit=("git_commit", "first"), run_id=("run_id", "first"),
-        started=("run_started_at", "min"))
+        started=("run_started_at", "min"), noisy=("_noisy", "all"))
 
 
 def series_changes(points: pd.DataFrame, metric: Metric, config: ChangeConfig) -> list[Change]:
@@ -187,6 +199,7 @@ def series_changes(points: pd.DataFrame, metric: Metric, config: ChangeConfig) -
     first = points.iloc[0]
     last_level = float(np.median(raw[bounds[-2]:]))
     limit = config.threshold if metric.log else config.threshold_db
+    noisy = per_commit["noisy"].to_numpy(dtype=bool)
     out = []
     for i, (cut, result) in enumerate(zip(cuts, tested, strict=True)):
         est, p, b_med, a_med, _passed = result
@@ -201,7 +214,8 @@ def series_changes(points: pd.DataFrame, metric: Metric, config: ChangeConfig) -
             before=b_med, after=a_med, last_good_commit=_text(per_commit.iloc[cut - 1]["commit"]),
             first_bad_commit=_text(row["commit"]), position=int(per_commit.index[cut]),
             first_bad_run=str(row["run_id"]), first_bad_started_at=_text(row["started"]),
-            n_before=cut - bounds[i], n_after=bounds[i + 2] - cut, comparability_key=str(first["comparability_key"])))
+            n_before=cut - bounds[i], n_after=bounds[i + 2] - cut, comparability_key=str(first["comparability_key"]),
+            noisy=mostly_noisy(noisy[bounds[i]:cut]) or mostly_noisy(noisy[cut:bounds[i + 2]])))
     return out
 
 
@@ -279,8 +293,27 @@ def changes_frame(changes: Sequence[Change]) -> pd.DataFrame:
 
 
 def new_since(changes: Sequence[Change], started_at: str) -> list[Change]:
-    """Open regressions whose first bad commit was first measured after ``started_at`` (a run's start)."""
-    return [c for c in changes if c.kind == "regression" and c.open and (c.first_bad_started_at or "") > started_at]
+    """Open regressions, not noisy, whose first bad commit was first measured after ``started_at`` (a run's
+    start)."""
+    return [c for c in changes if c.kind == "regression" and c.open and not c.noisy
+            and (c.first_bad_started_at or "") > started_at]
+
+
+def rank_changes(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (:func:`changes_frame`) with the confirmed changes first and the noisy ones after, each group in
+    its own order."""
+    return frame.sort_values("noisy", kind="stable") if "noisy" in frame else frame
+
+
+def mark_noisy(records: pd.DataFrame, loads: dict[str, HostLoad | None]) -> pd.DataFrame:
+    """``records`` with ``noisy`` (:func:`fp8bench.core.noise.is_noisy`): its run (``run_id``, in ``loads``)
+    started under load, or its spread (``iqr_s / median_s``) exceeds the noise band."""
+    iqr = pd.to_numeric(records["iqr_s"], errors="coerce") if "iqr_s" in records else pd.Series(np.nan, records.index)
+    spread = iqr / pd.to_numeric(records["median_s"], errors="coerce") if "median_s" in records else iqr * np.nan
+    overloaded = {run_id: load is not None and load.overloaded for run_id, load in loads.items()}
+    loaded = records["run_id"].map(lambda r: overloaded.get(r, False))
+    flags = [is_noisy(None if pd.isna(s) else float(s), bool(lo)) for s, lo in zip(spread, loaded, strict=True)]
+    return records.assign(noisy=flags)
 
 
 def history_records(store: Store, flt: RecordFilter, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
@@ -288,5 +321,22 @@ def history_records(store: Store, flt: RecordFilter, metrics: Sequence[str] = DE
     from fp8bench.analysis.selection import speed_comparable_sql
     from fp8bench.results.store import queries as store_queries
 
-    columns = tuple(dict.fromkeys([*HISTORY_COLUMNS, *metrics]))
-    return store_queries.select_records(store, flt, columns, where=[speed_comparable_sql()])
+    columns = tuple(dict.fromkeys([*HISTORY_COLUMNS, *metrics, "median_s", "iqr_s"]))
+    records = store_queries.select_records(store, flt, columns, where=[speed_comparable_sql()])
+    return mark_noisy(records, run_loads(store, records["run_id"].unique().tolist() if len(records) else []))
+
+
+def run_loads(store: Store, run_ids: Sequence[str]) -> dict[str, HostLoad | None]:
+    """The load each of ``run_ids`` recorded when it started (:func:`fp8bench.core.noise.run_load`)."""
+    import sqlalchemy as sa
+
+    from fp8bench.results.store import runs_table
+
+    out: dict[str, HostLoad | None] = {}
+    with store.engine.connect() as conn:
+        for start in range(0, len(run_ids), 500):
+            chunk = list(run_ids[start:start + 500])
+            rows = conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data)
+                                .where(runs_table.c.run_id.in_(chunk))).all()
+            out.update({run_id: run_load(data if isinstance(data, dict) else {}) for run_id, data in rows})
+    return out

@@ -61,6 +61,7 @@ def cost_model(device: Device, results_dir: Path, store: str | None, no_store: b
                cases: list[Case]) -> CostModel:
     """The cost model of ``device``, with the history the store holds for ``cases`` (none with ``no_store`` or
     where no store exists yet: nothing is created)."""
+    from fp8bench.core.noise import host_load
     from fp8bench.energy.meters import meter_for
     from fp8bench.hardware.environment import device_properties
     from fp8bench.hardware.peaks import cached_cpu_ceilings
@@ -69,7 +70,8 @@ def cost_model(device: Device, results_dir: Path, store: str | None, no_store: b
 
     name = str(device_properties(device)["name"])
     model = CostModel(device, device_ceilings(device, name, results_dir), meter_for(device),
-                      ceilings_cached=device.is_cuda or cached_cpu_ceilings(results_dir) is not None)
+                      ceilings_cached=device.is_cuda or cached_cpu_ceilings(results_dir) is not None,
+                      load=host_load())
     if no_store:
         return model
     try:

@@ -14,7 +14,9 @@ A median is only as good as the samples under it. Two things make samples unfit 
   header (``host.load``).
 
 :func:`is_noisy` is the one rule: a measurement is noisy when it was taken under load, or when its spread exceeds
-the band a difference must clear to be read from it. The run table and the dashboard flag a case whose spread
+the band a difference must clear to be read from it. A history reads it per commit (:func:`mostly_noisy`): a step
+in a nightly series (:mod:`fp8bench.analysis.changes`) that most of the nights on one side of it measured noisy is
+shown as ``noisy`` and never alerts, and a commit measured both quiet and noisy is valued by its quiet runs. The run table and the dashboard flag a case whose spread
 exceeds :data:`NOISY_SPREAD`; the gate, which reads a measured difference, passes that difference as the band
 (:mod:`fp8bench.analysis.gate.decision`): comparing one run per side, it never calls a regression that lies within a side's noise,
 and says ``noisy`` instead.
@@ -125,3 +127,16 @@ def is_noisy(spread: float | None, loaded: bool = False, band: float = NOISY_SPR
     """Whether a measurement is too noisy to read a difference of ``band`` (a fraction) from: it was taken under
     load, or its relative spread exceeds the band."""
     return loaded or (spread is not None and spread > band)
+
+
+def mostly_noisy(flags: Sequence[bool]) -> bool:
+    """Whether a stretch of measurements (the commits on one side of a change) cannot carry a difference: more than
+    half of them were noisy (:func:`is_noisy`)."""
+    return len(flags) > 0 and 2 * sum(bool(f) for f in flags) > len(flags)
+
+
+def difference_is_noisy(ratio: float, sides: Sequence[tuple[Sequence[float], HostLoad | None]]) -> bool:
+    """Whether the ratio of two measurements (``sides``: each one's samples, seconds, and the load its run started
+    under) lies within the noise of either (:func:`is_noisy` with the band ``|ratio - 1|``)."""
+    band = abs(ratio - 1)
+    return any(is_noisy(relative_spread(samples), bool(load and load.overloaded), band) for samples, load in sides)

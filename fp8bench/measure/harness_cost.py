@@ -1,7 +1,8 @@
 """The harness's own cost: the part of a case's wall time that is not spent inside a timed sample.
 
 A case's wall time holds the measured time (the sum of its timed samples, end to end and per phase) and the
-harness's work around it, split by what it was for:
+harness's work around it, split by the runner's step it was for (:class:`Step`, the steps the run plan models too,
+:class:`fp8bench.measure.plan.Parts`):
 
 ``probe``
     timing a scaled-down shape to bound a big case's cost before running it (:mod:`fp8bench.measure.runner`);
@@ -30,9 +31,25 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-PARTS = ("probe", "setup", "warmup", "sampling", "numerics", "energy")
+
+class Step(str, Enum):
+    """The runner's steps for one case, in order (module docstring): what a record's harness split records (seconds
+    of each step outside timed samples) and what the run plan models (seconds each step is expected to take)."""
+
+    PROBE = "probe"
+    SETUP = "setup"
+    WARMUP = "warmup"
+    SAMPLING = "sampling"
+    NUMERICS = "numerics"
+    ENERGY = "energy"
+    BOOKKEEPING = "bookkeeping"
+
+
+# The steps the clock times; book-keeping is what is left of the wall time.
+PARTS = tuple(step.value for step in Step if step is not Step.BOOKKEEPING)
 # The harness's share of a case's wall time the project aims under, for calls of 10 ms or more on a 2-core CPU.
 TARGET_SHARE = 0.10
 LONG_CALL_S = 0.010
@@ -45,8 +62,9 @@ class CostClock:
     spent: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
-    def part(self, name: str) -> Iterator[None]:
-        """Add the wall time of the ``with`` block to part ``name``."""
+    def part(self, step: Step | str) -> Iterator[None]:
+        """Add the wall time of the ``with`` block to ``step`` (one of :data:`PARTS`)."""
+        name = step.value if isinstance(step, Step) else step
         if name not in PARTS:
             raise ValueError(f"harness part {name!r}; accepted: {', '.join(PARTS)}")
         start = time.monotonic()
@@ -61,7 +79,7 @@ class CostClock:
         The sampling part's wall time holds the samples themselves: they are taken out of it here."""
         split = {name: self.spent.get(name, 0.0) for name in PARTS}
         split["sampling"] = max(0.0, split["sampling"] - measured_s)
-        split["bookkeeping"] = max(0.0, wall_s - measured_s - sum(split.values()))
+        split[Step.BOOKKEEPING.value] = max(0.0, wall_s - measured_s - sum(split.values()))
         harness_s = max(0.0, wall_s - measured_s)
         return {"wall_s": wall_s, "measured_s": measured_s, "harness_s": harness_s,
                 "share": harness_s / wall_s if wall_s > 0 else None, "split_s": split}
@@ -84,6 +102,6 @@ def summarise(records: list[dict[str, Any]], stream_s: float) -> dict[str, Any]:
 def _totals(costs: list[dict[str, Any]]) -> dict[str, Any]:
     wall = sum(c["wall_s"] for c in costs)
     harness = sum(c["harness_s"] for c in costs)
-    split = {name: sum(c["split_s"].get(name, 0.0) for c in costs) for name in (*PARTS, "bookkeeping")}
+    split = {step.value: sum(c["split_s"].get(step.value, 0.0) for c in costs) for step in Step}
     return {"cases": len(costs), "wall_s": wall, "measured_s": sum(c["measured_s"] for c in costs),
             "harness_s": harness, "share": harness / wall if wall > 0 else None, "split_s": split}

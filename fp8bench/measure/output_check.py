@@ -15,7 +15,9 @@ a call of its own keeps the backend's ``output()``, and its timed calls are comp
 The check, per case:
 
 1. **Fresh reference.** Right after the pipeline is built, before any warm-up or timed call, one call of the
-   pipeline's output is kept (a copy).
+   pipeline's output is kept (a copy). Where the timed call is ``output`` itself (the same function, with no
+   ``as_output``), that call is the first warm-up call: its value is kept after it returns
+   (:meth:`OutputWatch.first_call`), so the check costs no call of its own.
 2. **Timed output.** The end-to-end call is sampled through :class:`LastOutput`, which keeps what each call
    returns (one reference assignment, ~0.1 us of host time inside each sample: nothing the GPU waits for); the
    value left after the last sample is the output of the last timed call, copied before any other call runs.
@@ -125,8 +127,9 @@ def returned_no_tensor(value: Any) -> OutputCheck:
 
 
 def check(timed: torch.Tensor | None, fresh: torch.Tensor | None, exact: bool,
-          fresh_sqnr_db: float | None) -> OutputCheck:
-    """Compare the last timed output with the fresh one (module docstring, step 3)."""
+          fresh_sqnr_db: float | None | Callable[[], float | None]) -> OutputCheck:
+    """Compare the last timed output with the fresh one (module docstring, step 3). ``fresh_sqnr_db`` (dB, or a
+    call that computes it) sets the sqnr threshold; it is computed only where the outputs' bits differ."""
     if fresh is None:
         return returned_no_tensor(None) if timed is None else not_checked(
             "not checked: the fresh output() returned no tensor")
@@ -137,22 +140,31 @@ def check(timed: torch.Tensor | None, fresh: torch.Tensor | None, exact: bool,
                            f"timed output differs from a fresh call's: {tuple(timed.shape)} {timed.dtype} against "
                            f"{tuple(fresh.shape)} {fresh.dtype}")
     a, b = timed.detach().cpu(), fresh.detach().cpu()
-    # Bits, not values: NaN != NaN and -0.0 == 0.0 would both mislead a value comparison.
-    differ = a.reshape(-1).view(torch.uint8).reshape(a.numel(), -1) != \
-        b.reshape(-1).view(torch.uint8).reshape(b.numel(), -1)
-    frac = float(differ.any(dim=1).double().mean()) if a.numel() else 0.0
+    frac = _differing_frac(a, b)
     if frac == 0:
         return OutputCheck(BITWISE if exact else SQNR, True, differing_frac=0.0)
     if exact:
         return OutputCheck(BITWISE, False, f"timed output differs from a fresh call's: {frac:.3%} of elements "
                            "differ bitwise (a deterministic kernel on the same inputs)", differing_frac=frac)
-    threshold = sqnr_threshold_db(fresh_sqnr_db)
+    threshold = sqnr_threshold_db(fresh_sqnr_db() if callable(fresh_sqnr_db) else fresh_sqnr_db)
     sqnr = compare(a, b).sqnr_db
     if sqnr is not None and sqnr >= threshold:
         return OutputCheck(SQNR, True, sqnr_db=sqnr, threshold_db=threshold)
     shown = "non-finite values" if sqnr is None else f"SQNR {sqnr:.1f} dB"
     return OutputCheck(SQNR, False, f"timed output differs from a fresh call's: {shown} against it, under the "
                        f"{threshold:.1f} dB the recipe's own error allows", sqnr_db=sqnr, threshold_db=threshold)
+
+
+def _differing_frac(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Share of elements of ``a`` whose bits differ from ``b``'s (same shape and dtype). Bits, not values: NaN != NaN
+    and -0.0 == 0.0 would both mislead a value comparison. Equal bytes, the common case, take one pass."""
+    if a.numel() == 0:
+        return 0.0
+    bytes_a, bytes_b = a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+    if torch.equal(bytes_a, bytes_b):
+        return 0.0
+    differ = bytes_a.reshape(a.numel(), -1) != bytes_b.reshape(b.numel(), -1)
+    return float(differ.any(dim=1).double().mean())
 
 
 def deterministic(precision: Any, returns: TimedReturn) -> bool:
@@ -168,16 +180,22 @@ class OutputWatch:
     ``OutputWatch(pipeline.output, pipeline.returns, graph, exact)`` takes the fresh output at once (before any
     warm-up); :meth:`timed` wraps the end-to-end call the timer samples; :meth:`keep_last` copies the last timed
     output when sampling ends (in ``output()``'s form); :meth:`verdict` compares the two, given the FP64 reference.
+    With ``timed_fn``, the end-to-end call, and where it is ``output_fn`` itself with no ``as_output``, no fresh call
+    is made here: the caller's first call of :meth:`timed` is the fresh call, kept by :meth:`first_call`.
     """
 
-    def __init__(self, output_fn: Callable[[], Any], returns: TimedReturn, graph: bool, exact: bool) -> None:
+    def __init__(self, output_fn: Callable[[], Any], returns: TimedReturn, graph: bool, exact: bool,
+                 timed_fn: Callable[[], Any] | None = None) -> None:
         self.exact = exact
         self.returns = returns
         self.reason = applicability(returns, graph)
-        self.fresh = snapshot(output_fn()) if self.reason is None else None
+        # The first timed call is a fresh output() call where it calls the same function and needs no mapping.
+        self.fresh_from_first = self.reason is None and timed_fn is output_fn and returns.as_output is None
+        self.fresh = snapshot(output_fn()) if self.reason is None and not self.fresh_from_first else None
         self._last: LastOutput | None = None
         self.timed_output: torch.Tensor | None = None
         self._returned: Any = None  # what the last timed call returned, where it was no tensor (for the reason)
+        self._first_returned: Any = None  # what the first timed call returned (fresh_from_first)
 
     def timed(self, fn: Callable[[], Any]) -> Callable[[], Any]:
         """What the timer samples for the end-to-end call ``fn``: ``fn`` itself where nothing is checked."""
@@ -185,6 +203,13 @@ class OutputWatch:
             return fn
         self._last = LastOutput(fn)
         return self._last
+
+    def first_call(self) -> None:
+        """Keep the value of the first call of :meth:`timed` as the fresh output, where it is one (called once,
+        right after that call, before any other)."""
+        if self.fresh_from_first and self._last is not None and self.fresh is None:
+            self.fresh = snapshot(self._last.value)
+            self._first_returned = self._last.value
 
     def keep_last(self) -> None:
         """Copy the last timed call's value, in ``output()``'s form; called once sampling ends (outside samples)."""
@@ -202,9 +227,14 @@ class OutputWatch:
             return not_checked(self.reason)
         if self.timed_output is None:
             return returned_no_tensor(self._returned)
-        fresh_sqnr = compare(self.fresh, reference).sqnr_db if self.fresh is not None and \
-            self.fresh.shape == reference.shape else None
-        return check(self.timed_output, self.fresh, self.exact, fresh_sqnr)
+        fresh = self.fresh
+        if fresh is None and self.fresh_from_first:  # the first call returned no tensor
+            return returned_no_tensor(self._first_returned)
+
+        def fresh_sqnr() -> float | None:
+            return compare(fresh, reference).sqnr_db if fresh is not None and fresh.shape == reference.shape else None
+
+        return check(self.timed_output, fresh, self.exact, fresh_sqnr)
 
     def repeat(self, fn: Callable[[], Any], reference: torch.Tensor) -> OutputCheck:
         """The check of a case that is never timed (interpreted): ``fn`` called twice after the fresh output, where

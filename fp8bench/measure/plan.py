@@ -33,20 +33,27 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device
+from fp8bench.core.noise import HostLoad
 from fp8bench.core.plugins import BACKENDS, WORKLOADS
 from fp8bench.core.precisions import ScaledRecipe
 from fp8bench.core.shapes import label
 from fp8bench.energy.meters import EnergyMeter, WindowMeter
 from fp8bench.energy.windows import sized_window_s
 from fp8bench.hardware.peaks import cached_cpu_ceilings, peak_key, table_peak
-from fp8bench.measure.runner import END_TO_END_BUDGET_SHARE, PROBE_FLOPS_LEVELS, RunSettings, case_record
+from fp8bench.measure.harness_cost import Step
+from fp8bench.measure.runner import (
+    END_TO_END_BUDGET_SHARE,
+    PROBE_FLOPS_LEVELS,
+    RunSettings,
+    case_record,
+)
 from fp8bench.measure.timing import SamplingPolicy
 
 if TYPE_CHECKING:
@@ -57,6 +64,13 @@ REFUSED_S = 0.005
 # Setup and book-keeping per measured case: inputs and build of a small pipeline, the record's assembly (seconds;
 # about what the harness-cost split shows on a 2-core CPU for a small GEMM, scripts/harness_cost.py).
 CASE_BOOKKEEPING_S = 0.02
+# Work per measured case that does not scale with its call, seconds on an unloaded 2-core CPU: the recorded harness
+# split of the 200-case scripts/plan_check_suite.yaml run (load 3.75 on 2 CPUs, so divided by 1.9) gave 0.064 s of
+# setup, 0.20 s of numerics (the comparisons with the FP64 reference and between outputs, the cast statistics) and
+# 0.08 s of streaming each record to the run file and the store, none of which the model held.
+CASE_SETUP_S = 0.03
+NUMERICS_FIXED_S = 0.08
+RECORD_WRITE_S = 0.04
 # Host time of the sampling loop per sample (the timer, the stop rules), seconds.
 SAMPLE_LOOP_S = 5e-5
 # The least seconds one call takes whatever its size: Python dispatch and kernel launches.
@@ -97,20 +111,20 @@ class History:
 
 @dataclass(frozen=True)
 class Parts:
-    """The modelled seconds of one case, by part (the runner's steps)."""
+    """The modelled seconds of one case, by the runner's step (:class:`fp8bench.measure.harness_cost.Step`, the
+    steps a record's harness split names too); a step not given takes none."""
 
-    probe: float = 0.0
-    warmup: float = 0.0
-    samples: float = 0.0
-    phases: float = 0.0
-    numerics: float = 0.0
-    energy: float = 0.0
-    bookkeeping: float = 0.0
+    seconds: Mapping[Step, float] = field(default_factory=dict)
+
+    def __getitem__(self, step: Step) -> float:
+        return self.seconds.get(step, 0.0)
 
     @property
     def total(self) -> float:
-        return (self.probe + self.warmup + self.samples + self.phases + self.numerics + self.energy
-                + self.bookkeeping)
+        return sum(self.seconds.values())
+
+    def to_dict(self) -> dict[str, float]:
+        return {step.value: self[step] for step in Step}
 
 
 @dataclass(frozen=True)
@@ -131,7 +145,7 @@ class CaseEstimate:
         return {"case": self.case.describe(), "workload": self.case.workload, "shape": dict(self.case.shape),
                 "precision": self.case.precision.name, "backend": self.case.backend, "expected_s": self.seconds,
                 "source": self.source, "history_runs": self.history_runs, "expect": self.expect,
-                "call_s": self.call_s, "parts_s": {k: getattr(self.parts, k) for k in Parts.__dataclass_fields__}}
+                "call_s": self.call_s, "parts_s": self.parts.to_dict()}
 
 
 @dataclass
@@ -144,6 +158,15 @@ class CostModel:
     meter: EnergyMeter | None = None
     history: dict[str, History] = field(default_factory=dict)
     ceilings_cached: bool = True  # False: the CPU's ceilings will be measured in the run (CEILINGS_S)
+    load: HostLoad | None = None  # the host's load when planning (fp8bench.core.noise.host_load)
+
+    @property
+    def stretch(self) -> float:
+        """How much longer a CPU's work per call or per case takes under the planning-time load: runnable processes
+        per CPU, at least 1 (the scheduler shares the cores among them). A GPU's calls run on the device: 1."""
+        if self.device.is_cuda or self.load is None:
+            return 1.0
+        return max(1.0, self.load.load_1m / self.load.cpus)
 
     def call_s(self, case: Case) -> float:
         """Modelled seconds of one end-to-end call of ``case`` (no history)."""
@@ -179,7 +202,7 @@ class CostModel:
         reference; ``base``: the settings its history was recorded under (default ``settings``)."""
         refused = self.refusal(case)
         if refused is not None:
-            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None, Parts(bookkeeping=REFUSED_S),
+            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None, Parts({Step.BOOKKEEPING: REFUSED_S}),
                                 refused=True)
         hist = self.history.get(case_key_of(case, self.device))
         call = hist.call_s if hist is not None and hist.call_s else self.call_s(case)
@@ -209,23 +232,31 @@ class CostModel:
         needed = s.policy.min_samples + s.warmup_iters
         if call_s * needed > s.budget_s:
             return (f"skipped: over budget (one call ~{call_s:.3g} s)",
-                    Parts(probe=probe, bookkeeping=REFUSED_S))
+                    Parts({Step.PROBE: probe, Step.BOOKKEEPING: REFUSED_S}))
+        # Warm-up and sampling stop on wall-clock rules (warmup_s, min_time_s, max_time_s): the load changes how many
+        # calls fit in them more than how long they take; under load the spread target is out of reach, so each
+        # timed function samples to its most. Everything else is work per call or per case that the load stretches.
+        unreached = 1.0 if self.stretch > 1 else UNREACHED_SHARE
         warmup = max(s.warmup_iters, math.ceil(s.warmup_s / call_s)) * call_s
-        e2e = sampled_s(call_s, s.policy, s.budget_s * END_TO_END_BUDGET_SHARE)
+        e2e = sampled_s(call_s, s.policy, s.budget_s * END_TO_END_BUDGET_SHARE, unreached)
         left = max(0.0, s.budget_s - warmup - e2e)
         phases = 0.0
         if s.phases:
             for phase_s in self.phase_calls_s(case, call_s):
-                phases += sampled_s(phase_s, s.policy, left - phases)
-        numerics = 2 * call_s
+                phases += sampled_s(phase_s, s.policy, left - phases, unreached)
+        numerics = 2 * call_s + NUMERICS_FIXED_S
         if first_of_shape:
             numerics += self.reference_s(case)
         n_windows = 1 + (len(self.phase_calls_s(case, call_s)) if s.energy_phases else 0)
-        # Samples that wrap each call (an L2 flush, a hold) double the windows: the wrapping alone is metered too,
-        # as many times (fp8bench.energy.meters, "What a window runs"), at most as long as the calls' window.
+        # Samples that wrap each call (an L2 flush, a hold) double the windows: the wrapping alone is metered in a
+        # window of its own, sized like any window (fp8bench.energy.meters, "What a window runs"); both are sized
+        # for a tighter bound than one window alone, so this is a lower estimate where the wrapping dominates.
         n_windows *= 2 if self.device.is_cuda and (s.flush_l2 or s.blocked_stream) else 1
         energy = energy_window_s(self.meter, s) * n_windows if s.energy else 0.0
-        return "measured", Parts(probe, warmup, e2e, phases, numerics, energy, CASE_BOOKKEEPING_S)
+        k = self.stretch
+        return "measured", Parts({Step.PROBE: probe * k, Step.SETUP: CASE_SETUP_S * k, Step.WARMUP: warmup,
+                                  Step.SAMPLING: e2e + phases, Step.NUMERICS: numerics * k, Step.ENERGY: energy,
+                                  Step.BOOKKEEPING: (CASE_BOOKKEEPING_S + RECORD_WRITE_S) * k})
 
     def reference_s(self, case: Case) -> float:
         """The FP64 reference of the case's shape, seconds (at the FP32 ceiling over :data:`FP64_SLOWDOWN`)."""
@@ -234,14 +265,14 @@ class CostModel:
         return flops * FP64_SLOWDOWN / (fp32 * 1e12)
 
 
-def sampled_s(call_s: float, policy: SamplingPolicy, cap_s: float) -> float:
+def sampled_s(call_s: float, policy: SamplingPolicy, cap_s: float, unreached: float = UNREACHED_SHARE) -> float:
     """Expected seconds of sampling one function whose call takes ``call_s``, never past ``cap_s``: the least the
-    stop rules allow, plus :data:`UNREACHED_SHARE` of the way to the most, plus the loop's own time per sample."""
+    stop rules allow, plus ``unreached`` of the way to the most, plus the loop's own time per sample."""
     if cap_s <= 0:
         return 0.0
     least = min(max(policy.min_samples * call_s, policy.min_time_s), policy.max_samples * call_s)
     most = max(least, min(policy.max_time_s, policy.max_samples * call_s))
-    seconds = min(least + UNREACHED_SHARE * (most - least), max(cap_s, policy.min_samples * call_s))
+    seconds = min(least + unreached * (most - least), max(cap_s, policy.min_samples * call_s))
     return seconds + seconds / call_s * SAMPLE_LOOP_S
 
 

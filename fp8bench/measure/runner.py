@@ -90,7 +90,7 @@ from fp8bench.hardware.clocks import (
 from fp8bench.hardware.peaks import Peaks
 from fp8bench.measure.blocking import HoldTimedOut, gave_up_note, held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
-from fp8bench.measure.harness_cost import CostClock, summarise
+from fp8bench.measure.harness_cost import CostClock, Step, summarise
 from fp8bench.measure.output_check import OutputCheck, OutputWatch, deterministic
 from fp8bench.measure.profiling import CaseProfiler, profile_mode
 from fp8bench.measure.timing import (
@@ -465,26 +465,26 @@ class CaseMeasurer:
         if over_budget is not None:
             return over_budget
 
-        with self.cost.part("setup"):
+        with self.cost.part(Step.SETUP):
             inputs = self._inputs_for(case.workload, case.shape)
             build_started = time.monotonic()
             pipeline = self._build(case, case.shape, inputs)
         # Building (torch.compile, Triton autotuning) is setup, recorded by the backend, not measurement time.
         deadline += time.monotonic() - build_started
         # A fresh call's output, before any warm-up, to check the last timed call against
-        # (fp8bench.measure.output_check).
-        with self.cost.part("numerics"):
+        # (fp8bench.measure.output_check); where the timed call is the output itself, the first warm-up call.
+        with self.cost.part(Step.NUMERICS):
             outputs = OutputWatch(pipeline.output, pipeline.returns, self.graphs is not None,
-                                  deterministic(case.precision, pipeline.returns))
+                                  deterministic(case.precision, pipeline.returns), timed_fn=pipeline.end_to_end)
         # Warm-up runs what the samples run (the call with its output kept), so the allocator holds every block
         # the samples need before any sample, and no sample allocates (cudaMalloc synchronizes implicitly).
         timed_call = outputs.timed(pipeline.end_to_end)
-        with self.cost.part("warmup"):
-            warm = self._warm_up(timed_call, deadline)
+        with self.cost.part(Step.WARMUP):
+            warm = self._warm_up(timed_call, deadline, outputs.first_call)
         if warm.over_budget:
             return self._base(case, seq, "skipped", warm.over_budget,
                               timing={"warmup_calls": warm.calls, "last_call_s": warm.last_call_s})
-        with self.cost.part("sampling"):
+        with self.cost.part(Step.SAMPLING):
             timed = self._time(pipeline, timed_call, deadline, outputs)
         timing: dict[str, Any] = {"warmup_s": warm.seconds, "warmup_calls": warm.calls, **{
             f"e2e_{k}": v for k, v in timed.e2e.summary().items() if k not in ("median_s", "n")}}
@@ -494,13 +494,13 @@ class CaseMeasurer:
                               f"in the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
 
         numerics_started = time.monotonic()
-        with self.cost.part("numerics"):
+        with self.cost.part(Step.NUMERICS):
             # A deterministic case's calls must all return the same bits (the output check holds them to it), so
             # the fresh output taken before warm-up serves the numerics: one call of the case fewer.
             num = self._numerics(case, case.shape, pipeline, outputs.fresh if outputs.exact else None)
             output_check = outputs.verdict(self._reference_for(case.workload, case.shape))
         timing["numerics_s"] = time.monotonic() - numerics_started
-        with self.cost.part("energy"):
+        with self.cost.part(Step.ENERGY):
             energy = self._energy(pipeline, timed)
         timing["timed_s"] = timed.seconds
         if self.graphs is not None:
@@ -514,7 +514,7 @@ class CaseMeasurer:
         budget; ``None`` when it may fit."""
         s = self.settings
         min_needed = s.policy.min_samples + s.warmup_iters
-        with self.cost.part("probe"):
+        with self.cost.part(Step.PROBE):
             estimate = self._estimate_call_s(case, s.budget_s)
         if estimate and estimate[0] * min_needed > s.budget_s:
             return self._base(case, seq, "skipped", f"over budget: one call is estimated at {estimate[0]:.3g} s "
@@ -536,19 +536,22 @@ class CaseMeasurer:
             return self._base(case, seq, "failed", oom)
         return None
 
-    def _warm_up(self, e2e: Callable[[], Any], deadline: float) -> _Warmup:
+    def _warm_up(self, e2e: Callable[[], Any], deadline: float, after_first: Callable[[], None]) -> _Warmup:
         """Warm up: at least ``warmup_iters`` calls and ``warmup_s`` seconds, stopping early if one call is too
-        slow for the samples to fit before ``deadline``."""
+        slow for the samples to fit before ``deadline``; ``after_first`` runs once, right after the first call."""
         s = self.settings
         warm = _Warmup()
         warm_start = time.monotonic()
         # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
-        while agreed(self.timer, warm.calls < s.warmup_iters or time.monotonic() - warm_start < s.warmup_s):
+        # At least one call, whatever the settings: the first is the output check's fresh call.
+        while agreed(self.timer, warm.calls < max(1, s.warmup_iters) or time.monotonic() - warm_start < s.warmup_s):
             t0 = time.monotonic()
             e2e()
             self.device.synchronize()
             warm.last_call_s = time.monotonic() - t0
             warm.calls += 1
+            if warm.calls == 1:
+                after_first()
             remaining = deadline - time.monotonic()
             if agreed(self.timer, warm.last_call_s * s.policy.min_samples > remaining):
                 warm.over_budget = (f"over budget: one call takes {warm.last_call_s:.3g} s, {s.policy.min_samples} "

@@ -62,6 +62,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip_long)
 
 
+# The CPU's ceilings (fp8bench.hardware.peaks) are cached per results folder, and most tests run in a fresh one:
+# each would measure them again (seconds of large matmuls on a 2-core machine, for every test that runs a case).
+# The rates are measured once per session for each size and thread count, for real; what a measurement records
+# around them (the load, the time) is read afresh each time, so the cache, staleness and load rules still run.
+# A test that is about the measurement itself is marked ``measures_ceilings`` and measures afresh.
+_SESSION_RATES: dict[tuple[int, int, int], dict[str, float]] = {}
+
+
+@pytest.fixture(autouse=True)
+def _cpu_rates_measured_once_per_session(request, monkeypatch):
+    if request.node.get_closest_marker("measures_ceilings"):
+        return
+    from fp8bench.hardware import peaks
+
+    measure = peaks.measure_cpu_rates
+
+    def once(n: int, copy_bytes: int) -> dict[str, float]:
+        key = (n, copy_bytes, torch.get_num_threads())
+        if key not in _SESSION_RATES:
+            _SESSION_RATES[key] = measure(n, copy_bytes)
+        return dict(_SESSION_RATES[key])
+
+    monkeypatch.setattr(peaks, "measure_cpu_rates", once)
+
+
 @pytest.fixture
 def results_dir(tmp_path):
     """A fresh results folder per test (run files, store, CPU ceilings cache)."""

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import plugins_in_process
 
 from fp8bench.cli import main
 
@@ -109,7 +110,6 @@ def shared_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return _built_once(tmp_path_factory, "dashboard_store", build_store)
 
 
-PLUGINS = Path(__file__).resolve().parent / "plugins"
 TORCHRUN_TIMEOUT_S = 400  # two processes on a loaded 2-core machine; a hang fails the fixture instead of CI
 # Small enough that every case (the emulated reference included) ends in about a second on a busy 2-core CPU.
 QUICK = ["--budget", "3", "--max-time", "0.05", "--min-samples", "5", "--json"]
@@ -131,7 +131,7 @@ def _last_json(stdout: str) -> dict[str, object]:
 
 
 def _subprocess_run(args: list[str], env: dict[str, str], exit_code: int = 0) -> dict[str, object]:
-    """A run in its own process (a plugin or torchrun must not touch this process's registries)."""
+    """A run in its own processes (torchrun's ranks)."""
     proc = subprocess.run(args, capture_output=True, text=True, timeout=TORCHRUN_TIMEOUT_S, env={**os.environ, **env})
     if proc.returncode != exit_code:
         raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
@@ -167,13 +167,13 @@ def build_every_record_store(results: Path) -> dict[str, object]:
          "--precision", "bf16", "fp8_rowwise", "mxfp4", *QUICK, "--results-dir", str(results)],
         {"OMP_NUM_THREADS": "1"})
     run_ids.append(str(collective["run_id"]))
-    invalid = _subprocess_run(
-        [sys.executable, "-m", "fp8bench", "run", "--shape", INVALID_SHAPE, "--precision", "bf16", "fp16",
-         "--backend", "emulated", *QUICK, "--results-dir", str(results)],
-        {"FP8BENCH_PLUGINS": "fp8bench_test_nonfinite", "FP8BENCH_TEST_NONFINITE_PRECISIONS": "fp16",
-         "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))},
-        exit_code=1)  # 1: a case came out invalid, which is the point
-    run_ids.append(str(invalid["run_id"]))
+    with pytest.MonkeyPatch.context() as patch, plugins_in_process(patch) as load:
+        load("fp8bench_test_nonfinite", FP8BENCH_TEST_NONFINITE_PRECISIONS="fp16")
+        invalid = fp8bench("run", "--shape", INVALID_SHAPE, "--precision", "bf16", "fp16", "--backend", "emulated",
+                           *QUICK, "--results-dir", results, check=False)
+    if invalid.returncode != 1:  # 1: a case came out invalid, which is the point
+        raise AssertionError(f"fp8bench run exited {invalid.returncode}:\n{invalid.stderr[-2000:]}")
+    run_ids.append(str(_last_json(invalid.stdout)["run_id"]))
     failed = fp8bench("run", "--shape", FAILED_SHAPE, "--precision", "bf16", "--backend", "emulated", *QUICK,
                       "--results-dir", results, check=False)
     if failed.returncode != 1:  # 1: a case failed, which is the point

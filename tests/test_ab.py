@@ -17,6 +17,7 @@ import pytest
 
 from fp8bench.cli import main
 from fp8bench.orchestration.ab import AbError, SideSpec, Worker, round_order
+from tests.ab_support import two_round_aa
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -174,11 +175,12 @@ def test_a_git_ref_side_gets_an_absolute_out_folder_from_any_working_directory(t
 
 
 @pytest.mark.slow
-def test_ab_of_the_same_code_passes(tmp_path, results_dir, capsys):
+def test_ab_of_the_same_code_passes(tmp_path, results_dir, capsys, worker_ceilings_dir):
     base = copy_checkout(tmp_path / "base-checkout")
     out = tmp_path / "ab"
     rc = main(["ab", "--base", str(base), "--head", str(ROOT), "--rounds", "10", "--threshold", "0.9",
-               "--out", str(out), "--results-dir", str(results_dir), "--json", *RUN_ARGS])
+               "--out", str(out), "--results-dir", str(results_dir), "--json", *RUN_ARGS,
+               "--results-dir", str(worker_ceilings_dir)])
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0, [(c["case"], c["verdict"], c["reason"]) for c in report["cases"]]
     assert report["verdict"] == "pass" and report["rounds"] == {"base": 10, "cand": 10}
@@ -208,13 +210,16 @@ def test_ab_with_a_slowed_kernel_fails_and_names_the_case(tmp_path, results_dir,
     assert "bf16" in (out / "report.md").read_text()
 
 
-@pytest.mark.slow
-def test_ab_says_which_round_of_how_many_and_announces_the_rerun(tmp_path, results_dir, capsys):
+@pytest.fixture(scope="session")
+def two_rounds(tmp_path_factory):
+    return two_round_aa(tmp_path_factory)
+
+
+@pytest.mark.slow  # a real A/B run: two worker processes (shared with test_ab_reports.py)
+def test_ab_says_which_round_of_how_many_and_announces_the_rerun(two_rounds):
     """Two rounds give each case 2 samples a side, under the gate's minimum of 3: every case is inconclusive, so
     the rerun happens, and is said before its rounds start."""
-    rc = main(["ab", "--base", str(ROOT), "--head", str(ROOT), "--rounds", "2", "--out", str(tmp_path / "ab"),
-               "--results-dir", str(results_dir), "--no-store-report", *RUN_ARGS])
-    err = capsys.readouterr().err
+    rc, err = two_rounds["code"], two_rounds["stderr"]
     assert rc == 2, err
     lines = [line for line in err.splitlines() if line.startswith("ab: ")]
     assert lines[0].startswith("ab: round 1 of 2, base first: 1/4 runs,") and "s left" in lines[0]

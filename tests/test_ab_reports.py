@@ -18,13 +18,11 @@ from fp8bench.analysis.gate.sides import collect_side
 from fp8bench.cli import main
 from fp8bench.orchestration.ab import AbError, SideSpec, run_ab
 from fp8bench.results.store import open_store
+from tests.ab_support import RUN_ARGS, SECRET, two_round_aa
 from tests.gate_fixtures import payload, record
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
-RUN_ARGS = ["--shape", "64x64x64", "--precision", "bf16", "fp32", "--backend", "torch", "--no-phases",
-            "--threads", "1", "--min-samples", "10", "--max-time", "0.05", "--budget", "5"]
-SECRET = "tok-PROBE-5ecret"
 
 
 def checkout_dirty() -> bool | None:
@@ -33,19 +31,21 @@ def checkout_dirty() -> bool | None:
     return bool(out.stdout.strip()) if out.returncode == 0 else None
 
 
-@pytest.mark.slow
-def test_ab_masks_side_environments_and_reports_each_sides_dirty_flag(tmp_path, capsys):
-    out, results = tmp_path / "ab", tmp_path / "results"
-    code = main(["ab", "--base", str(ROOT), "--head", str(ROOT), "--rounds", "2", "--no-rerun", "--threshold", "0.9",
-                 "--head-env", f"FP8BENCH_TEST_TOKEN={SECRET}", "--base-env", f"DATABASE_URL=postgresql://u:{SECRET}@db/x",
-                 "--out", str(out), "--results-dir", str(results), "--", *RUN_ARGS])
-    captured = capsys.readouterr()
-    assert code in (0, 2), captured.err  # two rounds may well be inconclusive; a verdict either way
+@pytest.fixture(scope="session")
+def two_rounds(tmp_path_factory):
+    return two_round_aa(tmp_path_factory)
+
+
+@pytest.mark.slow  # a real A/B run: two worker processes (shared with test_ab.py)
+def test_ab_masks_side_environments_and_reports_each_sides_dirty_flag(two_rounds):
+    code, out, results = two_rounds["code"], two_rounds["out"], two_rounds["results"]
+    assert code in (0, 2), two_rounds["stderr"]  # two rounds may well be inconclusive; a verdict either way
     report = json.loads((out / "report.json").read_text())
     assert report["ab"]["head_env"] == {"FP8BENCH_TEST_TOKEN": "***"}
     assert report["ab"]["base_env"] == {"DATABASE_URL": "***"}
     assert report["ab"]["dirty"] == {"base": checkout_dirty(), "head": checkout_dirty()}
-    for text in ((out / "report.json").read_text(), (out / "report.md").read_text(), captured.out, captured.err):
+    for text in ((out / "report.json").read_text(), (out / "report.md").read_text(), two_rounds["stdout"],
+                 two_rounds["stderr"]):
         assert SECRET not in text
     stored = open_store(results).gate_reports_frame()["data"].iloc[0]
     assert SECRET not in (stored if isinstance(stored, str) else json.dumps(stored))

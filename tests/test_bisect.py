@@ -206,7 +206,7 @@ def test_bisect_refuses_a_used_out_folder_and_a_markdown_link_before_any_probe(t
 
 
 @pytest.mark.slow
-def test_real_bisect_finds_the_slow_commit_and_skips_the_broken_one(tmp_path, capsys):
+def test_real_bisect_finds_the_slow_commit_and_skips_the_broken_one(tmp_path, capsys, worker_ceilings_dir):
     """A 6-commit history of this project's code: commit 4 repeats the torch GEMM 5 times per call, commit 2 does
     not build. Real worktrees, real workers, real rounds of tiny single-threaded GEMMs; a 50% threshold keeps a
     5x slowdown far from the noise of a shared machine."""
@@ -217,7 +217,7 @@ def test_real_bisect_finds_the_slow_commit_and_skips_the_broken_one(tmp_path, ca
                "--min-rounds", "3", "--threshold", "0.5", "--out", str(tmp_path / "out"), "--results-dir",
                str(tmp_path / "results"), "--markdown", str(md), "--json", "--",
                "--shape", "64x64x64", "--precision", "bf16", "--backend", "torch", "--no-phases", "--threads", "1",
-               "--min-samples", "10", "--max-time", "0.05", "--budget", "5"])
+               "--min-samples", "10", "--max-time", "0.05", "--budget", "5", "--results-dir", str(worker_ceilings_dir)])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 1, summary
     assert summary["first_bad"] == truth["first_slow"] and summary["subject"] == "change 4: rework the torch GEMM"

@@ -3,8 +3,8 @@
 A *command block* is a fenced block tagged ``bash``, ``sh`` or ``console``; in a ``console`` block the commands are
 the lines after a ``$`` prompt (the rest is the output it showed). Each document's blocks run in order in one
 sandbox shared by all: a copy of the repository's files, built once per session (a fresh clone, in effect: a git
-repository of one commit), with ``results/`` reset to empty before each document and the project's virtual
-environment first on ``PATH``, as after ``source .venv/bin/activate``. A block passes when it exits 0 (bash with
+repository of one commit), with ``results/`` reset to empty before each document (only the CPU ceilings cache
+kept) and the project's virtual environment first on ``PATH``, as after ``source .venv/bin/activate``. A block passes when it exits 0 (bash with
 ``-e``: every line must) and leaves no file outside ``results/`` new or changed, so no document sees another's.
 
 A document steers the test with HTML comments on the lines right above a block, invisible on the rendered page:
@@ -200,16 +200,26 @@ def shared_sandbox(tmp_path_factory) -> Path:
     return make_sandbox(tmp_path_factory.mktemp("docs") / "repo")
 
 
+# The CPU's measured ceilings, a cache in results/ (fp8bench.hardware.peaks): kept from one document to the next,
+# as on a machine where the README's set-up ran, instead of each document's first run measuring them again.
+CEILINGS_CACHE = "cpu_ceilings.json"
+
+
 def reset_results(sandbox: Path, smoke: Path | None) -> None:
-    """The sandbox as a fresh clone has it, ``results/`` empty or holding the smoke suite's results. Files a
-    failed document left behind are removed here too, so that one failure does not fail the documents after it."""
+    """The sandbox as a fresh clone has it after the set-up, ``results/`` empty or holding the smoke suite's
+    results, and the CPU ceilings cache kept. Files a failed document left behind are removed here too, so that
+    one failure does not fail the documents after it."""
     for args in (["checkout", "-q", "--", "."], ["clean", "-fdq"]):  # ignored files (results/, .venv) stay
         subprocess.run(["git", *args], cwd=sandbox, check=True, capture_output=True)
+    cache = sandbox / "results" / CEILINGS_CACHE
+    ceilings = cache.read_bytes() if cache.is_file() else None
     shutil.rmtree(sandbox / "results", ignore_errors=True)  # git clean removes it when it is empty
     if smoke is None:
         (sandbox / "results").mkdir()
     else:
         shutil.copytree(smoke, sandbox / "results")
+    if ceilings is not None:
+        cache.write_bytes(ceilings)
 
 
 @pytest.fixture(scope="session")

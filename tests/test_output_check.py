@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
+from fp8bench.cli import main
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import WORKLOAD_OUTPUT, Returns, TimedReturn
 from fp8bench.core.plugins import BACKENDS, load_all
@@ -29,7 +28,6 @@ from fp8bench.workloads.attention import timed_return
 from fp8bench.workloads.transformer_step import STEP_RETURNS
 
 load_all()
-PLUGINS = Path(__file__).resolve().parent / "plugins"
 CPU = Device("cpu")
 
 
@@ -182,19 +180,14 @@ def test_a_timed_return_other_than_the_output_must_say_why():
         TimedReturn("output")  # type: ignore[arg-type]
 
 
-@pytest.mark.slow  # a fresh interpreter with a plugin
-def test_a_kernel_that_skips_work_after_its_first_call_ends_invalid(tmp_path):
+def test_a_kernel_that_skips_work_after_its_first_call_ends_invalid(tmp_path, plugin_in_process):
     """Real torch GEMMs on the CPU: bf16 through a plugin that multiplies half of K after its first call, fp32
     untouched. The run exits 1 (a case came out invalid) and says why."""
     out = tmp_path / "run.json"
-    env = {**os.environ, "FP8BENCH_PLUGINS": "fp8bench_test_skips_work",
-           "FP8BENCH_TEST_SKIPS_WORK_PRECISIONS": "bf16",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "fp8bench", "run", "--device", "cpu", "--shape", "64x64x64",
-                           "--precision", "bf16", "fp32", "--backend", "torch", "--no-store", "--no-energy",
-                           "--json", "--min-samples", "3", "--max-time", "0.05", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    plugin_in_process("fp8bench_test_skips_work", FP8BENCH_TEST_SKIPS_WORK_PRECISIONS="bf16")
+    code = main(["run", "--device", "cpu", "--shape", "64x64x64", "--precision", "bf16", "fp32", "--backend", "torch",
+                 "--no-store", "--no-energy", "--json", "--min-samples", "3", "--max-time", "0.05", "--out", str(out)])
+    assert code == 1
     records = {r["precision"]: r for r in read_run_file(out)["records"]}
     skipping, honest = records["bf16"], records["fp32"]
     assert skipping["status"] == "invalid" and skipping["valid"] is False
@@ -206,26 +199,23 @@ def test_a_kernel_that_skips_work_after_its_first_call_ends_invalid(tmp_path):
         "threshold_db": None}
 
 
-def _run_with_zeros_plugin(tmp_path: Path, backend: str, precisions: list[str],
+def _run_with_zeros_plugin(tmp_path: Path, load: Callable[..., None], backend: str, precisions: list[str],
                            zeroed: str) -> tuple[int, dict[str, dict]]:
     """One real run through the plugin whose GEMM returns zeros after its first call (only its timed call is
     wrapped, as a user's plugin would): its exit code and its records by precision."""
     out = tmp_path / "run.json"
-    env = {**os.environ, "FP8BENCH_PLUGINS": "fp8bench_test_zeros_after_first",
-           "FP8BENCH_TEST_ZEROS_BACKENDS": backend, "FP8BENCH_TEST_ZEROS_PRECISIONS": zeroed,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, "-m", "fp8bench", "run", "--device", "cpu", "--shape", "64x64x64",
-                           "--precision", *precisions, "--backend", backend, "--no-store", "--no-energy",
-                           "--json", "--min-samples", "3", "--max-time", "0.05", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert out.exists(), proc.stderr[-2000:]
-    return proc.returncode, {r["precision"]: r for r in read_run_file(out)["records"]}
+    load("fp8bench_test_zeros_after_first", FP8BENCH_TEST_ZEROS_BACKENDS=backend,
+         FP8BENCH_TEST_ZEROS_PRECISIONS=zeroed)
+    code = main(["run", "--device", "cpu", "--shape", "64x64x64", "--precision", *precisions, "--backend", backend,
+                 "--no-store", "--no-energy", "--json", "--min-samples", "3", "--max-time", "0.05", "--out", str(out)])
+    assert out.exists()
+    return code, {r["precision"]: r for r in read_run_file(out)["records"]}
 
 
-def test_a_wrapped_torch_gemm_that_returns_zeros_after_its_first_call_ends_invalid(tmp_path):
+def test_a_wrapped_torch_gemm_that_returns_zeros_after_its_first_call_ends_invalid(tmp_path, plugin_in_process):
     """The wrapper replaces only ``end_to_end``; its ``output`` stays torch's own: the timed calls are checked
     against it all the same. fp32, unwrapped, is checked and passes."""
-    code, records = _run_with_zeros_plugin(tmp_path, "torch", ["bf16", "fp32"], "bf16")
+    code, records = _run_with_zeros_plugin(tmp_path, plugin_in_process, "torch", ["bf16", "fp32"], "bf16")
     zeroed, honest = records["bf16"], records["fp32"]
     assert zeroed["status"] == "invalid" and zeroed["valid"] is False
     assert code == 1  # a case came out invalid
@@ -235,7 +225,7 @@ def test_a_wrapped_torch_gemm_that_returns_zeros_after_its_first_call_ends_inval
     assert honest["status"] == "ok" and honest["output_check"]["passed"] is True
 
 
-def test_a_wrapped_triton_gemm_that_returns_zeros_after_its_first_call_ends_invalid(tmp_path):
+def test_a_wrapped_triton_gemm_that_returns_zeros_after_its_first_call_ends_invalid(tmp_path, plugin_in_process):
     """Triton under its CPU interpreter: the case is not timed, but its end-to-end call runs as a timed case's
     would (once in the warm-up's place, once in the samples'), and the last call is checked against the fresh
     output."""
@@ -243,7 +233,8 @@ def test_a_wrapped_triton_gemm_that_returns_zeros_after_its_first_call_ends_inva
 
     if not tk.INTERPRETED or BACKENDS.get("triton").availability(CPU):
         pytest.skip("Triton's CPU interpreter is not what runs here")
-    code, records = _run_with_zeros_plugin(tmp_path, "triton", ["fp8_rowwise", "fp8_tensorwise"], "fp8_rowwise")
+    code, records = _run_with_zeros_plugin(tmp_path, plugin_in_process, "triton", ["fp8_rowwise", "fp8_tensorwise"],
+                                           "fp8_rowwise")
     zeroed, honest = records["fp8_rowwise"], records["fp8_tensorwise"]
     assert zeroed["status"] == "invalid" and zeroed["valid"] is False and zeroed["interpreted"] is True
     assert code == 1

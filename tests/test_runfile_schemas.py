@@ -17,7 +17,7 @@ import pytest
 
 from fp8bench.cli import main
 from fp8bench.results.ingest import ingest_file, load_side, read_results_file
-from fp8bench.results.runfile import read_run_file
+from fp8bench.results.runfile import SCHEMA_VERSION, read_run_file
 from fp8bench.results.runfile_reader import read_run_header, stream_run_file
 from fp8bench.results.store import open_store
 
@@ -99,3 +99,13 @@ def test_a_round_folder_of_both_schemas_gives_its_git_flag(tmp_path):
     assert side_dirty(folder) is False
     shutil.copy(DATA / "schema2-complete.json", folder / "r01.json")
     assert side_dirty(folder) is True
+
+
+def test_a_schema_below_the_first_is_refused_by_ingest_naming_the_versions_it_reads(tmp_path, capsys):
+    data = read_run_file(DATA / "schema1-complete.json")
+    data["schema_version"] = 0
+    bad = tmp_path / "zero.json"
+    bad.write_text(json.dumps(data))
+    assert main(["ingest", str(bad), "--store", str(tmp_path / "store")]) == 2
+    message = f"schema_version must be a positive integer (this fp8bench reads 1 to {SCHEMA_VERSION}), got 0"
+    assert message in capsys.readouterr().err

@@ -259,6 +259,7 @@ def test_config_refuses_nonsense():
 
 
 @pytest.mark.slow  # every CPU check, end to end
+@pytest.mark.measures_ceilings  # the check compares a GEMM with ceilings measured now
 def test_cpu_subset_end_to_end(tmp_path):
     """The real probe of this CPU: measured ceilings, CpuTimer against time.time, the real quantizers and kernels."""
     run_file = tmp_path / "selfcheck.json"
@@ -289,6 +290,7 @@ def test_cpu_subset_end_to_end(tmp_path):
 
 
 @pytest.mark.slow  # measures the CPU ceilings
+@pytest.mark.measures_ceilings  # the check compares a GEMM with ceilings measured now
 def test_the_cpu_ceiling_check_refreshes_the_cached_ceilings(tmp_path, monkeypatch):
     """On a quiet host the ceilings the check measured become the cache later runs read; under load they do not."""
     config = replace(FAST, checks=("cpu_ceiling",), policy=SamplingPolicy(min_samples=3, max_time_s=0.5))
@@ -307,6 +309,7 @@ def test_the_cpu_ceiling_check_refreshes_the_cached_ceilings(tmp_path, monkeypat
 
 
 @pytest.mark.slow  # every CPU check, end to end
+@pytest.mark.measures_ceilings  # the check compares a GEMM with ceilings measured now
 def test_cli_on_the_cpu_prints_a_table_and_ends_in_json(tmp_path, capsys):
     out_file = tmp_path / "sc.json"
     rc = main(["selfcheck", "--device", "cpu", "--check", "gemm_peak", "energy", "backend", "--backend", "torch",

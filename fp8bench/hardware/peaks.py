@@ -66,18 +66,25 @@ def _best_seconds(fn: Any, repeats: int = 5) -> float:
     return best
 
 
-def measure_cpu_ceilings() -> dict[str, Any]:
-    """Best-of-5 FP32 and BF16 matmul TFLOP/s at 2048^3 and copy bandwidth (TB/s, read + write), with when and
-    under what load (:mod:`fp8bench.core.noise`) they were measured."""
-    load = host_load()
-    n = CEILING_N
-    out: dict[str, Any] = {}
+def measure_cpu_rates(n: int, copy_bytes: int) -> dict[str, float]:
+    """Best-of-5 FP32 and BF16 matmul rates at ``n``^3 (``fp32``, ``bf16``: TFLOP/s) and the bandwidth of a copy of
+    ``copy_bytes`` (``mem_bw``: TB/s, read + write), on torch's current thread count."""
+    out: dict[str, float] = {}
     for key, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
         out[key] = 2 * n**3 / _best_seconds(lambda a=a, b=b: a @ b) / 1e12
-    src = torch.empty(_COPY_BYTES // 4)
+    src = torch.empty(copy_bytes // 4)
     dst = torch.empty_like(src)
-    out["mem_bw"] = 2 * _COPY_BYTES / _best_seconds(lambda: dst.copy_(src)) / 1e12
+    out["mem_bw"] = 2 * copy_bytes / _best_seconds(lambda: dst.copy_(src)) / 1e12
+    return out
+
+
+def measure_cpu_ceilings() -> dict[str, Any]:
+    """The rates of :func:`measure_cpu_rates` at 2048^3 and a 256 MiB copy, with when and under what load
+    (:mod:`fp8bench.core.noise`) they were measured."""
+    load = host_load()
+    n = CEILING_N
+    out: dict[str, Any] = dict(measure_cpu_rates(n, _COPY_BYTES))
     out["measured_at"] = datetime.now(timezone.utc).isoformat()
     out["load"] = load.to_dict() if load else None
     out["method"] = (f"measured {out['measured_at'][:10]}"

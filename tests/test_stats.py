@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8bench.analysis.stats import (benjamini_hochberg, bootstrap_medians, bootstrap_ratio_ci, compare_batch,
-                                     compare_samples)
+from fp8bench.analysis.stats import (
+    benjamini_hochberg,
+    bootstrap_medians,
+    bootstrap_ratio_ci,
+    compare_batch,
+    compare_samples,
+)
 
 
 def test_ratio_and_interval_cover_a_known_slowdown():

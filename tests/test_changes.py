@@ -251,7 +251,7 @@ def test_work_per_commit_does_not_grow_with_the_series_length():
         values[2 * n // 3:] /= 1.3
         frame = history(values)
         found = []
-        per_commit[n] = _python_calls(lambda f=frame: found.extend(find_changes(f))) / n
+        per_commit[n] = _python_calls(lambda f=frame, out=found: out.extend(find_changes(f))) / n
         assert len(found) == 2, found
     assert per_commit[1000] < 1.5 * per_commit[100], per_commit
 

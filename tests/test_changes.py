@@ -289,3 +289,21 @@ def test_per_commit_medians_match_a_pandas_grouping():
     assert np.allclose(got["value"], want["value"])
     assert list(got["commit"]) == list(want["commit"]) and list(got["run_id"]) == list(want["run_id"])
     assert list(got["started"]) == list(want["started"])
+
+
+def test_dropping_cuts_retests_only_their_neighbours(monkeypatch):
+    """A long history that PELT cuts often, every cut too small to keep: dropping the weakest cut changes only the
+    tests of the two cuts beside it, so the tests stay in proportion to the cuts (re-testing every cut after each
+    drop grew with their square, and a nightly store's long histories have many)."""
+    import fp8bench.analysis.changes as changes
+
+    values = noisy(600, cv=0.001, seed=5)
+    for start in range(20, 600, 40):
+        values[start:start + 20] *= 1.03  # under the 5 % threshold: each cut is found, then dropped
+    cuts, tests = [], []
+    segment, test_cut = changes.segment, changes._test_cut
+    monkeypatch.setattr(changes, "segment", lambda *a, **k: cuts.extend(segment(*a, **k)) or list(cuts))
+    monkeypatch.setattr(changes, "_test_cut", lambda *a, **k: tests.append(1) or test_cut(*a, **k))
+    assert find_changes(history(values)) == []
+    assert len(cuts) >= 20, cuts
+    assert len(tests) <= 3 * len(cuts), (len(tests), len(cuts))

@@ -195,12 +195,18 @@ def series_changes(points: pd.DataFrame, metric: Metric, config: ChangeConfig) -
     # Backward elimination: the weakest failing cut (highest p-value) is dropped and its two segments merged, then
     # the remaining cuts are tested again on the merged segments, until every remaining cut passes. Dropping one
     # at a time keeps a true step whose first test, between two short neighbouring segments, had too few points.
+    # A cut's test reads only its two neighbouring segments, so after a drop only the two cuts beside it are tested
+    # again: a long history with many cuts costs tests in proportion to its cuts, not their square.
+    tested = [_test_cut(raw, cuts, i, metric, config) for i in range(len(cuts))]
     while True:
-        tested = [_test_cut(raw, cuts, i, metric, config) for i in range(len(cuts))]
         failing = [(result[1], i) for i, result in enumerate(tested) if not result[4]]
         if not failing:
             break
-        cuts = [c for i, c in enumerate(cuts) if i != max(failing)[1]]
+        drop = max(failing)[1]
+        del cuts[drop], tested[drop]
+        for i in (drop - 1, drop):
+            if 0 <= i < len(cuts):
+                tested[i] = _test_cut(raw, cuts, i, metric, config)
     bounds = [0, *cuts, len(raw)]
     first = points.iloc[0]
     last_level = float(np.median(raw[bounds[-2]:]))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import plotly.express as px
 import streamlit as st
 
 from fp8bench.core.redact import error_line
@@ -87,8 +86,6 @@ def show(page: st.Page, target: str) -> None:
 
 
 def main() -> None:
-    # Distinct hues for precisions and backends (the default sequence puts several blues side by side).
-    px.defaults.color_discrete_sequence = px.colors.qualitative.Bold
     st.set_page_config(page_title="fp8bench", page_icon=":material/speed:", layout="wide")
     require_login()  # only where Streamlit's [auth] is configured; see docs/security.md
     page = st.navigation([st.Page(PAGES_DIR / f, title=t, icon=i, default=n == 0)

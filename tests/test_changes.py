@@ -253,3 +253,91 @@ def test_changes_verb_says_when_the_history_is_too_short_to_judge(tmp_path, caps
     nightly_store(tmp_path / "flat", n=12, slow_from=99)
     assert main(["changes", "--store", str(tmp_path / "flat")]) == 0
     assert "No open regression found in the 2 case history(ies) long enough to judge." in capsys.readouterr().out
+
+
+def _python_calls(fn) -> int:
+    """Python-level function calls ``fn()`` makes (a count, not a timing: machine load cannot change it)."""
+    import sys
+
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event == "call"
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_work_per_commit_does_not_grow_with_the_series_length():
+    """A nightly store grows by commits per series; ``changes`` over a million records did not finish because its
+    Python-level work per commit grew with the series' length (a pure-Python PELT search, a grouping per series).
+    Two steps per history, as a real one has: the calls per commit at 1,000 commits stay within 1.5x of those
+    at 100."""
+    find_changes(history(noisy(40)))  # first use imports the search's modules: not counted
+    per_commit = {}
+    for n in (100, 1000):
+        values = noisy(n, seed=4)
+        values[n // 3:] *= 1.3
+        values[2 * n // 3:] /= 1.3
+        frame = history(values)
+        found = []
+        per_commit[n] = _python_calls(lambda f=frame, out=found: out.extend(find_changes(f))) / n
+        assert len(found) == 2, found
+    assert per_commit[1000] < 1.5 * per_commit[100], per_commit
+
+
+def test_segmentation_matches_the_python_pelt_search():
+    """The C search (ruptures' linear-kernel PELT) cuts where ruptures' Python PELT with the l2 cost does."""
+    import ruptures
+
+    from fp8bench.analysis.changes import segment
+
+    config = ChangeConfig()
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        y = rng.normal(0, 0.01, 120) + np.repeat(rng.normal(0, 0.05, 4), 30)
+        pen = config.penalty * max(noise_sigma(y), 0.005) ** 2 * np.log(y.size)  # segment()'s penalty
+        reference = ruptures.Pelt(model="l2", min_size=config.min_size, jump=1).fit(y.reshape(-1, 1))
+        assert segment(y, config) == reference.predict(pen=pen)[:-1], seed
+
+
+def test_per_commit_medians_match_a_pandas_grouping():
+    """Several runs of one commit reduce to their median, its first run and earliest start; unusable values
+    (missing, not positive for a ratio metric) are left out."""
+    from fp8bench.analysis.changes import METRICS, _per_commit
+
+    rng = np.random.default_rng(0)
+    n = 60
+    frame = history(rng.lognormal(0, 0.1, n)).assign(position=rng.integers(0, 15, n))
+    frame.loc[[3, 7], "median_s"] = [np.nan, -1.0]
+    frame.loc[5, "run_started_at"] = None
+    got = _per_commit(frame, METRICS["median_s"])
+    usable = frame[frame["median_s"] > 0]
+    want = usable.groupby("position").agg(value=("median_s", "median"), commit=("git_commit", "first"),
+                                          run_id=("run_id", "first"), started=("run_started_at", "min"))
+    assert list(got.index) == list(want.index)
+    assert np.allclose(got["value"], want["value"])
+    assert list(got["commit"]) == list(want["commit"]) and list(got["run_id"]) == list(want["run_id"])
+    assert list(got["started"]) == list(want["started"])
+
+
+def test_dropping_cuts_retests_only_their_neighbours(monkeypatch):
+    """A long history that PELT cuts often, every cut too small to keep: dropping the weakest cut changes only the
+    tests of the two cuts beside it, so the tests stay in proportion to the cuts (re-testing every cut after each
+    drop grew with their square, and a nightly store's long histories have many)."""
+    import fp8bench.analysis.changes as changes
+
+    values = noisy(600, cv=0.001, seed=5)
+    for start in range(20, 600, 40):
+        values[start:start + 20] *= 1.03  # under the 5 % threshold: each cut is found, then dropped
+    cuts, tests = [], []
+    segment, test_cut = changes.segment, changes._test_cut
+    monkeypatch.setattr(changes, "segment", lambda *a, **k: cuts.extend(segment(*a, **k)) or list(cuts))
+    monkeypatch.setattr(changes, "_test_cut", lambda *a, **k: tests.append(1) or test_cut(*a, **k))
+    assert find_changes(history(values)) == []
+    assert len(cuts) >= 20, cuts
+    assert len(tests) <= 3 * len(cuts), (len(tests), len(cuts))

@@ -71,3 +71,27 @@ def test_every_page_renders_without_importing_torch(cpu_run_store):
     assert sorted(out["rendered"]) == pages  # every page was drawn ...
     assert all(not errors for errors in out["rendered"].values()), out["rendered"]  # ... without an exception
     assert not out["torch"], f"the dashboard imported torch; the first import came from:\n{out['stack']}"
+
+
+# Renders the landing page alone in a fresh process and lists the heavy modules it imported.
+RENDER_OVERVIEW = r"""
+import json, sys
+from streamlit.testing.v1 import AppTest
+
+at = AppTest.from_file(sys.argv[1], default_timeout=300)
+at.run()
+print(json.dumps({"errors": [e.value for e in at.exception], "tables": len(at.dataframe),
+                  "express": "plotly.express" in sys.modules}))
+"""
+
+
+@pytest.mark.slow
+def test_overview_first_load_does_not_import_plotly_express(cpu_run_store):
+    """Plotly Express costs a few tenths of a CPU second to import; the Overview draws with graph objects only, so
+    the dashboard's first load must not pay for it (the pages that draw with Express import it)."""
+    proc = subprocess.run([sys.executable, "-c", RENDER_OVERVIEW, str(VIEWS.parent / "app.py")], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, STORE_ENV: str(cpu_run_store["dir"])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not out["errors"] and out["tables"] > 0, out  # the Overview was drawn, with its table
+    assert not out["express"], "the Overview's first load imported plotly.express"

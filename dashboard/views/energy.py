@@ -10,11 +10,11 @@ and the reason is stored: the coverage chart shows which records were metered an
 from __future__ import annotations
 
 import pandas as pd
-import plotly.express as px
 import streamlit as st
 
 from fp8bench.analysis.selection import latest_per_case
 from fp8bench.dashboard.data import count_records
+from fp8bench.dashboard.express import px
 from fp8bench.dashboard.safe_text import md_join
 from fp8bench.dashboard.widgets import chart, current_view, nothing_selected, table
 

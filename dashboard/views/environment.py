@@ -7,10 +7,10 @@ comparing on speed when these match; the gate checks that key before it compares
 
 from __future__ import annotations
 
-import plotly.express as px
 import streamlit as st
 
 from fp8bench.dashboard.data import LIST_LIMIT, count_records, list_records
+from fp8bench.dashboard.express import px
 from fp8bench.dashboard.safe_text import shown
 from fp8bench.dashboard.widgets import chart, current_view, nothing_selected, table
 

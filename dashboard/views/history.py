@@ -16,13 +16,13 @@ device telemetry (the CPU, runs before it was recorded) leave it out and say so.
 from __future__ import annotations
 
 import pandas as pd
-import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
 from fp8bench.core.commits import commit_link, commit_order
 from fp8bench.dashboard.data import commit_url_template, count_records, list_records
+from fp8bench.dashboard.express import px
 from fp8bench.dashboard.safe_text import plot_link
 from fp8bench.dashboard.widgets import chart, current_view, downsample, nothing_selected, table
 

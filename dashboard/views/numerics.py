@@ -14,7 +14,6 @@ the BF16 curve over the same steps, shown with its relative gap and the verdict 
 from __future__ import annotations
 
 import pandas as pd
-import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
@@ -22,6 +21,7 @@ from plotly.subplots import make_subplots
 from fp8bench.analysis.payoff import in_reading_order
 from fp8bench.analysis.selection import latest_per_case
 from fp8bench.core.loss_curves import smooth  # the check's smoothing, so the chart and the verdict agree
+from fp8bench.dashboard.express import px
 from fp8bench.dashboard.widgets import (
     chart,
     current_view,

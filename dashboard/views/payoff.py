@@ -11,13 +11,13 @@ each recipe's speedup against shape, one panel per workload with its own shapes 
 from __future__ import annotations
 
 import pandas as pd
-import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
 from fp8bench.analysis.payoff import BASELINE, cell_speedups, paying_off, payoff_table, shape_family
 from fp8bench.analysis.selection import is_scaled, latest_per_case, speed_comparable_frame
+from fp8bench.dashboard.express import px
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
     chart,

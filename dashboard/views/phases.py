@@ -13,13 +13,13 @@ the page opens on the first that measured an FP8 or 4-bit recipe: the GEMMs befo
 from __future__ import annotations
 
 import pandas as pd
-import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.analysis.payoff import in_reading_order
 from fp8bench.analysis.selection import is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.dashboard.data import PHASE_PREFIX, phase_columns
+from fp8bench.dashboard.express import px
 from fp8bench.dashboard.profiles import show_traces
 from fp8bench.dashboard.widgets import (
     chart,

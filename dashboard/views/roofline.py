@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
 from fp8bench.analysis.selection import latest_per_case, speed_comparable_frame
 from fp8bench.core.noise import HostLoad
 from fp8bench.core.peak_table import above_ceiling, ceiling_advice, table_peak
+from fp8bench.dashboard.express import px
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
     NOISE_COLUMN,

@@ -209,7 +209,9 @@ class OutputWatch:
         right after that call, before any other)."""
         if self.fresh_from_first and self._last is not None and self.fresh is None:
             self.fresh = snapshot(self._last.value)
-            self._first_returned = self._last.value
+            # Only what is no tensor is kept for the reason: holding the call's own output would keep one more
+            # output-sized block alive through every sample (the memory estimate counts CHECKED_OUTPUTS).
+            self._first_returned = self._last.value if self.fresh is None else None
 
     def keep_last(self) -> None:
         """Copy the last timed call's value, in ``output()``'s form; called once sampling ends (outside samples)."""

@@ -135,8 +135,10 @@ def test_markdown_issue_body_and_kept_evidence(tmp_path):
     md = render_markdown(result, cases, ["--shape", "8x8x8"])
     g, b = result.good.sha, result.bad.sha
     assert md.splitlines()[0] == marker(cases, g, b) and marker(cases, g, b) != marker(["other"], g, b)
-    # One marker per case set and range: two bisects that measured nothing do not share an issue.
+    # One marker per case set, device and range: two bisects that measured nothing do not share an issue, nor do
+    # two GPU models whose case keys both say cuda:0.
     assert marker([], g, b) != marker([], g, commits[-2].sha)
+    assert marker(cases, g, b, "NVIDIA H100 80GB HBM3") != marker(cases, g, b, "NVIDIA H200")
     assert "**REGRESSION** (exit 1)" in md and commits[11].sha in md and "1.500 [1.400, 1.600]" in md
     assert "does not build" in md and "fp8bench ab --base gggggggggggg --head 11cccccccccc" in md
     save_evidence(result, cases, ["--shape", "8x8x8"], tmp_path)
@@ -236,3 +238,21 @@ def test_the_history_refuses_a_slow_commit_right_after_the_broken_one(tmp_path):
     commit would fail to build."""
     with pytest.raises(ValueError, match="broken_at 1 must not be right before the slow commit 2"):
         _history_script().build_history(tmp_path / "h", commits=4, slow_at=2, broken_at=1)
+
+
+def test_the_marker_names_the_device_the_probes_measured_on(tmp_path):
+    """Two runners of different GPU models that bisect the same range get an issue each: the marker takes the device
+    name from the good side's first round file."""
+    from fp8bench.analysis.bisect import device_of
+    from fp8bench.results.runfile import RunFileWriter
+
+    good, commits = history()
+    result = bisect(good, commits[-1], commits, Bench(commits, slow_from=11, broken=(7,)), 60)
+    probe_folder = tmp_path / "probe-1"
+    (probe_folder / "base").mkdir(parents=True)
+    RunFileWriter(probe_folder / "base" / "r000.json",
+                  {"run_id": "r0", "device": {"name": "NVIDIA H200", "kind": "cuda"}}).finish(status="complete")
+    result.probes[0] = Probe(**{**result.probes[0].__dict__, "folder": str(probe_folder)})
+    assert device_of(result) == "NVIDIA H200"
+    md = render_markdown(result, ["c"], [], device_of(result))
+    assert md.splitlines()[0] == marker(["c"], result.good.sha, result.bad.sha, "NVIDIA H200")

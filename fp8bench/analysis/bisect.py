@@ -46,6 +46,7 @@ from fp8bench.analysis.gate.report import GateReport
 from fp8bench.core.escaping import md_code, md_code_block, md_text
 from fp8bench.core.repro import UnsafeField, no_command, shell_line
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
+from fp8bench.results.runfile_reader import read_run_header
 
 # Outcomes of one probe. "skip": it could not be measured (does not build, does not import, a round failed).
 SLOWER, SAME, UNDECIDED, SKIP = "slower", "same", "undecided", "skip"
@@ -209,11 +210,23 @@ def probe_from_report(commit: Commit, report: GateReport, seconds: float, folder
 
 
 # -- reports ------------------------------------------------------------------------------------------------------
-def marker(cases: Sequence[str], good: str, bad: str) -> str:
-    """The hidden first line of a bisect's issue body: one issue per regressed case set and commit range (so a
-    bisect that measured no case still has a marker of its own)."""
-    digest = hashlib.sha256("\n".join([good, bad, *sorted(cases)]).encode()).hexdigest()[:16]
+def marker(cases: Sequence[str], good: str, bad: str, device: str = "") -> str:
+    """The hidden first line of a bisect's issue body: one issue per regressed case set, device and commit range (so
+    a bisect that measured no case still has a marker of its own, and two GPU models that regressed on the same
+    cases, whose case keys both say ``cuda:0``, get an issue each). ``device``: the device's name."""
+    digest = hashlib.sha256("\n".join([good, bad, device, *sorted(cases)]).encode()).hexdigest()[:16]
     return f"{MARKER_PREFIX}{digest} -->"
+
+
+def device_of(result: BisectResult) -> str:
+    """The name of the device the probes measured on (from the first round file of the good side), or ``""``."""
+    for p in result.probes:
+        first_round = Path(p.folder) / "base" / "r000.json" if p.folder else None
+        if first_round is not None and first_round.is_file():
+            device = read_run_header(first_round)["run"].get("device")
+            name = device.get("name") if isinstance(device, dict) else None
+            return str(name) if name else ""
+    return ""
 
 
 def _ratio(p: Probe | None) -> str:
@@ -223,8 +236,9 @@ def _ratio(p: Probe | None) -> str:
     return f"{p.ratio:.3f}{interval}"
 
 
-def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequence[str]) -> str:
-    """An issue body: the finding, the command that reproduces the measurement, then every probe."""
+def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequence[str], device: str = "") -> str:
+    """An issue body: the finding, the command that reproduces the measurement, then every probe; ``device`` (its
+    name) goes into the hidden marker."""
     ev = result.evidence()
     # A fenced block (nothing in it renders, so nothing needs escaping but a fence): the A/B that shows the step.
     try:
@@ -232,7 +246,7 @@ def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequen
                             (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
     except UnsafeField as exc:
         again = no_command(str(exc))
-    lines = [marker(cases, result.good.sha, result.bad.sha), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
+    lines = [marker(cases, result.good.sha, result.bad.sha, device), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
     if result.first_bad is not None:
         lines += [f"First slower commit: {md_code(result.first_bad.sha)} {md_text(result.first_bad.subject)}", "",
                   f"Ratio to good {md_code(result.good.sha[:12])}: {_ratio(ev)} (geometric mean of per-round "

@@ -159,11 +159,11 @@ def report(result: Any, cases: list[str], run_args: list[str], folder: Path, res
     """Write bisect.json, bisect.md (and --markdown), keep the evidence, print the finding; returns the exit code."""
     import json
 
-    from fp8bench.analysis.bisect import render_markdown, save_evidence
+    from fp8bench.analysis.bisect import device_of, render_markdown, save_evidence
     from fp8bench.results.runfile import write_user_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    md = render_markdown(result, cases, run_args)
+    md = render_markdown(result, cases, run_args, device_of(result))
     write_user_file(folder / "bisect.md", md.encode(), False, "the bisect report")
     payload = {"cases": cases, "run_args": run_args, **result.to_dict()}
     write_user_file(folder / "bisect.json", json.dumps(payload, indent=1, default=str).encode(), False,

@@ -4,8 +4,9 @@
 ``fp8bench --help``. ``fp8bench --help`` imports no verb; ``fp8bench VERB ...`` imports that verb's module alone, so
 a verb may import what it needs at its top without slowing the others. A verb module defines ``DESCRIPTION``,
 ``EXIT_CODES`` (its exit-code table, printed by ``--help``), ``DOC`` (the document ``--help`` links),
-``add_arguments(parser)`` and ``execute(args) -> int``. Adding a verb is adding its row here;
-``tests/test_exit_codes.py`` then checks it.
+``add_arguments(parser)`` and ``execute(args) -> int``. No verb module imports another: what several verbs share
+lives in modules that are no verb's (``common``: exit codes, flags, JSON; ``gating``: the gate's flags and reports).
+Adding a verb is adding its row here; ``tests/test_exit_codes.py`` then checks it.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ DOC = "docs/gate.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.commands.gate import add_gate_flags, add_verdict_flags
+    from fp8bench.commands.gating import add_gate_flags, add_verdict_flags
 
     p.add_argument("--base", required=True, help="base checkout folder or git ref")
     p.add_argument("--head", default=".", help="head checkout folder or git ref (default: this folder)")
@@ -100,7 +100,7 @@ def _env(pairs: list[str], flag: str) -> dict[str, str]:
 def check_outputs(folder: Path, rounds: int, force: bool) -> None:
     """Refuse, before any round runs, round files and reports in ``folder`` that must not be replaced (an earlier
     A/B run's, unless ``force``; a device, FIFO or link, ever), the rerun's included."""
-    from fp8bench.commands.gate import check_report_dir
+    from fp8bench.commands.gating import check_report_dir
     from fp8bench.orchestration.ab import round_files
     from fp8bench.results.runfile import check_writable
 
@@ -194,7 +194,7 @@ def _check_rounds_and_sides(args: argparse.Namespace) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.commands.gate import gate_config, publish_report, write_report
+    from fp8bench.commands.gating import gate_config, publish_report, write_report
     from fp8bench.measure.interrupts import cleanup_on_stop
 
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
@@ -212,7 +212,7 @@ def execute(args: argparse.Namespace) -> int:
         if seq is None:
             check_outputs(folder, args.rounds, args.force)
         else:
-            from fp8bench.commands.gate import check_report_dir
+            from fp8bench.commands.gating import check_report_dir
 
             check_report_dir(folder, args.force, "--out")
     except (UsageError, ValueError) as exc:

@@ -57,7 +57,7 @@ DEFAULT_STEP_BUDGET_S = 300.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.commands.gate import add_gate_flags
+    from fp8bench.commands.gating import add_gate_flags
 
     p.add_argument("--good", required=True, help="a commit (any git revision) where the cases were fast")
     p.add_argument("--bad", required=True, help="a later commit where they are slow (on good's first-parent line)")
@@ -104,7 +104,7 @@ def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from fp8bench.analysis.bisect import BisectError, Probe, bisect, case_keys
-    from fp8bench.commands.gate import gate_config
+    from fp8bench.commands.gating import gate_config
     from fp8bench.measure.interrupts import cleanup_on_stop
     from fp8bench.orchestration.bisect_probes import ProbeRunner, commits_between
 

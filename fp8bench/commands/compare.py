@@ -30,7 +30,7 @@ DOC = "docs/gate.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.commands.gate import add_gate_flags
+    from fp8bench.commands.gating import add_gate_flags
 
     p.add_argument("base")
     p.add_argument("cand")
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
 
     from fp8bench.analysis.gate.report import gate
-    from fp8bench.commands.gate import gate_config, print_report
+    from fp8bench.commands.gating import gate_config, print_report
     from fp8bench.results.ingest import load_side
 
     store = lazy_read_only_store(args)  # opened only when a side names run ids

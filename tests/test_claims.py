@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_selfcheck import FAST, simulated_gpu
@@ -183,17 +184,11 @@ class _Clocks:
 
     def sample(self):
         self.clock += 15
-        return replace_clock(self.clock)
+        return SimpleNamespace(sm_clock_mhz=self.clock)
 
     def running(self) -> bool:
         self.runs -= 1
         return self.runs >= 0
-
-
-def replace_clock(mhz: int):
-    from types import SimpleNamespace
-
-    return SimpleNamespace(sm_clock_mhz=mhz)
 
 
 def test_clock_changes_count_only_readings_taken_while_the_load_runs():

@@ -19,8 +19,9 @@ NVIDIA/go-nvml ``gen/nvml/nvml.h`` carries it at 2f9e261, its doc comments quote
   device or system function of the module, whether a test gave it an answer or not, raises
   ``NVMLError_Uninitialized`` (code 1) while the count is zero, as each documents (``NVML_ERROR_UNINITIALIZED`` "if
   the library has not been successfully initialized"). A shutdown past the count is no error ("for backwards
-  compatibility", ``nvml.h`` :4027-4029); a shutdown before any init raises ``NVMLError_Uninitialized``, the
-  library never having started (an assumption: ``nvml.h`` lists no return code for that case).
+  compatibility", ``nvml.h`` :4027-4029); a shutdown before any init raises ``NVMLError_Uninitialized``: ``nvml.h``
+  :4033 lists ``NVML_ERROR_UNINITIALIZED`` among ``nvmlShutdown``'s returns, and pynvml 12.535.77 raises it before
+  any call while no library is loaded (``_nvmlGetFunctionPointer``, :910-911).
 * **Two powers, by architecture.** ``nvmlDeviceGetPowerUsage`` returns milliwatts averaged over one second on
   Ampere except GA100 and newer, and instantaneous power on GA100 and older architectures (``nvml.h``,
   ``nvmlDeviceGetPowerUsage``): :attr:`FakeGpu.architecture` (an ``NVML_DEVICE_ARCH_*`` value, also what

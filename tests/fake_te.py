@@ -622,8 +622,8 @@ def make_te(version: str = NEW, gpu: FakeGpu | None = None, environ: Mapping[str
 
         def fp8_autocast(enabled: bool = True, calibrating: bool = False, fp8_recipe: Any = None,
                          fp8_group: Any = None, _graph: bool = False) -> autocast:
-            warnings.warn("fp8_autocast is deprecated and will be removed in a future release. Use autocast(...) "
-                          "instead.", category=DeprecationWarning, stacklevel=2)
+            warnings.warn("fake TE: fp8_autocast is a deprecated alias, forwarded to autocast",
+                          category=DeprecationWarning, stacklevel=2)
             return autocast(enabled=enabled, calibrating=calibrating, recipe=fp8_recipe,
                             amax_reduction_group=fp8_group, _graph=_graph)
 

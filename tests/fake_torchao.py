@@ -85,13 +85,14 @@ def make_modules(version: str = OLD) -> dict[str, types.ModuleType | None]:
 
         def __post_init__(self) -> None:
             if self.kernel_preference is KernelPreference.AUTO:
-                assert self.block_size == 32, f"block_size must be 32, got {self.block_size}"
+                assert self.block_size == 32, (f"fake MX config: AUTO kernels take block_size 32 only, "
+                                               f"not {self.block_size}")
 
         @staticmethod
         def from_recipe_name(recipe_name: Any) -> MXLinearConfig:
             if isinstance(recipe_name, str):
                 valid = [n.value for n in MXLinearRecipeName]
-                assert recipe_name in valid, f"recipe_name {recipe_name} not in valid names {valid}"
+                assert recipe_name in valid, f"fake MX config: unknown recipe {recipe_name!r} (this release has {valid})"
                 recipe_name = MXLinearRecipeName(recipe_name)
             if recipe_name.value == "mxfp8_emulated":
                 return MXLinearConfig()
@@ -209,8 +210,9 @@ def _fp4_tensor(name: str, quantize: Any, counts: Fp4Counts, packed: bool) -> ty
 
 class QuantizationStep(str, enum.Enum):
     """torchao's observer-flow steps (``quantization/quantize_/common/quantization_step.py``, new in v0.16.0), kept
-    here so that the fake needs no torchao newer than the project's floor (0.10). Any other name is a
-    ``ValueError``, as the string Enum makes it."""
+    here so that the fake needs no torchao newer than the project's floor (0.10). The fake keeps only the two steps
+    it models: torchao 0.16-0.18 also has ``prepare_for_loading``, and 0.18 two SmoothQuant steps; those names are
+    refused here as unmodelled (a ``ValueError`` from the string Enum), not as torchao would treat them."""
 
     PREPARE = "prepare"
     CONVERT = "convert"

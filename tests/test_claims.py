@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_selfcheck import FAST, simulated_gpu
@@ -151,20 +152,56 @@ def test_the_cold_l2_verdict_holds_where_cold_costs_more_and_is_inconclusive_wit
     close = claims.cold_versus_warm(_per_call_reading("cold_l2", 1.03, 0.02), warm)  # within 0.02 + 0.0206 mJ
     assert close.outcome is Outcome.NOT_APPLICABLE and "inconclusive within" in close.figure, close.figure
     assert "5 counter periods" in close.figure  # how long each subtracted window lasted, in counter periods
-    still = claims.cold_versus_warm(_per_call_reading("cold_l2", 1.2, 0.02, changes=1), warm)
-    assert still.outcome is Outcome.NOT_APPLICABLE and "cold_l2 lasted fewer than 2 counter periods" in still.figure
+    steady = replace(_per_call_reading("cold_l2", 1.2, 0.02), subtracted_counter_changes=1)  # 5 periods, one change
+    still = claims.cold_versus_warm(steady, warm)
+    assert still.outcome is Outcome.NOT_APPLICABLE and "cold_l2 saw the counter change fewer than 2 times" in still.figure
 
 
 def test_the_subtracted_window_verdict_needs_joules_within_the_target_and_a_moving_counter():
     reading = _subtracted(2e-3, 5e-5, "dominant_gemm")  # windows sized for 10 %: the verdict is judged at 20 %
     assert claims.subtracted_verdict(reading, 0.2).outcome is Outcome.HELD, reading.reason
-    short = replace(reading, subtracted_s=reading.counter_update_s)  # one counter period: too short
-    assert claims.subtracted_verdict(short, 0.2).outcome is Outcome.FAILED
+    still = replace(reading, subtracted_counter_changes=1)  # long enough by its size, yet the counter moved once
+    assert claims.subtracted_verdict(still, 0.2).outcome is Outcome.FAILED
     assert claims.subtracted_verdict(replace(reading, error_bound=0.3), 0.2).outcome is Outcome.FAILED
     assert claims.subtracted_verdict(replace(reading, joules_per_iter=None), 0.2).outcome is Outcome.FAILED
 
 
-def test_the_clock_refresh_verdict():
-    assert claims.refresh_verdict([0.0, 0.05, 0.1, 0.15, 0.2], 0.1).outcome is Outcome.HELD
-    assert claims.refresh_verdict([0.0, 0.5, 1.0, 1.5], 0.1).outcome is Outcome.NOT_APPLICABLE
-    assert claims.refresh_verdict([0.0], 0.1).outcome is Outcome.NOT_APPLICABLE
+def test_the_clock_refresh_verdict_holds_fails_or_is_inconclusive_at_the_readback_spacing():
+    from fp8bench.hardware.clocks import READBACK_SPACING_S
+
+    assert claims.CLOCK_REFRESH_S == READBACK_SPACING_S  # the claim: readings that far apart are fresh
+    assert claims.refresh_verdict([0.0, 0.04, 0.08, 0.12, 0.16], READBACK_SPACING_S).outcome is Outcome.HELD
+    slow = claims.refresh_verdict([0.0, 0.08, 0.16, 0.24, 0.32], READBACK_SPACING_S)  # 80 ms: over 50 ms
+    assert slow.outcome is Outcome.FAILED, slow.figure
+    assert claims.refresh_verdict([0.0, 0.5, 1.0], READBACK_SPACING_S).outcome is Outcome.NOT_APPLICABLE
+
+
+class _Clocks:
+    """NVML readings of a clock that moves at every reading, and a load that drains after ``runs`` of them."""
+
+    def __init__(self, runs: int):
+        self.clock, self.runs = 1000, runs
+
+    def sample(self):
+        self.clock += 15
+        return SimpleNamespace(sm_clock_mhz=self.clock)
+
+    def running(self) -> bool:
+        self.runs -= 1
+        return self.runs >= 0
+
+
+def test_clock_changes_count_only_readings_taken_while_the_load_runs():
+    fake = _Clocks(runs=3)
+    changes = claims.clock_changes(fake, fake, seconds=5.0)
+    assert len(changes) == 3  # the readings after the load drained are an idle GPU's
+
+
+def test_lock_readback_clocks_are_spaced_and_taken_while_the_load_runs(monkeypatch):
+    from fp8bench.hardware.clocks import READBACK_SPACING_S
+
+    slept: list[float] = []
+    monkeypatch.setattr(claims.time, "sleep", slept.append)
+    fake = _Clocks(runs=2)
+    assert claims.lock_readings(fake, fake, reads=5) == [1015, 1030]  # the third came after the load drained
+    assert slept and all(s == READBACK_SPACING_S for s in slept)

@@ -86,7 +86,7 @@ def test_counter_going_backwards_is_null_with_reason():
 
 def test_a_power_meter_on_the_averaged_power_refuses_to_subtract_a_wrapping():
     """nvmlDeviceGetPowerUsage is a 1 s running average on Ampere except GA100 and newer (nvml.h of NVML API 13,
-    go-nvml 2f9e261, :6537-6539): integrated over a window, it lags the work by up to a second at each edge, so a
+    go-nvml 2f9e261, :6538-6540): integrated over a window, it lags the work by up to a second at each edge, so a
     short window of the wrapping alone subtracted from the calls' window means nothing. The window loops the bare
     call and says it does not match the timing."""
     nv = make_pynvml(FakeGpu(power_w=250.0, instant_field=False))

@@ -483,3 +483,10 @@ def test_te_block_quantizers_take_power_of_two_scales_on_blackwell(monkeypatch) 
     teb.use_fp32_scales(recipe)
     with te.autocast(recipe=recipe), pytest.raises(RuntimeError, match="power-of-two scales"):
         layer(x)
+
+
+def test_fp8_autocast_warns_deprecated_where_autocast_replaces_it(te: FakeTE) -> None:
+    if te.version == OLD:
+        pytest.skip("TE 2.8 has only fp8_autocast, undeprecated")
+    with pytest.warns(DeprecationWarning, match="fp8_autocast"):
+        te.te.fp8_autocast(enabled=True)

@@ -28,7 +28,14 @@ the samples' events leave them out. The record keeps what was subtracted (``ener
 (:func:`fp8bench.energy.windows.difference_bound`). Assumption: the flush alone costs what a flush before a call
 costs. It may not: in a timed sample the last L2's worth of dirty lines is written back during the call, in the
 flush-alone loop during the next flush, so about one L2 of HBM writes per call moves between the two windows
-(negligible beside a millisecond GEMM, perhaps ~10 % of a 20 us call). ``energy.matches_timing`` is
+(negligible beside a millisecond GEMM, perhaps ~10 % of a 20 us call). Nor do the two windows synchronize as often
+per call: each chunk lasts about as long whatever it loops, so the wrapping's window, whose calls are b seconds
+against the wrapped call's a, meets roughly a / b times fewer chunk edges per call, and the idle energy at those
+edges does not cancel in the difference. It is estimated under 0.1 % of the difference and is not in its bound.
+The windows are sized (:func:`difference_share`) as if a wrapped call and a wrapping alone drew the same power;
+that errs one way only: a wrapping drawing more power than the call leaves the windows too short, and the record's
+bound, computed from the joules metered, then reports over the target; a wrapping drawing less is conservative.
+``energy.matches_timing`` is
 ``true`` for such a window; it is ``false``, with the reason, only where the window could not run the call as timed
 (a timer that offers no :class:`AsTimed`, a meter that cannot subtract: one without a counter whose power is the
 one-second average, ``WindowMeter.subtract_refusal``; a held call that gave up in the window):
@@ -544,7 +551,8 @@ def difference_share(call_s: float, wrapping_s: float) -> float:
     of one wrapping alone): two windows each within ``e`` bound ``j_a - j_b`` within ``e * (j_a + j_b) / (j_a -
     j_b)`` (:func:`fp8bench.energy.windows.difference_bound`), so each is sized for ``(a - b) / (a + b)`` of the
     target. Assumption: a wrapped call and a wrapping alone draw about the same power, so their joules go as
-    their seconds. Floored at 1 %: a wrapping as long as the call gives windows at their cap, whose bound the
+    their seconds (a wrapping drawing more leaves the windows too short, which the record's bound shows; one
+    drawing less is conservative: module docstring). Floored at 1 %: a wrapping as long as the call gives windows at their cap, whose bound the
     record then reports over the target."""
     if not call_s > wrapping_s:
         return 0.01
@@ -763,7 +771,7 @@ def nvml_meter(device: Device, nv: Any = None, policy: WindowPolicy | None = Non
 def _averaged_power_refusal(dev: Any) -> str | None:
     """Why a power-sampling meter on ``dev`` cannot subtract a wrapping window, ``None`` where it can: where the
     driver lacks the instant power field the samples hold ``nvmlDeviceGetPowerUsage``, a one-second running average
-    on Ampere except GA100 and newer (nvml.h of NVML API 13, go-nvml 2f9e261, :6537-6539). Integrated, that lags
+    on Ampere except GA100 and newer (nvml.h of NVML API 13, go-nvml 2f9e261, :6538-6540). Integrated, that lags
     the work by up to a second at each edge, so the difference of two windows, one of them short, means nothing.
     Refused for every GPU without the field: on older ones the reading is instantaneous, but the rule stays one."""
     from fp8bench.energy import nvml

@@ -28,8 +28,8 @@ reference read then would sit so low that no throttled sample ever fell under it
 * under ``base`` the target is symbolic (the TDP clock, whose MHz NVML does not report), so the clock is read back
   *under load*: :func:`busy` queues :data:`READBACK_LOAD_S` seconds of GEMMs and :data:`READBACK_READS` readings
   are taken while they run. A reading counts only if the load was still running once it was taken (the stream
-  had not drained: how much work the driver queues ahead is its own, nvbench ``blocking_kernel.cuh`` :65-67 at
-  078919b, so a load may end early), since an idle GPU need not say so: the GpuIdle bit "may be removed in a later
+  had not drained: how much work the driver queues ahead is its own, so a load may end early; loose support from
+  nvbench ``blocking_kernel.cuh`` :65-67 at 078919b, whose caveat concerns work queued behind a blocked stream), since an idle GPU need not say so: the GpuIdle bit "may be removed in a later
   release" (nvml.h :3319-3322). Readings whose reasons mask says the GPU was idle or slowed down by a limiter
   (:data:`fp8bench.energy.telemetry.THROTTLE_REASONS`, the power cap included: the TDP clock is the one the board
   holds within its power limit) are not the locked clock either, nor is one under :data:`THROTTLE_THRESHOLD` of
@@ -83,7 +83,9 @@ RECOVERY_DELAY_S = 0.05
 # sample is kept after this many discards in a row (0.05 + 0.1 + 0.2 s of waiting at the default delay).
 MAX_CONSECUTIVE_DISCARDS = 3
 # Reading the locked clock back under load (module docstring): seconds of GEMMs queued, readings taken while they
-# run, and the wait between readings (NVML's clock readings refresh about every 20-100 ms).
+# run, and the wait between readings. That NVML's clock readings refresh every 20-100 ms is an assumption: nvml.h
+# gives no refresh period for nvmlDeviceGetClockInfo; the clock_refresh probe (fp8bench.measure.claims) tests that
+# readings this far apart under load are fresh ones.
 READBACK_LOAD_S = 0.5
 READBACK_READS = 5
 READBACK_SPACING_S = 0.05
@@ -316,7 +318,11 @@ class Load:
         self.synchronize()
 
     def running(self) -> bool:
-        """Whether the queued work has not finished: ``Stream.query()`` is ``False`` while work is pending."""
+        """Whether the queued work has not finished: ``Stream.query()`` is ``False`` while work is pending.
+
+        ``not query()`` after a reading proves the load was still pending then, not that NVML sampled its value after
+        the load began: a stale refresh from before can come back. The GpuIdle bit and the rule against readings
+        under 0.75 x the median of the others (:data:`THROTTLE_THRESHOLD`) catch most of those."""
         return not self.stream.query()
 
 

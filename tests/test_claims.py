@@ -171,8 +171,10 @@ def test_the_clock_refresh_verdict_holds_fails_or_is_inconclusive_at_the_readbac
 
     assert claims.CLOCK_REFRESH_S == READBACK_SPACING_S  # the claim: readings that far apart are fresh
     assert claims.refresh_verdict([0.0, 0.04, 0.08, 0.12, 0.16], READBACK_SPACING_S).outcome is Outcome.HELD
-    slow = claims.refresh_verdict([0.0, 0.08, 0.16, 0.24, 0.32], READBACK_SPACING_S)  # 80 ms: over 50 ms
-    assert slow.outcome is Outcome.FAILED, slow.figure
+    # 80 ms between changes: the reading may refresh every 20 ms on a clock that moves every 80 ms, so this shows no
+    # stale reading; inconclusive, never failed.
+    slow = claims.refresh_verdict([0.0, 0.08, 0.16, 0.24, 0.32], READBACK_SPACING_S)
+    assert slow.outcome is Outcome.NOT_APPLICABLE and "may move less often" in slow.figure, slow.figure
     assert claims.refresh_verdict([0.0, 0.5, 1.0], READBACK_SPACING_S).outcome is Outcome.NOT_APPLICABLE
 
 
@@ -180,7 +182,10 @@ class _Clocks:
     """NVML readings of a clock that moves at every reading, and a load that drains after ``runs`` of them."""
 
     def __init__(self, runs: int):
-        self.clock, self.runs = 1000, runs
+        self.clock, self.runs, self.topped = 1000, runs, []
+
+    def keep_busy(self, seconds: float) -> None:
+        self.topped.append(seconds)
 
     def sample(self):
         self.clock += 15
@@ -194,7 +199,9 @@ class _Clocks:
 def test_clock_changes_count_only_readings_taken_while_the_load_runs():
     fake = _Clocks(runs=3)
     changes = claims.clock_changes(fake, fake, seconds=5.0)
-    assert len(changes) == 3  # the readings after the load drained are an idle GPU's
+    # The first reading is the start (1015), not a change; the three taken while the load ran are; the readings
+    # after the load drained are an idle GPU's.
+    assert len(changes) == 3
 
 
 def test_lock_readback_clocks_are_spaced_and_taken_while_the_load_runs(monkeypatch):
@@ -205,3 +212,5 @@ def test_lock_readback_clocks_are_spaced_and_taken_while_the_load_runs(monkeypat
     fake = _Clocks(runs=2)
     assert claims.lock_readings(fake, fake, reads=5) == [1015, 1030]  # the third came after the load drained
     assert slept and all(s == READBACK_SPACING_S for s in slept)
+    # The load is topped up before each reading: the driver's queue may hold less than was asked for.
+    assert fake.topped == [READBACK_SPACING_S] * 3

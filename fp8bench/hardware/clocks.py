@@ -83,9 +83,9 @@ RECOVERY_DELAY_S = 0.05
 # sample is kept after this many discards in a row (0.05 + 0.1 + 0.2 s of waiting at the default delay).
 MAX_CONSECUTIVE_DISCARDS = 3
 # Reading the locked clock back under load (module docstring): seconds of GEMMs queued, readings taken while they
-# run, and the wait between readings. That NVML's clock readings refresh every 20-100 ms is an assumption: nvml.h
-# gives no refresh period for nvmlDeviceGetClockInfo; the clock_refresh probe (fp8bench.measure.claims) tests that
-# readings this far apart under load are fresh ones.
+# run, and the wait between readings. That NVML's clock readings refresh at least every 50 ms (the spacing below)
+# is an assumption: nvml.h gives no refresh period for nvmlDeviceGetClockInfo; the clock_refresh probe
+# (fp8bench.measure.claims) tests it under load.
 READBACK_LOAD_S = 0.5
 READBACK_READS = 5
 READBACK_SPACING_S = 0.05
@@ -209,6 +209,9 @@ class ClockLock:
         drained = 0
         try:
             for _ in range(READBACK_READS):
+                keep_busy: Callable[[float], None] | None = getattr(wait, "keep_busy", None)
+                if keep_busy is not None:
+                    keep_busy(READBACK_SPACING_S)  # the queue may hold less than the load asked for
                 self.pause(READBACK_SPACING_S)
                 sample = device.sample()
                 if running is not None and not running():  # the reading may have come after the last GEMM
@@ -309,10 +312,14 @@ class ClockCheckedTimer:
 
 @dataclass(frozen=True)
 class Load:
-    """GPU work queued by :func:`busy`: call it to wait for the work; :meth:`running` says whether it still runs."""
+    """GPU work queued by :func:`busy`: call it to wait for the work; :meth:`running` says whether it still runs;
+    :meth:`keep_busy` queues more, because the driver's launch queue may hold far less than was asked for (its depth
+    "depends on device and driver", nvbench ``blocking_kernel.cuh``), so a load meant to last seconds can drain in a
+    fraction of one once the host stops launching."""
 
     stream: Any  # the torch.cuda.Stream the work was queued on
     synchronize: Callable[[], None]
+    top_up: Callable[[float], None] = lambda _seconds: None
 
     def __call__(self) -> None:
         self.synchronize()
@@ -321,9 +328,15 @@ class Load:
         """Whether the queued work has not finished: ``Stream.query()`` is ``False`` while work is pending.
 
         ``not query()`` after a reading proves the load was still pending then, not that NVML sampled its value after
-        the load began: a stale refresh from before can come back. The GpuIdle bit and the rule against readings
-        under 0.75 x the median of the others (:data:`THROTTLE_THRESHOLD`) catch most of those."""
+        the load began: a stale refresh from before can come back. Assumed, not measured: the GpuIdle bit and the
+        rule against readings under 0.75 x the median of the others (:data:`THROTTLE_THRESHOLD`) catch most of
+        those in the lock's read-back; the selfcheck probes apply neither and say so."""
         return not self.stream.query()
+
+    def keep_busy(self, seconds: float) -> None:
+        """Queue about ``seconds`` more of the same work (a launch blocks while the driver's queue is full, so
+        calling this between readings keeps the GPU loaded without flooding the host)."""
+        self.top_up(seconds)
 
 
 def busy(device: Any, seconds: float) -> Load:
@@ -338,10 +351,14 @@ def busy(device: Any, seconds: float) -> Load:
     start = time.perf_counter()
     a @ a
     device.synchronize()
-    calls = max(1, math.ceil(seconds / max(time.perf_counter() - start, 1e-6)))
-    for _ in range(calls):
-        a @ a
-    return Load(torch.cuda.current_stream(device.torch), device.synchronize)
+    call_s = max(time.perf_counter() - start, 1e-6)
+
+    def top_up(more_s: float) -> None:
+        for _ in range(max(1, math.ceil(more_s / call_s))):
+            a @ a
+
+    top_up(seconds)
+    return Load(torch.cuda.current_stream(device.torch), device.synchronize, top_up)
 
 
 def lock_clocks(device: Any, policy: str | None, nv: Any = None,

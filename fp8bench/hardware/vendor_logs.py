@@ -42,9 +42,8 @@ class _NoCudaLibraryFilter(logging.Filter):
 
 _FILTER = _NoCudaLibraryFilter()
 
-# torch/utils/_pytree.py, _private_register_pytree_node: log.warning("%s is an Enum subclass and is now natively
-# supported by torch.compile as an opaque value type. Calling register_constant() on Enum subclasses is deprecated
-# ...", cls)
+# torch/utils/_pytree.py, _private_register_pytree_node: the warning logged when an Enum subclass is registered as a
+# constant (deprecated since torch.compile takes Enums natively); matched by its opening words alone.
 _ENUM_CONSTANT_DEPRECATION = "is an Enum subclass and is now natively supported by torch.compile"
 
 

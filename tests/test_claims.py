@@ -166,7 +166,7 @@ def test_the_subtracted_window_verdict_needs_joules_within_the_target_and_a_movi
     assert claims.subtracted_verdict(replace(reading, joules_per_iter=None), 0.2).outcome is Outcome.FAILED
 
 
-def test_the_clock_refresh_verdict_holds_fails_or_is_inconclusive_at_the_readback_spacing():
+def test_the_clock_refresh_verdict_holds_or_is_inconclusive_at_the_readback_spacing():
     from fp8bench.hardware.clocks import READBACK_SPACING_S
 
     assert claims.CLOCK_REFRESH_S == READBACK_SPACING_S  # the claim: readings that far apart are fresh

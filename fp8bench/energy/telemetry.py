@@ -49,8 +49,9 @@ from typing import Any
 from fp8bench.core.throttle import POWER_CAP, THROTTLE_REASONS, power_cap_alone
 
 # Sampling period of the background thread, seconds. That NVML's power and clock readings refresh no faster than
-# this is an assumption (nvml.h gives no refresh period for nvmlDeviceGetClockInfo; the clock_refresh probe of
-# fp8bench.measure.claims tests a refresh of at least every 50 ms under load): faster polling would burn a CPU core.
+# this is an untested assumption (nvml.h gives no refresh period): faster polling would then only burn a CPU core.
+# The clock_refresh probe of fp8bench.measure.claims checks the converse for the clock alone: that its reading
+# refreshes at least this often under load.
 DEFAULT_INTERVAL_S = 0.05
 
 class PowerSource(str, Enum):

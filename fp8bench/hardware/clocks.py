@@ -313,9 +313,10 @@ class ClockCheckedTimer:
 @dataclass(frozen=True)
 class Load:
     """GPU work queued by :func:`busy`: call it to wait for the work; :meth:`running` says whether it still runs;
-    :meth:`keep_busy` queues more, because the driver's launch queue may hold far less than was asked for (its depth
-    "depends on device and driver", nvbench ``blocking_kernel.cuh``), so a load meant to last seconds can drain in a
-    fraction of one once the host stops launching."""
+    :meth:`keep_busy` queues more. Assumed, not documented by torch or NVIDIA: a launch blocks the host once the
+    driver's queue is full, so the queue may hold far less than was asked for and a load meant to last seconds may
+    drain soon after the host stops launching (nvbench's ``blocking_kernel.cuh`` lines 65-67 at 078919b say only
+    that the work that may be queued behind a blocked stream depends on the device and driver: loose support)."""
 
     stream: Any  # the torch.cuda.Stream the work was queued on
     synchronize: Callable[[], None]
@@ -334,8 +335,8 @@ class Load:
         return not self.stream.query()
 
     def keep_busy(self, seconds: float) -> None:
-        """Queue about ``seconds`` more of the same work (a launch blocks while the driver's queue is full, so
-        calling this between readings keeps the GPU loaded without flooding the host)."""
+        """Queue about ``seconds`` more of the same work on the load's stream (assumed: a launch blocks while the
+        driver's queue is full, so calling this between readings keeps the GPU loaded without flooding the host)."""
         self.top_up(seconds)
 
 
@@ -353,12 +354,15 @@ def busy(device: Any, seconds: float) -> Load:
     device.synchronize()
     call_s = max(time.perf_counter() - start, 1e-6)
 
+    stream = torch.cuda.current_stream(device.torch)
+
     def top_up(more_s: float) -> None:
-        for _ in range(max(1, math.ceil(more_s / call_s))):
-            a @ a
+        with torch.cuda.stream(stream):  # the stream running() asks about, whatever is current when called
+            for _ in range(max(1, math.ceil(more_s / call_s))):
+                a @ a
 
     top_up(seconds)
-    return Load(torch.cuda.current_stream(device.torch), device.synchronize, top_up)
+    return Load(stream, device.synchronize, top_up)
 
 
 def lock_clocks(device: Any, policy: str | None, nv: Any = None,

@@ -613,8 +613,9 @@ def _lock_readback(ctx: ProbeContext, policy: str) -> ProbeResult:
     finally:
         lock.reset()
     reference, source = lock.clock_mhz, lock.setting.get("reference_source")
-    if not loaded:  # the probe failed to load the GPU; the lock is not under test
-        return ProbeResult(Outcome.NOT_APPLICABLE, "the load drained before a reading was taken under it")
+    if not loaded:  # the probe failed to load the GPU, or NVML gave no clock: the lock is not under test
+        return ProbeResult(Outcome.NOT_APPLICABLE, "no SM clock was read while the load ran (it drained first, or "
+                           "NVML gave no clock)")
     if not reference:
         return ProbeResult(Outcome.FAILED, f"no reference clock ({source}); loaded clocks {loaded}")
     worst = max(abs(c - reference) / reference for c in loaded)
@@ -624,7 +625,7 @@ def _lock_readback(ctx: ProbeContext, policy: str) -> ProbeResult:
 
 
 def lock_readings(dev: Any, load: Any, reads: int) -> list[int]:
-    """Up to ``reads`` SM clock readings (MHz) of ``dev``, :data:`READBACK_SPACING_S` apart, kept only while
+    """Up to ``reads`` SM clock readings (MHz) of ``dev``, at least :data:`READBACK_SPACING_S` apart, kept only while
     ``load.running()``: once the load drains, the readings are an idle GPU's and the lock's clock is not under test."""
     clocks: list[int] = []
     for _ in range(reads):
@@ -657,8 +658,9 @@ CLOCK_REFRESH_S = READBACK_SPACING_S
 
 
 def clock_refresh(ctx: ProbeContext) -> ProbeResult:
-    """under load, NVML's SM clock reading changes at least every 50 ms (median gap between changes over 1.5 s,
-    readings taken while the load runs)"""
+    """under load, NVML's SM clock reading refreshes at least every 50 ms: held when the median gap between its
+    changes over 1.5 s (readings taken while the load runs) is at most 50 ms, else inconclusive (a clock may move
+    less often than its reading refreshes)"""
     with ctx.nvml() as dev:
         load = _busy(ctx, 2.0)
         changes = clock_changes(dev, load, 1.5)

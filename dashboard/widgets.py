@@ -93,7 +93,8 @@ def table(frame: pd.DataFrame, name: str, **column_config: Any) -> None:
     frame = frame.copy()
     for i, dtype in enumerate(frame.dtypes):
         if pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype):
-            frame.iloc[:, i] = frame.iloc[:, i].map(shown)
+            # Replaced whole (isetitem), not written into: a text column's own dtype may refuse what map gives.
+            frame.isetitem(i, frame.iloc[:, i].map(shown, na_action="ignore"))
     displayed, config = for_display(frame, column_config)
     st.dataframe(displayed, hide_index=True, column_config=config or None, width="stretch")
     # A callable: the CSV is written only when someone asks for it, not on every rerun. Stored text that a

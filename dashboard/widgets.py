@@ -87,14 +87,21 @@ def _text(column: pd.Series) -> bool:
     return pd.api.types.infer_dtype(column, skipna=True) in ("string", "empty")
 
 
-def table(frame: pd.DataFrame, name: str, **column_config: Any) -> None:
-    """Show ``frame`` (:func:`for_display`: formatting only; server paths shortened by
-    :func:`fp8bench.dashboard.safe_text.shown`) with a CSV download of the stored rows, paths shortened alike."""
+def with_short_paths(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` whose text columns show server paths shortened and passwords masked
+    (:func:`fp8bench.dashboard.safe_text.shown`), as every table shows them."""
     frame = frame.copy()
     for i, dtype in enumerate(frame.dtypes):
         if pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype):
             # Replaced whole (isetitem), not written into: a text column's own dtype may refuse what map gives.
             frame.isetitem(i, frame.iloc[:, i].map(shown, na_action="ignore"))
+    return frame
+
+
+def table(frame: pd.DataFrame, name: str, **column_config: Any) -> None:
+    """Show ``frame`` (:func:`for_display`: formatting only; server paths shortened by
+    :func:`fp8bench.dashboard.safe_text.shown`) with a CSV download of the stored rows, paths shortened alike."""
+    frame = with_short_paths(frame)
     displayed, config = for_display(frame, column_config)
     st.dataframe(displayed, hide_index=True, column_config=config or None, width="stretch")
     # A callable: the CSV is written only when someone asks for it, not on every rerun. Stored text that a

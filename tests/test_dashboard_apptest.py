@@ -22,8 +22,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 import fp8bench.dashboard  # noqa: E402
 from fp8bench.analysis.stats import compare_samples  # noqa: E402
 from fp8bench.dashboard.data import FILL_COMMAND, STORE_ENV, loss_curve, shape_label  # noqa: E402
-from fp8bench.dashboard.safe_text import shown as shown_text  # noqa: E402
-from fp8bench.dashboard.widgets import for_display  # noqa: E402
+from fp8bench.dashboard.widgets import for_display, with_short_paths  # noqa: E402
 from fp8bench.results.runfile import read_run_file  # noqa: E402
 from fp8bench.results.store import open_store  # noqa: E402
 
@@ -299,11 +298,7 @@ def test_payoff_page_is_the_payoff_verb(monkeypatch, cpu_run_store):
     # The same rows as every table shows them (absolute paths shortened, as on every page); the page formats its
     # number columns itself.
     formatted = dict.fromkeys(("speedup_there", "speedup_at_largest", "sqnr_cost_db", "energy_ratio"))
-    verb = verb[list(shown.columns)].copy()
-    for i, dtype in enumerate(verb.dtypes):
-        if pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype):
-            verb.isetitem(i, verb.iloc[:, i].map(shown_text, na_action="ignore"))
-    expected, _ = for_display(verb, formatted)
+    expected, _ = for_display(with_short_paths(verb[list(shown.columns)]), formatted)
     pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
     assert set(shown["precision"]) == {"fp8_rowwise", "mxfp8"}
     # mxfp8 ran on the emulated reference only: listed as such, with nothing to compare

@@ -8,10 +8,11 @@ from the run's settings and one number, the seconds ``t`` of one end-to-end call
   two calls of the probe shape (:data:`fp8bench.measure.runner.PROBE_FLOPS_LEVELS`, the smallest), nothing more;
 * otherwise: the probe where the shape is big enough to have one; **warm-up**, ``max(warmup_iters,
   ceil(warmup_s / t))`` calls; **samples** of the end-to-end call and of each phase (:func:`sampled_s`), the
-  end-to-end ones within half the case budget and all of them within the budget; **numerics**, two more calls and,
-  once per shape, the FP64 reference; the **energy** window where a meter exists (:func:`energy_window_s`, and
+  end-to-end ones within half the case budget and all of them within the budget; **setup**, about one call
+  (:data:`SETUP_CALLS`) beside a fixed part; **numerics**, about one more call (:data:`NUMERICS_CALLS`) and, once
+  per shape, the FP64 reference; the **energy** window where a meter exists (:func:`energy_window_s`, and
   one per phase with ``energy_phases``; twice as many on a GPU whose samples flush the L2 or hold the stream, the
-  wrapping being metered alone too); and :data:`CASE_BOOKKEEPING_S` of setup and book-keeping.
+  wrapping being metered alone too); and :data:`CASE_BOOKKEEPING_S` of book-keeping.
 
 Without history, ``t`` is modelled as ``max(flops / (ceiling * efficiency), bytes / (bandwidth / 2)) + floor``:
 the ceilings are the device table's (GPUs) or the CPU's cached measured ones (:func:`fp8bench.hardware.peaks.
@@ -61,18 +62,28 @@ if TYPE_CHECKING:
 
 # Seconds of a case refused before running (a rule checked, a skipped record written).
 REFUSED_S = 0.005
-# Setup and book-keeping per measured case: inputs and build of a small pipeline, the record's assembly (seconds;
-# about what the harness-cost split shows on a 2-core CPU for a small GEMM, scripts/harness_cost.py).
-CASE_BOOKKEEPING_S = 0.02
-# Work per measured case that does not scale with its call, seconds on an unloaded 2-core CPU: the recorded harness
-# split of the 200-case scripts/plan_check_suite.yaml run (load 3.75 on 2 CPUs, so divided by 1.9) gave 0.064 s of
-# setup, 0.20 s of numerics (the comparisons with the FP64 reference and between outputs, the cast statistics) and
-# 0.08 s of streaming each record to the run file and the store, none of which the model held.
-CASE_SETUP_S = 0.03
-NUMERICS_FIXED_S = 0.08
-RECORD_WRITE_S = 0.04
-# Host time of the sampling loop per sample (the timer, the stop rules), seconds.
-SAMPLE_LOOP_S = 5e-5
+# The per-case constants below are the recorded harness split (``Record.harness``) of a cold run of the 200 cases of
+# scripts/plan_check_suite.yaml on this project's 2-core CPU at load 1.9 (``python scripts/plan_accuracy.py --suite
+# scripts/plan_check_suite.yaml --calibrate`` prints the recorded mean of each step beside the model's). The load
+# stretches them (``CostModel.stretch``).
+# Book-keeping per measured case: the record's assembly, seconds (recorded mean 1.3 ms).
+CASE_BOOKKEEPING_S = 0.0013
+# Setup per measured case: the inputs (cached per shape) and the pipeline's build, which quantizes the weights a
+# scaled recipe holds: a fixed part plus about one call's work (recorded: 0.6 ms median at sub-millisecond calls,
+# 15 ms beside a 14 ms FP8 call at 1024^3).
+CASE_SETUP_S = 0.0005
+SETUP_CALLS = 1.0
+# Numerics per measured case: the comparisons with the FP64 reference and between outputs, and the cast statistics: a
+# fixed part plus about one call's work (the fresh output is the first warm-up call's where the call is
+# deterministic; recorded: 0.7 ms median at sub-millisecond calls, 9-10 ms beside a 14 ms call).
+NUMERICS_FIXED_S = 0.0006
+NUMERICS_CALLS = 1.0
+# Streaming each record to the run file and the store, seconds (the run header's ``harness.stream_s`` over its
+# cases: 0.58 s for 200).
+RECORD_WRITE_S = 0.003
+# Host time of the sampling loop per sample (the timer, the stop rules), seconds (recorded: the ``sampling`` step over
+# the samples taken, 5.4 us).
+SAMPLE_LOOP_S = 6e-6
 # The least seconds one call takes whatever its size: Python dispatch and kernel launches.
 CALL_FLOOR_S = {"cpu": 2e-5, "cuda": 1e-5}
 # Fraction of the ceiling a case's call reaches. Float GEMMs run near their matmul ceiling; scaled (FP8/FP4) recipes
@@ -80,15 +91,20 @@ CALL_FLOOR_S = {"cpu": 2e-5, "cuda": 1e-5}
 # at 128x128x256 on one CPU, per-tensor E4M3 x E4M3 about 2000x slower on another) or emulate it: far under the
 # ceiling.
 EFFICIENCY = {("cpu", "float"): 0.5, ("cpu", "scaled"): 0.05, ("cuda", "float"): 0.6, ("cuda", "scaled"): 0.4}
-# A CPU whose ceilings were never measured here: a modest 2-core machine (TFLOP/s, TB/s).
-DEFAULT_CPU_CEILINGS = {"fp32": 0.05, "bf16": 0.05, "mem_bw": 0.005}
+# A CPU whose ceilings were never measured here (TFLOP/s, TB/s): a 2-core cloud machine of this project's CI
+# (AMD EPYC, torch 2.13: 0.22 TFLOP/s FP32, 0.96 BF16, 0.083 TB/s, fp8bench.hardware.peaks), BF16 taken at the FP32
+# rate because CPUs without BF16 instructions run it no faster. The run that follows measures and caches the real
+# ones, so a second plan uses those (the cold plan's error is in docs/method.md).
+DEFAULT_CPU_CEILINGS = {"fp32": 0.2, "bf16": 0.2, "mem_bw": 0.05}
 # A GPU missing from the device table (TFLOP/s, TB/s).
 DEFAULT_GPU_PEAKS = {"compute": 100.0, "mem_bw": 1.0}
 # The FP64 reference runs at this fraction of the FP32 rate (once per workload and shape).
 FP64_SLOWDOWN = 4.0
 # How far between its least sampled time (min_samples, min_time_s) and its most (max_time_s, max_samples) a timed
-# function is expected to sample: the noise target stops quiet cases at the least, noisy ones run to the most.
-UNREACHED_SHARE = 0.3
+# function is expected to sample: the noise target stops quiet cases at the least, noisy ones run to the most (the
+# calibration run, see CASE_BOOKKEEPING_S, sampled about a tenth of the way on a quiet CPU; under load the model
+# samples to the most).
+UNREACHED_SHARE = 0.15
 # NVML's energy counter updates about every 100 ms (docs/energy.md): the period a window is sized from.
 ASSUMED_COUNTER_PERIOD_S = 0.1
 # Recorded wall times of a case whose median is its expected wall time.
@@ -244,7 +260,7 @@ class CostModel:
         if s.phases:
             for phase_s in self.phase_calls_s(case, call_s):
                 phases += sampled_s(phase_s, s.policy, left - phases, unreached)
-        numerics = 2 * call_s + NUMERICS_FIXED_S
+        numerics = NUMERICS_CALLS * call_s + NUMERICS_FIXED_S
         if first_of_shape:
             numerics += self.reference_s(case)
         n_windows = 1 + (len(self.phase_calls_s(case, call_s)) if s.energy_phases else 0)
@@ -254,7 +270,7 @@ class CostModel:
         n_windows *= 2 if self.device.is_cuda and (s.flush_l2 or s.blocked_stream) else 1
         energy = energy_window_s(self.meter, s) * n_windows if s.energy else 0.0
         k = self.stretch
-        return "measured", Parts({Step.PROBE: probe * k, Step.SETUP: CASE_SETUP_S * k, Step.WARMUP: warmup,
+        return "measured", Parts({Step.PROBE: probe * k, Step.SETUP: (CASE_SETUP_S + SETUP_CALLS * call_s) * k, Step.WARMUP: warmup,
                                   Step.SAMPLING: e2e + phases, Step.NUMERICS: numerics * k, Step.ENERGY: energy,
                                   Step.BOOKKEEPING: (CASE_BOOKKEEPING_S + RECORD_WRITE_S) * k})
 
@@ -324,11 +340,12 @@ class Plan:
 
 
 # The run's own work around its cases: the process's start (torch's import), the cases' expansion, the environment's
-# capture and the final header, about 4 s on a 2-core CPU (`time fp8bench run --plan` takes most of it).
-RUN_FIXED_S = 4.0
+# capture and the final header: the calibration run's wall time less its cases' walls, its records' streaming and its
+# ceilings, 2.5 s on a 2-core CPU.
+RUN_FIXED_S = 2.5
 # Measuring a CPU's ceilings where none is cached (fp8bench.hardware.peaks: best of 5 of two 2048^3 matmuls and a
-# copy), about 3 s on a 2-core CPU.
-CEILINGS_S = 3.0
+# copy): the run header's ``harness.ceilings_s``, 0.8-1.8 s on a 2-core CPU at load 1-2.
+CEILINGS_S = 1.5
 
 
 def plan_run(cases: Sequence[Case], settings: RunSettings, model: CostModel,

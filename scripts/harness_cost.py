@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,15 +76,16 @@ def run_once(run_args: list[str], src: Path | None, results: Path) -> dict[str, 
     return read_run_file(run_file)
 
 
-def long_share(data: dict[str, Any], cases: set[str] | None = None) -> tuple[float | None, float | None, int]:
+def long_share(data: dict[str, Any], cases: set[str] | None = None) -> tuple[float | None, float | None, int,
+                                                                          float | None]:
     """The harness's share of the wall time of the cases whose call takes 10 ms or more (of ``cases`` only, where
-    given), the worst case's, and their count."""
+    given), the worst case's, their count and the median case's share."""
     long = [c for c in map(case_cost, data["records"]) if c is not None and (c["median_s"] or 0) >= LONG_CALL_S
             and (cases is None or c["case"] in cases)]
     if not long:
-        return None, None, 0
+        return None, None, 0, None
     return (sum(c["harness_s"] for c in long) / sum(c["wall_s"] for c in long), max(c["share"] for c in long),
-            len(long))
+            len(long), statistics.median(c["share"] for c in long))
 
 
 def paired(run_args: list[str], old: Path, rounds: int) -> None:
@@ -91,16 +93,19 @@ def paired(run_args: list[str], old: Path, rounds: int) -> None:
     sides = {"new": source_path(Path(__file__).resolve().parents[1]), "old": source_path(old)}
     results = Path(tempfile.mkdtemp(prefix="harness_cost_results_"))
     shares: dict[str, list[float]] = {"new": [], "old": []}
+    medians: dict[str, list[float]] = {"new": [], "old": []}
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     for i in range(rounds):
         runs: dict[str, dict[str, Any]] = {}
         for name in (("old", "new") if i % 2 == 0 else ("new", "old")):
             load = os.getloadavg()[0]
             runs[name] = run_once(run_args, sides[name], results)
-            share, worst, n = long_share(runs[name])
-            if share is not None:
+            share, worst, n, median = long_share(runs[name])
+            if share is not None and worst is not None and median is not None:
                 print(f"round {i + 1} {name}: calls >= 10 ms: {n} case(s), harness {100 * share:.1f}% of their wall "
-                      f"time, worst case {100 * worst:.1f}% (load {load:.2f} at start)")
+                      f"time, median case {100 * median:.1f}%, worst case {100 * worst:.1f}% (load {load:.2f} at "
+                      f"start)")
+                medians[name].append(median)
         # Under load a case may be skipped on one side: the pair is read on the cases both sides measured.
         both = common_long_cases(runs["old"], runs["new"])
         for name in ("old", "new"):
@@ -114,6 +119,10 @@ def paired(run_args: list[str], old: Path, rounds: int) -> None:
         if values:
             print(f"{name}: mean {100 * sum(values) / len(values):.1f}% over {len(values)} round(s) on the cases both "
                   f"sides measured ({', '.join(f'{100 * v:.1f}' for v in values)})")
+    for name, values in medians.items():
+        if values:
+            print(f"{name}: the median case's share, median over {len(values)} round(s): "
+                  f"{100 * statistics.median(values):.1f}% ({', '.join(f'{100 * v:.1f}' for v in values)})")
 
 
 def common_long_cases(a: dict[str, Any], b: dict[str, Any]) -> set[str]:

@@ -123,6 +123,12 @@ INTERPRETED_MAX_FLOPS = 2 * 256**3
 INTERPRETED_REASON = "interpreted: not timed"
 # An energy window loops a call for as long as the meter needs, a count each rank would choose on its own clock:
 # in a distributed run the ranks' collectives would stop matching, so no window runs.
+# Warm-up ends early, after ``warmup_iters`` calls, once a call takes within this fraction of the one before: the first
+# calls' one-off costs (allocation, lazy initialisation, cold caches) are behind, and waiting out ``warmup_s`` would
+# only add calls that change nothing (for a 14 ms CPU call the 50 ms floor was a tenth of the case's wall time,
+# scripts/harness_cost.py). A GPU sample at a low clock is discarded and retaken whatever the warm-up did
+# (fp8bench.hardware.clocks).
+WARMUP_SETTLED = 0.05
 NOT_METERED_LOCKSTEP = ("not metered in a distributed run: each rank's energy window would loop a different number "
                         "of collective calls")
 
@@ -537,18 +543,23 @@ class CaseMeasurer:
         return None
 
     def _warm_up(self, e2e: Callable[[], Any], deadline: float, after_first: Callable[[], None]) -> _Warmup:
-        """Warm up: at least ``warmup_iters`` calls and ``warmup_s`` seconds, stopping early if one call is too
-        slow for the samples to fit before ``deadline``; ``after_first`` runs once, right after the first call."""
+        """Warm up: at least ``warmup_iters`` calls, then until ``warmup_s`` seconds have passed or two calls in a row
+        agree to within :data:`WARMUP_SETTLED` (the first calls' one-off costs are behind), stopping early if one call
+        is too slow for the samples to fit before ``deadline``; ``after_first`` runs once, right after the first
+        call."""
         s = self.settings
         warm = _Warmup()
         warm_start = time.monotonic()
+        settled = False
         # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
         # At least one call, whatever the settings: the first is the output check's fresh call.
-        while agreed(self.timer, warm.calls < max(1, s.warmup_iters) or time.monotonic() - warm_start < s.warmup_s):
+        while agreed(self.timer, warm.calls < max(1, s.warmup_iters)
+                     or (not settled and time.monotonic() - warm_start < s.warmup_s)):
             t0 = time.monotonic()
             e2e()
             self.device.synchronize()
-            warm.last_call_s = time.monotonic() - t0
+            previous, warm.last_call_s = warm.last_call_s, time.monotonic() - t0
+            settled = warm.calls > 0 and abs(warm.last_call_s - previous) <= WARMUP_SETTLED * previous
             warm.calls += 1
             if warm.calls == 1:
                 after_first()

@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -53,7 +52,8 @@ import pytest
 from fp8bench.core.shapes import label, shape_label
 
 if TYPE_CHECKING:  # torch loads only when a benchmark runs
-    from fp8bench.measure.runner import CaseMeasurer, RunSettings
+    from fp8bench.measure.runner import CaseMeasurer
+    from fp8bench.measure.settings import RunSettings
 
 _STATE_KEY = pytest.StashKey[dict[str, Any]]()
 
@@ -76,19 +76,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _settings(config: pytest.Config, quick: bool) -> RunSettings:
-    from fp8bench.measure.runner import RunSettings
+    from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
     from fp8bench.measure.timing import SamplingPolicy
 
+    device, threads = config.getoption("fp8bench_device"), config.getoption("fp8bench_threads")
+    budget_s = config.getoption("fp8bench_budget")
     if quick:  # benchmarks disabled: prove the case runs and is sane, do not measure it
         policy = SamplingPolicy(min_samples=3, max_samples=3, min_time_s=0.0, max_time_s=0.5)
-        return RunSettings(device=config.getoption("fp8bench_device"), budget_s=config.getoption("fp8bench_budget"),
-                           policy=policy, warmup_s=0.0, warmup_iters=1, phases=False, energy=False,
-                           threads=config.getoption("fp8bench_threads"))
+        timing = TimingSettings(budget_s=budget_s, policy=policy, warmup_s=0.0, warmup_iters=1, phases=False)
+        return RunSettings(device=device, threads=threads, timing=timing, energy=EnergySettings(enabled=False))
     policy = SamplingPolicy(min_samples=config.getoption("fp8bench_min_samples"),
                             target_rse=config.getoption("fp8bench_target_rse"),
                             max_time_s=config.getoption("fp8bench_max_time"))
-    return RunSettings(device=config.getoption("fp8bench_device"), budget_s=config.getoption("fp8bench_budget"),
-                       policy=policy, threads=config.getoption("fp8bench_threads"))
+    return RunSettings(device=device, threads=threads, timing=TimingSettings(budget_s=budget_s, policy=policy))
 
 
 def _measurer(config: pytest.Config, quick: bool) -> CaseMeasurer:
@@ -200,10 +200,10 @@ def _measure_case(request: pytest.FixtureRequest, bench: Any | None) -> Callable
         used.append(True)
         measurer = _measurer(request.config, quick)
         settings = measurer.settings
-        if fp8_format != settings.fp8_format:
+        if fp8_format != settings.recipe.fp8_format:
             from dataclasses import replace
 
-            settings = replace(settings, fp8_format=fp8_format)
+            settings = replace(settings, recipe=replace(settings.recipe, fp8_format=fp8_format))
         try:
             case = expand_cases([(workload, [shape])], [precision], [backend], settings)[0]
             record = measurer.measure(case).to_dict()
@@ -268,8 +268,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _header(config: pytest.Config) -> dict[str, Any]:
     """The run header of the measured cases (device, commit, host and its load, software, settings), JSON-safe."""
     header = dict(config.stash[_STATE_KEY]["header"] or {})
-    if "settings" in header and not isinstance(header["settings"], dict):
-        header["settings"] = asdict(header["settings"])
     return _json_safe(header)
 
 

@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections import Counter
 
-from fp8bench.core.precisions import resolve_precision
+from fp8bench.core.precisions import RunOptions, resolve_precision
 from fp8bench.numerics import torch_api
 from fp8bench.verify.cuda_replay import TARGETS, replay_case
 
@@ -55,8 +55,8 @@ def main() -> int:
     for name, target in TARGETS.items():
         runs = skips = calls = refused = 0
         for workload, recipe, fmt, backend in CASES:
-            replay = replay_case(workload.removesuffix("_loop"), SHAPES[workload], resolve_precision(recipe, fmt),
-                                 backend, target)
+            precision = resolve_precision(recipe, RunOptions(fp8_format=fmt))
+            replay = replay_case(workload.removesuffix("_loop"), SHAPES[workload], precision, backend, target)
             if replay.skip_reason is not None or replay.refused_by_builder:
                 skips += 1
                 continue

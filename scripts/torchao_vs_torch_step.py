@@ -31,7 +31,7 @@ import torch
 from fp8bench.core.devices import resolve_device
 from fp8bench.core.pipeline import BuildContext, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-from fp8bench.core.precisions import resolve_precision
+from fp8bench.core.precisions import RunOptions, resolve_precision
 from fp8bench.numerics.accuracy import compare
 
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     workload = WORKLOADS.get("transformer_step")
     shape = workload.parse_shape(args.shape)
-    precision = resolve_precision(args.precision, args.fp8_format)
+    precision = resolve_precision(args.precision, RunOptions(fp8_format=args.fp8_format))
     inputs = workload.make_inputs(shape, device, seed=0)
     reference = workload.reference(inputs)
 

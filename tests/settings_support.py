@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fp8bench.measure.runner import RunSettings
+from fp8bench.measure.settings import RunSettings
 
 
 def with_policy(settings: RunSettings, **changes: Any) -> RunSettings:
     """A copy of ``settings`` with sampling-policy fields changed (``min_samples=...``)."""
-    return replace(settings, policy=replace(settings.policy, **changes))
+    return settings.with_timing(policy=replace(settings.timing.policy, **changes))

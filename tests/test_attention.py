@@ -12,7 +12,8 @@ from fp8bench.core.devices import resolve_device
 from fp8bench.core.plugins import WORKLOADS, load_all
 from fp8bench.core.precisions import resolve_precision
 from fp8bench.core.shapes import ShapeError
-from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.runner import CaseMeasurer
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import SamplingPolicy
 
 load_all()
@@ -27,8 +28,11 @@ BUDGET_S = 600.0
 
 
 def _measure(shape_text: str, precision: str, backend: str, budget: float = BUDGET_S, timer=None):
-    settings = RunSettings(device="cpu", budget_s=budget, energy=False,
-                           policy=SamplingPolicy(min_samples=5, min_time_s=0.01, max_time_s=0.3, target_rse=0.05))
+    settings = RunSettings(device="cpu",
+                           timing=TimingSettings(budget_s=budget,
+                                                 policy=SamplingPolicy(min_samples=5, min_time_s=0.01, max_time_s=0.3,
+                                                                       target_rse=0.05)),
+                           energy=EnergySettings(enabled=False))
     case = Case("attention", ATTN.parse_shape(shape_text), resolve_precision(precision), backend)
     return CaseMeasurer(settings, CPU, timer=timer).measure(case).to_dict()
 

@@ -26,7 +26,7 @@ from grid import FULL_MATRIX
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-from fp8bench.core.precisions import PRECISIONS, FloatPrecision, resolve_precision
+from fp8bench.core.precisions import PRECISIONS, FloatPrecision, RunOptions, resolve_precision
 from fp8bench.numerics.accuracy import compare
 
 load_all()
@@ -79,7 +79,7 @@ def _cases() -> list:
 def _build(workload: str, backend: str, precision_name: str, fmt: str):
     w = WORKLOADS.get(workload)
     shape = w.parse_shape(SHAPES[workload])
-    precision = resolve_precision(precision_name, fmt)
+    precision = resolve_precision(precision_name, RunOptions(fp8_format=fmt))
     inputs = w.make_inputs(shape, CPU, seed=0)
     ctx = BuildContext(workload, shape, precision, CPU, inputs)
     return BACKENDS.get(backend).build(ctx), w.reference(inputs), precision
@@ -90,7 +90,7 @@ def test_backend_agrees_with_the_emulated_reference(workload: str, backend: str,
     if (workload, backend, precision) in COSTLY and not FULL_MATRIX:
         pytest.skip("covered by a cheaper case of the same path; FP8BENCH_FULL_MATRIX=1 runs it")
     fmt = FP8_FORMAT.get(backend, "e4m3")
-    resolved = resolve_precision(precision, fmt)
+    resolved = resolve_precision(precision, RunOptions(fp8_format=fmt))
     why = BACKENDS.get(backend).unsupported_reason(workload, resolved, CPU)
     if why is None:
         try:

@@ -35,7 +35,8 @@ from fp8bench.core.records import case_key
 from fp8bench.measure import blocking
 from fp8bench.measure.blocking import BlockedStreamTimer, HoldTimedOut, held_timer, timer_for_calls
 from fp8bench.measure.cuda_graphs import GraphCapturer
-from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.runner import CaseMeasurer
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import CudaTimer, TimingMode, timing_mode_for
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
@@ -208,9 +209,9 @@ def fake_holds(fake_cuda, monkeypatch):
     return holds
 
 
-def settings(**kw):
-    return RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, blocked_stream=True,
-                       **kw)
+def settings():
+    return RunSettings(device="cuda:1", energy=EnergySettings(enabled=False),
+                       timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, blocked_stream=True))
 
 
 def test_runner_times_held_calls_and_keys_them_apart(fake_cuda, fake_holds, chain):
@@ -242,7 +243,8 @@ def test_blocked_stream_falls_back_on_the_cpu_and_without_triton(monkeypatch):
     from fp8bench.measure.runner import expand_cases
 
     (case,) = expand_cases([("gemm", ["32x32x32"])], ["bf16"], ["torch"], RunSettings(device="cpu"))
-    s = RunSettings(device="cpu", policy=POLICY, warmup_s=0.0, energy=False, blocked_stream=True)
+    s = RunSettings(device="cpu", timing=TimingSettings(policy=POLICY, warmup_s=0.0, blocked_stream=True),
+                    energy=EnergySettings(enabled=False))
     record = CaseMeasurer(s, Device("cpu")).measure(case)
     assert record.status == "ok" and record.timing_mode == "cpu"
     assert "timed with cpu, not blocked_stream: blocked_stream timing holds a CUDA stream; cpu has none" in \

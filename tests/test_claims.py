@@ -103,10 +103,12 @@ def test_the_docs_table_lists_every_claim_and_how_it_is_confirmed():
 
 @pytest.mark.gpu
 def test_every_claim_with_a_probe_holds_on_this_gpu():
-    from fp8bench.measure.runner import CaseMeasurer, RunSettings
+    from fp8bench.measure.runner import CaseMeasurer
+    from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 
     device = Device("cuda", 0)
-    measurer = CaseMeasurer(RunSettings(device="cuda:0", energy=False, phases=False), device)
+    measurer = CaseMeasurer(RunSettings(device="cuda:0", timing=TimingSettings(phases=False),
+                                        energy=EnergySettings(enabled=False)), device)
     ctx = ProbeContext(device, measurer.measure)
     failed = {c.name: r.figure for c in CLAIMS if c.probe
               for r in [run_probe(c, ctx)] if r.outcome is Outcome.FAILED}

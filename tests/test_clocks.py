@@ -30,7 +30,8 @@ from fp8bench.hardware.clocks import (
     ClockLockRefused,
     lock_clocks,
 )
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, run_cases
+from fp8bench.measure.runner import CaseMeasurer, run_cases
+from fp8bench.measure.settings import ClockSettings, EnergySettings, RunSettings, TimingSettings
 from fp8bench.results.runfile import read_run_file
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
@@ -112,7 +113,8 @@ def test_run_records_the_lock_and_resets_it_after_a_ctrl_c(fake_cuda, chain, mon
         nv, nv.nvmlDeviceGetHandleByIndex(0), policy).__enter__())
     monkeypatch.setattr("fp8bench.measure.runner.lock_clocks", clocks.lock_clocks)
     case = chain()
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, lock_clocks="max")
+    s = RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0),
+                    energy=EnergySettings(enabled=False), clocks=ClockSettings(lock="max"))
 
     def interrupt(i, _case):
         if i == 1:
@@ -316,7 +318,8 @@ def test_simulated_throttle_mid_run_discards_and_retakes_samples(fake_cuda, chai
         return kernel(*args, **kwargs)
 
     monkeypatch.setattr(fake_cuda, "kernel", throttling_kernel)
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False)
+    s = RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, flush_l2=False),
+                    energy=EnergySettings(enabled=False))
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.status == "ok", record.reason
     assert record.discarded_samples == 1 and slept == [RECOVERY_DELAY_S]
@@ -330,7 +333,8 @@ def test_a_device_that_stays_throttled_is_not_waited_for_and_ends_invalid(fake_c
     nvml_on_fake_gpu(monkeypatch, gpu)
     slept = []
     monkeypatch.setattr(clocks, "_sleep", slept.append)
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False)
+    s = RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, flush_l2=False),
+                    energy=EnergySettings(enabled=False))
     record = CaseMeasurer(s, GPU1).measure(chain())
     # Three discards in a row for the end-to-end samples and three for the phases, then each keeps its samples and
     # stops checking: at the default delay 0.35 s of waiting each, not the case's budget.
@@ -382,7 +386,8 @@ def test_a_power_capped_run_keeps_every_sample_and_stays_valid(fake_cuda, chain,
     gpu = FakeGpu(sm_clock_mhz=1200, default_sm_clock_mhz=1755, reasons=SW_POWER_CAP)
     nvml_on_fake_gpu(monkeypatch, gpu)
     monkeypatch.setattr(clocks, "_sleep", lambda s: None)
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False)
+    s = RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, flush_l2=False),
+                    energy=EnergySettings(enabled=False))
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.discarded_samples == 0
     assert record.status == "ok" and any(n.startswith("power-capped:") for n in record.notes)
@@ -408,8 +413,8 @@ def test_a_base_clock_lock_makes_the_locked_clock_the_reference(fake_cuda, chain
     monkeypatch.setattr("fp8bench.measure.runner.lock_clocks",
                         lambda device, policy: clocks.lock_clocks(device, policy, nv, load=_loading(gpu)))
     monkeypatch.setattr("fp8bench.energy.meters.cuda_uuid", lambda device: None)
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False,
-                    lock_clocks="base")
+    s = RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, flush_l2=False),
+                    energy=EnergySettings(enabled=False), clocks=ClockSettings(lock="base"))
     outcome = run_cases([chain()], s, GPU1, run_file=tmp_path / "run.json")
     record = outcome.records[0]
     assert record.telemetry["timing"]["reference_sm_clock_mhz"] == 1590

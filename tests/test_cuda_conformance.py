@@ -20,7 +20,7 @@ from grid import grid, one_per_kind
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
-from fp8bench.core.precisions import ScaledRecipe, resolve_precision
+from fp8bench.core.precisions import RunOptions, ScaledRecipe, resolve_precision
 from fp8bench.hardware import capabilities
 from fp8bench.hardware.capabilities import (
     CudaTarget,
@@ -67,8 +67,8 @@ SHAPES = {"gemm": "192x256x384", "attention": "b=2,h=2,s=64,d=64,kv_heads=1,back
 
 def _replay(workload: str, recipe: str, fmt: str, backend: str, target: CudaTarget,
             fast_accum: bool | None = None) -> CaseReplay:
-    return replay_case(workload, SHAPES[workload], resolve_precision(recipe, fmt, fast_accum=fast_accum), backend,
-                       target)
+    precision = resolve_precision(recipe, RunOptions(fp8_format=fmt, fast_accum=fast_accum))
+    return replay_case(workload, SHAPES[workload], precision, backend, target)
 
 
 def _report(replay: CaseReplay | Emulation) -> str:
@@ -85,7 +85,7 @@ def _check(workload: str, recipe: str, fmt: str, backend: str, target_name: str)
         assert replay.conforms, _report(replay)
         return
     gemm_rule = capabilities.capabilities_for(CUDA, target=target).recipe_reason(
-        resolve_precision(recipe, fmt), backward=workload != "gemm")
+        resolve_precision(recipe, RunOptions(fp8_format=fmt)), backward=workload != "gemm")
     if gemm_rule and gemm_rule in replay.skip_reason:
         assert replay.refused, f"skipped for a GEMM rule ({replay.skip_reason}) that no replayed call breaks:\n" \
                                f"{_report(replay)}"
@@ -222,10 +222,10 @@ def test_capability_matrix_and_recipes_read_the_same_rules() -> None:
     blockwise = resolve_precision("fp8_blockwise")
     assert h100.recipe_reason(blockwise) is None and "9.x only" in b200.recipe_reason(blockwise)
     # Hybrid training sends E5M2 gradients into the backward GEMMs, which block-scaled kernels refuse.
-    hybrid = resolve_precision("fp8_blockwise", "hybrid")
+    hybrid = resolve_precision("fp8_blockwise", RunOptions(fp8_format="hybrid"))
     assert h100.recipe_reason(hybrid) is None
     assert "dgrad GEMM" in h100.recipe_reason(hybrid, backward=True)
-    assert "E5M2 x E5M2" in h100.recipe_reason(resolve_precision("fp8_rowwise", "e5m2"))
+    assert "E5M2 x E5M2" in h100.recipe_reason(resolve_precision("fp8_rowwise", RunOptions(fp8_format="e5m2")))
     assert isinstance(hybrid, ScaledRecipe)
 
 

@@ -33,7 +33,8 @@ from fp8bench.core.records import TIMING_MODES, Record, case_key
 from fp8bench.energy import meters as energy
 from fp8bench.energy.meters import WindowMeter, WindowPolicy
 from fp8bench.measure.cuda_graphs import CAPTURE_ERROR_MODE, WARMUP_CALLS, CaptureRefused, GraphCapturer
-from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.runner import CaseMeasurer
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import CudaTimer, SamplingPolicy, TimingMode, timing_mode_for
 
 load_all()
@@ -243,8 +244,9 @@ def chain(fake_cuda):
         BACKENDS.remove(name)
 
 
-def settings(**kw):
-    return RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, **kw)
+def settings(**timing):
+    return RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, **timing),
+                       energy=EnergySettings(enabled=False))
 
 
 def test_runner_measures_a_case_entirely_on_its_gpu(fake_cuda, chain):
@@ -345,7 +347,8 @@ def test_energy_window_loops_the_replays_on_the_selected_gpu(fake_cuda, chain, m
     meter = WindowMeter("test_counter", counter=lambda: 300.0 * fake_cuda.host_s,
                         policy=WindowPolicy(min_window_s=0.02, max_window_s=1.0))
     monkeypatch.setattr(energy, "_FACTORIES", [lambda device: meter])
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=True, cuda_graph=True)
+    s = RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, cuda_graph=True),
+                    energy=EnergySettings(enabled=True))
     before = len(fake_cuda.ops("replay"))
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.status == "ok" and record.energy["iterations"] > 0
@@ -364,7 +367,7 @@ def test_energy_window_runs_its_calls_on_the_metered_gpu(fake_cuda):
 
 def test_cuda_graph_timing_is_refused_on_the_cpu():
     with pytest.raises(ValueError, match=r"CUDA-graph timing needs a CUDA device; this run is on cpu"):
-        CaseMeasurer(RunSettings(device="cpu", cuda_graph=True), Device("cpu"))
+        CaseMeasurer(RunSettings(device="cpu", timing=TimingSettings(cuda_graph=True)), Device("cpu"))
     assert timing_mode_for(Device("cpu"), False) is TimingMode.CPU
     assert timing_mode_for(GPU1, False) is TimingMode.CUDA_EVENTS
     assert timing_mode_for(GPU1, True) is TimingMode.CUDA_GRAPH
@@ -453,7 +456,8 @@ def test_cpu_records_say_cpu_timing_without_flush():
     from fp8bench.measure.runner import expand_cases
 
     (case,) = expand_cases([("gemm", ["32x32x32"])], ["bf16"], ["torch"], RunSettings(device="cpu"))
-    record = CaseMeasurer(RunSettings(device="cpu", policy=POLICY, warmup_s=0.0, energy=False),
+    record = CaseMeasurer(RunSettings(device="cpu", timing=TimingSettings(policy=POLICY, warmup_s=0.0),
+                                      energy=EnergySettings(enabled=False)),
                           Device("cpu")).measure(case)
     assert record.status == "ok" and record.timing_mode == "cpu" and record.l2_flushed is False
 
@@ -496,10 +500,12 @@ def test_gpu_graph_mode_runs_a_gemm_case():
     device = _last_gpu()
     from fp8bench.measure.runner import expand_cases
 
-    s = RunSettings(device=str(device), budget_s=20, policy=POLICY, energy=False, cuda_graph=True)
+    s = RunSettings(device=str(device), timing=TimingSettings(budget_s=20, policy=POLICY, cuda_graph=True),
+                    energy=EnergySettings(enabled=False))
     (case,) = expand_cases([("gemm", ["1024x1024x1024"])], ["bf16"], ["torch"], s)
     graph = CaseMeasurer(s, device).measure(case)
-    eager = CaseMeasurer(RunSettings(device=str(device), budget_s=20, policy=POLICY, energy=False), device).measure(case)
+    eager = CaseMeasurer(RunSettings(device=str(device), timing=TimingSettings(budget_s=20, policy=POLICY),
+                                     energy=EnergySettings(enabled=False)), device).measure(case)
     assert graph.status == eager.status == "ok", (graph.reason, eager.reason)
     assert graph.timing_mode == "cuda_graph" and eager.timing_mode == "cuda_events"
     assert 0 < graph.median_s <= 2 * eager.median_s  # sanity only: speed is reported, not asserted

@@ -25,7 +25,8 @@ from fp8bench.energy.meters import (
     rapl_meter,
 )
 from fp8bench.energy.rapl import RaplCounter, RaplUnavailable
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
+from fp8bench.measure.runner import CaseMeasurer, expand_cases, run_cases
+from fp8bench.measure.settings import ClockSettings, EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import SamplingPolicy
 
 load_all()
@@ -295,9 +296,11 @@ def test_window_policy_rejects_bad_values():
 
 # -- the runner with these meters ----------------------------------------------------------------------------------
 
-SETTINGS = RunSettings(device="cpu", budget_s=10, policy=SamplingPolicy(min_samples=3, min_time_s=0.0,
-                                                                         max_time_s=0.02),
-                       warmup_s=0.0, energy_window_s=0.1)
+SETTINGS = RunSettings(device="cpu",
+                       timing=TimingSettings(budget_s=10,
+                                             policy=SamplingPolicy(min_samples=3, min_time_s=0.0, max_time_s=0.02),
+                                             warmup_s=0.0),
+                       energy=EnergySettings(window_s=0.1))
 
 
 def _case():
@@ -330,7 +333,7 @@ def test_runner_records_power_capping_without_invalidating(monkeypatch):
 
 def test_runner_with_strict_clocks_marks_power_capping_invalid(monkeypatch):
     gpu, _ = _power_capped_gpu()
-    strict = dataclasses.replace(SETTINGS, strict_clocks=True)
+    strict = dataclasses.replace(SETTINGS, clocks=ClockSettings(strict=True))
     record = _measurer_with(meter(gpu), monkeypatch, strict).measure(_case())
     assert record.status == "invalid" and record.valid is False
     assert "power cap (sw_power_cap)" in record.reason and "--strict-clocks" in record.reason
@@ -359,7 +362,7 @@ def test_runner_still_invalidates_a_clock_drop_the_power_cap_does_not_explain(mo
     unexplained = FakeGpu(sm_clock_mhz=1410)  # no reason bit at all
     record = _measurer_with(meter(unexplained), monkeypatch).measure(_case())
     assert record.status == "invalid" and "median SM clock 1410 MHz" in record.reason
-    strict = dataclasses.replace(SETTINGS, strict_clocks=True)
+    strict = dataclasses.replace(SETTINGS, clocks=ClockSettings(strict=True))
     record = _measurer_with(meter(_power_capped_under_the_floor()), monkeypatch, strict).measure(_case())
     assert record.status == "invalid" and "power cap (sw_power_cap)" in record.reason
     assert "median SM clock 1410 MHz" in record.reason
@@ -368,7 +371,7 @@ def test_runner_still_invalidates_a_clock_drop_the_power_cap_does_not_explain(mo
 def test_a_no_energy_run_checks_clocks_and_reasons_while_timing(monkeypatch):
     """``--no-energy`` runs no energy window, but the timed samples are still watched: a thermal slowdown during
     them invalidates the case, and the median SM clock is recorded."""
-    no_energy = dataclasses.replace(SETTINGS, energy=False)
+    no_energy = SETTINGS.with_energy(enabled=False)
     hot = FakeGpu(sm_clock_mhz=1410, reasons=pynvml.nvmlClocksEventReasonHwThermalSlowdown)
     record = _measurer_with(meter(hot), monkeypatch, no_energy).measure(_case())
     assert record.status == "invalid" and record.valid is False
@@ -385,7 +388,7 @@ def test_a_no_energy_run_checks_clocks_and_reasons_while_timing(monkeypatch):
 
 
 def test_without_device_telemetry_the_record_says_why_and_invents_no_clock():
-    settings = dataclasses.replace(SETTINGS, energy=False)
+    settings = SETTINGS.with_energy(enabled=False)
     record = CaseMeasurer(settings, CPU).measure(_case())
     assert record.status == "ok" and record.sm_clock_mhz is None
     assert record.telemetry["timing"]["reason"].startswith("not sampled: ")
@@ -402,8 +405,9 @@ def test_runner_continues_after_an_nvml_error(monkeypatch):
 
 
 def test_runner_reports_energy_tflops_per_watt_idle_and_phases(monkeypatch):
-    settings = RunSettings(device="cpu", budget_s=10, policy=SETTINGS.policy, warmup_s=0.0, energy_window_s=0.1,
-                           idle_baseline_s=0.1, energy_phases=True)
+    settings = RunSettings(device="cpu",
+                           timing=TimingSettings(budget_s=10, policy=SETTINGS.timing.policy, warmup_s=0.0),
+                           energy=EnergySettings(window_s=0.1, idle_baseline_s=0.1, phases=True))
     record = _measurer_with(meter(FakeGpu(power_w=300.0)), monkeypatch, settings).measure(_case())
     assert record.status == "ok" and record.energy_j > 0
     assert record.tflops_per_w == pytest.approx(record.flops / record.energy_j / 1e12)
@@ -509,17 +513,18 @@ def _run_settings(argv, overrides=None):
 def test_energy_flags_reach_the_run_settings():
     s = _run_settings(["--energy-window", "2.5", "--idle-baseline", "3", "--cooldown", "10", "--energy-phases",
                        "--clock-floor", "0.8"])
-    assert (s.energy, s.energy_window_s, s.idle_baseline_s, s.cooldown_s, s.energy_phases, s.clock_floor) == (
+    e = s.energy
+    assert (e.enabled, e.window_s, e.idle_baseline_s, e.cooldown_s, e.phases, s.clocks.floor) == (
         True, 2.5, 3.0, 10.0, True, 0.8)
-    defaults = _run_settings([])
-    assert (defaults.energy, defaults.energy_window_s, defaults.idle_baseline_s, defaults.cooldown_s) == (
+    defaults = _run_settings([]).energy
+    assert (defaults.enabled, defaults.window_s, defaults.idle_baseline_s, defaults.cooldown_s) == (
         True, 1.0, 0.0, 0.0)
-    assert _run_settings(["--no-energy"]).energy is False
-    assert defaults.strict_clocks is False and _run_settings(["--strict-clocks"]).strict_clocks is True
-    assert _run_settings([], {"energy_window_s": 4, "cooldown_s": 1}).energy_window_s == 4.0  # from a suite file
+    assert _run_settings(["--no-energy"]).energy.enabled is False
+    assert _run_settings([]).clocks.strict is False and _run_settings(["--strict-clocks"]).clocks.strict is True
+    assert _run_settings([], {"energy_window_s": 4, "cooldown_s": 1}).energy.window_s == 4.0  # from a suite file
     with pytest.raises(ValueError, match="clock floor .* got 1.2"):
         _run_settings(["--clock-floor", "1.2"])
-    with pytest.raises(ValueError, match="cooldown_s must be >= 0 seconds, got -1"):
+    with pytest.raises(ValueError, match="cooldown_s must be finite seconds >= 0, got -1"):
         _run_settings(["--cooldown", "-1"])
 
 

@@ -31,7 +31,8 @@ from fp8bench.energy.windows import (
     measure_update_period,
     sized_window_s,
 )
-from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.runner import CaseMeasurer
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import CudaTimer
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
@@ -108,8 +109,8 @@ def test_the_runner_records_the_bound_with_the_energy_figure(fake_cuda, chain, m
     gpu = FakeGpu(counter_step_s=0.002)
     nv = make_pynvml(gpu)
     monkeypatch.setattr(energy, "_FACTORIES", [lambda device: energy.nvml_meter(device, nv=nv)])
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=True, energy_window_s=0.01,
-                    flush_l2=False)
+    s = RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, flush_l2=False),
+                    energy=EnergySettings(enabled=True, window_s=0.01))
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.status == "ok", record.reason
     assert record.energy_j is not None and record.energy["method"] == "nvml_counter"
@@ -175,9 +176,9 @@ def meter_cuda1(fake_cuda, monkeypatch, before_read=lambda: None):
     monkeypatch.setattr(energy, "_FACTORIES", [lambda device: WindowMeter("nvml_counter", counter=counter)])
 
 
-def energy_settings(**kw):
-    return RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=True, energy_window_s=0.01,
-                       energy_error_target=None, **kw)
+def energy_settings(energy_phases=False, **timing):
+    return RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, **timing),
+                       energy=EnergySettings(window_s=0.01, error_target=None, phases=energy_phases))
 
 
 def test_the_fake_l2_keeps_a_kernels_data_until_a_flush_evicts_it(fake_cuda):

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from fp8bench.core.formats import E5M2
-from fp8bench.core.precisions import resolve_precision
+from fp8bench.core.precisions import RunOptions, resolve_precision
 from fp8bench.numerics.accuracy import compare
 from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, swap_linears
 from tests.rounding_theory import rounding_sqnr_db
@@ -44,7 +44,7 @@ def _reference(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> tuple[torc
 
 
 def _layer(precision: str, gemm=EMULATED, fmt: str = "e4m3", **kw) -> Fp8Linear:
-    recipe = resolve_precision(precision, fmt)
+    recipe = resolve_precision(precision, RunOptions(fp8_format=fmt))
     layer = Fp8Linear(K, N, recipe, gemm=gemm, **kw)
     return layer
 
@@ -168,7 +168,7 @@ def test_native_gemms_on_cuda_agree_with_emulated(precision):
 
     device = resolve_device("cuda")
     # Stochastic rounding draws differ between the two layers: compare the deterministic 4-bit path.
-    recipe = resolve_precision(precision, stochastic_rounding=False)
+    recipe = resolve_precision(precision, RunOptions(stochastic_rounding=False))
     why = capabilities_for(device).recipe_reason(recipe, backward=True)
     if why:
         pytest.skip(why)
@@ -186,7 +186,7 @@ def test_native_gemms_on_cuda_agree_with_emulated(precision):
 # --- 4-bit recipes ------------------------------------------------------------------------------------------------
 
 def _fp4_layer(precision: str, w: torch.Tensor, **options) -> Fp8Linear:
-    layer = Fp8Linear(K, N, resolve_precision(precision, "e4m3", **options), gemm=EMULATED)
+    layer = Fp8Linear(K, N, resolve_precision(precision, RunOptions(fp8_format="e4m3", **options)), gemm=EMULATED)
     with torch.no_grad():
         layer.weight.copy_(w)
     return layer

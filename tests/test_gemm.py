@@ -6,7 +6,7 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-from fp8bench.core.precisions import PRECISIONS, resolve_precision
+from fp8bench.core.precisions import PRECISIONS, RunOptions, resolve_precision
 from fp8bench.core.shapes import ShapeError
 from fp8bench.numerics.accuracy import compare
 from tests.rounding_theory import rounding_sqnr_db
@@ -89,7 +89,7 @@ def inputs_and_reference():
 
 def sqnr(backend, name, fmt, inputs_and_reference):
     inputs, ref = inputs_and_reference
-    precision = resolve_precision(name, fmt)
+    precision = resolve_precision(name, RunOptions(fp8_format=fmt))
     pipeline = BACKENDS.get(backend).build(BuildContext("gemm", SHAPE, precision, CPU, inputs))
     return compare(pipeline.output(), ref).sqnr_db
 

@@ -9,14 +9,18 @@ from fp8bench.core.plugins import load_all
 from fp8bench.core.records import Record
 from fp8bench.hardware import peaks
 from fp8bench.measure.harness_cost import PARTS, CostClock, summarise
-from fp8bench.measure.runner import RunSettings, expand_cases, run_cases
+from fp8bench.measure.runner import expand_cases, run_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.results.runfile import read_run_file
 
 load_all()
 CPU = Device("cpu")
-FAST = RunSettings(device="cpu", budget_s=5, policy=SamplingPolicy(min_samples=3, min_time_s=0.0, max_time_s=0.01),
-                   warmup_s=0.0, energy=False)
+FAST = RunSettings(device="cpu",
+                   timing=TimingSettings(budget_s=5,
+                                         policy=SamplingPolicy(min_samples=3, min_time_s=0.0, max_time_s=0.01),
+                                         warmup_s=0.0),
+                   energy=EnergySettings(enabled=False))
 
 
 def test_split_adds_up_to_the_wall_time_less_the_measured_time() -> None:

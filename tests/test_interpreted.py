@@ -12,7 +12,8 @@ from fp8bench.analysis.report import baseline_index, speedups
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend, load_all
-from fp8bench.measure.runner import INTERPRETED_REASON, CaseMeasurer, RunSettings, expand_cases
+from fp8bench.measure.runner import INTERPRETED_REASON, CaseMeasurer, expand_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from tests.gate_fixtures import payload, record, rounds
 
 load_all()
@@ -44,7 +45,7 @@ def interpreted_backend():
 
 
 def _measure(shape: str, precision: str, backend: str) -> dict:
-    settings = RunSettings(device="cpu", budget_s=30, energy=False)
+    settings = RunSettings(device="cpu", timing=TimingSettings(budget_s=30), energy=EnergySettings(enabled=False))
     (case,) = expand_cases([("gemm", [shape])], [precision], [backend], settings)
     return CaseMeasurer(settings, CPU).measure(case).to_dict()
 

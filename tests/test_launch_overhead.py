@@ -15,7 +15,8 @@ from test_cuda_timing import GPU1, PHASE_S, POLICY, kernels_on
 from fp8bench.analysis.report import render_table
 from fp8bench.measure import blocking
 from fp8bench.measure.blocking import BlockedStreamTimer
-from fp8bench.measure.runner import CaseMeasurer, RunSettings
+from fp8bench.measure.runner import CaseMeasurer
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import CudaTimer
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
@@ -49,8 +50,10 @@ def test_launch_overhead_is_host_time_the_device_figure_leaves_out(fake_cuda):
 
 def test_record_carries_host_samples_median_and_launch_overhead(fake_cuda, chain, monkeypatch):
     monkeypatch.setattr(blocking, "stream_hold_for", lambda device: FakeStreamHold(fake_cuda, device.cuda_index))
-    s = RunSettings(device="cuda:1", budget_s=30, policy=POLICY, warmup_s=0.0, energy=False, flush_l2=False,
-                    blocked_stream=True)
+    s = RunSettings(device="cuda:1",
+                    timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, flush_l2=False,
+                                          blocked_stream=True),
+                    energy=EnergySettings(enabled=False))
     measurer = CaseMeasurer(s, GPU1)
     measurer.blocked.host_clock = lambda: fake_cuda.host_s
     record = measurer.measure(chain())
@@ -71,6 +74,7 @@ def test_cpu_records_have_no_host_split():
     from fp8bench.measure.runner import expand_cases
 
     (case,) = expand_cases([("gemm", ["16x16x16"])], ["bf16"], ["torch"], RunSettings(device="cpu"))
-    record = CaseMeasurer(RunSettings(device="cpu", policy=POLICY, warmup_s=0.0, energy=False),
+    record = CaseMeasurer(RunSettings(device="cpu", timing=TimingSettings(policy=POLICY, warmup_s=0.0),
+                                      energy=EnergySettings(enabled=False)),
                           Device("cpu")).measure(case)
     assert record.host_samples_s == [] and record.host_median_s is None and record.launch_overhead_s is None

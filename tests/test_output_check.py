@@ -21,7 +21,8 @@ from fp8bench.measure.output_check import (
     deterministic,
     sqnr_threshold_db,
 )
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
+from fp8bench.measure.runner import CaseMeasurer, expand_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.attention import timed_return
@@ -245,8 +246,10 @@ def test_a_wrapped_triton_gemm_that_returns_zeros_after_its_first_call_ends_inva
 
 
 def _measure(workload: str, shape: str, precision: str, backend: str) -> dict:
-    settings = RunSettings(device="cpu", budget_s=30, energy=False, warmup_s=0.0,
-                           policy=SamplingPolicy(min_samples=3, max_time_s=0.05))
+    settings = RunSettings(device="cpu",
+                           timing=TimingSettings(budget_s=30, warmup_s=0.0,
+                                                 policy=SamplingPolicy(min_samples=3, max_time_s=0.05)),
+                           energy=EnergySettings(enabled=False))
     (case,) = expand_cases([(workload, [shape])], [precision], [backend], settings)
     return CaseMeasurer(settings, CPU).measure(case).to_dict()
 

@@ -20,8 +20,9 @@ from fake_cuda_runtime import ILLEGAL_ADDRESS, LAUNCH_FAILURE, cuda_error
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Pipeline, Unsupported, refusals
 from fp8bench.core.plugins import BACKENDS, Backend, load_all
-from fp8bench.core.precisions import resolve_precision
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
+from fp8bench.core.precisions import RunOptions, resolve_precision
+from fp8bench.measure.runner import CaseMeasurer, expand_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.workloads.gemm import GEMM
 
@@ -114,8 +115,10 @@ def raising_backends():
 def test_runner_buckets_and_goes_on_after_out_of_memory(raising_backends, monkeypatch):
     emptied = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
-    settings = RunSettings(device="cpu", budget_s=5, policy=SamplingPolicy(min_samples=3, min_time_s=0.0),
-                           warmup_s=0.0, energy=False)
+    settings = RunSettings(device="cpu",
+                           timing=TimingSettings(budget_s=5, policy=SamplingPolicy(min_samples=3, min_time_s=0.0),
+                                                 warmup_s=0.0),
+                           energy=EnergySettings(enabled=False))
     measurer = CaseMeasurer(settings, CPU)
     cases = expand_cases([("gemm", ["32x32x32"])], ["fp32"], ["test_oom", "test_refuses", "test_breaks", "torch"],
                          settings)
@@ -140,8 +143,10 @@ def test_runner_fails_a_case_whose_kernel_hits_a_cuda_runtime_error():
 
     BACKENDS.add(backend.name, backend)
     try:
-        settings = RunSettings(device="cpu", budget_s=5, policy=SamplingPolicy(min_samples=3, min_time_s=0.0),
-                               warmup_s=0.0, energy=False)
+        settings = RunSettings(device="cpu",
+                               timing=TimingSettings(budget_s=5, policy=SamplingPolicy(min_samples=3, min_time_s=0.0),
+                                                     warmup_s=0.0),
+                               energy=EnergySettings(enabled=False))
         case = expand_cases([("gemm", ["32x32x32"])], ["fp32"], [backend.name], settings)[0]
         record = CaseMeasurer(settings, CPU).measure(case)
     finally:
@@ -154,7 +159,8 @@ def test_runner_fails_a_case_whose_kernel_hits_a_cuda_runtime_error():
 
 def _gemm_ctx(precision: str, fmt: str = "e4m3", shape: str = "32x32x64") -> BuildContext:
     sh = GEMM.parse_shape(shape)
-    return BuildContext("gemm", sh, resolve_precision(precision, fmt), CPU, GEMM.make_inputs(sh, CPU, seed=0))
+    return BuildContext("gemm", sh, resolve_precision(precision, RunOptions(fp8_format=fmt)), CPU,
+                        GEMM.make_inputs(sh, CPU, seed=0))
 
 
 def _raiser(error: BaseException):

@@ -32,7 +32,8 @@ from fp8bench.measure.plan import (
     plan_run,
     sampled_s,
 )
-from fp8bench.measure.runner import RunSettings, expand_cases, run_cases
+from fp8bench.measure.runner import expand_cases, run_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.suites import SuiteError, load_suite
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.results.runfile import read_run_file
@@ -41,8 +42,11 @@ from fp8bench.results.store import open_store
 load_all()
 CPU = Device("cpu")
 CEILINGS = {"fp32": 0.1, "bf16": 0.1, "mem_bw": 0.01}
-FAST = RunSettings(device="cpu", budget_s=5, policy=SamplingPolicy(min_samples=3, min_time_s=0.0, max_time_s=0.01),
-                   warmup_s=0.0, energy=False)
+FAST = RunSettings(device="cpu",
+                   timing=TimingSettings(budget_s=5,
+                                         policy=SamplingPolicy(min_samples=3, min_time_s=0.0, max_time_s=0.01),
+                                         warmup_s=0.0),
+                   energy=EnergySettings(enabled=False))
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("45m", 2700), ("6h", 21600),
@@ -68,14 +72,14 @@ def test_sampling_time_lies_between_the_stop_rules() -> None:
 
 def test_refused_and_over_budget_cases_are_expected_as_skipped() -> None:
     model = CostModel(CPU, CEILINGS)
-    settings = replace(FAST, budget_s=0.5)
+    settings = FAST.with_timing(budget_s=0.5)
     tf32, big = expand_cases([("gemm", ["64x64x64"])], ["tf32"], ["torch"], settings) + expand_cases(
         [("gemm", ["4096x4096x4096"])], ["fp32"], ["torch"], settings)
     refused = model.estimate(tf32, settings)
     assert refused.seconds == REFUSED_S and refused.expect.startswith("skipped: torch does not run tf32")
     assert refused.refused and not model.estimate(big, settings).refused
     over = model.estimate(big, settings)
-    assert over.expect.startswith("skipped: over budget") and over.seconds < settings.budget_s
+    assert over.expect.startswith("skipped: over budget") and over.seconds < settings.timing.budget_s
 
 
 def test_a_cold_plan_stretches_with_the_hosts_load() -> None:
@@ -96,7 +100,7 @@ def test_a_cold_plan_stretches_with_the_hosts_load() -> None:
 
 def test_history_gives_the_median_wall_time_and_scales_with_the_settings() -> None:
     (case,) = expand_cases([("gemm", ["256x256x256"])], ["bf16"], ["torch"], FAST)
-    settings = RunSettings(device="cpu", energy=False)
+    settings = RunSettings(device="cpu", energy=EnergySettings(enabled=False))
     model = CostModel(CPU, CEILINGS, history={case_key_of(case, CPU): History((3.0, 5.0, 4.0, 100.0), 0.01)})
     full = model.estimate(case, settings)
     assert full.source == "history" and full.seconds == 4.0 and full.history_runs == 3
@@ -130,7 +134,8 @@ def test_the_budget_shortens_before_it_skips_and_skips_from_the_end() -> None:
 def test_a_case_never_gets_more_of_its_own_budget_than_the_run_has_left() -> None:
     decision = _budget([[1.0] * 4], 10).decide(0, 0.0)
     # the budget aimed at, less the time kept aside to write the one record still to come
-    assert decision.settings is not None and decision.settings.budget_s == pytest.approx(10 * 0.96 - RUN_END_S - FIRST_WRITE_S)
+    assert decision.settings is not None
+    assert decision.settings.timing.budget_s == pytest.approx(10 * 0.96 - RUN_END_S - FIRST_WRITE_S)
     assert decision.reason.startswith(f"{SKIP_REASON}: the case's own budget cut to the 7.59 s left")
 
 
@@ -255,8 +260,8 @@ def test_a_gpu_case_whose_samples_wrap_each_call_expects_two_energy_windows(wrap
 
     meter = WindowMeter("nvml_counter", counter=lambda: 0.0)
     gpu = CostModel(Device("cuda", 0), {"bf16": 500.0, "fp32": 50.0, "mem_bw": 3.0}, meter=meter)
-    settings = replace(FAST, device="cuda:0", energy=True, energy_error_target=None, energy_window_s=1.0,
-                       budget_s=30, **wrapping)
+    settings = replace(FAST, device="cuda:0", energy=EnergySettings(error_target=None, window_s=1.0),
+                       timing=replace(FAST.timing, budget_s=30, **wrapping))
     (case,) = expand_cases([("gemm", ["256x256x256"])], ["bf16"], ["torch"], settings)
     _, parts = gpu.parts(case, 1e-4, settings, first_of_shape=False)
     assert parts[Step.ENERGY] == pytest.approx(windows * 1.0)

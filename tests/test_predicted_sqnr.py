@@ -14,7 +14,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.formats import E2M1, E4M3, E5M2, FP8_FORMATS
 from fp8bench.core.pipeline import BuildContext, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-from fp8bench.core.precisions import PRECISIONS, Fp4Recipe, ScaledRecipe, resolve_precision
+from fp8bench.core.precisions import PRECISIONS, Fp4Recipe, RunOptions, ScaledRecipe, resolve_precision
 from fp8bench.numerics.accuracy import compare
 from fp8bench.numerics.quantize import (
     quantize_blockwise,
@@ -108,7 +108,7 @@ def test_gemm_prediction_matches_the_backends(gemm_inputs, recipe, fp8_format):
     inputs, reference = gemm_inputs
     if isinstance(PRECISIONS.get(recipe), Fp4Recipe) and fp8_format != "e4m3":
         pytest.skip("4-bit recipes have E2M1 elements: no FP8 format to choose")
-    precision = resolve_precision(recipe, fp8_format)
+    precision = resolve_precision(recipe, RunOptions(fp8_format=fp8_format))
     assert isinstance(precision, ScaledRecipe)
     predicted = P.predict_gemm_sqnr(precision, GEMM_SHAPE).sqnr_db
     measured_by = {}
@@ -124,7 +124,7 @@ def test_gemm_prediction_matches_the_backends(gemm_inputs, recipe, fp8_format):
 
 
 def test_gemm_prediction_parts_add_as_noise_powers():
-    recipe = resolve_precision("fp8_rowwise", "e4m3")
+    recipe = resolve_precision("fp8_rowwise", RunOptions(fp8_format="e4m3"))
     assert isinstance(recipe, ScaledRecipe)
     pred = P.predict_gemm_sqnr(recipe, GEMM_SHAPE)
     nsr = [10 ** (-db / 10) for db in (pred.lhs_db, pred.rhs_db)]

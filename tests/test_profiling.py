@@ -24,7 +24,8 @@ from fp8bench.measure.profiling import (
     profile_iterations,
     top_ops,
 )
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases
+from fp8bench.measure.runner import CaseMeasurer, expand_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import CpuTimer
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
@@ -97,7 +98,8 @@ def test_a_profiled_run_prints_no_kineto_marker_lines(tmp_path):
 
 
 def test_profiling_never_enters_a_timed_sample(tmp_path):
-    settings = with_policy(RunSettings(device="cpu", budget_s=5, energy=False), min_samples=5, max_samples=5)
+    settings = with_policy(RunSettings(device="cpu", timing=TimingSettings(budget_s=5),
+                                       energy=EnergySettings(enabled=False)), min_samples=5, max_samples=5)
     (case,) = expand_cases([("gemm", ["64x64x64"])], ["fp8_tensorwise"], ["emulated"], settings)
     plain_timer, profiled_timer = WatchingTimer(), WatchingTimer()
     plain = CaseMeasurer(settings, CPU, timer=plain_timer).measure(case)
@@ -118,7 +120,8 @@ def test_a_failing_profiler_loses_the_profile_not_the_measurement(tmp_path, monk
         raise RuntimeError("profiler already enabled on this thread")
 
     monkeypatch.setattr(profiling, "torch_profile", broken)
-    settings = with_policy(RunSettings(device="cpu", budget_s=5, energy=False), min_samples=3, max_samples=3)
+    settings = with_policy(RunSettings(device="cpu", timing=TimingSettings(budget_s=5),
+                                       energy=EnergySettings(enabled=False)), min_samples=3, max_samples=3)
     (case,) = expand_cases([("gemm", ["32x32x32"])], ["bf16"], ["torch"], settings)
     record = CaseMeasurer(settings, CPU, profiler=CaseProfiler("torch", tmp_path)).measure(case)
     assert record.status == "ok" and record.n == 3 and "profile" not in record.extra
@@ -126,7 +129,8 @@ def test_a_failing_profiler_loses_the_profile_not_the_measurement(tmp_path, monk
 
 
 def test_nvtx_mode_on_the_cpu_runs_the_pass_and_says_nvtx_is_cuda_only(tmp_path):
-    settings = with_policy(RunSettings(device="cpu", budget_s=5, energy=False), min_samples=3, max_samples=3)
+    settings = with_policy(RunSettings(device="cpu", timing=TimingSettings(budget_s=5),
+                                       energy=EnergySettings(enabled=False)), min_samples=3, max_samples=3)
     (case,) = expand_cases([("gemm", ["32x32x32"])], ["bf16"], ["torch"], settings)
     record = CaseMeasurer(settings, CPU, profiler=CaseProfiler("nvtx", tmp_path)).measure(case)
     profile = record.extra["profile"]
@@ -168,11 +172,11 @@ def test_nsys_command_parses_back_into_exactly_its_case(tmp_path, flags):
         command = nsys_command(case, settings, CPU, tmp_path / f"{seq:03d}")
         (back,), back_settings, run_argv = _rerun_case(command)
         assert back == case, command
-        assert (back_settings.seed, back_settings.threads, back_settings.policy.min_samples,
-                back_settings.policy.target_rse, back_settings.budget_s) == (
-                settings.seed, settings.threads, settings.policy.min_samples, settings.policy.target_rse,
-                settings.budget_s)
-        assert back_settings.profile == "nvtx" and not back_settings.energy and "--no-store" in run_argv
+        assert (back_settings.seed, back_settings.threads, back_settings.timing.policy.min_samples,
+                back_settings.timing.policy.target_rse, back_settings.timing.budget_s) == (
+                settings.seed, settings.threads, settings.timing.policy.min_samples,
+                settings.timing.policy.target_rse, settings.timing.budget_s)
+        assert back_settings.profile == "nvtx" and not back_settings.energy.enabled and "--no-store" in run_argv
 
 
 def test_run_with_profile_nsys_prints_and_records_the_command(capsys, results_dir):

@@ -20,11 +20,13 @@ from fp8bench.core.formats import E4M3
 from fp8bench.core.precisions import (
     TE_DELAYED_SCALING_DEFAULTS,
     Fp8Recipe,
+    RunOptions,
     default_fp8_format,
     delayed_scaling_settings,
     resolve_precision,
 )
-from fp8bench.measure.runner import RunSettings, expand_cases
+from fp8bench.measure.runner import expand_cases
+from fp8bench.measure.settings import RecipeSettings, RunSettings
 from fp8bench.numerics.quantize import AmaxHistory, scale_from_amax
 
 TE_DEFAULTS = {"amax_history_len": 1024, "amax_compute_algo": "max", "margin": 0, "fp8_format": "hybrid"}
@@ -32,7 +34,7 @@ TE_DEFAULTS = {"amax_history_len": 1024, "amax_compute_algo": "max", "margin": 0
 
 def test_defaults_are_transformer_engines():
     assert TE_DELAYED_SCALING_DEFAULTS == TE_DEFAULTS
-    delayed = resolve_precision("fp8_delayed", None, trains=True)
+    delayed = resolve_precision("fp8_delayed", RunOptions(fp8_format=None, trains=True))
     assert isinstance(delayed, Fp8Recipe)
     assert (delayed.amax_history_len, delayed.amax_compute_algo, delayed.margin, delayed.fp8_format.value) == (
         1024, "max", 0, "hybrid")
@@ -41,7 +43,7 @@ def test_defaults_are_transformer_engines():
 def test_te_backend_passes_the_same_defaults_to_te():
     from fp8bench.kernels import te_backend as teb
 
-    spec = teb.te_recipe_spec(resolve_precision("fp8_delayed", None, trains=True))
+    spec = teb.te_recipe_spec(resolve_precision("fp8_delayed", RunOptions(fp8_format=None, trains=True)))
     assert spec.cls == "DelayedScaling"
     assert spec.kwargs == {"fp8_format": "HYBRID", "margin": 0, "amax_history_len": 1024, "amax_compute_algo": "max"}
 
@@ -55,7 +57,7 @@ def test_default_format_is_hybrid_for_delayed_scaling_on_workloads_that_train(na
 
 
 def _formats(fp8_format=None):
-    settings = RunSettings(fp8_format=fp8_format)
+    settings = RunSettings(recipe=RecipeSettings(fp8_format=fp8_format))
     cases = expand_cases([("gemm", ["64x64x64"]), ("transformer_step", ["tiny"]),
                           ("attention", ["tiny", "tiny,backward=1"])], ["fp8_delayed", "fp8_rowwise"], ["emulated"],
                          settings)
@@ -81,7 +83,7 @@ def test_most_recent_takes_the_latest_amax_and_max_the_largest():
     with pytest.raises(ValueError, match="amax algorithm 'mean'; accepted: max, most_recent"):
         AmaxHistory(4, algo="mean")
     with pytest.raises(ValueError, match="amax_compute_algo 'mean'; accepted: max, most_recent"):
-        resolve_precision("fp8_delayed", amax_compute_algo="mean")
+        resolve_precision("fp8_delayed", RunOptions(amax_compute_algo="mean"))
 
 
 def test_flags_override_and_records_keep_the_settings(capsys, results_dir):

@@ -9,6 +9,7 @@ from fp8bench.core.precisions import (
     Fp8FormatChoice,
     Fp8Recipe,
     Granularity,
+    RunOptions,
     ScaledRecipe,
     resolve_precision,
 )
@@ -39,28 +40,28 @@ def test_fnuz_twins_and_sqnr_rule():
 
 
 def test_format_choice_sets_forward_and_backward_formats():
-    e4 = resolve_precision("fp8_tensorwise", "e4m3")
-    hybrid = resolve_precision("fp8_tensorwise", "hybrid")
-    e5 = resolve_precision("fp8_rowwise", "e5m2")
+    e4 = resolve_precision("fp8_tensorwise", RunOptions(fp8_format="e4m3"))
+    hybrid = resolve_precision("fp8_tensorwise", RunOptions(fp8_format="hybrid"))
+    e5 = resolve_precision("fp8_rowwise", RunOptions(fp8_format="e5m2"))
     assert (e4.forward_format, e4.backward_format) == (E4M3, E4M3)
     assert (hybrid.forward_format, hybrid.backward_format) == (E4M3, E5M2)
     assert (e5.forward_format, e5.backward_format) == (E5M2, E5M2)
 
 
 def test_resolve_applies_delayed_options_and_leaves_float_precisions_alone():
-    delayed = resolve_precision("fp8_delayed", amax_history_len=4, margin=1)
+    delayed = resolve_precision("fp8_delayed", RunOptions(amax_history_len=4, margin=1))
     assert isinstance(delayed, Fp8Recipe) and delayed.delayed
     assert (delayed.amax_history_len, delayed.margin) == (4, 1)
-    assert resolve_precision("bf16", "e5m2") is PRECISIONS.get("bf16")
+    assert resolve_precision("bf16", RunOptions(fp8_format="e5m2")) is PRECISIONS.get("bf16")
 
 
 def test_bad_values_name_what_is_accepted():
     with pytest.raises(UnknownNameError, match="accepted: fp32, tf32"):
         resolve_precision("fp9")
     with pytest.raises(ValueError, match="unknown FP8 format 'e3m4'; accepted: e4m3, e5m2, hybrid"):
-        resolve_precision("fp8_tensorwise", "e3m4")
+        resolve_precision("fp8_tensorwise", RunOptions(fp8_format="e3m4"))
     with pytest.raises(ValueError, match="amax_history_len must be >= 1"):
-        resolve_precision("fp8_delayed", amax_history_len=0)
+        resolve_precision("fp8_delayed", RunOptions(amax_history_len=0))
     with pytest.raises(ValueError, match="delayed scaling is defined per tensor only"):
         Fp8Recipe("bad", Granularity.ROWWISE, delayed=True)
     with pytest.raises(ValueError, match="tf32 applies to float32 only"):
@@ -97,7 +98,7 @@ def test_four_bit_recipe_validation_names_the_bad_value():
     with pytest.raises(ValueError, match="hybrid does not apply"):
         PRECISIONS.get("nvfp4").with_options(fp8_format=Fp8FormatChoice.HYBRID)
     # A run's FP8 options reach every precision it names; the 4-bit recipes keep E2M1 (records name e2m1).
-    assert resolve_precision("nvfp4", "hybrid", margin=2).format_label == "e2m1"
+    assert resolve_precision("nvfp4", RunOptions(fp8_format="hybrid", margin=2)).format_label == "e2m1"
     with pytest.raises(ValueError, match="need block scales"):
         Fp4Recipe("x", Granularity.ROWWISE)
     with pytest.raises(ValueError, match="4-bit"):
@@ -109,13 +110,14 @@ def test_four_bit_recipe_validation_names_the_bad_value():
 
 
 def test_resolve_sets_four_bit_options_and_ignores_off_for_fp8():
-    nv = resolve_precision("nvfp4", "e4m3", stochastic_rounding=False, rht=False)
+    nv = resolve_precision("nvfp4", RunOptions(fp8_format="e4m3", stochastic_rounding=False, rht=False))
     assert not nv.stochastic_rounding and not nv.rht
-    mx = resolve_precision("mxfp4", "e4m3", stochastic_rounding=True)
+    mx = resolve_precision("mxfp4", RunOptions(fp8_format="e4m3", stochastic_rounding=True))
     assert mx.stochastic_rounding and not mx.rht
-    assert not resolve_precision("fp8_tensorwise", "e4m3", stochastic_rounding=False).stochastic_rounding
+    assert not resolve_precision("fp8_tensorwise",
+                                 RunOptions(fp8_format="e4m3", stochastic_rounding=False)).stochastic_rounding
     with pytest.raises(ValueError, match="options of the 4-bit"):
-        resolve_precision("fp8_rowwise", "e4m3", rht=True)
+        resolve_precision("fp8_rowwise", RunOptions(fp8_format="e4m3", rht=True))
 
 
 def test_each_recipe_kind_answers_for_itself():

@@ -11,13 +11,16 @@ from fp8bench.core.devices import Device
 from fp8bench.core.plugins import WORKLOADS, load_all
 from fp8bench.core.records import Record
 from fp8bench.measure.convergence import ConvergenceSettings, failed_curve_record
-from fp8bench.measure.runner import RunSettings, expand_cases, run_cases
+from fp8bench.measure.runner import expand_cases, run_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.sharding import crashed_record
 from fp8bench.measure.timing import SamplingPolicy
 
 CPU = Device("cpu")
-SETTINGS = RunSettings(device="cpu", budget_s=10, energy=False, warmup_s=0.0,
-                       policy=SamplingPolicy(min_samples=3, min_time_s=0.0, max_time_s=0.02))
+SETTINGS = RunSettings(device="cpu",
+                       timing=TimingSettings(budget_s=10, warmup_s=0.0,
+                                             policy=SamplingPolicy(min_samples=3, min_time_s=0.0, max_time_s=0.02)),
+                       energy=EnergySettings(enabled=False))
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ return NaN, or run too long."""
 import json
 import os
 import time
-from dataclasses import replace
 
 import pytest
 import torch
@@ -14,7 +13,8 @@ from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline
 from fp8bench.core.plugins import BACKENDS, Backend, load_all
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, expand_cases, run_cases
+from fp8bench.measure.runner import CaseMeasurer, expand_cases, run_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
@@ -22,8 +22,11 @@ from tests.settings_support import with_policy
 
 load_all()
 CPU = Device("cpu")
-FAST = RunSettings(device="cpu", budget_s=5, policy=SamplingPolicy(min_samples=5, min_time_s=0.0, max_time_s=0.05),
-                   warmup_s=0.0, energy=True)
+FAST = RunSettings(device="cpu",
+                   timing=TimingSettings(budget_s=5,
+                                         policy=SamplingPolicy(min_samples=5, min_time_s=0.0, max_time_s=0.05),
+                                         warmup_s=0.0),
+                   energy=EnergySettings(enabled=True))
 
 
 def make_backend(name, make_output, sleep_s=0.0):
@@ -83,7 +86,7 @@ def test_phases_add_up_to_end_to_end():
     """On a :class:`work_clock.WorkClock` (seconds are the operators and FLOPs a call runs), the phase medians add
     up to the end-to-end median exactly when the phases split its work, none of it twice and none left out. On the
     real clock the sum also depends on whatever else runs on the machine."""
-    settings = replace(with_policy(FAST, min_samples=5, max_time_s=0.5), budget_s=60)
+    settings = with_policy(FAST, min_samples=5, max_time_s=0.5).with_timing(budget_s=60)
     (case,) = cases(["256x256x256"], ["fp8_rowwise"], ["emulated"])
     record = CaseMeasurer(settings, CPU, timer=WorkClock()).measure(case)
     assert record.status == "ok", record.reason
@@ -111,7 +114,8 @@ def test_crash_fails_the_case_and_nan_makes_it_invalid(extra_backends):
 
 
 def test_over_budget_is_skipped_not_hung(extra_backends):
-    settings = RunSettings(device="cpu", budget_s=1.0, policy=SamplingPolicy(min_samples=10), warmup_s=0.0)
+    settings = RunSettings(device="cpu",
+                           timing=TimingSettings(budget_s=1.0, policy=SamplingPolicy(min_samples=10), warmup_s=0.0))
     started = time.monotonic()
     record = CaseMeasurer(settings, CPU).measure(cases(["32x32x32"], ["fp32"], ["test_slow"])[0])
     assert record.status == "skipped" and record.reason.startswith("over budget")
@@ -138,8 +142,11 @@ def test_one_preempted_probe_timing_does_not_skip_a_cheap_case():
 
     BACKENDS.add(backend.name, backend)
     try:
-        settings = RunSettings(device="cpu", budget_s=5.0, policy=SamplingPolicy(min_samples=10, max_time_s=0.2),
-                               warmup_s=0.0, energy=False)
+        settings = RunSettings(device="cpu",
+                               timing=TimingSettings(budget_s=5.0,
+                                                     policy=SamplingPolicy(min_samples=10, max_time_s=0.2),
+                                                     warmup_s=0.0),
+                               energy=EnergySettings(enabled=False))
         record = CaseMeasurer(settings, CPU).measure(cases(["256x256x256"], ["fp32"], ["test_hiccup"], settings)[0])
     finally:
         BACKENDS.remove(backend.name)
@@ -148,7 +155,8 @@ def test_one_preempted_probe_timing_does_not_skip_a_cheap_case():
 
 def test_big_case_is_skipped_from_a_probe_estimate():
     # FP16 matmul on this CPU class is pathologically slow: a 4096^3 call would take minutes.
-    settings = RunSettings(device="cpu", budget_s=2.0, policy=SamplingPolicy(min_samples=10), warmup_s=0.0)
+    settings = RunSettings(device="cpu",
+                           timing=TimingSettings(budget_s=2.0, policy=SamplingPolicy(min_samples=10), warmup_s=0.0))
     started = time.monotonic()
     record = CaseMeasurer(settings, CPU).measure(cases(["8192x8192x8192"], ["fp8_tensorwise"], ["torch"])[0])
     assert record.status == "skipped" and "estimated" in record.reason and "probe shape" in record.reason

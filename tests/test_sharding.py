@@ -16,7 +16,8 @@ from fp8bench.cli import main
 from fp8bench.commands.common import EXIT_CASE_FAILED, EXIT_OK, EXIT_USAGE
 from fp8bench.core.devices import Device, DeviceError
 from fp8bench.core.records import Record
-from fp8bench.measure.runner import RunSettings, expand_cases
+from fp8bench.measure.runner import expand_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.sharding import (
     MAX_CRASHES_IN_A_ROW,
     DevicePlan,
@@ -235,7 +236,8 @@ def test_a_device_whose_workers_keep_dying_is_given_up_after_a_few(tmp_path):
 def test_a_worker_that_cannot_start_fails_its_cases_with_the_reason(tmp_path):
     cases = expand_cases([("gemm", ["64x64x64"])], ["bf16", "fp32"], ["torch"], RunSettings())
     plan = DevicePlan("cpu", (WorkerSlot(0, Device("cpu"), (4096,), 1),), 1)  # a core no machine here has
-    outcome = run_sharded(cases, RunSettings(budget_s=5, energy=False), plan.device, plan=plan,
+    outcome = run_sharded(cases, RunSettings(timing=TimingSettings(budget_s=5),
+                                             energy=EnergySettings(enabled=False)), plan.device, plan=plan,
                           run_file=tmp_path / "run.json")
     assert [r.status for r in outcome.records] == ["failed", "failed"]
     assert all((r.reason or "").startswith("worker for cpu could not start: OSError") for r in outcome.records)

@@ -57,8 +57,8 @@ def test_energy_settings_of_a_suite_reach_the_run(tmp_path):
     args = parser.parse_args(["--suite", str(suite)])
     _, overrides, _ = run_verb._plan(args)
     settings = run_verb._settings(args, overrides)
-    assert (settings.energy, settings.clock_floor, settings.strict_clocks, settings.cooldown_s) == (False, 0.8, True,
-                                                                                                   0.5)
+    energy, clocks = settings.energy, settings.clocks
+    assert (energy.enabled, clocks.floor, clocks.strict, energy.cooldown_s) == (False, 0.8, True, 0.5)
 
 
 def test_an_entry_without_shapes_runs_the_workloads_default(tmp_path):
@@ -98,7 +98,7 @@ def test_the_smoke_suite_runs_one_thread_and_far_inside_its_budget():
     all 34 ran. The suite pins one thread and a budget that even a 4x-inflated probe estimate stays inside."""
     settings = _run_settings("--suite", "smoke")
     assert settings.threads == 1
-    assert settings.budget_s >= 10
+    assert settings.timing.budget_s >= 10
     assert _run_settings("--suite", "smoke", "--threads", "2").threads == 2  # the flag still wins
 
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import BuildContext, Unsupported
-from fp8bench.core.precisions import resolve_precision
+from fp8bench.core.precisions import RunOptions, resolve_precision
 from fp8bench.kernels import te_backend as teb
 from fp8bench.numerics.accuracy import compare
 from fp8bench.workloads.gemm import GEMM
@@ -29,13 +29,14 @@ from fp8bench.workloads.gemm import GEMM
     ("mxfp8", "e4m3", "MXFP8BlockScaling", "is_mxfp8_available"),
 ])
 def test_recipe_mapping(precision: str, fmt: str, cls: str, check: str) -> None:
-    spec = teb.te_recipe_spec(resolve_precision(precision, fmt))
+    spec = teb.te_recipe_spec(resolve_precision(precision, RunOptions(fp8_format=fmt)))
     assert spec is not None and spec.cls == cls and spec.check == check
     assert spec.kwargs["fp8_format"] == fmt.upper()
 
 
 def test_delayed_carries_history_and_margin() -> None:
-    spec = teb.te_recipe_spec(resolve_precision("fp8_delayed", "hybrid", amax_history_len=64, margin=1))
+    spec = teb.te_recipe_spec(resolve_precision("fp8_delayed",
+                                                RunOptions(fp8_format="hybrid", amax_history_len=64, margin=1)))
     assert spec.kwargs == {"fp8_format": "HYBRID", "margin": 1, "amax_history_len": 64, "amax_compute_algo": "max"}
 
 
@@ -53,8 +54,8 @@ def test_blockwise_and_mx_alignment_and_versions() -> None:
 ])
 def test_recipes_te_lacks_are_refused_with_reasons(precision: str, fmt: str, match: str) -> None:
     with pytest.raises(Unsupported, match=match):
-        teb.te_recipe_spec(resolve_precision(precision, fmt))
-    assert match in teb.precision_support(resolve_precision(precision, fmt), Device("cuda", 0))
+        teb.te_recipe_spec(resolve_precision(precision, RunOptions(fp8_format=fmt)))
+    assert match in teb.precision_support(resolve_precision(precision, RunOptions(fp8_format=fmt)), Device("cuda", 0))
 
 
 def test_float_precisions_run_with_autocast_off() -> None:
@@ -66,11 +67,13 @@ def test_old_te_refuses_newer_recipes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(teb, "te_version", lambda: "2.1.0")
     why = teb.precision_support(resolve_precision("fp8_tensorwise"), Device("cuda", 0))
     assert why == "Float8CurrentScaling needs Transformer Engine 2.2+, installed 2.1.0"
-    assert teb.precision_support(resolve_precision("fp8_delayed", "hybrid"), Device("cuda", 0)) is None
+    assert teb.precision_support(resolve_precision("fp8_delayed",
+                                                   RunOptions(fp8_format="hybrid")), Device("cuda", 0)) is None
 
 
 def test_backend_is_unavailable_on_the_cpu() -> None:
-    assert teb.TE.unsupported_reason("gemm", resolve_precision("fp8_delayed", "hybrid"), Device("cpu")) == \
+    assert teb.TE.unsupported_reason("gemm", resolve_precision("fp8_delayed",
+                                                               RunOptions(fp8_format="hybrid")), Device("cpu")) == \
         "backend te unavailable: Transformer Engine runs on CUDA devices only"
 
 
@@ -93,7 +96,7 @@ def te(request, monkeypatch) -> FakeTE:
 
 def _ctx(precision: str, shape: str = "64x128x256", fmt: str = "hybrid") -> BuildContext:
     sh = GEMM.parse_shape(shape)
-    return BuildContext("gemm", sh, resolve_precision(precision, fmt), Device("cpu"),
+    return BuildContext("gemm", sh, resolve_precision(precision, RunOptions(fp8_format=fmt)), Device("cpu"),
                         GEMM.make_inputs(sh, Device("cpu"), seed=0))
 
 
@@ -116,7 +119,7 @@ def test_gemm_runs_te_linear_inside_the_autocast_of_its_api_shape(te: FakeTE) ->
 @pytest.mark.parametrize("precision", ["fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8"])
 @pytest.mark.parametrize("fmt", ["e4m3", "hybrid"])
 def test_every_recipe_fp8bench_builds_is_one_te_accepts(te: FakeTE, precision: str, fmt: str) -> None:
-    spec = teb.te_recipe_spec(resolve_precision(precision, fmt))
+    spec = teb.te_recipe_spec(resolve_precision(precision, RunOptions(fp8_format=fmt)))
     recipe = teb.TEApi().make_recipe(spec)
     assert type(recipe).__name__ == spec.cls and recipe.fp8_format.name == fmt.upper()
 
@@ -124,7 +127,7 @@ def test_every_recipe_fp8bench_builds_is_one_te_accepts(te: FakeTE, precision: s
 def test_fp8bench_refuses_before_te_what_te_would_reject(te: FakeTE) -> None:
     """Pure E5M2 and a K that is not a multiple of 16 are refused by fp8bench with its own reason, before TE is
     called; the fake (tests/fake_te.py, each rule from TE's source) shows that TE would have rejected both."""
-    why = teb.precision_support(resolve_precision("fp8_delayed", "e5m2"), Device("cuda", 0))
+    why = teb.precision_support(resolve_precision("fp8_delayed", RunOptions(fp8_format="e5m2")), Device("cuda", 0))
     assert why == "Transformer Engine rejects pure E5M2 training in every recipe; use e4m3 or hybrid"
     recipe = te.modules["transformer_engine.common.recipe"]
     with pytest.raises(AssertionError, match="pure E5M2"):
@@ -161,7 +164,8 @@ def test_tes_own_shape_refusal_inside_a_model_is_a_skip(te: FakeTE, monkeypatch:
     monkeypatch.setattr(teb, "model_dims", lambda workload, shape: {})  # leave the check to TE
 
     shape = ATTENTION.parse_shape("b=2,h=2,s=3,d=16")
-    ctx = BuildContext("attention", shape, resolve_precision("fp8_delayed", "hybrid"), Device("cpu"),
+    ctx = BuildContext("attention", shape, resolve_precision("fp8_delayed",
+                                                             RunOptions(fp8_format="hybrid")), Device("cpu"),
                        ATTENTION.make_inputs(shape, Device("cpu"), seed=0))
     with pytest.raises(Unsupported, match="Transformer Engine refused fp8_delayed: .*multiple of 16"):
         teb.TE.build(ctx)
@@ -175,7 +179,8 @@ def test_float_precision_runs_with_the_autocast_disabled(te: FakeTE) -> None:
 def test_converter_swaps_linears_and_runs_each_inside_the_region(te: FakeTE) -> None:
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Sequential(nn.Linear(64, 32, bias=False)))
     reference = [p.detach().clone() for p in model.parameters()]
-    convert = teb.make_converter(resolve_precision("fp8_delayed", "hybrid"), {"tokens": 16, "hidden": 32})
+    convert = teb.make_converter(resolve_precision("fp8_delayed",
+                                                   RunOptions(fp8_format="hybrid")), {"tokens": 16, "hidden": 32})
     converted = convert(model)
     linears = [m for m in converted.modules() if type(m) is te.te.Linear]
     assert len(linears) == 2 and not any(type(m) is nn.Linear for m in converted.modules())
@@ -190,7 +195,8 @@ def test_model_workloads_build_with_te_layers(te: FakeTE) -> None:
     from fp8bench.workloads.attention import ATTENTION
 
     shape = ATTENTION.parse_shape("b=2,h=4,s=32,d=32")
-    ctx = BuildContext("attention", shape, resolve_precision("fp8_delayed", "hybrid"), Device("cpu"),
+    ctx = BuildContext("attention", shape, resolve_precision("fp8_delayed",
+                                                             RunOptions(fp8_format="hybrid")), Device("cpu"),
                        ATTENTION.make_inputs(shape, Device("cpu"), seed=0))
     pipeline = teb.TE.build(ctx)
     assert torch.isfinite(pipeline.output().float()).all()
@@ -235,7 +241,7 @@ def test_real_te_linear_on_cuda_matches_the_reference() -> None:
         pytest.skip(why)
     sh = GEMM.parse_shape("256x256x256")
     inputs = GEMM.make_inputs(sh, device, seed=0)
-    ctx = BuildContext("gemm", sh, resolve_precision("fp8_delayed", "hybrid"), device, inputs)
+    ctx = BuildContext("gemm", sh, resolve_precision("fp8_delayed", RunOptions(fp8_format="hybrid")), device, inputs)
     try:
         pipeline = teb.build_gemm(ctx)
     except Unsupported as exc:  # a GPU older than Ada: TE's own reason
@@ -247,16 +253,18 @@ def test_real_te_linear_on_cuda_matches_the_reference() -> None:
 
 def test_accumulation_switch_maps_to_tes_fprop_split_accumulator(te: FakeTE) -> None:
     """TE's fast accumulation is ``use_split_accumulator=False``; only Float8CurrentScaling has a recipe field."""
-    default = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_tensorwise", "hybrid")))
+    default = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_tensorwise",
+                                                                           RunOptions(fp8_format="hybrid"))))
     assert default.fp8_gemm_fprop.use_split_accumulator is False  # TE's own default: fast in fprop
-    full = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_tensorwise", "hybrid",
-                                                                        fast_accum=False)))
+    full = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_tensorwise",
+                                                                        RunOptions(fp8_format="hybrid",
+                                                                                   fast_accum=False))))
     assert full.fp8_gemm_fprop.use_split_accumulator is True
     assert full.fp8_gemm_dgrad.use_split_accumulator and full.fp8_gemm_wgrad.use_split_accumulator
     with pytest.raises(Unsupported, match="_2X_ACC_FPROP"):
-        teb.te_recipe_spec(resolve_precision("fp8_delayed", "hybrid", fast_accum=False))
+        teb.te_recipe_spec(resolve_precision("fp8_delayed", RunOptions(fp8_format="hybrid", fast_accum=False)))
     # Block scaling accumulates in full precision whatever is asked (TE asserts it); the fake enforces it too.
-    block = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_blockwise", fast_accum=True)))
+    block = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision("fp8_blockwise", RunOptions(fast_accum=True))))
     assert block.fp8_gemm_fprop.use_split_accumulator
     recipe = te.modules["transformer_engine.common.recipe"]
     with pytest.raises(AssertionError, match="fprop needs use_split_accumulator"):
@@ -346,7 +354,8 @@ def test_tes_scale_switches_are_read_once_when_te_is_imported(monkeypatch: pytes
     ).fp8_quant_fwd_inp.power_2_scale
     pow2_current = install(monkeypatch, NEW, environ={"NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES": "1"})
     for precision in ("fp8_tensorwise", "fp8_blockwise"):
-        recipe = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision(precision, "e4m3")))
+        recipe = teb.TEApi().make_recipe(teb.te_recipe_spec(resolve_precision(precision,
+                                                                              RunOptions(fp8_format="e4m3"))))
         assert teb.scale_format(recipe) == "fp32"
         assert not any(getattr(recipe, role).power_2_scale for role in teb.QPARAM_ROLES)
     assert pow2_current.modules["transformer_engine.common.recipe"].Float8CurrentScaling().use_power_2_scales
@@ -361,7 +370,7 @@ def test_nvfp4_maps_to_nvfp4blockscaling_with_its_options() -> None:
     # TE's defaults (RHT and stochastic rounding on) are fp8bench's; 1x16 weight blocks as the other backends.
     assert spec.kwargs == {"fp4_format": "E2M1", "fp8_format": "E4M3", "disable_rht": False,
                            "disable_stochastic_rounding": False, "disable_2d_quantization": True}
-    plain = teb.te_recipe_spec(resolve_precision("nvfp4", stochastic_rounding=False, rht=False))
+    plain = teb.te_recipe_spec(resolve_precision("nvfp4", RunOptions(stochastic_rounding=False, rht=False)))
     assert plain.kwargs["disable_rht"] and plain.kwargs["disable_stochastic_rounding"]
 
 

@@ -14,7 +14,7 @@ pytest.importorskip("torchao.float8")
 
 from fp8bench.core.devices import Device  # noqa: E402
 from fp8bench.core.pipeline import BuildContext, Unsupported  # noqa: E402
-from fp8bench.core.precisions import resolve_precision  # noqa: E402
+from fp8bench.core.precisions import RunOptions, resolve_precision  # noqa: E402
 from fp8bench.kernels import torchao_backend as tab  # noqa: E402
 from fp8bench.numerics.accuracy import compare  # noqa: E402
 from fp8bench.workloads.gemm import GEMM  # noqa: E402
@@ -30,7 +30,7 @@ from fp8bench.workloads.gemm import GEMM  # noqa: E402
     ("mxfp4", "e4m3", False, "mxfp4"),
 ])
 def test_recipe_names(precision, fmt, wgrad_hp, name) -> None:
-    assert tab.recipe_name(resolve_precision(precision, fmt), wgrad_hp) == name
+    assert tab.recipe_name(resolve_precision(precision, RunOptions(fp8_format=fmt)), wgrad_hp) == name
 
 
 @pytest.mark.parametrize(("precision", "fmt", "match"), [
@@ -41,16 +41,16 @@ def test_recipe_names(precision, fmt, wgrad_hp, name) -> None:
 ])
 def test_refusals_name_the_reason(precision, fmt, match) -> None:
     with pytest.raises(Unsupported, match=match):
-        tab.recipe_name(resolve_precision(precision, fmt))
+        tab.recipe_name(resolve_precision(precision, RunOptions(fp8_format=fmt)))
 
 
 def test_tensorwise_hybrid_is_torchaos_recipe_and_e4m3_retargets_every_cast() -> None:
     from torchao.float8 import Float8LinearConfig
 
-    hybrid = tab.torchao_config(resolve_precision("fp8_tensorwise", "hybrid"))
+    hybrid = tab.torchao_config(resolve_precision("fp8_tensorwise", RunOptions(fp8_format="hybrid")))
     assert hybrid == Float8LinearConfig.from_recipe_name("tensorwise")
     assert hybrid.cast_config_grad_output.target_dtype == torch.float8_e5m2
-    e4m3 = tab.torchao_config(resolve_precision("fp8_tensorwise", "e4m3"))
+    e4m3 = tab.torchao_config(resolve_precision("fp8_tensorwise", RunOptions(fp8_format="e4m3")))
     assert e4m3.cast_config_grad_output.target_dtype == torch.float8_e4m3fn
     assert e4m3.cast_config_input.target_dtype == torch.float8_e4m3fn
 
@@ -74,7 +74,7 @@ def test_convert_swaps_aligned_linears_only() -> None:
 def _build(precision: str, shape: str = "64x96x128", fmt: str = "e4m3") -> tuple:
     sh = GEMM.parse_shape(shape)
     inputs = GEMM.make_inputs(sh, Device("cpu"), seed=0)
-    ctx = BuildContext("gemm", sh, resolve_precision(precision, fmt), Device("cpu"), inputs)
+    ctx = BuildContext("gemm", sh, resolve_precision(precision, RunOptions(fp8_format=fmt)), Device("cpu"), inputs)
     return tab.build_gemm(ctx), GEMM.reference(inputs)
 
 

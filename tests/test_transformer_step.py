@@ -12,7 +12,8 @@ from fp8bench.core.devices import resolve_device
 from fp8bench.core.plugins import WORKLOADS, load_all
 from fp8bench.core.precisions import resolve_precision
 from fp8bench.core.shapes import ShapeError
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, run_cases
+from fp8bench.measure.runner import CaseMeasurer, run_cases
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.model import PRESETS, model_flops
@@ -34,8 +35,11 @@ def one_thread():
 
 
 def _settings(budget: float = 30.0) -> RunSettings:
-    return RunSettings(device="cpu", budget_s=budget, energy=False,
-                       policy=SamplingPolicy(min_samples=4, min_time_s=0.01, max_time_s=0.5, target_rse=0.1))
+    return RunSettings(device="cpu",
+                       timing=TimingSettings(budget_s=budget,
+                                             policy=SamplingPolicy(min_samples=4, min_time_s=0.01, max_time_s=0.5,
+                                                                   target_rse=0.1)),
+                       energy=EnergySettings(enabled=False))
 
 
 def _measure(text: str, precision: str, backend: str = "emulated") -> dict:

@@ -10,7 +10,8 @@ import pytest
 
 from fp8bench.core.devices import Device
 from fp8bench.measure import runner
-from fp8bench.measure.runner import WARMUP_SETTLED, CaseMeasurer, RunSettings
+from fp8bench.measure.runner import WARMUP_SETTLED, CaseMeasurer
+from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 
 
 class FakeClock:
@@ -30,7 +31,9 @@ class FakeClock:
 def warm_up(monkeypatch: pytest.MonkeyPatch, durations: Iterator[float], warmup_s: float) -> tuple[int, float]:
     clock = FakeClock(durations)
     monkeypatch.setattr(runner.time, "monotonic", clock.monotonic)
-    measurer = CaseMeasurer(RunSettings(device="cpu", warmup_s=warmup_s, warmup_iters=2, energy=False), Device("cpu"))
+    settings = RunSettings(device="cpu", timing=TimingSettings(warmup_s=warmup_s, warmup_iters=2),
+                           energy=EnergySettings(enabled=False))
+    measurer = CaseMeasurer(settings, Device("cpu"))
     firsts: list[int] = []
     warm = measurer._warm_up(clock.call, deadline=clock.now + 1e6, after_first=lambda: firsts.append(clock.calls))
     assert firsts == [1]  # the output check's fresh output is the first call's

@@ -193,7 +193,8 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
     from fp8bench.core.devices import resolve_device
     from fp8bench.core.plugins import WORKLOADS, load_all
     from fp8bench.measure.convergence import BASELINE, BROKEN
-    from fp8bench.measure.runner import RunSettings, StreamedRun, new_run_id, run_header
+    from fp8bench.measure.runner import StreamedRun, new_run_id, run_header
+    from fp8bench.measure.settings import RecipeSettings, RunSettings
     from fp8bench.results.record_stream import RecordStream
     from fp8bench.results.runfile import check_writable
     from fp8bench.results.store import open_store
@@ -205,7 +206,7 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
     names = [BASELINE, *[p for p in precisions if p != BASELINE]]
     todo: list[Any] = [*_recipes(names, fp8_format, stochastic_rounding, rht), *([BROKEN] if control else [])]
     on = resolve_device(device)
-    run_settings = RunSettings(device=device, seed=seed, fp8_format=fp8_format, threads=threads)
+    run_settings = RunSettings(device=device, seed=seed, threads=threads, recipe=RecipeSettings(fp8_format=fp8_format))
     if threads:
         import torch
 
@@ -251,12 +252,13 @@ def _recipes(names: list[str], fp8_format: str | None, stochastic_rounding: bool
              rht: bool | None) -> list[Precision]:
     """Each precision name resolved for training: ``fp8_format`` for the FP8 recipes, the gradient options for
     the 4-bit ones (E2M1 elements: ``fp8_format`` does not apply)."""
-    from fp8bench.core.precisions import PRECISIONS, Fp4Recipe, resolve_precision
+    from fp8bench.core.precisions import PRECISIONS, Fp4Recipe, RunOptions, resolve_precision
 
     def resolve(name: str) -> Precision:
         if isinstance(PRECISIONS.get(name), Fp4Recipe):  # E2M1 elements: fp8_format is for the FP8 recipes
-            return resolve_precision(name, None, trains=True, stochastic_rounding=stochastic_rounding, rht=rht)
-        return resolve_precision(name, fp8_format, trains=True)
+            return resolve_precision(name, RunOptions(fp8_format=None, trains=True,
+                                                      stochastic_rounding=stochastic_rounding, rht=rht))
+        return resolve_precision(name, RunOptions(fp8_format=fp8_format, trains=True))
 
     try:
         return [resolve(n) for n in names]

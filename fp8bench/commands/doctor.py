@@ -146,6 +146,7 @@ def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | Non
         PRECISIONS,
         Fp4Recipe,
         Fp8FormatChoice,
+        RunOptions,
         ScaledRecipe,
         resolve_precision,
     )
@@ -153,7 +154,8 @@ def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | Non
     def training_reason(name: str, prec: ScaledRecipe, fmt: str) -> str | None:
         if isinstance(prec, Fp4Recipe) and fmt != "e4m3":
             return NO_FP8_FORMAT
-        return caps.recipe_reason(resolve_precision(name, fmt), backward=True)  # type: ignore[arg-type]
+        precision = resolve_precision(name, RunOptions(fp8_format=fmt))
+        return caps.recipe_reason(precision, backward=True)  # type: ignore[arg-type]
 
     return {name: {fmt.value: training_reason(name, prec, fmt.value) for fmt in Fp8FormatChoice}
             for name, prec in PRECISIONS.items() if isinstance(prec, ScaledRecipe)}

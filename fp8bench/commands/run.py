@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from fp8bench.core.noise import HostLoad
     from fp8bench.hardware.distributed import LaunchEnv
     from fp8bench.measure.budget import SuiteBudget
-    from fp8bench.measure.runner import RunOutcome, RunSettings
+    from fp8bench.measure.runner import RunOutcome
+    from fp8bench.measure.settings import ClockSettings, EnergySettings, RunSettings, TimingSettings
     from fp8bench.measure.sharding import DevicePlan
     from fp8bench.measure.timing import Timer, TimingMode
 
@@ -217,7 +218,22 @@ def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str
 
 
 def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> RunSettings:
-    from fp8bench.measure.runner import RunSettings
+    """The run's settings from its flags, else from the suite's ``overrides``, else the parts' defaults."""
+    from fp8bench.measure.settings import RecipeSettings, RunSettings
+
+    recipe = RecipeSettings(fp8_format=args.fp8_format,
+                            fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
+                            amax_history_len=args.amax_history_len, margin=args.margin,
+                            amax_compute_algo=args.amax_compute_algo)
+    return RunSettings(device=args.device, seed=args.seed,
+                       threads=args.threads if args.threads is not None else overrides.get("threads"),
+                       recipe=recipe, timing=_timing_settings(args, overrides),
+                       energy=_energy_settings(args, overrides), clocks=_clock_settings(args, overrides),
+                       profile=args.profile)
+
+
+def _timing_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> TimingSettings:
+    from fp8bench.measure.settings import TimingSettings
     from fp8bench.measure.timing import SamplingPolicy
 
     policy_fields: dict[str, Any] = {k: overrides[k] for k in ("min_samples", "min_time_s", "max_time_s", "target_rse",
@@ -226,39 +242,39 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> RunSetting
         if getattr(args, flag) is not None:
             policy_fields[key] = getattr(args, flag)
     budget = args.budget if args.budget is not None else overrides.get("budget_s", 30.0)
-    return RunSettings(device=args.device, budget_s=float(budget), policy=SamplingPolicy(**policy_fields),
-                       warmup_s=float(overrides.get("warmup_s", 0.05)), seed=args.seed,
-                       threads=args.threads if args.threads is not None else overrides.get("threads"),
-                       fp8_format=args.fp8_format, amax_history_len=args.amax_history_len, margin=args.margin,
-                       fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
-                       amax_compute_algo=args.amax_compute_algo,
-                       flush_l2=not args.no_l2_flush, cuda_graph=args.cuda_graph, phases=not args.no_phases,
-                       blocked_stream=args.blocked_stream, lock_clocks=args.lock_clocks,
-                       **_throttle_settings(args),
-                       profile=args.profile,
-                       **_energy_settings(args, overrides))
+    return TimingSettings(budget_s=float(budget), policy=SamplingPolicy(**policy_fields),
+                          warmup_s=float(overrides.get("warmup_s", 0.05)), flush_l2=not args.no_l2_flush,
+                          cuda_graph=args.cuda_graph, blocked_stream=args.blocked_stream, phases=not args.no_phases)
 
 
-def _throttle_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The per-sample clock check's settings the command line gives (the rest keep RunSettings' defaults)."""
-    given = {"throttle_threshold": args.throttle_threshold, "throttle_recovery_s": args.throttle_recovery_delay}
-    out = {k: v for k, v in given.items() if v is not None}
-    if args.energy_error is not None:  # 0: fixed windows
-        out["energy_error_target"] = args.energy_error or None
-    return out
+def _clock_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> ClockSettings:
+    """The clock options from flags, else from the suite's settings, else ClockSettings' defaults."""
+    from fp8bench.measure.settings import ClockSettings
+
+    given: dict[str, Any] = {"lock": args.lock_clocks,
+                             "strict": args.strict_clocks or bool(overrides.get("strict_clocks", False)),
+                             "throttle_threshold": args.throttle_threshold,
+                             "throttle_recovery_s": args.throttle_recovery_delay}
+    floor = args.clock_floor if args.clock_floor is not None else overrides.get("clock_floor")
+    given["floor"] = float(floor) if floor is not None else None
+    return ClockSettings(**{k: v for k, v in given.items() if v is not None})
 
 
-def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Energy options from flags, else from the suite's settings, else RunSettings' defaults."""
-    out: dict[str, Any] = {"energy": not args.no_energy and overrides.get("energy", True),
-                           "energy_phases": args.energy_phases or bool(overrides.get("energy_phases", False)),
-                           "strict_clocks": args.strict_clocks or bool(overrides.get("strict_clocks", False))}
-    for flag, key in (("energy_window", "energy_window_s"), ("idle_baseline", "idle_baseline_s"),
-                      ("cooldown", "cooldown_s"), ("clock_floor", "clock_floor")):
+def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> EnergySettings:
+    """Energy options from flags, else from the suite's settings, else EnergySettings' defaults."""
+    from fp8bench.measure.settings import EnergySettings
+
+    out: dict[str, Any] = {"enabled": not args.no_energy and overrides.get("energy", True),
+                           "phases": args.energy_phases or bool(overrides.get("energy_phases", False))}
+    for flag, key, name in (("energy_window", "energy_window_s", "window_s"),
+                            ("idle_baseline", "idle_baseline_s", "idle_baseline_s"),
+                            ("cooldown", "cooldown_s", "cooldown_s")):
         value = getattr(args, flag) if getattr(args, flag) is not None else overrides.get(key)
         if value is not None:
-            out[key] = float(value)
-    return out
+            out[name] = float(value)
+    if args.energy_error is not None:  # 0: fixed windows
+        out["error_target"] = args.energy_error or None
+    return EnergySettings(**out)
 
 
 def _kept(outcome: RunOutcome, run_file: Path) -> str:
@@ -308,14 +324,14 @@ def execute(args: argparse.Namespace) -> int:
 
             return run_plan.show_plan(cases, settings, model, budget, args.json, Console())
     # Refuses --cuda-graph on the CPU (and with --blocked-stream), before any write.
-    timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
+    timing_mode = timing_mode_for(device, settings.timing.cuda_graph, settings.timing.blocked_stream)
     timer: Timer | None = None
     if launch:
-        if settings.cuda_graph:
+        if settings.timing.cuda_graph:
             raise UsageError("--cuda-graph is not supported under torchrun: each rank would capture and replay its "
                              "collectives on its own; drop --cuda-graph")
-        distributed.init(device, distributed.collective_timeout_s(settings.budget_s))
-        timer = LockstepTimer(timer_for(device, settings.flush_l2), device)
+        distributed.init(device, distributed.collective_timeout_s(settings.timing.budget_s))
+        timer = LockstepTimer(timer_for(device, settings.timing.flush_l2), device)
         spec["distributed"] = distributed.run_spec(launch, device)
         if not launch.is_main:  # the other ranks measure in step with rank 0 and write nothing
             try:
@@ -395,7 +411,8 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
     if args.json:
         print_json({**summary, "records": records})
     else:
-        render(outcome, records, summary, baseline=args.baseline, table=args.table, cuda_graph=settings.cuda_graph,
+        render(outcome, records, summary, baseline=args.baseline, table=args.table,
+               cuda_graph=settings.timing.cuda_graph,
                load=load, err=err)
     return _exit_code(outcome, counts, run_file, err)
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from fp8bench.core.devices import Device
     from fp8bench.measure.budget import SuiteBudget
     from fp8bench.measure.plan import CostModel, Plan
-    from fp8bench.measure.runner import RunSettings
+    from fp8bench.measure.settings import RunSettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

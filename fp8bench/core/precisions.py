@@ -141,6 +141,19 @@ AMAX_COMPUTE_ALGOS = ("max", "most_recent")
 _Recipe = TypeVar("_Recipe", bound="ScaledRecipe")
 
 
+def check_delayed_options(owner: str, amax_history_len: int | None, amax_compute_algo: str | None,
+                          margin: int | None) -> None:
+    """Delayed scaling's options checked (``None``: not given); raises ``ValueError`` naming ``owner``, the bad
+    value and what is accepted."""
+    if amax_history_len is not None and (isinstance(amax_history_len, bool) or not isinstance(amax_history_len, int)
+                                         or amax_history_len < 1):
+        raise ValueError(f"{owner}: amax_history_len must be >= 1, got {amax_history_len!r}")
+    if amax_compute_algo is not None and amax_compute_algo not in AMAX_COMPUTE_ALGOS:
+        raise ValueError(f"{owner}: amax_compute_algo {amax_compute_algo!r}; accepted: {', '.join(AMAX_COMPUTE_ALGOS)}")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, int) or not -8 <= margin <= 8):
+        raise ValueError(f"{owner}: margin is a power-of-two headroom in [-8, 8], got {margin!r}")
+
+
 @dataclass(frozen=True)
 class ScaledRecipe:
     """A scaled low-precision recipe: elements in a narrow format, each group of them under a scale. Frozen: a run's
@@ -176,13 +189,7 @@ class ScaledRecipe:
             object.__setattr__(self, "fast_accum", False)  # block-scaled kernels accumulate in full precision
         if self.delayed and self.granularity is not Granularity.TENSORWISE:
             raise ValueError(f"{self.name}: delayed scaling is defined per tensor only")
-        if self.amax_history_len < 1:
-            raise ValueError(f"{self.name}: amax_history_len must be >= 1, got {self.amax_history_len}")
-        if self.amax_compute_algo not in AMAX_COMPUTE_ALGOS:
-            raise ValueError(f"{self.name}: amax_compute_algo {self.amax_compute_algo!r}; accepted: "
-                             f"{', '.join(AMAX_COMPUTE_ALGOS)}")
-        if not -8 <= self.margin <= 8:
-            raise ValueError(f"{self.name}: margin is a power-of-two headroom in [-8, 8], got {self.margin}")
+        check_delayed_options(self.name, self.amax_history_len, self.amax_compute_algo, self.margin)
         for block in (self.activation_block, self.weight_block):
             if len(block) != 2 or min(block) < 1:
                 raise ValueError(f"{self.name}: block tiles are (rows, cols) of positive ints, got {block}")
@@ -273,17 +280,29 @@ class ScaledRecipe:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """The scaling options a run passes to every recipe it measures (``None``: the recipe's own setting).
-    ``trains``: whether the workload runs a backward pass (it picks the default FP8 format)."""
+    """The scaling options a run passes to every recipe it measures (``None``: the recipe's own setting; an
+    ``fp8_format`` of ``None``: :func:`default_fp8_format`). ``trains``: whether the workload runs a backward pass (it
+    picks the default FP8 format). Each recipe kind takes those it has (:meth:`ScaledRecipe.with_run_options`); the
+    values are checked here, whichever recipes the run measures."""
 
     fp8_format: str | None = "e4m3"
-    amax_history_len: int | None = None
-    margin: int | None = None
+    amax_history_len: int | None = None  # iterations
+    margin: int | None = None  # powers of two
     fast_accum: bool | None = None
     amax_compute_algo: str | None = None
     trains: bool = False
     stochastic_rounding: bool | None = None
     rht: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.fp8_format is not None and self.fp8_format not in {c.value for c in Fp8FormatChoice}:
+            raise ValueError(f"unknown FP8 format {self.fp8_format!r}; accepted: "
+                             f"{', '.join(c.value for c in Fp8FormatChoice)}")
+        check_delayed_options("FP8 options", self.amax_history_len, self.amax_compute_algo, self.margin)
+        for option in ("fast_accum", "stochastic_rounding", "rht"):
+            if getattr(self, option) not in (None, True, False):
+                raise ValueError(f"{option} is on (True), off (False) or the recipe's own (None), got "
+                                 f"{getattr(self, option)!r}")
 
 
 @dataclass(frozen=True)
@@ -330,15 +349,8 @@ class Fp8Recipe(ScaledRecipe):
         return (16, 16, 16)
 
     def with_run_options(self, options: RunOptions) -> Fp8Recipe:
-        fp8_format = options.fp8_format
-        if fp8_format is None:
-            fp8_format = default_fp8_format(self, options.trains)
-        try:
-            choice = Fp8FormatChoice(fp8_format)
-        except ValueError:
-            raise ValueError(f"unknown FP8 format {fp8_format!r}; accepted: "
-                             f"{', '.join(c.value for c in Fp8FormatChoice)}") from None
-        changes: dict[str, object] = {"fp8_format": choice}
+        fp8_format = options.fp8_format or default_fp8_format(self, options.trains)
+        changes: dict[str, object] = {"fp8_format": Fp8FormatChoice(fp8_format)}  # RunOptions checked the name
         for option in ("amax_history_len", "margin", "fast_accum", "amax_compute_algo"):
             if getattr(options, option) is not None:
                 changes[option] = getattr(options, option)
@@ -451,22 +463,14 @@ def default_fp8_format(recipe: ScaledRecipe, trains: bool) -> str:
     return str(TE_DELAYED_SCALING_DEFAULTS["fp8_format"]) if recipe.delayed and trains else "e4m3"
 
 
-def resolve_precision(name: str, fp8_format: str | None = "e4m3", amax_history_len: int | None = None,
-                      margin: int | None = None, fast_accum: bool | None = None, amax_compute_algo: str | None = None,
-                      trains: bool = False, stochastic_rounding: bool | None = None,
-                      rht: bool | None = None) -> Precision:
-    """The registered precision ``name`` with the run's FP8 options applied (they do not touch non-FP8 ones, and
-    the 4-bit recipes take only ``stochastic_rounding`` and ``rht``).
-
-    ``fp8_format=None`` takes the recipe's default (:func:`default_fp8_format`, which depends on ``trains``:
-    whether the workload runs a backward pass).
-    """
+def resolve_precision(name: str, options: RunOptions | None = None) -> Precision:
+    """The registered precision ``name`` with the run's ``options`` applied (default :class:`RunOptions`: E4M3 and
+    each recipe's own settings). Options do not touch non-scaled precisions, and the 4-bit recipes take only
+    ``stochastic_rounding`` and ``rht``."""
     precision = PRECISIONS.get(name)
     if not isinstance(precision, ScaledRecipe):
         return precision
-    return precision.with_run_options(RunOptions(
-        fp8_format=fp8_format, amax_history_len=amax_history_len, margin=margin, fast_accum=fast_accum,
-        amax_compute_algo=amax_compute_algo, trains=trains, stochastic_rounding=stochastic_rounding, rht=rht))
+    return precision.with_run_options(options or RunOptions())
 
 
 def fp4_settings(precision: Precision) -> dict[str, object]:

@@ -34,7 +34,7 @@ from fp8bench.core.cases import Case
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import label
 from fp8bench.measure.plan import CostModel, Plan, plan_run
-from fp8bench.measure.runner import RunSettings
+from fp8bench.measure.settings import RunSettings
 
 SKIP_REASON = "suite budget"
 # Aim this share of the budget early, and RUN_END_S more: the run's end and an overrunning case fit in them.
@@ -73,15 +73,16 @@ class Level:
 
 
 def _fewer_samples(s: RunSettings) -> RunSettings:
-    return replace(s, policy=replace(s.policy, max_time_s=min(s.policy.max_time_s, s.policy.min_time_s)))
+    policy = s.timing.policy
+    return s.with_timing(policy=replace(policy, max_time_s=min(policy.max_time_s, policy.min_time_s)))
 
 
 LEVELS: tuple[Level, ...] = (
     Level("full", "", lambda s: s),
     Level("fewer_samples", "sampling stopped at min_time_s", _fewer_samples),
     Level("short_energy", "energy windows at their minimum, none per phase",
-          lambda s: replace(s, energy_error_target=None, energy_phases=False)),
-    Level("no_phases", "phases not timed", lambda s: replace(s, phases=False)),
+          lambda s: s.with_energy(error_target=None, phases=False)),
+    Level("no_phases", "phases not timed", lambda s: s.with_timing(phases=False)),
 )
 
 
@@ -224,10 +225,10 @@ class SuiteBudget:
             reason = (f"{SKIP_REASON}: the {len(self.estimates) - i} remaining case(s) are expected to take "
                       f"{c * self.suffix[0][i]:.3g} s at full settings and {left:.3g} s are left of the "
                       f"{self.budget_s:g} s wall budget")
-        if settings.budget_s > left:
-            settings = replace(settings, budget_s=max(left, MIN_CASE_BUDGET_S))
-            reason = reason or (f"{SKIP_REASON}: the case's own budget cut to the {settings.budget_s:.3g} s left of "
-                                f"the {self.budget_s:g} s wall budget")
+        if settings.timing.budget_s > left:
+            settings = settings.with_timing(budget_s=max(left, MIN_CASE_BUDGET_S))
+            reason = reason or (f"{SKIP_REASON}: the case's own budget cut to the {settings.timing.budget_s:.3g} s "
+                                f"left of the {self.budget_s:g} s wall budget")
         return Decision(settings, level, reason)
 
     def done(self, i: int, decision: Decision, wall_s: float) -> None:

@@ -105,10 +105,11 @@ def _pipeline(ctx: ProbeContext, workload: str, shape_text: str | None, precisio
 
 def _gemm_case(shape: tuple[int, int, int], precision: str, backend: str, fast_accum: bool | None = None) -> Case:
     from fp8bench.core.cases import Case
-    from fp8bench.core.precisions import resolve_precision
+    from fp8bench.core.precisions import RunOptions, resolve_precision
 
     m, n, k = shape
-    return Case("gemm", {"m": m, "n": n, "k": k}, resolve_precision(precision, fast_accum=fast_accum), backend)
+    return Case("gemm", {"m": m, "n": n, "k": k}, resolve_precision(precision, RunOptions(fast_accum=fast_accum)),
+                backend)
 
 
 def _busy(ctx: ProbeContext, seconds: float) -> Any:
@@ -282,11 +283,12 @@ HELD_CASES = (("gemm", (2048, 2048, 2048), "bf16"), ("gemm", (2048, 2048, 2048),
 
 def blocked_stream_holds(ctx: ProbeContext) -> ProbeResult:
     """cases measured with --blocked-stream are timed held (no refusal, give-up or fallback to events)"""
-    from fp8bench.measure.runner import CaseMeasurer, RunSettings
+    from fp8bench.measure.runner import CaseMeasurer
+    from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
     from fp8bench.measure.timing import SamplingPolicy
 
-    settings = RunSettings(device=str(ctx.device), blocked_stream=True, energy=False, phases=True, budget_s=60,
-                           policy=SamplingPolicy(min_samples=10, max_time_s=1.0))
+    timing = TimingSettings(budget_s=60, policy=SamplingPolicy(min_samples=10, max_time_s=1.0), blocked_stream=True)
+    settings = RunSettings(device=str(ctx.device), timing=timing, energy=EnergySettings(enabled=False))
     measurer = CaseMeasurer(settings, ctx.device)
     rows, held = [], True
     for workload, shape, precision in HELD_CASES:

@@ -50,12 +50,8 @@ from fp8bench.energy.meters import EnergyMeter, WindowMeter
 from fp8bench.energy.windows import sized_window_s
 from fp8bench.hardware.peaks import cached_cpu_ceilings, peak_key, table_peak
 from fp8bench.measure.harness_cost import Step
-from fp8bench.measure.runner import (
-    END_TO_END_BUDGET_SHARE,
-    PROBE_FLOPS_LEVELS,
-    RunSettings,
-    case_record,
-)
+from fp8bench.measure.runner import END_TO_END_BUDGET_SHARE, PROBE_FLOPS_LEVELS, case_record
+from fp8bench.measure.settings import EnergySettings, RunSettings
 from fp8bench.measure.timing import SamplingPolicy
 
 if TYPE_CHECKING:
@@ -238,8 +234,9 @@ class CostModel:
                 or workload.shape_reason(case.shape, case.precision)
                 or workload.memory_reason(case.shape, case.precision, self.device))
 
-    def parts(self, case: Case, call_s: float, s: RunSettings, first_of_shape: bool) -> tuple[str, Parts]:
+    def parts(self, case: Case, call_s: float, settings: RunSettings, first_of_shape: bool) -> tuple[str, Parts]:
         """What ``case`` is expected to end as, and its parts, with one call taking ``call_s``."""
+        s, metering = settings.timing, settings.energy
         workload = WORKLOADS.get(case.workload)
         probe = 0.0
         probe_shape = workload.probe_shape(case.shape, PROBE_FLOPS_LEVELS[0])
@@ -265,15 +262,15 @@ class CostModel:
         numerics = NUMERICS_CALLS * call_s + NUMERICS_FIXED_S
         if first_of_shape:
             numerics += self.reference_s(case)
-        n_windows = 1 + (len(self.phase_calls_s(case, call_s)) if s.energy_phases else 0)
+        n_windows = 1 + (len(self.phase_calls_s(case, call_s)) if metering.phases else 0)
         # Samples that wrap each call (an L2 flush, a hold) double the windows: the wrapping alone is metered in a
         # window of its own, sized like any window (fp8bench.energy.meters, "What a window runs"); both are sized
         # for a tighter bound than one window alone, so this is a lower estimate where the wrapping dominates.
         n_windows *= 2 if self.device.is_cuda and (s.flush_l2 or s.blocked_stream) else 1
-        energy = energy_window_s(self.meter, s) * n_windows if s.energy else 0.0
+        energy = energy_window_s(self.meter, metering) * n_windows if metering.enabled else 0.0
         k = self.stretch
-        return "measured", Parts({Step.PROBE: probe * k, Step.SETUP: (CASE_SETUP_S + SETUP_CALLS * call_s) * k, Step.WARMUP: warmup,
-                                  Step.SAMPLING: e2e + phases, Step.NUMERICS: numerics * k, Step.ENERGY: energy,
+        return "measured", Parts({Step.PROBE: probe * k, Step.SETUP: (CASE_SETUP_S + SETUP_CALLS * call_s) * k,
+                                  Step.WARMUP: warmup, Step.SAMPLING: e2e + phases, Step.NUMERICS: numerics * k, Step.ENERGY: energy,
                                   Step.BOOKKEEPING: (CASE_BOOKKEEPING_S + RECORD_WRITE_S) * k})
 
     def reference_s(self, case: Case) -> float:
@@ -294,15 +291,15 @@ def sampled_s(call_s: float, policy: SamplingPolicy, cap_s: float, unreached: fl
     return seconds + seconds / call_s * SAMPLE_LOOP_S
 
 
-def energy_window_s(meter: EnergyMeter | None, s: RunSettings) -> float:
+def energy_window_s(meter: EnergyMeter | None, s: EnergySettings) -> float:
     """Seconds of one energy window under ``s``: none without a window meter; else sized to the error target from
     :data:`ASSUMED_COUNTER_PERIOD_S`, between the minimum window and the meter's cap (fp8bench.energy.windows)."""
     if not isinstance(meter, WindowMeter):
         return 0.0
-    cap = max(meter.policy.max_window_s, s.energy_window_s)
-    if s.energy_error_target is None:
-        return s.energy_window_s
-    return sized_window_s(ASSUMED_COUNTER_PERIOD_S, s.energy_window_s, cap, s.energy_error_target)
+    cap = max(meter.policy.max_window_s, s.window_s)
+    if s.error_target is None:
+        return s.window_s
+    return sized_window_s(ASSUMED_COUNTER_PERIOD_S, s.window_s, cap, s.error_target)
 
 
 def case_key_of(case: Case, device: Device) -> str:

@@ -51,11 +51,9 @@ from fp8bench.core.pipeline import Pipeline, first_line
 from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
-from fp8bench.measure.timing import SamplingPolicy
+from fp8bench.measure.settings import RunSettings, profile_mode
 from fp8bench.paths import TRACE_SUFFIX
 
-PROFILE_MODES = ("torch", "nvtx", "nsys")
-BARE_PROFILE_MODE = "torch"  # what a bare ``--profile`` means
 RANGE_PREFIX = "fp8bench/"  # every range of the profiled pass: fp8bench/end_to_end, fp8bench/quantize, ...
 END_TO_END = "end_to_end"
 # Calls of each function in the pass: the first one after sampling can still differ (allocator, caches), three show
@@ -85,34 +83,6 @@ class Case(Protocol):
     @property
     def backend(self) -> str: ...
     def describe(self) -> str: ...
-
-
-class RunSettings(Protocol):
-    """What a rerun repeats of the run's settings (:class:`fp8bench.measure.runner.RunSettings`)."""
-
-    @property
-    def seed(self) -> int: ...
-    @property
-    def threads(self) -> int | None: ...
-    @property
-    def budget_s(self) -> float: ...
-    @property
-    def policy(self) -> SamplingPolicy: ...
-    @property
-    def cuda_graph(self) -> bool: ...
-    @property
-    def flush_l2(self) -> bool: ...
-    @property
-    def phases(self) -> bool: ...
-
-
-def profile_mode(value: str | None) -> str | None:
-    """``--profile``'s value checked: ``None`` (no profile) or one of :data:`PROFILE_MODES`; raises ``ValueError``
-    naming the bad value and the accepted ones."""
-    if value is None or value in PROFILE_MODES:
-        return value
-    raise ValueError(f"unknown --profile value {value!r}; accepted: {', '.join(PROFILE_MODES)} "
-                     f"(a bare --profile is {BARE_PROFILE_MODE})")
 
 
 def case_stem(seq: int, case: Case) -> str:
@@ -240,18 +210,19 @@ def _precision_flags(case: Case) -> list[str]:
 def rerun_argv(case: Case, settings: RunSettings, device: Device, out: Path) -> list[str]:
     """``fp8bench run`` arguments that measure exactly ``case`` again on ``device``, with the run's seed, threads,
     timing mode and sampling policy, its profiled pass in ``nvtx`` mode, writing only the run file ``out``."""
-    policy = settings.policy
+    timing = settings.timing
+    policy = timing.policy
     argv = ["fp8bench", "run", "--workload", case.workload, "--shape", label(case.shape), *_precision_flags(case),
             "--backend", case.backend, "--device", str(device), "--seed", str(settings.seed),
-            "--budget", f"{settings.budget_s:g}", "--min-samples", str(policy.min_samples),
+            "--budget", f"{timing.budget_s:g}", "--min-samples", str(policy.min_samples),
             "--target-rse", f"{policy.target_rse:g}", "--max-time", f"{policy.max_time_s:g}"]
     if settings.threads is not None:
         argv += ["--threads", str(settings.threads)]
-    if settings.cuda_graph:
+    if timing.cuda_graph:
         argv.append("--cuda-graph")
-    if not settings.flush_l2:
+    if not timing.flush_l2:
         argv.append("--no-l2-flush")
-    if not settings.phases:
+    if not timing.phases:
         argv.append("--no-phases")
     # Energy needs a window of its own and the store would keep a profiled rerun as a measurement: both left out.
     return [*argv, "--no-energy", "--no-store", "--profile", "nvtx", "--out", str(out), "--force"]

@@ -34,14 +34,12 @@ with status ``failed: disk full`` (:mod:`fp8bench.results.record_stream`).
 
 from __future__ import annotations
 
-import math
-import os
 import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,6 +68,7 @@ from fp8bench.core.records import Record
 from fp8bench.core.repro import repro_of
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import (
+    EnergyMeter,
     EnergyReading,
     configure_meter,
     idle_baseline,
@@ -81,8 +80,6 @@ from fp8bench.energy.meters import (
 from fp8bench.energy.telemetry import TelemetryWindow, ThrottlePolicy, ThrottleVerdict
 from fp8bench.hardware import environment
 from fp8bench.hardware.clocks import (
-    RECOVERY_DELAY_S,
-    THROTTLE_THRESHOLD,
     ClockCheckedTimer,
     lock_clocks,
     locked_clock_policy,
@@ -92,10 +89,10 @@ from fp8bench.measure.blocking import HoldTimedOut, gave_up_note, held_timer, ti
 from fp8bench.measure.cuda_graphs import CaptureRefused, GraphCapturer
 from fp8bench.measure.harness_cost import CostClock, Step, summarise
 from fp8bench.measure.output_check import OutputCheck, OutputWatch, deterministic
-from fp8bench.measure.profiling import CaseProfiler, profile_mode
+from fp8bench.measure.profiling import CaseProfiler
+from fp8bench.measure.settings import RunSettings
 from fp8bench.measure.timing import (
     Samples,
-    SamplingPolicy,
     Timer,
     TimingMode,
     agreed,
@@ -133,68 +130,10 @@ NOT_METERED_LOCKSTEP = ("not metered in a distributed run: each rank's energy wi
                         "of collective calls")
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    device: str = "auto"
-    budget_s: float = 30.0  # wall-clock budget per case
-    policy: SamplingPolicy = field(default_factory=SamplingPolicy)
-    warmup_s: float = 0.05
-    warmup_iters: int = 2
-    seed: int = 0
-    threads: int | None = None
-    fp8_format: str | None = None  # None: each recipe's default (recipes.default_fp8_format)
-    fast_accum: tuple[bool, ...] = (True,)  # FP8 forward accumulation modes to sweep (True: fast, the default)
-    amax_history_len: int | None = None  # None: the recipe's (TE's DelayedScaling defaults, see recipes.py)
-    margin: int | None = None
-    amax_compute_algo: str | None = None
-    flush_l2: bool = True
-    cuda_graph: bool = False  # CUDA: time replays of a CUDA graph of each call instead of eager calls (timing.py)
-    blocked_stream: bool = False  # CUDA: time eager calls queued behind a held stream (fp8bench.measure.blocking)
-    phases: bool = True
-    energy: bool = True
-    energy_window_s: float = 1.0  # minimum energy window: ~10 updates of NVML's ~100 ms counter
-    # Energy windows are sized so the counter's quantization error stays under this fraction (None: fixed windows
-    # of energy_window_s; fp8bench.energy.windows).
-    energy_error_target: float | None = 0.01
-    energy_phases: bool = False  # also meter each phase looped alone
-    idle_baseline_s: float = 0.0  # >0: measure idle power this long before the cases and report energy above it
-    cooldown_s: float = 0.0  # pause before each case after the first (lets a GPU cool between energy windows)
-    clock_floor: float = 0.9  # a window whose median SM clock is under this fraction of the reference is throttled
-    strict_clocks: bool = False  # power capping invalidates a window too (by default it is recorded, not invalidating)
-    profile: str | None = None  # a profiled pass after the measurement: torch | nvtx | nsys (fp8bench.measure.profiling)
-    lock_clocks: str | None = None  # base | max: the GPU's SM clock locked for the run (fp8bench.hardware.clocks)
-    # A timed sample under this fraction of the reference SM clock is discarded and retaken after the recovery
-    # delay, seconds (nvbench's defaults; fp8bench.hardware.clocks). 0 turns the per-sample check off.
-    throttle_threshold: float = THROTTLE_THRESHOLD
-    throttle_recovery_s: float = RECOVERY_DELAY_S
-
-    def __post_init__(self) -> None:
-        # A budget of inf (or a cooldown of inf) would let one case hang the run: every time must be finite.
-        if not (math.isfinite(self.budget_s) and self.budget_s > 0):
-            raise ValueError(f"budget must be positive, finite seconds, got {self.budget_s}")
-        cpus = os.cpu_count() or 1
-        if self.threads is not None and not 1 <= self.threads <= cpus:
-            raise ValueError(f"threads must be between 1 and this machine's {cpus} CPUs, got {self.threads}")
-        for name in ("idle_baseline_s", "cooldown_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
-        if not self.energy_window_s > 0:
-            raise ValueError(f"energy window must be positive seconds, got {self.energy_window_s}")
-        for name in ("idle_baseline_s", "cooldown_s", "energy_window_s"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number of seconds, got {getattr(self, name)}")
-        if not self.fast_accum or any(not isinstance(v, bool) for v in self.fast_accum):
-            raise ValueError(f"fast_accum must list one or more of True/False, got {self.fast_accum!r}")
-        if not 0 <= self.clock_floor <= 1:
-            raise ValueError(f"clock floor must be a fraction of the reference clock in [0, 1], got {self.clock_floor}")
-        profile_mode(self.profile)
-        if self.energy_error_target is not None and not 0 < self.energy_error_target < 1:
-            raise ValueError(f"energy error target must be a fraction in (0, 1), got {self.energy_error_target}")
-        if not 0 <= self.throttle_threshold <= 1:
-            raise ValueError(f"throttle threshold must be a fraction of the reference clock in [0, 1], got "
-                             f"{self.throttle_threshold}")
-        if not (math.isfinite(self.throttle_recovery_s) and self.throttle_recovery_s >= 0):
-            raise ValueError(f"throttle recovery delay must be finite seconds >= 0, got {self.throttle_recovery_s}")
+def _configured(meter: EnergyMeter, settings: RunSettings, locked_clock_mhz: int | None = None) -> EnergyMeter:
+    """``meter`` set to the energy and clock parts of ``settings`` (:func:`fp8bench.energy.meters.configure_meter`)."""
+    energy, clocks = settings.energy, settings.clocks
+    return configure_meter(meter, energy.window_s, clocks.floor, clocks.strict, energy.error_target, locked_clock_mhz)
 
 
 def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[str], backends: list[str],
@@ -212,10 +151,8 @@ def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[
             # A recipe's default FP8 format depends on whether the workload trains (recipes.default_fp8_format).
             resolved: list[Precision] = []
             for p in precisions:
-                for fast in settings.fast_accum:
-                    precision = resolve_precision(p, settings.fp8_format, settings.amax_history_len,
-                                                  settings.margin, fast, settings.amax_compute_algo,
-                                                  workload.trains(shape))
+                for fast in settings.recipe.fast_accum:
+                    precision = resolve_precision(p, settings.recipe.options(fast, workload.trains(shape)))
                     if precision not in resolved:  # float precisions have no accumulation switch: once each
                         resolved.append(precision)
             for precision in resolved:
@@ -254,20 +191,20 @@ class CaseMeasurer:
                  locked_clock_mhz: int | None = None) -> None:
         self.settings, self.device = settings, device
         self.profiler = profiler  # adds a profile to each measured record, after its figures are taken
-        self.timing_mode = timing_mode_for(device, settings.cuda_graph, settings.blocked_stream)
-        self.l2_flushed = device.is_cuda and settings.flush_l2
+        timing = settings.timing
+        self.timing_mode = timing_mode_for(device, timing.cuda_graph, timing.blocked_stream)
+        self.l2_flushed = device.is_cuda and timing.flush_l2
         self.peaks = peaks
         with device.guard():
             # ``timer`` replaces the device's own (the selfcheck passes the probe's, so its fakes reach every sample).
-            self.timer = timer or timer_for(device, settings.flush_l2)
-            self.graphs = GraphCapturer(device) if settings.cuda_graph else None
+            self.timer = timer or timer_for(device, timing.flush_l2)
+            self.graphs = GraphCapturer(device) if timing.cuda_graph else None
             # blocked_stream: its timer, or None and the note each record carries about the mode used instead.
-            self.blocked, self.blocked_note = held_timer(device, settings.blocked_stream, settings.flush_l2, timer)
-            if settings.blocked_stream and self.blocked is None:
-                self.timing_mode = timing_mode_for(device, settings.cuda_graph)
+            self.blocked, self.blocked_note = held_timer(device, timing.blocked_stream, timing.flush_l2, timer)
+            if timing.blocked_stream and self.blocked is None:
+                self.timing_mode = timing_mode_for(device, timing.cuda_graph)
             # Under --lock-clocks the locked clock, read back, is the reference of every throttle check.
-            self.meter = configure_meter(meter_for(device), settings.energy_window_s, settings.clock_floor,
-                                         settings.strict_clocks, settings.energy_error_target, locked_clock_mhz)
+            self.meter = _configured(meter_for(device), settings, locked_clock_mhz)
             # The timed samples are watched through the meter's device telemetry, under the meter's throttle rule,
             # whether or not energy is metered (fp8bench.energy.telemetry).
             self.telemetry = getattr(self.meter, "source", None)
@@ -276,7 +213,8 @@ class CaseMeasurer:
                                      if device.is_cuda else "clock and throttle telemetry comes from NVML, on NVIDIA "
                                      "GPUs")
             # Idle power is measured once, before any case runs, so that no case's heat is in it.
-            self.idle = idle_baseline(self.meter, device, settings.idle_baseline_s) if settings.energy else None
+            energy = settings.energy
+            self.idle = idle_baseline(self.meter, device, energy.idle_baseline_s) if energy.enabled else None
         # A timer shared by several processes (fp8bench.measure.lockstep.LockstepTimer) makes every decision together.
         self.lockstep = hasattr(self.timer, "agree")
         self.cost = CostClock()  # the harness's own cost of the case being measured (measure.harness_cost)
@@ -338,23 +276,21 @@ class CaseMeasurer:
             yield
             return
         self.settings = settings
-        configure_meter(self.meter, settings.energy_window_s, settings.clock_floor, settings.strict_clocks,
-                        settings.energy_error_target)
+        _configured(self.meter, settings)
         try:
             yield
         finally:
             self.settings = run_settings
-            configure_meter(self.meter, run_settings.energy_window_s, run_settings.clock_floor,
-                            run_settings.strict_clocks, run_settings.energy_error_target)
+            _configured(self.meter, run_settings)
 
     def _clock_checked(self, timer: Timer) -> ClockCheckedTimer | None:
         """``timer`` with the per-sample clock check (fp8bench.hardware.clocks), where the device reports its SM clock and a
         reference, the check is on, and the run is not in lockstep (each rank would retake different samples)."""
-        source, s = self.telemetry, self.settings
-        if source is None or not source.reference_clock_mhz or not s.throttle_threshold or self.lockstep:
+        source, clocks = self.telemetry, self.settings.clocks
+        if source is None or not source.reference_clock_mhz or not clocks.throttle_threshold or self.lockstep:
             return None
-        return ClockCheckedTimer(timer, source.read, float(source.reference_clock_mhz), s.throttle_threshold,
-                                 s.throttle_recovery_s)
+        return ClockCheckedTimer(timer, source.read, float(source.reference_clock_mhz), clocks.throttle_threshold,
+                                 clocks.throttle_recovery_s)
 
     def _timed_call(self, name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
         """What the timer samples for ``fn``: the eager call, or the replay of a CUDA graph captured from it
@@ -391,7 +327,7 @@ class CaseMeasurer:
         would skip the case; the least timing counts.
         """
         workload = WORKLOADS.get(case.workload)
-        needed_calls = self.settings.policy.min_samples + self.settings.warmup_iters
+        needed_calls = self.settings.timing.policy.min_samples + self.settings.timing.warmup_iters
         estimate: tuple[float, Shape] | None = None
         for i, level in enumerate(PROBE_FLOPS_LEVELS):
             probe = workload.probe_shape(case.shape, level)
@@ -466,7 +402,7 @@ class CaseMeasurer:
         if BACKENDS.get(case.backend).interpreted(self.device):
             return self._check_interpreted(case, seq, started)
         s = self.settings
-        deadline = started + s.budget_s
+        deadline = started + s.timing.budget_s
         over_budget = self._over_budget(case, seq)
         if over_budget is not None:
             return over_budget
@@ -496,8 +432,9 @@ class CaseMeasurer:
             f"e2e_{k}": v for k, v in timed.e2e.summary().items() if k not in ("median_s", "n")}}
         if timed.e2e.over_budget:
             e2e = timed.e2e
-            return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.policy.min_samples} samples "
-                              f"in the {s.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n, timing=timing)
+            return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.timing.policy.min_samples} "
+                              f"samples in the {s.timing.budget_s:g} s budget", samples_s=e2e.samples_s, n=e2e.n,
+                              timing=timing)
 
         numerics_started = time.monotonic()
         with self.cost.part(Step.NUMERICS):
@@ -518,7 +455,7 @@ class CaseMeasurer:
     def _over_budget(self, case: Case, seq: int) -> Record | None:
         """The ``over budget`` record of a case whose probe-timed call, times the fewest calls it needs, exceeds its
         budget; ``None`` when it may fit."""
-        s = self.settings
+        s = self.settings.timing
         min_needed = s.policy.min_samples + s.warmup_iters
         with self.cost.part(Step.PROBE):
             estimate = self._estimate_call_s(case, s.budget_s)
@@ -547,7 +484,7 @@ class CaseMeasurer:
         agree to within :data:`WARMUP_SETTLED` (the first calls' one-off costs are behind), stopping early if one call
         is too slow for the samples to fit before ``deadline``; ``after_first`` runs once, right after the first
         call."""
-        s = self.settings
+        s = self.settings.timing
         warm = _Warmup()
         warm_start = time.monotonic()
         settled = False
@@ -588,7 +525,7 @@ class CaseMeasurer:
     def _sample_all(self, pipeline: Pipeline, e2e: Callable[[], Any], deadline: float, outputs: OutputWatch,
                     mode: tuple[Timer, TimingMode, str | None]) -> _Timed:
         """:meth:`_time`'s samples with ``mode``'s timer, the mode it times in and the note that says why."""
-        s = self.settings
+        s = self.settings.timing
         timer, timing_mode, mode_note = mode
         e2e_deadline = min(deadline, time.monotonic() + s.budget_s * END_TO_END_BUDGET_SHARE)
         # GPUs: the SM clock and power read after every sample; a sample at a throttled clock is retaken.
@@ -620,14 +557,14 @@ class CaseMeasurer:
             except CaptureRefused as exc:  # timed as a graph or not at all: one mode per record
                 timed.notes.append(f"phase {name} not timed: {exc}")
                 continue
-            timed.phase_samples[name] = sample(timed.phase_calls[name], timer, self.settings.policy, deadline)
+            timed.phase_samples[name] = sample(timed.phase_calls[name], timer, self.settings.timing.policy, deadline)
             if timed.phase_samples[name].n == 0:
                 timed.notes.append(f"phase {name} not timed: budget spent")
 
     def _energy(self, pipeline: Pipeline, timed: _Timed) -> EnergyReading | None:
         """The case's energy, or ``None`` when it is not metered (disabled, or a distributed run's lockstep)."""
-        s = self.settings
-        if not s.energy or self.lockstep:
+        s = self.settings.energy
+        if not s.enabled or self.lockstep:
             return None
         # The energy window loops what was timed: in graph mode the replays, so joules and seconds describe one work,
         # and each call as the samples' timer ran it (after a flush, behind a hold) where it wrapped them.
@@ -635,7 +572,7 @@ class CaseMeasurer:
                                                                phases=timed.phase_calls)
         as_timed = getattr(timed.timer, "as_timed", None)
         mismatch = None if as_timed is not None else timing_mismatch(timed.timing_mode, self.l2_flushed)
-        args = (self.meter, metered, self.device, timed.e2e.median_s or 0.0, timed.phases, s.energy_phases, self.idle)
+        args = (self.meter, metered, self.device, timed.e2e.median_s or 0.0, timed.phases, s.phases, self.idle)
         try:
             return measure_case_energy(*args, mismatch, as_timed)
         except HoldTimedOut as exc:  # the call reads back to the host now and then: no held window, the bare call
@@ -694,7 +631,7 @@ class CaseMeasurer:
             phases=phases, phase_stats={k: v.summary() for k, v in timed.phase_samples.items()},
             energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
             tflops_per_w=(flops / joules / 1e12) if joules else None,
-            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (self.settings.energy
+            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (self.settings.energy.enabled
                                                                                         and self.lockstep)
                                                     else "energy metering disabled"},
             numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
@@ -796,7 +733,7 @@ class RunOutcome:
 
 def run_header(run_id: str, device: Device, device_spec: str, settings: RunSettings, spec: dict[str, Any]) -> dict[str, Any]:
     env = environment.capture(device)
-    settings_dict = asdict(settings)
+    settings_dict = settings.to_header()
     return {"run_id": run_id, "started_at": datetime.now(timezone.utc).isoformat(), "status": "running",
             "device_spec": str(device), "requested_device": device_spec, **env,
             "settings": settings_dict, "spec": spec, "energy_method": meter_for(device).method}
@@ -832,7 +769,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     header = run_header(run_id, device, settings.device, settings, spec or {})
     # --lock-clocks: refused here, before anything is written, where it cannot lock; undone after the last case
     # (below), on Ctrl-C (caught below) and at interpreter exit after any other error (fp8bench.hardware.clocks).
-    lock = lock_clocks(device, settings.lock_clocks)
+    lock = lock_clocks(device, settings.clocks.lock)
     if lock is not None:
         header["clock_lock"] = lock.environment()
         header.setdefault("gpu", {})["clock_policy"] = locked_clock_policy(lock)
@@ -846,8 +783,8 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     with run:
         ceilings_s = _cpu_ceilings(measurer, cases)
         for i, case in enumerate(cases):
-            if settings.cooldown_s and i > 0:
-                time.sleep(settings.cooldown_s)
+            if settings.energy.cooldown_s and i > 0:
+                time.sleep(settings.energy.cooldown_s)
             if on_start:
                 on_start(i, case)
             record = _budgeted(measurer, case, i, budget)

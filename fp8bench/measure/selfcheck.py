@@ -53,13 +53,21 @@ from fp8bench.core.noise import HostLoad, host_load
 from fp8bench.core.peak_table import table_peak
 from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-from fp8bench.core.precisions import PRECISIONS, Fp8Recipe, Precision, ScaledRecipe, resolve_precision
+from fp8bench.core.precisions import (
+    PRECISIONS,
+    Fp8Recipe,
+    Precision,
+    RunOptions,
+    ScaledRecipe,
+    resolve_precision,
+)
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape, label
 from fp8bench.energy.meters import EnergyMeter, EnergyReading, NullMeter, configure_meter, meter_for
 from fp8bench.hardware.peaks import CEILING_N, Peaks, peak_key
 from fp8bench.measure.claims import CLAIMS, Claim, Outcome, ProbeContext, describe, run_probe
-from fp8bench.measure.runner import CaseMeasurer, RunSettings, StreamedRun, new_run_id, run_header
+from fp8bench.measure.runner import CaseMeasurer, StreamedRun, new_run_id, run_header
+from fp8bench.measure.settings import ClockSettings, EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import SamplingPolicy, Timer, timer_for
 from fp8bench.numerics.predicted_sqnr import predict_gemm_sqnr
 from fp8bench.results.record_stream import DiskFull, RecordStream
@@ -293,10 +301,11 @@ class Selfcheck:
         self.results: list[CheckResult] = []
         self._seq = 0
         c = self.config
-        base = RunSettings(device=str(probe.device), budget_s=c.budget_s, energy=False)
-        self._peak = CaseMeasurer(replace(base, policy=c.policy), probe.device, probe.peaks, timer=probe.timer)
-        self._light = CaseMeasurer(replace(base, policy=c.light_policy, phases=False, warmup_iters=1), probe.device,
-                                   probe.peaks, timer=probe.timer)
+        base = RunSettings(device=str(probe.device), timing=TimingSettings(budget_s=c.budget_s),
+                           energy=EnergySettings(enabled=False))
+        self._peak = CaseMeasurer(base.with_timing(policy=c.policy), probe.device, probe.peaks, timer=probe.timer)
+        self._light = CaseMeasurer(base.with_timing(policy=c.light_policy, phases=False, warmup_iters=1),
+                                   probe.device, probe.peaks, timer=probe.timer)
         self._loop: Pipeline | None = None
 
     def settings(self) -> dict[str, Any]:
@@ -448,7 +457,7 @@ class Selfcheck:
         for recipe in recipes:
             # 4-bit recipes have one element format (E2M1): no FP8 format to sweep.
             for fmt in SQNR_FORMATS if isinstance(recipe, Fp8Recipe) else ("e4m3",):
-                yield self._sqnr_one(resolve_precision(recipe.name, fmt), shape)
+                yield self._sqnr_one(resolve_precision(recipe.name, RunOptions(fp8_format=fmt)), shape)
 
     def _sqnr_one(self, recipe: Precision, shape: Shape) -> CheckResult:
         assert isinstance(recipe, ScaledRecipe)
@@ -469,7 +478,7 @@ class Selfcheck:
 
     def _energy(self) -> Iterator[CheckResult]:
         probe = self.probe
-        meter = configure_meter(probe.meter, self.config.energy_window_s, RunSettings().clock_floor)
+        meter = configure_meter(probe.meter, self.config.energy_window_s, ClockSettings().floor)
         if meter.method == "none":
             yield CheckResult("energy", "nvml", Verdict.FAIL, f"no NVML meter: {getattr(meter, 'reason', '')}")
             return
@@ -576,7 +585,8 @@ def run_selfcheck(probe: Probe, config: SelfcheckConfig | None = None, run_file:
     started = time.monotonic()
     run_id = run_id or new_run_id()
     check = Selfcheck(probe, config, on_check=on_check)
-    settings = RunSettings(device=str(probe.device), budget_s=check.config.budget_s, energy=False)
+    settings = RunSettings(device=str(probe.device), timing=TimingSettings(budget_s=check.config.budget_s),
+                           energy=EnergySettings(enabled=False))
     header = run_header(run_id, probe.device, str(probe.device), settings, {"selfcheck": check.settings()})
     run = StreamedRun(RecordStream(run_file, header, None), started)
     check.on_record = run.stream.add

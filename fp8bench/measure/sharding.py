@@ -63,13 +63,13 @@ from fp8bench.energy.meters import meter_for, not_metered
 from fp8bench.hardware.environment import device_properties
 from fp8bench.measure.runner import (
     RunOutcome,
-    RunSettings,
     StreamedRun,
     case_profiler,
     case_record,
     new_run_id,
     run_header,
 )
+from fp8bench.measure.settings import RunSettings
 from fp8bench.measure.timing import timing_mode_for
 from fp8bench.results.record_stream import DiskFull, RecordStream
 
@@ -216,8 +216,8 @@ def _worker_main(conn: Connection, slot: WorkerSlot, settings: RunSettings, shar
         conn.close()
         return
     for i, (seq, case) in enumerate(shard):
-        if settings.cooldown_s and i > 0:
-            time.sleep(settings.cooldown_s)
+        if settings.energy.cooldown_s and i > 0:
+            time.sleep(settings.energy.cooldown_s)
         conn.send(("start", seq))
         conn.send(("record", seq, measurer.measure(case, seq=seq).to_dict()))
     conn.close()
@@ -277,8 +277,8 @@ class _InOrder:
 def crashed_record(case: Case, device: Device, seq: int, settings: RunSettings, reason: str) -> Record:
     """The ``failed`` record of a case its worker could not finish, with everything known without measuring."""
     return case_record(case, device, seq, "failed", reason, energy=not_metered(meter_for(device), "failed"),
-                       timing_mode=timing_mode_for(device, settings.cuda_graph).value,
-                       l2_flushed=device.is_cuda and settings.flush_l2)
+                       timing_mode=timing_mode_for(device, settings.timing.cuda_graph).value,
+                       l2_flushed=device.is_cuda and settings.timing.flush_l2)
 
 
 def _death(worker: _Worker) -> str:

@@ -1,9 +1,9 @@
 """CUDA timing on the case's device, and the CUDA-graph timing mode.
 
 CPU tests run fp8bench's CUDA paths (device guard, events, L2 flush, graph capture and replay, energy windows) on the
-fake runtime of ``tests/fake_cuda_runtime.py``: torch's own ``torch.cuda.graph``/``stream``/``device`` code on top of a fake of
-the layer below, with CUDA's refusals and a simulated clock. They prove the logic against the vendor's rules as the
-fake encodes them, not that a GPU agrees: the ``gpu``-marked tests at the end run the same paths on real hardware.
+fake runtime of ``tests/fake_cuda_runtime.py``: torch's own ``torch.cuda.graph``/``stream``/``device`` code on top of a
+fake of the layer below, with CUDA's refusals and a simulated clock. They prove the logic against the vendor's rules as
+the fake encodes them, not that a GPU agrees: the ``gpu``-marked tests at the end run the same paths on real hardware.
 """
 
 from __future__ import annotations
@@ -499,7 +499,8 @@ def test_gpu_graph_mode_runs_a_gemm_case():
     s = RunSettings(device=str(device), budget_s=20, policy=POLICY, energy=False, cuda_graph=True)
     (case,) = expand_cases([("gemm", ["1024x1024x1024"])], ["bf16"], ["torch"], s)
     graph = CaseMeasurer(s, device).measure(case)
-    eager = CaseMeasurer(RunSettings(device=str(device), budget_s=20, policy=POLICY, energy=False), device).measure(case)
+    eager_settings = RunSettings(device=str(device), budget_s=20, policy=POLICY, energy=False)
+    eager = CaseMeasurer(eager_settings, device).measure(case)
     assert graph.status == eager.status == "ok", (graph.reason, eager.reason)
     assert graph.timing_mode == "cuda_graph" and eager.timing_mode == "cuda_events"
     assert 0 < graph.median_s <= 2 * eager.median_s  # sanity only: speed is reported, not asserted

@@ -544,7 +544,8 @@ def test_real_nvml_counter_meters_a_gemm_loop():
 
 
 PRIVATE_ENERGY_NAME = __import__("re").compile(
-    r"from fp8bench\.energy(?:\.\w+)? import [^\n]*?\b(_[a-z]\w*)|\b(?:meters|nvml|telemetry|windows|rapl)\.(_[a-z]\w*)")
+    r"from fp8bench\.energy(?:\.\w+)? import [^\n]*?\b(_[a-z]\w*)"
+    r"|\b(?:meters|nvml|telemetry|windows|rapl)\.(_[a-z]\w*)")
 
 
 def private_energy_names(text: str) -> list[str]:

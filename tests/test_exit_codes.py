@@ -61,7 +61,8 @@ def test_gate_and_ab_usage_errors_can_never_read_as_inconclusive(verb, tmp_path,
                     ["gate", "a.json"], ["gate", "a.json", "b.json", "--fail-on", "never"]]
     else:
         run_args = ["--", "--shape", "32x32x32"]
-        attempts = [["ab", "--base", ".", "--roundz", "3", *run_args], ["ab", "--base", ".", "--rounds", "x", *run_args],
+        attempts = [["ab", "--base", ".", "--roundz", "3", *run_args],
+                    ["ab", "--base", ".", "--rounds", "x", *run_args],
                     ["ab", *run_args], ["ab", "--base", ".", "--threshold", "five", *run_args]]
     for argv in attempts:
         code = main(argv)

@@ -130,7 +130,8 @@ def test_the_budget_shortens_before_it_skips_and_skips_from_the_end() -> None:
 def test_a_case_never_gets_more_of_its_own_budget_than_the_run_has_left() -> None:
     decision = _budget([[1.0] * 4], 10).decide(0, 0.0)
     # the budget aimed at, less the time kept aside to write the one record still to come
-    assert decision.settings is not None and decision.settings.budget_s == pytest.approx(10 * 0.96 - RUN_END_S - FIRST_WRITE_S)
+    assert decision.settings is not None
+    assert decision.settings.budget_s == pytest.approx(10 * 0.96 - RUN_END_S - FIRST_WRITE_S)
     assert decision.reason.startswith(f"{SKIP_REASON}: the case's own budget cut to the 7.59 s left")
 
 

@@ -159,7 +159,8 @@ def render(changes: list[Change], title: str, bisected: dict[int, str] | None = 
         size = f"{c.size:+.2f} {unit}" if unit else f"{c.size:+.1%}"
         found = (bisected or {}).get(id(c))
         table.add_row(term_text((c.first_bad_commit or "-")[:10]), term_text((c.last_good_commit or "-")[:10]),
-                      term_text((found or "-")[:10]), term_text(c.case_key), term_text(c.device), c.metric, size, f"[{c.ci_low:.3f}, {c.ci_high:.3f}]", f"{c.p_value:.2g}", state)
+                      term_text((found or "-")[:10]), term_text(c.case_key), term_text(c.device), c.metric, size,
+                      f"[{c.ci_low:.3f}, {c.ci_high:.3f}]", f"{c.p_value:.2g}", state)
     Console(width=200).print(table)
 
 

@@ -159,7 +159,8 @@ class ConvergeOutcome:
         """The recipes, the control aside, that diverged or failed to train."""
         from fp8bench.measure.convergence import BROKEN
 
-        return [r["precision"] for r in self.rows if r["verdict"] in ("diverged", "failed") and r["precision"] != BROKEN]
+        return [r["precision"] for r in self.rows
+                if r["verdict"] in ("diverged", "failed") and r["precision"] != BROKEN]
 
     def summary(self) -> dict[str, Any]:
         """The verb's last stdout line."""

@@ -75,8 +75,9 @@ def gate_config(args: argparse.Namespace) -> GateConfig:
 def add_verdict_flags(p: argparse.ArgumentParser) -> None:
     """What fails the job (``gate`` and ``ab``; ``compare`` never fails)."""
     p.add_argument("--fail-on", choices=("inconclusive", "regression"), default="inconclusive",
-                   help="inconclusive (default): an inconclusive, noisy or incomparable outcome exits 2, a regression 1; "
-                        "regression: only a regression fails, an undecided outcome exits 0 (still reported)")
+                   help="inconclusive (default): an inconclusive, noisy or incomparable outcome exits 2, a "
+                        "regression 1; regression: only a regression fails, an undecided outcome exits 0 (still "
+                        "reported)")
 
 REPORT_FILES = ("report.md", "report.json")
 

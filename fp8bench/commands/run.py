@@ -83,7 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", nargs="+", default=None,
                    help="precision names or 'all' (default: all). See `fp8bench list precisions`")
     p.add_argument("--backend", nargs="+", default=None,
-                   help="backend names or 'all' (default: torch, the vendor kernels; add emulated for the reference). See `fp8bench list backends`")
+                   help="backend names or 'all' (default: torch, the vendor kernels; add emulated for the "
+                        "reference). See `fp8bench list backends`")
     p.add_argument("--baseline", default="bf16", help="precision the speedups are relative to (default bf16)")
     p.add_argument("--device", default="auto", help="auto (default: cuda:0 if present, else cpu), cpu, cuda, cuda:N")
     p.add_argument("--devices", default=None, metavar="LIST",

@@ -202,8 +202,8 @@ class CostModel:
         reference; ``base``: the settings its history was recorded under (default ``settings``)."""
         refused = self.refusal(case)
         if refused is not None:
-            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None, Parts({Step.BOOKKEEPING: REFUSED_S}),
-                                refused=True)
+            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None,
+                                Parts({Step.BOOKKEEPING: REFUSED_S}), refused=True)
         hist = self.history.get(case_key_of(case, self.device))
         call = hist.call_s if hist is not None and hist.call_s else self.call_s(case)
         expect, parts = self.parts(case, call, settings, first_of_shape)

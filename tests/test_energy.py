@@ -500,9 +500,10 @@ def _run_settings(argv, overrides=None):
     import argparse
 
     from fp8bench.commands import run as run_command
+    from fp8bench.commands import run_flags
 
     parser = argparse.ArgumentParser()
-    run_command.add_arguments(parser)
+    run_flags.add_arguments(parser)
     return run_command._settings(parser.parse_args(argv), overrides or {})
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from fp8bench.cli import build_parser, main
 from fp8bench.commands import VERBS as VERB_TABLE
-from fp8bench.commands.common import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, ExitCodes
+from fp8bench.commands.verb_interface import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, ExitCodes
 
 ROOT = Path(__file__).resolve().parents[1]
 VERBS = {verb.name: importlib.import_module(verb.module) for verb in VERB_TABLE}

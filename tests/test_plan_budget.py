@@ -228,7 +228,7 @@ def test_plan_command_measures_nothing_and_prints_json(tmp_path, capsys) -> None
 
 def test_a_bad_wall_budget_is_a_usage_error(capsys) -> None:
     from fp8bench.cli import main
-    from fp8bench.commands.common import EXIT_USAGE
+    from fp8bench.commands.verb_interface import EXIT_USAGE
 
     code = main(["run", "--shape", "64x64x64", "--precision", "fp32", "--wall-budget", "6x", "--plan"])
     assert code == EXIT_USAGE and "--wall-budget: wall budget '6x'" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import re
 from rich.console import Console
 
 from fp8bench.cli import main
-from fp8bench.commands.common import StepProgress
+from fp8bench.commands.console import StepProgress
 
 # "<verb>: <label>: 3/7 cases, 12 s spent, about 16 s left"
 PROGRESS = re.compile(r"^(\w+): .*\b(\d+)/(\d+) \w+, \d+ s spent, about \d+ s left\)?$")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.commands.common import EXIT_DISK_FULL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from fp8bench.commands.verb_interface import EXIT_DISK_FULL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
 

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from fp8bench.cli import main
-from fp8bench.commands.common import EXIT_OK, EXIT_USAGE
+from fp8bench.commands.verb_interface import EXIT_OK, EXIT_USAGE
 from fp8bench.results.store import STORE_SCHEMA_VERSION, StoreError, normalize_url, open_store
 from tests.test_ingest_files import good_run, ingest, write
 from tests.test_store import SCHEMA2_STORE, copy_store

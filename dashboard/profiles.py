@@ -2,8 +2,8 @@
 the viewer that opens it.
 
 ``fp8bench run --profile`` writes one Chrome trace-event JSON file per case beside the run file and the store keeps
-its path (``records.profile_trace``, :mod:`fp8bench.measure.profiling`). A browser cannot follow a ``file://`` link from a
-web page, and Perfetto UI (https://ui.perfetto.dev) opens a trace the user hands it ("Open trace file"), so the
+its path (``records.profile_trace``, :mod:`fp8bench.measure.profiling`). A browser cannot follow a ``file://`` link from
+a web page, and Perfetto UI (https://ui.perfetto.dev) opens a trace the user hands it ("Open trace file"), so the
 page shows the path as text (relative to the results folder: a visitor learns nothing of the server's folders
 above it) and, when the dashboard's own machine can read the file, offers it for download.
 

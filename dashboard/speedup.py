@@ -1,8 +1,8 @@
 """Speedups of the dashboard's records, computed by the same arithmetic as the run table (``fp8bench.analysis.report``).
 
 The store keeps one row per record with the shape as text; :func:`speedup_frame` turns rows back into the record
-dicts that :func:`fp8bench.analysis.report.baseline_index` and :func:`fp8bench.analysis.report.speedups` expect, keyed by the device
-*model* so that two GPU models never share a baseline.
+dicts that :func:`fp8bench.analysis.report.baseline_index` and :func:`fp8bench.analysis.report.speedups` expect, keyed
+by the device *model* so that two GPU models never share a baseline.
 """
 
 from __future__ import annotations

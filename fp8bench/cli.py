@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import NoReturn
 
+from fp8bench import __version__
 from fp8bench.commands import VERB_BY_NAME, VERBS
-from fp8bench.commands.common import (
+from fp8bench.commands.verb_interface import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     STANDARD_EXIT_CODES,
@@ -24,7 +26,8 @@ from fp8bench.commands.common import (
     UsageError,
     help_epilog,
 )
-from fp8bench.core.redact import has_password, redact
+from fp8bench.core.redact import error_line, has_password, redact
+from fp8bench.measure.interrupts import signals_interrupt
 from fp8bench.results.errors import StoreError
 
 GENERAL_DOC = "docs/cli.md"
@@ -63,13 +66,9 @@ def _exit_with(parser: argparse.ArgumentParser, code: int) -> None:
 
 
 def _installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("fp8bench")
     except PackageNotFoundError:  # run from a source tree that was never installed
-        from fp8bench import __version__
-
         return __version__
 
 
@@ -111,10 +110,6 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
 
 def main(argv: list[str] | None = None) -> int:
     """Run one verb; returns the process exit code (usage errors included, instead of raising SystemExit)."""
-    # Every bad-input error of fp8bench (unknown name, bad shape, missing device, unreadable run file or suite) is
-    # a ValueError; StoreError is the one exception. Importing only those keeps torch out of verbs that need none.
-    from fp8bench.measure.interrupts import signals_interrupt
-
     if argv is None:
         argv = sys.argv[1:]
     parser = build_parser(only=_verb_in(argv))
@@ -131,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with signals_interrupt():  # SIGTERM and SIGHUP end a verb the way Ctrl-C does
             return int(verb_module(args.verb).execute(args))
+    # Every bad-input error of fp8bench (unknown name, bad shape, missing device, unreadable run file or suite) is
+    # a ValueError; StoreError is the one exception. Catching only those keeps torch out of verbs that need none.
     except (UsageError, StoreError, ValueError) as exc:
         print(f"fp8bench {args.verb}: error: {redact(exc)}", file=sys.stderr)
         return exit_codes_of(verb_module(args.verb)).bad_input
@@ -141,8 +138,6 @@ def main(argv: list[str] | None = None) -> int:
         if not _database_error(exc):
             raise
         # SQLAlchemy's own text carries the statement and every parameter (a whole record's JSON): one line only.
-        from fp8bench.core.redact import error_line
-
         print(f"fp8bench {args.verb}: error: the store failed: {error_line(exc)}", file=sys.stderr)
         return exit_codes_of(verb_module(args.verb)).bad_input
 

@@ -160,8 +160,8 @@ def build_gemm(ctx: BuildContext) -> Pipeline:
 
     def eager_e2e(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         da, _sa, ka, db, _sb, kb = eager_quantize(a, b)
-        return kernel(replace(templates["lhs"], data=da, scales=(ka,)), replace(templates["rhs"], data=db, scales=(kb,)),
-                      out_dtype, precision.fast_accum)
+        lhs, rhs = replace(templates["lhs"], data=da, scales=(ka,)), replace(templates["rhs"], data=db, scales=(kb,))
+        return kernel(lhs, rhs, out_dtype, precision.fast_accum)
 
     quantize_c = compile_fn(eager_quantize)
     e2e_c = compile_fn(eager_e2e)

@@ -131,9 +131,9 @@ PINNED_RECIPE_FIELDS: dict[str, object] = {
 # Why ``fp8_blockwise`` never runs on TE on Blackwell and newer (stated by ``doctor`` as well: KNOWN_LIMITS).
 BLACKWELL_BLOCKWISE = (
     "Transformer Engine 2.9+ emulates Float8BlockScaling with MXFP8 GEMMs on compute capability 10.0+ and its block "
-    "quantizers then require power-of-two scales (the checks in common/transpose/quantize_transpose_square_blockwise.cu "
-    "and quantize_transpose_vector_blockwise.cu); fp8bench's fp8_blockwise has FP32 scales, so te skips it there "
-    "(run mxfp8 on te instead)")
+    "quantizers then require power-of-two scales (the checks in "
+    "common/transpose/quantize_transpose_square_blockwise.cu and quantize_transpose_vector_blockwise.cu); "
+    "fp8bench's fp8_blockwise has FP32 scales, so te skips it there (run mxfp8 on te instead)")
 # Limits of this backend that depend on the device: (precision, where, reason), listed by ``fp8bench doctor``.
 KNOWN_LIMITS: tuple[tuple[str, str, str], ...] = (("fp8_blockwise", "compute capability 10.0+", BLACKWELL_BLOCKWISE),)
 

@@ -5,8 +5,8 @@
 * FP8 tensorwise, delayed and rowwise: ``torch._scaled_mm`` (cuBLASLt on CUDA; a reference kernel on the CPU),
   with the operands quantized by fp8bench's shared quantizers.
 * FP8 blockwise, MXFP8 and the 4-bit recipes: ``torch.nn.functional.scaled_mm`` with block scaling types where this
-  torch has it, else ``torch._scaled_mm`` for the FP8 block recipes (:mod:`fp8bench.numerics.scaled_gemm`); where the device
-  lacks the kernels, the case is skipped with the capability rule or PyTorch's own refusal as the reason.
+  torch has it, else ``torch._scaled_mm`` for the FP8 block recipes (:mod:`fp8bench.numerics.scaled_gemm`); where the
+  device lacks the kernels, the case is skipped with the capability rule or PyTorch's own refusal as the reason.
 
 The ``quantize`` phase ends with both operands laid out as the kernel reads them (:meth:`ScaledGemm.prepare`); the
 ``gemm`` phase is the kernel launch alone.

@@ -5,9 +5,9 @@
   ``torch._scaled_grouped_mm`` for ``fp8_rowwise`` and ``mxfp8`` (CUDA only; :mod:`fp8bench.hardware.grouped_rules`). On
   the CPU, torch 2.13 has no scaled grouped kernel and refuses the call: the case is skipped with that reason.
 * ``impl=loop``: one GEMM per non-empty expert, ``torch.mm`` into slices of one output (float precisions) or
-  a :class:`fp8bench.numerics.scaled_gemm.ScaledGemm` on each group's rows and the expert's weight (FP8; ``torch._scaled_mm``
-  runs rowwise scales on the CPU), the results concatenated in the ``epilogue`` phase. This is what a framework
-  without a grouped kernel does, and the baseline the grouped kernel must beat.
+  a :class:`fp8bench.numerics.scaled_gemm.ScaledGemm` on each group's rows and the expert's weight (FP8;
+  ``torch._scaled_mm`` runs rowwise scales on the CPU), the results concatenated in the ``epilogue`` phase. This is what
+  a framework without a grouped kernel does, and the baseline the grouped kernel must beat.
 
 FP8 operands are quantized by fp8bench's shared quantizers: activations per row (per token) or per 32-element MX
 block, every expert's weight per output channel or per MX block, all of them in the timed ``quantize`` phase, which

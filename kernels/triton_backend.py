@@ -1,9 +1,10 @@
 """The ``triton`` backend (custom): fp8bench's own Triton quantizers and FP8 GEMM (:mod:`.triton_kernels`).
 
 It runs the FP8 recipes whose GEMM the kernels implement, tensorwise (current and delayed scaling), rowwise and
-blockwise (1x128 activations, 128x128 weights), as three timed phases: ``quantize`` (the fused amax-scale-cast kernels on both BF16 operands), ``gemm`` (the scaled
-FP8 GEMM on operands already quantized) and the end-to-end call. Float precisions are PyTorch's own kernels and run
-through the ``torch`` backend; MX (E8M0, 32-element) GEMMs are not implemented here.
+blockwise (1x128 activations, 128x128 weights), as three timed phases: ``quantize`` (the fused amax-scale-cast kernels
+on both BF16 operands), ``gemm`` (the scaled FP8 GEMM on operands already quantized) and the end-to-end call. Float
+precisions are PyTorch's own kernels and run through the ``torch`` backend; MX (E8M0, 32-element) GEMMs are not
+implemented here.
 
 On CUDA the first call autotunes the GEMM over Hopper tile configurations. It happens while the pipeline is built,
 outside every timed sample, and its duration is recorded as ``autotune_s`` with the chosen tiles. On the CPU the
@@ -41,7 +42,8 @@ TRITON = BACKENDS.add("triton", Backend(
     # The library, then the mode this process imported Triton in (interpreter or compiled: tk.device_reason).
     requires=(TRITON_LIBRARY,),
     check=lambda device: tk.device_reason(device.torch),
-    note=lambda device: None if device.is_cuda else "Triton interpreter on the CPU: correctness only, timings never compared",
+    note=lambda device: (None if device.is_cuda
+                         else "Triton interpreter on the CPU: correctness only, timings never compared"),
     interpreted=lambda device: tk.INTERPRETED,
 ))
 

@@ -74,7 +74,8 @@ except Exception as exc:  # noqa: BLE001 - any import failure means "no Triton",
     TRITON_IMPORT_ERROR = f"triton import failed: {type(exc).__name__}: {exc}"
     INTERPRETED = False
 
-# The smallest amax a scale is derived from; the same floor as fp8bench.numerics.quantize (keeps all-zero groups finite).
+# The smallest amax a scale is derived from; the same floor as fp8bench.numerics.quantize (keeps all-zero groups
+# finite).
 AMAX_FLOOR = 1e-12
 # Upper bound on programs of the tensorwise amax pass: the cast pass re-reduces this many partials per program,
 # which costs a few KiB of L2 reads against the tile of elements each program casts.

@@ -4,8 +4,9 @@
 Each history is ``--commits`` nightly points of one case, log-normal around 1 ms with the given coefficient of
 variation (the noise levels of the gate study, ``scripts/gate_quality.py``: CV 1% to 5%). A *step* history is
 slower by ``--step`` (10% by default) from a random commit on (at least ``--min-size`` commits from either end);
-a *flat* history never changes. Every history goes through the real detector (:func:`fp8bench.analysis.changes.find_changes`:
-PELT from ``ruptures``, then the size, interval and Mann-Whitney filters), as ``fp8bench changes`` runs it.
+a *flat* history never changes. Every history goes through the real detector
+(:func:`fp8bench.analysis.changes.find_changes`: PELT from ``ruptures``, then the size, interval and Mann-Whitney
+filters), as ``fp8bench changes`` runs it.
 
 Reported per CV:
 

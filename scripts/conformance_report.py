@@ -24,7 +24,8 @@ RECIPES = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxf
 FOUR_BIT = ("nvfp4", "mxfp4")
 SHAPES = {"gemm": "192x256x384", "attention": "b=2,h=2,s=64,d=64,kv_heads=1,backward=1",
           "transformer_step": "tiny,layers=1,batch=2,seq=64",
-          "grouped_gemm": "g=4,tokens=64,top_k=2,n=128,k=128", "grouped_gemm_loop": "g=4,tokens=64,top_k=2,n=128,k=128,impl=loop"}
+          "grouped_gemm": "g=4,tokens=64,top_k=2,n=128,k=128",
+          "grouped_gemm_loop": "g=4,tokens=64,top_k=2,n=128,k=128,impl=loop"}
 CASES = ([("gemm", r, f, b) for r in RECIPES for f in ("e4m3", "hybrid", "e5m2") for b in ("torch", "compiled")]
          + [(w, r, f, "torch") for w in ("attention", "transformer_step") for r in RECIPES for f in ("e4m3", "hybrid")]
          + [(w, r, "e4m3", "torch") for w in ("gemm", "attention", "transformer_step") for r in FOUR_BIT]

@@ -5,8 +5,8 @@ Each trial is one gate decision over a suite of ``--cases`` cases measured in ``
 A case's per-round medians are drawn from a log-normal distribution with the given coefficient of variation (the
 shape timing noise has: positive, right-skewed). In an A/A trial both sides share the distribution; in an A/B
 trial every candidate sample is ``1 + slowdown`` times slower. The samples go through the gate's real code path
-(:func:`fp8bench.analysis.gate.decision.compare_sides`: bootstrap interval, Mann-Whitney U, Benjamini-Hochberg, verdicts), and
-inconclusive cases are rerun once with fresh samples, as ``fp8bench ab`` does.
+(:func:`fp8bench.analysis.gate.decision.compare_sides`: bootstrap interval, Mann-Whitney U, Benjamini-Hochberg,
+verdicts), and inconclusive cases are rerun once with fresh samples, as ``fp8bench ab`` does.
 
 Reported per CV: the false-alarm rate (share of A/A cases judged ``slower``) with its Wilson 95% upper bound, the
 share of A/A trials that pass outright (exit 0), and the detection rate of the slowdown (share of A/B cases
@@ -21,11 +21,11 @@ moves between rounds), the noise pairing is meant to cancel.
     python scripts/gate_quality.py --sequential --max-rounds 60   # fp8bench ab --budget: rounds until decided
     python scripts/gate_quality.py --coverage --trials 1000 --max-rounds 200   # the sequence's error over all looks
 
-``--sequential`` runs the sequential design of ``fp8bench ab --budget`` instead (:mod:`fp8bench.analysis.gate.sequential`: a
-look after every round from ``--min-rounds`` on, each case stopping at its first decision, the run at
-``--max-rounds`` standing in for the time budget), through its real verdict function, and also reports the rounds
-a decision took (the run's length: until its last case is decided) beside the fixed design's 10 rounds (20 when
-the rerun happens).
+``--sequential`` runs the sequential design of ``fp8bench ab --budget`` instead
+(:mod:`fp8bench.analysis.gate.sequential`: a look after every round from ``--min-rounds`` on, each case stopping at its
+first decision, the run at ``--max-rounds`` standing in for the time budget), through its real verdict function, and
+also reports the rounds a decision took (the run's length: until its last case is decided) beside the fixed design's 10
+rounds (20 when the rerun happens).
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def measure_sequential(cv: float, args: argparse.Namespace, rng: np.random.Gener
         ab_rounds.append(n)
         ab_slower += sum(v == "slower" for v in ab_v)
         ab_cases += len(ab_v)
-    return {"cv": cv, "false_alarm_rate": aa_slower / aa_cases, "false_alarm_upper95": wilson_upper(aa_slower, aa_cases),
+    return {"cv": cv, "false_alarm_rate": aa_slower / aa_cases,
+            "false_alarm_upper95": wilson_upper(aa_slower, aa_cases),
             "aa_inconclusive_rate": aa_inconclusive / aa_cases, "aa_trials_passing": aa_pass / args.trials,
             "detection_rate": ab_slower / ab_cases, "aa_cases": aa_cases, "ab_cases": ab_cases,
             "aa_rounds_mean": float(np.mean(aa_rounds)), "aa_rounds_p90": float(np.percentile(aa_rounds, 90)),
@@ -184,7 +185,8 @@ def measure(cv: float, args: argparse.Namespace, rng: np.random.Generator) -> di
         ab_v = one_trial(rng, cv, args.slowdown, args.cases, args.rounds, config, args.drift)
         ab_slower += sum(v == "slower" for v in ab_v)
         ab_cases += len(ab_v)
-    return {"cv": cv, "false_alarm_rate": aa_slower / aa_cases, "false_alarm_upper95": wilson_upper(aa_slower, aa_cases),
+    return {"cv": cv, "false_alarm_rate": aa_slower / aa_cases,
+            "false_alarm_upper95": wilson_upper(aa_slower, aa_cases),
             "aa_inconclusive_rate": aa_inconclusive / aa_cases, "aa_trials_passing": aa_pass / args.trials,
             "detection_rate": ab_slower / ab_cases, "aa_cases": aa_cases, "ab_cases": ab_cases}
 

@@ -134,7 +134,8 @@ def common_long_cases(a: dict[str, Any], b: dict[str, Any]) -> set[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_args", nargs="*", help="`fp8bench run` flags (after --); default: " + " ".join(DEFAULT_RUN))
+    parser.add_argument("run_args", nargs="*",
+                        help="`fp8bench run` flags (after --); default: " + " ".join(DEFAULT_RUN))
     parser.add_argument("--run-file", type=Path, default=None, help="read this run file instead of running")
     parser.add_argument("--code", type=Path, default=None, help="another source tree to compare with, paired")
     parser.add_argument("--rounds", type=int, default=3, help="with --code: runs of each tree, alternated")

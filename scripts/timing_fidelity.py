@@ -4,7 +4,7 @@ For each case, build the pipeline once, then alternate: fp8bench's adaptive samp
 ``torch.utils.benchmark.Timer.blocked_autorange`` on the same callable. Prints the medians and their ratio per
 round, and the median ratio over rounds.
 
-    python scripts/timing_fidelity.py                       # 1024^3: bf16 and fp8_rowwise (torch), fp8_tensorwise (emulated)
+    python scripts/timing_fidelity.py     # 1024^3: bf16 and fp8_rowwise (torch), fp8_tensorwise (emulated)
     python scripts/timing_fidelity.py --shape 256x256x256 --case torch:fp8_tensorwise
 """
 

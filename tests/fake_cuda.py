@@ -1,7 +1,7 @@
 """A simulated GPU's clocks for tests: CUDA-event time and host wall time, driven by the work actually run.
 
-:class:`FakeCudaTimer` has the interface of :class:`fp8bench.measure.timing.CudaTimer`: ``time(fn)`` runs the call once and
-returns the device seconds between its start and end events, after the end event has completed. Here ``fn`` runs
+:class:`FakeCudaTimer` has the interface of :class:`fp8bench.measure.timing.CudaTimer`: ``time(fn)`` runs the call once
+and returns the device seconds between its start and end events, after the end event has completed. Here ``fn`` runs
 for real on the CPU, and the seconds returned are those a GPU at the simulated dense rates would take: the call's
 FLOPs, counted per ATen op by torch's ``FlopCounterMode``, with ``aten.mm`` (BF16, FP32, FP16 GEMMs) at the 16-bit
 rate and ``aten._scaled_mm`` at the FP8 rate. The simulated host clock (:class:`SimulatedClock`) advances by the

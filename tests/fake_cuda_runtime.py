@@ -14,8 +14,9 @@ Every rule encoded here is the vendor's, with its source:
 * torch/csrc/cuda/Module.cpp, ``THCPModule_setStream_wrap``: setting a stream also makes its device current.
 * torch/cuda/streams.py, ``Event.record``: no stream given means ``torch.cuda.current_stream()``, the *current
   device's* current stream. c10/cuda/CUDAEvent.h, ``CUDAEvent::record``: an event takes the device of the first stream
-  that records it; a later stream of another device raises a ``RuntimeError`` naming both devices. ``CUDAEvent::elapsed_time``: ``ValueError`` unless both events have ``enable_timing`` and
-  were recorded; ``RuntimeError`` unless both completed.
+  that records it; a later stream of another device raises a ``RuntimeError`` naming both devices.
+  ``CUDAEvent::elapsed_time``: ``ValueError`` unless both events have ``enable_timing`` and were recorded;
+  ``RuntimeError`` unless both completed.
 * aten/src/ATen/cuda/CUDAGraph.cpp: ``capture_begin`` refuses the default stream (a ``RuntimeError``) and a graph that
   already owns one; ``capture_end`` must end on the stream it began on,
   fails with the CUDA error when the capture was invalidated, and *warns* (``TORCH_WARN``, a ``UserWarning``) when the
@@ -49,8 +50,8 @@ Every rule encoded here is the vendor's, with its source:
   the host submitted it, whatever its stream (the false dependencies Hyper-Q was introduced to remove; Transformer
   Engine's communication-overlap examples set it to 1). An MPS client can get fewer than it asks for (MPS
   documentation, "Appendix: Environment Variables", ``CUDA_DEVICE_MAX_CONNECTIONS``: a server's clients share one
-  pool of connections, and the driver may allocate fewer than requested). Here a kernel submitted on any stream while a spin kernel holds
-  a stream of the device queues behind that spin, the release included: the spin runs to its give-up.
+  pool of connections, and the driver may allocate fewer than requested). Here a kernel submitted on any stream while a
+  spin kernel holds a stream of the device queues behind that spin, the release included: the spin runs to its give-up.
   (``CUDA_LAUNCH_BLOCKING=1``, which makes each launch wait for its kernel, is refused by name before any spin is
   launched and is not modelled.)
 
@@ -695,9 +696,9 @@ class _Spin:
 
 
 class FakeStreamHold:
-    """fp8bench.measure.blocking's ``StreamHold`` on the fake runtime: a spin kernel on the held stream, a release kernel
-    on a side stream of the same device (module docstring, "Held streams"). ``give_up_s=None`` models a spin kernel
-    without a give-up rule."""
+    """fp8bench.measure.blocking's ``StreamHold`` on the fake runtime: a spin kernel on the held stream, a release
+    kernel on a side stream of the same device (module docstring, "Held streams"). ``give_up_s=None`` models a spin
+    kernel without a give-up rule."""
 
     def __init__(self, cuda: FakeCuda, device: int, give_up_s: float | None = 1.0) -> None:
         self.cuda, self.device, self.give_up_s = cuda, device, give_up_s

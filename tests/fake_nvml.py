@@ -51,8 +51,8 @@ NVIDIA/go-nvml ``gen/nvml/nvml.h`` carries it at 2f9e261, its doc comments quote
   back as its target (whether a lock holds an idle GPU at its locked clock is not documented either way; the fake
   takes the case that would hurt). What ``NVML_CLOCK_LIMIT_ID_TDP`` locks to is an assumption: ``nvml.h`` :8913
   says only "Lock clock to TDP"; the fake takes the base clock (:attr:`FakeGpu.base_sm_clock_mhz`), the clock
-  NVIDIA's data sheets rate at TDP. ``NVML_VALUE_NOT_AVAILABLE`` (-1) is documented only for members of structures fp8bench does
-  not read (process and accounting statistics, ``nvml.h``), so no answer of the fake carries it.
+  NVIDIA's data sheets rate at TDP. ``NVML_VALUE_NOT_AVAILABLE`` (-1) is documented only for members of structures
+  fp8bench does not read (process and accounting statistics, ``nvml.h``), so no answer of the fake carries it.
 * **Deprecated application clocks (NVML 13).** ``NVML_CLOCK_ID_APP_CLOCK_TARGET`` and ``_DEFAULT`` are "Deprecated,
   do not use" (``nvml.h`` :1127-1130) and their getters ``DEPRECATED(13.0)``, to be removed in CUDA 14.0
   (:5672-5677). :attr:`FakeGpu.application_clocks_deprecated` models a driver of that line: ``nvmlDeviceGetClock``
@@ -189,7 +189,8 @@ def release_surface(version: str) -> types.ModuleType:
             raise AssertionError("a recorded release's function body never runs")
         stub.__name__ = name
         stub.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-            inspect.Parameter(p, getattr(inspect.Parameter, kind), default=None if has_default else inspect.Parameter.empty)
+            inspect.Parameter(p, getattr(inspect.Parameter, kind),
+                              default=None if has_default else inspect.Parameter.empty)
             for p, kind, has_default in params])
         setattr(module, name, stub)
     for name, value in recorded["constants"].items():

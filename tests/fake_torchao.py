@@ -7,8 +7,9 @@ modules hidden, so that fp8bench's detection, recipe choice and conversion check
 inside ``torchao/prototype/mx_formats/``. Rules enforced, each as torchao enforces it:
 
 * ``config.py`` ``MXLinearConfig.from_recipe_name``: a name outside ``MXLinearRecipeName`` is an
-  ``AssertionError``; 0.10 has ``mxfp8_emulated``, ``mxfp8_cublas``, ``mxfp8_cutlass`` (no RCEIL recipe; 0.12.0 neither), 0.13-0.16
-  ``mxfp8_emulated``, ``mxfp8_cublas``, ``mxfp8_cublas_rceil``; both have ``mxfp4_emulated``, ``mxfp4_cutlass``.
+  ``AssertionError``; 0.10 has ``mxfp8_emulated``, ``mxfp8_cublas``, ``mxfp8_cutlass`` (no RCEIL recipe; 0.12.0
+  neither), 0.13-0.16 ``mxfp8_emulated``, ``mxfp8_cublas``, ``mxfp8_cublas_rceil``; both have ``mxfp4_emulated``,
+  ``mxfp4_cutlass``.
 * ``MXLinearConfig`` is a dataclass: an unknown field is a ``TypeError``; ``_validate_kernel_preference``: the
   AUTO (cuBLAS) kernel takes 32-element blocks only.
 * ``mx_linear.py`` ``MXLinear.from_float``: asserts the module is an ``nn.Linear``, then swaps its ``__class__``
@@ -92,7 +93,8 @@ def make_modules(version: str = OLD) -> dict[str, types.ModuleType | None]:
         def from_recipe_name(recipe_name: Any) -> MXLinearConfig:
             if isinstance(recipe_name, str):
                 valid = [n.value for n in MXLinearRecipeName]
-                assert recipe_name in valid, f"fake MX config: unknown recipe {recipe_name!r} (this release has {valid})"
+                assert recipe_name in valid, (f"fake MX config: unknown recipe {recipe_name!r} "
+                                              f"(this release has {valid})")
                 recipe_name = MXLinearRecipeName(recipe_name)
             if recipe_name.value == "mxfp8_emulated":
                 return MXLinearConfig()

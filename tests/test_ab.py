@@ -106,7 +106,8 @@ def test_a_worker_dies_with_its_parent(tmp_path):
                                              "\ntime.sleep(600)\n")
     script = ("import os, threading, time; from pathlib import Path; "
               "from fp8bench.orchestration.ab import SideSpec, Worker; "
-              f"threading.Thread(target=Worker, args=(SideSpec('head', Path({str(checkout)!r})),), daemon=True).start(); "
+              f"threading.Thread(target=Worker, args=(SideSpec('head', Path({str(checkout)!r})),), "
+              "daemon=True).start(); "
               f"[time.sleep(0.05) for _ in range(1200) if not os.path.exists({str(pid_file)!r})]; os._exit(0)")
     subprocess.run([sys.executable, "-c", script], timeout=120, check=True)
     pid = int(pid_file.read_text())

@@ -47,7 +47,8 @@ def test_a_backend_refuses_other_device_kinds_then_missing_libraries_then_its_ow
     assert calls == []
     present = Backend("present", "custom", "test", check=own_rule)
     assert present.availability(CPU) == "own rule" and calls == ["cpu"]
-    assert present.unsupported_reason("gemm", object(), CPU) == "backend present unavailable: own rule"  # type: ignore[arg-type]
+    reason = present.unsupported_reason("gemm", object(), CPU)  # type: ignore[arg-type]
+    assert reason == "backend present unavailable: own rule"
 
 
 def test_te_needs_cuda_not_rocm_and_the_package(monkeypatch: pytest.MonkeyPatch) -> None:

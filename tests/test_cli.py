@@ -155,7 +155,7 @@ def test_step_progress_in_a_log_says_the_step_and_the_time_left():
     to go (a fake clock: 2 s per step)."""
     from rich.console import Console
 
-    from fp8bench.commands.common import StepProgress
+    from fp8bench.commands.console import StepProgress
 
     console = Console(width=120, record=True, color_system=None, force_terminal=False)
     now = [0.0]

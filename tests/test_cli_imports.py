@@ -3,9 +3,11 @@ alone, and neither imports torch or pandas (each is asked in a fresh interpreter
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,9 +46,6 @@ def test_a_verbs_help_imports_that_verb_alone_and_no_torch(verb):
 def test_no_verb_imports_another():
     """Each verb stands alone (flags and reports that several verbs share live in modules that are no verb's, such as
     ``commands/gating.py``), so running one verb never loads another's module."""
-    import ast
-    from pathlib import Path
-
     verb_modules = {verb.module for verb in VERBS}
     root = Path(__file__).resolve().parents[1]
     found = {}
@@ -56,3 +55,50 @@ def test_no_verb_imports_another():
                     if isinstance(node, ast.ImportFrom) and node.module}
         found[module] = sorted(imported & (verb_modules - {module}))
     assert found == {module: [] for module in sorted(verb_modules)}
+
+
+def test_no_verbs_help_imports_torch():
+    """Every verb's ``--help``, one after the other in one interpreter: none of them loads torch."""
+    probe = ("import contextlib, io, json, sys\n"
+             "from fp8bench.cli import main\n"
+             "from fp8bench.commands import VERBS\n"
+             "codes = {}\n"
+             "for verb in VERBS:\n"
+             "    with contextlib.redirect_stdout(io.StringIO()):\n"
+             "        codes[verb.name] = main([verb.name, '--help'])\n"
+             "print(json.dumps({'codes': codes, 'torch': 'torch' in sys.modules}))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"codes": {verb.name: 0 for verb in VERBS}, "torch": False}
+
+
+def _deferred_imports(path: Path) -> list[tuple[str, int, str]]:
+    """The imports inside functions of ``path``: (function, line, imported module)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom):
+                    found += [(node.name, inner.lineno, f"{inner.module}.{a.name}") for a in inner.names]
+                elif isinstance(inner, ast.Import):
+                    found += [(node.name, inner.lineno, a.name) for a in inner.names]
+    return found
+
+
+def test_the_command_line_imports_at_module_tops():
+    """cli.py and fp8bench/commands import at their tops. The one exception: a verb module whose action is heavy
+    hands over to it in ``execute``, importing that action module (no verb's) under a comment that says why."""
+    root = Path(__file__).resolve().parents[1]
+    verb_modules = {verb.module for verb in VERBS}
+    wrong = []
+    for path in sorted([root / "fp8bench" / "cli.py", *(root / "fp8bench" / "commands").glob("*.py")]):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        lines = path.read_text().splitlines()
+        deferred = _deferred_imports(path)
+        for function, line, imported in deferred:
+            hand_over = (module in verb_modules and function == "execute" and len(deferred) == 1
+                         and imported.startswith("fp8bench.commands.") and imported not in verb_modules
+                         and lines[line - 2].strip().startswith("#"))
+            if not hand_over:
+                wrong.append(f"{path.name}:{line} {function}: {imported}")
+    assert wrong == []

@@ -64,8 +64,10 @@ def test_lock_is_reset_on_ctrl_c_inside_it():
     nv.nvmlDeviceResetGpuLockedClocks.assert_called_once_with(handle)
 
 
-@pytest.mark.parametrize(("error", "words"), [("NVMLError_NoPermission", r"needs root \(NVML: no permission\); run as root"),
-                                               ("NVMLError_NotSupported", "cannot lock its clocks")])
+@pytest.mark.parametrize(("error", "words"), [
+    ("NVMLError_NoPermission", r"needs root \(NVML: no permission\); run as root"),
+    ("NVMLError_NotSupported", "cannot lock its clocks"),
+])
 def test_lock_refusals_say_why(error, words):
     nv = make_pynvml(FakeGpu())
     nv.nvmlDeviceSetGpuLockedClocks.side_effect = getattr(nv, error)(

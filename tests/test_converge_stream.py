@@ -9,7 +9,7 @@ import json
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.commands.common import EXIT_CASE_FAILED, EXIT_INTERRUPTED
+from fp8bench.commands.verb_interface import EXIT_CASE_FAILED, EXIT_INTERRUPTED
 from fp8bench.measure import convergence
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store

@@ -1,9 +1,9 @@
 """CUDA timing on the case's device, and the CUDA-graph timing mode.
 
 CPU tests run fp8bench's CUDA paths (device guard, events, L2 flush, graph capture and replay, energy windows) on the
-fake runtime of ``tests/fake_cuda_runtime.py``: torch's own ``torch.cuda.graph``/``stream``/``device`` code on top of a fake of
-the layer below, with CUDA's refusals and a simulated clock. They prove the logic against the vendor's rules as the
-fake encodes them, not that a GPU agrees: the ``gpu``-marked tests at the end run the same paths on real hardware.
+fake runtime of ``tests/fake_cuda_runtime.py``: torch's own ``torch.cuda.graph``/``stream``/``device`` code on top of a
+fake of the layer below, with CUDA's refusals and a simulated clock. They prove the logic against the vendor's rules as
+the fake encodes them, not that a GPU agrees: the ``gpu``-marked tests at the end run the same paths on real hardware.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ A *command block* is a fenced block tagged ``bash``, ``sh`` or ``console``; in a
 the lines after a ``$`` prompt (the rest is the output it showed). Each document's blocks run in order in one
 sandbox shared by all: a copy of the repository's files, built once per session (a fresh clone, in effect: a git
 repository of one commit), with ``results/`` reset to empty before each document (only the CPU ceilings cache
-kept) and the project's virtual environment first on ``PATH``, as after ``source .venv/bin/activate``. A block passes when it exits 0 (bash with
-``-e``: every line must) and leaves no file outside ``results/`` new or changed, so no document sees another's.
+kept) and the project's virtual environment first on ``PATH``, as after ``source .venv/bin/activate``. A block passes
+when it exits 0 (bash with ``-e``: every line must) and leaves no file outside ``results/`` new or changed, so no
+document sees another's.
 
 A document steers the test with HTML comments on the lines right above a block, invisible on the rendered page:
 

@@ -504,9 +504,10 @@ def _run_settings(argv, overrides=None):
     import argparse
 
     from fp8bench.commands import run as run_command
+    from fp8bench.commands import run_flags
 
     parser = argparse.ArgumentParser()
-    run_command.add_arguments(parser)
+    run_flags.add_arguments(parser)
     return run_command._settings(parser.parse_args(argv), overrides or {})
 
 
@@ -549,7 +550,8 @@ def test_real_nvml_counter_meters_a_gemm_loop():
 
 
 PRIVATE_ENERGY_NAME = __import__("re").compile(
-    r"from fp8bench\.energy(?:\.\w+)? import [^\n]*?\b(_[a-z]\w*)|\b(?:meters|nvml|telemetry|windows|rapl)\.(_[a-z]\w*)")
+    r"from fp8bench\.energy(?:\.\w+)? import [^\n]*?\b(_[a-z]\w*)"
+    r"|\b(?:meters|nvml|telemetry|windows|rapl)\.(_[a-z]\w*)")
 
 
 def private_energy_names(text: str) -> list[str]:

@@ -209,8 +209,8 @@ def test_the_fake_counter_holds_idle_power_and_each_kernels_and_spins_above_it(f
 
 def test_a_cold_l2_window_meters_flushed_calls_less_the_flush_alone(fake_cuda, chain, monkeypatch):
     """Each timed sample began with a flushed L2, so the timed call is a cold one. The window must meter the same:
-    flush then call, less the flush alone metered in its own window, per call, so its joules per call are the timed call's (on
-    the fake, the chain's kernel power times its cold time), not a warm call's."""
+    flush then call, less the flush alone metered in its own window, per call, so its joules per call are the timed
+    call's (on the fake, the chain's kernel power times its cold time), not a warm call's."""
     meter_cuda1(fake_cuda, monkeypatch)
     record = CaseMeasurer(energy_settings(flush_l2=True, energy_phases=True), GPU1).measure(chain(cold_s=COLD_S))
     assert record.status == "ok", record.reason

@@ -14,7 +14,7 @@ import pytest
 
 from fp8bench.cli import build_parser, main
 from fp8bench.commands import VERBS as VERB_TABLE
-from fp8bench.commands.common import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, ExitCodes
+from fp8bench.commands.verb_interface import EXIT_HARNESS_ERROR, EXIT_INCONCLUSIVE, ExitCodes
 
 ROOT = Path(__file__).resolve().parents[1]
 VERBS = {verb.name: importlib.import_module(verb.module) for verb in VERB_TABLE}
@@ -61,7 +61,8 @@ def test_gate_and_ab_usage_errors_can_never_read_as_inconclusive(verb, tmp_path,
                     ["gate", "a.json"], ["gate", "a.json", "b.json", "--fail-on", "never"]]
     else:
         run_args = ["--", "--shape", "32x32x32"]
-        attempts = [["ab", "--base", ".", "--roundz", "3", *run_args], ["ab", "--base", ".", "--rounds", "x", *run_args],
+        attempts = [["ab", "--base", ".", "--roundz", "3", *run_args],
+                    ["ab", "--base", ".", "--rounds", "x", *run_args],
                     ["ab", *run_args], ["ab", "--base", ".", "--threshold", "five", *run_args]]
     for argv in attempts:
         code = main(argv)

@@ -100,7 +100,8 @@ def test_native_rowwise_gemms_agree_with_emulated():
 def test_native_tensorwise_small_shape_agrees_with_emulated():
     # torch's CPU tensorwise _scaled_mm is slow (a reference loop), so this one stays tiny.
     gen = torch.Generator().manual_seed(3)
-    x, w, dy = torch.randn(32, 32, generator=gen), torch.randn(16, 32, generator=gen), torch.randn(32, 16, generator=gen)
+    x, w, dy = (torch.randn(32, 32, generator=gen), torch.randn(16, 32, generator=gen),
+                torch.randn(32, 16, generator=gen))
     outs = []
     for gemm in (NATIVE, EMULATED):
         layer = Fp8Linear(32, 16, resolve_precision("fp8_tensorwise"), gemm=gemm)

@@ -357,7 +357,8 @@ def test_power_capping_alone_never_breaks_a_case():
 def test_cli_aa_report_sets_the_noise_floor_from_a_stored_report(tmp_path, results_dir, capsys):
     b, c = _write_sides(tmp_path, rounds("b", CASES, cv=0.03, seed=1), rounds("h", CASES, cv=0.03, seed=2))
     aa = tmp_path / "aa.json"
-    aa.write_text(json.dumps(gate(rounds("a1", CASES, cv=0.03, seed=3), rounds("a2", CASES, cv=0.03, seed=4)).to_json()))
+    aa_report = gate(rounds("a1", CASES, cv=0.03, seed=3), rounds("a2", CASES, cv=0.03, seed=4))
+    aa.write_text(json.dumps(aa_report.to_json()))
     rc = main(["gate", str(b), str(c), "--aa-report", str(aa), "--results-dir", str(results_dir), "--json",
                "--no-store-report"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.commands.common import EXIT_OK, EXIT_USAGE
+from fp8bench.commands.verb_interface import EXIT_OK, EXIT_USAGE
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record
 

@@ -183,7 +183,8 @@ def test_the_two_wings_meet_only_at_results() -> None:
 def test_the_direction_check_sees_an_upward_import_and_skips_type_only_ones(tmp_path: Path) -> None:
     records, runner, report = tmp_path / "records.py", tmp_path / "runner.py", tmp_path / "report.py"
     records.write_text("import os\n\n\ndef later():\n    from fp8bench.measure.runner import run_cases\n")
-    runner.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from fp8bench.analysis import report\n")
+    runner.write_text("from typing import TYPE_CHECKING\n\n"
+                      "if TYPE_CHECKING:\n    from fp8bench.analysis import report\n")
     report.write_text("")
     modules = {"fp8bench.core.records": records, "fp8bench.measure.runner": runner,
                "fp8bench.analysis.report": report}

@@ -1,4 +1,5 @@
-"""Phase purity and capture purity (:mod:`fp8bench.verify.phase_audit`): every timed region holds only what its name says.
+"""Phase purity and capture purity (:mod:`fp8bench.verify.phase_audit`): every timed region holds only what its name
+says.
 
 Two classes of defect are caught here, on a CPU, for every backend x precision x workload that runs:
 

@@ -67,7 +67,8 @@ def test_sampling_time_lies_between_the_stop_rules() -> None:
     assert 0.1 <= quick <= 5.0 * 1.01  # at least min_time_s, at most max_time_s (+ the loop's own time)
     assert sampled_s(1.0, policy, cap_s=100) >= 10.0  # min_samples calls whatever max_time_s says
     capped = 0.12 + 0.12 / 1e-3 * SAMPLE_LOOP_S  # the cap's samples and the loop's own time around each
-    assert quick > 0.12 and sampled_s(1e-3, policy, cap_s=0.12) == pytest.approx(capped) and sampled_s(1e-3, policy, cap_s=0) == 0
+    assert quick > 0.12 and sampled_s(1e-3, policy, cap_s=0.12) == pytest.approx(capped)
+    assert sampled_s(1e-3, policy, cap_s=0) == 0
 
 
 def test_refused_and_over_budget_cases_are_expected_as_skipped() -> None:
@@ -232,7 +233,7 @@ def test_plan_command_measures_nothing_and_prints_json(tmp_path, capsys) -> None
 
 def test_a_bad_wall_budget_is_a_usage_error(capsys) -> None:
     from fp8bench.cli import main
-    from fp8bench.commands.common import EXIT_USAGE
+    from fp8bench.commands.verb_interface import EXIT_USAGE
 
     code = main(["run", "--shape", "64x64x64", "--precision", "fp32", "--wall-budget", "6x", "--plan"])
     assert code == EXIT_USAGE and "--wall-budget: wall budget '6x'" in capsys.readouterr().err

@@ -191,7 +191,8 @@ def test_run_with_profile_nsys_prints_and_records_the_command(capsys, results_di
     folder = Path(summary["run_file"]).parent / f"{summary['run_id']}.profile"
     assert folder.is_dir() and not any(folder.iterdir())  # ready for the command's report; nothing traced here
     (back,), _, _ = _rerun_case(command)
-    assert back.describe() == "gemm[m=64,n=64,k=64] fp8_tensorwise emulated" and back.precision.fp8_format.value == "e5m2"
+    assert back.describe() == "gemm[m=64,n=64,k=64] fp8_tensorwise emulated"
+    assert back.precision.fp8_format.value == "e5m2"
     assert f"--output={Path(summary['run_file']).parent / summary['run_id']}.profile/000-" in command
 
 

@@ -8,7 +8,7 @@ import re
 from rich.console import Console
 
 from fp8bench.cli import main
-from fp8bench.commands.common import StepProgress
+from fp8bench.commands.console import StepProgress
 
 # "<verb>: <label>: 3/7 cases, 12 s spent, about 16 s left"
 PROGRESS = re.compile(r"^(\w+): .*\b(\d+)/(\d+) \w+, \d+ s spent, about \d+ s left\)?$")
@@ -48,7 +48,8 @@ def test_run_piped_prints_a_line_per_case_with_count_and_time_left(tmp_path, cap
     lines = progress_lines(err, "run")
     assert lines and lines[-1] == (4, 4), err
     assert len(lines) <= 4 and [d for d, _ in lines] == sorted(d for d, _ in lines)
-    assert re.search(r"^run: gemm\[m=16,n=16,k=16\] bf16 torch: 1/4 cases, ", err, re.M), err  # the case it finished is named
+    # the case it finished is named
+    assert re.search(r"^run: gemm\[m=16,n=16,k=16\] bf16 torch: 1/4 cases, ", err, re.M), err
 
 
 def test_selfcheck_piped_prints_each_check_with_count_and_time_left(tmp_path, capsys):

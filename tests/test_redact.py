@@ -21,11 +21,13 @@ REFUSING = f"postgresql://bench:{SECRET}@127.0.0.1:1/fp8bench"
 @pytest.mark.parametrize("text, expected", [
     (f"postgresql://user:{SECRET}@db.example/fp8", "postgresql://user:***@db.example/fp8"),
     (f"postgresq://u:{SECRET}@h:5432/db", "postgresq://u:***@h:5432/db"),  # a mistyped scheme too
-    (f"cannot open 'postgresql+psycopg://u:{SECRET}@h/db': boom", "cannot open 'postgresql+psycopg://u:***@h/db': boom"),
+    (f"cannot open 'postgresql+psycopg://u:{SECRET}@h/db': boom",
+     "cannot open 'postgresql+psycopg://u:***@h/db': boom"),
     (f"postgresql://u:pa@ss{SECRET}@h/db", "postgresql://u:***@h/db"),  # an unencoded @ in the password
     ("postgresq://bench:se/cret@h/db", "postgresq://bench:***@h/db"),  # a / that no URL parser takes there
     ("postgresq://bench:se cret@h/db", "postgresq://bench:***@h/db"),  # an unencoded space
-    ("cannot open 'postgresq://u:a/b c@d@h/db': unknown scheme", "cannot open 'postgresq://u:***@h/db': unknown scheme"),
+    ("cannot open 'postgresq://u:a/b c@d@h/db': unknown scheme",
+     "cannot open 'postgresq://u:***@h/db': unknown scheme"),
     (f"host=db user=u password={SECRET} dbname=x", "host=db user=u password=*** dbname=x"),
     (f"postgresql://u@h/db?password={SECRET}&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
     ("postgresql://u@h/db", "postgresql://u@h/db"),

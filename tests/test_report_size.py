@@ -41,7 +41,8 @@ def test_a_sequential_report_names_its_confidence_sequence_not_bh_and_bootstrap(
     base = collect_side(rounds("b", CASES, seed=1))
     cand = collect_side(rounds("h", CASES, seed=2))
     report = build_report(base, cand, GateConfig(paired=True))
-    report = replace(report, sequential=SequentialInfo(METHOD, 600.0, 8, None, 20, 10, "all decided", 300.0, [30.0] * 10))
+    sequential = SequentialInfo(METHOD, 600.0, 8, None, 20, 10, "all decided", 300.0, [30.0] * 10)
+    report = replace(report, sequential=sequential)
     md = render_markdown(report)
     assert "Benjamini-Hochberg" not in md and "bootstrap" not in md and "(BH)" not in md
     assert "asymptotic confidence sequence" in md and "Bonferroni" in md

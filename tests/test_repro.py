@@ -68,7 +68,8 @@ def test_a_collective_of_several_ranks_starts_with_torchrun():
     rec = {"workload": "collective", "shape": {"op": "all_reduce", "n": 1024}, "precision": "bf16",
            "backend": "torch", "device": "cuda"}
     cmd = repro_command(rec, {"cuda_graph": True}, world_size=4)
-    assert cmd.startswith("torchrun --nproc-per-node 4 -m fp8bench run --workload collective --shape op=all_reduce,n=1024")
+    assert cmd.startswith("torchrun --nproc-per-node 4 -m fp8bench run --workload collective "
+                          "--shape op=all_reduce,n=1024")
     assert cmd.endswith("--cuda-graph")
 
 

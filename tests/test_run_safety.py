@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fp8bench.cli import main
-from fp8bench.commands.common import EXIT_DISK_FULL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from fp8bench.commands.verb_interface import EXIT_DISK_FULL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
 
@@ -259,8 +259,8 @@ def test_a_killed_dashboard_takes_its_streamlit_child_with_it(tmp_path, signum):
     if not Path("/proc/self/task").exists():
         pytest.skip("needs Linux /proc to find the child process")
     parent = subprocess.Popen([sys.executable, "-m", "fp8bench.cli", "dashboard", "--results-dir", str(tmp_path),
-                               "--port", str(_free_port())], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+                               "--port", str(_free_port())], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
     child = None
     try:
         _wait_for(lambda: bool(_children(parent.pid)), 60, "the streamlit child process")

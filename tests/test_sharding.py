@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fp8bench.cli import main
-from fp8bench.commands.common import EXIT_CASE_FAILED, EXIT_OK, EXIT_USAGE
+from fp8bench.commands.verb_interface import EXIT_CASE_FAILED, EXIT_OK, EXIT_USAGE
 from fp8bench.core.devices import Device, DeviceError
 from fp8bench.core.records import Record
 from fp8bench.measure.runner import expand_cases

@@ -263,7 +263,8 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
     assert store.schema_version == 7
     assert _counts(store_url) == {**before, "version": STORE_SCHEMA_VERSION}
     frame = store.records_frame(with_data=True)
-    runs = {r.run_id: (json.loads(r.data) if isinstance(r.data, str) else r.data) for r in store.runs_frame().itertuples()}
+    runs = {r.run_id: (json.loads(r.data) if isinstance(r.data, str) else r.data)
+            for r in store.runs_frame().itertuples()}
     for row in frame.itertuples():
         record = json.loads(row.data) if isinstance(row.data, str) else row.data
         expected = record_column_values(record, runs[row.run_id])

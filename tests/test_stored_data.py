@@ -1,6 +1,7 @@
 """Stored data is data, whatever its shape: a record whose field has the wrong type is named (file and index) and
-skipped at ingest, the rest of its run and the files after it stored, a store written by an older version that holds such records is repaired by the migration, the store refuses
-on SQLite what PostgreSQL refuses, and a record's identity (its run and seq) is unique.
+skipped at ingest, the rest of its run and the files after it stored, a store written by an older version that holds
+such records is repaired by the migration, the store refuses on SQLite what PostgreSQL refuses, and a record's identity
+(its run and seq) is unique.
 
 The tests taking ``store_url`` also run against a real PostgreSQL server in ``test_store_postgres.py``.
 """
@@ -14,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from fp8bench.cli import main
-from fp8bench.commands.common import EXIT_OK, EXIT_USAGE
+from fp8bench.commands.verb_interface import EXIT_OK, EXIT_USAGE
 from fp8bench.results.store import STORE_SCHEMA_VERSION, StoreError, normalize_url, open_store
 from tests.test_ingest_files import good_run, ingest, write
 from tests.test_store import SCHEMA2_STORE, copy_store

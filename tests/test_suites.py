@@ -45,6 +45,7 @@ def test_energy_settings_of_a_suite_reach_the_run(tmp_path):
     import argparse
 
     from fp8bench.commands import run as run_verb
+    from fp8bench.commands import run_flags
 
     suite = tmp_path / "energy.yaml"
     suite.write_text("name: energy\nsettings: {budget_s: 2, energy: false, clock_floor: 0.8, strict_clocks: true,"
@@ -53,7 +54,7 @@ def test_energy_settings_of_a_suite_reach_the_run(tmp_path):
     loaded = load_suite(str(suite))
     assert loaded.settings["clock_floor"] == 0.8 and loaded.settings["energy"] is False
     parser = argparse.ArgumentParser()
-    run_verb.add_arguments(parser)
+    run_flags.add_arguments(parser)
     args = parser.parse_args(["--suite", str(suite)])
     _, overrides, _ = run_verb._plan(args)
     settings = run_verb._settings(args, overrides)

@@ -1,6 +1,6 @@
 """The scaled-GEMM API of every supported torch release: the surfaces recorded from the released wheels
-(``fp8bench/numerics/data/torch_surfaces.json``, written by ``scripts/torch_surface.py``), feature detection on the installed
-torch, and the installed torch made to look like another release for the conformance replay.
+(``fp8bench/numerics/data/torch_surfaces.json``, written by ``scripts/torch_surface.py``), feature detection on the
+installed torch, and the installed torch made to look like another release for the conformance replay.
 
 Only one torch installs here (2.13), so a call that an older release lacks passes every other test; these checks are
 what keep the project's claim of ``torch>=2.9`` honest (the defect they catch: ``torch.nn.functional.scaled_mm``,

@@ -48,7 +48,8 @@ def quiet_import():
     """One fresh interpreter importing torchao the way fp8bench does (after ``fp8bench.kernels``), shared by the
     tests that read what a real import prints: only a fresh process shows import-time log lines."""
     pytest.importorskip("torchao")
-    code = "import torch, fp8bench.kernels, torchao; from fp8bench.hardware.vendor_logs import silenced; print(silenced())"
+    code = ("import torch, fp8bench.kernels, torchao; from fp8bench.hardware.vendor_logs import silenced; "
+            "print(silenced())")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
 

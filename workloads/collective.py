@@ -27,16 +27,17 @@ Closed forms, per call, with ``p`` ranks:
   counted), ``2*m*n*k`` for ``tp_linear`` (the whole layer, done by ``p`` ranks together).
 * Bytes: the size ``S`` nccl-tests gives a collective (``doc/PERFORMANCE.md`` of NVIDIA/nccl-tests), in the bytes
   actually sent: the gathered tensor for an all-gather, the full buffer each rank contributes for a
-  reduce-scatter; FP8 counts one byte per element plus 4 per scale (:func:`fp8bench.numerics.fp8_comm.chunk_wire_bytes`).
-  Each rank sends ``S*(p-1)/p`` of them. The record's ``extra`` carries ``comm_bytes`` (``S``), ``bus_factor``
-  (``(p-1)/p``) and, from the ``communicate`` phase's median ``t``, ``algbw_gbps = S/t`` and
-  ``busbw_gbps = algbw * (p-1)/p``, nccl-tests' definitions for all-gather, reduce-scatter and all-to-all.
+  reduce-scatter; FP8 counts one byte per element plus 4 per scale
+  (:func:`fp8bench.numerics.fp8_comm.chunk_wire_bytes`). Each rank sends ``S*(p-1)/p`` of them. The record's ``extra``
+  carries ``comm_bytes`` (``S``), ``bus_factor`` (``(p-1)/p``) and, from the ``communicate`` phase's median ``t``,
+  ``algbw_gbps = S/t`` and ``busbw_gbps = algbw * (p-1)/p``, nccl-tests' definitions for all-gather, reduce-scatter and
+  all-to-all.
 
 Numerics: each rank's result against the full-precision one computed from the same FP32 inputs in FP64 (the record
 keeps rank 0's): the gathered weight, the rank's reduced rows, the layer's gathered output.
 
-The workload needs a process group of two or more ranks (``torchrun``, :mod:`fp8bench.hardware.distributed`); outside one,
-its cases are skipped with the command that launches them.
+The workload needs a process group of two or more ranks (``torchrun``, :mod:`fp8bench.hardware.distributed`); outside
+one, its cases are skipped with the command that launches them.
 """
 
 from __future__ import annotations

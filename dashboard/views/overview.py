@@ -2,8 +2,8 @@
 
 A cell is ``baseline time / precision time`` at one device, workload and shape, each side taking its fastest
 vendor or custom backend; the emulated reference (a quantize-dequantize model of a recipe, never a way to run one)
-is left out. Payoff reads the same cells (:func:`fp8bench.analysis.payoff.cell_speedups`), so an FP8 or 4-bit cell here is
-a point on Payoff's curves. End-to-end time includes FP8's quantization (amax, scale, cast); the pre-quantized
+is left out. Payoff reads the same cells (:func:`fp8bench.analysis.payoff.cell_speedups`), so an FP8 or 4-bit cell here
+is a point on Payoff's curves. End-to-end time includes FP8's quantization (amax, scale, cast); the pre-quantized
 time is the GEMM alone, the number vendors quote. Colours are on a log scale centred on 1x, so 2x faster and 2x
 slower are equally loud. Rows are in reading order: by device, workload, then FLOPs. Interpreted, invalid and
 unmeasured records never enter a speed comparison. The table below the heatmap has every record, each against

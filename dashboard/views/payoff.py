@@ -29,8 +29,9 @@ from fp8bench.dashboard.widgets import (
 )
 
 # The answer first; where it was read and how many shapes it rests on last.
-SHOWN = ["device", "workload", "precision", "verdict", "pays_off_from", "speedup_there", "speedup_at_largest", "sqnr_cost_db",
-         "energy_ratio", "reason", "baseline_note", "energy_note", "largest_shape", "backend_there", "measured_at", "shapes"]
+SHOWN = ["device", "workload", "precision", "verdict", "pays_off_from", "speedup_there", "speedup_at_largest",
+         "sqnr_cost_db", "energy_ratio", "reason", "baseline_note", "energy_note", "largest_shape", "backend_there",
+         "measured_at", "shapes"]
 
 
 # Height of one workload's panel and of the gap below it, px: the gap holds the panel's wrapped shape labels (up to

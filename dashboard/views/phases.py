@@ -6,8 +6,8 @@ scaling eats; the diamond marks the end-to-end median, timed as one call (it can
 launch gaps and cache effects between phases). A case run with ``fp8bench run --profile`` lists its profile traces
 (one per precision and backend) below the table. On a GPU the table also gives the host's wall time per call and the
 launch overhead (that time less the device time: launches and host work the GPU did not overlap), which says how
-much of a small case is Python and the driver rather than kernels. Cases are listed in reading order (workload, then FLOPs), and
-the page opens on the first that measured an FP8 or 4-bit recipe: the GEMMs before the collectives.
+much of a small case is Python and the driver rather than kernels. Cases are listed in reading order (workload, then
+FLOPs), and the page opens on the first that measured an FP8 or 4-bit recipe: the GEMMs before the collectives.
 """
 
 from __future__ import annotations

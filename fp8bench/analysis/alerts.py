@@ -1,13 +1,13 @@
 """Alerts: which regressions in a nightly history are worth waking someone for.
 
-A change point (:mod:`fp8bench.analysis.changes`) says a series stepped; an **alert** says the step is confirmed, by one of
-two rules, and records which:
+A change point (:mod:`fp8bench.analysis.changes`) says a series stepped; an **alert** says the step is confirmed, by one
+of two rules, and records which:
 
 * **consecutive nights**: the latest ``nights`` commits of the series (default 2) are each worse than the level
   before the change by more than the threshold. One slow night, or a step that later nights do not repeat, does
   not alert; as the PyTorch HUD marks a regression only after two consecutive violations;
-* **bisect**: a stored ``fp8bench bisect`` of the change's range (:func:`fp8bench.analysis.bisect.bisected_commit`) named
-  the first slower commit.
+* **bisect**: a stored ``fp8bench bisect`` of the change's range (:func:`fp8bench.analysis.bisect.bisected_commit`)
+  named the first slower commit.
 
 A change most of whose nights on either side were measured noisy (``Change.noisy``: under load, or spread over the
 noise band) alerts by neither rule's nights; only a bisect confirms it.

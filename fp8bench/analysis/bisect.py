@@ -2,9 +2,9 @@
 
 Given a known good and a known bad commit of a git repository and the cases to measure (``fp8bench run``
 arguments), each probed commit is checked out into its own worktree, built (``--setup``), and measured against the
-good commit with the sequential A/B rounds of ``fp8bench ab --budget`` (:mod:`fp8bench.analysis.gate.sequential`): rounds are
-added until the gate decides, so a quiet step costs a few rounds and a noisy one gets more. The search is binary
-over the commits between good and bad along the first-parent line, as ``git bisect`` does:
+good commit with the sequential A/B rounds of ``fp8bench ab --budget`` (:mod:`fp8bench.analysis.gate.sequential`):
+rounds are added until the gate decides, so a quiet step costs a few rounds and a noisy one gets more. The search is
+binary over the commits between good and bad along the first-parent line, as ``git bisect`` does:
 
 * the bad commit is measured first; unless the gate confirms it ``slower`` than good, there is nothing to bisect
   (exit 0 when it is the ``same``, 2 when undecided);
@@ -18,9 +18,9 @@ over the commits between good and bad along the first-parent line, as ``git bise
 
 One environment serves every probe: the worker of each side imports ``fp8bench`` (and the ``package-dir``
 packages of the commit's ``pyproject.toml``) from that side's worktree, into this Python with the dependencies
-installed here (:mod:`fp8bench.orchestration.ab`). So a probe needs no virtual environment of its own; the default ``--setup``
-only byte-compiles the checkout (a syntax error is "does not build"). That assumes the probed commits run with the
-dependencies installed here; a range that changes them needs a ``--setup`` that installs them. A repository of
+installed here (:mod:`fp8bench.orchestration.ab`). So a probe needs no virtual environment of its own; the default
+``--setup`` only byte-compiles the checkout (a syntax error is "does not build"). That assumes the probed commits run
+with the dependencies installed here; a range that changes them needs a ``--setup`` that installs them. A repository of
 custom kernels (not fp8bench itself) is bisected the same way with ``--plugin MODULE``: both sides load that module
 from their own worktree (``FP8BENCH_PLUGINS``, ``PYTHONPATH``), and fp8bench is the installed one.
 
@@ -142,7 +142,8 @@ def _measure_until_decided(measure: Measure, commit: Commit, step_budget_s: floa
 
 
 def bisect(good: Commit, bad: Commit, commits: Sequence[Commit], measure: Measure, step_budget_s: float,
-           on_probe: Callable[[Probe], None] | None = None, clock: Callable[[], float] = time.monotonic) -> BisectResult:
+           on_probe: Callable[[Probe], None] | None = None,
+           clock: Callable[[], float] = time.monotonic) -> BisectResult:
     """Search ``commits`` (after good, up to bad, oldest first) for the first one ``measure`` finds slower."""
     started = clock()
     result = BisectResult(good, bad, list(commits))
@@ -246,7 +247,8 @@ def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequen
                             (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
     except UnsafeField as exc:
         again = no_command(str(exc))
-    lines = [marker(cases, result.good.sha, result.bad.sha, device), f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
+    lines = [marker(cases, result.good.sha, result.bad.sha, device),
+             f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
     if result.first_bad is not None:
         lines += [f"First slower commit: {md_code(result.first_bad.sha)} {md_text(result.first_bad.subject)}", "",
                   f"Ratio to good {md_code(result.good.sha[:12])}: {_ratio(ev)} (geometric mean of per-round "

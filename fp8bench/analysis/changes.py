@@ -343,7 +343,8 @@ def mark_noisy(records: pd.DataFrame, loads: dict[str, HostLoad | None]) -> pd.D
 
 
 def history_records(store: Store, flt: RecordFilter, metrics: Sequence[str] = DEFAULT_METRICS) -> pd.DataFrame:
-    """The speed-comparable records of ``store`` under ``flt``, with the columns change detection reads, in run order."""
+    """The speed-comparable records of ``store`` under ``flt``, with the columns change detection reads, in run
+    order."""
     from fp8bench.analysis.selection import speed_comparable_sql
     from fp8bench.results.store import queries as store_queries
 

@@ -3,96 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fp8bench.commands.common import (
+from rich.console import Console
+
+from fp8bench.analysis.bisect import BisectError, Probe, bisect, case_keys, device_of, render_markdown, save_evidence
+from fp8bench.commands.gating import gate_config
+from fp8bench.commands.verb_interface import (
     EXIT_HARNESS_ERROR,
-    ExitCodes,
     UsageError,
-    add_json_flag,
     default_results_dir,
     harness_error,
     print_json,
 )
-from fp8bench.core.units import positive_seconds
-from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
-
-DESCRIPTION = """Find the commit that made the cases slower, by binary search between a good and a bad commit.
-
-Each probed commit is checked out into a temporary worktree of --repo, built with --setup, and measured against
-the good commit in sequential A/B rounds (as `fp8bench ab --budget`): rounds are added until the gate decides
-slower or same, within --step-budget seconds; an undecided step is measured once more with twice the budget, and
-a commit that does not build, import or run is skipped (as `git bisect skip`). The bad commit is measured first:
-if it is not slower than good there is nothing to bisect. Everything after `--` is passed to `fp8bench run`.
-
-Every probe imports its commit's code from its worktree into this Python environment, so no probe needs its own
-virtual environment; the default --setup only byte-compiles the checkout. This assumes the commits run with the
-dependencies installed here; give a --setup that installs them if the range changes them. For a repository of
-custom kernels loaded as a plugin, give --plugin MODULE: both sides load it from their own worktree.
-
-Every probed commit's code (its --setup, its imports, its kernels) runs as you, with your rights: bisect only a
-range of commits you would run yourself. Run it as a user, or in a container, that can write nothing you keep.
---out must be a new or empty folder (every round file in it is read as this bisect's own); --markdown refuses a
-link and an existing file unless --force.
-
-examples:
-  fp8bench bisect --good v1.2 --bad main -- --shape 256x256x256 --precision bf16 --backend torch
-  fp8bench bisect --repo ../my-kernels --plugin my_kernels --good abc123 --bad HEAD --step-budget 300 -- --suite ci
-  fp8bench bisect --good GOOD --bad BAD --markdown issue.md -- --suite ci      (an issue body for the finding)
-
-The finding (commit, subject, ratio with its interval, rounds) is printed, written to OUT/bisect.json and
-OUT/bisect.md, and kept in RESULTS/bisects/ where `fp8bench changes` and the dashboard's Regressions page show it."""
-EXIT_CODES = ExitCodes((
-    (EXIT_PASS, "the bad commit is not slower than the good one beyond the threshold: nothing to bisect"),
-    (EXIT_REGRESSION, "found: the first commit the gate finds slower than good"),
-    (EXIT_INCONCLUSIVE, "undecided: the bad commit is not shown slower, or skipped/undecided commits leave a range"),
-    (EXIT_HARNESS_ERROR, "harness error or bad input (bad commits, not a git repository, good does not build)"),
-), bad_input=EXIT_HARNESS_ERROR)
-DOC = "docs/gate.md"
-DEFAULT_STEP_BUDGET_S = 300.0
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.commands.gating import add_gate_flags
-
-    p.add_argument("--good", required=True, help="a commit (any git revision) where the cases were fast")
-    p.add_argument("--bad", required=True, help="a later commit where they are slow (on good's first-parent line)")
-    p.add_argument("--repo", type=Path, default=Path("."), help="the git repository (default .)")
-    p.add_argument("--setup", default=None, metavar="CMD",
-                   help="shell command run in each probed worktree; a non-zero exit skips the commit "
-                        "(default: byte-compile it with this Python)")
-    p.add_argument("--plugin", default=None, metavar="MODULE",
-                   help="a module of the repository to load on both sides (FP8BENCH_PLUGINS): bisect a repository "
-                        "of custom kernels against the installed fp8bench")
-    p.add_argument("--step-budget", type=positive_seconds("--step-budget"), default=DEFAULT_STEP_BUDGET_S,
-                   metavar="SECONDS", help=f"seconds of rounds per probe (default {DEFAULT_STEP_BUDGET_S:g}; an "
-                                           "undecided probe gets twice this once more)")
-    p.add_argument("--min-rounds", type=int, default=8, help="rounds before a probe's first decision (default 8)")
-    p.add_argument("--round-timeout", type=positive_seconds("--round-timeout"), default=3600.0, metavar="SECONDS",
-                   help="a side's round that takes longer fails that probe (default 3600)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="a new or empty folder for round files and reports (default RESULTS/bisect/TIME-ID)")
-    p.add_argument("--markdown", type=Path, default=None, metavar="FILE",
-                   help="also write the finding as a GitHub issue body (its first line is a marker the nightly "
-                        "workflow finds the issue by)")
-    p.add_argument("--force", action="store_true", help="let --markdown replace an existing file")
-    p.add_argument("--results-dir", type=Path, default=None,
-                   help="where the finding is kept for `changes` and the dashboard (default ./results or "
-                        "$FP8BENCH_RESULTS_DIR)")
-    add_gate_flags(p)
-    add_json_flag(p)
-    p.add_argument("run_args", nargs=argparse.REMAINDER, help="-- then arguments for `fp8bench run`")
+from fp8bench.measure.interrupts import cleanup_on_stop
+from fp8bench.orchestration.bisect_probes import ProbeRunner, commits_between
+from fp8bench.results.runfile import check_writable, write_user_file
 
 
 def check_outputs(folder: Path, markdown: Path | None, force: bool) -> None:
     """Refuse, before any probe, an --out that holds anything (every round file in it would be read as this
     bisect's own) and a --markdown the safe-write rules refuse (a link, a device, an existing file without --force)."""
-    from fp8bench.results.runfile import check_writable
-
     if folder.is_symlink() or (folder.exists() and (not folder.is_dir() or any(folder.iterdir()))):
         raise UsageError(f"--out {folder} is not a new or empty folder: bisect reads every round file in its folder "
                          "as its own; give a new --out")
@@ -101,13 +37,6 @@ def check_outputs(folder: Path, markdown: Path | None, force: bool) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from fp8bench.analysis.bisect import BisectError, Probe, bisect, case_keys
-    from fp8bench.commands.gating import gate_config
-    from fp8bench.measure.interrupts import cleanup_on_stop
-    from fp8bench.orchestration.bisect_probes import ProbeRunner, commits_between
-
     run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
     err = Console(stderr=True)
     try:
@@ -157,11 +86,6 @@ def execute(args: argparse.Namespace) -> int:
 def report(result: Any, cases: list[str], run_args: list[str], folder: Path, results: Path,
            args: argparse.Namespace) -> int:
     """Write bisect.json, bisect.md (and --markdown), keep the evidence, print the finding; returns the exit code."""
-    import json
-
-    from fp8bench.analysis.bisect import device_of, render_markdown, save_evidence
-    from fp8bench.results.runfile import write_user_file
-
     folder.mkdir(parents=True, exist_ok=True)
     md = render_markdown(result, cases, run_args, device_of(result))
     write_user_file(folder / "bisect.md", md.encode(), False, "the bisect report")

@@ -6,106 +6,52 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fp8bench.commands.common import (
-    BAD_INPUT,
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from fp8bench.commands.console import StepProgress
+from fp8bench.commands.verb_interface import (
     EXIT_CASE_FAILED,
     EXIT_DISK_FULL,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_USAGE,
-    INTERRUPTED,
-    ExitCodes,
-    StepProgress,
     UsageError,
-    add_json_flag,
-    add_store_flags,
     default_results_dir,
     print_json,
 )
-from fp8bench.core.units import fraction_arg
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from fp8bench.core.devices import Device
-    from fp8bench.core.precisions import Precision
-    from fp8bench.core.records import Record
-    from fp8bench.core.shapes import Shape
-    from fp8bench.measure.convergence import ConvergenceSettings, Curve
-    from fp8bench.measure.runner import RunOutcome
-
-DESCRIPTION = """Train the same GPT-style decoder (same initial weights, same synthetic batches) for N steps in
-BF16 and in each FP8 or 4-bit (nvfp4, mxfp4) recipe, and compare every loss curve with BF16's: final and largest
-relative gap, and a
-divergence flag (NaN/Inf, a gap over --diverge-gap, or a loss spike). A negative control with FP8 scaling
-disabled (fp8_unscaled) runs too, to show the check fails when training breaks. Each curve is stored as a
-record (workload transformer_step, per-step losses in extra.losses).
-
-examples:
-  fp8bench converge --steps 200
-  fp8bench converge --steps 50 --precision bf16 fp8_rowwise --backend torch
-  fp8bench converge --shape tiny,seq=32 --fp8-format hybrid --no-control
-  fp8bench converge --steps 40 --precision nvfp4 mxfp4 --stochastic-rounding off --rht on"""
-EXIT_CODES = ExitCodes((
-    (EXIT_OK, "no FP8 recipe diverged, and the negative control was flagged"),
-    (EXIT_CASE_FAILED, "a recipe diverged, or the negative control was not flagged"),
-    (EXIT_USAGE, BAD_INPUT),
-    (EXIT_DISK_FULL, "the disk filled: the curves written before are kept in the run file"),
-    (EXIT_INTERRUPTED, INTERRUPTED + " (finished curves)"),
-))
-DOC = "docs/workloads.md"
-
-DEFAULT_PRECISIONS = ["bf16", "fp8_tensorwise", "fp8_delayed", "fp8_rowwise", "fp8_blockwise", "mxfp8", "nvfp4",
-                      "mxfp4"]
-ON_OFF = {"on": True, "off": False}
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--shape", default="tiny", help="transformer_step shape or preset (default tiny)")
-    p.add_argument("--steps", type=int, default=200, help="training steps per curve (default 200)")
-    p.add_argument("--precision", nargs="+", default=None,
-                   help=f"precisions to train (default: {' '.join(DEFAULT_PRECISIONS)}); bf16 is always included")
-    p.add_argument("--backend", default="emulated",
-                   help="backend whose layers train: emulated (default; any recipe, any device) or torch (native "
-                        "FP8 GEMMs; on the CPU only rowwise is fast)")
-    p.add_argument("--fp8-format", default=None, choices=["e4m3", "e5m2", "hybrid"],
-                   help="FP8 element format (default: each recipe's; fp8_delayed trains in hybrid, TE's default)")
-    p.add_argument("--stochastic-rounding", choices=sorted(ON_OFF), default=None,
-                   help="4-bit recipes: round gradients stochastically (default: each recipe's; nvfp4 on, as TE's "
-                        "NVFP4BlockScaling, mxfp4 off); FP8 recipes are unaffected")
-    p.add_argument("--rht", choices=sorted(ON_OFF), default=None,
-                   help="4-bit recipes: 16x16 random Hadamard transform of the wgrad GEMM's operands (default: "
-                        "each recipe's; nvfp4 on, mxfp4 off); FP8 recipes are unaffected")
-    p.add_argument("--no-control", action="store_true", help="skip the fp8_unscaled negative control")
-    p.add_argument("--window", type=int, default=10, help="smoothing window in steps (default 10)")
-    p.add_argument("--tolerance", type=fraction_arg("--tolerance"), default=0.05,
-                   help="final relative gap counted as ok: 5%% or 0.05 (default 5%%)")
-    p.add_argument("--diverge-gap", type=fraction_arg("--diverge-gap"), default=0.25,
-                   help="relative gap flagged as diverged: 25%% or 0.25 (default 25%%)")
-    p.add_argument("--stats-every", type=int, default=25, help="sample FP8 cast statistics every N steps (0: off)")
-    p.add_argument("--seed", type=int, default=0, help="weights and data seed (default 0)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
-    p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
-    p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
-    add_store_flags(p)
-    p.add_argument("--no-store", action="store_true", help="write the run file only")
-    add_json_flag(p)
+from fp8bench.core.devices import Device, resolve_device
+from fp8bench.core.plugins import WORKLOADS, load_all
+from fp8bench.core.precisions import (
+    PRECISIONS,
+    Fp4Recipe,
+    Precision,
+    RunOptions,
+    ScaledRecipe,
+    fp4_settings,
+    resolve_precision,
+)
+from fp8bench.core.records import Record
+from fp8bench.core.shapes import Shape
+from fp8bench.measure import convergence
+from fp8bench.measure.convergence import BASELINE, BROKEN, ConvergenceSettings, Curve
+from fp8bench.measure.runner import RunOutcome, StreamedRun, new_run_id, run_header
+from fp8bench.measure.settings import RecipeSettings, RunSettings
+from fp8bench.results.record_stream import DiskFull, RecordStream
+from fp8bench.results.runfile import check_writable
+from fp8bench.results.store import open_store
+from fp8bench.workloads.transformer_step import LAYER_CONVERTERS
 
 
 def execute(args: argparse.Namespace) -> int:
     """Parse the flags, train every curve (:func:`converge`), then render the table and the summary line."""
-    from rich.console import Console
-
-    from fp8bench.results.record_stream import DiskFull
-
     err = Console(stderr=True)
     results_dir = args.results_dir or default_results_dir()
     try:
         outcome = converge(
-            shape=args.shape, steps=args.steps, precisions=args.precision or DEFAULT_PRECISIONS,
+            shape=args.shape, steps=args.steps, precisions=args.precision,
             backend=args.backend, fp8_format=args.fp8_format, stochastic_rounding=_on_off(args.stochastic_rounding),
             rht=_on_off(args.rht), control=not args.no_control, window=args.window, tolerance=args.tolerance,
             diverge_gap=args.diverge_gap, stats_every=args.stats_every, seed=args.seed, device=args.device,
@@ -145,8 +91,6 @@ class ConvergeOutcome:
 
     @property
     def control(self) -> dict[str, Any] | None:
-        from fp8bench.measure.convergence import BROKEN
-
         return next((r for r in self.rows if r["precision"] == BROKEN), None)
 
     @property
@@ -157,9 +101,8 @@ class ConvergeOutcome:
     @property
     def diverged(self) -> list[str]:
         """The recipes, the control aside, that diverged or failed to train."""
-        from fp8bench.measure.convergence import BROKEN
-
-        return [r["precision"] for r in self.rows if r["verdict"] in ("diverged", "failed") and r["precision"] != BROKEN]
+        return [r["precision"] for r in self.rows
+                if r["verdict"] in ("diverged", "failed") and r["precision"] != BROKEN]
 
     def summary(self) -> dict[str, Any]:
         """The verb's last stdout line."""
@@ -188,17 +131,6 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
     Progress and each failed recipe go to ``console`` (stderr). Bad input raises :class:`UsageError`; a disk
     already full raises :class:`fp8bench.results.record_stream.DiskFull` before anything trains.
     """
-    from rich.console import Console
-
-    from fp8bench.core.devices import resolve_device
-    from fp8bench.core.plugins import WORKLOADS, load_all
-    from fp8bench.measure.convergence import BASELINE, BROKEN
-    from fp8bench.measure.runner import StreamedRun, new_run_id, run_header
-    from fp8bench.measure.settings import RecipeSettings, RunSettings
-    from fp8bench.results.record_stream import RecordStream
-    from fp8bench.results.runfile import check_writable
-    from fp8bench.results.store import open_store
-
     load_all()
     settings = _settings(steps=steps, window=window, tolerance=tolerance, diverge_gap=diverge_gap,
                          stats_every=stats_every, seed=seed, backend=backend)
@@ -208,8 +140,6 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
     on = resolve_device(device)
     run_settings = RunSettings(device=device, seed=seed, threads=threads, recipe=RecipeSettings(fp8_format=fp8_format))
     if threads:
-        import torch
-
         torch.set_num_threads(threads)
     run_id = new_run_id()
     run_file = run_file or (results_dir or default_results_dir()) / "runs" / f"{run_id}.json"
@@ -229,15 +159,13 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
 
 
 def _on_off(value: str | None) -> bool | None:
-    return None if value is None else ON_OFF[value]
+    """An on/off flag's value (argparse has refused any other word), ``None`` where it was not given."""
+    return None if value is None else value == "on"
 
 
 def _settings(*, steps: int, window: int, tolerance: float, diverge_gap: float, stats_every: int, seed: int,
               backend: str) -> ConvergenceSettings:
     """The check's settings (the smoothing window at most the steps), refusing a backend that cannot train."""
-    from fp8bench.measure.convergence import ConvergenceSettings
-    from fp8bench.workloads.transformer_step import LAYER_CONVERTERS
-
     try:
         settings = ConvergenceSettings(steps=steps, window=min(window, max(steps, 1)), tolerance=tolerance,
                                        diverge_gap=diverge_gap, stats_every=stats_every, seed=seed)
@@ -252,8 +180,6 @@ def _recipes(names: list[str], fp8_format: str | None, stochastic_rounding: bool
              rht: bool | None) -> list[Precision]:
     """Each precision name resolved for training: ``fp8_format`` for the FP8 recipes, the gradient options for
     the 4-bit ones (E2M1 elements: ``fp8_format`` does not apply)."""
-    from fp8bench.core.precisions import PRECISIONS, Fp4Recipe, RunOptions, resolve_precision
-
     def resolve(name: str) -> Precision:
         if isinstance(PRECISIONS.get(name), Fp4Recipe):  # E2M1 elements: fp8_format is for the FP8 recipes
             return resolve_precision(name, RunOptions(fp8_format=None, trains=True,
@@ -283,9 +209,6 @@ class _Curves:
     def record(self, seq: int, precision: Precision | str) -> Record:
         """Train one curve and return its record. A recipe that fails to train gives a ``failed`` record with the
         error, so the other curves still run."""
-        from fp8bench.core.precisions import ScaledRecipe, fp4_settings
-        from fp8bench.measure import convergence
-
         name = precision if isinstance(precision, str) else precision.name
         recipe = precision if isinstance(precision, ScaledRecipe) else None
         fmt = recipe.format_label if recipe else ("e4m3" if name == convergence.BROKEN else None)
@@ -312,9 +235,6 @@ class _Curves:
 
 def render(outcome: ConvergeOutcome, err: Console) -> None:
     """The curves' table on stdout, and on ``err`` a warning when the negative control was not flagged."""
-    from rich.console import Console
-    from rich.table import Table
-
     run = outcome.run
     table = Table(title=f"convergence {run.run_id}: {outcome.steps} steps on {outcome.device}, backend "
                   f"{outcome.backend}")

@@ -12,7 +12,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from fp8bench.commands.common import (
+from fp8bench.commands.verb_interface import (
     BAD_INPUT,
     EXIT_CASE_FAILED,
     EXIT_OK,
@@ -24,6 +24,8 @@ from fp8bench.commands.common import (
     print_json,
     store_target,
 )
+from fp8bench.core.redact import redact
+from fp8bench.measure.interrupts import die_with_parent
 
 DESCRIPTION = """Serve the dashboard: speedups per device, roofline, phases, energy, numerics, history by commit
 with the gate's verdicts, regressions (change points, newest first), where FP8 pays off, run-to-run comparison and
@@ -106,8 +108,6 @@ NO_LOGIN_WARNING = ("fp8bench dashboard: warning: --host {host} makes the dashbo
 def serve(cmd: list[str], env: dict[str, str]) -> int:
     """Run Streamlit until it exits or this process is asked to stop; the server never outlives this process
     (it stops on Ctrl-C, SIGTERM or SIGHUP here, and Linux signals it if this process is killed outright)."""
-    from fp8bench.measure.interrupts import die_with_parent
-
     proc = subprocess.Popen(cmd, env=env, preexec_fn=functools.partial(die_with_parent, os.getpid()))
     try:
         return EXIT_OK if proc.wait() == 0 else EXIT_CASE_FAILED
@@ -122,8 +122,6 @@ def serve(cmd: list[str], env: dict[str, str]) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.core.redact import redact
-
     cmd = streamlit_command(args)
     target = str(store_target(args))
     app_env = {STORE_ENV: target, **({REPO_URL_ENV: args.repo_url} if args.repo_url else {})}

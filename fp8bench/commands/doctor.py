@@ -3,47 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fp8bench.commands.common import (
+import torch
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from fp8bench.commands.verb_interface import (
     EXIT_OK,
-    STANDARD_EXIT_CODES,
-    add_json_flag,
     default_results_dir,
     print_json,
 )
+from fp8bench.core.devices import Device, resolve_device
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, declared_libraries, load_all
+from fp8bench.core.precisions import (
+    PRECISIONS,
+    Fp4Recipe,
+    Fp8FormatChoice,
+    RunOptions,
+    ScaledRecipe,
+    resolve_precision,
+)
+from fp8bench.energy.meters import meter_for
+from fp8bench.hardware import cpu_fp8_rate
+from fp8bench.hardware.capabilities import (
+    MATRIX_KEYS,
+    SCALED_GEMM_RULES,
+    DeviceCapabilities,
+    capabilities_for,
+    probe_recipe,
+    scaled_mm_api,
+)
+from fp8bench.hardware.cpu_fp8_rate import CpuFp8Rate
+from fp8bench.hardware.environment import software_versions
+from fp8bench.hardware.vendor_logs import silenced
+from fp8bench.numerics import torch_api
+from fp8bench.numerics.torch_api import TorchSurface
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from fp8bench.core.devices import Device
-    from fp8bench.hardware.capabilities import DeviceCapabilities
-    from fp8bench.hardware.cpu_fp8_rate import CpuFp8Rate
-    from fp8bench.numerics.torch_api import TorchSurface
-
-DESCRIPTION = ("Report the device, library versions, the scaled-GEMM API this torch has (entry points, enums, FP8 "
-               "and FP4 dtypes, and which entry point each scaling kind takes), the FP8 capability matrix (per "
-               "scaling and per recipe and element format, with the reason for each refusal), backend availability "
-               "per precision, the energy meter and the results location. --rules lists the CUDA scaled-GEMM rules "
-               "behind the matrix, each with the CUDA source that enforces it.")
-EXIT_CODES = STANDARD_EXIT_CODES
 # A 4-bit recipe's cell under the FP8 formats it does not take (its elements are E2M1; shown under e4m3).
 NO_FP8_FORMAT = "4-bit recipe: E2M1 elements, no FP8 format choice"
-DOC = "docs/backends.md"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    p.add_argument("--rules", action="store_true",
-                   help="also list the CUDA scaled-GEMM rules (architecture, CUDA/torch versions, dtypes) and "
-                        "their sources")
-    p.add_argument("--verbose", action="store_true",
-                   help="also print torch's scaled-GEMM API, the recipes in training per element format, every "
-                        "refusal's reason and the vendor limits (the default prints what runs here on one screen)")
-    add_json_flag(p)
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -71,16 +74,6 @@ def doctor(*, device: str = "auto") -> DoctorReport:
     """What ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``) can run here, and why not: library versions,
     torch's scaled-GEMM API, the FP8 capability matrix, backend availability per precision, the energy meter, the
     results folder; on a CPU that runs FP8 GEMMs, their measured rate against BF16's."""
-    import torch
-
-    from fp8bench.core.devices import resolve_device
-    from fp8bench.core.plugins import BACKENDS, declared_libraries, load_all
-    from fp8bench.energy.meters import meter_for
-    from fp8bench.hardware.capabilities import SCALED_GEMM_RULES, capabilities_for
-    from fp8bench.hardware.cpu_fp8_rate import measure_cpu_fp8_rate
-    from fp8bench.hardware.environment import software_versions
-    from fp8bench.numerics import torch_api
-
     load_all()
     on = resolve_device(device)
     caps = capabilities_for(on)
@@ -106,7 +99,7 @@ def doctor(*, device: str = "auto") -> DoctorReport:
     }
     rate = None
     if not on.is_cuda and caps.fp8_reasons.get("tensorwise") is None:  # torch runs FP8 GEMMs on this CPU
-        rate = measure_cpu_fp8_rate()
+        rate = cpu_fp8_rate.measure_cpu_fp8_rate()
         if rate is not None:
             data["cpu_fp8_gemm"] = rate.to_dict()
             data["warnings"] += [w for w in (rate.warning(),) if w]
@@ -115,9 +108,6 @@ def doctor(*, device: str = "auto") -> DoctorReport:
 
 def _backend_matrix(device: Device) -> dict[str, dict[str, dict[str, str | None]]]:
     """backend -> workload -> precision -> why the backend cannot run it on ``device`` (``None``: it can)."""
-    from fp8bench.core.plugins import BACKENDS, WORKLOADS
-    from fp8bench.core.precisions import PRECISIONS
-
     return {bname: {wname: {p: backend.unsupported_reason(wname, prec, device) for p, prec in PRECISIONS.items()}
                     for wname in WORKLOADS}
             for bname, backend in BACKENDS.items()}
@@ -126,14 +116,15 @@ def _backend_matrix(device: Device) -> dict[str, dict[str, dict[str, str | None]
 def vendor_limits() -> list[dict[str, str]]:
     """Backend x precision refusals that depend on the GPU, whatever device ``doctor`` runs on (a CPU machine
     preparing a GPU run learns them too)."""
-    from fp8bench.kernels.te_backend import KNOWN_LIMITS
-
-    return [{"backend": "te", "precision": p, "where": where, "reason": why} for p, where, why in KNOWN_LIMITS]
+    # The te backend's module registers it when first imported, so it is reached after load_all, which registers
+    # every backend in the order listings show; importing it at this module's top would put te first.
+    load_all()
+    te_backend = importlib.import_module("fp8bench.kernels.te_backend")
+    return [{"backend": "te", "precision": p, "where": where, "reason": why}
+            for p, where, why in te_backend.KNOWN_LIMITS]
 
 
 def render_vendor_limits(limits: list[dict[str, str]], console: Console) -> None:
-    from rich.markup import escape
-
     for limit in limits:
         console.print(f"[bold]vendor limit[/] {limit['backend']} {limit['precision']} on {limit['where']}: "
                       f"skipped: {escape(limit['reason'])}")
@@ -142,15 +133,6 @@ def render_vendor_limits(limits: list[dict[str, str]], console: Console) -> None
 def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | None]]:
     """Scaled recipe -> FP8 element format -> why its forward, dgrad and wgrad GEMMs cannot run (``None``: they
     can); a 4-bit recipe has E2M1 elements, so only its ``e4m3`` cell is checked."""
-    from fp8bench.core.precisions import (
-        PRECISIONS,
-        Fp4Recipe,
-        Fp8FormatChoice,
-        RunOptions,
-        ScaledRecipe,
-        resolve_precision,
-    )
-
     def training_reason(name: str, prec: ScaledRecipe, fmt: str) -> str | None:
         if isinstance(prec, Fp4Recipe) and fmt != "e4m3":
             return NO_FP8_FORMAT
@@ -164,9 +146,6 @@ def _training_reasons(caps: DeviceCapabilities) -> dict[str, dict[str, str | Non
 def _torch_api_report(surface: TorchSurface) -> dict[str, Any]:
     """The scaled-GEMM API this torch has, which entry point each scaling kind takes, and whether the surface is
     the one recorded from this release's wheel."""
-    from fp8bench.hardware.capabilities import MATRIX_KEYS, probe_recipe, scaled_mm_api
-    from fp8bench.numerics import torch_api
-
     recorded = torch_api.installed_release()
     return {
         "present": {name: surface.has(name) for name in (*torch_api.ENTRY_POINTS, *torch_api.ENUM_NAMES)},
@@ -184,8 +163,6 @@ def render(report: DoctorReport, *, rules: bool = False, verbose: bool = False, 
     """The report as tables on ``console`` (stdout): the device, its native FP8 GEMMs, the backends and what each
     runs, the footer. ``verbose`` adds torch's scaled-GEMM API, the training matrix, each refusal's reason and the
     vendor limits; ``rules`` the CUDA scaled-GEMM rules and their sources."""
-    from rich.console import Console
-
     console = console or Console()
     _render_device(report, console, verbose)
     _render_fp8(report, console, verbose)
@@ -202,11 +179,6 @@ def render(report: DoctorReport, *, rules: bool = False, verbose: bool = False, 
 
 def _render_device(report: DoctorReport, console: Console, verbose: bool) -> None:
     """The device, the library versions and (``verbose``) torch's scaled-GEMM API."""
-    import torch
-    from rich.table import Table
-
-    from fp8bench.numerics import torch_api
-
     data, caps = report.data, report.caps
     sw = data["software"]
     console.print(f"[bold]device[/] {report.device} - {caps.name}"
@@ -236,10 +208,6 @@ def _render_device(report: DoctorReport, console: Console, verbose: bool) -> Non
 def _render_fp8(report: DoctorReport, console: Console, verbose: bool) -> None:
     """Native FP8 and FP4 GEMM per scaling, then (``verbose``) each recipe in training per element format,
     refusals numbered."""
-    from rich.table import Table
-
-    from fp8bench.core.precisions import Fp8FormatChoice
-
     caps = report.caps
     t = Table(title=f"native FP8 and FP4 GEMM on this device (FP8 variant: {caps.fp8_variant})",
               header_style="bold")
@@ -272,10 +240,6 @@ def _render_fp8(report: DoctorReport, console: Console, verbose: bool) -> None:
 
 
 def _render_rules(console: Console) -> None:
-    from rich.table import Table
-
-    from fp8bench.hardware.capabilities import SCALED_GEMM_RULES
-
     t = Table(title="CUDA scaled-GEMM rules (beyond PyTorch's meta checks)", header_style="bold")
     t.add_column("rule")
     t.add_column("enforced by")
@@ -287,11 +251,6 @@ def _render_rules(console: Console) -> None:
 def _render_backends(report: DoctorReport, console: Console, verbose: bool) -> None:
     """Each backend's availability, then precision x backend for the GEMM, with each refusal's reason when
     ``verbose``."""
-    from rich.table import Table
-
-    from fp8bench.core.plugins import BACKENDS
-    from fp8bench.core.precisions import PRECISIONS
-
     data, matrix = report.data, report.data["matrix"]
     t = Table(title="backends on this device", header_style="bold")
     for col in ("backend", "kind", "available"):
@@ -320,8 +279,6 @@ def _render_backends(report: DoctorReport, console: Console, verbose: bool) -> N
 
 def _render_footer(report: DoctorReport, console: Console) -> None:
     """The energy meter, the silenced vendor libraries, the results folder, the CPU's GEMM rates, warnings."""
-    from rich.markup import escape
-
     data = report.data
     method = data["energy"]["method"]
     console.print(f"[bold]energy[/] {method}" + (f" - {data['energy']['reason']}" if method == "none" else ""))
@@ -339,12 +296,8 @@ def _render_footer(report: DoctorReport, console: Console) -> None:
 def _silenced_vendor_libraries(cuda_available: bool) -> list[str]:
     """Import torchao (when installed and no CUDA is here) and name the CUDA libraries whose load warnings
     :mod:`fp8bench.hardware.vendor_logs` silenced; said once here instead of on every run."""
-    import importlib
-
-    from fp8bench.hardware.vendor_logs import silenced
-    from fp8bench.kernels.torchao_backend import TORCHAO_LIBRARY
-
-    if cuda_available or TORCHAO_LIBRARY.status().reason:
+    torchao = next(lib for lib in declared_libraries() if lib.name == "torchao")  # registered by load_all
+    if cuda_available or torchao.status().reason:
         return []
     try:
         importlib.import_module("torchao")

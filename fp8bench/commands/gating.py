@@ -1,7 +1,7 @@
-"""What the verbs that gate share (``gate``, ``compare``, ``ab``, ``bisect``): the gate's flags and the
-:class:`~fp8bench.analysis.gate.config.GateConfig` they make, and how a report is written (report.md and
-report.json), stored, added to the CI job summary and printed as a plain table. One module, so that no verb imports
-another.
+"""What the verbs that gate share when they run (``gate``, ``compare``, ``ab``, ``bisect``): the
+:class:`~fp8bench.analysis.gate.config.GateConfig` their flags make (the flags themselves are in
+:mod:`fp8bench.commands.gating_flags`), and how a report is written (report.md and report.json), stored, added to the CI
+job summary and printed as a plain table. One module, so that no verb imports another.
 """
 
 from __future__ import annotations
@@ -10,55 +10,35 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fp8bench.analysis.gate.metrics import DEFAULT_SQNR_TOLERANCE_DB, METRICS
-from fp8bench.commands.common import (
-    print_json,
-    table_console,
+from rich.table import Table
+
+from fp8bench.analysis.gate.config import GateConfig, parse_override
+from fp8bench.analysis.gate.markdown import (
+    case_cells,
+    case_columns,
+    headline,
+    method_sentence,
+    render_markdown,
+    sides_line,
+    sorted_cases,
 )
-from fp8bench.core.units import fraction_arg
-
-if TYPE_CHECKING:  # the gate loads only when a verb runs, not for `fp8bench --help`
-    from fp8bench.analysis.gate.config import GateConfig
-    from fp8bench.analysis.gate.report import GateReport
+from fp8bench.analysis.gate.metrics import METRICS, parse_sqnr_floor
+from fp8bench.analysis.gate.report import GateReport, aa_noise_of
+from fp8bench.commands.console import table_console
+from fp8bench.commands.verb_interface import print_json
+from fp8bench.core.escaping import term_text
+from fp8bench.core.redact import error_line
+from fp8bench.results.runfile import check_writable, json_safe, write_user_file
+from fp8bench.results.store import StoreError, open_store
 
 # GitHub Actions sets this to a file whose Markdown is shown on the run's summary page.
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
-def add_gate_flags(p: argparse.ArgumentParser) -> None:
-    """The gate's statistical settings (shared with `fp8bench ab`)."""
-    p.add_argument("--threshold", type=fraction_arg("--threshold"), default=0.05,
-                   help="slowdown that matters: 5%% or 0.05 (default 5%%)")
-    p.add_argument("--override", action="append", default=[], metavar="PATTERN=T",
-                   help="per-case threshold: fnmatch pattern on the case key = 8%% or 0.08 (repeatable)")
-    p.add_argument("--alpha", type=float, default=0.01, help="significance after Benjamini-Hochberg (default 0.01)")
-    p.add_argument("--confidence", type=float, default=0.95, help="bootstrap interval confidence (default 0.95)")
-    p.add_argument("--aa-noise", type=fraction_arg("--aa-noise"), default=None,
-                   help="A/A noise of this runner (typical |ratio-1|, 1%% or 0.01); T is never below 3x this")
-    p.add_argument("--aa-report", type=Path, default=None,
-                   help="an A/A gate report (JSON) to take the A/A noise from")
-    p.add_argument("--allow-missing", action="store_true",
-                   help="a case the base has and the candidate lacks is 'removed' (informational) instead of "
-                        "'missing', which fails the gate")
-    p.add_argument("--allow-partial", action="store_true",
-                   help="accept runs that did not finish (interrupted, running, failed); refused by default")
-    p.add_argument("--metric", choices=list(METRICS), default="median_s",
-                   help="what is compared: median_s (time, default), energy_j (joules per iteration, needs rounds) "
-                        "or sqnr_db (accuracy; a drop is a regression)")
-    p.add_argument("--sqnr-tolerance", type=float, default=DEFAULT_SQNR_TOLERANCE_DB, metavar="DB",
-                   help=f"--metric sqnr_db: a drop of more than this many dB is a regression "
-                        f"(default {DEFAULT_SQNR_TOLERANCE_DB:g})")
-    p.add_argument("--sqnr-floor", action="append", default=[], metavar="PRECISION=DB",
-                   help="--metric sqnr_db: a candidate under this SQNR is a regression whatever the base did; "
-                        "PRECISION is an fnmatch pattern (fp8_*=20); repeatable, the last match wins")
-
 def gate_config(args: argparse.Namespace) -> GateConfig:
-    from fp8bench.analysis.gate.config import GateConfig, parse_override
-    from fp8bench.analysis.gate.metrics import parse_sqnr_floor
-    from fp8bench.analysis.gate.report import GateReport, aa_noise_of
-
     aa = args.aa_noise
     if args.aa_report is not None:
         try:
@@ -72,28 +52,17 @@ def gate_config(args: argparse.Namespace) -> GateConfig:
                       metric=args.metric, sqnr_tolerance_db=args.sqnr_tolerance,
                       sqnr_floors=tuple(parse_sqnr_floor(f) for f in args.sqnr_floor))
 
-def add_verdict_flags(p: argparse.ArgumentParser) -> None:
-    """What fails the job (``gate`` and ``ab``; ``compare`` never fails)."""
-    p.add_argument("--fail-on", choices=("inconclusive", "regression"), default="inconclusive",
-                   help="inconclusive (default): an inconclusive, noisy or incomparable outcome exits 2, a regression 1; "
-                        "regression: only a regression fails, an undecided outcome exits 0 (still reported)")
-
 REPORT_FILES = ("report.md", "report.json")
 
 def check_report_dir(folder: Path, overwrite: bool, flag: str) -> None:
     """Refuse, before anything is measured or compared, report files that must not be replaced (see
     :func:`fp8bench.results.runfile.check_writable`)."""
-    from fp8bench.results.runfile import check_writable
-
     for name in REPORT_FILES:
         check_writable(folder / name, overwrite, what="the report", flag=flag)
 
 def write_report(report: GateReport, folder: Path, overwrite: bool = False,
                  flag: str = "--report-dir") -> tuple[Path, Path]:
     """Write report.md and report.json into ``folder``; returns their paths."""
-    from fp8bench.analysis.gate.markdown import render_markdown
-    from fp8bench.results.runfile import json_safe, write_user_file
-
     md, js = (folder / name for name in REPORT_FILES)
     write_user_file(md, render_markdown(report).encode(), overwrite, what="the report", flag=flag)
     write_user_file(js, json.dumps(json_safe(report.to_json()), indent=1, allow_nan=False).encode(), overwrite,
@@ -102,9 +71,6 @@ def write_report(report: GateReport, folder: Path, overwrite: bool = False,
 
 def store_report(report: GateReport, target: Any) -> str | None:
     """Add the report to the store; returns an error text instead of raising (the files are already written)."""
-    from fp8bench.core.redact import error_line
-    from fp8bench.results.store import StoreError, open_store
-
     try:
         open_store(target).add_gate_report(report.to_json())
     except Exception as exc:  # the verdict stands even if the database is down
@@ -144,20 +110,6 @@ def print_report(report: GateReport, md: Path | None = None) -> None:
     """The report on stdout as plain text for a terminal or a log: the verdict, the sides, the method, a table of
     the cases (regressions first; a reason cut to :data:`WHY_COLUMNS`) and each distinct note once. The Markdown
     (for the pull request and the job summary) is in ``md`` when one was written."""
-    from collections import Counter
-
-    from rich.table import Table
-
-    from fp8bench.analysis.gate.markdown import (
-        case_cells,
-        case_columns,
-        headline,
-        method_sentence,
-        sides_line,
-        sorted_cases,
-    )
-    from fp8bench.core.escaping import term_text
-
     console, _ = table_console("full")
     metric = METRICS[report.config.metric]
     title, verdict = headline(report)

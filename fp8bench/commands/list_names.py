@@ -5,30 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fp8bench.commands.common import (
-    EXIT_OK,
-    STANDARD_EXIT_CODES,
-    add_json_flag,
-    print_json,
-)
-
-DESCRIPTION = "List every registered name the other verbs accept."
-EXIT_CODES = STANDARD_EXIT_CODES
-DOC = "docs/cli.md"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", nargs="?", default="all",
-                   choices=["all", "workloads", "precisions", "backends", "suites", "shape-sets"])
-    add_json_flag(p)
+from fp8bench.commands.verb_interface import EXIT_OK, print_json
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import PRECISIONS
+from fp8bench.measure.suites import builtin_suites, load_suite
+from fp8bench.workloads.shape_sets import SHAPE_SETS
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-    from fp8bench.core.precisions import PRECISIONS
-    from fp8bench.measure.suites import builtin_suites, load_suite
-    from fp8bench.workloads.shape_sets import SHAPE_SETS
-
     load_all()
     data: dict[str, Any] = {
         "workloads": {n: {"default_shape": w.default_shape, "phases": list(w.phases), "description": w.description}

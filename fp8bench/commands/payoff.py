@@ -6,42 +6,23 @@ import argparse
 import math
 from typing import Any
 
-from fp8bench.commands.common import (
-    BAD_INPUT,
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from fp8bench.analysis.payoff import EMULATED_ONLY, NEVER, PAYS_OFF, WITHIN_NOISE, paying_off, payoff_table
+from fp8bench.analysis.selection import LATEST_CLASSES
+from fp8bench.commands.store_access import check_filter_names, stored_names
+from fp8bench.commands.verb_interface import (
     EXIT_OK,
-    EXIT_USAGE,
-    ExitCodes,
-    add_json_flag,
-    add_store_flags,
-    check_filter_names,
     print_json,
     store_target,
-    stored_names,
 )
-
-DESCRIPTION = """Answer the headline question from the store: per device and workload, the smallest shape from
-which each FP8 (or 4-bit) recipe is faster than the baseline end to end (quantization included) at every larger
-measured shape, the speedup there and at the largest shape measured, its SQNR cost in dB and its energy per
-iteration against the baseline. "never within the measured shapes" where it never pays off.
-
-Reads the latest valid, non-interpreted record of each case; each cell takes the fastest backend (the emulated
-reference backend is left out). Narrow it with --device, --workload, --precision, --backend or --branch.
-
-examples:
-  fp8bench payoff
-  fp8bench payoff --store postgresql://bench@db/fp8bench --workload gemm --json"""
-EXIT_CODES = ExitCodes(((EXIT_OK, "listed, also when no recipe pays off"),
-                        (EXIT_USAGE, BAD_INPUT + "; or the store cannot be read")))
-DOC = "docs/payoff.md"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--baseline", default="bf16", help="precision the recipes are measured against (default bf16)")
-    for name in ("device", "workload", "backend", "precision", "branch"):
-        p.add_argument(f"--{name}", nargs="+", default=[], help=f"only these {name}es" if name.endswith("h")
-                       else f"only these {name}s")
-    add_store_flags(p)
-    add_json_flag(p)
+from fp8bench.core.escaping import term_text
+from fp8bench.core.shapes import shape_label
+from fp8bench.results.store import open_store
+from fp8bench.results.store import queries as store_queries
+from fp8bench.results.store.queries import RecordFilter
 
 
 def _number(value: Any) -> float | None:
@@ -64,8 +45,6 @@ def _ratio(value: Any) -> str:
 def _notes(rows: list[dict[str, Any]]) -> dict[str, int]:
     """Each distinct note of the rows (baseline and energy notes, the reason of a row that does not pay off), once,
     numbered in the order first met."""
-    from fp8bench.analysis.payoff import PAYS_OFF
-
     notes: dict[str, int] = {}
     for r in rows:
         for text in (r.get("baseline_note"), None if r["verdict"] == PAYS_OFF else r["reason"],
@@ -78,13 +57,6 @@ def _notes(rows: list[dict[str, Any]]) -> dict[str, int]:
 def _print_table(rows: list[dict[str, Any]], baseline: str) -> None:
     """The rows as a table that fits the terminal; a note shared by many rows is printed once below it and each
     row's verdict points at it by number."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    from fp8bench.analysis.payoff import EMULATED_ONLY, NEVER, WITHIN_NOISE
-    from fp8bench.core.escaping import term_text
-
     # The verdicts that are not a shape, short in the table; the notes below it say why.
     SHORT = {NEVER: "never", WITHIN_NOISE: "within noise", EMULATED_ONLY: "emulated only"}
     notes = _notes(rows)
@@ -112,13 +84,6 @@ def _print_table(rows: list[dict[str, Any]], baseline: str) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.analysis.payoff import paying_off, payoff_table
-    from fp8bench.analysis.selection import LATEST_CLASSES
-    from fp8bench.core.shapes import shape_label
-    from fp8bench.results.store import open_store
-    from fp8bench.results.store import queries as store_queries
-    from fp8bench.results.store.queries import RecordFilter
-
     store = open_store(store_target(args), read_only=True)
     check_filter_names({"workload": args.workload, "backend": args.backend,
                         "precision": [*args.precision, args.baseline]}, stored_names(store))

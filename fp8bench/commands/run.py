@@ -6,188 +6,46 @@ import argparse
 import functools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+
+from fp8bench.analysis.report import render_bandwidths, render_table, summary_counts
 from fp8bench.commands import run_plan
-from fp8bench.commands.common import (
-    BAD_INPUT,
+from fp8bench.commands.console import StepProgress, table_console
+from fp8bench.commands.verb_interface import (
     EXIT_CASE_FAILED,
     EXIT_DISK_FULL,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_USAGE,
-    INTERRUPTED,
-    ExitCodes,
-    StepProgress,
     UsageError,
-    add_json_flag,
-    add_store_flags,
-    add_table_flag,
     default_results_dir,
     print_json,
-    table_console,
 )
-from fp8bench.core.units import fraction_arg, percent_arg
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from fp8bench.core.cases import Case
-    from fp8bench.core.devices import Device
-    from fp8bench.core.noise import HostLoad
-    from fp8bench.hardware.distributed import LaunchEnv
-    from fp8bench.measure.budget import SuiteBudget
-    from fp8bench.measure.runner import RunOutcome
-    from fp8bench.measure.settings import ClockSettings, EnergySettings, RunSettings, TimingSettings
-    from fp8bench.measure.sharding import DevicePlan
-    from fp8bench.measure.timing import Timer, TimingMode
-
-DESCRIPTION = """Measure every combination of workload x shape x precision x backend on one device.
-
-examples:
-  fp8bench run --suite smoke
-  fp8bench run --workload gemm --shape 4096x4096x4096 --precision bf16 fp8_tensorwise fp8_rowwise
-  fp8bench run --shape 1024x1024x1024 --precision all --backend torch emulated --budget 10   # with the reference
-  fp8bench run --device cuda:1 --shape 2048x2048x2048 --precision bf16 fp8_rowwise --cuda-graph   # no launch gaps
-  fp8bench run --suite llm --devices all      # one worker process per GPU, one run file (docs/devices.md)
-
-Unsupported combinations are recorded as skipped with the reason. The table shows the end-to-end time
-(quantization included) and the pre-quantized GEMM time, the speedup of each against the baseline precision,
-the phase split, and numerics against an FP64 reference. The last stdout line is one JSON object.
-
-Under torchrun (`torchrun --nproc-per-node N -m fp8bench run --workload collective ...`) every rank measures on its
-own device (auto/cuda: cuda:LOCAL_RANK; NCCL between GPUs, gloo on the CPU) in step with the others, each sample
-the slowest rank's time, and rank 0 alone writes the table, the run file and the store (docs/distributed.md).
-
---out never replaces an existing file unless --force, and never anything that is not a regular file (a device,
-a FIFO, a symbolic link, a folder). SIGTERM and SIGHUP stop a run like Ctrl-C."""
-EXIT_CODES = ExitCodes((
-    (EXIT_OK, "every case ok or skipped (a skipped case carries its reason)"),
-    (EXIT_CASE_FAILED, "a case failed or came out invalid (NaN/Inf output, throttled device)"),
-    (EXIT_USAGE, BAD_INPUT + "; nothing is measured"),
-    (EXIT_DISK_FULL, "the disk filled: the run stopped, status 'failed: disk full'; the run file keeps every record "
-                     "written before, the last one is retried once"),
-    (EXIT_INTERRUPTED, INTERRUPTED + " in the run file and the store"),
-))
-DOC = "docs/method.md"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", help="a built-in suite name (see `fp8bench list suites`) or a path to a YAML file")
-    p.add_argument("--workload", nargs="+", default=None,
-                   help="workload name(s) (default: gemm); each runs its own default shape unless --shape is given")
-    p.add_argument("--shape", nargs="+", default=None,
-                   help="shape(s) for every workload named: MxNxK or m=..,n=..,k=.. for gemm (B is N x K), "
-                        "key=value,... or a preset for the others (default: each workload's own, see "
-                        "`fp8bench list workloads`)")
-    p.add_argument("--shape-set", default=None, help="a named shape set instead of --shape (see `list shape-sets`)")
-    p.add_argument("--precision", nargs="+", default=None,
-                   help="precision names or 'all' (default: all). See `fp8bench list precisions`")
-    p.add_argument("--backend", nargs="+", default=None,
-                   help="backend names or 'all' (default: torch, the vendor kernels; add emulated for the reference). See `fp8bench list backends`")
-    p.add_argument("--baseline", default="bf16", help="precision the speedups are relative to (default bf16)")
-    p.add_argument("--device", default="auto", help="auto (default: cuda:0 if present, else cpu), cpu, cuda, cuda:N")
-    p.add_argument("--devices", default=None, metavar="LIST",
-                   help="shard the cases across devices, one worker process pinned to each: 'all' (every GPU), "
-                        "cuda:0,cuda:1,... or cpu,cpu (each cpu one more CPU worker on its own cores); one run "
-                        "file and store rows in case order; a worker that dies fails its case, not the run "
-                        "(docs/devices.md)")
-    p.add_argument("--budget", type=float, default=None, help="wall-clock seconds per case (default 30)")
-    p.add_argument("--fp8-format", default=None, choices=["e4m3", "e5m2", "hybrid"],
-                   help="FP8 element format: e4m3, e5m2, or hybrid (E4M3 forward, E5M2 gradients). Default: e4m3, "
-                        "except fp8_delayed on a workload that trains: hybrid (Transformer Engine's DelayedScaling)")
-    p.add_argument("--fast-accum", nargs="+", choices=["on", "off"], default=["on"],
-                   help="FP8 forward-GEMM accumulation: on (fast accumulation in the forward GEMM, full precision in "
-                        "the gradient GEMMs: torchao's and Transformer Engine's default), off (full precision "
-                        "everywhere); give both to sweep (default: on)")
-    p.add_argument("--amax-history-len", type=int, default=None,
-                   help="delayed scaling: amax history length in iterations (default 1024, as TE's DelayedScaling)")
-    p.add_argument("--amax-compute-algo", choices=["max", "most_recent"], default=None,
-                   help="delayed scaling: scale from the max of the history or its most recent amax (default max, "
-                        "as TE)")
-    p.add_argument("--margin", type=int, default=None,
-                   help="delayed scaling: headroom in powers of two (default 0, as TE)")
-    p.add_argument("--min-samples", type=int, default=None, help="minimum timed samples per function (default 10)")
-    p.add_argument("--max-noise", dest="target_rse", type=percent_arg("--max-noise"), default=None,
-                   metavar="PERCENT",
-                   help="stop sampling once the median's relative standard error is under this many percent "
-                        "(default 0.5, as nvbench's --max-noise)")
-    p.add_argument("--target-rse", dest="target_rse", type=fraction_arg("--target-rse"), default=None,
-                   metavar="FRACTION", help="the same target as a fraction (0.005) or a percentage (0.5%%)")
-    p.add_argument("--max-time", type=float, default=None, help="most measured seconds per timed function")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
-    p.add_argument("--seed", type=int, default=0, help="input generator seed (default 0)")
-    p.add_argument("--no-phases", action="store_true", help="time only the end-to-end call")
-    p.add_argument("--no-l2-flush", action="store_true", help="CUDA: keep the L2 warm between samples")
-    p.add_argument("--cuda-graph", action="store_true",
-                   help="CUDA: capture each call (end to end, and each phase) in a CUDA graph after warm-up and time "
-                        "its replays: kernels back to back, without the launch gaps of eager calls. A call that "
-                        "cannot be captured (it synchronizes with the host, say) is skipped with the reason. Records "
-                        "say timing_mode cuda_graph and are never compared with eager ones (docs/timing-modes.md)")
-    p.add_argument("--blocked-stream", action="store_true",
-                   help="CUDA: time each eager call queued behind a spin kernel that holds the stream, then "
-                        "released at once: kernels back to back without launch gaps, and nothing captured (needs "
-                        "Triton). A call that synchronizes with the host cannot be held: its case is timed with "
-                        "cuda_events and says why; on the CPU the host clock times every case. Records say "
-                        "timing_mode blocked_stream and are never compared with eager ones (docs/timing-modes.md)")
-    p.add_argument("--lock-clocks", choices=("base", "max"), default=None,
-                   help="CUDA: lock the GPU's SM clock for the run through NVML (base: the clock the board sustains "
-                        "within its power limit; max: the maximum SM clock), undone when the run ends, on Ctrl-C and "
-                        "at exit after an error; needs root. Recorded in the run header (clock_lock) and as the clock "
-                        "policy of the comparability key (docs/timing-modes.md)")
-    p.add_argument("--throttle-threshold", type=fraction_arg("--throttle-threshold"), default=None,
-                   help="CUDA: a timed sample after which the SM clock reads under this fraction of the reference "
-                        "clock is discarded and timed again after a recovery delay (75%% or 0.75, nvbench's "
-                        "default; 0 turns the check off)")
-    p.add_argument("--throttle-recovery-delay", type=float, default=None,
-                   help="seconds to wait before retaking a discarded sample, doubling while discards repeat "
-                        "(default 0.05, nvbench's)")
-    p.add_argument("--no-energy", action="store_true",
-                   help="skip the energy window of each case (clocks and throttle reasons are still watched "
-                        "through the timed samples)")
-    p.add_argument("--energy-window", type=float, default=None,
-                   help="minimum seconds per energy window (default 1: ~10 updates of NVML's ~100 ms counter)")
-    p.add_argument("--energy-error", type=fraction_arg("--energy-error"), default=None,
-                   help="size each energy window from the counter's measured update period so its quantization "
-                        "error stays under this fraction (default 1%%; the bound is recorded with each figure, "
-                        "docs/energy.md); 0 keeps every window at --energy-window")
-    p.add_argument("--energy-phases", action="store_true",
-                   help="also meter each phase looped alone (quantize, gemm, ...), stated as such in the record")
-    p.add_argument("--idle-baseline", type=float, default=None, metavar="SECONDS",
-                   help="measure idle power this long before the cases; report energy above idle beside the raw")
-    p.add_argument("--cooldown", type=float, default=None, metavar="SECONDS",
-                   help="pause this long before each case after the first (lets the device cool)")
-    p.add_argument("--clock-floor", type=fraction_arg("--clock-floor"), default=None,
-                   help="the timed samples or an energy window whose median SM clock is under this fraction of the "
-                        "default clock are throttled, unless power capping alone explains the drop (90%% or 0.9, "
-                        "the default; docs/energy.md)")
-    p.add_argument("--strict-clocks", action="store_true",
-                   help="also mark a case invalid when the GPU held its clocks at the power limit, and for any "
-                        "clock under the floor whatever its cause (by default power capping, the normal state of a "
-                        "large GEMM, and the clock drop it causes are recorded in the telemetry and notes; thermal "
-                        "or hardware slowdown always invalidates)")
-    p.add_argument("--profile", nargs="?", const="torch", default=None, metavar="MODE",
-                   help="after each case's measurement, profile one more pass of its phases (never inside a timed "
-                        "sample): torch (the default of a bare --profile) writes a torch.profiler trace per case to "
-                        "RESULTS/runs/RUN_ID.profile/ (open it in https://ui.perfetto.dev) and keeps its top ops in "
-                        "the record; nvtx emits NVTX ranges inside cudaProfilerStart/Stop (CUDA) for an outside "
-                        "profiler; nsys prints the `nsys profile` command that reruns one case (docs/profiling.md)")
-    p.add_argument("--out", type=Path, default=None, help="run file path (default RESULTS/runs/RUN_ID.json)")
-    p.add_argument("--force", action="store_true", help="let --out replace an existing run file")
-    run_plan.add_arguments(p)
-    add_store_flags(p)
-    p.add_argument("--no-store", action="store_true", help="write the run file only")
-    add_table_flag(p)
-    add_json_flag(p)
+from fp8bench.core.cases import Case
+from fp8bench.core.devices import Device, resolve_device
+from fp8bench.core.noise import HostLoad, host_load, overload_warning
+from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
+from fp8bench.core.precisions import PRECISIONS
+from fp8bench.hardware import distributed
+from fp8bench.hardware.distributed import LaunchEnv
+from fp8bench.measure.budget import SuiteBudget, process_age_s
+from fp8bench.measure.lockstep import LockstepTimer
+from fp8bench.measure.profiling import summary_rows
+from fp8bench.measure.runner import RunOutcome, expand_cases, new_run_id, run_cases
+from fp8bench.measure.settings import ClockSettings, EnergySettings, RecipeSettings, RunSettings, TimingSettings
+from fp8bench.measure.sharding import DevicePlan, plan_devices, run_sharded
+from fp8bench.measure.suites import load_suite
+from fp8bench.measure.timing import SamplingPolicy, Timer, TimingMode, timer_for, timing_mode_for
+from fp8bench.results.record_stream import DiskFull
+from fp8bench.results.runfile import check_writable
+from fp8bench.results.store import open_store
+from fp8bench.workloads.shape_sets import shape_set
 
 
 def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """Cases, settings overrides and the spec (for the run header) from a suite and/or flags."""
-    from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-    from fp8bench.core.precisions import PRECISIONS
-    from fp8bench.measure.suites import load_suite
-    from fp8bench.workloads.shape_sets import shape_set
-
     load_all()
 
     def names(values: list[str] | None, registry_names: list[str], default: list[str]) -> list[str]:
@@ -219,8 +77,6 @@ def _plan(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any], dict[str
 
 def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> RunSettings:
     """The run's settings from its flags, else from the suite's ``overrides``, else the parts' defaults."""
-    from fp8bench.measure.settings import RecipeSettings, RunSettings
-
     recipe = RecipeSettings(fp8_format=args.fp8_format,
                             fast_accum=tuple(dict.fromkeys(v == "on" for v in args.fast_accum)),
                             amax_history_len=args.amax_history_len, margin=args.margin,
@@ -233,9 +89,6 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any]) -> RunSetting
 
 
 def _timing_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> TimingSettings:
-    from fp8bench.measure.settings import TimingSettings
-    from fp8bench.measure.timing import SamplingPolicy
-
     policy_fields: dict[str, Any] = {k: overrides[k] for k in ("min_samples", "min_time_s", "max_time_s", "target_rse",
                                                "max_samples") if k in overrides}
     for flag, key in (("min_samples", "min_samples"), ("target_rse", "target_rse"), ("max_time", "max_time_s")):
@@ -249,8 +102,6 @@ def _timing_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Tim
 
 def _clock_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> ClockSettings:
     """The clock options from flags, else from the suite's settings, else ClockSettings' defaults."""
-    from fp8bench.measure.settings import ClockSettings
-
     given: dict[str, Any] = {"lock": args.lock_clocks,
                              "strict": args.strict_clocks or bool(overrides.get("strict_clocks", False)),
                              "throttle_threshold": args.throttle_threshold,
@@ -262,8 +113,6 @@ def _clock_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> Cloc
 
 def _energy_settings(args: argparse.Namespace, overrides: dict[str, Any]) -> EnergySettings:
     """Energy options from flags, else from the suite's settings, else EnergySettings' defaults."""
-    from fp8bench.measure.settings import EnergySettings
-
     out: dict[str, Any] = {"enabled": not args.no_energy and overrides.get("energy", True),
                            "phases": args.energy_phases or bool(overrides.get("energy_phases", False))}
     for flag, key, name in (("energy_window", "energy_window_s", "window_s"),
@@ -287,16 +136,7 @@ def _kept(outcome: RunOutcome, run_file: Path) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.measure.budget import process_age_s
-
     started = time.monotonic() - process_age_s()  # a wall budget counts from the process's start
-    from fp8bench.analysis.report import summary_counts
-    from fp8bench.core.devices import resolve_device
-    from fp8bench.core.precisions import PRECISIONS
-    from fp8bench.hardware import distributed
-    from fp8bench.measure.lockstep import LockstepTimer
-    from fp8bench.measure.runner import expand_cases, run_cases
-    from fp8bench.measure.timing import timer_for, timing_mode_for
 
     launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)
@@ -320,8 +160,6 @@ def execute(args: argparse.Namespace) -> int:
         model = run_plan.cost_model(device, results_dir, args.store, args.no_store, cases)
         budget = run_plan.make_budget(wall_budget, cases, settings, model, started)
         if args.plan:
-            from rich.console import Console
-
             return run_plan.show_plan(cases, settings, model, budget, args.json, Console())
     # Refuses --cuda-graph on the CPU (and with --blocked-stream), before any write.
     timing_mode = timing_mode_for(device, settings.timing.cuda_graph, settings.timing.blocked_stream)
@@ -351,7 +189,6 @@ def _device_plan(args: argparse.Namespace, launch: LaunchEnv | None) -> DevicePl
     """The workers of ``--devices`` (:mod:`fp8bench.measure.sharding`), or ``None`` for a run on one device."""
     if not args.devices:
         return None
-    from fp8bench.measure.sharding import plan_devices
 
     if launch:
         raise UsageError("--devices starts a worker process per device; under torchrun every rank is already a "
@@ -366,15 +203,6 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
                         plan: DevicePlan | None = None, budget: SuiteBudget | None = None) -> int:
     """Measure ``cases`` (on ``plan``'s workers when sharded) and write the table, run file and store (a
     distributed run: on rank 0)."""
-    from rich.console import Console
-
-    from fp8bench.analysis.report import summary_counts
-    from fp8bench.core.noise import host_load, overload_warning
-    from fp8bench.measure.profiling import summary_rows
-    from fp8bench.measure.runner import new_run_id
-    from fp8bench.results.record_stream import DiskFull
-    from fp8bench.results.runfile import check_writable
-
     results_dir = args.results_dir or default_results_dir()
     run_id = new_run_id()
     run_file = args.out or results_dir / "runs" / f"{run_id}.json"
@@ -427,12 +255,6 @@ def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_fil
     (stderr) when ``show_progress``: a bar on a terminal, else a line per finished case with the count and the time
     left (:class:`StepProgress`). Raises :class:`fp8bench.results.record_stream.DiskFull` when the run file cannot
     even be started. ``budget``: the run's wall budget (one device only)."""
-    from rich.console import Console
-
-    from fp8bench.measure.runner import run_cases
-    from fp8bench.measure.sharding import run_sharded
-    from fp8bench.results.store import open_store
-
     opened = None if store is None else open_store(store)
     console = console or Console(stderr=True)
     progress = StepProgress("run", len(cases), console, enabled=show_progress, unit="cases")
@@ -454,10 +276,6 @@ def render(outcome: RunOutcome, records: list[dict[str, Any]], summary: dict[str
     """The run's table of ``records`` (``outcome``'s records as JSON fields; speedups against ``baseline``;
     ``table``: the ``--table`` layout), bandwidths, profiles and summary line on stdout; on ``err``, how an
     interrupted run or a failed store write left its records."""
-    from rich.markup import escape
-
-    from fp8bench.analysis.report import render_bandwidths, render_table
-
     console, compact = table_console(table)
     timed = ", timed as CUDA-graph replays" if cuda_graph else \
         ", timed on held streams (blocked_stream)" if summary.get("timing_mode") == "blocked_stream" else ""

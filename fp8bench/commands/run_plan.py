@@ -5,39 +5,26 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fp8bench.commands.common import UsageError, print_json
+from rich.console import Console
+from rich.table import Table
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from fp8bench.core.cases import Case
-    from fp8bench.core.devices import Device
-    from fp8bench.measure.budget import SuiteBudget
-    from fp8bench.measure.plan import CostModel, Plan
-    from fp8bench.measure.settings import RunSettings
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plan", action="store_true",
-                   help="measure nothing: print each case's expected wall time and the total, from the harness's "
-                        "cost model and the store's earlier runs of the same case on this device (docs/method.md, "
-                        "'Planning a run'); with --wall-budget, what the budget would shorten and skip")
-    p.add_argument("--wall-budget", default=None, metavar="DURATION",
-                   help="fit the whole run into this wall time (90s, 45m, 6h): fewer samples, shorter energy "
-                        "windows, then phases dropped, then the lowest-priority cases skipped ('skipped: suite "
-                        "budget'), each with the reason in its record; the run header says whether the budget was "
-                        "reached. Give it a few minutes under an outer job timeout")
-    p.add_argument("--priority", nargs="+", default=None, metavar="FIELD=VALUE",
-                   help="run cases matching these terms first, in the order given (workload=, shape=, precision=, "
-                        "backend=), then by each suite entry's 'priority' (higher first), then in suite order")
+from fp8bench.commands.verb_interface import UsageError, print_json
+from fp8bench.core.cases import Case
+from fp8bench.core.devices import Device
+from fp8bench.core.noise import host_load
+from fp8bench.energy.meters import meter_for
+from fp8bench.hardware.environment import device_properties
+from fp8bench.hardware.peaks import cached_cpu_ceilings
+from fp8bench.measure.budget import SuiteBudget, budget_plan, parse_duration, prioritised
+from fp8bench.measure.plan import CostModel, Plan, case_history, case_key_of, device_ceilings, plan_run
+from fp8bench.measure.settings import RunSettings
+from fp8bench.results.store import StoreError, open_store
 
 
 def wall_budget_s(args: argparse.Namespace) -> float | None:
     """Seconds of ``--wall-budget`` (``None``: no budget); a bad value is a usage error naming it."""
-    from fp8bench.measure.budget import parse_duration
-
     if args.wall_budget is None:
         return None
     try:
@@ -48,8 +35,6 @@ def wall_budget_s(args: argparse.Namespace) -> float | None:
 
 def ordered(cases: list[Case], priorities: list[int], args: argparse.Namespace) -> list[Case]:
     """``cases`` in run order (:func:`fp8bench.measure.budget.prioritised`)."""
-    from fp8bench.measure.budget import prioritised
-
     try:
         order = prioritised(cases, priorities, args.priority or [])
     except ValueError as exc:
@@ -61,13 +46,6 @@ def cost_model(device: Device, results_dir: Path, store: str | None, no_store: b
                cases: list[Case]) -> CostModel:
     """The cost model of ``device``, with the history the store holds for ``cases`` (none with ``no_store`` or
     where no store exists yet: nothing is created)."""
-    from fp8bench.core.noise import host_load
-    from fp8bench.energy.meters import meter_for
-    from fp8bench.hardware.environment import device_properties
-    from fp8bench.hardware.peaks import cached_cpu_ceilings
-    from fp8bench.measure.plan import CostModel, case_history, case_key_of, device_ceilings
-    from fp8bench.results.store import StoreError, open_store
-
     name = str(device_properties(device)["name"])
     model = CostModel(device, device_ceilings(device, name, results_dir), meter_for(device),
                       ceilings_cached=device.is_cuda or cached_cpu_ceilings(results_dir) is not None,
@@ -85,17 +63,12 @@ def cost_model(device: Device, results_dir: Path, store: str | None, no_store: b
 
 def make_budget(seconds: float | None, cases: list[Case], settings: RunSettings, model: CostModel,
                 started: float) -> SuiteBudget | None:
-    from fp8bench.measure.budget import SuiteBudget
-
     return None if seconds is None else SuiteBudget.for_cases(seconds, cases, settings, model, started)
 
 
 def show_plan(cases: list[Case], settings: RunSettings, model: CostModel, budget: SuiteBudget | None,
               as_json: bool, console: Console) -> int:
     """Print the plan (a table, or with ``as_json`` one JSON object) and return the exit code (0)."""
-    from fp8bench.measure.budget import budget_plan
-    from fp8bench.measure.plan import plan_run
-
     plan = plan_run(cases, settings, model)
     out = plan.to_dict()
     if budget is not None:
@@ -111,8 +84,6 @@ def show_plan(cases: list[Case], settings: RunSettings, model: CostModel, budget
 
 
 def _render(out: dict[str, Any], plan: Plan, console: Console) -> None:
-    from rich.table import Table
-
     table = Table(title=f"plan: {out['n_cases']} cases, {_duration(out['total_s'])} expected "
                         f"({out['from_history']} from history, {out['from_model']} from the model)")
     for column in ("#", "case", "expected", "from", "expect", *(["budget"] if "wall_budget" in out else [])):

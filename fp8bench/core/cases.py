@@ -26,5 +26,6 @@ class Case:
         """The case as people read it: ``gemm[m=1024,n=1024,k=1024] fp8_tensorwise torch`` (``full-accum`` for an
         FP8 recipe whose default fast accumulation was turned off)."""
         p = self.precision
-        accum = " full-accum" if isinstance(p, ScaledRecipe) and p.name in FAST_ACCUM_BY_DEFAULT and not p.fast_accum else ""
+        full_accum = isinstance(p, ScaledRecipe) and p.name in FAST_ACCUM_BY_DEFAULT and not p.fast_accum
+        accum = " full-accum" if full_accum else ""
         return f"{self.workload}[{label(self.shape)}] {self.precision.name}{accum} {self.backend}"

@@ -16,14 +16,14 @@ software and power regime. A 5% "regression" between an H100 at 700 W and one ca
   stating ``fp32`` therefore never share a key with those older ones, and no other record's key changes;
 * a definition hash: SHA-256 of everything that defines what is timed apart from the kernel's code (the case, its
   delayed-scaling settings if any, the run settings that change the measured region: L2 flushing, the input seed and
-  the CPU thread count, the timing mode when it is ``cuda_graph`` or ``blocked_stream``, and for a distributed run the number of ranks
-  and of ranks per node, from the run header's ``spec.distributed``).
+  the CPU thread count, the timing mode when it is ``cuda_graph`` or ``blocked_stream``, and for a distributed run the
+  number of ranks and of ranks per node, from the run header's ``spec.distributed``).
 
-Graph replays and eager calls measure different things (a replay has no launch gaps; see :mod:`fp8bench.measure.timing`), so
-a ``cuda_graph`` (or ``blocked_stream``) record never shares a key with an eager one: its case names the mode
-(:func:`fp8bench.core.records.case_key`) and the mode enters its definition hash. Both happen only for graph records: the
-key of every eager record, and of every record written before the mode was recorded (all eager), is unchanged, so
-keys already in a store stay valid.
+Graph replays and eager calls measure different things (a replay has no launch gaps; see
+:mod:`fp8bench.measure.timing`), so a ``cuda_graph`` (or ``blocked_stream``) record never shares a key with an eager
+one: its case names the mode (:func:`fp8bench.core.records.case_key`) and the mode enters its definition hash. Both
+happen only for graph records: the key of every eager record, and of every record written before the mode was recorded
+(all eager), is unchanged, so keys already in a store stay valid.
 
 Fields such as the host name, the git commit, the date or the sampling policy are deliberately left out: the gate
 compares commits, possibly on different runners of one pool, and a sampling policy changes how many samples are

@@ -15,8 +15,8 @@ The 4-bit formats of Blackwell-class GPUs use one element layout (OCP MX v1.0, s
   Its 8 magnitudes are 0, 0.5, 1, 1.5, 2, 3, 4 and 6: max 6, smallest normal 1, one subnormal (0.5), no infinity
   and no NaN. With one mantissa bit the relative rounding error reaches 1/6 (between 1 and 1.5, say), so a 4-bit
   element is only usable with a scale per small block of values (see :mod:`fp8bench.core.precisions`: ``nvfp4``,
-  ``mxfp4``). torch has no cast to it: fp8bench rounds to the grid itself (:mod:`fp8bench.numerics.quantize`) and keeps the
-  values unpacked, one per element, until a kernel needs the packed bytes.
+  ``mxfp4``). torch has no cast to it: fp8bench rounds to the grid itself (:mod:`fp8bench.numerics.quantize`) and keeps
+  the values unpacked, one per element, until a kernel needs the packed bytes.
 
 AMD's MI300 generation uses the ``fnuz`` variants (*finite, NaN, unsigned zero*: no negative zero and a bias one
 larger), so E4M3FNUZ tops out at 240 instead of 448.

@@ -40,7 +40,9 @@ class Library:
 
     @property
     def install_command(self) -> str:
-        return f"pip install 'fp8bench[{self.extra}]'" if self.extra else f"pip install {(*self.distributions, self.name)[0]}"
+        if self.extra:
+            return f"pip install 'fp8bench[{self.extra}]'"
+        return f"pip install {(*self.distributions, self.name)[0]}"
 
     def installed_version(self) -> str | None:
         """The installed version, from package metadata (no import); ``None`` when it is not installed."""

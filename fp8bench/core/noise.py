@@ -16,10 +16,10 @@ A median is only as good as the samples under it. Two things make samples unfit 
 :func:`is_noisy` is the one rule: a measurement is noisy when it was taken under load, or when its spread exceeds
 the band a difference must clear to be read from it. A history reads it per commit (:func:`mostly_noisy`): a step
 in a nightly series (:mod:`fp8bench.analysis.changes`) that most of the nights on one side of it measured noisy is
-shown as ``noisy`` and never alerts, and a commit measured both quiet and noisy is valued by its quiet runs. The run table and the dashboard flag a case whose spread
-exceeds :data:`NOISY_SPREAD`; the gate, which reads a measured difference, passes that difference as the band
-(:mod:`fp8bench.analysis.gate.decision`): comparing one run per side, it never calls a regression that lies within a side's noise,
-and says ``noisy`` instead.
+shown as ``noisy`` and never alerts, and a commit measured both quiet and noisy is valued by its quiet runs. The run
+table and the dashboard flag a case whose spread exceeds :data:`NOISY_SPREAD`; the gate, which reads a measured
+difference, passes that difference as the band (:mod:`fp8bench.analysis.gate.decision`): comparing one run per side, it
+never calls a regression that lies within a side's noise, and says ``noisy`` instead.
 """
 
 from __future__ import annotations

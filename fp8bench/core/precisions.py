@@ -27,8 +27,8 @@ scales, and quantize every operand of every GEMM (gradients included) to 4 bits:
   FP32 scale per tensor. The tensor scale ``amax / (6 * 448)`` maps the tensor's amax onto the largest value both
   levels reach together; each block's scale ``block_amax / 6`` (relative to the tensor scale) is then *rounded to
   E4M3*, so a block's largest value lands near 6, not exactly on it (the ``nvfp4`` physics in
-  :mod:`fp8bench.numerics.predicted_sqnr`). Transformer Engine's ``NVFP4BlockScaling`` (2.8+) adds two training options that
-  act on the gradient GEMMs, each a field here: ``stochastic_rounding`` (gradients rounded up or down at random, in
+  :mod:`fp8bench.numerics.predicted_sqnr`). Transformer Engine's ``NVFP4BlockScaling`` (2.8+) adds two training options
+  that act on the gradient GEMMs, each a field here: ``stochastic_rounding`` (gradients rounded up or down at random, in
   proportion to the distance, so the rounding is unbiased) and ``rht`` (a random Hadamard transform of 16x16 applied
   to both operands of the weight-gradient GEMM along its reduction dimension: it spreads outliers across a block
   and cancels in the product). Both are on by default, as in TE (``disable_rht=False``,
@@ -39,8 +39,9 @@ scales, and quantize every operand of every GEMM (gradients included) to 4 bits:
 
 4-bit recipes take no FP8 element format: their ``fp8_format`` stays ``e4m3`` (for ``nvfp4`` the format of its
 block scales, TE's ``fp8_format=E4M3``), :func:`resolve_precision` leaves it alone when a run names another one for
-its FP8 recipes, and records name ``e2m1`` (:attr:`Fp4Recipe.format_label`). Their GEMMs accumulate in full precision (no fast mode for FP4 in
-PyTorch: ``use_fast_accum`` with ``Float4_e2m1fn_x2`` operands is refused in ``ScaledBlas.cpp``).
+its FP8 recipes, and records name ``e2m1`` (:attr:`Fp4Recipe.format_label`). Their GEMMs accumulate in full precision
+(no fast mode for FP4 in PyTorch: ``use_fast_accum`` with ``Float4_e2m1fn_x2`` operands is refused in
+``ScaledBlas.cpp``).
 
 FP8 element format: ``e4m3`` (default), ``e5m2``, or ``hybrid`` (E4M3 in the forward pass, E5M2 for gradients, the
 usual training setup).
@@ -56,8 +57,8 @@ accumulate in full precision throughout, so their ``fast_accum`` is always off: 
 ``Float8BlockScaling`` asserts split accumulation in all three GEMMs (``common/recipe/__init__.py``), DeepSeek-V3's
 recipe promotes partial sums to FP32 every 128 elements, and PyTorch's MX kernel ignores the flag
 (``ScaledBlas.cpp``: ``_scaled_mxfp8_mxfp8``). Kernels without the mode (the CPU, the emulated reference)
-accumulate in FP32 either way; the record still carries the recipe's setting. The high-precision baselines ``fp32``, ``tf32``, ``bf16`` and ``fp16`` are precisions too, so
-every case in a run is addressed the same way.
+accumulate in FP32 either way; the record still carries the recipe's setting. The high-precision baselines ``fp32``,
+``tf32``, ``bf16`` and ``fp16`` are precisions too, so every case in a run is addressed the same way.
 """
 
 from __future__ import annotations

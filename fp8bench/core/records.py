@@ -77,9 +77,9 @@ class Record:
     tflops_per_w: float | None = None
     energy: dict[str, Any] = field(default_factory=dict)
     numerics: dict[str, Any] = field(default_factory=dict)
-    # The last timed call's output against a fresh call's (fp8bench.measure.output_check): method (bitwise | sqnr | None),
-    # passed (None: not checked, with the reason), differing_frac, sqnr_db, threshold_db. Empty in records written
-    # before it.
+    # The last timed call's output against a fresh call's (fp8bench.measure.output_check): method (bitwise | sqnr |
+    # None), passed (None: not checked, with the reason), differing_frac, sqnr_db, threshold_db. Empty in records
+    # written before it.
     output_check: dict[str, Any] = field(default_factory=dict)
     # Device telemetry through the case: ``timing`` (the timed samples) and ``energy`` (the energy window), each a
     # summary of clocks, temperature, power and throttle reasons, or a ``reason`` where none was taken.
@@ -88,8 +88,8 @@ class Record:
     # records written before it.
     sm_clock_mhz: float | None = None
     # Timed samples discarded because the SM clock read right after them was under the throttle threshold, and
-    # retaken (fp8bench.hardware.clocks); ``None`` where no clock is read (the CPU) and in records written before it. The
-    # clock and power beside each kept end-to-end sample are in ``telemetry.per_sample``.
+    # retaken (fp8bench.hardware.clocks); ``None`` where no clock is read (the CPU) and in records written before
+    # it. The clock and power beside each kept end-to-end sample are in ``telemetry.per_sample``.
     discarded_samples: int | None = None
     valid: bool = True
     interpreted: bool = False

@@ -33,9 +33,9 @@ VALUE_FLAGS = (("budget_s", "--budget"), ("threads", "--threads"), ("seed", "--s
                ("margin", "--margin"), ("energy_window_s", "--energy-window"), ("idle_baseline_s", "--idle-baseline"),
                ("cooldown_s", "--cooldown"), ("clock_floor", "--clock-floor"))
 # Switches: (setting, the value that needs the flag, flag).
-SWITCHES = (("phases", False, "--no-phases"), ("flush_l2", False, "--no-l2-flush"), ("cuda_graph", True, "--cuda-graph"),
-            ("energy", False, "--no-energy"), ("energy_phases", True, "--energy-phases"),
-            ("strict_clocks", True, "--strict-clocks"))
+SWITCHES = (("phases", False, "--no-phases"), ("flush_l2", False, "--no-l2-flush"),
+            ("cuda_graph", True, "--cuda-graph"), ("energy", False, "--no-energy"),
+            ("energy_phases", True, "--energy-phases"), ("strict_clocks", True, "--strict-clocks"))
 
 
 # What a field may hold to become part of a command: the forms the command line accepts, and no other character.

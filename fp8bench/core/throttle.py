@@ -40,8 +40,9 @@ def power_cap_alone(reasons: Iterable[str], growth_ns: dict[str, int | None] | N
     power-brake, board or reliability bit, and no thermal counter growth). A clock drop such a stretch or sample
     shows is the board at its power limit: recorded with its clock, never discarded, never retaken, never
     invalidating unless ``--strict-clocks`` asks. Used by the per-sample check
-    (:class:`fp8bench.hardware.clocks.ClockCheckedTimer`), the window check (:class:`fp8bench.energy.telemetry.ThrottlePolicy`), and through
-    :func:`only_power_capped` by the gate and the selection rules."""
+    (:class:`fp8bench.hardware.clocks.ClockCheckedTimer`), the window check
+    (:class:`fp8bench.energy.telemetry.ThrottlePolicy`), and through :func:`only_power_capped` by the gate and the
+    selection rules."""
     growth = growth_ns or {}
     seen = set(reasons) & set(THROTTLE_REASONS)
     capped = POWER_CAP in seen or (growth.get("power") or 0) > 0

@@ -53,12 +53,12 @@ Methods, best first
 * ``rapl``: the CPU package counters under ``/sys/class/powercap`` (:mod:`fp8bench.energy.rapl`), where readable.
 * ``none``: no meter; joules are ``null`` and ``reason`` says why.
 
-Every window also samples telemetry (:mod:`fp8bench.energy.telemetry`) where the device has it; a window during which the
-device throttled keeps its numbers but is marked ``valid: false`` with the reasons. Power capping alone, and the
+Every window also samples telemetry (:mod:`fp8bench.energy.telemetry`) where the device has it; a window during which
+the device throttled keeps its numbers but is marked ``valid: false`` with the reasons. Power capping alone, and the
 clock drop it causes, is the normal state of a GPU at full load: it is recorded in ``clock_notes`` and invalidates
 only with ``--strict-clocks``. The same rule watches the case's timed samples: the runner opens a
-:class:`~fp8bench.energy.telemetry.TelemetryWindow` on the meter's :attr:`WindowMeter.source`. An idle baseline (power with
-nothing running, measured once before the cases) can be subtracted; the raw figure stays the headline and the
+:class:`~fp8bench.energy.telemetry.TelemetryWindow` on the meter's :attr:`WindowMeter.source`. An idle baseline (power
+with nothing running, measured once before the cases) can be subtracted; the raw figure stays the headline and the
 above-idle figure is reported beside it.
 """
 
@@ -552,8 +552,8 @@ def difference_share(call_s: float, wrapping_s: float) -> float:
     j_b)`` (:func:`fp8bench.energy.windows.difference_bound`), so each is sized for ``(a - b) / (a + b)`` of the
     target. Assumption: a wrapped call and a wrapping alone draw about the same power, so their joules go as
     their seconds (a wrapping drawing more leaves the windows too short, which the record's bound shows; one
-    drawing less is conservative: module docstring). Floored at 1 %: a wrapping as long as the call gives windows at their cap, whose bound the
-    record then reports over the target."""
+    drawing less is conservative: module docstring). Floored at 1 %: a wrapping as long as the call gives windows at
+    their cap, whose bound the record then reports over the target."""
     if not call_s > wrapping_s:
         return 0.01
     return max((call_s - wrapping_s) / (call_s + wrapping_s), 0.01)

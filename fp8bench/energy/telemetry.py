@@ -29,8 +29,9 @@ checks no reason bits at all: it discards a sample only when the SM clock measur
 device's default clock (``m_throttle_threshold{0.75f}``, nvbench/benchmark_base.cuh; ``has_throttled``,
 nvbench/detail/gpu_frequency.cxx; the default clock is ``cudaDevAttrClockRate``, nvbench/device_info.cu), so it
 keeps drops of up to a quarter, whatever caused them, while fp8bench's floor is a tenth. Thermal and hardware
-slowdowns keep invalidating, with the clock drop they cause. ``fp8bench run --strict-clocks`` (:attr:`ThrottlePolicy.power_cap_invalid`) asks for clocks free
-of every limiter: power capping invalidates, and so does any clock under the floor, whatever its cause.
+slowdowns keep invalidating, with the clock drop they cause. ``fp8bench run --strict-clocks``
+(:attr:`ThrottlePolicy.power_cap_invalid`) asks for clocks free of every limiter: power capping invalidates, and so does
+any clock under the floor, whatever its cause.
 
 Idle, application-clock and display bits are not throttling: the loop's gaps between kernels set ``gpu_idle``, and
 a clock locked by the operator is policy, recorded in the environment.

@@ -132,8 +132,9 @@ def error_bound(period_s: float | None, window_s: float | None, window_j: float 
 def difference_bound(bound_a: float | None, joules_a: float | None, bound_b: float | None,
                      joules_b: float | None) -> float | None:
     """Upper bound of the relative quantization error of ``joules_a - joules_b`` (joules, per call: each window's
-    joules over its own calls), two windows' readings each within its own relative ``bound``: their absolute errors add (module docstring, "Windows that subtract").
-    ``None`` where any input is missing or the difference is not positive."""
+    joules over its own calls), two windows' readings each within its own relative ``bound``: their absolute errors add
+    (module docstring, "Windows that subtract"). ``None`` where any input is missing or the difference is not
+    positive."""
     if None in (bound_a, joules_a, bound_b, joules_b):
         return None
     assert bound_a is not None and joules_a is not None and bound_b is not None and joules_b is not None

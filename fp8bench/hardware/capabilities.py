@@ -318,7 +318,8 @@ def forward_gemm_spec(recipe: ScaledRecipe, api: str = "any") -> ScaledGemmSpec:
 
 
 def layer_gemm_specs(recipe: ScaledRecipe, backward: bool = True, api: str = "any") -> dict[str, ScaledGemmSpec]:
-    """The GEMMs of one FP8 linear layer (:mod:`fp8bench.numerics.fp8_linear`): forward, and dgrad and wgrad in training.
+    """The GEMMs of one FP8 linear layer (:mod:`fp8bench.numerics.fp8_linear`): forward, and dgrad and wgrad in
+    training.
 
     Gradients take the recipe's backward format (E5M2 under ``hybrid``). Block recipes tile the weight 128x128 in
     the forward and dgrad GEMMs and every activation or gradient 1x128 (the wgrad GEMM's right operand, the input

@@ -7,10 +7,10 @@ differ by the clock alone. nvbench controls this twice, and fp8bench follows it:
 for the run with ``nvmlDeviceSetGpuLockedClocks(handle, min_mhz, max_mhz)``, undone by
 ``nvmlDeviceResetGpuLockedClocks(handle)``. ``base`` passes ``NVML_CLOCK_LIMIT_ID_TDP`` for both bounds (nvbench's
 ``clock_rate::base``; nvml.h of NVML API 13, go-nvml 2f9e261, :8913 says only "Lock clock to TDP": that this is the
-base clock, the one the board sustains within its power limit, is an assumption, which is why it is read back); ``max`` locks both bounds to the
-maximum SM clock, ``nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM)`` (nvbench locks its default clock rate,
-CUDA's ``cudaDevAttrClockRate``, the peak clock). Locking needs root and a Volta or newer GPU; NVML refuses
-otherwise (``NVMLError_NoPermission``, ``NVMLError_NotSupported``), and so does fp8bench, before any case runs,
+base clock, the one the board sustains within its power limit, is an assumption, which is why it is read back); ``max``
+locks both bounds to the maximum SM clock, ``nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM)`` (nvbench locks its
+default clock rate, CUDA's ``cudaDevAttrClockRate``, the peak clock). Locking needs root and a Volta or newer GPU; NVML
+refuses otherwise (``NVMLError_NoPermission``, ``NVMLError_NotSupported``), and so does fp8bench, before any case runs,
 naming the cause. The lock is undone when the run ends: normally, on Ctrl-C, SIGTERM or SIGHUP (the command line
 turns them into an interrupt that unwinds through :class:`ClockLock`), on an error, and at interpreter exit
 (``atexit``) should anything skip the unwinding. A ``SIGKILL`` cannot be caught: ``nvidia-smi -rgc`` (as root)
@@ -29,12 +29,12 @@ reference read then would sit so low that no throttled sample ever fell under it
   *under load*: :func:`busy` queues :data:`READBACK_LOAD_S` seconds of GEMMs and :data:`READBACK_READS` readings
   are taken while they run. A reading counts only if the load was still running once it was taken (the stream
   had not drained: how much work the driver queues ahead is its own, so a load may end early; loose support from
-  nvbench ``blocking_kernel.cuh`` :65-67 at 078919b, whose caveat concerns work queued behind a blocked stream), since an idle GPU need not say so: the GpuIdle bit "may be removed in a later
-  release" (nvml.h :3319-3322). Readings whose reasons mask says the GPU was idle or slowed down by a limiter
-  (:data:`fp8bench.energy.telemetry.THROTTLE_REASONS`, the power cap included: the TDP clock is the one the board
-  holds within its power limit) are not the locked clock either, nor is one under :data:`THROTTLE_THRESHOLD` of
-  the median of the others (a reading with no reason that the loaded ones contradict); the median of those left
-  is the reference. Where none is
+  nvbench ``blocking_kernel.cuh`` :65-67 at 078919b, whose caveat concerns work queued behind a blocked stream), since
+  an idle GPU need not say so: the GpuIdle bit "may be removed in a later release" (nvml.h :3319-3322). Readings whose
+  reasons mask says the GPU was idle or slowed down by a limiter (:data:`fp8bench.energy.telemetry.THROTTLE_REASONS`,
+  the power cap included: the TDP clock is the one the board holds within its power limit) are not the locked clock
+  either, nor is one under :data:`THROTTLE_THRESHOLD` of the median of the others (a reading with no reason that the
+  loaded ones contradict); the median of those left is the reference. Where none is
   left (or no load could run), the run falls back to the device's own reference clock and ``reference_source`` says
   why; its samples are then judged against the higher default clock, which errs towards flagging a throttle, never
   towards missing one.
@@ -55,10 +55,11 @@ with no reason bit, are retaken as nvbench does. nvbench's defaults are the star
 default clock (``--throttle-threshold``, "Default is 75") and a recovery delay of 0.05 s
 (``--throttle-recovery-delay``, "Default is 0.05 seconds"), both from nvbench ``docs/cli_help.md``; like nvbench,
 the delay doubles while discards repeat. After :data:`MAX_CONSECUTIVE_DISCARDS` discards in a row the sample is
-kept and the check stops for the rest of the end-to-end samples (or of the phases, which follow them): a device that stays throttled is the throttle rule's to
-judge (:mod:`fp8bench.energy.telemetry`; the case is then ``invalid``), not a reason to spend the case's budget waiting.
-The record keeps the clock and power beside every kept sample and the count of discarded ones. nvbench reads the
-clock with a GPU timer kernel over the sample; NVML's reading is a snapshot taken right after it.
+kept and the check stops for the rest of the end-to-end samples (or of the phases, which follow them): a device that
+stays throttled is the throttle rule's to judge (:mod:`fp8bench.energy.telemetry`; the case is then ``invalid``), not a
+reason to spend the case's budget waiting. The record keeps the clock and power beside every kept sample and the count
+of discarded ones. nvbench reads the clock with a GPU timer kernel over the sample; NVML's reading is a snapshot taken
+right after it.
 """
 
 from __future__ import annotations
@@ -303,7 +304,8 @@ class ClockCheckedTimer:
         known = [c for c in self.sm_clock_mhz if c is not None]
         out = {"sample_sm_clock_mhz": list(self.sm_clock_mhz), "sample_power_w": list(self.power_w),
                "sample_power_source": power_source_of(self.power_sources),
-               "discarded_samples": self.discarded, "kept_throttled": self.gave_up, "throttle_threshold": self.threshold,
+               "discarded_samples": self.discarded, "kept_throttled": self.gave_up,
+               "throttle_threshold": self.threshold,
                "reference_sm_clock_mhz": self.reference_clock_mhz,
                "median_sample_sm_clock_mhz": statistics.median(known) if known else None}
         self.sm_clock_mhz, self.power_w, self.power_sources, self.discarded, self.gave_up = [], [], [], 0, False

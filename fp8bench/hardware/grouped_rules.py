@@ -9,13 +9,13 @@ the blocked sizes (MXFP8), no bias, BF16 output when one is named. :mod:`fp8benc
 through it. The rules below are the rest, each with the source that enforces it:
 
 * **Architecture.** ATen admits compute capability 9.0 and 10.0 only (``aten/src/ATen/native/cuda/GroupedBlas.cpp``,
-  ``ScaledBlas.cpp`` in older releases: ``_scaled_grouped_mm_cuda``, ``_scaled_mm_allowed_device(sm90_only=true, sm100_only=true)``). Rowwise FP8 runs
-  the CUTLASS SM90 kernel: PyTorch tests it on 9.x only (``torch/testing/_internal/common_cuda.py``:
-  ``evaluate_platform_supports_fp8_grouped_gemm``, ``SM90OrLater and not SM100OrLater``), so fp8bench takes 9.0.
-  MXFP8 runs the MSLK kernel on 10.0 only, CUDA 12.8+ (``_check_mslk_grouped_inputs``;
-  ``evaluate_platform_supports_mxfp8_grouped_gemm``: built with MSLK and ``IS_SM100``). Whether a build has MSLK
-  is not visible from a :class:`~fp8bench.hardware.capabilities.CudaTarget`; a build without it refuses at the call, and
-  that refusal is recorded as the reason.
+  ``ScaledBlas.cpp`` in older releases: ``_scaled_grouped_mm_cuda``, ``_scaled_mm_allowed_device(sm90_only=true,
+  sm100_only=true)``). Rowwise FP8 runs the CUTLASS SM90 kernel: PyTorch tests it on 9.x only
+  (``torch/testing/_internal/common_cuda.py``: ``evaluate_platform_supports_fp8_grouped_gemm``, ``SM90OrLater and not
+  SM100OrLater``), so fp8bench takes 9.0. MXFP8 runs the MSLK kernel on 10.0 only, CUDA 12.8+
+  (``_check_mslk_grouped_inputs``; ``evaluate_platform_supports_mxfp8_grouped_gemm``: built with MSLK and ``IS_SM100``).
+  Whether a build has MSLK is not visible from a :class:`~fp8bench.hardware.capabilities.CudaTarget`; a build without it
+  refuses at the call, and that refusal is recorded as the reason.
 * **Output dtype.** BF16 only (``_scaled_grouped_mm_cuda``: "Only bf16 high precision output types are supported
   for grouped gemm"). The meta function accepts an unnamed output dtype and leaves it unchecked.
 * **Dimensions.** ``K`` and ``N`` multiples of 16 (``_scaled_grouped_mm_cuda``: "Expected mat_b shape to be

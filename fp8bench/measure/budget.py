@@ -16,8 +16,8 @@ never left out. Every shortened record says how in ``extra.suite_budget`` and in
 The estimates are corrected as the run goes: the remaining ones are scaled by how long the finished cases took
 against their own estimates (:attr:`SuiteBudget.calibration`). Each case's own budget is cut to the time left, so
 no case runs past the run's end. The budget aims :data:`RESERVE_SHARE` and :data:`RUN_END_S` under the given
-time, which cover the run's own end (the final header, the process's exit) and a case that overruns its estimate; the run header records the budget, what
-was shortened and skipped, and whether the budget was reached (``wall_budget``).
+time, which cover the run's own end (the final header, the process's exit) and a case that overruns its estimate; the
+run header records the budget, what was shortened and skipped, and whether the budget was reached (``wall_budget``).
 """
 
 from __future__ import annotations

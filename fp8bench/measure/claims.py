@@ -739,7 +739,8 @@ def nvml_refcount(ctx: ProbeContext) -> ProbeResult:
     if done.returncode != 0:
         return ProbeResult(Outcome.FAILED, f"a query inside the open session failed: {done.stderr.strip()[-200:]}")
     return ProbeResult(Outcome.HELD if said == "uninitialized" else Outcome.FAILED,
-                       f"after two inits and two shutdowns a query {'raised Uninitialized' if said == 'uninitialized' else 'still answered'}")
+                       "after two inits and two shutdowns a query "
+                       + ("raised Uninitialized" if said == "uninitialized" else "still answered"))
 
 
 # At large K the FP32 accumulator decides the error: Triton's full accumulation must read as torch's does.
@@ -900,7 +901,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("vendor_backends", "torchao, Triton (compiled) and torch.compile (Inductor) run their smallest case on CUDA",
           "records of those backends", "kernels/", check="backend"),
     Claim("no_host_sync", "no timed call reads a value back to the host, copies to the host or synchronizes a stream "
-          "(checked without a GPU only by the phase audit's op list)", "every GPU time", "fp8bench/verify/phase_audit.py", probe=no_host_sync),
+          "(checked without a GPU only by the phase audit's op list)", "every GPU time",
+          "fp8bench/verify/phase_audit.py", probe=no_host_sync),
     Claim("bitwise_outputs", "GEMM, grouped GEMM and attention forward kernels return the same bits for the same "
           "inputs (the output check compares them bitwise)", "invalid verdicts from the output check",
           "fp8bench/measure/output_check.py", probe=bitwise_outputs),
@@ -990,7 +992,8 @@ def run_probe(claim: Claim, ctx: ProbeContext) -> ProbeResult:
     try:
         return claim.probe(ctx)
     except Exception as exc:  # the error is the verdict: the claim's code path broke on this device
-        return ProbeResult(Outcome.FAILED, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return ProbeResult(Outcome.FAILED, f"{type(exc).__name__}: {first_line}")
 
 
 def describe(claim: Claim) -> dict[str, Any]:

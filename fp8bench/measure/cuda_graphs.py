@@ -19,11 +19,12 @@ How (PyTorch's API, torch 2.13; the rules are cited where they are enforced):
    torch's default and CUDA's strictest mode (``cudaStreamCaptureModeGlobal``): a potentially unsafe call from any
    thread fails the capture instead of corrupting it silently.
 3. **Replay on the device's current stream** ("after capture, it's ok to replay them on the default stream",
-   ``CUDAGraph::capture_begin``); :class:`fp8bench.measure.timing.CudaTimer` flushes the L2 and records its events on that
-   stream around ``graph.replay()``, so the flush is never inside the timed replay.
+   ``CUDAGraph::capture_begin``); :class:`fp8bench.measure.timing.CudaTimer` flushes the L2 and records its events on
+   that stream around ``graph.replay()``, so the flush is never inside the timed replay.
 
-What cannot be captured is refused with the reason (:class:`CaptureRefused`, a :class:`fp8bench.core.pipeline.Unsupported`:
-the runner records a ``skipped`` case, or a phase that is not timed, never an eager figure in its place):
+What cannot be captured is refused with the reason (:class:`CaptureRefused`, a
+:class:`fp8bench.core.pipeline.Unsupported`: the runner records a ``skipped`` case, or a phase that is not timed, never
+an eager figure in its place):
 
 * a call that synchronizes with the host inside it (``.item()``, ``float(tensor)``, ``.cpu()``,
   ``torch.cuda.synchronize()``): CUDA refuses it with ``cudaErrorStreamCaptureUnsupported`` ("operation not permitted

@@ -27,8 +27,8 @@ The check, per case:
    number of SMs", cuBLAS documentation, "Results reproducibility"; CPU kernels on a fixed thread count likewise).
    ``sqnr`` where the recipe carries state between calls (delayed scaling's amax history moves the scale between
    the first call and the last), or where the pipeline declares a kernel that does not return the same bits twice
-   (``TimedReturn.bitwise``: attention's backward on CUDA): the SQNR of the timed output against the fresh one must reach
-   :func:`sqnr_threshold_db`, derived from the fresh output's own SQNR against the FP64 reference.
+   (``TimedReturn.bitwise``: attention's backward on CUDA): the SQNR of the timed output against the fresh one must
+   reach :func:`sqnr_threshold_db`, derived from the fresh output's own SQNR against the FP64 reference.
 
 A timed output that fails makes the record ``invalid``, with the reason, whatever its speed; so does a call declared
 to return the workload's output that returns no tensor (returning ``None`` must not be a way around the check).

@@ -215,8 +215,8 @@ class CostModel:
         reference; ``base``: the settings its history was recorded under (default ``settings``)."""
         refused = self.refusal(case)
         if refused is not None:
-            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None, Parts({Step.BOOKKEEPING: REFUSED_S}),
-                                refused=True)
+            return CaseEstimate(case, REFUSED_S, "model", f"skipped: {refused}", None,
+                                Parts({Step.BOOKKEEPING: REFUSED_S}), refused=True)
         hist = self.history.get(case_key_of(case, self.device))
         call = hist.call_s if hist is not None and hist.call_s else self.call_s(case)
         expect, parts = self.parts(case, call, settings, first_of_shape)
@@ -270,7 +270,8 @@ class CostModel:
         energy = energy_window_s(self.meter, metering) * n_windows if metering.enabled else 0.0
         k = self.stretch
         return "measured", Parts({Step.PROBE: probe * k, Step.SETUP: (CASE_SETUP_S + SETUP_CALLS * call_s) * k,
-                                  Step.WARMUP: warmup, Step.SAMPLING: e2e + phases, Step.NUMERICS: numerics * k, Step.ENERGY: energy,
+                                  Step.WARMUP: warmup, Step.SAMPLING: e2e + phases, Step.NUMERICS: numerics * k,
+                                  Step.ENERGY: energy,
                                   Step.BOOKKEEPING: (CASE_BOOKKEEPING_S + RECORD_WRITE_S) * k})
 
     def reference_s(self, case: Case) -> float:

@@ -13,8 +13,8 @@ Per case (docs/method.md, "The steps of one case"):
    (``cuda_graph``, :mod:`fp8bench.measure.cuda_graphs`; a call that cannot be captured is skipped with the reason).
 4. **Check numerics** against the FP64 reference, outside any timed region.
 5. **Meter energy** over a window of repeated calls where a meter exists.
-6. **Profile** (``profile``, :mod:`fp8bench.measure.profiling`): one more pass of the calls under a profiler, after every
-   figure of the record is taken, so no profiling overhead enters a timed sample.
+6. **Profile** (``profile``, :mod:`fp8bench.measure.profiling`): one more pass of the calls under a profiler, after
+   every figure of the record is taken, so no profiling overhead enters a timed sample.
 
 Clocks and throttle reasons are polled through the timed samples of step 3, energy or not, and through every
 energy window of step 5; a throttled device makes the case ``invalid`` (:mod:`fp8bench.energy.telemetry`).
@@ -284,8 +284,8 @@ class CaseMeasurer:
             _configured(self.meter, run_settings)
 
     def _clock_checked(self, timer: Timer) -> ClockCheckedTimer | None:
-        """``timer`` with the per-sample clock check (fp8bench.hardware.clocks), where the device reports its SM clock and a
-        reference, the check is on, and the run is not in lockstep (each rank would retake different samples)."""
+        """``timer`` with the per-sample clock check (fp8bench.hardware.clocks), where the device reports its SM clock
+        and a reference, the check is on, and the run is not in lockstep (each rank would retake different samples)."""
         source, clocks = self.telemetry, self.settings.clocks
         if source is None or not source.reference_clock_mhz or not clocks.throttle_threshold or self.lockstep:
             return None
@@ -634,7 +634,8 @@ class CaseMeasurer:
             energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (self.settings.energy.enabled
                                                                                         and self.lockstep)
                                                     else "energy metering disabled"},
-            numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
+            numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry,
+            sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
             interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
             scale_format=pipeline.scale_format, timing_mode=timed.timing_mode, discarded_samples=timed.discarded)
 
@@ -731,7 +732,8 @@ class RunOutcome:
     wall_budget: dict[str, Any] | None = None  # the wall budget's outcome (measure.budget), when the run had one
 
 
-def run_header(run_id: str, device: Device, device_spec: str, settings: RunSettings, spec: dict[str, Any]) -> dict[str, Any]:
+def run_header(run_id: str, device: Device, device_spec: str, settings: RunSettings,
+               spec: dict[str, Any]) -> dict[str, Any]:
     env = environment.capture(device)
     settings_dict = settings.to_header()
     return {"run_id": run_id, "started_at": datetime.now(timezone.utc).isoformat(), "status": "running",
@@ -861,8 +863,8 @@ class StreamedRun:
     adding each to the :class:`fp8bench.results.record_stream.RecordStream`, then calls :meth:`finish`.
 
     The block ends early, without losing a record already added, on a ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM
-    and SIGHUP through :mod:`fp8bench.measure.interrupts`) or on :class:`fp8bench.results.record_stream.DiskFull`; any other
-    exception propagates. :meth:`finish` then writes the final header with the status that says which it was.
+    and SIGHUP through :mod:`fp8bench.measure.interrupts`) or on :class:`fp8bench.results.record_stream.DiskFull`; any
+    other exception propagates. :meth:`finish` then writes the final header with the status that says which it was.
     """
 
     def __init__(self, stream: RecordStream, started: float | None = None) -> None:

@@ -12,15 +12,15 @@ compares the result with an expectation that does not come from the thing being 
 * ``cpu_ceiling`` (CPU): the CPU has no datasheet; fp8bench measures its ceilings (best of a few large matmuls and a
   large copy). The runner's BF16 GEMM at the ceiling's own size must land within the same band of the ceiling just
   measured, which checks the runner's timing and the ceiling against each other. The ceilings measured here replace
-  the results folder's cached ones when the machine is quiet (:mod:`fp8bench.hardware.peaks`), so later runs' percentages of
-  peak use them.
+  the results folder's cached ones when the machine is quiet (:mod:`fp8bench.hardware.peaks`), so later runs'
+  percentages of peak use them.
 * ``timer_vs_wall``: the device timer (CUDA events; ``perf_counter_ns`` on the CPU) and the wall clock
   (``time.time``) time the same long loop of GEMMs (:data:`TIMER_LOOP_S`); they must agree within
   :data:`TIMER_TOLERANCE`. Events recorded on another device's stream read about zero; a wrong unit reads 1000x off.
 * ``sqnr``: every FP8 recipe, in E4M3 and E5M2, through the ``torch`` backend (the ``emulated`` reference where
   ``torch`` refuses the recipe on this device, and the table says so): the measured SQNR against the FP64 reference
-  is within :data:`SQNR_TOLERANCE_DB` of :func:`fp8bench.numerics.predicted_sqnr.predict_gemm_sqnr`. A scale in the wrong
-  layout or a wrong output dtype reads many dB off.
+  is within :data:`SQNR_TOLERANCE_DB` of :func:`fp8bench.numerics.predicted_sqnr.predict_gemm_sqnr`. A scale in the
+  wrong layout or a wrong output dtype reads many dB off.
 * ``energy`` (GPU): NVML's total-energy counter advances over a loaded window, and the energy per iteration it gives
   agrees within :data:`ENERGY_TOLERANCE` with the average of the NVML power samples times the time per iteration.
 * ``backend``: every available backend runs its smallest case (GEMM 128x128x128 in BF16 and FP8 tensorwise) or
@@ -381,8 +381,8 @@ class Selfcheck:
                 continue
             if peak is None:
                 yield CheckResult("gemm_peak", name, Verdict.FAIL, f"no {peak_key(precision)} peak for "
-                                  f"{self.probe.device_name!r} in the device table (fp8bench/core/data/device_peaks.json):"
-                                  f" add its row with a source", measured)
+                                  f"{self.probe.device_name!r} in the device table "
+                                  "(fp8bench/core/data/device_peaks.json): add its row with a source", measured)
                 continue
             what = f"{n}^3 " + ("GEMM phase (operands pre-quantized)" if fp8 else "GEMM")
             verdict, detail = judge_peak(tflops, peak.value, what)

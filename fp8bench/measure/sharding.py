@@ -27,8 +27,8 @@ fp8bench does it, and why:
   runs on one worker: shard sweeps of many shapes (the suites). The in-order merge below waits at most for the
   groups before a finished one.
 * **One run file and store, in case order.** Only the parent writes: workers send each finished record through a
-  pipe, and the parent hands records to :class:`fp8bench.results.record_stream.RecordStream` in case order (a record that
-  finishes early waits in memory for the cases before it). The run file and store get the same records, in the same
+  pipe, and the parent hands records to :class:`fp8bench.results.record_stream.RecordStream` in case order (a record
+  that finishes early waits in memory for the cases before it). The run file and store get the same records, in the same
   order, with the same ``seq``, that one worker would have written; each record names the device that measured it.
 * **A worker that dies** is seen through its process sentinel (``multiprocessing.connection.wait``): the case it
   was measuring becomes a ``failed`` record whose reason names the device, the process and the signal or exit code;
@@ -302,7 +302,8 @@ class _Shards:
                  results_dir: Path | None, merge: _InOrder, on_start: Callable[[int, Case], None] | None,
                  profiler: Any = None) -> None:
         self.cases, self.settings, self.device_name, self.results_dir = cases, settings, device_name, results_dir
-        self.profiler = profiler  # fp8bench.measure.profiling.CaseProfiler or None: each case's profile is named by its seq
+        # fp8bench.measure.profiling.CaseProfiler or None: each case's profile is named by its seq.
+        self.profiler = profiler
         self.merge, self.on_start = merge, on_start
         self.ctx = multiprocessing.get_context("spawn")
         self.workers = [_Worker(slot, deque(shard)) for slot, shard in zip(plan.slots, plan.shards(cases),

@@ -3,10 +3,10 @@
 A suite lists entries, each a workload with shapes (``shapes: [...]``, ``shape_set: NAME``, or neither for the
 workload's default shape), precisions and
 backends (a list, or ``all``), an optional ``priority`` (an integer, default 0: under a wall budget, entries of
-higher priority run first, ``fp8bench run --wall-budget``), and optional ``settings`` that override the run's defaults (``budget_s``,
-``min_samples``, ``min_time_s``, ``max_time_s``, ``target_rse``, ``max_samples``, ``warmup_s``). ``target_rse``, the
-sampling noise target, is a fraction (``0.005``) or a percentage string (``"0.5%"``). Command-line flags override
-suite settings.
+higher priority run first, ``fp8bench run --wall-budget``), and optional ``settings`` that override the run's defaults
+(``budget_s``, ``min_samples``, ``min_time_s``, ``max_time_s``, ``target_rse``, ``max_samples``, ``warmup_s``).
+``target_rse``, the sampling noise target, is a fraction (``0.005``) or a percentage string (``"0.5%"``). Command-line
+flags override suite settings.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Sending a tensor in FP8 takes three steps, which the ``collective`` workload times as its phases:
 
-1. **encode**: quantize with the recipe's shared quantizer (:mod:`fp8bench.numerics.quantize`: amax, scale, saturating cast)
-   and pack the FP8 bytes and their FP32 dequantization scales into one ``uint8`` buffer per destination chunk;
+1. **encode**: quantize with the recipe's shared quantizer (:mod:`fp8bench.numerics.quantize`: amax, scale, saturating
+   cast) and pack the FP8 bytes and their FP32 dequantization scales into one ``uint8`` buffer per destination chunk;
 2. **communicate**: move the bytes (an all-gather, or an all-to-all for a reduction, below);
 3. **decode**: unpack each sender's bytes and scales and dequantize (``x ~= data * scale``), in FP32.
 

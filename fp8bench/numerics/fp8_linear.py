@@ -243,8 +243,8 @@ def alignment_reason(recipe: ScaledRecipe, tokens: int, layers: dict[str, tuple[
     """Why FP8 linear layers of these sizes cannot run under ``recipe`` (``None``: every GEMM is aligned).
 
     ``layers`` maps a name to ``(in_features, out_features)``. Each GEMM's ``(M, N, K)`` must meet the recipe's
-    :meth:`~fp8bench.core.precisions.ScaledRecipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also dgrad
-    ``(tokens, in, out)`` and wgrad ``(out, in, tokens)``, whose reduction runs over the tokens.
+    :meth:`~fp8bench.core.precisions.ScaledRecipe.gemm_alignment`: forward ``(tokens, out, in)``, and in training also
+    dgrad ``(tokens, in, out)`` and wgrad ``(out, in, tokens)``, whose reduction runs over the tokens.
     """
     need = recipe.gemm_alignment()
     bad: list[str] = []

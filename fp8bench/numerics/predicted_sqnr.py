@@ -1,7 +1,7 @@
 """Predicted SQNR: what quantizing a known input distribution to an element format should cost, in dB.
 
-A measured SQNR (:mod:`fp8bench.numerics.accuracy`) is only useful against an expectation: 28 dB is right for an E4M3 GEMM
-and a bug for a BF16 one. This module derives the expectation from the format's physics (mantissa bits, the
+A measured SQNR (:mod:`fp8bench.numerics.accuracy`) is only useful against an expectation: 28 dB is right for an E4M3
+GEMM and a bug for a BF16 one. This module derives the expectation from the format's physics (mantissa bits, the
 subnormal step, saturation at the largest finite value) and the scaling rule (how many values share one scale, and
 how the scale is chosen), for a given input distribution. Nothing here runs a quantizer: the tests compare these
 predictions with what the shared quantizers (:mod:`fp8bench.numerics.quantize`) measure.
@@ -27,8 +27,8 @@ only for formats too wide to enumerate (:data:`MAX_EXACT_CELLS`), where it is ex
 
 **A group sharing one scale.** With current scaling, a group of ``n`` values gets ``s = amax * 2**margin / max``
 (:func:`fp8bench.numerics.quantize.scale_from_amax`); with OCP MX scaling, ``s = 2**(floor(log2(amax)) - emax)`` where
-``emax = floor(log2(max))`` (:func:`fp8bench.numerics.quantize.quantize_mx`). Either way the scale depends on the group's
-largest magnitude ``A``. For ``n`` independent values, ``P(A <= a) = F(a)**n`` with ``F(a) = P(|x| <= a)``, and
+``emax = floor(log2(max))`` (:func:`fp8bench.numerics.quantize.quantize_mx`). Either way the scale depends on the
+group's largest magnitude ``A``. For ``n`` independent values, ``P(A <= a) = F(a)**n`` with ``F(a) = P(|x| <= a)``, and
 given ``A = a`` the other ``n - 1`` values are independent draws of ``x`` conditioned on ``|x| <= a``. Hence the
 expected squared error of a group is
 
@@ -41,7 +41,8 @@ midpoint rule over the quantiles of ``A``, ``a = F^-1(v**(1/n))`` for ``v`` even
 the amax values where the scale jumps (powers of two under MX), which stays accurate for a million-element tensor
 (``A`` then sits in a narrow band far in the tail). The noise-to-signal ratio
 is that error divided by ``n * E[x**2]``; SQNR is ``-10 log10`` of it. Because errors are ratios of noise *sums* to
-signal *sums*, this is the tensor-level SQNR :func:`fp8bench.numerics.accuracy.compare` reports, not a mean of per-group SQNRs.
+signal *sums*, this is the tensor-level SQNR :func:`fp8bench.numerics.accuracy.compare` reports, not a mean of per-group
+SQNRs.
 
 **NVFP4's two-level scale.** ``nvfp4`` (:func:`fp8bench.numerics.quantize.quantize_nvfp4`) first takes a tensor scale
 ``s_t = A_t / (6 * 448)`` from the tensor's amax ``A_t``, then gives each 16-value block the scale

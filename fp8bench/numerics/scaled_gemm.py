@@ -1,5 +1,5 @@
-"""The scaled FP8 and FP4 GEMM calls: fp8bench's :class:`~fp8bench.numerics.quantize.Quantized` operands laid out for, and
-fed to, PyTorch's scaled-matmul entry points. Shared by the ``gemm`` and ``grouped_gemm`` workloads, the FP8 linear
+"""The scaled FP8 and FP4 GEMM calls: fp8bench's :class:`~fp8bench.numerics.quantize.Quantized` operands laid out for,
+and fed to, PyTorch's scaled-matmul entry points. Shared by the ``gemm`` and ``grouped_gemm`` workloads, the FP8 linear
 layer and the FP8 collective.
 
 ``torch._scaled_mm(a, b, scale_a, scale_b)`` computes ``(a * scale_a) @ (b * scale_b)`` with FP32 accumulation and
@@ -15,9 +15,9 @@ the kernel reads (E2M1 pairs packed into bytes, scales transposed, padded or swi
 views, nothing else (checked by :mod:`fp8bench.verify.phase_audit`).
 
 **Which entry point** is decided once per :class:`ScaledGemm`, from what the installed torch has
-(:func:`fp8bench.numerics.torch_api.gemm_entry_point`): ``torch.nn.functional.scaled_mm`` (``aten._scaled_mm_v2``, torch 2.10+)
-for block scales where it exists, ``torch._scaled_mm`` otherwise. The layouts (each CUDA rule is checked on fake CUDA
-tensors by :mod:`fp8bench.verify.cuda_replay`):
+(:func:`fp8bench.numerics.torch_api.gemm_entry_point`): ``torch.nn.functional.scaled_mm`` (``aten._scaled_mm_v2``, torch
+2.10+) for block scales where it exists, ``torch._scaled_mm`` otherwise. The layouts (each CUDA rule is checked on fake
+CUDA tensors by :mod:`fp8bench.verify.cuda_replay`):
 
 * **tensorwise**: two 0-dim FP32 tensors (``torch._scaled_mm``).
 * **rowwise**: ``[M, 1]`` for ``a`` and ``[1, N]`` for ``b`` (``torch._scaled_mm``).
@@ -31,8 +31,8 @@ tensors by :mod:`fp8bench.verify.cuda_replay`):
 * **MX** (E8M0 scales per 32 elements; ``_scaled_mxfp8_mxfp8``): each operand's ``[rows, K/32]`` scales padded to
   ``[round_up(rows, 128), round_up(K/32, 4)]`` and rearranged into cuBLAS's blocked layout (``SWIZZLE_32_4_4``,
   :func:`to_blocked_scales`), flattened; ``F.scaled_mm`` is told the swizzle, ``torch._scaled_mm`` assumes it.
-* **4-bit** (E2M1 operands packed two per byte as ``float4_e2m1fn_x2``, :func:`fp8bench.numerics.quantize.pack_e2m1`), through
-  ``F.scaled_mm`` only:
+* **4-bit** (E2M1 operands packed two per byte as ``float4_e2m1fn_x2``, :func:`fp8bench.numerics.quantize.pack_e2m1`),
+  through ``F.scaled_mm`` only:
 
   - NVFP4 (``_scaled_nvfp4_nvfp4``): each operand's ``[rows, K/16]`` E4M3 block scales blocked as for MX, *plus* its
     FP32 tensor scale as a second ``TensorWise`` level; the kernel multiplies the two tensor scales into cuBLASLt's
@@ -41,8 +41,8 @@ tensors by :mod:`fp8bench.verify.cuda_replay`):
     ``f4f4bf16``), while ``torch._scaled_mm`` takes packed FP4 with E8M0 scales on ROCm only.
 
 Fast accumulation (``use_fast_accum``) applies to tensorwise and rowwise kernels; block-scaled recipes accumulate in
-full precision (:mod:`fp8bench.core.precisions`), and cuBLASLt refuses the flag with 1x128/128x128 scales (``CUDABlas.cpp``:
-``scaled_gemm``) and with FP4 operands.
+full precision (:mod:`fp8bench.core.precisions`), and cuBLASLt refuses the flag with 1x128/128x128 scales
+(``CUDABlas.cpp``: ``scaled_gemm``) and with FP4 operands.
 """
 
 from __future__ import annotations
@@ -227,7 +227,8 @@ class ScaledGroupedGemm:
     at once, with both operands prepared in the quantize phase.
 
     ``B`` is the expert weights quantized as one ``[G*N, K]`` stack (rows ``e*N:(e+1)*N`` are expert ``e``). Layouts
-    (checked on fake CUDA tensors by :mod:`fp8bench.verify.cuda_replay`; rules in :mod:`fp8bench.hardware.grouped_rules`):
+    (checked on fake CUDA tensors by :mod:`fp8bench.verify.cuda_replay`; rules in
+    :mod:`fp8bench.hardware.grouped_rules`):
 
     * ``A`` row-major ``[M, K]``; ``B`` the ``[G, N, K]`` stack transposed: column-major ``[G, K, N]``;
     * **rowwise**: FP32 scales ``[M]`` for ``A`` and ``[G, N]`` for ``B``;

@@ -5,9 +5,9 @@ PyTorch exposes FP8 and FP4 GEMMs through a few entry points that arrived in dif
 release's wheel by ``scripts/torch_surface.py`` into ``fp8bench/numerics/data/torch_surfaces.json``):
 
 * ``torch._scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)``: every recorded
-  release, 2.4 to 2.14 (``aten._scaled_mm``). The kernel infers the scaling from the scales' dtypes and shapes: FP32 tensorwise and
-  rowwise everywhere, E8M0 and E4M3 block scales (MXFP8, single-level NVFP4) where the dtypes exist, FP32 1x128 and
-  128x128 blocks on CUDA from 2.9;
+  release, 2.4 to 2.14 (``aten._scaled_mm``). The kernel infers the scaling from the scales' dtypes and shapes: FP32
+  tensorwise and rowwise everywhere, E8M0 and E4M3 block scales (MXFP8, single-level NVFP4) where the dtypes exist, FP32
+  1x128 and 128x128 blocks on CUDA from 2.9;
 * ``torch.nn.functional.scaled_mm(mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_recipe_b, swizzle_a,
   swizzle_b, ...)`` with the enums ``ScalingType`` and ``SwizzleType`` (``aten._scaled_mm_v2``): from 2.10. It names
   each operand's scaling explicitly and takes lists of scales, which two-level NVFP4 needs;

@@ -1,6 +1,7 @@
 """The rounds of a sequential A/B (``fp8bench ab --budget``): both sides' workers take turns, and after each round
-from the first look on the gate judges every case by the confidence sequence of :mod:`fp8bench.analysis.gate.sequential`;
-the rounds stop when every case is decided, at the round limit, or when another round would not fit in the budget.
+from the first look on the gate judges every case by the confidence sequence of
+:mod:`fp8bench.analysis.gate.sequential`; the rounds stop when every case is decided, at the round limit, or when
+another round would not fit in the budget.
 """
 
 from __future__ import annotations

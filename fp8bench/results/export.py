@@ -1,8 +1,8 @@
 """Export results for the tools CI already reads: CSV, Parquet, github-action-benchmark and Bencher.
 
 Records come from run files (or pytest-benchmark JSON) or from a store, narrowed by the dashboard's filters
-(:class:`fp8bench.results.store.queries.RecordFilter`: device, workload, backend, precision, branch, and a run range that
-becomes run start times): as SQL on a store, the same rules in Python on files (:func:`keeps`). Four formats:
+(:class:`fp8bench.results.store.queries.RecordFilter`: device, workload, backend, precision, branch, and a run range
+that becomes run start times): as SQL on a store, the same rules in Python on files (:func:`keeps`). Four formats:
 
 * ``csv`` and ``parquet``: one row per record, every status included, flat columns (:data:`COLUMNS`; each phase's
   median as ``phase:NAME``). Times are seconds, energy joules per iteration, like the record's own fields. Parquet
@@ -20,10 +20,11 @@ becomes run start times): as SQL on a store, the same rules in Python on files (
   created on first use.
 
 The two benchmark formats take speed-comparable records only (the rule of
-:func:`fp8bench.analysis.selection.is_speed_comparable`, which the ``export`` verb passes in as ``comparable``: measured,
-valid, not interpreted, with a median; an interpreter's time means nothing) and one per benchmark name: the latest run's, since a tracker wants one value per benchmark in
-each report. A benchmark's name is the case key (workload, shape, precision and format, backend, device kind)
-followed by the device model, so that results from two GPU models never share a series.
+:func:`fp8bench.analysis.selection.is_speed_comparable`, which the ``export`` verb passes in as ``comparable``:
+measured, valid, not interpreted, with a median; an interpreter's time means nothing) and one per benchmark name: the
+latest run's, since a tracker wants one value per benchmark in each report. A benchmark's name is the case key
+(workload, shape, precision and format, backend, device kind) followed by the device model, so that results from two GPU
+models never share a series.
 """
 
 from __future__ import annotations
@@ -245,10 +246,11 @@ def render(rows: Sequence[Row], fmt: str, metric: str = "median_s", *, comparabl
         to_frame(rows).to_parquet(buffer, engine="pyarrow", index=False)
         return buffer.getvalue()
     if fmt == "github-action-benchmark":
-        return (json.dumps(github_action_benchmark(rows, metric, comparable=comparable), indent=1, allow_nan=False, ensure_ascii=False)
-                + "\n").encode()
+        entries = github_action_benchmark(rows, metric, comparable=comparable)
+        return (json.dumps(entries, indent=1, allow_nan=False, ensure_ascii=False) + "\n").encode()
     if fmt == "bencher":
-        return (json.dumps(bencher_metric_format(rows, comparable=comparable), indent=1, allow_nan=False) + "\n").encode()
+        metrics = bencher_metric_format(rows, comparable=comparable)
+        return (json.dumps(metrics, indent=1, allow_nan=False) + "\n").encode()
     raise ExportError(f"unknown export format {fmt!r}; accepted: {', '.join(FORMATS)}")
 
 

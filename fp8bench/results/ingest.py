@@ -7,8 +7,9 @@ pytest-benchmark JSON (``pytest --benchmark-json=FILE``) holds ``machine_info``,
 list of ``benchmarks``, each with ``name``, ``fullname``, ``params``, ``stats`` (min, median, iqr, rounds, and the raw
 ``data`` when ``--benchmark-save-data`` was given) and ``extra_info``. Cases measured through fp8bench's pytest
 plugin (:mod:`fp8bench.pytest_plugin`) carry their full fp8bench record in ``extra_info["fp8bench"]`` and the run's
-environment in ``extra_info["fp8bench_run"]`` (older files: ``machine_info["fp8bench"]``); they ingest exactly like cases of ``fp8bench run``. Any other
-benchmark becomes a record of workload ``pytest`` and backend ``pytest-benchmark``, keyed by its test id.
+environment in ``extra_info["fp8bench_run"]`` (older files: ``machine_info["fp8bench"]``); they ingest exactly like
+cases of ``fp8bench run``. Any other benchmark becomes a record of workload ``pytest`` and backend ``pytest-benchmark``,
+keyed by its test id.
 
 A pytest-benchmark file has no run id, so one is derived from its content (start time, machine, commit and test
 ids): ingesting the same file twice stores it once.

@@ -34,9 +34,9 @@ from fp8bench.core.records import Record
 MAX_DEPTH = 64
 
 # Shape values are integers (``m=4096``), or where a workload takes a named choice or a real number
-# (fp8bench.core.shapes: ``op=all_gather``, ``route=zipf``, ``alpha=1.2``) a name or a number. A name starts with a letter
-# and holds no ``,``, ``=`` or space, which would break the store's ``k=v,...`` shape text; a count written as text
-# (``64k``) is neither. The test id of a benchmark imported from pytest-benchmark JSON (``shape.test``,
+# (fp8bench.core.shapes: ``op=all_gather``, ``route=zipf``, ``alpha=1.2``) a name or a number. A name starts with a
+# letter and holds no ``,``, ``=`` or space, which would break the store's ``k=v,...`` shape text; a count written as
+# text (``64k``) is neither. The test id of a benchmark imported from pytest-benchmark JSON (``shape.test``,
 # fp8bench.results.ingest) may be any text.
 SHAPE_TEXT_KEYS = ("test",)
 _SHAPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.+-]*")

@@ -131,8 +131,8 @@ class OpenRunFile:
     _fh: BinaryIO
 
     def records(self, on_bad_record: Callable[[RunFileError], None] | None = None) -> Iterator[dict[str, Any]]:
-        """Each record, in file order, checked (:func:`fp8bench.results.runfile_check.check_record`); closes the file at the end.
-        :class:`RunFileError` at the first bad byte, naming the file and where. A well-formed record with a bad
+        """Each record, in file order, checked (:func:`fp8bench.results.runfile_check.check_record`); closes the file at
+        the end. :class:`RunFileError` at the first bad byte, naming the file and where. A well-formed record with a bad
         field raises too, unless ``on_bad_record`` is given: then it receives the error (naming the file and the
         record's index) and the record is left out."""
         origin = str(self.path)

@@ -16,8 +16,8 @@ first H100 rejects. Two sources of truth close that gap:
 
 The MoE grouped GEMM ``torch._scaled_grouped_mm`` is replayed the same way (its meta function checks int32 offsets,
 column-major ``mat_b``, 16-byte strides and the rowwise or MX scale shapes), and judged by its own kernels' rules,
-:data:`fp8bench.hardware.grouped_rules.GROUPED_RULES`: architecture, BF16 output, ``N`` multiple of 16, and the alignment of
-the group offsets, whose *values* the replay reads from the real CPU tensor. (``torch.nn.functional
+:data:`fp8bench.hardware.grouped_rules.GROUPED_RULES`: architecture, BF16 output, ``N`` multiple of 16, and the
+alignment of the group offsets, whose *values* the replay reads from the real CPU tensor. (``torch.nn.functional
 .scaled_grouped_mm``'s op, ``_scaled_grouped_mm_v2``, has no meta function in torch 2.13, so fp8bench calls
 ``torch._scaled_grouped_mm``.)
 
@@ -81,7 +81,8 @@ _V2_LAYOUTS = {0: ScaleLayout.TENSORWISE, 1: ScaleLayout.ROWWISE, 2: ScaleLayout
 # vendor libraries it drives); the funnel every fp8bench call goes through is skipped, so a site names who asked.
 _SITE_ROOTS = ("fp8bench", "torchao")
 _FUNNELS = ("cuda_replay.py", "scaled_gemm.py", "torch_api.py")
-_FUNNEL_FUNCTIONS = {("fp8_linear.py", "matmul")}  # the FP8 layer's one GEMM call: its caller is the forward or backward
+# The FP8 layer's one GEMM call: its caller is the forward or backward.
+_FUNNEL_FUNCTIONS = {("fp8_linear.py", "matmul")}
 
 
 @dataclass(frozen=True)

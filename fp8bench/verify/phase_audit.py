@@ -18,8 +18,8 @@ does not stretch with host work:
   a capture also refuses. Constants are built once per device, outside the timed region.
 
 How the audit sees it on a CPU-only machine. A case is built exactly as the conformance replay builds it
-(:func:`fp8bench.verify.cuda_replay.replay_case`: small CPU tensors, the scaled GEMMs replayed on fake CUDA tensors for a
-target GPU), then each timed region (``end_to_end`` and every phase) is called once under two interception layers:
+(:func:`fp8bench.verify.cuda_replay.replay_case`: small CPU tensors, the scaled GEMMs replayed on fake CUDA tensors for
+a target GPU), then each timed region (``end_to_end`` and every phase) is called once under two interception layers:
 
 1. a ``TorchDispatchMode`` (:class:`_OpRecorder`) records every ATen op the region dispatches, the ops under
    autograd's backward included, and flags the synchronizing ones;
@@ -125,8 +125,8 @@ class RegionAudit:
         return ", ".join(f"{name} x{count}" if count > 1 else name for name, count in self.ops.items()) or "(none)"
 
     def capture_refusal(self) -> str | None:
-        """Why ``--cuda-graph`` could not capture this region, as :mod:`fp8bench.measure.cuda_graphs` would word it: its first
-        host synchronization (``cudaErrorStreamCaptureUnsupported``) or host-to-device copy (a pageable
+        """Why ``--cuda-graph`` could not capture this region, as :mod:`fp8bench.measure.cuda_graphs` would word it: its
+        first host synchronization (``cudaErrorStreamCaptureUnsupported``) or host-to-device copy (a pageable
         ``cudaMemcpyAsync``, refused while a stream captures); ``None``: a simulated capture passes."""
         if not self.violations:
             return None

@@ -217,10 +217,12 @@ def _pre_verdict(case: str, base: SideCase | None, cand: SideCase | None,
         return CaseResult(case, Verdict.NEW, "not in the base")
     interpreted = [side for side, entry in (("base", base), ("candidate", cand)) if entry.status == INTERPRETED]
     if len(interpreted) == 2:
-        return CaseResult(case, Verdict.NOT_MEASURED, "interpreted on both sides: interpreter timings are never compared")
+        return CaseResult(case, Verdict.NOT_MEASURED,
+                          "interpreted on both sides: interpreter timings are never compared")
     if interpreted:
-        return CaseResult(case, Verdict.INCOMPARABLE, f"interpreted on the {interpreted[0]} side only: an interpreter's "
-                          "run is checked for correctness, never compared on time")
+        return CaseResult(case, Verdict.INCOMPARABLE,
+                          f"interpreted on the {interpreted[0]} side only: an interpreter's run is checked for "
+                          "correctness, never compared on time")
     valueless = [side for side, entry in (("base", base), ("candidate", cand)) if entry.status == NO_VALUE]
     if len(valueless) == 2:
         return CaseResult(case, Verdict.NOT_MEASURED, f"{base.reason} on either side")

@@ -67,7 +67,8 @@ class Side:
 
 
 def origin_of(payload: dict[str, Any]) -> str:
-    """Where a run payload came from, for messages: its file (set by :func:`fp8bench.results.ingest.load_side`) or run id."""
+    """Where a run payload came from, for messages: its file (set by :func:`fp8bench.results.ingest.load_side`) or
+    run id."""
     return str(payload.get("origin") or f"run {payload['run'].get('run_id')}")
 
 
@@ -89,8 +90,8 @@ def check_finished(payloads: Sequence[dict[str, Any]], side: str) -> None:
 
 def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -> Side:
     """Per-case samples of one side: per-round medians with >= 2 runs, else the single run's raw samples.
-    Raises :class:`fp8bench.results.runfile.RunFileError` on a timing value that is not finite positive seconds (payloads
-    read from files were checked on reading; a store's were not).
+    Raises :class:`fp8bench.results.runfile.RunFileError` on a timing value that is not finite positive seconds
+    (payloads read from files were checked on reading; a store's were not).
 
     For another ``metric`` than time each record holds one value (energy per iteration, SQNR), so the samples are
     one value per run.

@@ -33,6 +33,6 @@ from fp8bench.results.store.tables import (
     runs_table,
 )
 
-__all__ = ["DEFAULT_DB_NAME", "INGEST_BATCH", "PG_CONNECT_TIMEOUT_S", "PG_STATEMENT_TIMEOUT_MS", "STORE_SCHEMA_VERSION", "Store",
-           "StoreError", "add_missing_columns", "normalize_url", "open_store", "postgres_timeouts", "record_data_table",
-           "record_phases_table", "records_table", "runs_table"]
+__all__ = ["DEFAULT_DB_NAME", "INGEST_BATCH", "PG_CONNECT_TIMEOUT_S", "PG_STATEMENT_TIMEOUT_MS", "STORE_SCHEMA_VERSION",
+           "Store", "StoreError", "add_missing_columns", "normalize_url", "open_store", "postgres_timeouts",
+           "record_data_table", "record_phases_table", "records_table", "runs_table"]

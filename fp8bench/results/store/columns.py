@@ -102,7 +102,8 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
                  "commits on the branch's first-parent chain up to this one (orders commits)"),
     RecordColumn("commit_time", sa.String(40), _git("commit_time"), "committer date, ISO 8601"),
     # How it was timed.
-    RecordColumn("timing_mode", sa.String(32), _timing_mode, "cpu, cuda_events, cuda_graph or blocked_stream (fp8bench.measure.timing)"),
+    RecordColumn("timing_mode", sa.String(32), _timing_mode,
+                 "cpu, cuda_events, cuda_graph or blocked_stream (fp8bench.measure.timing)"),
     RecordColumn("accumulation", sa.String(16), _field("accumulation"),
                  "FP8 accumulation: fast_forward (fast accumulation in the forward GEMM) or full"),
     RecordColumn("n", sa.Integer, _field("n"), "samples taken"),

@@ -342,7 +342,8 @@ class Store:
 
     def gate_reports_frame(self) -> pd.DataFrame:
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(gate_reports_table).order_by(gate_reports_table.c.created_at)).mappings().all()
+            query = sa.select(gate_reports_table).order_by(gate_reports_table.c.created_at)
+            rows = conn.execute(query).mappings().all()
         return pd.DataFrame([dict(r) for r in rows], columns=[c.name for c in gate_reports_table.columns])
 
     def run_payload(self, run_id: str) -> dict[str, Any]:

@@ -159,8 +159,8 @@ def _readable_run(data: Any) -> dict[str, Any]:
 def _migrate_4_to_5(conn: sa.Connection) -> None:
     """Repair what older versions stored without checking its shape: a record or run header field of a type its
     readers cannot take (``phases`` as a list, ``numerics`` as text, a number as text, a shape of ``"64k"``)
-    becomes null, with a note in the JSON's ``notes`` (:mod:`fp8bench.results.record_check`); the repaired records' typed
-    columns and phases are written again from the repaired JSON. Every record's JSON is read once, in batches."""
+    becomes null, with a note in the JSON's ``notes`` (:mod:`fp8bench.results.record_check`); the repaired records'
+    typed columns and phases are written again from the repaired JSON. Every record's JSON is read once, in batches."""
     runs: dict[str, dict[str, Any]] = {}
     for run_id, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data)).all():
         runs[run_id], changed = _checked(data, run_problems)

@@ -59,3 +59,33 @@ def test_warmup_s_still_ends_a_warm_up_whose_calls_never_agree(monkeypatch):
     calls, seconds = warm_up(monkeypatch, iter([0.010, 0.020] * 1000), warmup_s=0.1)
     assert 0.1 <= seconds <= 0.12 + 1e-9 and calls in (7, 8)  # the float sum of 7 calls may fall short of 0.1
     assert WARMUP_SETTLED < 0.5  # the alternation above is outside the tolerance
+
+
+def test_calls_that_ramp_slowly_end_a_cpu_warm_up_once_two_agree(monkeypatch):
+    # Known behaviour: each call 1 % faster than the one before agrees within WARMUP_SETTLED, so the CPU's warm-up
+    # ends with its least calls (the second agrees with the first); a GPU, whose clock ramps like this, keeps
+    # warmup_s (next test).
+    calls, _ = warm_up(monkeypatch, iter([0.1 * 0.99**i for i in range(1000)]), warmup_s=10.0)
+    assert calls == 2
+
+
+def test_a_gpu_warm_up_keeps_warmup_s_even_when_its_calls_agree(monkeypatch):
+    assert not runner.warmup_may_settle(Device("cuda", 0)) and runner.warmup_may_settle(Device("cpu"))
+    monkeypatch.setattr(runner, "warmup_may_settle", lambda device: False)  # as on a CUDA device
+    calls, seconds = warm_up(monkeypatch, iter([0.030] + [0.014] * 10_000), warmup_s=0.1)
+    assert seconds >= 0.1 and calls == 6  # 30 ms + 5 x 14 ms: the first sum of calls past 0.1 s
+
+
+@pytest.mark.parametrize(("durations", "warmup_s", "stopped_by"), [
+    ([0.030] + [0.014] * 100, 10.0, "settled"),
+    ([0.010, 0.020] * 100, 0.1, "warmup_s"),
+    ([0.5, 0.5] + [0.014] * 100, 0.1, "warmup_iters"),
+])
+def test_the_record_says_what_ended_the_warm_up(monkeypatch, durations, warmup_s, stopped_by):
+    clock = FakeClock(iter(durations))
+    monkeypatch.setattr(runner.time, "monotonic", clock.monotonic)
+    settings = RunSettings(device="cpu", timing=TimingSettings(warmup_s=warmup_s, warmup_iters=2),
+                           energy=EnergySettings(enabled=False))
+    measurer = CaseMeasurer(settings, Device("cpu"))
+    warm = measurer._warm_up(clock.call, deadline=clock.now + 1e6, after_first=lambda: None)
+    assert warm.stopped_by == stopped_by

@@ -564,30 +564,6 @@ def loaded_clocks(ctx: ProbeContext) -> ProbeResult:
     return ProbeResult(outcome, f"loaded SM clock {min(clocks)}..{top} MHz, reference {reference} MHz ({source})")
 
 
-# How long the GPU idles before the settled-warm-up probe's first case, seconds: long enough for its clocks to drop.
-IDLE_BEFORE_S = 2.0
-# How far apart the medians of a case measured from idle and after a second of load may be, as a fraction.
-SETTLED_WARMUP_TOLERANCE = 0.03
-
-
-def settled_warmup(ctx: ProbeContext) -> ProbeResult:
-    """a 4096^3 BF16 GEMM measured from an idle GPU (the warm-up ending once two calls agree) and again right after a
-    second of load have medians within 3 %"""
-    case = _gemm_case((4096, 4096, 4096), "bf16", "torch")
-    time.sleep(IDLE_BEFORE_S)
-    from_idle = ctx.measure(case)
-    _busy(ctx, 1.0)()
-    after_load = ctx.measure(case)
-    if from_idle.median_s is None or after_load.median_s is None:
-        return ProbeResult(Outcome.FAILED, f"not measured: {from_idle.status} ({from_idle.reason}), "
-                                           f"{after_load.status} ({after_load.reason})")
-    apart = abs(from_idle.median_s - after_load.median_s) / after_load.median_s
-    outcome = Outcome.HELD if apart <= SETTLED_WARMUP_TOLERANCE else Outcome.FAILED
-    return ProbeResult(outcome, f"median from idle {1e3 * from_idle.median_s:.3f} ms, after 1 s of load "
-                                f"{1e3 * after_load.median_s:.3f} ms: {apart:.1%} apart (at most "
-                                f"{SETTLED_WARMUP_TOLERANCE:.0%} expected)")
-
-
 def instant_power(ctx: ProbeContext) -> ProbeResult:
     """NVML answers the instantaneous power field (NVML_FI_DEV_POWER_INSTANT) under load, so samples hold it, not the
     one-second average"""
@@ -940,9 +916,6 @@ CLAIMS: tuple[Claim, ...] = (
           "energy window lengths and their error bound", "fp8bench/energy/windows.py", probe=counter_period),
     Claim("loaded_clocks", "NVML's SM clock under load is readable and judged against a reference it can reach",
           "valid/invalid verdicts from clocks", "fp8bench/energy/nvml.py", probe=loaded_clocks),
-    Claim("settled_warmup", "a warm-up that ends once two calls agree leaves a GPU's clocks where a longer one would: "
-          "the first samples are not taken on a clock still ramping up", "the medians of every GPU record",
-          "fp8bench/measure/runner.py", probe=settled_warmup),
     Claim("instant_power", "the driver answers NVML_FI_DEV_POWER_INSTANT, so per-sample power is instantaneous",
           "per-sample power (sample_power_w) and its source", "fp8bench/energy/nvml.py", probe=instant_power),
     Claim("clock_lock_readback", "a base-locked GPU under load reports its locked SM clock, which becomes the "

@@ -7,8 +7,8 @@ from the run's settings and one number, the seconds ``t`` of one end-to-end call
 * a case whose ``min_samples + warmup_iters`` calls exceed its budget is skipped as over budget after a probe:
   two calls of the probe shape (:data:`fp8bench.measure.runner.PROBE_FLOPS_LEVELS`, the smallest), nothing more;
 * otherwise: the probe where the shape is big enough to have one; **warm-up**, ``max(warmup_iters,
-  ceil(warmup_s / t))`` calls, at most ``warmup_iters + 1`` (calls settle by then); **samples** of the end-to-end
-  call and of each phase (:func:`sampled_s`), the
+  ceil(warmup_s / t))`` calls, on a CPU at most ``warmup_iters + 1`` (calls settle by then); **samples** of the
+  end-to-end call and of each phase (:func:`sampled_s`), the
   end-to-end ones within half the case budget and all of them within the budget; **setup**, about one call
   (:data:`SETUP_CALLS`) beside a fixed part; **numerics**, about one more call (:data:`NUMERICS_CALLS`) and, once
   per shape, the FP64 reference; the **energy** window where a meter exists (:func:`energy_window_s`, and
@@ -50,7 +50,7 @@ from fp8bench.energy.meters import EnergyMeter, WindowMeter
 from fp8bench.energy.windows import sized_window_s
 from fp8bench.hardware.peaks import cached_cpu_ceilings, peak_key, table_peak
 from fp8bench.measure.harness_cost import Step
-from fp8bench.measure.runner import END_TO_END_BUDGET_SHARE, PROBE_FLOPS_LEVELS, case_record
+from fp8bench.measure.runner import END_TO_END_BUDGET_SHARE, PROBE_FLOPS_LEVELS, case_record, warmup_may_settle
 from fp8bench.measure.settings import EnergySettings, RunSettings
 from fp8bench.measure.timing import SamplingPolicy
 
@@ -251,8 +251,10 @@ class CostModel:
         # calls fit in them more than how long they take; under load the spread target is out of reach, so each
         # timed function samples to its most. Everything else is work per call or per case that the load stretches.
         unreached = 1.0 if self.stretch > 1 else UNREACHED_SHARE
-        # A settled warm-up (fp8bench.measure.runner.WARMUP_SETTLED) ends a call after ``warmup_iters``.
-        warmup = min(max(s.warmup_iters, math.ceil(s.warmup_s / call_s)), s.warmup_iters + 1) * call_s
+        warmup_calls = max(s.warmup_iters, math.ceil(s.warmup_s / call_s))
+        if warmup_may_settle(self.device):  # CPU calls settle a call after warmup_iters (runner.WARMUP_SETTLED)
+            warmup_calls = min(warmup_calls, s.warmup_iters + 1)
+        warmup = warmup_calls * call_s
         e2e = sampled_s(call_s, s.policy, s.budget_s * END_TO_END_BUDGET_SHARE, unreached)
         left = max(0.0, s.budget_s - warmup - e2e)
         phases = 0.0

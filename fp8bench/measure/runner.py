@@ -118,14 +118,16 @@ END_TO_END_BUDGET_SHARE = 0.5
 # CPU interpreter took 4 to 8 s per 256^3 FP8 GEMM on a loaded 2-core machine, and grows with the tile count.
 INTERPRETED_MAX_FLOPS = 2 * 256**3
 INTERPRETED_REASON = "interpreted: not timed"
+# On the CPU, warm-up ends early, after ``warmup_iters`` calls, once a call takes within this fraction of the one
+# before: the first calls' one-off costs (allocation, lazy initialisation, cold caches) are behind, and waiting out
+# ``warmup_s`` would only add calls that change nothing (for a 14 ms CPU call the 50 ms floor was a tenth of the case's
+# wall time, scripts/harness_cost.py). A GPU keeps ``warmup_s`` as its least warm-up: its SM clock ramps up from idle
+# gradually, so two host-timed calls can agree mid-ramp (a 0.25 ms GEMM changes by well under 5 % a call), and the
+# per-sample clock check that would catch a slow sample is off in lockstep runs and keeps samples above 75 % of the
+# reference (nvbench judges clocks per trial instead: nvbench/detail/measure_cold.cu).
+WARMUP_SETTLED = 0.05
 # An energy window loops a call for as long as the meter needs, a count each rank would choose on its own clock:
 # in a distributed run the ranks' collectives would stop matching, so no window runs.
-# Warm-up ends early, after ``warmup_iters`` calls, once a call takes within this fraction of the one before: the first
-# calls' one-off costs (allocation, lazy initialisation, cold caches) are behind, and waiting out ``warmup_s`` would
-# only add calls that change nothing (for a 14 ms CPU call the 50 ms floor was a tenth of the case's wall time,
-# scripts/harness_cost.py). A GPU sample at a low clock is discarded and retaken whatever the warm-up did
-# (fp8bench.hardware.clocks).
-WARMUP_SETTLED = 0.05
 NOT_METERED_LOCKSTEP = ("not metered in a distributed run: each rank's energy window would loop a different number "
                         "of collective calls")
 
@@ -134,6 +136,11 @@ def _configured(meter: EnergyMeter, settings: RunSettings, locked_clock_mhz: int
     """``meter`` set to the energy and clock parts of ``settings`` (:func:`fp8bench.energy.meters.configure_meter`)."""
     energy, clocks = settings.energy, settings.clocks
     return configure_meter(meter, energy.window_s, clocks.floor, clocks.strict, energy.error_target, locked_clock_mhz)
+
+
+def warmup_may_settle(device: Device) -> bool:
+    """Whether a warm-up on ``device`` may end once two calls agree (:data:`WARMUP_SETTLED`): on the CPU only."""
+    return not device.is_cuda
 
 
 def expand_cases(workload_shapes: list[tuple[str, list[str]]], precisions: list[str], backends: list[str],
@@ -428,7 +435,8 @@ class CaseMeasurer:
                               timing={"warmup_calls": warm.calls, "last_call_s": warm.last_call_s})
         with self.cost.part(Step.SAMPLING):
             timed = self._time(pipeline, timed_call, deadline, outputs)
-        timing: dict[str, Any] = {"warmup_s": warm.seconds, "warmup_calls": warm.calls, **{
+        timing: dict[str, Any] = {"warmup_s": warm.seconds, "warmup_calls": warm.calls,
+                                  "warmup_stopped_by": warm.stopped_by, **{
             f"e2e_{k}": v for k, v in timed.e2e.summary().items() if k not in ("median_s", "n")}}
         if timed.e2e.over_budget:
             e2e = timed.e2e
@@ -480,14 +488,14 @@ class CaseMeasurer:
         return None
 
     def _warm_up(self, e2e: Callable[[], Any], deadline: float, after_first: Callable[[], None]) -> _Warmup:
-        """Warm up: at least ``warmup_iters`` calls, then until ``warmup_s`` seconds have passed or two calls in a row
-        agree to within :data:`WARMUP_SETTLED` (the first calls' one-off costs are behind), stopping early if one call
-        is too slow for the samples to fit before ``deadline``; ``after_first`` runs once, right after the first
-        call."""
+        """Warm up: at least ``warmup_iters`` calls, then until ``warmup_s`` seconds have passed or, on the CPU, two
+        calls in a row agree to within :data:`WARMUP_SETTLED` (the first calls' one-off costs are behind), stopping
+        early if one call is too slow for the samples to fit before ``deadline``; ``after_first`` runs once, right
+        after the first call. ``stopped_by`` says which rule ended it."""
         s = self.settings.timing
         warm = _Warmup()
         warm_start = time.monotonic()
-        settled = False
+        settled, may_settle = False, warmup_may_settle(self.device)
         # Both decisions read this process's clock: a distributed run takes them together (``agreed``).
         # At least one call, whatever the settings: the first is the output check's fresh call.
         while agreed(self.timer, warm.calls < max(1, s.warmup_iters)
@@ -496,7 +504,8 @@ class CaseMeasurer:
             e2e()
             self.device.synchronize()
             previous, warm.last_call_s = warm.last_call_s, time.monotonic() - t0
-            settled = warm.calls > 0 and abs(warm.last_call_s - previous) <= WARMUP_SETTLED * previous
+            settled = (may_settle and warm.calls > 0
+                       and abs(warm.last_call_s - previous) <= WARMUP_SETTLED * previous)
             warm.calls += 1
             if warm.calls == 1:
                 after_first()
@@ -506,6 +515,9 @@ class CaseMeasurer:
                                     f"samples exceed the {s.budget_s:g} s budget")
                 return warm
         warm.seconds = time.monotonic() - warm_start
+        least = max(1, s.warmup_iters)
+        warm.stopped_by = "settled" if settled and warm.calls > least else "warmup_s" if warm.calls > least \
+            else "warmup_iters"
         return warm
 
     def _time(self, pipeline: Pipeline, e2e: Callable[[], Any], deadline: float, outputs: OutputWatch) -> _Timed:
@@ -671,6 +683,9 @@ class _Warmup:
     last_call_s: float = 0.0
     seconds: float = 0.0
     over_budget: str | None = None
+    # What ended it: ``warmup_iters`` (the least calls, which outlasted ``warmup_s`` or settled as they ended),
+    # ``warmup_s`` (its seconds passed) or ``settled`` (two calls agreed after the least, CPU only: WARMUP_SETTLED).
+    stopped_by: str | None = None
 
 
 @dataclass

@@ -21,14 +21,13 @@ from fp8bench.analysis.bisect import (
     bisect,
     bisected_commit,
     load_evidence,
-    marker,
     probe_from_report,
-    render_markdown,
     save_evidence,
 )
 from fp8bench.analysis.gate.report import GateReport
 from fp8bench.cli import main
 from fp8bench.orchestration.bisect_probes import commits_between
+from fp8bench.render.bisect_markdown import marker, render_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -256,3 +255,4 @@ def test_the_marker_names_the_device_the_probes_measured_on(tmp_path):
     assert device_of(result) == "NVIDIA H200"
     md = render_markdown(result, ["c"], [], device_of(result))
     assert md.splitlines()[0] == marker(["c"], result.good.sha, result.bad.sha, "NVIDIA H200")
+

@@ -1,6 +1,7 @@
-"""Every report fp8bench renders, byte for byte against the files under tests/data/render/ (the run table full at
-two widths, compact, loaded and with its bandwidth table; the gate's terminal table for each stored gate report;
-bisect's Markdown issue body; the export formats).
+"""The renderers (:mod:`fp8bench.render`): every report fp8bench renders, byte for byte against the files under
+tests/data/render/ (the run table full at two widths, compact, loaded and with its bandwidth table; the gate's
+terminal table for each stored gate report; bisect's Markdown issue body and its plain table; the export formats),
+and a renderer loads no torch.
 
 The inputs are fixed values built here (and the stored gate reports of tests/data/gate_reports/), so a change of
 wording, column or number format shows as a diff of a golden file. A deliberate change rewrites the file with the
@@ -13,6 +14,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,6 @@ from rich.console import Console
 
 from fp8bench.analysis.bisect import SAME, SKIP, SLOWER, UNDECIDED, Commit, Probe, bisect
 from fp8bench.analysis.gate.report import GateReport
-from fp8bench.analysis.selection import is_speed_comparable
 from fp8bench.core.noise import HostLoad
 from tests.gate_fixtures import payload, record
 
@@ -83,7 +85,7 @@ def _console(width: int) -> Console:
 
 
 def _run_table(records: list[dict], width: int, compact: bool = False, load: HostLoad | None = None) -> str:
-    from fp8bench.analysis.report import render_bandwidths, render_table
+    from fp8bench.render.run_table import render_bandwidths, render_table
 
     console = _console(width)
     render_table(records, "bf16", console, title="run r-golden on cpu", load=load, compact=compact)
@@ -105,13 +107,14 @@ def test_run_table_of_a_loaded_run_with_collectives():
 
 # -- the gate's terminal table ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["gate", "gate_raw", "sqnr", "ab", "seq"])
-def test_gate_terminal_table(name, capsys, monkeypatch):
-    from fp8bench.commands.gating import print_report
+def test_gate_terminal_table(name):
+    from fp8bench.commands.common import LOG_COLUMNS
+    from fp8bench.render.gate_table import print_gate_table
 
-    monkeypatch.delenv("COLUMNS", raising=False)  # a log's width, as CI draws it
+    console = _console(LOG_COLUMNS)  # a log's width, as CI draws it
     report = GateReport.from_json(json.loads((GATE_REPORTS / f"{name}.json").read_text()))
-    print_report(report, Path("results/gate/r-golden/report.md"))
-    check(f"gate_table_{name}.txt", capsys.readouterr().out)
+    print_gate_table(report, console, Path("results/gate/r-golden/report.md"))
+    check(f"gate_table_{name}.txt", console.file.getvalue())
 
 
 # -- bisect's Markdown --------------------------------------------------------------------------------------------
@@ -145,7 +148,7 @@ def bisect_results() -> dict[str, object]:
 
 @pytest.mark.parametrize("name", ["found", "suspects", "pass"])
 def test_bisect_markdown(name):
-    from fp8bench.analysis.bisect import render_markdown
+    from fp8bench.render.bisect_markdown import render_markdown
 
     result = bisect_results()[name]
     result.seconds = 1234.4  # the search's own wall time: fixed, not measured
@@ -153,6 +156,19 @@ def test_bisect_markdown(name):
                          "Test CPU")
     check(f"bisect_{name}.md", md)
 
+
+
+@pytest.mark.parametrize("name", ["found", "suspects", "pass"])
+def test_bisect_table(name):
+    from fp8bench.commands.common import LOG_COLUMNS
+    from fp8bench.render.bisect_table import print_bisect_table
+
+    result = bisect_results()[name]
+    result.seconds = 1234.4
+    console = _console(LOG_COLUMNS)
+    print_bisect_table(result, ["gemm[m=8,n=8,k=8] bf16 torch cpu"], ["--shape", "8x8x8", "--note", "it's"], console,
+                       Path("results/bisect/b-golden/bisect.md"))
+    check(f"bisect_table_{name}.txt", console.file.getvalue())
 
 # -- exports ------------------------------------------------------------------------------------------------------
 def export_rows():
@@ -171,7 +187,23 @@ def export_rows():
                                                       ("export_gab_energy.json", "github-action-benchmark", "energy_j"),
                                                       ("export_bencher.json", "bencher", "median_s")])
 def test_export(name, fmt, metric):
-    from fp8bench.results.export import render
+    from fp8bench.render.export import render
 
-    check(name, render(export_rows(), fmt, metric, comparable=is_speed_comparable).decode())
+    check(name, render(export_rows(), fmt, metric).decode())
 
+
+# -- what a renderer loads ----------------------------------------------------------------------------------------
+LOAD_EVERY_RENDERER = """
+import importlib, json, pkgutil, sys
+import fp8bench.render as render
+for module in pkgutil.iter_modules(render.__path__):
+    importlib.import_module(f"fp8bench.render.{module.name}")
+print(json.dumps({"torch": "torch" in sys.modules}))
+"""
+
+
+def test_no_renderer_imports_torch():
+    """A renderer formats values that were measured elsewhere: a verb that only reports (gate, bisect's table,
+    export) must not pay the second of CPU that importing torch costs. Asked in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", LOAD_EVERY_RENDERER], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False}

@@ -159,7 +159,8 @@ def report(result: Any, cases: list[str], run_args: list[str], folder: Path, res
     """Write bisect.json, bisect.md (and --markdown), keep the evidence, print the finding; returns the exit code."""
     import json
 
-    from fp8bench.analysis.bisect import device_of, render_markdown, save_evidence
+    from fp8bench.analysis.bisect import device_of, save_evidence
+    from fp8bench.render.bisect_markdown import render_markdown
     from fp8bench.results.runfile import write_user_file
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,7 @@ DOC = "docs/export.md"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from fp8bench.results.export import FORMATS, SMALLER_IS_BETTER
+    from fp8bench.render.export import FORMATS, SMALLER_IS_BETTER
 
     p.add_argument("files", nargs="*", type=Path,
                    help="run files or pytest-benchmark JSON (default: every run in the store)")
@@ -99,26 +99,27 @@ def _rows(args: argparse.Namespace) -> list[Any]:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from fp8bench.analysis.selection import is_speed_comparable
-    from fp8bench.results.export import count, render, write
-    from fp8bench.results.runfile import check_writable
+    from fp8bench.render.export import count, render
+    from fp8bench.results.runfile import check_writable, write_user_file
 
     if args.format == "parquet" and args.out is None:
         raise UsageError("--format parquet writes a binary file: give --out PATH")
     if args.out is not None:
         check_writable(args.out, overwrite=args.force, what="the export")
     rows = _rows(args)
-    entries = count(rows, args.format, args.metric, comparable=is_speed_comparable)
+    entries = count(rows, args.format, args.metric)
     if not entries:
         what = "record" if args.format in ("csv", "parquet") else "measured record"
         print(f"fp8bench export: no {what} matched ({len(rows)} record(s) selected); nothing written", file=sys.stderr)
         return EXIT_CASE_FAILED
-    data = render(rows, args.format, args.metric, comparable=is_speed_comparable)
+    data = render(rows, args.format, args.metric)
     if args.out is None:
         sys.stdout.write(data.decode())
         sys.stdout.flush()
     else:
-        write(data, args.out, overwrite=args.force)
+        # Atomic (a reader never sees half a file), never over a device, a FIFO or a link, nor over an existing
+        # file unless --force.
+        write_user_file(args.out, data, args.force, what="the export")
         unit = "row" if args.format in ("csv", "parquet") else "benchmark"
         print(f"fp8bench export: {entries} {unit}(s) written to {args.out}", file=sys.stderr)
     return EXIT_OK

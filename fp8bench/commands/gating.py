@@ -91,7 +91,7 @@ def check_report_dir(folder: Path, overwrite: bool, flag: str) -> None:
 def write_report(report: GateReport, folder: Path, overwrite: bool = False,
                  flag: str = "--report-dir") -> tuple[Path, Path]:
     """Write report.md and report.json into ``folder``; returns their paths."""
-    from fp8bench.analysis.gate.markdown import render_markdown
+    from fp8bench.render.gate_markdown import render_markdown
     from fp8bench.results.runfile import json_safe, write_user_file
 
     md, js = (folder / name for name in REPORT_FILES)
@@ -137,47 +137,13 @@ def publish_report(report: GateReport, md: Path, js: Path, args: argparse.Namesp
                     "slower_cases": report.slower_cases, "report_md": str(md), **summary})
     return report.exit_code
 
-# A case's reason in the terminal table, characters: the whole reason is in the reports.
-WHY_COLUMNS = 60
-
 def print_report(report: GateReport, md: Path | None = None) -> None:
-    """The report on stdout as plain text for a terminal or a log: the verdict, the sides, the method, a table of
-    the cases (regressions first; a reason cut to :data:`WHY_COLUMNS`) and each distinct note once. The Markdown
-    (for the pull request and the job summary) is in ``md`` when one was written."""
-    from collections import Counter
-
-    from rich.table import Table
-
-    from fp8bench.analysis.gate.markdown import (
-        case_cells,
-        case_columns,
-        headline,
-        method_sentence,
-        sides_line,
-        sorted_cases,
-    )
-    from fp8bench.core.escaping import term_text
+    """The report on stdout as a plain table (:mod:`fp8bench.render.gate_table`) at a terminal's width or a log's;
+    ``md``: where the Markdown report (for the pull request and the job summary) was written, if it was."""
+    from fp8bench.render.gate_table import print_gate_table
 
     console, _ = table_console("full")
-    metric = METRICS[report.config.metric]
-    title, verdict = headline(report)
-    console.print(f"{title}: {verdict}", markup=False, highlight=False)
-    console.print(term_text(sides_line(report)), highlight=False, soft_wrap=True)
-    console.print(term_text(method_sentence(report, metric)), highlight=False)
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in case_columns(report, metric):
-        table.add_column(name, no_wrap=name != "why", overflow="ellipsis", max_width=WHY_COLUMNS if name == "why"
-                         else None, justify="left" if name in ("case", "verdict", "why") else "right")
-    for c in sorted_cases(report):
-        case, *middle, why = case_cells(c, metric)
-        short = why if len(why) <= WHY_COLUMNS else why[:WHY_COLUMNS - 3] + "..."
-        table.add_row(*(term_text(v) for v in (case, *middle, short)))
-    console.print(table)
-    for note, times in Counter(report.notes).items():
-        console.print(term_text(f"note: {note}" + (f" ({times} times)" if times > 1 else "")), highlight=False)
-    if md is not None:
-        console.print(f"the Markdown report (pull request, job summary): {md}", markup=False, highlight=False,
-                      soft_wrap=True)
+    print_gate_table(report, console, md)
 
 def append_step_summary(report_md: Path) -> str | None:
     """Append the Markdown report to ``$GITHUB_STEP_SUMMARY`` when it is set; returns an error text, never raises

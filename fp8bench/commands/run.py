@@ -439,7 +439,7 @@ def render(outcome: RunOutcome, records: list[dict[str, Any]], summary: dict[str
     interrupted run or a failed store write left its records."""
     from rich.markup import escape
 
-    from fp8bench.analysis.report import render_bandwidths, render_table
+    from fp8bench.render.run_table import print_profiles, render_bandwidths, render_table
 
     console, compact = table_console(table)
     timed = ", timed as CUDA-graph replays" if cuda_graph else \
@@ -472,10 +472,3 @@ def _exit_code(outcome: RunOutcome, counts: dict[str, int], run_file: Path, err:
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
-
-
-def print_profiles(rows: list[dict[str, Any]], console: Console) -> None:
-    """One line per profiled case: its trace, or the command that profiles it under Nsight Systems."""
-    for row in rows:
-        where = row["trace"] or row["command"] or "not taken (see the record's notes)"
-        console.print(f"profile {row['case']}: {where}", markup=False, highlight=False, soft_wrap=True)

@@ -17,6 +17,7 @@ from fp8bench.commands.common import (
     default_results_dir,
     harness_error,
     print_json,
+    table_console,
 )
 from fp8bench.core.units import positive_seconds
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
@@ -44,8 +45,9 @@ examples:
   fp8bench bisect --repo ../my-kernels --plugin my_kernels --good abc123 --bad HEAD --step-budget 300 -- --suite ci
   fp8bench bisect --good GOOD --bad BAD --markdown issue.md -- --suite ci      (an issue body for the finding)
 
-The finding (commit, subject, ratio with its interval, rounds) is printed, written to OUT/bisect.json and
-OUT/bisect.md, and kept in RESULTS/bisects/ where `fp8bench changes` and the dashboard's Regressions page show it."""
+The finding (commit, subject, ratio with its interval, rounds, every probe) is printed as a plain table, written
+to OUT/bisect.json and, as Markdown, to OUT/bisect.md (and the job summary when $GITHUB_STEP_SUMMARY is set), and
+kept in RESULTS/bisects/ where `fp8bench changes` and the dashboard's Regressions page show it."""
 EXIT_CODES = ExitCodes((
     (EXIT_PASS, "the bad commit is not slower than the good one beyond the threshold: nothing to bisect"),
     (EXIT_REGRESSION, "found: the first commit the gate finds slower than good"),
@@ -156,11 +158,14 @@ def execute(args: argparse.Namespace) -> int:
 
 def report(result: Any, cases: list[str], run_args: list[str], folder: Path, results: Path,
            args: argparse.Namespace) -> int:
-    """Write bisect.json, bisect.md (and --markdown), keep the evidence, print the finding; returns the exit code."""
+    """Write bisect.json and bisect.md (and --markdown), keep the evidence, add the Markdown to the job summary,
+    print the finding as a plain table (the JSON summary alone under --json); returns the exit code."""
     import json
 
     from fp8bench.analysis.bisect import device_of, save_evidence
+    from fp8bench.commands.gating import append_step_summary
     from fp8bench.render.bisect_markdown import render_markdown
+    from fp8bench.render.bisect_table import print_bisect_table
     from fp8bench.results.runfile import write_user_file
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -172,15 +177,24 @@ def report(result: Any, cases: list[str], run_args: list[str], folder: Path, res
     if args.markdown:
         write_user_file(args.markdown, md.encode(), args.force, "the Markdown body", "--markdown")
     evidence = save_evidence(result, cases, run_args, results)
-    ev = result.evidence()
-    summary = {"verdict": result.verdict, "exit_code": result.exit_code, "reason": result.reason,
-               "first_bad": result.first_bad.sha if result.first_bad else None,
-               "subject": result.first_bad.subject if result.first_bad else None,
-               "ratio": ev.ratio if ev else None, "ci_low": ev.ci_low if ev else None,
-               "ci_high": ev.ci_high if ev else None, "rounds": result.rounds, "probes": len(result.probes),
-               "seconds": round(result.seconds, 1), "suspects": [c.sha for c in result.suspects],
-               "bisect_json": str(folder / "bisect.json"), "evidence": str(evidence)}
+    summary_error = append_step_summary(folder / "bisect.md")
+    if summary_error:
+        print(f"fp8bench bisect: {summary_error}", file=sys.stderr)
     if not args.json:
-        print(md)
-    print_json(summary)
+        console, _ = table_console("full")
+        print_bisect_table(result, cases, run_args, console, folder / "bisect.md")
+    print_json(json_summary(result, folder, evidence))
     return int(result.exit_code)
+
+
+def json_summary(result: Any, folder: Path, evidence: Path) -> dict[str, Any]:
+    """The one-line JSON summary printed last: the verdict, the first bad commit with its ratio, the cost, and
+    where bisect.json and the kept evidence are."""
+    ev = result.evidence()
+    return {"verdict": result.verdict, "exit_code": result.exit_code, "reason": result.reason,
+            "first_bad": result.first_bad.sha if result.first_bad else None,
+            "subject": result.first_bad.subject if result.first_bad else None,
+            "ratio": ev.ratio if ev else None, "ci_low": ev.ci_low if ev else None,
+            "ci_high": ev.ci_high if ev else None, "rounds": result.rounds, "probes": len(result.probes),
+            "seconds": round(result.seconds, 1), "suspects": [c.sha for c in result.suspects],
+            "bisect_json": str(folder / "bisect.json"), "evidence": str(evidence)}

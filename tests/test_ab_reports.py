@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from fp8bench.analysis.gate.config import GateConfig
-from fp8bench.analysis.gate.markdown import render_markdown
 from fp8bench.analysis.gate.report import build_report
 from fp8bench.analysis.gate.sides import collect_side
 from fp8bench.cli import main
 from fp8bench.orchestration.ab import AbError, SideSpec, run_ab
+from fp8bench.render.gate_markdown import render_markdown
 from fp8bench.results.store import open_store
 from tests.ab_support import RUN_ARGS, SECRET, two_round_aa
 from tests.gate_fixtures import payload, record

@@ -21,14 +21,13 @@ from fp8bench.analysis.bisect import (
     bisect,
     bisected_commit,
     load_evidence,
-    marker,
     probe_from_report,
-    render_markdown,
     save_evidence,
 )
 from fp8bench.analysis.gate.report import GateReport
 from fp8bench.cli import main
 from fp8bench.orchestration.bisect_probes import commits_between
+from fp8bench.render.bisect_markdown import marker, render_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -256,3 +255,64 @@ def test_the_marker_names_the_device_the_probes_measured_on(tmp_path):
     assert device_of(result) == "NVIDIA H200"
     md = render_markdown(result, ["c"], [], device_of(result))
     assert md.splitlines()[0] == marker(["c"], result.good.sha, result.bad.sha, "NVIDIA H200")
+
+
+class ProbesOf:
+    """Stands in for the verb's probe runner (worktrees, builds, A/B rounds): each probe is what ``bench`` answers."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+
+    def __call__(self, commit: Commit, budget_s: float, attempt: int) -> Probe:
+        return self.bench(commit, budget_s, attempt)
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _probe_with(monkeypatch, good: Commit, commits: list[Commit], bench: Bench) -> None:
+    """Make `fp8bench bisect` search ``commits`` after ``good`` with ``bench`` for its measurements. Both the
+    orchestration module and the verb's own namespace are patched, wherever the verb imports the two names from."""
+    import fp8bench.commands.bisect as verb
+    import fp8bench.orchestration.bisect_probes as probes
+
+    def runner(*args, **kwargs) -> ProbesOf:
+        return ProbesOf(bench)
+
+    def between(repo, good_rev, bad_rev):
+        return good, commits[-1], commits
+
+    for module in (probes, verb):
+        monkeypatch.setattr(module, "ProbeRunner", runner, raising=False)
+        monkeypatch.setattr(module, "commits_between", between, raising=False)
+
+
+def test_bisect_prints_a_plain_table_and_keeps_the_markdown_for_its_reports(tmp_path, monkeypatch, capsys):
+    """On a terminal or in a log the finding reads as plain text (no Markdown escapes, pipes, headings or hidden
+    marker); the Markdown goes to bisect.md, --markdown and the job summary."""
+    good, commits = history()
+    commits[7] = Commit(commits[7].sha, "rework [tiles], 1.5x faster")  # punctuation Markdown would escape
+    _probe_with(monkeypatch, good, commits, Bench(commits, slow_from=11, broken=(7,)))
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out_dir = tmp_path / "out"
+    rc = main(["bisect", "--good", "GOOD", "--bad", "BAD", "--out", str(out_dir), "--results-dir",
+               str(tmp_path / "results"), "--markdown", str(tmp_path / "issue.md"), "--", "--shape", "8x8x8"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    text = out.strip().splitlines()[:-1]  # the last line is the JSON summary
+    assert not any(line.startswith(("|", "#", "<!--")) or "**" in line or "\\" in line for line in text), out
+    assert text[0] == "fp8bench bisect: REGRESSION (exit 1)", out
+    assert f"First slower commit: {commits[11].sha} change 11" in text, out
+    (broken,) = [line for line in text if line.startswith(commits[7].sha[:12])]
+    assert "rework [tiles], 1.5x faster" in broken and "skip" in broken and "does not build" in broken, out
+    assert text[-1] == f"the Markdown report (issue body, job summary): {out_dir / 'bisect.md'}", out
+    md = (out_dir / "bisect.md").read_text()
+    assert md.startswith("<!-- fp8bench-bisect: ") and "## fp8bench bisect: **REGRESSION** (exit 1)" in md
+    assert "rework \\[tiles\\]" in md and (tmp_path / "issue.md").read_text() == md
+    assert summary.read_text() == "earlier step\n" + md + "\n"  # appended, never overwritten
+    assert json.loads(out.strip().splitlines()[-1])["first_bad"] == commits[11].sha

@@ -9,9 +9,9 @@ import sys
 import pytest
 from rich.console import Console
 
-from fp8bench.analysis.report import render_bandwidths
 from fp8bench.cli import main
 from fp8bench.core.shapes import ShapeError
+from fp8bench.render.run_table import render_bandwidths
 from fp8bench.results.runfile import read_run_file
 from fp8bench.workloads.collective import COLLECTIVE
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from fp8bench.analysis.gate.config import GateConfig
-from fp8bench.analysis.gate.markdown import render_markdown
 from fp8bench.analysis.gate.report import build_report
 from fp8bench.analysis.gate.sides import collect_side
 from fp8bench.cli import main
 from fp8bench.core.commits import commit_link, url_template
 from fp8bench.core.escaping import md_code, md_text, neutralize_formulas, spreadsheet_safe, term_text, web_url
+from fp8bench.render.gate_markdown import render_markdown
 from tests.gate_fixtures import payload, record
 
 HOSTILE_REASON = ("boom\n\n## fp8bench gate: **PASS** (exit 0)\n![x](http://evil.example/p.png) "

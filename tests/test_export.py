@@ -10,9 +10,9 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from fp8bench.analysis.selection import is_speed_comparable
 from fp8bench.cli import main
-from fp8bench.results.export import COLUMNS, Row, bencher_metric_format, github_action_benchmark
+from fp8bench.render.export import COLUMNS, bencher_metric_format, github_action_benchmark
+from fp8bench.results.export import Row
 from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import payload, record
 
@@ -127,9 +127,8 @@ def test_trackers_get_measured_records_only():
     interpreted = {**record(64, "fp8_rowwise", [9.0, 9.0, 9.0], backend="triton"), "interpreted": True}
     skipped = record(64, "mxfp8", [], status="skipped", reason="no kernel")
     rows = [Row(run, r) for r in (timed, interpreted, skipped)]
-    timed_only = ["gemm[m=64,n=64,k=64] bf16 torch cpu [Test CPU]"]
-    assert [e["name"] for e in github_action_benchmark(rows, comparable=is_speed_comparable)] == timed_only
-    assert list(bencher_metric_format(rows, comparable=is_speed_comparable)) == timed_only
+    assert [e["name"] for e in github_action_benchmark(rows)] == ["gemm[m=64,n=64,k=64] bf16 torch cpu [Test CPU]"]
+    assert list(bencher_metric_format(rows)) == ["gemm[m=64,n=64,k=64] bf16 torch cpu [Test CPU]"]
 
 
 def test_trackers_take_the_gates_rule_for_power_capped_records():
@@ -143,17 +142,16 @@ def test_trackers_take_the_gates_rule_for_power_capped_records():
                "energy": {"invalid_reasons": [thermal_why]}}
     run = {"run_id": "r", "started_at": "t", "device": {"name": "GPU"}, "settings": {"strict_clocks": False}}
     strict = {**run, "settings": {"strict_clocks": True}}
-    names = [e["name"] for e in github_action_benchmark([Row(run, capped), Row(run, thermal)],
-                                                        comparable=is_speed_comparable)]
+    names = [e["name"] for e in github_action_benchmark([Row(run, capped), Row(run, thermal)])]
     assert names == ["gemm[m=64,n=64,k=64] bf16 torch cpu [GPU]"]
-    assert not bencher_metric_format([Row(strict, capped)], comparable=is_speed_comparable)
+    assert not bencher_metric_format([Row(strict, capped)])
 
 
 def test_energy_metric_for_github_action_benchmark():
     run = {"run_id": "r", "started_at": "t", "device": {"name": "GPU"}}
     rows = [Row(run, {**record(64, "bf16", [1e-3] * 3), "energy_j": 0.25}),
             Row(run, {**record(64, "fp32", [1e-3] * 3), "energy_j": None})]
-    (entry,) = github_action_benchmark(rows, "energy_j", comparable=is_speed_comparable)
+    (entry,) = github_action_benchmark(rows, "energy_j")
     assert entry["unit"] == "J" and entry["value"] == 0.25 and "range" not in entry
 
 

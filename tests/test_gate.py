@@ -9,10 +9,10 @@ import pytest
 
 from fp8bench.analysis.gate.config import GateConfig, GateError, parse_override
 from fp8bench.analysis.gate.decision import classify
-from fp8bench.analysis.gate.markdown import render_markdown
 from fp8bench.analysis.gate.report import GateReport, aa_noise_of, gate, merge_rerun
 from fp8bench.cli import main
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
+from fp8bench.render.gate_markdown import render_markdown
 from fp8bench.results.runfile import atomic_write_json
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record, rounds

@@ -8,11 +8,11 @@ import math
 import pytest
 
 from fp8bench.analysis.gate.config import GateConfig, GateError
-from fp8bench.analysis.gate.markdown import render_markdown
 from fp8bench.analysis.gate.metrics import floor_for, metric_value, parse_sqnr_floor, sqnr_verdict
 from fp8bench.analysis.gate.report import gate
 from fp8bench.cli import main
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
+from fp8bench.render.gate_markdown import render_markdown
 from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import payload, record
 

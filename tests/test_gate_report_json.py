@@ -15,8 +15,8 @@ import pytest
 
 from fp8bench.analysis.gate.config import GateConfig
 from fp8bench.analysis.gate.decision import REGRESSING, CaseResult, Verdict
-from fp8bench.analysis.gate.markdown import render_markdown
 from fp8bench.analysis.gate.report import AbInfo, GateReport, SequentialInfo, merge_rerun
+from fp8bench.render.gate_markdown import render_markdown
 from fp8bench.results.runfile import json_safe
 from fp8bench.results.store import open_store
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from fp8bench.analysis.gate.config import GateConfig
-from fp8bench.analysis.gate.markdown import REPORT_MARKER, render_markdown
 from fp8bench.analysis.gate.report import gate, merge_rerun
 from fp8bench.cli import main
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS
+from fp8bench.render.gate_markdown import REPORT_MARKER, render_markdown
 from fp8bench.results.runfile import atomic_write_json
 from tests.gate_fixtures import rounds
 

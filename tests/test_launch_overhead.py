@@ -12,12 +12,12 @@ from fake_cuda_runtime import EVENT_RECORD_S, LAUNCH_S, FakeStreamHold
 from rich.console import Console
 from test_cuda_timing import GPU1, PHASE_S, POLICY, kernels_on
 
-from fp8bench.analysis.report import render_table
 from fp8bench.measure import blocking
 from fp8bench.measure.blocking import BlockedStreamTimer
 from fp8bench.measure.runner import CaseMeasurer
 from fp8bench.measure.settings import EnergySettings, RunSettings, TimingSettings
 from fp8bench.measure.timing import CudaTimer
+from fp8bench.render.run_table import render_table
 
 fake_cuda, chain = test_cuda_timing.fake_cuda, test_cuda_timing.chain  # fixtures, shared
 

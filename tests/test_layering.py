@@ -25,6 +25,7 @@ PACKAGES = {"fp8bench": ROOT / "fp8bench", "fp8bench.workloads": ROOT / "workloa
 #   hardware                         above all three
 #   workloads < kernels < measure    the measuring wing, above hardware
 #   analysis < dashboard             the reading wing, above results only: it meets the measuring wing at results
+#   render                           each report's text from results and analysis values (on the reading wing)
 #   orchestration                    the processes and worktrees of ab and bisect, judged by the analysis
 #   commands                         on top of both wings; verify (checks of fp8bench itself) beside it
 #
@@ -40,6 +41,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "measure": ("fp8bench.measure.*",),
     "analysis": ("fp8bench.analysis.*",),
     "dashboard": ("fp8bench.dashboard.*",),
+    "render": ("fp8bench.render.*",),
     "orchestration": ("fp8bench.orchestration.*",),
     "commands": ("fp8bench.commands.*", "fp8bench.cli", "fp8bench.__main__", "fp8bench.pytest_plugin"),
     "verify": ("fp8bench.verify.*",),
@@ -55,8 +57,9 @@ BELOW: dict[str, tuple[str, ...]] = {
     "measure": ("kernels",),
     "analysis": ("results",),
     "dashboard": ("analysis",),
+    "render": ("analysis",),
     "orchestration": ("analysis",),
-    "commands": ("measure", "orchestration", "dashboard"),
+    "commands": ("measure", "orchestration", "dashboard", "render"),
     "verify": ("measure",),
 }
 
@@ -173,7 +176,7 @@ def test_the_graph_has_no_cycle_and_names_every_layer() -> None:
 
 
 def test_the_two_wings_meet_only_at_results() -> None:
-    measuring, reading = {"workloads", "kernels", "measure"}, {"analysis", "dashboard"}
+    measuring, reading = {"workloads", "kernels", "measure"}, {"analysis", "dashboard", "render"}
     for layer in reading:
         assert not reachable(layer) & (measuring | {"hardware", "numerics", "energy"}), layer
     for layer in measuring:

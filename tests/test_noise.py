@@ -12,7 +12,6 @@ import os
 import pytest
 from rich.console import Console
 
-from fp8bench.analysis.report import render_table
 from fp8bench.cli import main
 from fp8bench.core.noise import (
     NOISY_SPREAD,
@@ -24,6 +23,7 @@ from fp8bench.core.noise import (
     relative_spread,
     run_load,
 )
+from fp8bench.render.run_table import render_table
 from fp8bench.results.runfile import read_run_file
 from tests.gate_fixtures import record
 

@@ -13,7 +13,6 @@ import pytest
 import torch
 from rich.console import Console
 
-from fp8bench.analysis.report import render_table
 from fp8bench.cli import main
 from fp8bench.core.comparability import definition_hash
 from fp8bench.core.formats import E4M3
@@ -28,6 +27,7 @@ from fp8bench.core.precisions import (
 from fp8bench.measure.runner import expand_cases
 from fp8bench.measure.settings import RecipeSettings, RunSettings
 from fp8bench.numerics.quantize import AmaxHistory, scale_from_amax
+from fp8bench.render.run_table import render_table
 
 TE_DEFAULTS = {"amax_history_len": 1024, "amax_compute_algo": "max", "margin": 0, "fp8_format": "hybrid"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from fp8bench.analysis.report import precision_label, render_table
+from fp8bench.render.run_table import precision_label, render_table
 from tests.gate_fixtures import record
 
 
@@ -42,7 +42,7 @@ def _measured(precision: str, median_s: float, **fields) -> dict:
 
 
 def test_speedups_keep_two_significant_digits():
-    from fp8bench.analysis.report import speedup_text
+    from fp8bench.render.run_table import speedup_text
 
     assert [speedup_text(x) for x in (1 / 900, 0.15, 0.1, 1.0, 2.345, 12.3, 140.0)] == [
         "0.0011x", "0.15x", "0.10x", "1.0x", "2.3x", "12x", "140x"]
@@ -104,8 +104,8 @@ def test_percent_of_peak_above_100_is_flagged_as_a_ceiling_problem():
 
 def test_an_untimed_record_is_never_noisy():
     """An interpreter's run (Triton on the CPU) has no samples: no noise to show, even when the run was loaded."""
-    from fp8bench.analysis.report import noise_text, table_notes
     from fp8bench.core.noise import HostLoad
+    from fp8bench.render.run_table import noise_text, table_notes
 
     interpreted = {**record(64, "fp8_rowwise", [], backend="triton"), "interpreted": True, "reason": "interpreted"}
     timed = _measured("bf16", 1e-3)

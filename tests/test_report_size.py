@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fp8bench.analysis.gate.config import GateConfig
-from fp8bench.analysis.gate.markdown import MARKDOWN_BYTES, render_markdown
 from fp8bench.analysis.gate.report import SequentialInfo, build_report
 from fp8bench.analysis.gate.sequential import METHOD
 from fp8bench.analysis.gate.sides import collect_side
+from fp8bench.render.gate_markdown import MARKDOWN_BYTES, render_markdown
 from tests.gate_fixtures import rounds
 
 CASES = {(64, "bf16"): 1e-3, (64, "fp32"): 2e-3, (128, "bf16"): 4e-3}

@@ -8,10 +8,10 @@ import shlex
 import pytest
 
 from fp8bench.analysis.gate.config import GateConfig
-from fp8bench.analysis.gate.markdown import render_markdown
 from fp8bench.analysis.gate.report import gate, merge_rerun
 from fp8bench.cli import main
 from fp8bench.core.repro import frame_commands, repro_command, repro_of
+from fp8bench.render.gate_markdown import render_markdown
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
 from tests.gate_fixtures import payload, record

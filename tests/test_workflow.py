@@ -124,7 +124,7 @@ def test_paths_the_workflow_uses_exist(workflow):
 
 
 def test_the_report_comment_is_found_by_its_marker_not_by_edit_last(workflow):
-    from fp8bench.analysis.gate.markdown import REPORT_MARKER
+    from fp8bench.render.gate_markdown import REPORT_MARKER
 
     (post,) = [s for _j, _job, s in _steps(workflow) if s["name"] == "Post the report on the pull request"]
     assert post["env"]["MARKER"] == REPORT_MARKER

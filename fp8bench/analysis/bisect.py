@@ -25,7 +25,9 @@ custom kernels (not fp8bench itself) is bisected the same way with ``--plugin MO
 from their own worktree (``FP8BENCH_PLUGINS``, ``PYTHONPATH``), and fp8bench is the installed one.
 
 The evidence (every probe's verdict, ratio, interval, rounds and time) is written to ``bisect.json`` beside its
-round files and, for ``changes`` and the dashboard, to ``RESULTS/bisects/`` (:func:`save_evidence`).
+round files and, for ``changes`` and the dashboard, to ``RESULTS/bisects/`` (:func:`save_evidence`). The finding's
+issue body and its plain table are renderers: :mod:`fp8bench.render.bisect_markdown` and
+:mod:`fp8bench.render.bisect_table`.
 
 This module is the search and its evidence; checking commits out, building them and running their rounds is
 :mod:`fp8bench.orchestration.bisect_probes`.
@@ -33,7 +35,6 @@ This module is the search and its evidence; checking commits out, building them 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -43,8 +44,6 @@ from typing import Any
 
 from fp8bench.analysis.gate.decision import Verdict
 from fp8bench.analysis.gate.report import GateReport
-from fp8bench.core.escaping import md_code, md_code_block, md_text
-from fp8bench.core.repro import UnsafeField, no_command, shell_line
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.results.runfile_reader import read_run_header
 
@@ -52,8 +51,6 @@ from fp8bench.results.runfile_reader import read_run_header
 SLOWER, SAME, UNDECIDED, SKIP = "slower", "same", "undecided", "skip"
 # A probe undecided after its step budget is measured once more with this multiple of it.
 RETRY_BUDGET_MULTIPLE = 2.0
-# First line of the Markdown issue body: the nightly workflow finds the issue of one regression by it.
-MARKER_PREFIX = "<!-- fp8bench-bisect: "
 BISECTS_FOLDER = "bisects"
 
 
@@ -210,15 +207,7 @@ def probe_from_report(commit: Commit, report: GateReport, seconds: float, folder
                  worst.reason or report.verdict, worst.case, folder)
 
 
-# -- reports ------------------------------------------------------------------------------------------------------
-def marker(cases: Sequence[str], good: str, bad: str, device: str = "") -> str:
-    """The hidden first line of a bisect's issue body: one issue per regressed case set, device and commit range (so
-    a bisect that measured no case still has a marker of its own, and two GPU models that regressed on the same
-    cases, whose case keys both say ``cuda:0``, get an issue each). ``device``: the device's name."""
-    digest = hashlib.sha256("\n".join([good, bad, device, *sorted(cases)]).encode()).hexdigest()[:16]
-    return f"{MARKER_PREFIX}{digest} -->"
-
-
+# -- evidence -------------------------------------------------------------------------------------------------------
 def device_of(result: BisectResult) -> str:
     """The name of the device the probes measured on (from the first round file of the good side), or ``""``."""
     for p in result.probes:
@@ -228,45 +217,6 @@ def device_of(result: BisectResult) -> str:
             name = device.get("name") if isinstance(device, dict) else None
             return str(name) if name else ""
     return ""
-
-
-def _ratio(p: Probe | None) -> str:
-    if p is None or p.ratio is None:
-        return "-"
-    interval = f" [{p.ci_low:.3f}, {p.ci_high:.3f}]" if p.ci_low is not None and p.ci_high is not None else ""
-    return f"{p.ratio:.3f}{interval}"
-
-
-def render_markdown(result: BisectResult, cases: Sequence[str], run_args: Sequence[str], device: str = "") -> str:
-    """An issue body: the finding, the command that reproduces the measurement, then every probe; ``device`` (its
-    name) goes into the hidden marker."""
-    ev = result.evidence()
-    # A fenced block (nothing in it renders, so nothing needs escaping but a fence): the A/B that shows the step.
-    try:
-        again = shell_line(["fp8bench", "ab", "--base", result.good.sha[:12], "--head",
-                            (result.first_bad or result.bad).sha[:12], "--budget", "600", "--", *run_args])
-    except UnsafeField as exc:
-        again = no_command(str(exc))
-    lines = [marker(cases, result.good.sha, result.bad.sha, device),
-             f"## fp8bench bisect: **{result.verdict.upper()}** (exit {result.exit_code})", ""]
-    if result.first_bad is not None:
-        lines += [f"First slower commit: {md_code(result.first_bad.sha)} {md_text(result.first_bad.subject)}", "",
-                  f"Ratio to good {md_code(result.good.sha[:12])}: {_ratio(ev)} (geometric mean of per-round "
-                  f"ratios, {ev.rounds if ev else 0} rounds, always-valid interval)", ""]
-    else:
-        lines += [md_text(result.reason), ""]
-        if result.suspects:
-            lines += ["Suspects: " + ", ".join(md_code(c.sha[:12]) for c in result.suspects), ""]
-    lines += [f"Cases: {', '.join(md_code(c) for c in cases) or '-'}", "",
-              f"Range: {md_code(result.good.sha[:12])} (good) .. {md_code(result.bad.sha[:12])} (bad), "
-              f"{len(result.commits)} commit(s); {len(result.probes)} probe(s), {result.rounds} round(s), "
-              f"{result.seconds:.0f} s.", "",
-              "Measure it again:", "", *md_code_block(again), "",
-              "| commit | subject | outcome | ratio [interval] | rounds | s | why |", "|---|---|---|---|---|---|---|"]
-    for p in result.probes:
-        lines.append(f"| {md_code(p.commit[:12])} | {md_text(p.subject)} | {p.outcome} | {_ratio(p)} | {p.rounds} | "
-                     f"{p.seconds:.0f} | {md_text(p.reason or '')} |")
-    return "\n".join(lines) + "\n"
 
 
 def case_keys(result: BisectResult) -> list[str]:

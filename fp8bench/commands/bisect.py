@@ -12,8 +12,9 @@ from typing import Any
 
 from rich.console import Console
 
-from fp8bench.analysis.bisect import BisectError, Probe, bisect, case_keys, device_of, render_markdown, save_evidence
-from fp8bench.commands.gating import gate_config
+from fp8bench.analysis.bisect import BisectError, Probe, bisect, case_keys, device_of, save_evidence
+from fp8bench.commands.console import table_console
+from fp8bench.commands.gating import append_step_summary, gate_config
 from fp8bench.commands.verb_interface import (
     EXIT_HARNESS_ERROR,
     UsageError,
@@ -23,6 +24,8 @@ from fp8bench.commands.verb_interface import (
 )
 from fp8bench.measure.interrupts import cleanup_on_stop
 from fp8bench.orchestration.bisect_probes import ProbeRunner, commits_between
+from fp8bench.render.bisect_markdown import render_markdown
+from fp8bench.render.bisect_table import print_bisect_table
 from fp8bench.results.runfile import check_writable, write_user_file
 
 
@@ -85,7 +88,8 @@ def execute(args: argparse.Namespace) -> int:
 
 def report(result: Any, cases: list[str], run_args: list[str], folder: Path, results: Path,
            args: argparse.Namespace) -> int:
-    """Write bisect.json, bisect.md (and --markdown), keep the evidence, print the finding; returns the exit code."""
+    """Write bisect.json and bisect.md (and --markdown), keep the evidence, add the Markdown to the job summary,
+    print the finding as a plain table (the JSON summary alone under --json); returns the exit code."""
     folder.mkdir(parents=True, exist_ok=True)
     md = render_markdown(result, cases, run_args, device_of(result))
     write_user_file(folder / "bisect.md", md.encode(), False, "the bisect report")
@@ -95,15 +99,24 @@ def report(result: Any, cases: list[str], run_args: list[str], folder: Path, res
     if args.markdown:
         write_user_file(args.markdown, md.encode(), args.force, "the Markdown body", "--markdown")
     evidence = save_evidence(result, cases, run_args, results)
-    ev = result.evidence()
-    summary = {"verdict": result.verdict, "exit_code": result.exit_code, "reason": result.reason,
-               "first_bad": result.first_bad.sha if result.first_bad else None,
-               "subject": result.first_bad.subject if result.first_bad else None,
-               "ratio": ev.ratio if ev else None, "ci_low": ev.ci_low if ev else None,
-               "ci_high": ev.ci_high if ev else None, "rounds": result.rounds, "probes": len(result.probes),
-               "seconds": round(result.seconds, 1), "suspects": [c.sha for c in result.suspects],
-               "bisect_json": str(folder / "bisect.json"), "evidence": str(evidence)}
+    summary_error = append_step_summary(folder / "bisect.md")
+    if summary_error:
+        print(f"fp8bench bisect: {summary_error}", file=sys.stderr)
     if not args.json:
-        print(md)
-    print_json(summary)
+        console, _ = table_console("full")
+        print_bisect_table(result, cases, run_args, console, folder / "bisect.md")
+    print_json(json_summary(result, folder, evidence))
     return int(result.exit_code)
+
+
+def json_summary(result: Any, folder: Path, evidence: Path) -> dict[str, Any]:
+    """The one-line JSON summary printed last: the verdict, the first bad commit with its ratio, the cost, and
+    where bisect.json and the kept evidence are."""
+    ev = result.evidence()
+    return {"verdict": result.verdict, "exit_code": result.exit_code, "reason": result.reason,
+            "first_bad": result.first_bad.sha if result.first_bad else None,
+            "subject": result.first_bad.subject if result.first_bad else None,
+            "ratio": ev.ratio if ev else None, "ci_low": ev.ci_low if ev else None,
+            "ci_high": ev.ci_high if ev else None, "rounds": result.rounds, "probes": len(result.probes),
+            "seconds": round(result.seconds, 1), "suspects": [c.sha for c in result.suspects],
+            "bisect_json": str(folder / "bisect.json"), "evidence": str(evidence)}

@@ -39,8 +39,9 @@ examples:
   fp8bench bisect --repo ../my-kernels --plugin my_kernels --good abc123 --bad HEAD --step-budget 300 -- --suite ci
   fp8bench bisect --good GOOD --bad BAD --markdown issue.md -- --suite ci      (an issue body for the finding)
 
-The finding (commit, subject, ratio with its interval, rounds) is printed, written to OUT/bisect.json and
-OUT/bisect.md, and kept in RESULTS/bisects/ where `fp8bench changes` and the dashboard's Regressions page show it."""
+The finding (commit, subject, ratio with its interval, rounds, every probe) is printed as a plain table, written
+to OUT/bisect.json and, as Markdown, to OUT/bisect.md (and the job summary when $GITHUB_STEP_SUMMARY is set), and
+kept in RESULTS/bisects/ where `fp8bench changes` and the dashboard's Regressions page show it."""
 EXIT_CODES = ExitCodes((
     (EXIT_PASS, "the bad commit is not slower than the good one beyond the threshold: nothing to bisect"),
     (EXIT_REGRESSION, "found: the first commit the gate finds slower than good"),

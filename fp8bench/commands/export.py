@@ -7,7 +7,6 @@ import argparse
 import sys
 from typing import Any
 
-from fp8bench.analysis.selection import is_speed_comparable
 from fp8bench.commands.store_access import check_filter_names, stored_names
 from fp8bench.commands.verb_interface import (
     EXIT_CASE_FAILED,
@@ -15,18 +14,16 @@ from fp8bench.commands.verb_interface import (
     UsageError,
     store_target,
 )
+from fp8bench.render.export import count, render
 from fp8bench.results.export import (
-    count,
     keeps,
-    render,
     rows_from_payloads,
     rows_from_store,
     run_range,
     store_runs,
-    write,
 )
 from fp8bench.results.ingest import read_results_file
-from fp8bench.results.runfile import check_writable
+from fp8bench.results.runfile import check_writable, write_user_file
 from fp8bench.results.store import open_store
 from fp8bench.results.store.queries import RecordFilter
 
@@ -61,17 +58,19 @@ def execute(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_writable(args.out, overwrite=args.force, what="the export")
     rows = _rows(args)
-    entries = count(rows, args.format, args.metric, comparable=is_speed_comparable)
+    entries = count(rows, args.format, args.metric)
     if not entries:
         what = "record" if args.format in ("csv", "parquet") else "measured record"
         print(f"fp8bench export: no {what} matched ({len(rows)} record(s) selected); nothing written", file=sys.stderr)
         return EXIT_CASE_FAILED
-    data = render(rows, args.format, args.metric, comparable=is_speed_comparable)
+    data = render(rows, args.format, args.metric)
     if args.out is None:
         sys.stdout.write(data.decode())
         sys.stdout.flush()
     else:
-        write(data, args.out, overwrite=args.force)
+        # Atomic (a reader never sees half a file), never over a device, a FIFO or a link, nor over an existing
+        # file unless --force.
+        write_user_file(args.out, data, args.force, what="the export")
         unit = "row" if args.format in ("csv", "parquet") else "benchmark"
         print(f"fp8bench export: {entries} {unit}(s) written to {args.out}", file=sys.stderr)
     return EXIT_OK

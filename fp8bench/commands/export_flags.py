@@ -15,7 +15,7 @@ from fp8bench.commands.verb_interface import (
     ExitCodes,
     add_store_flags,
 )
-from fp8bench.results.export import FORMATS, SMALLER_IS_BETTER
+from fp8bench.render.export import FORMATS, SMALLER_IS_BETTER
 
 DESCRIPTION = """Export records for the tools CI already reads, from run files (or pytest-benchmark JSON) or, when
 no file is given, from the store. The filters are the dashboard's: device (its model, or its kind where the run

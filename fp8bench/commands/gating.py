@@ -10,28 +10,17 @@ import argparse
 import json
 import os
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from fp8bench.analysis.gate.config import GateConfig, parse_override
-from fp8bench.analysis.gate.markdown import (
-    case_cells,
-    case_columns,
-    headline,
-    method_sentence,
-    render_markdown,
-    sides_line,
-    sorted_cases,
-)
-from fp8bench.analysis.gate.metrics import METRICS, parse_sqnr_floor
+from fp8bench.analysis.gate.metrics import parse_sqnr_floor
 from fp8bench.analysis.gate.report import GateReport, aa_noise_of
 from fp8bench.commands.console import table_console
 from fp8bench.commands.verb_interface import print_json
-from fp8bench.core.escaping import term_text
 from fp8bench.core.redact import error_line
+from fp8bench.render.gate_markdown import render_markdown
+from fp8bench.render.gate_table import print_gate_table
 from fp8bench.results.runfile import check_writable, json_safe, write_user_file
 from fp8bench.results.store import StoreError, open_store
 
@@ -103,33 +92,11 @@ def publish_report(report: GateReport, md: Path, js: Path, args: argparse.Namesp
                     "slower_cases": report.slower_cases, "report_md": str(md), **summary})
     return report.exit_code
 
-# A case's reason in the terminal table, characters: the whole reason is in the reports.
-WHY_COLUMNS = 60
-
 def print_report(report: GateReport, md: Path | None = None) -> None:
-    """The report on stdout as plain text for a terminal or a log: the verdict, the sides, the method, a table of
-    the cases (regressions first; a reason cut to :data:`WHY_COLUMNS`) and each distinct note once. The Markdown
-    (for the pull request and the job summary) is in ``md`` when one was written."""
+    """The report on stdout as a plain table (:mod:`fp8bench.render.gate_table`) at a terminal's width or a log's;
+    ``md``: where the Markdown report (for the pull request and the job summary) was written, if it was."""
     console, _ = table_console("full")
-    metric = METRICS[report.config.metric]
-    title, verdict = headline(report)
-    console.print(f"{title}: {verdict}", markup=False, highlight=False)
-    console.print(term_text(sides_line(report)), highlight=False, soft_wrap=True)
-    console.print(term_text(method_sentence(report, metric)), highlight=False)
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in case_columns(report, metric):
-        table.add_column(name, no_wrap=name != "why", overflow="ellipsis", max_width=WHY_COLUMNS if name == "why"
-                         else None, justify="left" if name in ("case", "verdict", "why") else "right")
-    for c in sorted_cases(report):
-        case, *middle, why = case_cells(c, metric)
-        short = why if len(why) <= WHY_COLUMNS else why[:WHY_COLUMNS - 3] + "..."
-        table.add_row(*(term_text(v) for v in (case, *middle, short)))
-    console.print(table)
-    for note, times in Counter(report.notes).items():
-        console.print(term_text(f"note: {note}" + (f" ({times} times)" if times > 1 else "")), highlight=False)
-    if md is not None:
-        console.print(f"the Markdown report (pull request, job summary): {md}", markup=False, highlight=False,
-                      soft_wrap=True)
+    print_gate_table(report, console, md)
 
 def append_step_summary(report_md: Path) -> str | None:
     """Append the Markdown report to ``$GITHUB_STEP_SUMMARY`` when it is set; returns an error text, never raises

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from fp8bench.analysis.report import render_bandwidths, render_table, summary_counts
+from fp8bench.analysis.report import summary_counts
 from fp8bench.commands import run_plan
 from fp8bench.commands.console import StepProgress, table_console
 from fp8bench.commands.verb_interface import (
@@ -38,6 +38,7 @@ from fp8bench.measure.settings import ClockSettings, EnergySettings, RecipeSetti
 from fp8bench.measure.sharding import DevicePlan, plan_devices, run_sharded
 from fp8bench.measure.suites import load_suite
 from fp8bench.measure.timing import SamplingPolicy, Timer, TimingMode, timer_for, timing_mode_for
+from fp8bench.render.run_table import print_profiles, render_bandwidths, render_table
 from fp8bench.results.record_stream import DiskFull
 from fp8bench.results.runfile import check_writable
 from fp8bench.results.store import open_store
@@ -307,10 +308,3 @@ def _exit_code(outcome: RunOutcome, counts: dict[str, int], run_file: Path, err:
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
-
-
-def print_profiles(rows: list[dict[str, Any]], console: Console) -> None:
-    """One line per profiled case: its trace, or the command that profiles it under Nsight Systems."""
-    for row in rows:
-        where = row["trace"] or row["command"] or "not taken (see the record's notes)"
-        console.print(f"profile {row['case']}: {where}", markup=False, highlight=False, soft_wrap=True)

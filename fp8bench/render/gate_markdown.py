@@ -8,6 +8,10 @@ past the bound are counted and left to the JSON report, which keeps everything.
 Every string that came from a run file or the command line (case keys, commits, reasons, notes) is escaped
 (:mod:`fp8bench.core.escaping`): a failure reason cannot forge a heading, a verdict, an image, a link or a mention,
 and a case key stays inside its cell.
+
+The wording (:func:`headline`, :func:`sides_line`, :func:`method_sentence`, :func:`case_columns`,
+:func:`case_cells`, :func:`sorted_cases`) is the report's own, so the plain table of
+:mod:`fp8bench.render.gate_table` says the same things in the same order without Markdown.
 """
 
 from __future__ import annotations

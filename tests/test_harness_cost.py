@@ -6,6 +6,7 @@ import pytest
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
+from fp8bench.core.record_parts import HarnessCost
 from fp8bench.core.records import Record
 from fp8bench.hardware import peaks
 from fp8bench.measure.harness_cost import PARTS, CostClock, summarise
@@ -45,13 +46,13 @@ def test_every_record_carries_its_cost_and_the_run_its_sum(tmp_path) -> None:
     measured, refused = outcome.records
     cost = measured.harness
     assert measured.status == "ok" and refused.status == "skipped"
-    assert cost["measured_s"] == measured.timing["timed_s"] > 0
-    assert cost["wall_s"] == pytest.approx(cost["measured_s"] + cost["harness_s"])
-    assert sum(cost["split_s"].values()) == pytest.approx(cost["harness_s"])
-    assert refused.harness["measured_s"] == 0
+    assert cost.measured_s == measured.timing.timed_s > 0
+    assert cost.wall_s == pytest.approx(cost.measured_s + cost.harness_s)
+    assert sum(cost.split_s.values()) == pytest.approx(cost.harness_s)
+    assert refused.harness.measured_s == 0
     run = read_run_file(tmp_path / "run.json")
     assert run["run"]["harness"]["cases"] == 2
-    assert run["run"]["harness"]["wall_s"] == pytest.approx(cost["wall_s"] + refused.harness["wall_s"])
+    assert run["run"]["harness"]["wall_s"] == pytest.approx(cost.wall_s + refused.harness.wall_s)
     assert Record.from_dict(run["records"][0]).harness == cost
 
 
@@ -59,7 +60,7 @@ def test_a_record_written_before_the_harness_cost_still_loads() -> None:
     old = Record(workload="gemm", shape={"m": 8, "n": 8, "k": 8}, precision="fp32", backend="torch",
                  device="cpu", status="ok").to_dict()
     del old["harness"]
-    assert Record.from_dict(old).harness == {}
+    assert Record.from_dict(old).harness == HarnessCost() and not Record.from_dict(old).harness
 
 
 def test_the_cpu_ceilings_are_the_runs_cost_not_its_first_cases(tmp_path, monkeypatch) -> None:
@@ -108,7 +109,7 @@ def test_a_deterministic_case_takes_its_numerics_from_the_fresh_output(tmp_path)
     finally:
         BACKENDS.remove("test_counted")
     (record,) = measurer_runs.records
-    n_timed = record.n + sum(s["n"] for s in record.phase_stats.values() if s["n"] != record.n)
-    untimed = calls["output"] - n_timed - record.timing["warmup_calls"]
-    assert record.status == "ok" and record.numerics["sqnr_db"] > 100 and record.output_check["passed"] is True
+    n_timed = record.n + sum(s.n or 0 for s in record.phase_stats.values() if s.n != record.n)
+    untimed = calls["output"] - n_timed - record.timing.warmup_calls
+    assert record.status == "ok" and record.numerics.sqnr_db > 100 and record.output_check.passed is True
     assert untimed == 0  # the fresh output is the first warm-up call's, and the numerics reuse it

@@ -84,9 +84,9 @@ def _rows(args: argparse.Namespace) -> list[Any]:
         from fp8bench.results.ingest import read_results_file
 
         rows = rows_from_payloads(read_results_file(path)[0] for path in args.files)
-        check_filter_names(filters, {"workload": [r.record.get("workload") for r in rows],
-                                     "backend": [r.record.get("backend") for r in rows],
-                                     "precision": [r.record.get("precision") for r in rows]})
+        check_filter_names(filters, {"workload": [r.record.workload for r in rows],
+                                     "backend": [r.record.backend for r in rows],
+                                     "precision": [r.record.precision for r in rows]})
         flt = record_filter({r.run["run_id"]: str(r.run.get("started_at") or "") for r in rows})
         return [r for r in rows if keeps(flt, r)]
     from fp8bench.results.store import open_store

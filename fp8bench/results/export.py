@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fp8bench.core.escaping import neutralize_formulas
-from fp8bench.core.records import case_key
+from fp8bench.core.records import Record, case_key, load_record
 from fp8bench.core.shapes import label
 
 if TYPE_CHECKING:  # pandas and the store load only when an export runs, not for `fp8bench --help`
@@ -70,27 +70,31 @@ class ExportError(ValueError):
 
 # Which records a tracker may get, given a record and its run header: the speed-comparable rule
 # (fp8bench.analysis.selection.is_speed_comparable, a layer above this one, so the verb passes it in).
-Comparable = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+Comparable = Callable[[Record, Mapping[str, Any]], bool]
 
 
 @dataclass(frozen=True)
 class Row:
-    """One record with the run header it came from."""
+    """One record with the run header it came from; a stored record's JSON is read into its :class:`Record`."""
 
     run: dict[str, Any]
-    record: dict[str, Any]
+    record: Record
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.record, Record):
+            object.__setattr__(self, "record", load_record(self.record))
 
     @property
     def device_label(self) -> str:
         """The device model (``NVIDIA H100 80GB HBM3``, the CPU's brand), else the device kind: the dashboard's
         device filter value."""
-        return str((self.run.get("device") or {}).get("name") or self.record.get("device"))
+        return str((self.run.get("device") or {}).get("name") or self.record.device)
 
 
 def rows_from_payloads(payloads: Iterable[dict[str, Any]]) -> list[Row]:
     """Every record of the given run payloads, oldest run first."""
     ordered = sorted(payloads, key=lambda p: str(p["run"].get("started_at") or ""))
-    return [Row(p["run"], r) for p in ordered for r in p["records"]]
+    return [Row(p["run"], load_record(r, p["schema_version"])) for p in ordered for r in p["records"]]
 
 
 def run_range(started: Mapping[str, str], text: str | None) -> tuple[str | None, str | None]:
@@ -117,9 +121,9 @@ def keeps(flt: RecordFilter, row: Row) -> bool:
     branch = (row.run.get("git") or {}).get("branch")
     return all((
         not flt.device or row.device_label in flt.device,
-        not flt.workload or rec.get("workload") in flt.workload,
-        not flt.backend or rec.get("backend") in flt.backend,
-        not flt.precision or rec.get("precision") in flt.precision,
+        not flt.workload or rec.workload in flt.workload,
+        not flt.backend or rec.backend in flt.backend,
+        not flt.precision or rec.precision in flt.precision,
         not flt.branch or branch in flt.branch,
         flt.started_from is None or started >= flt.started_from,
         flt.started_to is None or started <= flt.started_to,
@@ -139,23 +143,22 @@ def rows_from_store(store: Store, flt: RecordFilter, headers: Mapping[str, dict[
 
     picked = select_records(store, flt, columns=["id", "run_id"])
     full = record_json(store, [int(i) for i in picked["id"]])
-    return [Row(headers.get(str(run_id)) or {"run_id": run_id}, full[int(i)])
+    return [Row(headers.get(str(run_id)) or {"run_id": run_id}, load_record(full[int(i)]))
             for i, run_id in zip(picked["id"], picked["run_id"], strict=True) if int(i) in full]
 
 
 def flat(row: Row) -> dict[str, Any]:
     """One record as a flat row of :data:`COLUMNS` (and ``phase:NAME``)."""
     rec, run = row.record, row.run
-    numerics = rec.get("numerics") or {}
     out: dict[str, Any] = {
         "run_id": run.get("run_id"), "started_at": run.get("started_at"),
         "git_commit": (run.get("git") or {}).get("commit"), "device_name": row.device_label,
-        "case_key": case_key(rec), "shape": label(rec.get("shape") or {}),
+        "case_key": case_key(rec), "shape": label(rec.shape or {}),
     }
     for name in COLUMNS:
         if name not in out:
-            out[name] = numerics.get(name) if name in _NUMERICS else rec.get(name)
-    for name, seconds in (rec.get("phases") or {}).items():
+            out[name] = getattr(rec.numerics, name) if name in _NUMERICS else getattr(rec, name)
+    for name, seconds in (rec.phases or {}).items():
         out[f"phase:{name}"] = seconds
     return out
 
@@ -189,18 +192,17 @@ def github_action_benchmark(rows: Sequence[Row], metric: str = "median_s", *,
     out = []
     for row in latest_per_benchmark(rows, comparable):
         rec = row.record
-        value = rec.get(metric)
+        value = getattr(rec, metric)
         if value is None:
             continue
         entry: dict[str, Any] = {"name": benchmark_name(row), "unit": unit, "value": float(value) * scale}
-        if metric == "median_s" and rec.get("iqr_s") is not None:
-            entry["range"] = f"± {float(rec['iqr_s']) * scale / 2:.4g}"
-        numerics = rec.get("numerics") or {}
-        extra = [f"run {row.run.get('run_id')}", f"n={rec.get('n')}"]
+        if metric == "median_s" and rec.iqr_s is not None:
+            entry["range"] = f"± {float(rec.iqr_s) * scale / 2:.4g}"
+        extra = [f"run {row.run.get('run_id')}", f"n={rec.n}"]
         if (row.run.get("git") or {}).get("commit"):
             extra.append(f"commit {row.run['git']['commit'][:12]}")
-        if numerics.get("sqnr_db") is not None:
-            extra.append(f"SQNR {numerics['sqnr_db']:.1f} dB")
+        if rec.numerics.sqnr_db is not None:
+            extra.append(f"SQNR {rec.numerics.sqnr_db:.1f} dB")
         entry["extra"] = "\n".join(extra)
         out.append(entry)
     return out
@@ -212,18 +214,18 @@ def bencher_metric_format(rows: Sequence[Row], *, comparable: Comparable) -> dic
     for row in latest_per_benchmark(rows, comparable):
         rec = row.record
         measures: dict[str, dict[str, float]] = {}
-        if rec.get("median_s") is not None:
-            latency = {"value": float(rec["median_s"]) * 1e9}
-            samples = sorted(float(v) * 1e9 for v in rec.get("samples_s") or [])
+        if rec.median_s is not None:
+            latency = {"value": float(rec.median_s) * 1e9}
+            samples = sorted(float(v) * 1e9 for v in rec.samples_s or [])
             if len(samples) >= 2:
                 q1, _median, q3 = statistics.quantiles(samples, n=4, method="inclusive")
                 latency.update(lower_value=q1, upper_value=q3)
             measures["latency"] = latency
-        if rec.get("tflops") is not None:
-            measures["throughput-tflops"] = {"value": float(rec["tflops"])}
-        if rec.get("energy_j") is not None:
-            measures["energy-j"] = {"value": float(rec["energy_j"])}
-        sqnr = (rec.get("numerics") or {}).get("sqnr_db")
+        if rec.tflops is not None:
+            measures["throughput-tflops"] = {"value": float(rec.tflops)}
+        if rec.energy_j is not None:
+            measures["energy-j"] = {"value": float(rec.energy_j)}
+        sqnr = rec.numerics.sqnr_db
         if sqnr is not None and math.isfinite(sqnr):
             measures["sqnr-db"] = {"value": float(sqnr)}
         if measures:

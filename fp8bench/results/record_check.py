@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
+from fp8bench.core.record_parts import Part
 from fp8bench.core.records import Record
 
 # Deepest nesting of objects and lists accepted inside one record or header (a record fp8bench writes is under 8).
@@ -76,12 +77,13 @@ _SCALARS = {str: TEXT, float: NUMBER, int: INTEGER, bool: BOOLEAN}
 
 
 def _kind_of(annotation: Any) -> Kind | None:
-    """The JSON kind of a dataclass annotation (``float | None`` -> NUMBER); ``None`` for ``Any``."""
+    """The JSON kind of a dataclass annotation (``float | None`` -> NUMBER, a record part -> OBJECT); ``None`` for
+    ``Any``."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return _kind_of(args[0]) if len(args) == 1 else None
     origin = typing.get_origin(annotation) or annotation
-    if origin is dict:
+    if origin is dict or (isinstance(origin, type) and issubclass(origin, Part)):
         return OBJECT
     if origin is list:
         return LIST

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 P = TypeVar("P", bound="Part")
 
@@ -46,7 +46,7 @@ class Part:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The keys this part names, in the order it writes them."""
-        return tuple(f.name for f in fields(cls) if f.name not in _STORAGE)
+        return _names(cls)
 
     @classmethod
     def from_json(cls: type[P], data: Mapping[str, object] | None) -> P:
@@ -57,7 +57,9 @@ class Part:
         if not isinstance(data, Mapping):
             raise ValueError(f"record field {cls.what!r} is {type(data).__name__} {str(data)[:40]!r}; accepted: an "
                              f"object (keys {', '.join(cls.names())}), or null")
-        names = set(cls.names())
+        names = _name_set(cls)
+        if data.keys() <= names:  # every key named: the common case, read without sorting keys out
+            return cls(**cast("Mapping[str, Any]", data), stored_keys=tuple(data))
         known: dict[str, Any] = {k: v for k, v in data.items() if k in names}
         return cls(**known, stored_keys=tuple(data), other={k: v for k, v in data.items() if k not in names})
 
@@ -73,6 +75,26 @@ class Part:
     def __bool__(self) -> bool:
         """Whether the part holds anything, as the stored object is empty or not."""
         return bool(self.to_json())
+
+
+# Each part class's named keys, found once per class: every stored record's parts are read through them (a store
+# ingests millions).
+_NAMES: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return _known(cls)[0]
+
+
+def _name_set(cls: type) -> frozenset[str]:
+    return _known(cls)[1]
+
+
+def _known(cls: type) -> tuple[tuple[str, ...], frozenset[str]]:
+    if cls not in _NAMES:
+        names = tuple(f.name for f in fields(cls) if f.name not in _STORAGE)
+        _NAMES[cls] = names, frozenset(names)
+    return _NAMES[cls]
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ class Record:
         """The record a :meth:`to_dict` gave: ``Record.from_dict(r.to_dict()) == r``. Fields it lacks take their
         defaults (records written before them); a key that is no field is refused by name, as is a missing
         identity field."""
-        unknown = sorted(set(data) - set(_FIELD_NAMES))
+        unknown = sorted(set(data) - _FIELD_SET)
         if unknown:
             raise ValueError(f"record has unknown field(s) {', '.join(map(repr, unknown))}; accepted: the fields "
                              f"of fp8bench.core.records.Record ({', '.join(sorted(_FIELD_NAMES))})")
@@ -201,6 +201,7 @@ def _json_value(value: Any) -> Any:
 
 # The record's fields as stored, in the order a record is written, and each one's default as JSON.
 _FIELD_NAMES = tuple(f.name for f in fields(Record) if f.name not in ("stored_keys", "other"))
+_FIELD_SET = frozenset(_FIELD_NAMES)
 _DEFAULT_JSON = {f.name: _json_value(f.default if f.default_factory is MISSING else f.default_factory())
                  for f in fields(Record) if f.name in _FIELD_NAMES}
 
@@ -268,8 +269,8 @@ def load_record(data: Mapping[str, Any], schema_version: int = SCHEMA_VERSION) -
                          f"{SCHEMA_VERSION}); upgrade fp8bench to read it")
     for version in range(schema_version, SCHEMA_VERSION):
         data = _UPGRADES[version](data)
-    other = {k: v for k, v in data.items() if k not in _FIELD_NAMES}
+    other = {k: v for k, v in data.items() if k not in _FIELD_SET}
     if not other:
         return Record.from_dict(data)
-    known = {k: v for k, v in data.items() if k in _FIELD_NAMES}
+    known = {k: v for k, v in data.items() if k in _FIELD_SET}
     return replace(Record.from_dict(known), stored_keys=tuple(data), other=other)

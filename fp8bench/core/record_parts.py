@@ -123,8 +123,7 @@ class Numerics(Part):
 
 @dataclass(frozen=True)
 class OutputCheck(Part):
-    """The last timed call's output against a fresh call's (fp8bench.measure.output_check); empty in records
-    written before it."""
+    """The last timed call's output against a fresh call's (fp8bench.measure.output_check)."""
 
     what: ClassVar[str] = "output_check"
     method: str | None = None  # "bitwise" | "sqnr" | None (not checked)
@@ -212,8 +211,7 @@ class TimingInfo(Part):
 
 @dataclass(frozen=True)
 class HarnessCost(Part):
-    """The harness's own cost of the case (fp8bench.measure.harness_cost), seconds; empty in records written before
-    it."""
+    """The harness's own cost of the case (fp8bench.measure.harness_cost), seconds."""
 
     what: ClassVar[str] = "harness"
     wall_s: float | None = None  # the case's wall time

@@ -52,6 +52,9 @@ SEPARATE_TIMING_MODES = {"cuda_graph": "CUDA graph", "blocked_stream": "blocked 
 
 @dataclass(frozen=True)
 class Record:
+    """One case's result. A field a stored record was written without (it predates the field) reads as its default
+    (``None``, empty, an empty part) and is left out again when the record is written back (:func:`load_record`)."""
+
     workload: str
     shape: dict[str, int]
     precision: str
@@ -61,8 +64,7 @@ class Record:
     reason: str | None = None
     fp8_format: str | None = None
     accumulation: str | None = None  # FP8 only: fast_forward (fast accumulation in the forward GEMM) | full
-    # fp8_delayed only: the delayed-scaling settings the record was measured with: amax_history_len (iterations),
-    # amax_compute_algo ("max" | "most_recent"), margin (powers of two of headroom). Empty for other precisions.
+    # fp8_delayed only: the delayed-scaling settings the record was measured with. Empty for other precisions.
     delayed_scaling: DelayedScaling = field(default_factory=DelayedScaling)
     # The scale factors the library ran with (SCALE_FORMATS), stated by backends whose library can round them to
     # powers of two (te: Float8CurrentScaling, Float8BlockScaling). ``None`` elsewhere: fp8bench's own quantizers
@@ -72,7 +74,7 @@ class Record:
     median_s: float | None = None  # end-to-end median, seconds
     # GPUs: host wall time of each end-to-end sample (from before the call until its end event completed), its
     # median, and the launch overhead: that median less the device median (median_s), seconds. Empty / None on the
-    # CPU (its one clock is the host's) and in records written before they were recorded.
+    # CPU (its one clock is the host's).
     host_samples_s: list[float] = field(default_factory=list)
     host_median_s: float | None = None
     launch_overhead_s: float | None = None
@@ -97,41 +99,35 @@ class Record:
     tflops_per_w: float | None = None
     energy: EnergyResult = field(default_factory=EnergyResult)
     numerics: Numerics = field(default_factory=Numerics)
-    # The last timed call's output against a fresh call's (fp8bench.measure.output_check): method (bitwise | sqnr | None),
-    # passed (None: not checked, with the reason), differing_frac, sqnr_db, threshold_db. Empty in records written
-    # before it.
+    # The last timed call's output against a fresh call's (fp8bench.measure.output_check).
     output_check: OutputCheck = field(default_factory=OutputCheck)
-    # Device telemetry through the case: ``timing`` (the timed samples) and ``energy`` (the energy window), each a
-    # summary of clocks, temperature, power and throttle reasons, or a ``reason`` where none was taken.
+    # Device telemetry through the timed samples and the energy window.
     telemetry: Telemetry = field(default_factory=Telemetry)
-    # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU) and in
-    # records written before it.
+    # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU).
     sm_clock_mhz: float | None = None
     # Timed samples discarded because the SM clock read right after them was under the throttle threshold, and
-    # retaken (fp8bench.hardware.clocks); ``None`` where no clock is read (the CPU) and in records written before it. The
-    # clock and power beside each kept end-to-end sample are in ``telemetry.per_sample``.
+    # retaken (fp8bench.hardware.clocks); ``None`` where no clock is read (the CPU). The clock and power beside each
+    # kept end-to-end sample are in ``telemetry.per_sample``.
     discarded_samples: int | None = None
     valid: bool = True
     interpreted: bool = False
     notes: list[str] = field(default_factory=list)
     timing: TimingInfo = field(default_factory=TimingInfo)  # warm-up, overhead, sampling policy outcome
-    # The harness's own cost of this case (fp8bench.measure.harness_cost): wall_s, measured_s (inside timed
-    # samples), harness_s (the difference), share (of wall_s) and split_s (probe, setup, warmup, sampling,
-    # numerics, energy, bookkeeping), seconds. Empty in records written before it.
+    # The harness's own cost of this case (fp8bench.measure.harness_cost).
     harness: HarnessCost = field(default_factory=HarnessCost)
     # The timer that produced every figure of this record (samples, phases, energy per iteration), or that the run
     # used, for a record without figures: ``cpu`` (host clock), ``cuda_events`` (events around eager calls: launch
     # gaps included) or ``cuda_graph`` (events around replays of a captured CUDA graph: no launch gaps); see
-    # fp8bench.measure.timing. ``None`` in records written before it.
+    # fp8bench.measure.timing.
     timing_mode: str | None = None
     # Whether the device's L2 cache was flushed before each sample (outside the timed region; CUDA only, so always
-    # False on the CPU). ``None`` in records written before it.
+    # False on the CPU).
     l2_flushed: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     seq: int = 0  # position in the run
     # The ``fp8bench run`` command that measures this one case again (fp8bench.core.repro), written by the runner.
-    # Left out of the run file while ``None`` (records of sharded runs, convergence and selfcheck cases, and those
-    # written before it): readers derive it from the record and its run's settings.
+    # Left out of the run file while ``None`` (records of sharded runs, convergence and selfcheck cases): readers
+    # derive it from the record and its run's settings.
     repro: str | None = None
     # The keys of the stored record this one was read from, in their order (``None``: built here), and those of its
     # keys that are no field (a plugin's, or a newer fp8bench's of the same schema), carried as stored; see to_dict.

@@ -96,3 +96,16 @@ def test_a_record_built_from_json_objects_holds_typed_parts_and_writes_them_back
     loaded = load_record({k: v for k, v in out.items() if k != "timing_mode"})
     assert "timing_mode" not in loaded.to_dict()
     assert list(replace(loaded, timing_mode="cpu").to_dict())[-1] == "timing_mode"
+
+
+def test_a_part_key_of_the_wrong_type_is_refused_where_the_record_enters() -> None:
+    """Each typed part's annotations say what its keys hold, and the entry check reads them: a text where a number
+    of seconds or joules belongs is named there, not met later by a reader formatting the typed value."""
+    from fp8bench.results.record_check import record_problems
+
+    stored = read_run_file(DATA / "runfiles" / "schema2-complete.json")["records"][1]
+    bad = {**stored, "timing": {**stored["timing"], "timed_s": "fast"}, "energy": {"joules_per_iter": "12 J"},
+           "harness": {"split_s": [1, 2]}}
+    fields = {p.field for p in record_problems(bad)}
+    assert fields == {"timing.timed_s", "energy.joules_per_iter", "harness.split_s"}, fields
+    assert record_problems(stored) == []

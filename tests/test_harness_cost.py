@@ -24,18 +24,20 @@ def test_split_adds_up_to_the_wall_time_less_the_measured_time() -> None:
     clock = CostClock()
     clock.spent.update(warmup=0.2, sampling=1.5, numerics=0.1)
     cost = clock.record(wall_s=2.0, measured_s=1.2)
-    assert cost["split_s"]["sampling"] == pytest.approx(0.3)  # the samples themselves are not harness time
-    assert cost["harness_s"] == pytest.approx(0.8) and cost["share"] == pytest.approx(0.4)
-    assert sum(cost["split_s"].values()) == pytest.approx(cost["harness_s"])
-    assert set(cost["split_s"]) == {*PARTS, "bookkeeping"}
+    assert cost.split_s is not None
+    assert cost.split_s["sampling"] == pytest.approx(0.3)  # the samples themselves are not harness time
+    assert cost.harness_s == pytest.approx(0.8) and cost.share == pytest.approx(0.4)
+    assert sum(cost.split_s.values()) == pytest.approx(cost.harness_s)
+    assert set(cost.split_s) == {*PARTS, "bookkeeping"}
     with pytest.raises(ValueError, match="harness part 'lunch'; accepted: probe"), clock.part("lunch"):
         pass
 
 
 def test_summary_counts_long_calls_apart() -> None:
-    short = {"median_s": 1e-4, "harness": CostClock().record(1.0, 0.5)}
-    long = {"median_s": 0.02, "harness": CostClock().record(2.0, 1.9)}
-    out = summarise([short, long, {"median_s": None}], stream_s=0.3)
+    case = ("gemm", {"m": 8, "n": 8, "k": 8}, "bf16", "torch", "cpu", "ok")
+    short = Record(*case, median_s=1e-4, harness=CostClock().record(1.0, 0.5))
+    long = Record(*case, median_s=0.02, harness=CostClock().record(2.0, 1.9))
+    out = summarise([short, long, Record(*case, median_s=None)], stream_s=0.3)
     assert out["cases"] == 2 and out["wall_s"] == pytest.approx(3.0) and out["stream_s"] == 0.3
     assert out["long_calls"]["cases"] == 1 and out["long_calls"]["worst_share"] == pytest.approx(0.05)
 

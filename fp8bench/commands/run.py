@@ -391,7 +391,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
     if outcome.wall_budget is not None:
         summary["wall_budget"] = outcome.wall_budget
     if settings.profile:
-        summary["profiles"] = summary_rows(records)
+        summary["profiles"] = summary_rows(outcome.records)
     if args.json:
         print_json({**summary, "records": records})
     else:

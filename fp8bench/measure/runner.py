@@ -66,7 +66,7 @@ from fp8bench.core.precisions import (
     fp4_settings,
     resolve_precision,
 )
-from fp8bench.core.record_parts import DelayedScaling, HarnessCost
+from fp8bench.core.record_parts import DelayedScaling
 from fp8bench.core.records import Record
 from fp8bench.core.repro import repro_of
 from fp8bench.core.shapes import Shape, label
@@ -323,7 +323,7 @@ class CaseMeasurer:
                     self.graphs.release()
         wall = time.monotonic() - started
         return replace(record, timing=replace(record.timing, case_wall_s=wall),
-                       harness=HarnessCost.from_json(self.cost.record(wall, record.timing.timed_s or 0.0)))
+                       harness=self.cost.record(wall, record.timing.timed_s or 0.0))
 
     @contextmanager
     def _settings_for_case(self, settings: RunSettings | None) -> Iterator[None]:
@@ -853,7 +853,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     if lock is not None:
         lock.reset()
     final = {"wall_budget": budget.header(final=True)} if budget is not None else {}
-    harness = {**summarise([r.to_dict() for r in run.stream.records], stream_s), "ceilings_s": ceilings_s}
+    harness = {**summarise(run.stream.records, stream_s), "ceilings_s": ceilings_s}
     run.finish(n_cases=len(cases), harness=harness, **final)
     return replace(run.outcome(run_id, run_file, store), harness=harness, wall_budget=final.get("wall_budget"))
 

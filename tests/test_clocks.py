@@ -325,7 +325,7 @@ def test_simulated_throttle_mid_run_discards_and_retakes_samples(fake_cuda, chai
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.status == "ok", record.reason
     assert record.discarded_samples == 1 and slept == [RECOVERY_DELAY_S]
-    per_sample = record.telemetry["per_sample"]
+    per_sample = record.telemetry.per_sample
     assert len(per_sample["sample_sm_clock_mhz"]) == record.n and set(per_sample["sample_sm_clock_mhz"]) == {1980}
     assert per_sample["reference_sm_clock_mhz"] == 1755 and per_sample["sample_power_w"] == [300.0] * record.n
 
@@ -341,7 +341,7 @@ def test_a_device_that_stays_throttled_is_not_waited_for_and_ends_invalid(fake_c
     # Three discards in a row for the end-to-end samples and three for the phases, then each keeps its samples and
     # stops checking: at the default delay 0.35 s of waiting each, not the case's budget.
     assert record.discarded_samples == 2 * MAX_CONSECUTIVE_DISCARDS and len(slept) == 2 * MAX_CONSECUTIVE_DISCARDS
-    assert record.telemetry["per_sample"]["kept_throttled"] is True
+    assert record.telemetry.per_sample["kept_throttled"] is True
     assert record.status == "invalid" and "median SM clock 900 MHz" in record.reason
 
 
@@ -419,7 +419,7 @@ def test_a_base_clock_lock_makes_the_locked_clock_the_reference(fake_cuda, chain
                     energy=EnergySettings(enabled=False), clocks=ClockSettings(lock="base"))
     outcome = run_cases([chain()], s, GPU1, run_file=tmp_path / "run.json")
     record = outcome.records[0]
-    assert record.telemetry["timing"]["reference_sm_clock_mhz"] == 1590
+    assert record.telemetry.timing["reference_sm_clock_mhz"] == 1590
     assert record.status == "ok", record.reason
     header = read_run_file(tmp_path / "run.json")["run"]
     assert header["clock_lock"]["read_back_mhz"] == 1590 and gpu.locked_sm_clock_mhz is None

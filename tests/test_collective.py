@@ -43,7 +43,7 @@ def test_pure_collectives_count_no_flops_and_tp_linear_counts_its_gemm():
 def test_runs_without_collectives_print_no_bandwidth_table():
     console = Console(record=True, width=200)
     render_bandwidths([{"workload": "gemm", "shape": {"m": 8, "n": 8, "k": 8}, "precision": "bf16",
-                        "backend": "torch", "status": "ok", "extra": {}}], "bf16", console)
+                        "backend": "torch", "device": "cpu", "status": "ok", "extra": {}}], "bf16", console)
     assert console.export_text() == ""
 
 

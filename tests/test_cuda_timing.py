@@ -29,7 +29,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline, TimedReturn, Unsupported
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, Backend, Workload, load_all
 from fp8bench.core.precisions import resolve_precision
-from fp8bench.core.records import TIMING_MODES, Record, case_key
+from fp8bench.core.records import TIMING_MODES, Record, case_key, load_record
 from fp8bench.energy import meters as energy
 from fp8bench.energy.meters import WindowMeter, WindowPolicy
 from fp8bench.measure.cuda_graphs import CAPTURE_ERROR_MODE, WARMUP_CALLS, CaptureRefused, GraphCapturer
@@ -321,7 +321,7 @@ def test_runner_times_graph_replays_and_releases_the_graphs(fake_cuda, chain):
     replays = fake_cuda.ops("replay")
     assert {r.name for r in replays} == {"a+b", "a", "b"} and {r.device for r in replays} == {1}
     assert len(replays) >= 3 * (POLICY.min_samples + 1)  # every sample a replay, after one warm-up replay each
-    assert fake_cuda.graphs_reset == 3 and record.timing["graph_capture_s"] >= 0
+    assert fake_cuda.graphs_reset == 3 and record.timing.graph_capture_s >= 0
     assert {op.device for op in fake_cuda.log} == {1}
 
 
@@ -351,9 +351,9 @@ def test_energy_window_loops_the_replays_on_the_selected_gpu(fake_cuda, chain, m
                     energy=EnergySettings(enabled=True))
     before = len(fake_cuda.ops("replay"))
     record = CaseMeasurer(s, GPU1).measure(chain())
-    assert record.status == "ok" and record.energy["iterations"] > 0
+    assert record.status == "ok" and record.energy.iterations > 0
     replays = [op for op in fake_cuda.ops("replay")[before:] if op.name == "a+b"]
-    assert len(replays) >= record.energy["iterations"] + record.n  # the window looped replays, not eager calls
+    assert len(replays) >= record.energy.iterations + record.n  # the window looped replays, not eager calls
     assert {op.device for op in fake_cuda.log} == {1}
 
 
@@ -403,8 +403,8 @@ def test_timing_modes_are_one_list():
 
 
 def _record(**fields):
-    return {"workload": "gemm", "shape": {"m": 64, "n": 64, "k": 64}, "precision": "bf16", "backend": "torch",
-            "device": "cuda", "fp8_format": None, **fields}
+    return load_record({"workload": "gemm", "shape": {"m": 64, "n": 64, "k": 64}, "precision": "bf16",
+                        "backend": "torch", "device": "cuda", "status": "ok", "fp8_format": None, **fields})
 
 
 def test_comparability_key_separates_graph_from_eager_and_keeps_eager_keys():

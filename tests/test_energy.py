@@ -318,8 +318,8 @@ def test_runner_marks_a_throttled_case_invalid(monkeypatch):
     assert record.status == "invalid" and record.valid is False
     assert "thermal slowdown (software)" in record.reason
     assert record.energy_j is not None and record.median_s is not None  # numbers kept
-    assert record.telemetry["energy"]["reasons"] == ["sw_thermal_slowdown"]
-    assert record.telemetry["timing"]["reasons"] == ["sw_thermal_slowdown"]
+    assert record.telemetry.energy["reasons"] == ["sw_thermal_slowdown"]
+    assert record.telemetry.timing["reasons"] == ["sw_thermal_slowdown"]
     assert "during the timed samples" in record.reason and "during the energy window" in record.reason
 
 
@@ -327,7 +327,7 @@ def test_runner_records_power_capping_without_invalidating(monkeypatch):
     gpu, _ = _power_capped_gpu()
     record = _measurer_with(meter(gpu), monkeypatch).measure(_case())
     assert record.status == "ok" and record.valid is True and record.reason is None
-    assert record.telemetry["energy"]["reasons"] == record.telemetry["timing"]["reasons"] == ["sw_power_cap"]
+    assert record.telemetry.energy["reasons"] == record.telemetry.timing["reasons"] == ["sw_power_cap"]
     assert any(n.startswith("power-capped: clocks held by the power limit") for n in record.notes)
 
 
@@ -377,12 +377,12 @@ def test_a_no_energy_run_checks_clocks_and_reasons_while_timing(monkeypatch):
     assert record.status == "invalid" and record.valid is False
     assert ("throttled: thermal slowdown (hardware) (hw_thermal_slowdown) during the timed samples"
             in record.reason)
-    assert record.energy == {"reason": "energy metering disabled"} and record.energy_j is None
+    assert record.energy.to_json() == {"reason": "energy metering disabled"} and record.energy_j is None
     assert record.sm_clock_mhz == 1410
 
     clean = _measurer_with(meter(FakeGpu()), monkeypatch, no_energy).measure(_case())
     assert (clean.status, clean.sm_clock_mhz) == ("ok", 1980)
-    timing = clean.telemetry["timing"]
+    timing = clean.telemetry.timing
     assert timing["samples"] >= 2 and timing["sm_clock_mhz"]["median"] == 1980
     assert timing["reference_sm_clock_mhz"] == 1755 and timing["reasons"] == []
 
@@ -391,7 +391,7 @@ def test_without_device_telemetry_the_record_says_why_and_invents_no_clock():
     settings = SETTINGS.with_energy(enabled=False)
     record = CaseMeasurer(settings, CPU).measure(_case())
     assert record.status == "ok" and record.sm_clock_mhz is None
-    assert record.telemetry["timing"]["reason"].startswith("not sampled: ")
+    assert record.telemetry.timing["reason"].startswith("not sampled: ")
 
 
 def test_runner_continues_after_an_nvml_error(monkeypatch):
@@ -401,7 +401,7 @@ def test_runner_continues_after_an_nvml_error(monkeypatch):
     record = _measurer_with(m, monkeypatch).measure(_case())
     assert record.status == "ok" and record.median_s is not None and record.numerics
     assert record.energy_j is None and record.tflops_per_w is None
-    assert "NVMLError_GpuIsLost" in record.energy["reason"]
+    assert "NVMLError_GpuIsLost" in record.energy.reason
 
 
 def test_runner_reports_energy_tflops_per_watt_idle_and_phases(monkeypatch):
@@ -411,9 +411,9 @@ def test_runner_reports_energy_tflops_per_watt_idle_and_phases(monkeypatch):
     record = _measurer_with(meter(FakeGpu(power_w=300.0)), monkeypatch, settings).measure(_case())
     assert record.status == "ok" and record.energy_j > 0
     assert record.tflops_per_w == pytest.approx(record.flops / record.energy_j / 1e12)
-    assert record.energy["idle_power_w"] == pytest.approx(300.0, rel=0.3)
-    assert record.energy["joules_above_idle_per_iter"] is not None
-    assert set(record.energy["phases"]) == set(record.phases)
+    assert record.energy.idle_power_w == pytest.approx(300.0, rel=0.3)
+    assert record.energy.joules_above_idle_per_iter is not None
+    assert set(record.energy.phases) == set(record.phases)
 
 
 @pytest.mark.slow  # measures this CPU's ceilings once (~6 s on 2 busy cores)
@@ -426,7 +426,7 @@ def test_on_this_cpu_every_record_has_null_energy_with_reason(tmp_path):
     assert {r.status for r in out.records} == {"ok", "skipped"}
     for r in out.records:
         assert r.energy_j is None and r.tflops_per_w is None
-        assert "RAPL /sys/class/powercap absent" in r.energy["reason"]
+        assert "RAPL /sys/class/powercap absent" in r.energy.reason
 
 
 def test_no_meter_on_cuda_without_driver_says_why():

@@ -113,9 +113,9 @@ def test_the_runner_records_the_bound_with_the_energy_figure(fake_cuda, chain, m
                     energy=EnergySettings(enabled=True, window_s=0.01))
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.status == "ok", record.reason
-    assert record.energy_j is not None and record.energy["method"] == "nvml_counter"
-    assert record.energy["counter_update_s"] is not None
-    assert record.energy["error_bound"] <= 0.01 + 1e-3 / record.energy["window_j"]
+    assert record.energy_j is not None and record.energy.method == "nvml_counter"
+    assert record.energy.counter_update_s is not None
+    assert record.energy.error_bound <= 0.01 + 1e-3 / record.energy.window_j
 
 
 def test_a_host_bound_call_stops_at_the_window_cap_in_wall_time():
@@ -219,9 +219,9 @@ def test_a_cold_l2_window_meters_flushed_calls_less_the_flush_alone(fake_cuda, c
     # read each) no longer cancels: up to a few parts in 10^4 in the fake's 10 ms windows, far under the cold/warm
     # difference (2x) this checks; a real window lasts a second or more.
     assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)
-    assert record.energy["matches_timing"] is True, record.energy["reason"]
-    assert record.energy["subtracted_j"] > 0 and "L2 flush" in record.energy["subtracted_what"]
-    for name, phase in record.energy["phases"].items():  # each phase's window meters it as its samples ran it
+    assert record.energy.matches_timing is True, record.energy.reason
+    assert record.energy.subtracted_j > 0 and "L2 flush" in record.energy.subtracted_what
+    for name, phase in record.energy.phases.items():  # each phase's window meters it as its samples ran it
         assert phase["joules_per_iter"] == pytest.approx(KERNEL_W * record.phases[name], rel=1e-3)
 
 
@@ -230,7 +230,7 @@ def test_a_cold_l2_window_of_graph_replays_subtracts_the_flush(fake_cuda, chain,
     record = CaseMeasurer(energy_settings(flush_l2=True, cuda_graph=True), GPU1).measure(chain())
     assert record.status == "ok" and record.timing_mode == "cuda_graph", record.reason
     assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)  # edges, as above
-    assert record.energy["matches_timing"] is True, record.energy["reason"]
+    assert record.energy.matches_timing is True, record.energy.reason
 
 
 @pytest.mark.parametrize("flush_l2", [True, False])
@@ -248,8 +248,8 @@ def test_a_held_window_meters_calls_queued_behind_the_hold_less_the_hold(fake_cu
     timed = COLD_S if flush_l2 else PHASE_S
     assert record.median_s == pytest.approx(timed["a"] + timed["b"], rel=1e-9)
     assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)  # edges, as above
-    assert record.energy["matches_timing"] is True, record.energy["reason"]
-    assert "hold" in record.energy["subtracted_what"]
+    assert record.energy.matches_timing is True, record.energy.reason
+    assert "hold" in record.energy.subtracted_what
 
 
 def test_a_held_call_that_gives_up_in_the_window_is_metered_eagerly_and_says_so(fake_cuda, fake_holds, chain,
@@ -278,8 +278,8 @@ def test_a_held_call_that_gives_up_in_the_window_is_metered_eagerly_and_says_so(
     monkeypatch.setitem(backend.builders, "test_kernel_chain", (sync_once_armed, supports))
     record = measurer.measure(case)
     assert record.timing_mode == "blocked_stream", record.reason
-    assert record.energy["matches_timing"] is False
-    assert "gave up" in record.energy["reason"]
+    assert record.energy.matches_timing is False
+    assert "gave up" in record.energy.reason
 
 
 def test_a_timer_that_cannot_run_a_call_as_timed_keeps_the_label(fake_cuda, chain, monkeypatch):
@@ -294,8 +294,8 @@ def test_a_timer_that_cannot_run_a_call_as_timed_keeps_the_label(fake_cuda, chai
 
     meter_cuda1(fake_cuda, monkeypatch)
     record = CaseMeasurer(energy_settings(flush_l2=True), GPU1, timer=Wrapped()).measure(chain())
-    assert record.energy["matches_timing"] is False
-    assert "warm L2" in record.energy["reason"]
+    assert record.energy.matches_timing is False
+    assert "warm L2" in record.energy.reason
 
 
 def test_a_difference_carries_both_windows_errors():

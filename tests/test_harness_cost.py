@@ -6,6 +6,7 @@ import pytest
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
+from fp8bench.core.record_parts import HarnessCost
 from fp8bench.core.records import Record
 from fp8bench.hardware import peaks
 from fp8bench.measure.harness_cost import PARTS, CostClock, summarise
@@ -27,18 +28,20 @@ def test_split_adds_up_to_the_wall_time_less_the_measured_time() -> None:
     clock = CostClock()
     clock.spent.update(warmup=0.2, sampling=1.5, numerics=0.1)
     cost = clock.record(wall_s=2.0, measured_s=1.2)
-    assert cost["split_s"]["sampling"] == pytest.approx(0.3)  # the samples themselves are not harness time
-    assert cost["harness_s"] == pytest.approx(0.8) and cost["share"] == pytest.approx(0.4)
-    assert sum(cost["split_s"].values()) == pytest.approx(cost["harness_s"])
-    assert set(cost["split_s"]) == {*PARTS, "bookkeeping"}
+    assert cost.split_s is not None
+    assert cost.split_s["sampling"] == pytest.approx(0.3)  # the samples themselves are not harness time
+    assert cost.harness_s == pytest.approx(0.8) and cost.share == pytest.approx(0.4)
+    assert sum(cost.split_s.values()) == pytest.approx(cost.harness_s)
+    assert set(cost.split_s) == {*PARTS, "bookkeeping"}
     with pytest.raises(ValueError, match="harness part 'lunch'; accepted: probe"), clock.part("lunch"):
         pass
 
 
 def test_summary_counts_long_calls_apart() -> None:
-    short = {"median_s": 1e-4, "harness": CostClock().record(1.0, 0.5)}
-    long = {"median_s": 0.02, "harness": CostClock().record(2.0, 1.9)}
-    out = summarise([short, long, {"median_s": None}], stream_s=0.3)
+    case = ("gemm", {"m": 8, "n": 8, "k": 8}, "bf16", "torch", "cpu", "ok")
+    short = Record(*case, median_s=1e-4, harness=CostClock().record(1.0, 0.5))
+    long = Record(*case, median_s=0.02, harness=CostClock().record(2.0, 1.9))
+    out = summarise([short, long, Record(*case, median_s=None)], stream_s=0.3)
     assert out["cases"] == 2 and out["wall_s"] == pytest.approx(3.0) and out["stream_s"] == 0.3
     assert out["long_calls"]["cases"] == 1 and out["long_calls"]["worst_share"] == pytest.approx(0.05)
 
@@ -49,13 +52,13 @@ def test_every_record_carries_its_cost_and_the_run_its_sum(tmp_path) -> None:
     measured, refused = outcome.records
     cost = measured.harness
     assert measured.status == "ok" and refused.status == "skipped"
-    assert cost["measured_s"] == measured.timing["timed_s"] > 0
-    assert cost["wall_s"] == pytest.approx(cost["measured_s"] + cost["harness_s"])
-    assert sum(cost["split_s"].values()) == pytest.approx(cost["harness_s"])
-    assert refused.harness["measured_s"] == 0
+    assert cost.measured_s == measured.timing.timed_s > 0
+    assert cost.wall_s == pytest.approx(cost.measured_s + cost.harness_s)
+    assert sum(cost.split_s.values()) == pytest.approx(cost.harness_s)
+    assert refused.harness.measured_s == 0
     run = read_run_file(tmp_path / "run.json")
     assert run["run"]["harness"]["cases"] == 2
-    assert run["run"]["harness"]["wall_s"] == pytest.approx(cost["wall_s"] + refused.harness["wall_s"])
+    assert run["run"]["harness"]["wall_s"] == pytest.approx(cost.wall_s + refused.harness.wall_s)
     assert Record.from_dict(run["records"][0]).harness == cost
 
 
@@ -63,7 +66,7 @@ def test_a_record_written_before_the_harness_cost_still_loads() -> None:
     old = Record(workload="gemm", shape={"m": 8, "n": 8, "k": 8}, precision="fp32", backend="torch",
                  device="cpu", status="ok").to_dict()
     del old["harness"]
-    assert Record.from_dict(old).harness == {}
+    assert Record.from_dict(old).harness == HarnessCost() and not Record.from_dict(old).harness
 
 
 def test_the_cpu_ceilings_are_the_runs_cost_not_its_first_cases(tmp_path, monkeypatch) -> None:
@@ -112,7 +115,7 @@ def test_a_deterministic_case_takes_its_numerics_from_the_fresh_output(tmp_path)
     finally:
         BACKENDS.remove("test_counted")
     (record,) = measurer_runs.records
-    n_timed = record.n + sum(s["n"] for s in record.phase_stats.values() if s["n"] != record.n)
-    untimed = calls["output"] - n_timed - record.timing["warmup_calls"]
-    assert record.status == "ok" and record.numerics["sqnr_db"] > 100 and record.output_check["passed"] is True
+    n_timed = record.n + sum(s.n or 0 for s in record.phase_stats.values() if s.n != record.n)
+    untimed = calls["output"] - n_timed - record.timing.warmup_calls
+    assert record.status == "ok" and record.numerics.sqnr_db > 100 and record.output_check.passed is True
     assert untimed == 0  # the fresh output is the first warm-up call's, and the numerics reuse it

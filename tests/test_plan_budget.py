@@ -214,7 +214,7 @@ def test_history_is_read_from_the_store_for_the_same_device_name(tmp_path) -> No
     key = case_key_of(cases[0], CPU)
     name = store.records_frame()["device_name"].iloc[0]
     (history,) = case_history(store, [key], name).values()
-    assert history.wall_s == (outcome.records[0].timing["case_wall_s"],)
+    assert history.wall_s == (outcome.records[0].timing.case_wall_s,)
     assert history.call_s == outcome.records[0].median_s
     assert case_history(store, [key], "another device") == {}
 

@@ -108,7 +108,7 @@ def test_profiling_never_enters_a_timed_sample(tmp_path):
     assert "profile" not in plain.extra and Path(profiled.extra["profile"]["trace"]).is_file()
     # max_samples fixes the count: the same samples, phase by phase, with or without the profiled pass.
     assert profiled.n == plain.n == 5
-    assert {k: v["n"] for k, v in profiled.phase_stats.items()} == {k: v["n"] for k, v in plain.phase_stats.items()}
+    assert {k: v.n for k, v in profiled.phase_stats.items()} == {k: v.n for k, v in plain.phase_stats.items()}
     assert profiled_timer.samples == plain_timer.samples > 0
     assert profiled_timer.profiled_samples == 0  # the profiler never ran while a sample was timed
 

@@ -24,6 +24,7 @@ from fp8bench.core.precisions import (
     delayed_scaling_settings,
     resolve_precision,
 )
+from fp8bench.core.records import load_record
 from fp8bench.measure.runner import expand_cases
 from fp8bench.measure.settings import RecipeSettings, RunSettings
 from fp8bench.numerics.quantize import AmaxHistory, scale_from_amax
@@ -125,7 +126,8 @@ def test_the_table_header_names_the_settings():
 def test_delayed_settings_are_part_of_the_case_definition():
     te = delayed_scaling_settings(resolve_precision("fp8_delayed"))
     run = {"settings": {}}
-    assert definition_hash(_record(delayed_scaling=te), run) != definition_hash(
-        _record(delayed_scaling={**te, "amax_history_len": 16}), run)
+    assert definition_hash(load_record(_record(delayed_scaling=te)), run) != definition_hash(
+        load_record(_record(delayed_scaling={**te, "amax_history_len": 16})), run)
     plain = _record(precision="bf16", fp8_format=None)
-    assert definition_hash(plain, run) == definition_hash({**plain, "delayed_scaling": {}}, run)
+    assert definition_hash(load_record(plain), run) == definition_hash(
+        load_record({**plain, "delayed_scaling": {}}), run)

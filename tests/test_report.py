@@ -105,12 +105,13 @@ def test_percent_of_peak_above_100_is_flagged_as_a_ceiling_problem():
 def test_an_untimed_record_is_never_noisy():
     """An interpreter's run (Triton on the CPU) has no samples: no noise to show, even when the run was loaded."""
     from fp8bench.core.noise import HostLoad
+    from fp8bench.core.records import load_record
     from fp8bench.render.run_table import noise_text, table_notes
 
     interpreted = {**record(64, "fp8_rowwise", [], backend="triton"), "interpreted": True, "reason": "interpreted"}
     timed = _measured("bf16", 1e-3)
-    assert noise_text(interpreted, loaded=True) == "-"
-    assert noise_text(timed, loaded=True) == "1% noisy"
+    assert noise_text(load_record(interpreted), loaded=True) == "-"
+    assert noise_text(load_record(timed), loaded=True) == "1% noisy"
     (note,) = table_notes([interpreted, timed], HostLoad(6.0, 2))
     assert note.startswith("noisy: 1 case(s), the run started at load average 6.00 on 2 CPU(s)")
 

@@ -18,6 +18,7 @@ from fp8bench.analysis.selection import (
     speed_comparable_frame,
     speed_comparable_sql,
 )
+from fp8bench.core.records import load_record
 from fp8bench.results.export import store_runs
 from fp8bench.results.store import open_store
 from fp8bench.results.store.queries import RecordFilter, latest_records, record_json, select_records
@@ -82,7 +83,7 @@ def _json_rule(store: Any, ids: list[int]) -> set[int]:
     runs = store_runs(store)
     frame = _all(store).set_index("id")
     return {i for i, rec in record_json(store, ids).items()
-            if is_speed_comparable(rec, runs[str(frame.at[i, "run_id"])])}
+            if is_speed_comparable(load_record(rec), runs[str(frame.at[i, "run_id"])])}
 
 
 def test_speed_comparable_sql_frame_and_dict_forms_agree(mixed_store):

@@ -254,6 +254,7 @@ def _counts(url: str) -> dict[str, int]:
 
 
 def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(store_url):
+    from fp8bench.core.records import load_record
     from fp8bench.results.store.columns import RECORD_COLUMNS, record_column_values
 
     copy_store(SCHEMA2_STORE, store_url)
@@ -267,7 +268,7 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
             for r in store.runs_frame().itertuples()}
     for row in frame.itertuples():
         record = json.loads(row.data) if isinstance(row.data, str) else row.data
-        expected = record_column_values(record, runs[row.run_id])
+        expected = record_column_values(load_record(record), runs[row.run_id])
         got = {c.name: getattr(row, c.name) for c in RECORD_COLUMNS}
         for name, value in expected.items():
             if value is None:

@@ -10,8 +10,10 @@ quote) sits next to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fp8bench.core.records import Record, fields_of
 from fp8bench.core.shapes import label, shape_label
 
 
@@ -20,36 +22,49 @@ def shape_text(shape: dict[str, int]) -> str:
     return shape_label(label(shape))
 
 
-def baseline_index(records: list[dict[str, Any]], baseline: str) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The ``baseline`` precision's measured records by (workload, shape, device, backend): what :func:`speedups`
-    divides by."""
+# A record as the table's arithmetic reads it: typed, or a store frame's row of its fields (the dashboard's).
+Timed = Record | Mapping[str, Any]
+# What identifies a case's baseline: workload, shape text, device, backend.
+BaselineKey = tuple[str, str, str, str]
+
+
+def _timing(record: Timed) -> tuple[str, str, str, str, str, str, float | None, float | None, bool]:
+    """The fields speedups are made of: workload, shape text, device, backend, precision, status, end-to-end and
+    pre-quantized medians (s), interpreted."""
+    workload, shape, device, backend, precision, status, median, prequant, interpreted = fields_of(
+        record, "workload", "shape", "device", "backend", "precision", "status", "median_s", "prequant_median_s",
+        "interpreted")
+    return workload, shape_text(shape), device, backend, precision, status, median, prequant, bool(interpreted)
+
+
+def baseline_index(records: Iterable[Timed], baseline: str) -> dict[BaselineKey, tuple[float, float | None]]:
+    """The baseline precision's measured cases: (workload, shape, device, backend) -> its (end-to-end median,
+    pre-quantized median), seconds."""
     index = {}
     for r in records:
-        if r["precision"] == baseline and r["status"] == "ok" and r.get("median_s"):
-            index[(r["workload"], shape_text(r["shape"]), r["device"], r["backend"])] = r
+        workload, shape, device, backend, precision, status, median, prequant, _ = _timing(r)
+        if precision == baseline and status == "ok" and median:
+            index[(workload, shape, device, backend)] = (median, prequant)
     return index
 
 
-def speedups(record: dict[str, Any], index: dict[tuple[Any, ...], dict[str, Any]]) -> tuple[float | None, float | None]:
+def speedups(record: Timed, index: dict[BaselineKey, tuple[float, float | None]]) -> tuple[float | None, float | None]:
     """(end-to-end speedup, pre-quantized speedup) of ``record`` against the baseline, or ``None``s."""
-    if record["status"] not in ("ok", "invalid") or not record.get("median_s"):
+    workload, shape, device, backend, _, status, median, prequant, interpreted = _timing(record)
+    if status not in ("ok", "invalid") or not median:
         return None, None
-    if record.get("interpreted"):  # interpreter timings (Triton on the CPU) are never compared on speed
+    if interpreted:  # interpreter timings (Triton on the CPU) are never compared on speed
         return None, None
-    key = (record["workload"], shape_text(record["shape"]), record["device"])
-    base = index.get((*key, record["backend"])) or index.get((*key, "torch"))
+    base = index.get((workload, shape, device, backend)) or index.get((workload, shape, device, "torch"))
     if base is None:
         return None, None
-    e2e = base["median_s"] / record["median_s"]
-    base_pre = base.get("prequant_median_s") or base["median_s"]
-    pre = base_pre / record["prequant_median_s"] if record.get("prequant_median_s") else None
-    return e2e, pre
+    base_median, base_prequant = base
+    return base_median / median, (base_prequant or base_median) / prequant if prequant else None
 
 
-def summary_counts(records: list[dict[str, Any]]) -> dict[str, int]:
-    """How many records have each status (``ok``, ``skipped``, ``failed``, ``invalid``; zero ones included)."""
+def summary_counts(records: Iterable[Record | Mapping[str, Any]]) -> dict[str, int]:
     counts = {s: 0 for s in ("ok", "skipped", "failed", "invalid")}
     for r in records:
-        counts[r["status"]] += 1
+        counts[fields_of(r, "status")[0]] += 1
     return counts
 

@@ -39,9 +39,9 @@ def _rows(args: argparse.Namespace) -> list[Any]:
     filters = {"workload": args.workload, "backend": args.backend, "precision": args.precision}
     if args.files:
         rows = rows_from_payloads(read_results_file(path)[0] for path in args.files)
-        check_filter_names(filters, {"workload": [r.record.get("workload") for r in rows],
-                                     "backend": [r.record.get("backend") for r in rows],
-                                     "precision": [r.record.get("precision") for r in rows]})
+        check_filter_names(filters, {"workload": [r.record.workload for r in rows],
+                                     "backend": [r.record.backend for r in rows],
+                                     "precision": [r.record.precision for r in rows]})
         flt = record_filter({r.run["run_id"]: str(r.run.get("started_at") or "") for r in rows})
         return [r for r in rows if keeps(flt, r)]
 

@@ -177,7 +177,7 @@ def execute(args: argparse.Namespace) -> int:
                 outcome = run_cases(cases, settings, device, run_file=None, spec=spec, results_dir=None, timer=timer)
             finally:
                 distributed.shutdown()
-            counts = summary_counts([r.to_dict() for r in outcome.records])
+            counts = summary_counts(outcome.records)
             return EXIT_CASE_FAILED if counts["failed"] or counts["invalid"] else EXIT_OK
     try:
         return _measure_and_report(args, cases, settings, device, timing_mode, spec, timer, plan, budget)
@@ -223,9 +223,7 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
     except DiskFull as exc:  # before any case: the run file could not even be started
         err.print(f"fp8bench run: error: disk full: {exc}; nothing was measured", markup=False, soft_wrap=True)
         return EXIT_DISK_FULL
-    # The records' JSON fields: what --json prints and the summary and table read, as the run file holds them.
-    records = [r.to_dict() for r in outcome.records]
-    counts = summary_counts(records)
+    counts = summary_counts(outcome.records)
     summary: dict[str, Any] = {
         "run_id": outcome.run_id, "run_file": str(run_file), "store": outcome.store_url,
         "device": plan.spec if plan else str(device), "timing_mode": timing_mode.value, "counts": counts,
@@ -236,12 +234,11 @@ def _measure_and_report(args: argparse.Namespace, cases: list[Case], settings: R
     if outcome.wall_budget is not None:
         summary["wall_budget"] = outcome.wall_budget
     if settings.profile:
-        summary["profiles"] = summary_rows(records)
+        summary["profiles"] = summary_rows(outcome.records)
     if args.json:
-        print_json({**summary, "records": records})
+        print_json({**summary, "records": [r.to_dict() for r in outcome.records]})  # as the run file holds them
     else:
-        render(outcome, records, summary, baseline=args.baseline, table=args.table,
-               cuda_graph=settings.timing.cuda_graph,
+        render(outcome, summary, baseline=args.baseline, table=args.table, cuda_graph=settings.timing.cuda_graph,
                load=load, err=err)
     return _exit_code(outcome, counts, run_file, err)
 
@@ -272,17 +269,17 @@ def measure(*, cases: list[Case], settings: RunSettings, device: Device, run_fil
                    on_record=lambda i, case, rec: finished(case))
 
 
-def render(outcome: RunOutcome, records: list[dict[str, Any]], summary: dict[str, Any], *, baseline: str,
+def render(outcome: RunOutcome, summary: dict[str, Any], *, baseline: str,
            table: str, cuda_graph: bool, load: HostLoad | None, err: Console) -> None:
-    """The run's table of ``records`` (``outcome``'s records as JSON fields; speedups against ``baseline``;
-    ``table``: the ``--table`` layout), bandwidths, profiles and summary line on stdout; on ``err``, how an
+    """The run's table of ``outcome``'s records (speedups against ``baseline``; ``table``: the ``--table``
+    layout), bandwidths, profiles and summary line on stdout; on ``err``, how an
     interrupted run or a failed store write left its records."""
     console, compact = table_console(table)
     timed = ", timed as CUDA-graph replays" if cuda_graph else \
         ", timed on held streams (blocked_stream)" if summary.get("timing_mode") == "blocked_stream" else ""
-    render_table(records, baseline, console,
+    render_table(outcome.records, baseline, console,
                  title=f"run {outcome.run_id} on {summary['device']}{timed}", load=load, compact=compact)
-    render_bandwidths(records, baseline, console)
+    render_bandwidths(outcome.records, baseline, console)
     if "profiles" in summary:
         print_profiles(summary["profiles"], console)
     if outcome.interrupted:

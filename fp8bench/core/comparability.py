@@ -37,7 +37,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fp8bench.core.records import SEPARATE_TIMING_MODES, case_key, full_accum_variant
+from fp8bench.core.records import SEPARATE_TIMING_MODES, Record, case_key, full_accum_variant
 
 # Run settings that change what one sample measures (see the module docstring).
 DEFINITION_SETTINGS = ("flush_l2", "seed", "threads")
@@ -89,25 +89,24 @@ def _driver_major(version: Any) -> str | None:
     return str(version).split(".", 1)[0]
 
 
-def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
+def definition_hash(record: Record, run: dict[str, Any]) -> str:
     """SHA-256 (first 16 hex digits) of the case definition and the settings that change the timed region."""
     settings = run.get("settings") or {}
-    extra = record.get("extra") or {}
-    definition = {
-        "workload": record["workload"], "shape": record["shape"], "precision": record["precision"],
-        "fp8_format": record.get("fp8_format"), "backend": record["backend"],
+    definition: dict[str, object] = {
+        "workload": record.workload, "shape": record.shape, "precision": record.precision,
+        "fp8_format": record.fp8_format, "backend": record.backend,
         "settings": {k: settings.get(k) for k in DEFINITION_SETTINGS},
         # A pytest-benchmark case may carry its own definition (e.g. a parametrization that is not a shape).
-        "case_definition": extra.get("case_definition"),
+        "case_definition": (record.extra or {}).get("case_definition"),
     }
     if full_accum_variant(record):
         # Full-precision accumulation runs another kernel. Only the non-default mode enters the hash, so keys of
         # records made before accumulation was recorded (all in the default mode) stay what they were.
         definition["accumulation"] = "full"
-    if record.get("delayed_scaling"):  # history, amax algorithm and margin change what a delayed case computes
-        definition["delayed_scaling"] = record["delayed_scaling"]
-    if record.get("timing_mode") in SEPARATE_TIMING_MODES:  # only then: eager hashes stay as they were (module
-        definition["timing_mode"] = record["timing_mode"]  # docstring)
+    if record.delayed_scaling:  # history, amax algorithm and margin change what a delayed case computes
+        definition["delayed_scaling"] = record.delayed_scaling.to_json()
+    if record.timing_mode in SEPARATE_TIMING_MODES:  # only then: eager hashes stay as they were (module docstring)
+        definition["timing_mode"] = record.timing_mode
     distributed = (run.get("spec") or {}).get("distributed")
     if distributed:  # only then, as above: ranks and their spread over nodes change what a sample is
         definition["distributed"] = {k: distributed.get(k) for k in ("world_size", "ranks_per_node")}
@@ -115,8 +114,9 @@ def definition_hash(record: dict[str, Any], run: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def comparability_key(record: dict[str, Any], run: dict[str, Any]) -> ComparabilityKey:
-    """The key of one record in the run whose header is ``run``. Missing GPU fields read as ``None``."""
+def comparability_key(record: Record, run: dict[str, Any]) -> ComparabilityKey:
+    """The key of one record (a stored one: :func:`fp8bench.core.records.load_record`) in the run whose header is
+    ``run``. Missing GPU fields read as ``None``."""
     gpu = run.get("gpu") or {}
     software = run.get("software") or {}
     power = gpu.get("power_limit_w")
@@ -129,9 +129,9 @@ def comparability_key(record: dict[str, Any], run: dict[str, Any]) -> Comparabil
         power_limit_w=None if power is None else round(float(power), 1),
         clock_policy=gpu.get("clock_policy"),
         case=case_key(record),
-        backend=record["backend"],
+        backend=record.backend,
         definition_hash=definition_hash(record, run),
-        scale_format=record.get("scale_format"),
+        scale_format=record.scale_format,
     )
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from fp8bench.core.records import Record, fields_of
+
 # The gate's default threshold is 5%: samples spread over twice that cannot show a change of that size from one
 # run, so the run table and the dashboard flag them.
 NOISY_SPREAD = 0.10
@@ -111,9 +113,9 @@ def relative_spread(samples: Sequence[float] | np.ndarray) -> float | None:
     return float(q3 - q1) / median
 
 
-def record_spread(record: Mapping[str, Any]) -> float | None:
+def record_spread(record: Record | Mapping[str, Any]) -> float | None:
     """A record's relative spread from its stored IQR and median (``iqr_s / median_s``), or ``None``."""
-    iqr, median = record.get("iqr_s"), record.get("median_s")
+    iqr, median = fields_of(record, "iqr_s", "median_s")
     if iqr is None or not median:
         return None
     try:

@@ -25,6 +25,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fp8bench.core.records import Record, fields_of
+
 # Sampling policy keys of the run settings -> the `fp8bench run` flag that sets each.
 POLICY_FLAGS = (("min_samples", "--min-samples"), ("target_rse", "--target-rse"), ("max_time_s", "--max-time"))
 # Plain run settings -> flag (values written as they are).
@@ -73,18 +75,22 @@ def _number(field: str, value: Any) -> str:
     return _checked(field, value, _NAME, "a finite number or a name")
 
 
-def repro_argv(record: Mapping[str, Any], settings: Mapping[str, Any] | None, world_size: int = 1) -> list[str]:
-    """The argument vector (``fp8bench run ...`` or ``torchrun ... -m fp8bench run ...``) of one record, each value
-    checked for the form its flag takes (:class:`UnsafeField` when one is not)."""
+def repro_argv(record: Record | Mapping[str, Any], settings: Mapping[str, Any] | None,
+               world_size: int = 1) -> list[str]:
+    """The argument vector (``fp8bench run ...`` or ``torchrun ... -m fp8bench run ...``) of one record (typed, or a
+    store frame's row of the :data:`FRAME_COLUMNS`), each value checked for the form its flag takes
+    (:class:`UnsafeField` when one is not)."""
     settings = settings or {}
+    workload, shape, precision, backend, device, fp8_format, accumulation = fields_of(
+        record, "workload", "shape", "precision", "backend", "device", "fp8_format", "accumulation")
     argv = ["fp8bench", "run"] if world_size <= 1 else ["torchrun", "--nproc-per-node", str(int(world_size)), "-m",
                                                         "fp8bench", "run"]
     names = "a registered name"
-    argv += ["--workload", _checked("workload", record.get("workload"), _NAME, names),
-             "--shape", shape_text(record.get("shape") or {}),
-             "--precision", _checked("precision", record.get("precision"), _NAME, names),
-             "--backend", _checked("backend", record.get("backend"), _NAME, names),
-             "--device", _checked("device", record.get("device") or settings.get("device") or "auto", _DEVICE,
+    argv += ["--workload", _checked("workload", workload, _NAME, names),
+             "--shape", shape_text(shape or {}),
+             "--precision", _checked("precision", precision, _NAME, names),
+             "--backend", _checked("backend", backend, _NAME, names),
+             "--device", _checked("device", device or settings.get("device") or "auto", _DEVICE,
                                   "a device (auto, cpu, cuda, cuda:N)")]
     policy = settings.get("policy") or {}
     for key, flag in POLICY_FLAGS:
@@ -94,11 +100,11 @@ def repro_argv(record: Mapping[str, Any], settings: Mapping[str, Any] | None, wo
         if settings.get(key) is not None:
             argv += [flag, _number(key, settings[key])]
     # The format as the run asked for it: none asked means each recipe's default, which the record's format is.
-    fmt = settings.get("fp8_format") if "fp8_format" in settings else record.get("fp8_format")
+    fmt = settings.get("fp8_format") if "fp8_format" in settings else fp8_format
     if fmt:
         argv += ["--fp8-format", _checked("fp8_format", fmt, _NAME, names)]
-    if record.get("accumulation"):
-        argv += ["--fast-accum", "off" if record["accumulation"] == "full" else "on"]
+    if accumulation:
+        argv += ["--fast-accum", "off" if accumulation == "full" else "on"]
     for key, needs, flag in SWITCHES:
         if key in settings and bool(settings[key]) == needs:
             argv.append(flag)
@@ -107,12 +113,12 @@ def repro_argv(record: Mapping[str, Any], settings: Mapping[str, Any] | None, wo
     return argv
 
 
-def repro_command(record: Mapping[str, Any], settings: Mapping[str, Any] | None, world_size: int = 1) -> str:
+def repro_command(record: Record | Mapping[str, Any], settings: Mapping[str, Any] | None, world_size: int = 1) -> str:
     """:func:`repro_argv` as one shell-quoted line."""
     return shell_line(repro_argv(record, settings, world_size))
 
 
-def world_size_of(record: Mapping[str, Any], run: Mapping[str, Any]) -> int:
+def world_size_of(record: Record | Mapping[str, Any], run: Mapping[str, Any]) -> int:
     """Ranks that measured a record (1 unless a distributed run says otherwise)."""
     for source in (record, run, run.get("distributed") or {}):
         value = source.get("world_size") if isinstance(source, Mapping) else None
@@ -126,7 +132,7 @@ def no_command(reason: str) -> str:
     return f"# no command: {reason}"
 
 
-def repro_of(record: Mapping[str, Any], run: Mapping[str, Any] | None) -> str:
+def repro_of(record: Record | Mapping[str, Any], run: Mapping[str, Any] | None) -> str:
     """The command that measures ``record`` again, derived from its typed fields and its run's settings (the
     stored ``repro`` text is never used: see the module docstring); :func:`no_command` when a field is unsafe."""
     run = run or {}

@@ -731,7 +731,7 @@ def triton_full_accumulation(ctx: ProbeContext) -> ProbeResult:
     sqnr: dict[str, float] = {}
     for backend in ("torch", "triton"):
         record = ctx.measure(_gemm_case(ACCUMULATION_SHAPE, "fp8_tensorwise", backend, fast_accum=False))
-        value = record.numerics.get("sqnr_db")
+        value = record.numerics.sqnr_db
         if record.status != "ok" or value is None:
             return ProbeResult(Outcome.FAILED, f"{backend}: {record.status}: {record.reason or 'no SQNR'}")
         sqnr[backend] = value
@@ -751,7 +751,7 @@ def unpadded_block_scales(ctx: ProbeContext) -> ProbeResult:
     emulated = ctx.measure(_gemm_case(shape, "fp8_blockwise", "emulated"))
     if torch_record.status != "ok":
         return ProbeResult(Outcome.FAILED, f"{torch_record.status}: {torch_record.reason}")
-    t, e = torch_record.numerics.get("sqnr_db"), emulated.numerics.get("sqnr_db")
+    t, e = torch_record.numerics.sqnr_db, emulated.numerics.sqnr_db
     outcome = Outcome.HELD if t is not None and e is not None and abs(t - e) <= 2.0 else Outcome.FAILED
     return ProbeResult(outcome, f"200x256x384 blockwise: torch {t} dB, emulated {e} dB (limit 2 dB apart)")
 
@@ -785,7 +785,7 @@ def te_recipes(ctx: ProbeContext) -> ProbeResult:
             rows.append(f"{precision}: refused ({te.reason})")
             continue
         ref = ctx.measure(_gemm_case((512, 512, 512), precision, "emulated"))
-        t, e = te.numerics.get("sqnr_db"), ref.numerics.get("sqnr_db")
+        t, e = te.numerics.sqnr_db, ref.numerics.sqnr_db
         ok = te.status == "ok" and t is not None and e is not None and abs(t - e) <= 2.0
         failed |= not ok
         rows.append(f"{precision}: te {t} dB vs emulated {e} dB" + ("" if ok else f" ({te.status})"))

@@ -28,11 +28,14 @@ each record is complete and so belong to no record.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from fp8bench.core.record_parts import HarnessCost
+from fp8bench.core.records import Record
 
 
 class Step(str, Enum):
@@ -73,7 +76,7 @@ class CostClock:
         finally:
             self.spent[name] = self.spent.get(name, 0.0) + time.monotonic() - start
 
-    def record(self, wall_s: float, measured_s: float) -> dict[str, Any]:
+    def record(self, wall_s: float, measured_s: float) -> HarnessCost:
         """The ``Record.harness`` of a case that took ``wall_s`` with ``measured_s`` inside timed samples.
 
         The sampling part's wall time holds the samples themselves: they are taken out of it here."""
@@ -81,27 +84,27 @@ class CostClock:
         split["sampling"] = max(0.0, split["sampling"] - measured_s)
         split[Step.BOOKKEEPING.value] = max(0.0, wall_s - measured_s - sum(split.values()))
         harness_s = max(0.0, wall_s - measured_s)
-        return {"wall_s": wall_s, "measured_s": measured_s, "harness_s": harness_s,
-                "share": harness_s / wall_s if wall_s > 0 else None, "split_s": split}
+        return HarnessCost.from_json({"wall_s": wall_s, "measured_s": measured_s, "harness_s": harness_s,
+                                      "share": harness_s / wall_s if wall_s > 0 else None, "split_s": split})
 
 
-def summarise(records: list[dict[str, Any]], stream_s: float) -> dict[str, Any]:
+def summarise(records: Sequence[Record], stream_s: float) -> dict[str, Any]:
     """The harness's cost over a run's records (their ``harness`` fields; records without one are left out), with
     ``stream_s``, the seconds spent writing records to the run file and store. ``long_calls`` is the same over the
     cases whose end-to-end median is :data:`LONG_CALL_S` or more, with the worst case's share."""
-    costs = [r for r in records if r.get("harness")]
-    long = [r for r in costs if (r.get("median_s") or 0.0) >= LONG_CALL_S]
-    out = _totals([r["harness"] for r in costs])
+    costs = [r for r in records if r.harness]
+    long = [r for r in costs if (r.median_s or 0.0) >= LONG_CALL_S]
+    out = _totals([r.harness for r in costs])
     out["stream_s"] = stream_s
-    out["long_calls"] = {**_totals([r["harness"] for r in long]),
-                         "worst_share": max((r["harness"]["share"] or 0.0 for r in long), default=None),
+    out["long_calls"] = {**_totals([r.harness for r in long]),
+                         "worst_share": max((r.harness.share or 0.0 for r in long), default=None),
                          "target_share": TARGET_SHARE}
     return out
 
 
-def _totals(costs: list[dict[str, Any]]) -> dict[str, Any]:
-    wall = sum(c["wall_s"] for c in costs)
-    harness = sum(c["harness_s"] for c in costs)
-    split = {step.value: sum(c["split_s"].get(step.value, 0.0) for c in costs) for step in Step}
-    return {"cases": len(costs), "wall_s": wall, "measured_s": sum(c["measured_s"] for c in costs),
+def _totals(costs: list[HarnessCost]) -> dict[str, Any]:
+    wall = sum(c.wall_s or 0.0 for c in costs)
+    harness = sum(c.harness_s or 0.0 for c in costs)
+    split = {step.value: sum((c.split_s or {}).get(step.value, 0.0) for c in costs) for step in Step}
+    return {"cases": len(costs), "wall_s": wall, "measured_s": sum(c.measured_s or 0.0 for c in costs),
             "harness_s": harness, "share": harness / wall if wall > 0 else None, "split_s": split}

@@ -39,7 +39,7 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,7 +49,7 @@ import torch
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline, first_line
 from fp8bench.core.precisions import Precision, ScaledRecipe
-from fp8bench.core.records import Record
+from fp8bench.core.records import Record, case_key
 from fp8bench.core.shapes import Shape, label
 from fp8bench.measure.settings import RunSettings, profile_mode
 from fp8bench.paths import TRACE_SUFFIX
@@ -267,20 +267,18 @@ class CaseProfiler:
         return replace(record, extra={**record.extra, "profile": info})
 
 
-def profile_of(record: dict[str, Any]) -> dict[str, Any]:
-    """A stored record's profile (``extra.profile``), or an empty dict."""
-    profile = (record.get("extra") or {}).get("profile")
+def profile_of(record: Record) -> dict[str, Any]:
+    """A record's profile (``extra.profile``), or an empty dict."""
+    profile = (record.extra or {}).get("profile")
     return profile if isinstance(profile, dict) else {}
 
 
-def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summary_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
     """One row per record with a profile, for the run's summary: its position, case key, and trace or command."""
-    from fp8bench.core.records import case_key
-
     rows = []
     for r in records:
         profile = profile_of(r)
         if profile:
-            rows.append({"seq": r.get("seq"), "case": case_key(r), "tool": profile.get("tool"),
+            rows.append({"seq": r.seq, "case": case_key(r), "tool": profile.get("tool"),
                          "trace": profile.get("trace"), "command": profile.get("command")})
     return rows

@@ -64,6 +64,7 @@ from fp8bench.core.precisions import (
     fp4_settings,
     resolve_precision,
 )
+from fp8bench.core.record_parts import DelayedScaling
 from fp8bench.core.records import Record
 from fp8bench.core.repro import repro_of
 from fp8bench.core.shapes import Shape, label
@@ -181,7 +182,7 @@ def case_record(case: Case, device: Device, seq: int, status: str, reason: str |
     record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
                     backend=case.backend, device=str(device), status=status, reason=reason,
                     fp8_format=fp8.format_label if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
-                    delayed_scaling=delayed_scaling_settings(case.precision),
+                    delayed_scaling=DelayedScaling.from_json(delayed_scaling_settings(case.precision)),
                     flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
                     seq=seq, **fields)
     options = fp4_settings(case.precision)
@@ -272,8 +273,8 @@ class CaseMeasurer:
                 if self.graphs is not None:
                     self.graphs.release()
         wall = time.monotonic() - started
-        return replace(record, timing={**record.timing, "case_wall_s": wall},
-                       harness=self.cost.record(wall, record.timing.get("timed_s", 0.0)))
+        return replace(record, timing=replace(record.timing, case_wall_s=wall),
+                       harness=self.cost.record(wall, record.timing.timed_s or 0.0))
 
     @contextmanager
     def _settings_for_case(self, settings: RunSettings | None) -> Iterator[None]:
@@ -806,7 +807,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
                 on_start(i, case)
             record = _budgeted(measurer, case, i, budget)
             # the `fp8bench run` command of this one case
-            record = replace(record, repro=repro_of(record.to_dict(), header))
+            record = replace(record, repro=repro_of(record, header))
             streamed = time.monotonic()
             run.stream.add(record)
             stream_s += time.monotonic() - streamed
@@ -817,7 +818,7 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     if lock is not None:
         lock.reset()
     final = {"wall_budget": budget.header(final=True)} if budget is not None else {}
-    harness = {**summarise([r.to_dict() for r in run.stream.records], stream_s), "ceilings_s": ceilings_s}
+    harness = {**summarise(run.stream.records, stream_s), "ceilings_s": ceilings_s}
     run.finish(n_cases=len(cases), harness=harness, **final)
     return replace(run.outcome(run_id, run_file, store), harness=harness, wall_budget=final.get("wall_budget"))
 

@@ -469,11 +469,11 @@ class Selfcheck:
             note = f"; on emulated because torch skipped it ({record.reason})"
             record = self._measure(self._light, "sqnr", Case("gemm", shape, recipe, "emulated"))
         measured = {"backend": record.backend, "shape": label(shape), "status": record.status,
-                    "sqnr_db": record.numerics.get("sqnr_db"), "predicted": predicted.to_dict()}
+                    "sqnr_db": record.numerics.sqnr_db, "predicted": predicted.to_dict()}
         if record.status != "ok":
             return CheckResult("sqnr", subject, Verdict.FAIL, f"{record.backend}: {record.status}: "
                                f"{record.reason}{note}", measured)
-        verdict, detail = judge_sqnr(record.numerics.get("sqnr_db"), predicted.sqnr_db)
+        verdict, detail = judge_sqnr(record.numerics.sqnr_db, predicted.sqnr_db)
         return CheckResult("sqnr", subject, verdict, f"{record.backend} {label(shape)}: {detail}{note}", measured)
 
     def _energy(self) -> Iterator[CheckResult]:

@@ -62,16 +62,15 @@ SMALLER_IS_BETTER: dict[str, tuple[str, float]] = {
 def flat(row: Row) -> dict[str, Any]:
     """One record as a flat row of :data:`COLUMNS` (and ``phase:NAME``)."""
     rec, run = row.record, row.run
-    numerics = rec.get("numerics") or {}
     out: dict[str, Any] = {
         "run_id": run.get("run_id"), "started_at": run.get("started_at"),
         "git_commit": (run.get("git") or {}).get("commit"), "device_name": row.device_label,
-        "case_key": case_key(rec), "shape": label(rec.get("shape") or {}),
+        "case_key": case_key(rec), "shape": label(rec.shape or {}),
     }
     for name in COLUMNS:
         if name not in out:
-            out[name] = numerics.get(name) if name in _NUMERICS else rec.get(name)
-    for name, seconds in (rec.get("phases") or {}).items():
+            out[name] = getattr(rec.numerics, name) if name in _NUMERICS else getattr(rec, name)
+    for name, seconds in (rec.phases or {}).items():
         out[f"phase:{name}"] = seconds
     return out
 
@@ -107,18 +106,17 @@ def github_action_benchmark(rows: Sequence[Row], metric: str = "median_s") -> li
     out = []
     for row in latest_per_benchmark(rows):
         rec = row.record
-        value = rec.get(metric)
+        value = getattr(rec, metric)
         if value is None:
             continue
         entry: dict[str, Any] = {"name": benchmark_name(row), "unit": unit, "value": float(value) * scale}
-        if metric == "median_s" and rec.get("iqr_s") is not None:
-            entry["range"] = f"± {float(rec['iqr_s']) * scale / 2:.4g}"
-        numerics = rec.get("numerics") or {}
-        extra = [f"run {row.run.get('run_id')}", f"n={rec.get('n')}"]
+        if metric == "median_s" and rec.iqr_s is not None:
+            entry["range"] = f"± {float(rec.iqr_s) * scale / 2:.4g}"
+        extra = [f"run {row.run.get('run_id')}", f"n={rec.n}"]
         if (row.run.get("git") or {}).get("commit"):
             extra.append(f"commit {row.run['git']['commit'][:12]}")
-        if numerics.get("sqnr_db") is not None:
-            extra.append(f"SQNR {numerics['sqnr_db']:.1f} dB")
+        if rec.numerics.sqnr_db is not None:
+            extra.append(f"SQNR {rec.numerics.sqnr_db:.1f} dB")
         entry["extra"] = "\n".join(extra)
         out.append(entry)
     return out
@@ -130,18 +128,18 @@ def bencher_metric_format(rows: Sequence[Row]) -> dict[str, dict[str, dict[str, 
     for row in latest_per_benchmark(rows):
         rec = row.record
         measures: dict[str, dict[str, float]] = {}
-        if rec.get("median_s") is not None:
-            latency = {"value": float(rec["median_s"]) * 1e9}
-            samples = sorted(float(v) * 1e9 for v in rec.get("samples_s") or [])
+        if rec.median_s is not None:
+            latency = {"value": float(rec.median_s) * 1e9}
+            samples = sorted(float(v) * 1e9 for v in rec.samples_s or [])
             if len(samples) >= 2:
                 q1, _median, q3 = statistics.quantiles(samples, n=4, method="inclusive")
                 latency.update(lower_value=q1, upper_value=q3)
             measures["latency"] = latency
-        if rec.get("tflops") is not None:
-            measures["throughput-tflops"] = {"value": float(rec["tflops"])}
-        if rec.get("energy_j") is not None:
-            measures["energy-j"] = {"value": float(rec["energy_j"])}
-        sqnr = (rec.get("numerics") or {}).get("sqnr_db")
+        if rec.tflops is not None:
+            measures["throughput-tflops"] = {"value": float(rec.tflops)}
+        if rec.energy_j is not None:
+            measures["energy-j"] = {"value": float(rec.energy_j)}
+        sqnr = rec.numerics.sqnr_db
         if sqnr is not None and math.isfinite(sqnr):
             measures["sqnr-db"] = {"value": float(sqnr)}
         if measures:

@@ -14,6 +14,7 @@ Every cell is plain text: a stored name or reason is shown as written, never rea
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,10 +22,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fp8bench.analysis.report import baseline_index, shape_text, speedups
+from fp8bench.analysis.report import BaselineKey, baseline_index, shape_text, speedups
 from fp8bench.core.noise import NOISY_SPREAD, HostLoad, is_noisy, record_spread
 from fp8bench.core.peak_table import above_ceiling, ceiling_advice
-from fp8bench.core.records import SCALE_POW2, full_accum_variant
+from fp8bench.core.records import SCALE_POW2, Record, fields_of, full_accum_variant, load_record
 
 
 def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
@@ -49,8 +50,8 @@ def speedup_text(x: float | None) -> str:
     return f"{x:#.2g}x"
 
 
-def phase_split(record: dict[str, Any]) -> str:
-    phases = record.get("phases") or {}
+def phase_split(record: Record) -> str:
+    phases = record.phases or {}
     total = sum(phases.values())
     if not total:
         return "-"
@@ -58,12 +59,12 @@ def phase_split(record: dict[str, Any]) -> str:
     return " ".join(f"{short.get(k, k)}{100 * v / total:.0f}%" for k, v in phases.items())
 
 
-def timed(record: dict[str, Any]) -> bool:
+def timed(record: Record) -> bool:
     """A record with timings to be noisy or not: measured, with a median (an interpreter's run has none)."""
-    return record.get("status") in ("ok", "invalid") and bool(record.get("median_s"))
+    return record.status in ("ok", "invalid") and bool(record.median_s)
 
 
-def noise_text(record: dict[str, Any], loaded: bool = False) -> str:
+def noise_text(record: Record, loaded: bool = False) -> str:
     """The record's relative spread (IQR / median) in percent, ``noisy`` appended when :func:`is_noisy` says so."""
     spread = record_spread(record)
     if not timed(record):
@@ -72,37 +73,38 @@ def noise_text(record: dict[str, Any], loaded: bool = False) -> str:
     return f"{text} noisy" if is_noisy(spread, loaded) else text
 
 
-def peak_text(record: dict[str, Any]) -> str:
+def peak_text(record: Record) -> str:
     """% of peak, with ``!`` where it is above 100 (:func:`fp8bench.core.peak_table.above_ceiling`)."""
-    pct = record.get("pct_of_peak")
+    pct = record.pct_of_peak
     return _fmt(pct, ".1f") + (" !" if above_ceiling(pct) else "")
 
 
-def delayed_scaling_header(records: list[dict[str, Any]]) -> str | None:
+def delayed_scaling_header(records: list[Record]) -> str | None:
     """One line naming the delayed-scaling settings and FP8 formats the run's ``fp8_delayed`` records used, or
     ``None`` when there are none: those settings change the numbers, so the table says them up front."""
     from fp8bench.core.precisions import TE_DELAYED_SCALING_DEFAULTS
 
-    delayed = [r for r in records if r.get("delayed_scaling")]
+    delayed = [r for r in records if r.delayed_scaling]
     if not delayed:
         return None
-    settings = sorted({tuple(sorted(r["delayed_scaling"].items())) for r in delayed})
+    settings = sorted({tuple(sorted((r.delayed_scaling.to_json() or {}).items())) for r in delayed})
     texts = [f"amax history {d['amax_history_len']}, amax {d['amax_compute_algo']}, margin {d['margin']}"
              for d in map(dict, settings)]
     te = all(TE_DELAYED_SCALING_DEFAULTS[k] == v for s in settings for k, v in s)
     formats: dict[str, set[str]] = {}
     for r in delayed:
-        formats.setdefault(str(r.get("fp8_format")), set()).add(r["workload"])
+        formats.setdefault(str(r.fp8_format), set()).add(r.workload)
     where = ", ".join(f"{fmt} on {', '.join(sorted(ws))}" for fmt, ws in sorted(formats.items()))
     return (f"fp8_delayed: {'; '.join(texts)}{' (Transformer Engine DelayedScaling defaults)' if te else ''}; "
             f"format {where}")
 
 
-def precision_label(record: dict[str, Any]) -> str:
+def precision_label(record: Record | Mapping[str, Any]) -> str:
     """The precision as the table shows it, with what makes a record a variant of it: full accumulation where fast
     is the default, and power-of-two scales where fp8bench's recipe has FP32 ones (``Record.scale_format``)."""
-    return (record["precision"] + (" (full acc)" if full_accum_variant(record) else "")
-            + (" (pow2 scales)" if record.get("scale_format") == SCALE_POW2 else ""))
+    precision, scale_format = fields_of(record, "precision", "scale_format")
+    return (precision + (" (full acc)" if full_accum_variant(record) else "")
+            + (" (pow2 scales)" if scale_format == SCALE_POW2 else ""))
 
 
 @dataclass(frozen=True)
@@ -128,16 +130,16 @@ def table_columns(baseline: str) -> tuple[Column, ...]:
             Column("launch ms", "right", 12))  # last: left out when no record has it (render_table)
 
 
-def _cells(r: dict[str, Any], index: dict[tuple[Any, ...], dict[str, Any]], loaded: bool) -> list[str]:
+def _cells(r: Record, index: dict[BaselineKey, tuple[float, float | None]], loaded: bool) -> list[str]:
     e2e, pre = speedups(r, index)
-    num = r.get("numerics") or {}
-    ovf, unf = num.get("overflow_frac"), num.get("underflow_frac")
-    return [r["workload"], shape_text(r["shape"]),
-            precision_label(r), r["backend"], status_text(r),
-            ms_text(r.get("median_s")), ms_text(r.get("prequant_median_s")),
-            _fmt(r.get("tflops") and r["tflops"], ".3g"), peak_text(r), speedup_text(e2e), speedup_text(pre),
-            noise_text(r, loaded), phase_split(r), _fmt(num.get("sqnr_db"), ".1f"), _fmt(num.get("rel_err"), ".2e"),
-            "-" if ovf is None else f"{100 * ovf:.2g}/{100 * (unf or 0):.2g}", _launch_text(r.get("launch_overhead_s"))]
+    num = r.numerics
+    ovf, unf = num.overflow_frac, num.underflow_frac
+    return [r.workload, shape_text(r.shape),
+            precision_label(r), r.backend, status_text(r),
+            ms_text(r.median_s), ms_text(r.prequant_median_s),
+            _fmt(r.tflops, ".3g"), peak_text(r), speedup_text(e2e), speedup_text(pre),
+            noise_text(r, loaded), phase_split(r), _fmt(num.sqnr_db, ".1f"), _fmt(num.rel_err, ".2e"),
+            "-" if ovf is None else f"{100 * ovf:.2g}/{100 * (unf or 0):.2g}", _launch_text(r.launch_overhead_s)]
 
 
 def _launch_text(seconds: float | None) -> str:
@@ -145,8 +147,8 @@ def _launch_text(seconds: float | None) -> str:
     return "-" if seconds is None else ms_text(seconds) if seconds > 0 else "0"
 
 
-def status_text(r: dict[str, Any]) -> str:
-    return r["status"] if not r.get("reason") else f"{r['status']}: {r['reason']}"
+def status_text(r: Record) -> str:
+    return r.status if not r.reason else f"{r.status}: {r.reason}"
 
 
 # Box-drawing cost of a column in rich's default table: one space of padding each side and a rule.
@@ -174,8 +176,15 @@ def fit_columns(columns: tuple[Column, ...], widths: list[int], width: int) -> l
     return kept
 
 
-def table_notes(records: list[dict[str, Any]], load: HostLoad | None = None) -> list[str]:
+def as_records(records: Iterable[Record | Mapping[str, Any]]) -> list[Record]:
+    """Records typed: a stored record's JSON fields (a run file's, the ``--json`` output's) through
+    :func:`fp8bench.core.records.load_record`."""
+    return [r if isinstance(r, Record) else load_record(r) for r in records]
+
+
+def table_notes(records: Iterable[Record | Mapping[str, Any]], load: HostLoad | None = None) -> list[str]:
     """What the table's flags mean, said once under it: noisy cases, percentages above the ceiling, the load."""
+    records = as_records(records)
     notes = []
     loaded = bool(load and load.overloaded)
     noisy = [r for r in records if timed(r) and is_noisy(record_spread(r), loaded)]
@@ -184,19 +193,20 @@ def table_notes(records: list[dict[str, Any]], load: HostLoad | None = None) -> 
                f"their samples spread more than {NOISY_SPREAD:.0%} (IQR / median)")
         notes.append(f"noisy: {len(noisy)} case(s), {why}; a difference smaller than the noise is not one. "
                      "Rerun on a quiet machine, or compare versions with `fp8bench ab`")
-    over = [r for r in records if above_ceiling(r.get("pct_of_peak"))]
+    over = [r for r in records if above_ceiling(r.pct_of_peak)]
     if over:
-        sources = sorted({str(r.get("peak_source")) for r in over})
+        sources = sorted({str(r.peak_source) for r in over})
         notes.append(f"% peak above 100 (!) on {len(over)} case(s): the ceiling is wrong, not the kernel. "
-                     f"{ceiling_advice(over[0].get('device', ''))} (ceiling: {'; '.join(sources)})")
+                     f"{ceiling_advice(over[0].device)} (ceiling: {'; '.join(sources)})")
     return notes
 
 
-def render_table(records: list[dict[str, Any]], baseline: str, console: Console, title: str = "",
+def render_table(records: Iterable[Record | Mapping[str, Any]], baseline: str, console: Console, title: str = "",
                  load: HostLoad | None = None, compact: bool = False) -> None:
     """The run table on ``console``: one row per case, the columns that fit its width (the rest are named under
     it), then the notes of :func:`table_notes`. ``compact`` prints one plain line per case instead (narrow
-    consoles, logs). ``load`` is the host's load when the run started."""
+    consoles, logs). ``load`` is the host's load when the run started; ``records`` typed or as stored."""
+    records = as_records(records)
     index = baseline_index(records, baseline)
     header = delayed_scaling_header(records)
     title = "\n".join(filter(None, [title, header]))
@@ -223,7 +233,7 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
             table.add_column(col.name, justify=col.justify, no_wrap=col.floor is None and (fits or col.priority > 0),
                              min_width=widths[i] if col.floor else None, overflow="fold")
         for r, cells in zip(records, rows, strict=True):
-            style = {"ok": None, "skipped": "dim", "failed": "red", "invalid": "yellow"}[r["status"]]
+            style = {"ok": None, "skipped": "dim", "failed": "red", "invalid": "yellow"}[r.status]
             # Text cells: a stored name or reason is shown as written, never read as Rich markup.
             table.add_row(*(Text(cells[i]) for i in kept), style=style)
         console.print(table)
@@ -237,7 +247,7 @@ def render_table(records: list[dict[str, Any]], baseline: str, console: Console,
         console.print(note, markup=False, highlight=False)
 
 
-def numbered_reasons(records: list[dict[str, Any]], rows: list[list[str]],
+def numbered_reasons(records: list[Record], rows: list[list[str]],
                      status: int) -> tuple[list[list[str]], list[str]]:
     """``rows`` with each status cell that has a reason cut to the status and a number (``skipped (1)``), and the
     distinct reasons in that numbering: a reason in the cell folded it to several lines per case, repeated for
@@ -245,11 +255,11 @@ def numbered_reasons(records: list[dict[str, Any]], rows: list[list[str]],
     reasons: list[str] = []
     out = []
     for r, row in zip(records, rows, strict=True):
-        why = r.get("reason")
+        why = r.reason
         if why:
             if why not in reasons:
                 reasons.append(why)
-            row = [*row[:status], f"{r['status']} ({reasons.index(why) + 1})", *row[status + 1:]]
+            row = [*row[:status], f"{r.status} ({reasons.index(why) + 1})", *row[status + 1:]]
         out.append(row)
     return out, reasons
 
@@ -261,25 +271,25 @@ def compact_line(columns: tuple[Column, ...], cells: list[str]) -> str:
     return f"{ident}: {cells[4]}" + (f" | {', '.join(measured)}" if measured else "")
 
 
-def render_bandwidths(records: list[dict[str, Any]], baseline: str, console: Console) -> None:
+def render_bandwidths(records: Iterable[Record | Mapping[str, Any]], baseline: str, console: Console) -> None:
     """A second table for the records of collectives (those whose ``extra`` states ``comm_bytes``): bytes sent and
     their ratio to the baseline precision's, the collective's own time, and nccl-tests' algorithm and bus
     bandwidths (:mod:`fp8bench.workloads.collective`). Prints nothing for a run without collectives."""
-    comm = [r for r in records if r["status"] in ("ok", "invalid") and "comm_bytes" in (r.get("extra") or {})]
+    comm = [r for r in as_records(records) if r.status in ("ok", "invalid") and "comm_bytes" in (r.extra or {})]
     if not comm:
         return
-    base = {(r["workload"], shape_text(r["shape"]), r["backend"]): r["extra"]["comm_bytes"]
-            for r in comm if r["precision"] == baseline}
+    base = {(r.workload, shape_text(r.shape), r.backend): r.extra["comm_bytes"]
+            for r in comm if r.precision == baseline}
     table = Table(title="communication (bus bandwidth as nccl-tests defines it: algbw x (n-1)/n)",
                   header_style="bold")
     for col in ("workload", "shape", "precision", "backend", "ranks", "bytes", f"vs {baseline}", "comm ms",
                 "algbw GB/s", "busbw GB/s"):
         table.add_column(col, justify="left" if col in ("workload", "shape", "precision", "backend") else "right")
     for r in comm:
-        extra = r["extra"]
-        ref = base.get((r["workload"], shape_text(r["shape"]), r["backend"]))
-        comm_s = (r.get("phases") or {}).get("communicate")
-        table.add_row(Text(r["workload"]), Text(shape_text(r["shape"])), Text(r["precision"]), Text(r["backend"]),
+        extra = r.extra
+        ref = base.get((r.workload, shape_text(r.shape), r.backend))
+        comm_s = (r.phases or {}).get("communicate")
+        table.add_row(Text(r.workload), Text(shape_text(r.shape)), Text(r.precision), Text(r.backend),
                       str(extra.get("world_size", "-")), f"{extra['comm_bytes']:,}",
                       _fmt(ref and extra["comm_bytes"] / ref, ".3f", "x"), _fmt(comm_s and comm_s * 1e3, ".3f"),
                       _fmt(extra.get("algbw_gbps"), ".3g"), _fmt(extra.get("busbw_gbps"), ".3g"))

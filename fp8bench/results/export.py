@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fp8bench.core.records import Record, load_record
+
 if TYPE_CHECKING:  # the store loads only when an export runs, not for `fp8bench --help`
     from fp8bench.results.store import Store
     from fp8bench.results.store.queries import RecordFilter
@@ -24,22 +26,26 @@ class ExportError(ValueError):
 
 @dataclass(frozen=True)
 class Row:
-    """One record with the run header it came from."""
+    """One record with the run header it came from; a stored record's JSON is read into its :class:`Record`."""
 
     run: dict[str, Any]
-    record: dict[str, Any]
+    record: Record
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.record, Record):
+            object.__setattr__(self, "record", load_record(self.record))
 
     @property
     def device_label(self) -> str:
         """The device model (``NVIDIA H100 80GB HBM3``, the CPU's brand), else the device kind: the dashboard's
         device filter value."""
-        return str((self.run.get("device") or {}).get("name") or self.record.get("device"))
+        return str((self.run.get("device") or {}).get("name") or self.record.device)
 
 
 def rows_from_payloads(payloads: Iterable[dict[str, Any]]) -> list[Row]:
     """Every record of the given run payloads, oldest run first."""
     ordered = sorted(payloads, key=lambda p: str(p["run"].get("started_at") or ""))
-    return [Row(p["run"], r) for p in ordered for r in p["records"]]
+    return [Row(p["run"], load_record(r, p["schema_version"])) for p in ordered for r in p["records"]]
 
 
 def run_range(started: Mapping[str, str], text: str | None) -> tuple[str | None, str | None]:
@@ -66,9 +72,9 @@ def keeps(flt: RecordFilter, row: Row) -> bool:
     branch = (row.run.get("git") or {}).get("branch")
     return all((
         not flt.device or row.device_label in flt.device,
-        not flt.workload or rec.get("workload") in flt.workload,
-        not flt.backend or rec.get("backend") in flt.backend,
-        not flt.precision or rec.get("precision") in flt.precision,
+        not flt.workload or rec.workload in flt.workload,
+        not flt.backend or rec.backend in flt.backend,
+        not flt.precision or rec.precision in flt.precision,
         not flt.branch or branch in flt.branch,
         flt.started_from is None or started >= flt.started_from,
         flt.started_to is None or started <= flt.started_to,
@@ -88,5 +94,5 @@ def rows_from_store(store: Store, flt: RecordFilter, headers: Mapping[str, dict[
 
     picked = select_records(store, flt, columns=["id", "run_id"])
     full = record_json(store, [int(i) for i in picked["id"]])
-    return [Row(headers.get(str(run_id)) or {"run_id": run_id}, full[int(i)])
+    return [Row(headers.get(str(run_id)) or {"run_id": run_id}, load_record(full[int(i)]))
             for i, run_id in zip(picked["id"], picked["run_id"], strict=True) if int(i) in full]

@@ -9,8 +9,9 @@ run header is checked where it enters (reading a run file, ingest) and where old
 migration that repairs records stored before this check existed).
 
 The expected types come from one place each: a record's top-level fields from the annotations of
-:class:`fp8bench.core.records.Record` (``float | None`` is a number or null, ``dict[...]`` an object, ``list[...]`` a
-list); the nested fields the store and the pages read from :data:`NESTED_RECORD_FIELDS` and
+:class:`fp8bench.core.records.Record` (``float | None`` is a number or null, ``dict[...]`` or a typed part an object,
+``list[...]`` a list); the keys of each typed part from its annotations (:mod:`fp8bench.core.record_parts`); what the
+store and the pages read of ``extra`` and of the run header from :data:`NESTED_RECORD_FIELDS` and
 :data:`RUN_FIELDS`. A field may always be absent or null. JSON integers have no size limit while SQL integer
 columns do: that bound is the store's to enforce (:mod:`fp8bench.results.store`), since only it knows the column.
 
@@ -28,7 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from fp8bench.core.records import Record
+from fp8bench.core.record_parts import Part
+from fp8bench.core.records import PARTS, Record
 
 # Deepest nesting of objects and lists accepted inside one record or header (a record fp8bench writes is under 8).
 MAX_DEPTH = 64
@@ -76,12 +78,13 @@ _SCALARS = {str: TEXT, float: NUMBER, int: INTEGER, bool: BOOLEAN}
 
 
 def _kind_of(annotation: Any) -> Kind | None:
-    """The JSON kind of a dataclass annotation (``float | None`` -> NUMBER); ``None`` for ``Any``."""
+    """The JSON kind of a dataclass annotation (``float | None`` -> NUMBER, a record part -> OBJECT); ``None`` for
+    ``Any``."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return _kind_of(args[0]) if len(args) == 1 else None
     origin = typing.get_origin(annotation) or annotation
-    if origin is dict:
+    if origin is dict or (isinstance(origin, type) and issubclass(origin, Part)):
         return OBJECT
     if origin is list:
         return LIST
@@ -93,12 +96,19 @@ RECORD_FIELDS: dict[str, Kind] = {
     if (kind := _kind_of(typing.get_type_hints(Record)[f.name])) is not None}
 """Every top-level record field and its kind, from :class:`fp8bench.core.records.Record`."""
 
+def _part_kinds() -> dict[tuple[str, ...], Kind]:
+    """Every key a record part names (fp8bench.core.record_parts) and the kind its annotation gives."""
+    out: dict[tuple[str, ...], Kind] = {}
+    for name, part in PARTS.items():
+        hints = typing.get_type_hints(part)
+        out.update({(name, key): kind for key in part.names() if (kind := _kind_of(hints[key])) is not None})
+    return out
+
+
 NESTED_RECORD_FIELDS: dict[tuple[str, ...], Kind] = {
-    # What the store's typed columns and the pages read below the top level (fp8bench.results.store.columns).
-    ("numerics", "sqnr_db"): NUMBER, ("numerics", "rel_err"): NUMBER, ("numerics", "max_abs_err"): NUMBER,
-    ("numerics", "overflow_frac"): NUMBER, ("numerics", "underflow_frac"): NUMBER,
-    ("energy", "method"): TEXT, ("energy", "reason"): TEXT, ("energy", "invalid_reasons"): LIST,
-    ("timing", "mode"): TEXT,
+    # The typed parts' keys, then what the store's typed columns and the pages read of ``extra``
+    # (fp8bench.results.store.columns).
+    **_part_kinds(),
     ("extra", "convergence"): OBJECT, ("extra", "convergence", "verdict"): TEXT,
     ("extra", "convergence", "final_gap"): NUMBER, ("extra", "convergence", "max_gap"): NUMBER,
     ("extra", "convergence", "max_gap_step"): INTEGER, ("extra", "convergence", "window"): INTEGER,

@@ -29,7 +29,7 @@ from fp8bench.analysis.gate.metrics import metric_value
 from fp8bench.analysis.selection import timings_count
 from fp8bench.core.comparability import ComparabilityKey, comparability_key
 from fp8bench.core.noise import HostLoad, run_load
-from fp8bench.core.records import case_key
+from fp8bench.core.records import case_key, load_record
 from fp8bench.core.repro import repro_of
 from fp8bench.results.runfile import check_seconds
 
@@ -105,7 +105,8 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
         origin = origin_of(payload)
         for record in payload["records"]:
             name = case_key(record)
-            key = comparability_key(record, run)
+            typed = load_record(record, payload["schema_version"])
+            key = comparability_key(typed, run)
             entry = cases.setdefault(name, SideCase(name, key, record.get("precision"), repro=repro_of(record, run)))
             if key != entry.key and entry.key_conflict is None:
                 entry.key_conflict = entry.key.differences(key)
@@ -113,7 +114,7 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
                 if entry.status == "ok":
                     entry.status, entry.reason = INTERPRETED, "interpreted: not timed"
                 continue
-            if not timings_count(record, run):
+            if not timings_count(typed, run):
                 if entry.status == "ok":
                     entry.status, entry.reason = record.get("status", "failed"), record.get("reason")
                 continue

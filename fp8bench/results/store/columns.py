@@ -20,7 +20,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-Reader = Callable[[dict[str, Any], dict[str, Any]], Any]
+from fp8bench.core.records import Record
+
+# A column's value from a record (a stored one: fp8bench.core.records.load_record) and its run's header.
+Reader = Callable[[Record, dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -34,57 +37,48 @@ class RecordColumn:
 
 
 def _field(name: str) -> Reader:
-    return lambda r, _run: r.get(name)
-
-
-def _sub(section: str, name: str) -> Reader:
-    return lambda r, _run: (r.get(section) or {}).get(name)
+    return lambda r, _run: getattr(r, name)
 
 
 def _git(name: str) -> Reader:
     return lambda _r, run: (run.get("git") or {}).get(name)
 
 
-def _energy_reason(r: dict[str, Any], _run: dict[str, Any]) -> str | None:
-    energy = r.get("energy") or {}
-    return energy.get("reason") or "; ".join(energy.get("invalid_reasons") or []) or None
-
-
 def _convergence(name: str) -> Reader:
-    def read(r: dict[str, Any], _run: dict[str, Any]) -> Any:
-        verdict = (r.get("extra") or {}).get("convergence")
+    def read(r: Record, _run: dict[str, Any]) -> Any:
+        verdict = (r.extra or {}).get("convergence")
         return verdict.get(name) if isinstance(verdict, dict) else None
     return read
 
 
-def _timed_power(r: dict[str, Any], _run: dict[str, Any]) -> float | None:
+def _timed_power(r: Record, _run: dict[str, Any]) -> float | None:
     """The median power of the telemetry polled through the timed samples (``telemetry.timing.power_w.median``)."""
-    timing = (r.get("telemetry") or {}).get("timing") or {}
+    timing = r.telemetry.timing
     power = timing.get("power_w") if isinstance(timing, dict) else None
     value = power.get("median") if isinstance(power, dict) else None
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _has_losses(r: dict[str, Any], _run: dict[str, Any]) -> bool:
-    losses = (r.get("extra") or {}).get("losses")
+def _has_losses(r: Record, _run: dict[str, Any]) -> bool:
+    losses = (r.extra or {}).get("losses")
     return isinstance(losses, list) and bool(losses)
 
 
-def _timing_mode(r: dict[str, Any], _run: dict[str, Any]) -> str | None:
+def _timing_mode(r: Record, _run: dict[str, Any]) -> str | None:
     """How the samples were timed (eager launches, CUDA graph replay, ...); older records say nothing."""
-    return r.get("timing_mode") or (r.get("timing") or {}).get("mode")
+    return r.timing_mode or r.timing.mode
 
 
-def profile_trace_of(r: dict[str, Any], _run: dict[str, Any] | None = None) -> str | None:
+def profile_trace_of(r: Record, _run: dict[str, Any] | None = None) -> str | None:
     """Where the case's profile trace was written (``fp8bench run --profile``, :mod:`fp8bench.measure.profiling`)."""
-    profile = (r.get("extra") or {}).get("profile")
+    profile = (r.extra or {}).get("profile")
     trace = profile.get("trace") if isinstance(profile, dict) else None
     return str(trace) if trace else None
 
 
 def _as_float(read: Reader) -> Reader:
     """Counts that can pass 2**63 (FLOPs of a large training step) are stored as floats."""
-    def wrapped(r: dict[str, Any], run: dict[str, Any]) -> float | None:
+    def wrapped(r: Record, run: dict[str, Any]) -> float | None:
         value = read(r, run)
         return None if value is None else float(value)
     return wrapped
@@ -119,12 +113,12 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
     RecordColumn("peak_mem_tbps", sa.Float, _field("peak_mem_tbps"), "memory-bandwidth ceiling, TB/s"),
     # Energy.
     RecordColumn("avg_power_w", sa.Float, _field("avg_power_w"), "average power over the energy window, W"),
-    RecordColumn("energy_method", sa.String(32), _sub("energy", "method"), "nvml, rapl, none, ..."),
-    RecordColumn("energy_reason", sa.Text, _energy_reason, "why energy is missing or invalid"),
+    RecordColumn("energy_method", sa.String(32), lambda r, _run: r.energy.method, "nvml, rapl, none, ..."),
+    RecordColumn("energy_reason", sa.Text, lambda r, _run: r.energy.reasons, "why energy is missing or invalid"),
     # Numerics beyond SQNR and relative error.
-    RecordColumn("max_abs_err", sa.Float, _sub("numerics", "max_abs_err"), "largest absolute error"),
-    RecordColumn("overflow_frac", sa.Float, _sub("numerics", "overflow_frac"), "share saturated at the max"),
-    RecordColumn("underflow_frac", sa.Float, _sub("numerics", "underflow_frac"), "share flushed to zero"),
+    RecordColumn("max_abs_err", sa.Float, lambda r, _run: r.numerics.max_abs_err, "largest absolute error"),
+    RecordColumn("overflow_frac", sa.Float, lambda r, _run: r.numerics.overflow_frac, "share saturated at the max"),
+    RecordColumn("underflow_frac", sa.Float, lambda r, _run: r.numerics.underflow_frac, "share flushed to zero"),
     # Convergence (fp8bench converge): the verdict is typed; the loss curve stays in the JSON (has_losses says so).
     RecordColumn("has_losses", sa.Boolean, _has_losses, "the record carries a training-loss curve"),
     RecordColumn("conv_verdict", sa.String(20), _convergence("verdict"), "ok, gap or diverged"),
@@ -143,13 +137,13 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
 )
 
 
-def record_column_values(record: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+def record_column_values(record: Record, run: dict[str, Any]) -> dict[str, Any]:
     """Every typed column's value for one record of the run whose header is ``run``."""
     return {c.name: c.read(record, run) for c in RECORD_COLUMNS}
 
 
-def phase_rows(record_id: int, record: dict[str, Any]) -> list[dict[str, Any]]:
+def phase_rows(record_id: int, record: Record) -> list[dict[str, Any]]:
     """Rows of the ``record_phases`` side table: one per timed phase, median seconds."""
-    phases = record.get("phases") or {}
+    phases = record.phases or {}
     return [{"record_id": record_id, "phase": str(name), "median_s": None if value is None else float(value)}
             for name, value in phases.items()]

@@ -17,7 +17,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from fp8bench.core.records import SCHEMA_VERSION
+from fp8bench.core.records import SCHEMA_VERSION, Record, load_record
 from fp8bench.core.redact import redact
 from fp8bench.results.errors import StoreError
 from fp8bench.results.store.columns import phase_rows
@@ -206,7 +206,8 @@ class Store:
         if run is None:
             stored = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run_id)).scalar()
             run = as_dict(stored) if stored is not None else {}
-        rows = [record_row(run_id, r, device_name, run) for r in records]
+        typed = [_typed(r, first_index + i) for i, r in enumerate(records)]
+        rows = [record_row(run_id, r, device_name, run) for r in typed]
         if not rows:
             return 0
         for offset, row in enumerate(rows):
@@ -224,7 +225,8 @@ class Store:
         if inserted:
             conn.execute(record_data_table.insert(), [{"record_id": rec_id, "data": by_seq[seq][1]}
                                                       for rec_id, seq in inserted])
-        phases = [p for rec_id, seq in inserted for p in phase_rows(rec_id, by_seq[seq][1])]
+        by_seq_typed = {row["seq"]: rec for row, rec in zip(rows, typed, strict=True)}
+        phases = [p for rec_id, seq in inserted for p in phase_rows(rec_id, by_seq_typed[seq])]
         if phases:
             conn.execute(record_phases_table.insert(), phases)
         return len(inserted)
@@ -356,6 +358,14 @@ class Store:
                 records_table, records_table.c.id == record_data_table.c.record_id)
                 .where(records_table.c.run_id == run_id).order_by(records_table.c.seq)).scalars().all()
         return {"schema_version": SCHEMA_VERSION, "run": as_dict(run), "records": [as_dict(r) for r in recs]}
+
+
+def _typed(record: dict[str, Any], index: int) -> Record:
+    """Record ``index`` of a file, typed; a value its field refuses is a :class:`StoreError` naming the record."""
+    try:
+        return load_record(record)
+    except ValueError as exc:
+        raise StoreError(f"record {index}: {exc}") from exc
 
 
 def _run_id_range(ids: str | None, limit: int) -> str | None:

@@ -31,6 +31,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from fp8bench.core.records import load_record
 from fp8bench.results.record_check import describe, record_problems, repaired, run_problems
 from fp8bench.results.runfile import REQUIRED_FIELDS
 from fp8bench.results.store.columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
@@ -60,7 +61,7 @@ def _migrate_1_to_2(conn: sa.Connection) -> None:
     runs = {rid: _readable_run(data) for rid, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data))}
     rows = conn.execute(sa.select(legacy_records.c.id, legacy_records.c.run_id, legacy_records.c.data)).all()
     for rec_id, run_id, data in rows:
-        key = key_string(comparability_key(_readable_record(data), runs.get(run_id) or {}))
+        key = key_string(comparability_key(load_record(_readable_record(data)), runs.get(run_id) or {}))
         conn.execute(legacy_records.update().where(legacy_records.c.id == rec_id).values(comparability_key=key))
 
 
@@ -107,7 +108,7 @@ def _migrate_2_to_3(conn: sa.Connection) -> None:
             break
         values, phases = [], []
         for rec_id, run_id, data in batch:
-            record = _readable_record(data)
+            record = load_record(_readable_record(data))
             values.append({"record_id": rec_id, **record_column_values(record, runs.get(run_id) or {})})
             phases.extend(phase_rows(rec_id, record))
         conn.execute(update, values)
@@ -128,7 +129,7 @@ def _migrate_3_to_4(conn: sa.Connection) -> None:
     rows = conn.execute(sa.select(record_data_table.c.record_id, record_data_table.c.data)
                         .where(text.like('%"profile"%'))).all()
     for rec_id, data in rows:
-        value = profile_trace_of(_readable_record(data))
+        value = profile_trace_of(load_record(_readable_record(data)))
         if value is not None:
             conn.execute(records_table.update().where(records_table.c.id == rec_id).values(profile_trace=value))
 
@@ -189,13 +190,14 @@ def _migrate_4_to_5(conn: sa.Connection) -> None:
             record, changed = _checked(data, record_problems)
             if not changed and run_problems(runs.get(run_id) or {}) == []:
                 continue
-            row = record_row(run_id, record, device_name, runs.get(run_id) or {})
+            typed = load_record(record)
+            row = record_row(run_id, typed, device_name, runs.get(run_id) or {})
             check_values(records_table, [row])
             conn.execute(update, [{"record_id": rec_id, **{name: row[name] for name in columns}}])
             conn.execute(record_data_table.update().where(record_data_table.c.record_id == rec_id)
                          .values(data=record))
             conn.execute(record_phases_table.delete().where(record_phases_table.c.record_id == rec_id))
-            phases = phase_rows(rec_id, record)
+            phases = phase_rows(rec_id, typed)
             if phases:
                 conn.execute(record_phases_table.insert(), phases)
 
@@ -213,7 +215,7 @@ def _migrate_5_to_6(conn: sa.Connection) -> None:
     rows = conn.execute(sa.select(record_data_table.c.record_id, record_data_table.c.data)
                         .where(sa.or_(text.like('%"sm_clock_mhz": %'), text.like('%"power_w"%')))).all()
     for rec_id, data in rows:
-        record = _readable_record(data)
+        record = load_record(_readable_record(data))
         values = {name: read(record, {}) for name, read in readers.items()}
         if any(v is not None for v in values.values()):
             conn.execute(records_table.update().where(records_table.c.id == rec_id).values(values))

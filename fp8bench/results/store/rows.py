@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-from fp8bench.core.records import case_key
+from fp8bench.core.records import Record, case_key
 from fp8bench.core.shapes import label
 from fp8bench.results.errors import StoreError
 from fp8bench.results.record_check import describe
@@ -102,18 +102,18 @@ def as_dict(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def record_row(run_id: str, r: dict[str, Any], device_name: str | None, run: dict[str, Any]) -> dict[str, Any]:
+def record_row(run_id: str, rec: Record, device_name: str | None, run: dict[str, Any]) -> dict[str, Any]:
+    """The ``records`` table's row of a record (a stored one: :func:`fp8bench.core.records.load_record`) of run
+    ``run_id``, whose header is ``run``."""
     from fp8bench.core.comparability import comparability_key, key_string
 
-    numerics = r.get("numerics") or {}
-    return {"run_id": run_id, "seq": record_seq(r), "case_key": case_key(r), "workload": r["workload"],
-            "shape": label(r["shape"]), "precision": r["precision"],
-            "fp8_format": r.get("fp8_format"), "backend": r["backend"], "device": r["device"],
-            "device_name": device_name, "status": r["status"], "reason": r.get("reason"),
-            "median_s": r.get("median_s"), "prequant_median_s": r.get("prequant_median_s"),
-            "tflops": r.get("tflops"), "prequant_tflops": r.get("prequant_tflops"),
-            "pct_of_peak": r.get("pct_of_peak"), "energy_j": r.get("energy_j"),
-            "tflops_per_w": r.get("tflops_per_w"), "sqnr_db": numerics.get("sqnr_db"),
-            "rel_err": numerics.get("rel_err"), "valid": r.get("valid", True),
-            "interpreted": r.get("interpreted", False),
-            "comparability_key": key_string(comparability_key(r, run)), **record_column_values(r, run)}
+    return {"run_id": run_id, "seq": int(rec.seq or 0), "case_key": case_key(rec), "workload": rec.workload,
+            "shape": label(rec.shape), "precision": rec.precision,
+            "fp8_format": rec.fp8_format, "backend": rec.backend, "device": rec.device,
+            "device_name": device_name, "status": rec.status, "reason": rec.reason,
+            "median_s": rec.median_s, "prequant_median_s": rec.prequant_median_s,
+            "tflops": rec.tflops, "prequant_tflops": rec.prequant_tflops,
+            "pct_of_peak": rec.pct_of_peak, "energy_j": rec.energy_j,
+            "tflops_per_w": rec.tflops_per_w, "sqnr_db": rec.numerics.sqnr_db,
+            "rel_err": rec.numerics.rel_err, "valid": rec.valid, "interpreted": rec.interpreted,
+            "comparability_key": key_string(comparability_key(rec, run)), **record_column_values(rec, run)}

@@ -1,0 +1,234 @@
+"""The typed parts of a record: what a case's numerics, output check, energy window, telemetry, timing outcome,
+harness cost, phase statistics and delayed-scaling settings hold, each a frozen dataclass with its units.
+
+A record is stored as JSON (the run file, the store's record column), and each of these parts is one JSON object
+in it (``"numerics": {...}``). Records written by older fp8bench lack the keys added since, so a part reads every
+key it names as ``None`` when the object lacks it: that rule is stated here once, for every part and every key,
+instead of beside each reader.
+
+A part writes back exactly what it read (:meth:`Part.to_json`): its keys in the order they were stored, a key stored
+as null written as null, a key the stored object lacked left out again, and the keys it does not name (written by
+a plugin, or by a newer fp8bench of the same schema) carried through unchanged. So reading a stored record and
+writing it again gives the same bytes, whichever fp8bench wrote it. A part built in code (``Numerics(sqnr_db=30.0)``)
+writes the keys it holds a value for, in the order the class names them; one changed with ``dataclasses.replace``
+keeps its stored keys and adds the keys newly set.
+
+The values are JSON values as stored (an integer stays an integer), checked for their JSON type where records
+enter (:mod:`fp8bench.results.record_check`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar, cast
+
+P = TypeVar("P", bound="Part")
+
+# Fields of every part that hold how it was stored, not what it says.
+_STORAGE = ("stored_keys", "other", "stored_null")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One JSON object of a stored record, as typed fields; see the module docstring for how it reads and writes.
+
+    ``stored_keys`` is the stored object's key order (``None`` for a part built in code), ``other`` the stored keys
+    the part does not name, ``stored_null`` whether the record held null where the object belongs (a field repaired
+    by :func:`fp8bench.results.record_check.repaired`)."""
+
+    stored_keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False, kw_only=True)
+    other: Mapping[str, object] = field(default_factory=dict, repr=False, kw_only=True)
+    stored_null: bool = field(default=False, compare=False, repr=False, kw_only=True)
+
+    what: ClassVar[str] = "part"  # the record field that holds it, for messages
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The keys this part names, in the order it writes them."""
+        return _names(cls)
+
+    @classmethod
+    def from_json(cls: type[P], data: Mapping[str, object] | None) -> P:
+        """The part a stored object gives (``None``: the record held null there); a value that is not an object is
+        refused, naming the field."""
+        if data is None:
+            return cls(stored_null=True)
+        if not isinstance(data, Mapping):
+            raise ValueError(f"record field {cls.what!r} is {type(data).__name__} {str(data)[:40]!r}; accepted: an "
+                             f"object (keys {', '.join(cls.names())}), or null")
+        names = _name_set(cls)
+        if data.keys() <= names:  # every key named: the common case, read without sorting keys out
+            return cls(**cast("Mapping[str, Any]", data), stored_keys=tuple(data))
+        known: dict[str, Any] = {k: v for k, v in data.items() if k in names}
+        return cls(**known, stored_keys=tuple(data), other={k: v for k, v in data.items() if k not in names})
+
+    def to_json(self) -> dict[str, object] | None:
+        """The object as it is stored: what :meth:`from_json` read, with any value set since (``None`` for a stored
+        null that nothing was set on)."""
+        values = {name: getattr(self, name) for name in self.names()}
+        out = {key: values[key] if key in values else self.other[key] for key in self.stored_keys or ()}
+        out.update((k, v) for k, v in values.items() if k not in out and v is not None)
+        out.update((k, v) for k, v in self.other.items() if k not in out)
+        return None if self.stored_null and not out else out
+
+    def __bool__(self) -> bool:
+        """Whether the part holds anything, as the stored object is empty or not."""
+        return bool(self.to_json())
+
+
+# Each part class's named keys, found once per class: every stored record's parts are read through them (a store
+# ingests millions).
+_NAMES: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return _known(cls)[0]
+
+
+def _name_set(cls: type) -> frozenset[str]:
+    return _known(cls)[1]
+
+
+def _known(cls: type) -> tuple[tuple[str, ...], frozenset[str]]:
+    if cls not in _NAMES:
+        names = tuple(f.name for f in fields(cls) if f.name not in _STORAGE)
+        _NAMES[cls] = names, frozenset(names)
+    return _NAMES[cls]
+
+
+@dataclass(frozen=True)
+class DelayedScaling(Part):
+    """The delayed-scaling settings an ``fp8_delayed`` record was measured with; empty for other precisions."""
+
+    what: ClassVar[str] = "delayed_scaling"
+    amax_history_len: int | None = None  # iterations of amax history the scale is computed from
+    amax_compute_algo: str | None = None  # "max" (of the history) | "most_recent"
+    margin: int | None = None  # powers of two of headroom below the format's largest value
+
+
+@dataclass(frozen=True)
+class Numerics(Part):
+    """Accuracy of the case's output against its FP64 reference (fp8bench.numerics.accuracy). ``sqnr_db`` is null
+    for an exact match (JSON has no infinity; ``rel_err`` is then 0)."""
+
+    what: ClassVar[str] = "numerics"
+    sqnr_db: float | None = None  # signal-to-quantization-noise ratio, dB
+    rel_err: float | None = None  # ||output - reference|| / ||reference||, a fraction
+    max_abs_err: float | None = None  # largest |output - reference|, in the output's units
+    overflow_frac: float | None = None  # share of elements past the FP8 format's largest value, 0..1
+    underflow_frac: float | None = None  # share of non-zero elements flushed to zero by quantization, 0..1
+    nonfinite_frac: float | None = None  # share of NaN/Inf output elements, 0..1
+
+
+@dataclass(frozen=True)
+class OutputCheck(Part):
+    """The last timed call's output against a fresh call's (fp8bench.measure.output_check)."""
+
+    what: ClassVar[str] = "output_check"
+    method: str | None = None  # "bitwise" | "sqnr" | None (not checked)
+    passed: bool | None = None  # None: the check did not apply (``reason`` says why)
+    reason: str | None = None  # why it failed, or why it was not checked
+    differing_frac: float | None = None  # share of elements whose bits differ (bitwise), 0..1
+    sqnr_db: float | None = None  # timed output against the fresh one, dB (null: identical)
+    threshold_db: float | None = None  # what ``sqnr_db`` had to reach, dB (sqnr)
+
+
+@dataclass(frozen=True)
+class EnergyResult(Part):
+    """The energy window of the case (fp8bench.energy.meters.EnergyReading, as stored), or only a ``reason`` where
+    no window ran. Joules and watts are null where the meter could not measure."""
+
+    what: ClassVar[str] = "energy"
+    method: str | None = None  # nvml_counter | nvml_power | rapl | none (null: interpreted, never metered)
+    joules_per_iter: float | None = None  # J per end-to-end call (the subtracted window's difference, if any)
+    avg_power_w: float | None = None  # W over the window
+    window_s: float | None = None  # the window's length, s
+    iterations: int | None = None  # calls in the window
+    reason: str | None = None  # why joules are missing or approximate
+    telemetry: dict[str, object] | None = None  # clocks, temperature, power through the window
+    valid: bool | None = None  # False: the window was throttled (``invalid_reasons``)
+    invalid_reasons: list[str] | None = None
+    name: str | None = None  # "end_to_end", or the phase it metered
+    window_j: float | None = None  # J over the whole window
+    samples: int | None = None  # telemetry samples taken in the window
+    idle_power_w: float | None = None  # W, the idle baseline measured before the run, if asked for
+    joules_above_idle_per_iter: float | None = None  # J per call above the idle baseline
+    phases: dict[str, object] | None = None  # phase -> its own reading (each phase looped alone)
+    clock_notes: list[str] | None = None  # limiters seen that do not invalidate (power capping)
+    counter_update_s: float | None = None  # the energy counter's measured update period, s
+    error_bound: float | None = None  # bound of the window's relative quantization error, a fraction
+    bound_scope: str | None = None  # what ``error_bound`` covers and leaves out
+    start_temperature_c: int | None = None  # the GPU's temperature as the window began, degrees C
+    cooldown_s: float | None = None  # s waited before the window for the GPU to cool
+    matches_timing: bool | None = None  # whether the window ran the calls as the samples did (None: not compared)
+    subtracted_what: str | None = None  # what the subtracted window (the samples' wrapping alone) ran
+    subtracted_j: float | None = None  # J of the subtracted window
+    subtracted_s: float | None = None  # s of the subtracted window
+    subtracted_iterations: int | None = None
+    subtracted_counter_changes: int | None = None  # counter steps seen at its chunk edges (a lower bound)
+
+    @property
+    def reasons(self) -> str | None:
+        """Why the energy figure is missing or not to be trusted, in one line (``None``: nothing to say)."""
+        return self.reason or "; ".join(self.invalid_reasons or []) or None
+
+
+@dataclass(frozen=True)
+class Telemetry(Part):
+    """Device telemetry through the case (fp8bench.energy.telemetry): each a summary of clocks (MHz), temperature
+    (degrees C), power (W) and throttle reasons, or a ``reason`` where none was taken."""
+
+    what: ClassVar[str] = "telemetry"
+    timing: dict[str, object] | None = None  # through the timed samples
+    per_sample: dict[str, object] | None = None  # the SM clock and power beside each kept end-to-end sample
+    energy: dict[str, object] | None = None  # through the energy window
+
+
+@dataclass(frozen=True)
+class TimingInfo(Part):
+    """How the timing went (fp8bench.measure.runner): warm-up, the sampling policy's outcome and where the case's
+    wall time went, in seconds. Which keys a record holds depends on how far the case got (a case skipped over
+    budget has ``warmup_calls`` and ``last_call_s``, or ``estimated_call_s``)."""
+
+    what: ClassVar[str] = "timing"
+    warmup_s: float | None = None
+    warmup_calls: int | None = None
+    last_call_s: float | None = None  # the last warm-up call, when warm-up found the case over budget
+    estimated_call_s: float | None = None  # the probe's estimate of one call, when it found the case over budget
+    e2e_iqr_s: float | None = None  # end-to-end samples' interquartile range
+    e2e_rsd: float | None = None  # their relative standard deviation, a fraction
+    e2e_median_rse: float | None = None  # relative standard error of their median, a fraction
+    e2e_stopped_by: str | None = None  # the sampling policy's stop rule that fired
+    numerics_s: float | None = None  # checking numerics and the output
+    timed_s: float | None = None  # inside timed samples
+    graph_capture_s: float | None = None  # capturing CUDA graphs
+    overhead_s: float | None = None  # the case's wall time outside warm-up and samples
+    check_s: float | None = None  # an interpreted case's numerics check
+    case_wall_s: float | None = None  # the whole case, probe to record
+    mode: str | None = None  # the timing mode, in records written before ``Record.timing_mode``
+
+
+@dataclass(frozen=True)
+class HarnessCost(Part):
+    """The harness's own cost of the case (fp8bench.measure.harness_cost), seconds."""
+
+    what: ClassVar[str] = "harness"
+    wall_s: float | None = None  # the case's wall time
+    measured_s: float | None = None  # inside timed samples
+    harness_s: float | None = None  # wall_s - measured_s
+    share: float | None = None  # harness_s / wall_s, a fraction (null when wall_s is 0)
+    split_s: dict[str, float] | None = None  # probe, setup, warmup, sampling, numerics, energy, bookkeeping -> s
+
+
+@dataclass(frozen=True)
+class PhaseStat(Part):
+    """The samples of one phase (fp8bench.measure.timing.Samples.summary), seconds."""
+
+    what: ClassVar[str] = "phase_stats"
+    median_s: float | None = None
+    iqr_s: float | None = None
+    rsd: float | None = None  # relative standard deviation, a fraction
+    n: int | None = None  # samples
+    median_rse: float | None = None  # relative standard error of the median, a fraction
+    stopped_by: str | None = None  # the sampling policy's stop rule that fired

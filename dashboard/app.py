@@ -49,6 +49,11 @@ PAGES = (
 )
 
 
+# The latest-record subsets (fp8bench.analysis.selection.LATEST_CLASSES) of the pages that read fewer than all of
+# them: the Overview compares the speed-comparable records and counts the cases left out (the latest record of
+# each case, any status). Every other page gets every subset.
+PAGE_SUBSETS = {"Overview": ("any", "speed")}
+
 PAGE_ERROR_HINT = ("Reload the store (sidebar) or narrow the filters; if it happens again, the server's log (the "
                    "terminal running `fp8bench dashboard`) holds the details to report.")
 
@@ -77,7 +82,7 @@ def show(page: st.Page, target: str) -> None:
     filters = render_filters(snapshot.options, snapshot.runs)
     query = filters.query()
     try:
-        records = load_records(snapshot, query)
+        records = load_records(snapshot, query, PAGE_SUBSETS.get(page.title))
     except StoreProblem as exc:
         st.error(md_text(exc))
         st.stop()

@@ -214,20 +214,27 @@ def _query(snapshot: Snapshot, read: Callable[[Store], pd.DataFrame]) -> pd.Data
 
 
 @st.cache_data(show_spinner="Reading the latest records...", max_entries=16)
-def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter) -> pd.DataFrame:
+def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter,
+            subsets: tuple[str, ...]) -> pd.DataFrame:
     store = _store(target)
-    frame = store_queries.latest_records(store, LATEST_CLASSES, flt)
+    frame = store_queries.latest_records(store, {name: LATEST_CLASSES[name] for name in subsets}, flt)
     curves = frame.loc[frame["has_losses"].fillna(False).astype(bool), "id"].tolist()
     losses = {i: loss_curve(r) for i, r in store_queries.record_json(store, curves).items()}
     return enrich(frame, losses)
 
 
-def load_records(snapshot: Snapshot, flt: RecordFilter) -> pd.DataFrame:
-    """The latest record of each case per device label under the filter (overall, and among the speed-comparable,
-    metered, numerics and loss-curve records), oldest first, with derived columns (:func:`enrich`,
-    :func:`with_noise`)."""
-    return with_noise(_query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt)),
-                      snapshot.runs)
+def load_records(snapshot: Snapshot, flt: RecordFilter, subsets: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The latest record of each case per device label under the filter, overall and in each of ``subsets`` (names
+    of :data:`fp8bench.analysis.selection.LATEST_CLASSES`; ``None``: every one, the speed-comparable, metered,
+    numerics and loss-curve records), oldest first, with derived columns (:func:`enrich`, :func:`with_noise`).
+    Each subset costs the database a condition evaluated on every stored record (a third of a second of CPU per
+    million), so a page that reads fewer subsets asks for fewer."""
+    subsets = tuple(LATEST_CLASSES) if subsets is None else subsets
+    unknown = [name for name in subsets if name not in LATEST_CLASSES]
+    if unknown:
+        raise ValueError(f"unknown record subset {', '.join(unknown)}; accepted: {', '.join(LATEST_CLASSES)}")
+    return with_noise(_query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt,
+                                                              subsets)), snapshot.runs)
 
 
 def with_noise(records: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -284,15 +291,16 @@ def load_run_payload(target: str, run_id: str) -> dict[str, Any]:
 
 
 def cached(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``st.cache_data`` for a page's own derived table, registered so that "Reload store" clears it too."""
+    """``st.cache_data`` for a page's own derived table, registered so that "Reload store" clears it too. A page
+    script runs again on every rerun and defines its functions anew: one registration per file and function."""
     wrapped = st.cache_data(show_spinner=False, max_entries=8)(fn)
-    _PAGE_CACHES.append(wrapped)
+    _PAGE_CACHES[f"{fn.__code__.co_filename}:{fn.__qualname__}"] = wrapped
     return wrapped
 
 
-_PAGE_CACHES: list[Any] = []
+_PAGE_CACHES: dict[str, Any] = {}
 
 
 def clear_caches() -> None:
-    for fn in (_catalog, _latest, _counts, _listed, load_run_payload, *_PAGE_CACHES):
+    for fn in (_catalog, _latest, _counts, _listed, load_run_payload, *_PAGE_CACHES.values()):
         fn.clear()

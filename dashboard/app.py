@@ -19,6 +19,7 @@ import streamlit as st
 from fp8bench.core.redact import error_line
 from fp8bench.dashboard.data import (
     FILL_COMMAND,
+    LatestRead,
     StoreProblem,
     clear_caches,
     load_records,
@@ -49,6 +50,11 @@ PAGES = (
 )
 
 
+# What the pages that read fewer latest records than all read (every other page reads every subset of
+# fp8bench.analysis.selection.LATEST_CLASSES with its phases): the Overview compares the speed-comparable records,
+# counts the cases left out (the latest record of each case, any status) and shows no phase.
+PAGE_READS = {"Overview": LatestRead(("any", "speed"), phases=False)}
+
 PAGE_ERROR_HINT = ("Reload the store (sidebar) or narrow the filters; if it happens again, the server's log (the "
                    "terminal running `fp8bench dashboard`) holds the details to report.")
 
@@ -77,7 +83,7 @@ def show(page: st.Page, target: str) -> None:
     filters = render_filters(snapshot.options, snapshot.runs)
     query = filters.query()
     try:
-        records = load_records(snapshot, query)
+        records = load_records(snapshot, query, PAGE_READS.get(page.title, LatestRead()))
     except StoreProblem as exc:
         st.error(md_text(exc))
         st.stop()

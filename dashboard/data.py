@@ -213,20 +213,39 @@ def _query(snapshot: Snapshot, read: Callable[[Store], pd.DataFrame]) -> pd.Data
         raise _problem(store, exc) from exc
 
 
+@dataclass(frozen=True)
+class LatestRead:
+    """Which latest records a page reads: the records of ``subsets`` (names of
+    :data:`fp8bench.analysis.selection.LATEST_CLASSES`; ``None``: every one) and whether their ``phase:NAME``
+    columns. Each subset costs the database a condition evaluated on every stored record (about 0.1 s of CPU per
+    million records on SQLite), and the phases a second query, so a page that needs less asks for less."""
+
+    subsets: tuple[str, ...] | None = None
+    phases: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.subsets or () if name not in LATEST_CLASSES]
+        if unknown:
+            raise ValueError(f"unknown record subset {', '.join(unknown)}; accepted: {', '.join(LATEST_CLASSES)}")
+
+    def classes(self) -> dict[str, Any]:
+        return {name: LATEST_CLASSES[name] for name in self.subsets or LATEST_CLASSES}
+
+
 @st.cache_data(show_spinner="Reading the latest records...", max_entries=16)
-def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter) -> pd.DataFrame:
+def _latest(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter, read: LatestRead) -> pd.DataFrame:
     store = _store(target)
-    frame = store_queries.latest_records(store, LATEST_CLASSES, flt)
+    frame = store_queries.latest_records(store, read.classes(), flt, with_phases=read.phases)
     curves = frame.loc[frame["has_losses"].fillna(False).astype(bool), "id"].tolist()
     losses = {i: loss_curve(r) for i, r in store_queries.record_json(store, curves).items()}
     return enrich(frame, losses)
 
 
-def load_records(snapshot: Snapshot, flt: RecordFilter) -> pd.DataFrame:
-    """The latest record of each case per device label under the filter (overall, and among the speed-comparable,
-    metered, numerics and loss-curve records), oldest first, with derived columns (:func:`enrich`,
-    :func:`with_noise`)."""
-    return with_noise(_query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt)),
+def load_records(snapshot: Snapshot, flt: RecordFilter, read: LatestRead = LatestRead()) -> pd.DataFrame:
+    """The latest record of each case per device label under the filter, overall and in each subset ``read``
+    names (by default every one: the speed-comparable, metered, numerics and loss-curve records), oldest first, with
+    derived columns (:func:`enrich`, :func:`with_noise`)."""
+    return with_noise(_query(snapshot, lambda _store: _latest(snapshot.target, snapshot.fingerprint, flt, read)),
                       snapshot.runs)
 
 
@@ -284,15 +303,16 @@ def load_run_payload(target: str, run_id: str) -> dict[str, Any]:
 
 
 def cached(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``st.cache_data`` for a page's own derived table, registered so that "Reload store" clears it too."""
+    """``st.cache_data`` for a page's own derived table, registered so that "Reload store" clears it too. A page
+    script runs again on every rerun and defines its functions anew: one registration per file and function."""
     wrapped = st.cache_data(show_spinner=False, max_entries=8)(fn)
-    _PAGE_CACHES.append(wrapped)
+    _PAGE_CACHES[f"{fn.__code__.co_filename}:{fn.__qualname__}"] = wrapped
     return wrapped
 
 
-_PAGE_CACHES: list[Any] = []
+_PAGE_CACHES: dict[str, Any] = {}
 
 
 def clear_caches() -> None:
-    for fn in (_catalog, _latest, _counts, _listed, load_run_payload, *_PAGE_CACHES):
+    for fn in (_catalog, _latest, _counts, _listed, load_run_payload, *_PAGE_CACHES.values()):
         fn.clear()

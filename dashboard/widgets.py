@@ -35,7 +35,7 @@ class View:
     snapshot: Snapshot
     filters: Filters
     query: RecordFilter  # the filters as a store query, for pages that read more than the latest records
-    records: pd.DataFrame  # the latest record of each case per device (overall and per subset), filtered
+    records: pd.DataFrame  # the latest record of each case per device (overall and per subset it reads), filtered
 
 
 def set_view(view: View) -> None:

@@ -255,6 +255,24 @@ def test_changes_verb_says_when_the_history_is_too_short_to_judge(tmp_path, caps
     assert "No open regression found in the 2 case history(ies) long enough to judge." in capsys.readouterr().out
 
 
+def test_changes_verb_searches_each_series_once(tmp_path, monkeypatch):
+    """The search (PELT, then a bootstrap and a Mann-Whitney test per cut) is the costly step of ``changes`` over
+    a nightly store; the changes, the alerts and the history's depth are read from one search per series. The store
+    has two series (bf16, fp32) of 24 commits; ``--fail-on-new`` searches the history up to the given run once
+    more."""
+    import fp8bench.analysis.changes as changes_module
+
+    nightly_store(tmp_path / "store")
+    searched = []
+    search = changes_module.segment
+    monkeypatch.setattr(changes_module, "segment", lambda y, *a, **k: searched.append(y.size) or search(y, *a, **k))
+    assert main(["changes", "--store", str(tmp_path / "store"), "--json"]) == 0
+    assert searched == [24, 24], searched
+    searched.clear()
+    assert main(["changes", "--store", str(tmp_path / "store"), "--fail-on-new", "night17", "--json"]) == 1
+    assert sorted(searched) == [18, 18, 24, 24], searched
+
+
 def _python_calls(fn) -> int:
     """Python-level function calls ``fn()`` makes (a count, not a timing: machine load cannot change it)."""
     import sys

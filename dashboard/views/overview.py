@@ -12,6 +12,8 @@ the baseline of its own backend, as in the run table.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -20,10 +22,12 @@ import streamlit as st
 from fp8bench.analysis.payoff import cell_speedups, paying_off, payoff_table
 from fp8bench.analysis.selection import REFERENCE_BACKENDS, is_scaled, latest_per_case, speed_comparable_frame
 from fp8bench.core.repro import frame_commands
+from fp8bench.dashboard.data import cached
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.speedup import speedup_frame
 from fp8bench.dashboard.widgets import (
     NOISE_COLUMN,
+    View,
     chart,
     current_view,
     nothing_selected,
@@ -31,6 +35,7 @@ from fp8bench.dashboard.widgets import (
     table,
     wrap_label,
 )
+from fp8bench.results.store.queries import RecordFilter
 
 MODES = {"End-to-end (with quantization)": "speedup", "Pre-quantized GEMM only": "speedup_prequant"}
 ROW_HEIGHT = 70  # px per heatmap row: room for a wrapped shape label of four lines
@@ -61,10 +66,11 @@ def heatmap(cells: pd.DataFrame, column: str, baseline: str) -> go.Figure:
     return fig
 
 
-def scaled_metrics(cells: pd.DataFrame, column: str, baseline: str, latest: pd.DataFrame) -> None:
-    """The best and worst FP8/4-bit cell, and how many recipes pay off by Payoff's rule (one count, one rule)."""
+def scaled_metrics(cells: pd.DataFrame, column: str, baseline: str, summary: pd.DataFrame | None) -> None:
+    """The best and worst FP8/4-bit cell, and how many recipes pay off by Payoff's rule (one count, one rule);
+    ``summary`` is the payoff table (:func:`derived`), ``None`` when no cell is FP8/4-bit."""
     scaled = cells[cells["precision"].map(is_scaled)]
-    if scaled.empty:
+    if scaled.empty or summary is None:
         return
     m1, m2, m3 = st.columns(3)
     for col, label, cell in ((m1, "Best FP8/4-bit cell", scaled.loc[scaled[column].idxmax()]),
@@ -72,9 +78,37 @@ def scaled_metrics(cells: pd.DataFrame, column: str, baseline: str, latest: pd.D
         where = f"{cell['precision']} {cell['backend']} · {cell['device_label']} · {cell['workload']} " \
                 f"{cell['shape_label']}"
         col.metric(label, ratio_text(cell[column]), md_text(where), delta_color="off", delta_arrow="off")
-    summary = payoff_table(latest, baseline)
     m3.metric("FP8/4-bit recipes that pay off vs " + md_text(baseline), f"{len(paying_off(summary))} of {len(summary)}",
               "beyond the noise, as on Payoff", delta_color="off", delta_arrow="off")
+
+
+TABLE_COLUMNS = ["device_label", "workload", "shape_label", "precision", "backend", "median_s", "prequant_median_s",
+                 "speedup_e2e", "speedup_prequant", "noise", "noisy", "tflops", "pct_of_peak", "run_id", "repro"]
+
+
+def derived(view: View, baseline: str, column: str) -> dict[str, Any]:
+    """What the page draws for one baseline and time compared: the cells, the payoff table, the number of cases
+    left out, the per-record table and its row labels. Computed once per store state, filters and choice; a rerun
+    (a widget, a reload) reads it from the cache."""
+    return _derived(view.snapshot.target, view.snapshot.fingerprint, view.query, baseline, column, view)
+
+
+@cached
+def _derived(target: str, fingerprint: tuple[int, int, int], query: RecordFilter, baseline: str, column: str,
+             _view: View) -> dict[str, Any]:
+    # The key is the store's state and the filters, which decide the view's records; the view itself is not hashed.
+    latest = latest_per_case(speed_comparable_frame(_view.records))
+    cells = cell_speedups(latest, baseline)
+    cells = cells[cells[column].notna()]
+    scaled = not cells.empty and cells["precision"].map(is_scaled).any()
+    speeds = speedup_frame(latest, baseline)
+    runs = _view.snapshot.runs
+    headers = dict(zip(runs["run_id"], runs["header"], strict=True)) if "header" in runs else {}
+    speeds = speeds.assign(repro=frame_commands(speeds, headers))[TABLE_COLUMNS]
+    labels = [f"{r.workload} {r.shape_label} {r.precision} {r.backend} · {r.device_label} · {r.run_id}"
+              for r in speeds.itertuples()]
+    return {"cells": cells, "summary": payoff_table(latest, baseline) if scaled else None, "speeds": speeds,
+            "excluded": len(latest_per_case(_view.records)) - len(latest), "labels": labels}
 
 
 def main() -> None:
@@ -90,37 +124,28 @@ def main() -> None:
                               index=precisions.index("bf16") if "bf16" in precisions else 0)
     mode = col2.radio("Time compared", list(MODES), horizontal=True)
     column = MODES[mode]
-    latest = latest_per_case(comparable)
-    cells = cell_speedups(latest, baseline)
-    cells = cells[cells[column].notna()]
+    page = derived(view, baseline, column)
+    cells = page["cells"]
     references = ", ".join(REFERENCE_BACKENDS)
     if cells.empty:
         st.info(f"No case has a {md_text(baseline)} baseline measured by a vendor or custom backend to compare "
                 f"against: choose another baseline precision, or run one with `--backend torch` (the {references} "
                 "reference is not a way to run a recipe, so it makes no cell; its records are in the table below).")
     else:
-        scaled_metrics(cells, column, baseline, latest)
+        scaled_metrics(cells, column, baseline, page["summary"])
         chart(heatmap(cells, column, baseline), key="overview_heatmap")
-        excluded = len(latest_per_case(view.records)) - len(latest)
         st.caption(f"Latest record per case; each cell is its precision's fastest backend, the {references} "
-                   f"reference left out (as on Payoff). {excluded} case(s) not compared on speed (skipped, failed, "
-                   "invalid or interpreted): see the table on the Environment page or the run table.")
-    speeds = speedup_frame(latest, baseline)
-    headers = dict(zip(view.snapshot.runs["run_id"], view.snapshot.runs["header"], strict=True)) \
-        if "header" in view.snapshot.runs else {}
-    speeds = speeds.assign(repro=frame_commands(speeds, headers))
+                   f"reference left out (as on Payoff). {page['excluded']} case(s) not compared on speed (skipped, "
+                   "failed, invalid or interpreted): see the table on the Environment page or the run table.")
+    speeds = page["speeds"]
     st.subheader("Speedups per record")
-    table(speeds[["device_label", "workload", "shape_label", "precision", "backend", "median_s",
-                  "prequant_median_s", "speedup_e2e", "speedup_prequant", "noise", "noisy", "tflops", "pct_of_peak",
-                  "run_id", "repro"]],
-          "speedups", noise=NOISE_COLUMN, median_s=st.column_config.NumberColumn("median_s (s)", format="%.3e"),
+    table(speeds, "speedups", noise=NOISE_COLUMN, median_s=st.column_config.NumberColumn("median_s (s)", format="%.3e"),
           prequant_median_s=st.column_config.NumberColumn("prequant_median_s (s)", format="%.3e"),
           speedup_e2e=st.column_config.NumberColumn(format="%.3fx"),
           speedup_prequant=st.column_config.NumberColumn(format="%.3fx"),
           repro=st.column_config.TextColumn("reproduce", help="the `fp8bench run` command of this record"))
     # The command of one row, in a code block: its copy button puts it on the clipboard, ready for a shell.
-    labels = [f"{r.workload} {r.shape_label} {r.precision} {r.backend} · {r.device_label} · {r.run_id}"
-              for r in speeds.itertuples()]
+    labels = page["labels"]
     chosen = st.selectbox("Reproduce a record", range(len(speeds)), format_func=lambda i: labels[i],
                           key="overview_repro")
     if chosen is not None:

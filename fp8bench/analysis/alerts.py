@@ -26,7 +26,15 @@ from typing import Any
 import pandas as pd
 
 from fp8bench.analysis.bisect import bisected_commit
-from fp8bench.analysis.changes import Change, ChangeConfig, Metric, _per_commit, _series, series_changes
+from fp8bench.analysis.changes import (
+    Change,
+    ChangeConfig,
+    HistoryDepth,
+    Metric,
+    depth_of,
+    newest_first,
+    search_series,
+)
 
 CONSECUTIVE_NIGHTS, BISECT = "consecutive nights", "bisect"
 
@@ -73,15 +81,35 @@ DEFAULT_RULE = AlertRule()
 DEFAULT_CONFIG = ChangeConfig()
 
 
+@dataclass(frozen=True)
+class Findings:
+    """What ``changes`` reports of a history, from one search per series: every kept change and the alerts among
+    them (each newest first), and how deep the history was."""
+
+    changes: list[Change]
+    alerts: list[Alert]
+    depth: HistoryDepth
+
+
+def find_changes_and_alerts(records: pd.DataFrame, config: ChangeConfig = DEFAULT_CONFIG,
+                            rule: AlertRule = DEFAULT_RULE, bisects: Sequence[dict[str, Any]] = ()) -> Findings:
+    """The changes of ``records`` (:func:`fp8bench.analysis.changes.find_changes`), the open regressions among them
+    confirmed by ``rule`` or by a stored bisect, and the history's depth, each series searched once."""
+    changes: list[Change] = []
+    alerts: list[Alert] = []
+    lengths: list[int] = []
+    for searched in search_series(records, config):
+        changes += searched.changes
+        alerts += confirmed(searched.changes, searched.values, searched.metric, config, rule, bisects)
+        lengths.append(searched.values.size)
+    alerts.sort(key=lambda a: (a.change.first_bad_started_at or "", a.change.position), reverse=True)
+    return Findings(newest_first(changes), alerts, depth_of(lengths, config))
+
+
 def find_alerts(records: pd.DataFrame, config: ChangeConfig = DEFAULT_CONFIG, rule: AlertRule = DEFAULT_RULE,
                 bisects: Sequence[dict[str, Any]] = ()) -> list[Alert]:
     """Open regressions of ``records`` confirmed by ``rule`` or by a stored bisect, newest first."""
-    out = []
-    for series, metric in _series(records, config):
-        values = _per_commit(series, metric)["value"].to_numpy(dtype=float)
-        out += confirmed(series_changes(series, metric, config), values, metric, config, rule, bisects)
-    out.sort(key=lambda a: (a.change.first_bad_started_at or "", a.change.position), reverse=True)
-    return out
+    return find_changes_and_alerts(records, config, rule, bisects).alerts
 
 
 def confirmed(changes: Sequence[Change], values: Any, metric: Metric, config: ChangeConfig, rule: AlertRule,
@@ -110,10 +138,12 @@ def confirmed(changes: Sequence[Change], values: Any, metric: Metric, config: Ch
 
 
 def new_alerts(records: pd.DataFrame, since_started_at: str, config: ChangeConfig = DEFAULT_CONFIG,
-               rule: AlertRule = DEFAULT_RULE, bisects: Sequence[dict[str, Any]] = ()) -> list[Alert]:
+               rule: AlertRule = DEFAULT_RULE, bisects: Sequence[dict[str, Any]] = (),
+               now: Sequence[Alert] | None = None) -> list[Alert]:
     """Alerts of the whole history that were not alerts on the history up to the run started at
-    ``since_started_at`` (that run included)."""
-    now = find_alerts(records, config, rule, bisects)
+    ``since_started_at`` (that run included). ``now``: the whole history's alerts, when already found (the history
+    is then searched only up to that run)."""
+    now = find_alerts(records, config, rule, bisects) if now is None else now
     started = records["run_started_at"].astype(str)
     before = {a.ident for a in find_alerts(records[started <= since_started_at], config, rule, bisects)}
     return [a for a in now if a.ident not in before]

@@ -200,7 +200,12 @@ def _per_commit(points: pd.DataFrame, metric: Metric) -> pd.DataFrame:
 def series_changes(points: pd.DataFrame, metric: Metric, config: ChangeConfig) -> list[Change]:
     """Changes of one series: ``points`` has one row per record of one comparability key on one branch, with
     ``position`` (commit order) and the metric column."""
-    per_commit = _per_commit(points, metric)
+    return _kept_changes(points, _per_commit(points, metric), metric, config)
+
+
+def _kept_changes(points: pd.DataFrame, per_commit: pd.DataFrame, metric: Metric,
+                  config: ChangeConfig) -> list[Change]:
+    """:func:`series_changes` of a series whose per-commit values (:func:`_per_commit`) are already reduced."""
     if len(per_commit) < 2 * config.min_size:
         return []
     raw = per_commit["value"].to_numpy(dtype=float)
@@ -280,13 +285,35 @@ def _series(records: pd.DataFrame, config: ChangeConfig) -> Iterator[tuple[pd.Da
                 yield series, METRICS[name]
 
 
+@dataclass(frozen=True)
+class SearchedSeries:
+    """One series searched for changes: its metric, its per-commit values (oldest commit first; their count is
+    the series' length) and the changes kept."""
+
+    metric: Metric
+    values: np.ndarray
+    changes: list[Change]
+
+
+def search_series(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> Iterator[SearchedSeries]:
+    """Each series of ``records`` (as :func:`find_changes` reads them) searched once. The search (PELT, then a
+    bootstrap and a Mann-Whitney test per cut) is what ``changes`` spends its time on over a nightly store, so
+    whoever needs the changes, the alerts and the history's depth reads them all from this one pass."""
+    for series, metric in _series(records, config):
+        per_commit = _per_commit(series, metric)
+        yield SearchedSeries(metric, per_commit["value"].to_numpy(dtype=float),
+                             _kept_changes(series, per_commit, metric, config))
+
+
+def newest_first(changes: Sequence[Change]) -> list[Change]:
+    """``changes`` by the start of their first bad commit's first run, then commit position, newest first."""
+    return sorted(changes, key=lambda c: (c.first_bad_started_at or "", c.position), reverse=True)
+
+
 def find_changes(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> list[Change]:
     """Every kept change of every series in ``records`` (speed-comparable records with :data:`HISTORY_COLUMNS`,
     ``device_label`` and the metric columns), newest first."""
-    out = [change for series, metric in _series(records, config)
-           for change in series_changes(series, metric, config)]
-    out.sort(key=lambda c: (c.first_bad_started_at or "", c.position), reverse=True)
-    return out
+    return newest_first([change for searched in search_series(records, config) for change in searched.changes])
 
 
 @dataclass(frozen=True)
@@ -307,7 +334,11 @@ class HistoryDepth:
 
 def history_depth(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> HistoryDepth:
     """The depth of the history :func:`find_changes` searches in ``records``."""
-    lengths = [len(_per_commit(series, metric)) for series, metric in _series(records, config)]
+    return depth_of([len(_per_commit(series, metric)) for series, metric in _series(records, config)], config)
+
+
+def depth_of(lengths: Sequence[int], config: ChangeConfig = ChangeConfig()) -> HistoryDepth:
+    """The :class:`HistoryDepth` of series of these lengths (commits each)."""
     needed = 2 * config.min_size
     return HistoryDepth(series=len(lengths), judged=sum(n >= needed for n in lengths), longest=max(lengths, default=0),
                         needed=needed)

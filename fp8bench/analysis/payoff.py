@@ -54,6 +54,9 @@ SLOW_BASELINE_FACTOR = 1.5
 COLUMNS = ("device", "workload", "precision", "verdict", "reason", "baseline_note", "shapes", "pays_off_from",
            "speedup_there", "backend_there", "largest_shape", "speedup_at_largest", "sqnr_cost_db", "energy_ratio",
            "energy_note", "measured_at")
+# The record columns payoff_table reads.
+SUMMARY_INPUTS = ("device_label", "workload", "shape", "shape_label", "precision", "backend", "median_s", "iqr_s",
+                  "flops", "sqnr_db", "energy_j", "energy_reason")
 
 
 def case_size(flops: Any, shape: str) -> float:
@@ -109,13 +112,17 @@ def payoff_table(records: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFram
     """The payoff summary (see the module docstring) of speed-comparable records (one per case, latest), with
     columns ``device_label, workload, shape, shape_label, precision, backend, median_s, flops, sqnr_db,
     energy_j, energy_reason``."""
-    cells = fastest_cells(records)
+    # Only the columns a summary reads: every selection below copies the columns it keeps, and a store's record
+    # frame has dozens.
+    cells = fastest_cells(records[[c for c in SUMMARY_INPUTS if c in records]])
+    # One sort for every group: a grouping keeps its rows' order, so each device's and workload's rows stay by size.
+    ordered = in_reading_order(cells, ("device_label",))
     rows = []
-    for (device, workload), group in cells.groupby(["device_label", "workload"], sort=True):
+    for (device, workload), group in ordered.groupby(["device_label", "workload"], sort=True):
         base = group[group["precision"] == baseline].set_index("shape")
         note = slow_baseline_note(group, baseline)
         for precision, recipe in group[group["precision"].map(is_scaled)].groupby("precision", sort=True):
-            paired = in_reading_order(recipe[recipe["shape"].isin(base.index)], first=())
+            paired = recipe[recipe["shape"].isin(base.index)]
             if paired.empty:
                 continue
             rows.append({**_summary(str(device), str(workload), str(precision), paired, base),
@@ -175,10 +182,21 @@ def _wins(base: Any, recipe: Any) -> bool:
     return float(recipe["median_s"]) + _half_iqr(recipe) < float(base["median_s"]) - _half_iqr(base)
 
 
+def _half_iqrs(frame: pd.DataFrame) -> pd.Series:
+    """:func:`_half_iqr` of each row of ``frame``."""
+    if "iqr_s" not in frame:
+        return pd.Series(0.0, index=frame.index)
+    return pd.to_numeric(frame["iqr_s"], errors="coerce").astype(float).fillna(0.0) / 2
+
+
 def _summary(device: str, workload: str, precision: str, paired: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
-    speedups = [float(base.at[s, "median_s"]) / float(t) for s, t in zip(paired["shape"], paired["median_s"],
-                                                                          strict=True)]
-    wins = [_wins(base.loc[r["shape"]], r) for r in paired.to_dict("records")]
+    """One row of the summary; ``paired`` holds the recipe's cells in reading order, ``base`` the baseline's
+    cells indexed by shape. The speedups and :func:`_wins` are taken column-wise (the same arithmetic)."""
+    base_median = paired["shape"].map(base["median_s"].astype(float)).to_numpy(dtype=float)
+    median = paired["median_s"].astype(float).to_numpy()
+    speedups = (base_median / median).tolist()
+    base_half = paired["shape"].map(_half_iqrs(base)).to_numpy(dtype=float)
+    wins = (median + _half_iqrs(paired).to_numpy() < base_median - base_half).tolist()
     start = len(speedups)
     while start > 0 and wins[start - 1]:
         start -= 1

@@ -9,9 +9,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fp8bench.analysis.alerts import AlertRule, find_alerts, new_alerts, rule_text
+from fp8bench.analysis.alerts import AlertRule, find_changes_and_alerts, new_alerts, rule_text
 from fp8bench.analysis.bisect import bisected_commit, evidence_folder, load_evidence
-from fp8bench.analysis.changes import Change, ChangeConfig, find_changes, history_depth, history_records
+from fp8bench.analysis.changes import Change, ChangeConfig, history_records
 from fp8bench.commands.store_access import check_filter_names, stored_names
 from fp8bench.commands.verb_interface import (
     EXIT_OK,
@@ -107,13 +107,12 @@ def execute(args: argparse.Namespace) -> int:
     rule = AlertRule(args.alert_nights)
     records = history_records(store, flt, config.metrics)
     bisects = load_evidence(evidence_dir(args))
-    found = find_changes(records, config)
-    alerts = find_alerts(records, config, rule, bisects)
-    depth = history_depth(records, config)
+    findings = find_changes_and_alerts(records, config, rule, bisects)
+    found, alerts, depth = findings.changes, findings.alerts, findings.depth
     shown = found if args.all else [c for c in found if c.kind == "regression" and c.open]
     bisected = {id(c): hit["first_bad"]["sha"] for c in shown
                 if (hit := bisected_commit(bisects, c.case_key, c.last_good_commit, c.first_bad_commit))}
-    new = new_alerts(records, since, config, rule, bisects) if since is not None else []
+    new = new_alerts(records, since, config, rule, bisects, alerts) if since is not None else []
     summary = {"store": store.url, "changes": len(found), "open_regressions": sum(
         c.kind == "regression" and c.open for c in found), "shown": len(shown), "alert_rule": rule_text(rule),
         "alerts": len(alerts), "new_since": args.fail_on_new, "new_alerts": len(new),

@@ -99,10 +99,20 @@ def _frame(store: Store, stmt: sa.Select[Any]) -> pd.DataFrame:
 
 
 def filter_options(store: Store) -> pd.DataFrame:
-    """Distinct (device label, workload, backend, precision, branch) with their record counts."""
-    keys = [DEVICE_LABEL, R.workload, R.backend, R.precision, R.git_branch]
-    stmt = sa.select(*keys, sa.func.count().label("records")).group_by(*keys)
-    return _frame(store, stmt)
+    """Distinct (device label, workload, backend, precision, branch) with their record counts.
+
+    Grouped by the stored columns in the order of ``ix_records_filter_options``, so the database walks that index
+    in order and needs no sort; the label (an expression) is made from the few hundred groups here and the counts
+    of groups with one label added up. Grouping by the label in SQL sorted every record: 0.85 s against 0.12 s at
+    a million records on SQLite."""
+    stored = [R.device_name, R.device, R.timing_mode, R.workload, R.backend, R.precision, R.git_branch]
+    groups = _frame(store, sa.select(*stored, sa.func.count().label("records")).group_by(*stored))
+    keys = ["device_label", "workload", "backend", "precision", "git_branch"]
+    if groups.empty:
+        return pd.DataFrame(columns=[*keys, "records"])
+    groups["device_label"] = device_labels(groups)
+    # dropna=False: a record with no branch (or workload) is a choice too, as a NULL is its own group in SQL.
+    return groups.groupby(keys, dropna=False, sort=True, as_index=False)["records"].sum()
 
 
 def latest_records(store: Store, classes: Mapping[str, sa.ColumnElement[bool]], flt: RecordFilter = RecordFilter(),
@@ -112,9 +122,12 @@ def latest_records(store: Store, classes: Mapping[str, sa.ColumnElement[bool]], 
     duplicates, oldest first; phase medians as
     ``phase:NAME`` columns. At most (cases x devices x classes) rows, however long the history.
 
-    Two reads, neither of which sorts the history: one ``GROUP BY`` pass finds, per case and device, the start of
-    the latest run in each subset (``MAX(CASE WHEN subset THEN run_started_at END)``); then only the records of
-    those runs are fetched, each flagged with the subsets it belongs to, and the picks are made here."""
+    Three reads, none of which sorts the history: one ``GROUP BY`` pass finds, per case and device, the start of
+    the latest run in each subset (``MAX(CASE WHEN subset THEN run_started_at END)``); then the keys of the records
+    of those runs are fetched, each flagged with the subsets it belongs to, and the picks are made here; then the
+    picked records' columns. A run holds every case it measured, so the runs read can hold many times the records
+    picked (a case whose latest record is invalid takes its speed-comparable one from an older run): their keys
+    only, not their dozens of columns."""
     names = list(classes)
     empty = pd.DataFrame(columns=[c.name for c in SLIM_COLUMNS] + ["device_label"])
     if not names:
@@ -136,7 +149,7 @@ def latest_records(store: Store, classes: Mapping[str, sa.ColumnElement[bool]], 
     if not starts:
         return empty
     flags = [sa.case((classes[n], sa.true()), else_=sa.false()).label(f"in_{n}") for n in names]
-    parts = [_frame(store, sa.select(*SLIM_COLUMNS, DEVICE_LABEL, *flags)
+    parts = [_frame(store, sa.select(*_PICK_COLUMNS, DEVICE_LABEL, *flags)
                     .where(R.run_started_at.in_(starts[i:i + _IN_CHUNK]), *flt.conditions()))
              for i in range(0, len(starts), _IN_CHUNK)]
     rows = pd.concat(parts, ignore_index=True)
@@ -146,10 +159,25 @@ def latest_records(store: Store, classes: Mapping[str, sa.ColumnElement[bool]], 
     for n in names:
         chosen = rows[rows[f"in_{n}"].astype(bool) & (rows["run_started_at"] == rows[f"t_{n}"])]
         picks.append(chosen.sort_values("seq").drop_duplicates(["case_key", "device_label"], keep="last"))
-    frame = pd.concat(picks, ignore_index=True).drop_duplicates("id")
-    frame = frame.drop(columns=[c for c in frame.columns if c.startswith(("t_", "in_")) or c == "device_base"])
-    frame = frame.sort_values(["run_started_at", "seq"], kind="stable").reset_index(drop=True)
+    picked = pd.concat(picks, ignore_index=True).drop_duplicates("id")
+    ids = picked.sort_values(["run_started_at", "seq"], kind="stable")["id"].tolist()
+    frame = records_by_id(store, ids)
     return with_phase_columns(store, frame) if with_phases else frame
+
+
+# What latest_records reads of the records of the runs it considers, to pick from them.
+_PICK_COLUMNS = [R.id, R.case_key, R.device_name, R.device, R.run_started_at, R.seq]
+
+
+def records_by_id(store: Store, record_ids: Sequence[int]) -> pd.DataFrame:
+    """The typed columns and ``device_label`` of the given records, in the order given."""
+    ids = [int(i) for i in record_ids]
+    parts = [_frame(store, sa.select(*SLIM_COLUMNS, DEVICE_LABEL).where(R.id.in_(ids[i:i + _IN_CHUNK])))
+             for i in range(0, len(ids), _IN_CHUNK)]
+    if not parts:
+        return pd.DataFrame(columns=[c.name for c in SLIM_COLUMNS] + ["device_label"])
+    rows = pd.concat(parts, ignore_index=True)
+    return rows.set_index("id", drop=False).loc[ids].reset_index(drop=True)
 
 
 def phase_medians(store: Store, record_ids: Sequence[int]) -> pd.DataFrame:

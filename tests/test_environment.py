@@ -9,6 +9,7 @@ from fake_nvml import FakeGpu, make_pynvml, skip_if_driver_present
 
 from fp8bench.core.comparability import comparability_key
 from fp8bench.core.devices import Device
+from fp8bench.core.records import load_record
 from fp8bench.hardware import environment
 from fp8bench.hardware.environment import (
     CLOCK_POLICY_ENV,
@@ -53,7 +54,8 @@ def test_gpu_environment_feeds_the_comparability_key(monkeypatch):
     monkeypatch.delenv(CLOCK_POLICY_ENV, raising=False)
     run = {"device": {"name": "NVIDIA H100 80GB HBM3"}, "software": {"torch": "2.6.0", "cuda_runtime": "12.4"},
            "settings": {}, "gpu": gpu_environment(GPU, nv=make_pynvml(FakeGpu()), smi=lambda uuid: None)}
-    record = {"workload": "gemm", "shape": {"m": 8}, "precision": "bf16", "backend": "torch", "device": "cuda:0"}
+    record = load_record({"workload": "gemm", "shape": {"m": 8}, "precision": "bf16", "backend": "torch",
+                          "device": "cuda:0", "status": "ok"})
     key = comparability_key(record, run)
     assert (key.driver_major, key.cuda_driver, key.power_limit_w, key.clock_policy) == ("550", "12.4", 700.0,
                                                                                        "default")

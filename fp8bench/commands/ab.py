@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from fp8bench.commands.common import (
     EXIT_HARNESS_ERROR,
     GATE_EXIT_CODES,
+    STOPPED_ROW,
+    ExitCodes,
     StepProgress,
     UsageError,
     add_json_flag,
@@ -49,7 +51,7 @@ examples:
 
 Reports are written first; with $GITHUB_STEP_SUMMARY set, the Markdown report is appended to the job summary."""
 
-EXIT_CODES = GATE_EXIT_CODES
+EXIT_CODES = ExitCodes((*GATE_EXIT_CODES.rows, STOPPED_ROW), bad_input=GATE_EXIT_CODES.bad_input)
 DOC = "docs/gate.md"
 
 

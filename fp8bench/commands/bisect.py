@@ -11,6 +11,7 @@ from typing import Any
 
 from fp8bench.commands.common import (
     EXIT_HARNESS_ERROR,
+    STOPPED_ROW,
     ExitCodes,
     UsageError,
     add_json_flag,
@@ -51,6 +52,7 @@ EXIT_CODES = ExitCodes((
     (EXIT_REGRESSION, "found: the first commit the gate finds slower than good"),
     (EXIT_INCONCLUSIVE, "undecided: the bad commit is not shown slower, or skipped/undecided commits leave a range"),
     (EXIT_HARNESS_ERROR, "harness error or bad input (bad commits, not a git repository, good does not build)"),
+    STOPPED_ROW,
 ), bad_input=EXIT_HARNESS_ERROR)
 DOC = "docs/gate.md"
 DEFAULT_STEP_BUDGET_S = 300.0

@@ -60,6 +60,8 @@ EXIT_CODES = ExitCodes((
     (EXIT_INTERRUPTED, INTERRUPTED + " in the run file"),
 ), bad_input=EXIT_HARNESS_ERROR)
 DOC = "docs/selfcheck.md"
+# The run's overall verdict (fp8bench.measure.selfcheck.exit_verdict: a str Enum, so its values key it) -> exit code.
+VERDICT_EXIT = {"ERROR": EXIT_HARNESS_ERROR, "FAIL": EXIT_CASE_FAILED, None: EXIT_OK}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,7 +106,7 @@ def execute(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, probe: Probe, config: SelfcheckConfig, run_file: Path, run_id: str) -> int:
     from rich.console import Console
 
-    from fp8bench.measure.selfcheck import Verdict, planned_checks, run_selfcheck
+    from fp8bench.measure.selfcheck import planned_checks, run_selfcheck
     from fp8bench.results.record_stream import DiskFull
 
     err = Console(stderr=True)
@@ -138,7 +140,7 @@ def _run(args: argparse.Namespace, probe: Probe, config: SelfcheckConfig, run_fi
         return EXIT_DISK_FULL
     if outcome.interrupted:
         return EXIT_INTERRUPTED
-    return {Verdict.ERROR: EXIT_HARNESS_ERROR, Verdict.FAIL: EXIT_CASE_FAILED, None: EXIT_OK}[outcome.verdict]
+    return VERDICT_EXIT[outcome.verdict]
 
 
 _STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "needs a GPU": "yellow", "not run": "dim"}

@@ -92,6 +92,15 @@ def device_state_figure(points: pd.DataFrame, ticks: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def points_table(points: pd.DataFrame, metric: str) -> None:
+    """Every point of the chart; the commit page's column only where a link template is known (a column of empty
+    links reads "None")."""
+    linked = ["commit_url"] if points["commit_url"].notna().any() else []
+    table(points[["position", "commit", *linked, "run_started_at", "device_label", "case_key", metric,
+                  *DEVICE_STATE, "run_id"]].sort_values(["position", "run_started_at"]), "history",
+          **({"commit_url": st.column_config.LinkColumn("commit page", display_text="open")} if linked else {}))
+
+
 def main() -> None:
     view = current_view()
     st.title("History by commit")
@@ -141,11 +150,7 @@ def main() -> None:
                    "recorded).")
     else:
         chart(device_state_figure(with_state.sort_values("position"), ticks), key="device_state_chart")
-    # The commit page's column only where a link template is known: a column of empty links reads "None".
-    linked = ["commit_url"] if points["commit_url"].notna().any() else []
-    table(points[["position", "commit", *linked, "run_started_at", "device_label", "case_key", metric,
-                  *DEVICE_STATE, "run_id"]].sort_values(["position", "run_started_at"]), "history",
-          **({"commit_url": st.column_config.LinkColumn("commit page", display_text="open")} if linked else {}))
+    points_table(points, metric)
     st.subheader("Gate verdicts")
     reports = view.snapshot.gate_reports
     if reports.empty:

@@ -87,9 +87,14 @@ def for_display(frame: pd.DataFrame, column_config: dict[str, Any]) -> tuple[pd.
             else:
                 displayed[name] = values
                 config[name] = own or st.column_config.NumberColumn(label, format=fmt)
-        elif name not in config and _text(column):
+        elif _text(column) and (own is None or _text_config(own)):
             displayed[name] = column.str.replace(_FRACTION, r"\1 \2", regex=True).fillna("-")
     return displayed, config
+
+
+def _text_config(own: Any) -> bool:
+    """``own`` is a page's plain text column (a ``TextColumn``: not a link, whose empty cell must stay empty)."""
+    return isinstance(own, dict) and (own.get("type_config") or {}).get("type") == "text"
 
 
 def _number_config(own: Any) -> bool:

@@ -149,3 +149,19 @@ def test_a_number_column_of_empty_cells_reads_a_dash_not_none():
     shown, config = for_display(frame, {"speedup_there": st.column_config.NumberColumn(format="%.3gx"),
                                         "mixed": st.column_config.NumberColumn(format="%.3gx")})
     assert list(shown["speedup_there"]) == ["-", "-"] and list(shown["mixed"]) == ["1.5x", "-"]
+
+
+def test_regressions_draw_times_in_ms_and_empty_text_cells_read_a_dash(monkeypatch, tmp_path):
+    """A nightly history slowing 30% from its 17th commit: the change's chart was in seconds (0.00125), and the
+    table's bisected commit and commit page read ``None`` where no bisect ran and no link template is known."""
+    from test_changes import nightly_store
+
+    nightly_store(tmp_path / "store", n=24, slow_from=16)
+    at = open_app(monkeypatch, tmp_path / "store", "regressions")
+    no_failures(at)
+    figure = spec(at)
+    assert figure["layout"]["yaxis"]["title"]["text"] == "median_s (ms)"
+    assert min(numbers(figure["data"][0]["y"])) == pytest.approx(1.0, rel=0.05)  # 1e-3 s nights before the step
+    shown = at.dataframe[0].value
+    assert list(shown["bisected_commit"]) == ["-"]
+    assert "first_bad_link" not in shown

@@ -57,8 +57,12 @@ def _initial(key: str, options: list[str]) -> list[str]:
 
 
 def _run_label(runs: pd.DataFrame) -> dict[str, str]:
-    """Slider labels; the run id (start time plus a random suffix) keeps two runs of one minute apart."""
-    return {r.run_id: f"{r.run_id} {r.commit or '-'}" for r in runs.itertuples()}
+    """Slider labels short enough for the sidebar (a whole run id and commit were clipped at its edge): the start
+    to the minute (UTC) and the short commit; two runs of one minute and commit add their run id's suffix."""
+    labels = {r.run_id: f"{str(r.started_at)[5:16].replace('T', ' ')} {(r.commit or '-')[:7]}"
+              for r in runs.itertuples()}
+    twice = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    return {run: f"{label} {run.rsplit('-', 1)[-1]}" if label in twice else label for run, label in labels.items()}
 
 
 def _run_range(runs: pd.DataFrame) -> tuple[str, ...]:
@@ -78,6 +82,8 @@ def _run_range(runs: pd.DataFrame) -> tuple[str, ...]:
     first, last = st.sidebar.select_slider("Runs (time, commit)", options=ids, value=default,
                                            key=_STATE_PREFIX + RUNS_KEY, format_func=lambda i: labels.get(i, i))
     lo, hi = sorted((ids.index(first), ids.index(last)))
+    # The slider centres its end labels on the thumbs, so the right one runs past the sidebar's edge.
+    st.sidebar.caption(md_text(f"runs {labels.get(ids[lo], ids[lo])} to {labels.get(ids[hi], ids[hi])} (UTC)"))
     return tuple(ids[lo:hi + 1]) if (lo, hi) != (0, len(ids) - 1) else ()
 
 

@@ -64,20 +64,56 @@ _FRACTION = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.\d+)?(?
 
 
 def for_display(frame: pd.DataFrame, column_config: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """What a table shows of ``frame``: every number column a page gave no format gets three significant digits;
-    in text columns a stored time reads to the second (UTC) and an empty cell as ``-``. Numbers keep their stored
-    value (sorting and the CSV use it); ``column_config`` (the page's own formats) wins."""
+    """What a table shows of ``frame``: a time in seconds (a float column named ``*_s``) in milliseconds, every
+    number column a page gave no format of its own with three significant digits; a number column with an empty cell
+    as text, each number formatted and the empty cell ``-`` (Streamlit draws a missing number as ``None``, whatever
+    the format); in text columns a stored time to the second (UTC) and an empty cell as ``-``. The CSV keeps the
+    stored values; ``column_config`` (the page's own formats and labels) wins."""
     config = dict(column_config)
     displayed = frame.copy()
     for name in frame.columns:
         column = frame[name]
-        if name in config:
-            continue
+        own = config.get(name)
+        if _number_config(own) and not pd.api.types.is_numeric_dtype(column):
+            column = pd.to_numeric(column, errors="coerce").astype(float)  # numbers and None in an object column
         if pd.api.types.is_float_dtype(column):
-            config[name] = st.column_config.NumberColumn(format="%.3g")
-        elif _text(column):
+            if own is not None and not isinstance(own, dict):
+                continue  # a page's own column object: left as the page made it
+            label, fmt = _number_display(name, own)
+            values = column * 1e3 if own is None and name.endswith("_s") else column
+            if values.isna().any():
+                displayed[name] = values.map(lambda v, f=fmt: "-" if pd.isna(v) else _formatted(v, f))
+                config[name] = st.column_config.TextColumn(label, help=(own or {}).get("help"), alignment="right")
+            else:
+                displayed[name] = values
+                config[name] = own or st.column_config.NumberColumn(label, format=fmt)
+        elif _text(column) and (own is None or _text_config(own)):
             displayed[name] = column.str.replace(_FRACTION, r"\1 \2", regex=True).fillna("-")
     return displayed, config
+
+
+def _text_config(own: Any) -> bool:
+    """``own`` is a page's plain text column (a ``TextColumn``: not a link, whose empty cell must stay empty)."""
+    return isinstance(own, dict) and (own.get("type_config") or {}).get("type") == "text"
+
+
+def _number_config(own: Any) -> bool:
+    """``own`` is a page's number column format (a ``NumberColumn``)."""
+    return isinstance(own, dict) and (own.get("type_config") or {}).get("type") == "number"
+
+
+def _number_display(name: str, own: dict[str, Any] | None) -> tuple[str | None, str]:
+    """A number column's label and printf format: the page's own, else ``NAME (ms)`` for seconds and ``%.3g``."""
+    if own is not None:
+        return own.get("label"), (own.get("type_config") or {}).get("format") or "%.3g"
+    return (f"{name[:-2]} (ms)" if name.endswith("_s") else None), "%.3g"
+
+
+def _formatted(value: float, fmt: str) -> str:
+    """``value`` in a column format as Streamlit reads it: printf (``%.2fx``) or ``percent``; others as ``%.3g``."""
+    if fmt == "percent":
+        return f"{value:.1%}"
+    return fmt % value if "%" in fmt else f"{value:.3g}"
 
 
 def _text(column: pd.Series) -> bool:

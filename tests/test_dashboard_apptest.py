@@ -17,6 +17,7 @@ from dashboard_support import fp8bench as run_cli
 pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 
+import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import fp8bench.dashboard  # noqa: E402
@@ -56,6 +57,12 @@ def no_failures(at: AppTest) -> None:
     assert not at.error, [e.value for e in at.error]
 
 
+def as_ms(shown: object) -> float:
+    """A time as a table shows it: milliseconds, a number, or three significant digits as text where the column
+    has an empty cell (widgets.for_display)."""
+    return float(shown)  # type: ignore[arg-type]
+
+
 def stored(store_dir: Path, run_id: str) -> pd.DataFrame:
     return open_store(store_dir).records_frame(run_ids=[run_id])
 
@@ -82,8 +89,8 @@ def test_overview_table_shows_the_stored_times_and_speedups(monkeypatch, cpu_run
     assert len(shown) == len(ok)  # one row per measured case of the latest run; the skipped one is not timed
     for row in shown.itertuples():
         rec = ok.loc[(row.precision, row.backend)]
-        assert row.median_s == rec["median_s"]
-        assert row.prequant_median_s == rec["prequant_median_s"]
+        assert as_ms(row.median_s) == pytest.approx(rec["median_s"] * 1e3, rel=5e-3)
+        assert as_ms(row.prequant_median_s) == pytest.approx(rec["prequant_median_s"] * 1e3, rel=5e-3)
         assert row.run_id == cpu_run_store["run_ids"][-1]
         assert row.speedup_e2e == pytest.approx(ok.loc[("bf16", row.backend), "median_s"] / rec["median_s"])
     assert set(shown["shape_label"]) == {"128x128x128"}
@@ -107,8 +114,8 @@ def test_phases_and_roofline_show_the_stored_phase_times_and_ceilings(monkeypatc
     assert at.selectbox[0].value.endswith("gemm 128x128x128")
     phases = at.dataframe[0].value.set_index(["precision", "backend"])
     for key, rec in by_case.items():
-        for name, seconds in rec["phases"].items():
-            assert phases.loc[key, f"phase:{name}"] == seconds
+        for name, seconds in rec["phases"].items():  # shown in ms (stored in seconds), as every time on a page
+            assert as_ms(phases.loc[key, f"phase:{name}_s"]) == pytest.approx(seconds * 1e3, rel=5e-3)
     at = open_app(monkeypatch, cpu_run_store["dir"], "roofline")
     no_failures(at)
     bandwidth = by_case[("bf16", "torch")]["peak_mem_tbps"]
@@ -164,7 +171,7 @@ def test_a_ceiling_measured_under_load_is_neither_drawn_nor_judged_against(monke
     assert "2 record(s) carry a ceiling measured under load (load average 7.75 on 2 CPU(s))" in caption, caption
     assert not at.warning  # no point "above its ceiling": there is no ceiling to be above
     shown = at.dataframe[0].value.set_index("precision")
-    assert shown["pct_of_peak"].isna().all() and shown["peak_tflops"].isna().all()
+    assert (shown["pct_of_peak"] == "-").all() and (shown["peak_tflops"] == "-").all()  # empty cells read "-"
 
 
 def test_a_run_started_under_load_is_noisy_on_the_overview(monkeypatch, tmp_path):
@@ -272,7 +279,7 @@ def test_history_is_in_commit_order_with_links_and_regressions_lists_the_step(mo
         "first_bad": {"sha": commit_of(16), "subject": "the slow one"}}))
     monkeypatch.setenv("FP8BENCH_REPO_URL", "https://git.example.com/fp8bench")
     at = open_app(monkeypatch, tmp_path / "store", "history")
-    at.selectbox[0].select("median time (s, end-to-end)").run()
+    at.selectbox[0].select("median time (ms, end-to-end)").run()
     no_failures(at)
     points = at.dataframe[0].value
     assert list(points["position"]) == sorted(points["position"]) and points["position"].max() == 23
@@ -297,7 +304,10 @@ def test_payoff_page_is_the_payoff_verb(monkeypatch, cpu_run_store):
     verb = pd.DataFrame(json.loads(run_cli("payoff", "--results-dir", cpu_run_store["dir"], "--json").stdout)["payoff"])
     # The same rows as every table shows them (absolute paths shortened, as on every page); the page formats its
     # number columns itself.
-    formatted = dict.fromkeys(("speedup_there", "speedup_at_largest", "sqnr_cost_db", "energy_ratio"))
+    formatted = {"speedup_there": st.column_config.NumberColumn(format="%.3gx"),
+                 "speedup_at_largest": st.column_config.NumberColumn(format="%.3gx"),
+                 "sqnr_cost_db": st.column_config.NumberColumn("SQNR cost (dB)", format="%.1f"),
+                 "energy_ratio": st.column_config.NumberColumn("energy vs baseline", format="%.2fx")}
     expected, _ = for_display(with_short_paths(verb[list(shown.columns)]), formatted)
     pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
     assert set(shown["precision"]) == {"fp8_rowwise", "mxfp8"}

@@ -19,6 +19,7 @@ from dashboard_support import as_read, every_record_store
 pytest.importorskip("streamlit")
 pytest.importorskip("plotly")
 
+import streamlit as st  # noqa: E402
 from test_dashboard_apptest import TITLES, no_failures, open_app  # noqa: E402
 
 from fp8bench.analysis.payoff import WORKLOAD_ORDER  # noqa: E402
@@ -224,17 +225,23 @@ def test_roofline_draws_one_ceiling_per_rate_however_often_it_was_measured(monke
 
 
 def test_every_table_reads_three_significant_digits_whole_seconds_and_no_none():
-    """Tables showed 4.108e-5 and 0.0000002 as stored, timestamps to the microsecond and `None` in empty text
-    cells. The shown copy keeps every value (the CSV download is the stored frame); only its display changes."""
+    """Tables showed 4.108e-5 and 0.0000002 seconds as stored, 3.223e-3 in the page's own format, timestamps to the
+    microsecond and `None` in empty cells, text and number alike (Streamlit draws a missing number as `None`
+    whatever the format or Styler). A time reads in ms; a number column with an empty cell is shown as text, each
+    number formatted and the empty one `-`. The CSV download is the stored frame; only the display changes."""
     from fp8bench.dashboard.widgets import for_display
 
     frame = pd.DataFrame({"median_s": [4.108e-5, 2e-7], "speedup": [1.23456, None], "n": [10, 12],
                           "started_at": ["2026-11-26T10:11:12.345678+00:00", None], "reason": ["over budget", None],
-                          "ratio": [1.0, 2.0]})
-    shown, config = for_display(frame, {"ratio": "explicit"})
-    assert config["median_s"]["type_config"]["format"] == "%.3g"
-    assert config["speedup"]["type_config"]["format"] == "%.3g"
+                          "ratio": [1.0, 2.0], "gain": [0.5, None], "wall_s": [3.223e-3, None]})
+    shown, config = for_display(frame, {"ratio": "explicit",
+                                        "gain": st.column_config.NumberColumn("gain", format="%.2fx")})
+    assert config["median_s"]["type_config"]["format"] == "%.3g" and config["median_s"]["label"] == "median (ms)"
+    assert shown["median_s"].tolist() == pytest.approx([4.108e-2, 2e-4])
     assert config["ratio"] == "explicit" and "n" not in config  # a page's own format, and integers, are kept
     assert list(shown["started_at"]) == ["2026-11-26 10:11:12", "-"]
     assert list(shown["reason"]) == ["over budget", "-"]
-    assert shown["median_s"].tolist() == frame["median_s"].tolist()
+    assert list(shown["speedup"]) == ["1.23", "-"] and list(shown["gain"]) == ["0.50x", "-"]
+    assert list(shown["wall_s"]) == ["3.22", "-"] and config["wall_s"]["label"] == "wall (ms)"
+    assert config["gain"]["label"] == "gain" and config["gain"]["type_config"]["type"] == "text"
+    assert config["gain"]["alignment"] == "right"  # still read as a number column

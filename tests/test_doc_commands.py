@@ -19,6 +19,9 @@ A document steers the test with HTML comments on the lines right above a block, 
     the exit codes that count as green (a gate's verdicts: 0, 1 and 2 are answers, 3 is a failure).
 ``<!-- doc-test: needs: smoke -->``
     the sandbox starts with the results of ``fp8bench run --suite smoke``, as after the README's set-up.
+``<!-- doc-test: output: REGEX -->``
+    the block's output (stdout and stderr) must match REGEX: what the prose says the command printed (a verdict, a
+    commit, "nothing listed"), so that a figure in the text is the one the command gives. Repeatable.
 
 A ``console`` block's output table is checked too: every case it shows must come out with the same status.
 
@@ -43,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMAND_LANGUAGES = ("bash", "sh", "console")
 DIRECTIVE = re.compile(r"^<!--\s*doc-test:\s*(\w+):\s*(.*?)\s*-->$")
-KEYS = ("skip", "sub", "exit", "needs")
+KEYS = ("skip", "sub", "exit", "needs", "output")
 BLOCK_TIMEOUT_S = 1800  # a hung block fails the test; the slowest documented block takes a few minutes
 # Where each block's duration is written, when set (a JSON list), for the docs' stated times.
 TIMES_ENV = "FP8BENCH_DOC_TEST_TIMES"
@@ -59,6 +62,7 @@ class Block:
     subs: list[tuple[str, str]] = field(default_factory=list)
     exits: tuple[int, ...] = (0,)
     needs: tuple[str, ...] = ()
+    outputs: list[str] = field(default_factory=list)  # regexes the block's output must match
 
     @property
     def name(self) -> str:
@@ -122,6 +126,9 @@ def parse(document: Path) -> list[Block]:
                         block.subs.append((old, new))
                     elif key == "exit":
                         block.exits = tuple(int(v) for v in value.split())
+                    elif key == "output":
+                        re.compile(value)  # a typo in the pattern fails here, on every run
+                        block.outputs.append(value)
                     else:
                         block.needs = tuple(value.split())
                 blocks.append(block)
@@ -153,10 +160,11 @@ def test_every_command_block_is_run_or_skipped_with_a_reason():
 
 def test_directives_are_parsed_and_typos_refused(tmp_path):
     doc = tmp_path / "doc.md"
-    doc.write_text("<!-- doc-test: sub: 200 => 20 -->\n<!-- doc-test: exit: 0 2 -->\n```bash\nfp8bench x --steps 200\n"
-                   "```\n\n```console\n$ fp8bench run \\\n  --shape 8x8x8\nsome output\n```\n")
+    doc.write_text("<!-- doc-test: sub: 200 => 20 -->\n<!-- doc-test: exit: 0 2 -->\n"
+                   "<!-- doc-test: output: ^ok \\d+ -->\n```bash\nfp8bench x --steps 200\n```\n\n"
+                   "```console\n$ fp8bench run \\\n  --shape 8x8x8\nsome output\n```\n")
     first, second = parse(doc)
-    assert first.script() == "fp8bench x --steps 20" and first.exits == (0, 2)
+    assert first.script() == "fp8bench x --steps 20" and first.exits == (0, 2) and first.outputs == [r"^ok \d+"]
     assert second.script() == "fp8bench run \\\n  --shape 8x8x8"
     doc.write_text("<!-- doc-test: skipp: typo -->\n```bash\nls\n```\n")
     with pytest.raises(ValueError, match="unknown doc-test directive 'skipp'"):
@@ -271,6 +279,10 @@ def test_documented_commands_run_as_written(document, shared_sandbox, request):
         assert out.returncode in block.exits, (
             f"{block.name} exited {out.returncode} (expected {block.exits}):\n{block.script()}\n--- stdout ---\n"
             f"{out.stdout[-3000:]}\n--- stderr ---\n{out.stderr[-3000:]}")
+        for pattern in block.outputs:
+            assert re.search(pattern, out.stdout + out.stderr, re.MULTILINE), (
+                f"{block.name}: the doc says its output shows {pattern!r}; it printed:\n{out.stdout[-3000:]}\n"
+                f"--- stderr ---\n{out.stderr[-3000:]}")
         for row in block.shown_rows():
             assert re.search(r"\s*│\s*".join(map(re.escape, row)), out.stdout), (
                 f"{block.name} shows the case {row}, which came out otherwise here:\n{out.stdout[-3000:]}")

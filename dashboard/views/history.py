@@ -26,9 +26,11 @@ from fp8bench.dashboard.express import px
 from fp8bench.dashboard.safe_text import plot_link
 from fp8bench.dashboard.widgets import chart, current_view, downsample, nothing_selected, table
 
-METRICS = {"achieved TFLOP/s (end-to-end)": "tflops", "median time (s, end-to-end)": "median_s",
-           "pre-quantized median (s)": "prequant_median_s", "% of peak": "pct_of_peak", "SQNR (dB)": "sqnr_db",
+METRICS = {"achieved TFLOP/s (end-to-end)": "tflops", "median time (ms, end-to-end)": "median_s",
+           "pre-quantized median (ms)": "prequant_median_s", "% of peak": "pct_of_peak", "SQNR (dB)": "sqnr_db",
            "joules per iteration": "energy_j", "TFLOPS per watt": "tflops_per_w"}
+# Stored metric -> the factor to the unit its label names (records keep seconds; the chart reads in ms).
+DRAWN_SCALE = {"median_s": 1e3, "prequant_median_s": 1e3}
 VERDICT_COLOURS = {"pass": "green", "regression": "red", "inconclusive": "grey", "noisy": "orange", "error": "black"}
 SPEED_METRICS = {"tflops", "median_s", "prequant_median_s", "pct_of_peak", "energy_j", "tflops_per_w"}
 POINT_COLUMNS = ("id", "run_id", "seq", "case_key", "device_name", "device", "git_commit", "git_branch",
@@ -56,8 +58,9 @@ def history_figure(points: pd.DataFrame, metric: str, label: str, marks: pd.Data
     for mark in marks.itertuples():
         colour = VERDICT_COLOURS.get(str(mark.verdict), "grey")
         fig.add_vline(x=mark.x, line_color=colour, line_dash="dot")
-        fig.add_annotation(x=mark.x, y=1.02, yref="paper", text=f"gate: {mark.verdict}", showarrow=False,
-                           font={"color": colour}, textangle=-30)
+        # Above the plot area, its bottom on the top edge: never over the points.
+        fig.add_annotation(x=mark.x, y=1.0, yref="paper", yanchor="bottom", text=f"gate: {mark.verdict}",
+                           showarrow=False, font={"color": colour})
     # Tick labels are the short hashes, each a link to the commit's page when a template is known.
     step = max(1, len(ticks) // 40)
     shown = ticks.iloc[::step]
@@ -87,6 +90,15 @@ def device_state_figure(points: pd.DataFrame, ticks: pd.DataFrame) -> go.Figure:
                      tickangle=-45, row=len(DEVICE_STATE), col=1)
     fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 40, "b": 10}, legend={"orientation": "h", "y": -0.3})
     return fig
+
+
+def points_table(points: pd.DataFrame, metric: str) -> None:
+    """Every point of the chart; the commit page's column only where a link template is known (a column of empty
+    links reads "None")."""
+    linked = ["commit_url"] if points["commit_url"].notna().any() else []
+    table(points[["position", "commit", *linked, "run_started_at", "device_label", "case_key", metric,
+                  *DEVICE_STATE, "run_id"]].sort_values(["position", "run_started_at"]), "history",
+          **({"commit_url": st.column_config.LinkColumn("commit page", display_text="open")} if linked else {}))
 
 
 def main() -> None:
@@ -124,9 +136,10 @@ def main() -> None:
     points["commit_url"] = points["git_commit"].map(lambda c: commit_link(template, c))
     ticks = points.drop_duplicates("position").sort_values("position")[["position", "commit", "commit_url"]]
     ticks["tick"] = [plot_link(u, c or "?") for c, u in zip(ticks["commit"], ticks["commit_url"], strict=True)]
-    drawn = pd.concat([downsample(g, "position", metric) for _, g in points.groupby(["case", "device_label"])])
+    points["drawn"] = points[metric] * DRAWN_SCALE.get(metric, 1.0)
+    drawn = pd.concat([downsample(g, "position", "drawn") for _, g in points.groupby(["case", "device_label"])])
     marks = gate_marks(view.snapshot.gate_reports, points)
-    chart(history_figure(drawn.sort_values("position"), metric, label, marks, ticks), key="history_chart")
+    chart(history_figure(drawn.sort_values("position"), "drawn", label, marks, ticks), key="history_chart")
     if len(drawn) < len(points):
         st.caption(f"{len(points):,} points, {len(drawn):,} drawn (each stretch's minimum and maximum kept); "
                    "the table has them all.")
@@ -137,9 +150,7 @@ def main() -> None:
                    "recorded).")
     else:
         chart(device_state_figure(with_state.sort_values("position"), ticks), key="device_state_chart")
-    table(points[["position", "commit", "commit_url", "run_started_at", "device_label", "case_key", metric,
-                  *DEVICE_STATE, "run_id"]].sort_values(["position", "run_started_at"]), "history",
-          commit_url=st.column_config.LinkColumn("commit page", display_text="open"))
+    points_table(points, metric)
     st.subheader("Gate verdicts")
     reports = view.snapshot.gate_reports
     if reports.empty:

@@ -21,6 +21,7 @@ from plotly.subplots import make_subplots
 from fp8bench.analysis.payoff import in_reading_order
 from fp8bench.analysis.selection import latest_per_case
 from fp8bench.core.loss_curves import smooth  # the check's smoothing, so the chart and the verdict agree
+from fp8bench.dashboard.axes import log_axis
 from fp8bench.dashboard.express import px
 from fp8bench.dashboard.widgets import (
     chart,
@@ -95,12 +96,14 @@ def error_figure(measured: pd.DataFrame, metric: str, label: str) -> go.Figure:
     measured = measured.assign(case=(measured["device_label"] + " · " if several else "") + measured["workload"]
                                + "<br>" + measured["shape_label"].map(wrap_label))
     cases = list(dict.fromkeys(measured["case"]))
-    fig = px.scatter(measured, x=metric, y="case", color="precision", symbol="backend", log_x=metric == "rel_err",
+    fig = px.scatter(measured, x=metric, y="case", color="precision", symbol="backend",
                      category_orders={"case": cases},
                      hover_data=["shape_label", "fp8_format", "overflow_frac", "underflow_frac", "run_id"],
                      labels={"case": "", metric: label})
     fig.update_traces(marker={"size": 11, "line": {"width": 1, "color": "white"}})
     fig.update_yaxes(showgrid=True)  # px lists category_orders from the top down
+    if metric == "rel_err":
+        log_axis(fig, "x", measured[metric])
     lines = sum(case.count("<br>") for case in cases)
     fig.update_layout(height=max(320, 120 + CASE_HEIGHT * len(cases) + LINE_HEIGHT * lines),
                       margin={"l": 10, "r": 10, "t": 30, "b": 10})

@@ -55,11 +55,16 @@ def heatmap(cells: pd.DataFrame, column: str, baseline: str) -> go.Figure:
             for zr, br in zip(z.to_numpy(), backend.to_numpy(), strict=True)]
     log2 = np.log2(z.to_numpy(dtype=float))
     span = float(np.nanmax(np.abs(log2))) if np.isfinite(log2).any() else 1.0
+    # The bar is labelled with the speedups its log2 colours stand for (-2 would read as a speedup of -2).
+    top = int(np.ceil(max(span, 0.1)))
+    stride = max(1, int(np.ceil(top / 4)))  # at most nine labels on the bar
+    steps = list(range(-(top // stride) * stride, top + 1, stride))
     fig = go.Figure(go.Heatmap(
         z=log2, x=list(z.columns), y=list(z.index), text=text, texttemplate="%{text}",
         customdata=z.to_numpy(dtype=float), colorscale="RdBu", zmid=0, zmin=-max(span, 0.1), zmax=max(span, 0.1),
         hovertemplate="%{y}<br>%{x}: %{customdata:.3f}x vs " + baseline + "<extra></extra>", xgap=2, ygap=2,
-        colorbar={"title": f"log2 speedup<br>vs {baseline}"}))
+        colorbar={"title": f"speedup<br>vs {baseline}", "tickvals": steps,
+                  "ticktext": [ratio_text(2.0**s) for s in steps]}))
     fig.update_yaxes(autorange="reversed")  # the first row in reading order on top
     fig.update_layout(height=max(260, 80 + ROW_HEIGHT * len(rows)), margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       xaxis_title="precision", yaxis_title="")
@@ -139,9 +144,7 @@ def main() -> None:
                    "failed, invalid or interpreted): see the table on the Environment page or the run table.")
     speeds = page["speeds"]
     st.subheader("Speedups per record")
-    table(speeds, "speedups", noise=NOISE_COLUMN, median_s=st.column_config.NumberColumn("median_s (s)", format="%.3e"),
-          prequant_median_s=st.column_config.NumberColumn("prequant_median_s (s)", format="%.3e"),
-          speedup_e2e=st.column_config.NumberColumn(format="%.3fx"),
+    table(speeds, "speedups", noise=NOISE_COLUMN, speedup_e2e=st.column_config.NumberColumn(format="%.3fx"),
           speedup_prequant=st.column_config.NumberColumn(format="%.3fx"),
           repro=st.column_config.TextColumn("reproduce", help="the `fp8bench run` command of this record"))
     # The command of one row, in a code block: its copy button puts it on the clipboard, ready for a shell.

@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 
 from fp8bench.analysis.payoff import BASELINE, cell_speedups, paying_off, payoff_table, shape_family
 from fp8bench.analysis.selection import is_scaled, latest_per_case, speed_comparable_frame
+from fp8bench.dashboard.axes import in_ms, log_axis
 from fp8bench.dashboard.express import px
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
@@ -65,14 +66,15 @@ def curves_figure(curves: pd.DataFrame, baseline: str) -> go.Figure:
             fig.add_trace(go.Scatter(
                 x=line["tick"], y=line["speedup"], mode="lines+markers", name=name, legendgroup=name,
                 showlegend=name not in shown, line={"color": colours[precision], "dash": dashes[device]},
-                customdata=line[["backend", "median_s", "median_s_base"]].to_numpy(),
+                customdata=line[["backend"]].assign(ms=in_ms(line["median_s"]),
+                                                    base_ms=in_ms(line["median_s_base"])).to_numpy(),
                 hovertemplate=(f"{name}<br>%{{x}}<br>%{{y:.3g}}x vs {baseline} (%{{customdata[0]}})<br>"
-                               f"%{{customdata[1]:.3g}} s against %{{customdata[2]:.3g}} s<extra></extra>")),
+                               f"%{{customdata[1]:.3g}} ms against %{{customdata[2]:.3g}} ms<extra></extra>")),
                 row=row, col=1)
             shown.add(name)
         fig.update_xaxes(type="category", categoryorder="array", categoryarray=list(dict.fromkeys(panel["tick"])),
                          title_text="shape (in order of FLOPs)", row=row, col=1)
-        fig.update_yaxes(type="log", title_text=f"speedup vs {baseline}", row=row, col=1)
+        log_axis(fig, "y", [1.0, *panel["speedup"]], suffix="x", title_text=f"speedup vs {baseline}", row=row, col=1)
         fig.add_hline(y=1.0, line_dash="dash", line_color="grey", row=row, col=1)
     fig.update_layout(height=height, margin={"l": 10, "r": 10, "t": 60, "b": 10},
                       title=f"Speedup against {baseline}, end to end (above the dashed line the recipe wins)")

@@ -65,6 +65,8 @@ def main() -> None:
     quantize = PHASE_PREFIX + "quantize"
     if quantize in shown:
         shown["quantize_share"] = shown[quantize] / case[phase_cols].sum(axis=1, min_count=1)
+    # Phase medians are seconds: named so, the table shows them in ms as every time (and the CSV says the unit).
+    shown = shown.rename(columns={c: f"{c}_s" for c in phase_cols})
     table(shown, "phases", quantize_share=st.column_config.NumberColumn(format="percent"))
     show_traces(case, case["precision"] + " / " + case["backend"])
 

@@ -50,7 +50,10 @@ def _series(target: str, fingerprint: tuple[int, int, int], flt: RecordFilter, k
 
 def change_figure(points: pd.DataFrame, change: pd.Series, link: str | None) -> go.Figure:
     metric = str(change["metric"])
+    unit = METRICS[metric].unit
+    scale, unit = (1e3, "ms") if unit == "s" else (1.0, unit)  # times read in ms, as on every page
     per_commit = points.groupby("position").agg(value=(metric, "median"), commit=("git_commit", "first"))
+    per_commit["value"] *= scale
     fig = go.Figure(go.Scatter(x=per_commit.index, y=per_commit["value"], mode="lines+markers",
                                text=per_commit["commit"].astype(str).str.slice(0, 7),
                                hovertemplate="commit %{text}<br>%{y:.4g}<extra></extra>", name=metric))
@@ -58,11 +61,11 @@ def change_figure(points: pd.DataFrame, change: pd.Series, link: str | None) -> 
     fig.add_vline(x=cut, line_dash="dash", line_color="crimson" if change["kind"] == "regression" else "seagreen")
     for start, end, level in ((per_commit.index.min(), cut, change["before"]), (cut, per_commit.index.max(),
                                                                                   change["after"])):
-        fig.add_trace(go.Scatter(x=[start, end], y=[level, level], mode="lines", showlegend=False,
+        fig.add_trace(go.Scatter(x=[start, end], y=[level * scale, level * scale], mode="lines", showlegend=False,
                                  line={"color": "grey", "width": 1}))
     title = f"{change['case_key']} · {change['device']}"
     fig.update_layout(height=380, title=title, xaxis_title="commit (first-parent order)",
-                      yaxis_title=f"{metric} ({METRICS[metric].unit})", margin={"l": 10, "r": 10, "t": 50, "b": 10})
+                      yaxis_title=f"{metric} ({unit})", margin={"l": 10, "r": 10, "t": 50, "b": 10})
     if link:
         fig.add_annotation(x=cut, y=1.05, yref="paper", showarrow=False,
                            text=plot_link(link, f"first bad {str(change['first_bad_commit'])[:7]}"))
@@ -106,7 +109,8 @@ def main() -> None:
     open_ = (found["kind"] == "regression") & found["open"]
     st.metric("Open regressions", int((open_ & ~found["noisy"].astype(bool)).sum()),
               help=f"confirmed; {int((open_ & found['noisy'].astype(bool)).sum())} more carried by noisy nights")
-    table(shown[["case_key", "device", "size", "noisy", "first_bad_commit", "bisected_commit", "first_bad_link",
+    linked = ["first_bad_link"] if shown["first_bad_link"].notna().any() else []  # empty links read "None"
+    table(shown[["case_key", "device", "size", "noisy", "first_bad_commit", "bisected_commit", *linked,
                  "last_good_commit", "ci_low",
                  "ci_high", "p_value", "metric", "branch", "kind", "open", "first_bad_run", "first_bad_started_at"]],
           "regressions", size=st.column_config.NumberColumn("change", format="percent"),

@@ -21,6 +21,7 @@ import streamlit as st
 from fp8bench.analysis.selection import latest_per_case, speed_comparable_frame
 from fp8bench.core.noise import HostLoad
 from fp8bench.core.peak_table import above_ceiling, ceiling_advice, table_peak
+from fp8bench.dashboard.axes import in_ms, log_axis
 from fp8bench.dashboard.express import px
 from fp8bench.dashboard.safe_text import md_text
 from fp8bench.dashboard.widgets import (
@@ -67,16 +68,23 @@ def ceiling_lines(points: pd.DataFrame) -> list[tuple[float, list[str]]]:
 
 
 def roofline_figure(points: pd.DataFrame, bw: float | None) -> go.Figure:
-    fig = px.scatter(points, x="intensity", y="tflops", color="precision", symbol="backend", log_x=True,
-                     log_y=True, hover_data=["workload", "shape_label", "median_s", "pct_of_peak", "run_id"],
-                     labels={"intensity": "arithmetic intensity (FLOP/byte)", "tflops": "achieved TFLOP/s"})
+    shown = points.assign(median_ms=in_ms(points["median_s"]))
+    fig = px.scatter(shown, x="intensity", y="tflops", color="precision", symbol="backend",
+                     hover_data={"workload": True, "shape_label": True, "median_ms": ":.3g", "pct_of_peak": ":.3g",
+                                 "run_id": True},
+                     labels={"intensity": "arithmetic intensity (FLOP/byte)", "tflops": "achieved TFLOP/s",
+                             "median_ms": "median (ms)"})
     lo = float(points["intensity"].min()) / 4
     hi = float(points["intensity"].max()) * 4
     xs = np.geomspace(lo, hi, 200)
+    rates = list(points["tflops"])
     for peak, names in ceiling_lines(points):
         ys = np.minimum(peak, bw * xs) if bw else np.full_like(xs, peak)
+        rates += [float(ys.min()), peak]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"dash": "dash", "width": 1.5},
                                  name=f"ceiling {peak:.3g} TFLOP/s ({', '.join(sorted(names))})"))
+    log_axis(fig, "x", [lo, hi])
+    log_axis(fig, "y", rates)
     # The legend (precision x backend, and each ceiling with its precisions) goes under the plot, not beside it.
     fig.update_layout(height=680, margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       legend={"orientation": "h", "yanchor": "top", "y": -0.15})

@@ -10,6 +10,8 @@ from pathlib import Path
 from fp8bench.commands.gating_flags import add_gate_flags, add_verdict_flags
 from fp8bench.commands.verb_interface import (
     GATE_EXIT_CODES,
+    STOPPED_ROW,
+    ExitCodes,
     add_json_flag,
     add_store_flags,
 )
@@ -37,7 +39,7 @@ examples:
 
 Reports are written first; with $GITHUB_STEP_SUMMARY set, the Markdown report is appended to the job summary."""
 
-EXIT_CODES = GATE_EXIT_CODES
+EXIT_CODES = ExitCodes((*GATE_EXIT_CODES.rows, STOPPED_ROW), bad_input=GATE_EXIT_CODES.bad_input)
 DOC = "docs/gate.md"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from fp8bench.commands.gating_flags import add_gate_flags
 from fp8bench.commands.verb_interface import (
     EXIT_HARNESS_ERROR,
+    STOPPED_ROW,
     ExitCodes,
     add_json_flag,
 )
@@ -47,6 +48,7 @@ EXIT_CODES = ExitCodes((
     (EXIT_REGRESSION, "found: the first commit the gate finds slower than good"),
     (EXIT_INCONCLUSIVE, "undecided: the bad commit is not shown slower, or skipped/undecided commits leave a range"),
     (EXIT_HARNESS_ERROR, "harness error or bad input (bad commits, not a git repository, good does not build)"),
+    STOPPED_ROW,
 ), bad_input=EXIT_HARNESS_ERROR)
 DOC = "docs/gate.md"
 DEFAULT_STEP_BUDGET_S = 300.0

@@ -35,7 +35,7 @@ examples:
   fp8bench converge --steps 40 --precision nvfp4 mxfp4 --stochastic-rounding off --rht on"""
 EXIT_CODES = ExitCodes((
     (EXIT_OK, "no FP8 recipe diverged, and the negative control was flagged"),
-    (EXIT_CASE_FAILED, "a recipe diverged, or the negative control was not flagged"),
+    (EXIT_CASE_FAILED, "a recipe diverged or failed to train, or the negative control was not flagged"),
     (EXIT_USAGE, BAD_INPUT),
     (EXIT_DISK_FULL, "the disk filled: the curves written before are kept in the run file"),
     (EXIT_INTERRUPTED, INTERRUPTED + " (finished curves)"),

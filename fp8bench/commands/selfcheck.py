@@ -27,13 +27,15 @@ from fp8bench.measure.selfcheck import (
     CheckResult,
     Probe,
     SelfcheckConfig,
-    Verdict,
     planned_checks,
     probe_for,
     run_selfcheck,
 )
 from fp8bench.results.record_stream import DiskFull
 from fp8bench.results.runfile import check_writable
+
+# The run's overall verdict (fp8bench.measure.selfcheck.exit_verdict: a str Enum, so its values key it) -> exit code.
+VERDICT_EXIT = {"ERROR": EXIT_HARNESS_ERROR, "FAIL": EXIT_CASE_FAILED, None: EXIT_OK}
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -86,7 +88,7 @@ def _run(args: argparse.Namespace, probe: Probe, config: SelfcheckConfig, run_fi
         return EXIT_DISK_FULL
     if outcome.interrupted:
         return EXIT_INTERRUPTED
-    return {Verdict.ERROR: EXIT_HARNESS_ERROR, Verdict.FAIL: EXIT_CASE_FAILED, None: EXIT_OK}[outcome.verdict]
+    return VERDICT_EXIT[outcome.verdict]
 
 
 _STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "needs a GPU": "yellow", "not run": "dim"}

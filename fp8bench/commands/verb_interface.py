@@ -77,6 +77,10 @@ GATE_EXIT_CODES = ExitCodes((
 ), bad_input=EXIT_HARNESS_ERROR)
 """``gate`` and ``ab``: a usage error must never read as a verdict."""
 
+STOPPED_ROW = (EXIT_INTERRUPTED, "interrupted by Ctrl-C, SIGTERM or SIGHUP: workers stopped, temporary worktrees "
+                                 "removed, every round file finished before it kept in --out")
+"""``ab`` and ``bisect`` run for minutes to hours; a stop is their own row, not a verdict."""
+
 
 def help_epilog(codes: ExitCodes, doc: str) -> str:
     """What ends every verb's ``--help``: its exit-code table and the document that explains it."""

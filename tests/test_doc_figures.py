@@ -41,8 +41,8 @@ def test_the_readme_counts_the_documented_blocks_that_run():
 
 
 def test_the_report_size_and_reason_width_are_the_renderers():
-    from fp8bench.analysis.gate.markdown import MARKDOWN_BYTES
-    from fp8bench.commands.gating import WHY_COLUMNS
+    from fp8bench.render.gate_markdown import MARKDOWN_BYTES
+    from fp8bench.render.gate_table import WHY_COLUMNS
 
     assert number(stated("docs/gate.md", r"`report.md` stays under ([\d,]+) bytes")) == MARKDOWN_BYTES
     assert number(stated("docs/gate.md", r"each reason cut to (\d+) characters")) == WHY_COLUMNS

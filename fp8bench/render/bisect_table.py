@@ -30,10 +30,11 @@ from fp8bench.render.bisect_markdown import (
     probe_cells,
     range_line,
 )
+from fp8bench.render.gate_table import WHY_COLUMNS
 
-# A probe's subject and reason in the terminal table, characters each: the reports keep them whole.
+# A probe's subject in the terminal table, characters (its reason is cut as the gate cuts a case's: WHY_COLUMNS); the
+# reports keep both whole.
 SUBJECT_COLUMNS = 40
-WHY_COLUMNS = 60
 
 
 def _cut(text: str, width: int) -> str:

@@ -55,7 +55,7 @@ def test_ab_masks_side_environments_and_reports_each_sides_dirty_flag(two_rounds
 
 # The round limit of the hung-side test: above what a round of its one tiny case takes on a loaded machine (the
 # base's round must finish within it), and short, since the test waits it out.
-HUNG_ROUND_TIMEOUT_S = 8
+HUNG_ROUND_TIMEOUT_S = 12
 
 
 @pytest.mark.slow

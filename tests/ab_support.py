@@ -3,7 +3,8 @@
 ``fp8bench ab`` starts a worker process per side (each imports torch and this checkout's fp8bench) and runs
 ``fp8bench run`` in each, round after round: seconds of fixed cost before the first round. The tests that read what
 one short A/B run says and writes (its progress lines, the rerun of inconclusive cases, the masked side
-environments, each side's dirty flag, the stored report) share this one run instead of starting their own.
+environments, each side's dirty flag, the stored report) share this one run instead of starting their own, in
+whichever test worker process they run.
 
 Two rounds give each case two samples a side, under the gate's minimum of three: every case is inconclusive, so the
 cases are rerun once in two more rounds and the run ends with exit 2. Each side is given an environment variable
@@ -14,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import built_once
 
 from fp8bench.cli import main
 
@@ -44,11 +45,6 @@ def _run(folder: Path) -> dict[str, Any]:
 
 def two_round_aa(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The run's exit code, its ``out`` and ``results`` folders, and what it printed (``stdout``, ``stderr``);
-    made on first use in the test session."""
-    folder = tmp_path_factory.getbasetemp() / "two_round_aa"
-    made = folder / "made.json"
-    if not made.exists():
-        folder.mkdir(exist_ok=True)
-        made.write_text(json.dumps(_run(folder)))
-    info = json.loads(made.read_text())
+    made on first use in the test run, whichever worker process asks first."""
+    info = built_once(tmp_path_factory, "two_round_aa", _run)
     return {**info, "out": Path(info["out"]), "results": Path(info["results"])}

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +54,29 @@ def long_tests_enabled(config: pytest.Config) -> bool:
     return bool(config.getoption("--long")) or os.environ.get(LONG_ENV) == "1"
 
 
+# A pytest-xdist worker process finds COLUMNS=80 and LINES=24 in its environment although the run was started
+# without them (they are set while the worker starts); the product's tables read $COLUMNS as a terminal's width, so
+# a worker would draw them 80 columns wide where a plain run draws them for a log. Each worker gets back the values
+# the run was started with.
+TERMINAL_SIZE_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    node.workerinput["terminal_size_env"] = {k: os.environ[k] for k in TERMINAL_SIZE_ENV if k in os.environ}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    given = getattr(config, "workerinput", {}).get("terminal_size_env")
+    if given is None:
+        return
+    for key in TERMINAL_SIZE_ENV:
+        if key in given:
+            os.environ[key] = given[key]
+        else:
+            os.environ.pop(key, None)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     skip_long = pytest.mark.skip(reason=f"long end-to-end check: run with --long or {LONG_ENV}=1 (CI does)")
@@ -88,6 +114,39 @@ def _cpu_rates_measured_once_per_session(request, monkeypatch):
         return dict(_SESSION_RATES[key])
 
     monkeypatch.setattr(peaks, "measure_cpu_rates", once)
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary folder of the whole test run. ``scripts/test`` runs the suite on pytest-xdist workers; each
+    worker's base folder is ``popen-<worker>`` inside the run's, which the controller made. A plain ``pytest`` has
+    one base folder."""
+    base = tmp_path_factory.getbasetemp()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return base.parent if worker and base.name == f"popen-{worker}" else base
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str,
+               build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """``build(folder)``'s JSON-able result, built on first use in the test run into ``folder`` (``name`` in
+    :func:`run_folder`) and read back by every later caller, whichever worker process it runs in: one worker
+    builds while the others that need it wait on a file lock. A build that raised is tried again, in an emptied
+    folder, by the next caller."""
+    from filelock import FileLock
+
+    folder = run_folder(tmp_path_factory) / name
+    made = folder / "made.json"
+    with FileLock(f"{folder}.lock"):
+        if not made.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            made.write_text(json.dumps(build(folder), default=str))
+    return json.loads(made.read_text())
+
+
+def outside_xdist(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without pytest-xdist's worker variables, for a test's child processes that run pytest themselves
+    (the benchmark suites): pytest-benchmark turns itself off where it sees ``PYTEST_XDIST_WORKER``."""
+    return {k: v for k, v in env.items() if not k.startswith("PYTEST_XDIST_")}
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import plugins_in_process
+from conftest import built_once, plugins_in_process
 
 from fp8bench.cli import main
 
@@ -94,14 +94,8 @@ def _build_store(results: Path) -> dict[str, object]:
 
 def _built_once(tmp_path_factory: pytest.TempPathFactory, name: str,
                 build: Callable[[Path], dict[str, object]]) -> dict[str, object]:
-    """``build(folder)``'s result, built on first use in this test session and reused by every later caller."""
-    results = tmp_path_factory.getbasetemp() / name
-    made = results / "fixture.json"
-    if not made.exists():
-        results.mkdir(exist_ok=True)
-        info = build(results)
-        made.write_text(json.dumps(info, default=str))
-    info = json.loads(made.read_text())
+    """``build(folder)``'s result, built on first use in the test run and reused by every later caller."""
+    info = built_once(tmp_path_factory, name, build)
     return {**info, "dir": Path(info["dir"]), "run_files": [Path(f) for f in info.get("run_files", [])]}
 
 

@@ -53,12 +53,18 @@ def test_ab_masks_side_environments_and_reports_each_sides_dirty_flag(two_rounds
     assert "A/B: base checkout" in md and "`FP8BENCH_TEST_TOKEN`" in md and "values masked" in md
 
 
+# The round limit of the hung-side test: above what a round of its one tiny case takes on a loaded machine (the
+# base's round must finish within it), and short, since the test waits it out.
+HUNG_ROUND_TIMEOUT_S = 12
+
+
 @pytest.mark.slow
-def test_a_hung_side_fails_its_round_by_name(tmp_path):
+def test_a_hung_side_fails_its_round_by_name(tmp_path, worker_ceilings_dir):
     head = SideSpec("head", ROOT, {"FP8BENCH_PLUGINS": "fp8bench_test_hang", "PYTHONPATH": str(PLUGINS)})
+    one_case = [*RUN_ARGS, "--precision", "bf16", "--results-dir", str(worker_ceilings_dir)]  # bf16: the one that hangs
     with pytest.raises(AbError) as hung:
-        run_ab(SideSpec("base", ROOT), head, RUN_ARGS, tmp_path / "ab", rounds=2, round_timeout_s=20)
-    assert "head round 1 of 2 did not finish within 20 s (--round-timeout)" in str(hung.value)
+        run_ab(SideSpec("base", ROOT), head, one_case, tmp_path / "ab", rounds=2, round_timeout_s=HUNG_ROUND_TIMEOUT_S)
+    assert f"head round 1 of 2 did not finish within {HUNG_ROUND_TIMEOUT_S} s (--round-timeout)" in str(hung.value)
     assert (tmp_path / "ab" / "base" / "r00.json").is_file()  # the base's round before it is kept
 
 

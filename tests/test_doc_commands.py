@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import outside_xdist
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -195,7 +196,9 @@ def make_sandbox(where: Path) -> Path:
 
 
 def block_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FP8BENCH_") or k == "FP8BENCH_HOST_ALIAS"}
+    """The environment of a shell on a developer's machine: no test settings (FP8BENCH_*, pytest-xdist's)."""
+    env = {k: v for k, v in outside_xdist(os.environ).items()
+           if not k.startswith("FP8BENCH_") or k == "FP8BENCH_HOST_ALIAS"}
     venv = ROOT / ".venv"
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv))
     env.pop("PYTHONHOME", None)

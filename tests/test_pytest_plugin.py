@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import outside_xdist
 
 from fp8bench.cli import main
 from fp8bench.results.ingest import read_results_file
@@ -48,7 +49,7 @@ def test_ci_suite_json_ingests_and_gates(tmp_path, results_dir, capsys):
         [sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "--benchmark-enable",
          f"--benchmark-json={out}", "-k", "128x128x128 and (bf16 or rowwise)", "--fp8bench-max-time", "0.05",
          "--fp8bench-threads", "1", "--fp8bench-budget", "10"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=outside_xdist(os.environ))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     payload, source = read_results_file(out)
     assert source == "pytest-benchmark"
@@ -99,7 +100,7 @@ def run_user_suite(folder: Path, *args: str, shape: str = "64x64x64") -> subproc
     """``pytest`` on USER_SUITE in ``folder``, as its own process with no project configuration (benchmarks on)."""
     (folder / "test_suite.py").write_text(USER_SUITE)
     return subprocess.run([sys.executable, "-m", "pytest", "test_suite.py", "-rs", *QUICK_CASES, *args], cwd=folder,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "SUITE_SHAPE": shape})
+                          capture_output=True, text=True, timeout=300, env={**outside_xdist(os.environ), "SUITE_SHAPE": shape})
 
 
 def outcome_counts(output: str) -> dict[str, int]:

@@ -100,7 +100,8 @@ def run_user_suite(folder: Path, *args: str, shape: str = "64x64x64") -> subproc
     """``pytest`` on USER_SUITE in ``folder``, as its own process with no project configuration (benchmarks on)."""
     (folder / "test_suite.py").write_text(USER_SUITE)
     return subprocess.run([sys.executable, "-m", "pytest", "test_suite.py", "-rs", *QUICK_CASES, *args], cwd=folder,
-                          capture_output=True, text=True, timeout=300, env={**outside_xdist(os.environ), "SUITE_SHAPE": shape})
+                          capture_output=True, text=True, timeout=300,
+                          env={**outside_xdist(os.environ), "SUITE_SHAPE": shape})
 
 
 def outcome_counts(output: str) -> dict[str, int]:

@@ -16,7 +16,8 @@ step runs ``fp8bench bisect`` from the argument vector, with no shell parsing, a
 Two things differ from the nightly job: each night's run is stored with a quiet machine's load average (this
 machine is shared; a night measured under load is never alerted on), and ``fp8bench`` on the steps' ``PATH`` adds
 ``--threshold 0.5 --min-rounds 3`` to ``bisect``, so that a probe on this shared 2-core CPU decides ``same`` within a
-few rounds (the slowdown is 5x, far outside either threshold). The job's GPU steps (doctor, selfcheck, the suites) are replaced by the nights above.
+few rounds (the slowdown is 5x, far outside either threshold). The job's GPU steps (doctor, selfcheck, the suites)
+are replaced by the nights above.
 """
 
 from __future__ import annotations

@@ -271,11 +271,22 @@ def use_checkout(root: Path) -> None:
 
 
 def start_like_the_server() -> Any:
-    """What ``streamlit run`` does before it accepts a connection and that AppTest would otherwise do inside the
-    first timed render: import the server and scan the installed distributions for components. Returns the
-    component registry every AppTest of this process shares."""
+    """What the server does before it accepts a connection and that AppTest would otherwise do inside the first
+    timed render: import the server, the read side's libraries (``fp8bench.dashboard.serve.warm_up``, where the
+    checkout has it) and scan the installed distributions for components. Returns the component registry every
+    AppTest of this process shares."""
     import streamlit.web.server  # noqa: F401  (the server's own imports)
     from streamlit.components.v2.component_manager import BidiComponentManager
+
+    import fp8bench.dashboard
+
+    # What `fp8bench dashboard`'s server imports before it listens, where the checkout has it (asked of the
+    # checkout's folder: an installed fp8bench's import finder would answer for a checkout from before it, whose
+    # server imported nothing of the app's before a reader came).
+    if (Path(fp8bench.dashboard.__path__[0]) / "serve.py").is_file():
+        from fp8bench.dashboard.serve import warm_up
+
+        warm_up()
 
     components = BidiComponentManager()
     components.discover_and_register_components(start_file_watching=False)

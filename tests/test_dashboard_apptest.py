@@ -399,7 +399,7 @@ def test_dashboard_verb_serves_the_app_on_loopback_by_default(tmp_path):
     out = run_cli("dashboard", "--print-command", "--json", "--results-dir", tmp_path).stdout
     plan = json.loads(out.strip().splitlines()[-1])
     cmd = plan["command"]
-    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == APP
+    assert cmd[1:4] == ["-m", "fp8bench.dashboard.serve", "run"] and Path(cmd[4]) == APP
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--client.showErrorDetails") + 1] == "none"  # no traceback reaches a browser
     assert plan["env"] == {STORE_ENV: str(tmp_path)}

@@ -95,3 +95,17 @@ def test_overview_first_load_does_not_import_plotly_express(cpu_run_store):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert not out["errors"] and out["tables"] > 0, out  # the Overview was drawn, with its table
     assert not out["express"], "the Overview's first load imported plotly.express"
+
+
+def test_the_server_imports_the_read_side_before_it_listens_and_no_torch():
+    # fp8bench.dashboard.serve is what `fp8bench dashboard` starts: it imports what the first page needs, then hands
+    # its command line to Streamlit's (`version` answers without starting a server).
+    code = ("import sys, runpy; sys.argv = ['serve', 'version']\n"
+            "try:\n    runpy.run_module('fp8bench.dashboard.serve', run_name='__main__')\n"
+            "except SystemExit as exc:\n    code = exc.code\n"
+            "mods = ('torch', 'pandas', 'sqlalchemy', 'fp8bench.dashboard.data')\n"
+            "print({m: m in sys.modules for m in mods}, code)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Streamlit, version" in out.stdout
+    assert "{'torch': False, 'pandas': True, 'sqlalchemy': True, 'fp8bench.dashboard.data': True} 0" in out.stdout

@@ -78,10 +78,11 @@ def app_path() -> Path:
 
 
 def streamlit_command(args: argparse.Namespace) -> list[str]:
-    """The ``streamlit run`` command line that serves the app with these options."""
+    """The ``streamlit run`` command line that serves the app with these options, through
+    :mod:`fp8bench.dashboard.serve` (the read side's libraries imported before the server listens)."""
     if not 1 <= args.port <= 65535:
         raise UsageError(f"--port {args.port}: accepted ports are 1..65535")
-    return [sys.executable, "-m", "streamlit", "run", str(app_path()),
+    return [sys.executable, "-m", "fp8bench.dashboard.serve", "run", str(app_path()),
             "--server.address", args.host, "--server.port", str(args.port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--global.developmentMode", "false",
             "--client.toolbarMode", "viewer",

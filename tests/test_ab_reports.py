@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,11 @@ from fp8bench.cli import main
 from fp8bench.orchestration.ab import AbError, SideSpec, run_ab
 from fp8bench.render.gate_markdown import render_markdown
 from fp8bench.results.store import open_store
-from tests.ab_support import RUN_ARGS, SECRET, two_round_aa
+from tests.ab_support import DIRTY, RUN_ARGS, SECRET, two_round_aa
 from tests.gate_fixtures import payload, record
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
-
-
-def checkout_dirty() -> bool | None:
-    out = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                         capture_output=True, text=True)
-    return bool(out.stdout.strip()) if out.returncode == 0 else None
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +36,7 @@ def test_ab_masks_side_environments_and_reports_each_sides_dirty_flag(two_rounds
     report = json.loads((out / "report.json").read_text())
     assert report["ab"]["head_env"] == {"FP8BENCH_TEST_TOKEN": "***"}
     assert report["ab"]["base_env"] == {"DATABASE_URL": "***"}
-    assert report["ab"]["dirty"] == {"base": checkout_dirty(), "head": checkout_dirty()}
+    assert report["ab"]["dirty"] == DIRTY  # the base's checkout clean, the head's with a changed tracked file
     for text in ((out / "report.json").read_text(), (out / "report.md").read_text(), two_rounds["stdout"],
                  two_rounds["stderr"]):
         assert SECRET not in text

@@ -217,6 +217,21 @@ def test_power_capping_is_recorded_and_the_window_stays_valid():
                                                                                "power limit (sw_power_cap) for ")
 
 
+def test_a_case_under_its_own_settings_keeps_the_locked_clock_as_the_throttle_reference():
+    """Under --lock-clocks the locked clock read back is the throttle reference (runner: the meter is configured with
+    it once); a case measured under a suite budget's shortened settings reconfigures the meter without it, and the
+    reference must survive that reconfiguration and the one back to the run's settings."""
+    settings = RunSettings(device="cpu")
+    measurer = CaseMeasurer(settings, CPU)
+    measurer.meter = configure_meter(meter(FakeGpu()), SHORT.min_window_s, 0.9, reference_clock_mhz=1500)
+    shortened = settings.with_energy(window_s=0.3)
+    with measurer._settings_for_case(shortened):
+        assert measurer.meter.policy.min_window_s == 0.3  # the case's own settings reached the meter
+        assert measurer.meter.reference_clock_mhz == 1500 and measurer.meter.source.reference_clock_mhz == 1500
+    assert measurer.meter.policy.min_window_s == settings.energy.window_s
+    assert measurer.meter.reference_clock_mhz == 1500 and measurer.meter.source.reference_clock_mhz == 1500
+
+
 def test_strict_clocks_make_a_power_capped_window_invalid():
     gpu, capped_work = _power_capped_gpu()
     m = configure_meter(meter(gpu), SHORT.min_window_s, 0.9, strict_clocks=True)

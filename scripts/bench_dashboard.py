@@ -77,6 +77,7 @@ def synthetic_run(index: int, rng: np.random.Generator) -> dict[str, Any]:
     """One run file's payload: a header and RECORDS_PER_RUN schema-valid records."""
     import numpy as np
 
+    from fp8bench.core.record_parts import Efficiency, SampleFigures, Throughput
     from fp8bench.core.records import SCHEMA_VERSION, Record
 
     name = list(DEVICES)[index % len(DEVICES)]
@@ -101,14 +102,18 @@ def synthetic_run(index: int, rng: np.random.Generator) -> dict[str, Any]:
         records.append(Record(
             workload=workload, shape=shape, precision=precision, backend=backend, device=kind,
             status="invalid" if throttled else "ok", reason="throttled: power cap" if throttled else None,
-            fp8_format=None if precision == "bf16" else "e4m3", samples_s=samples, median_s=float(np.median(samples)),
-            iqr_s=median * 0.02, rsd=0.02, n=10, target_reached=True, prequant_median_s=median - quantize,
-            flops=flops, bytes=nbytes, tflops=flops / median / 1e12, prequant_tflops=flops / (median - quantize) / 1e12,
-            gbps=nbytes / median / 1e9, pct_of_peak=100 * flops / median / 1e12 / (bf16_tflops * PRECISIONS[precision]),
-            peak_tflops=bf16_tflops * PRECISIONS[precision], peak_source="synthetic", peak_mem_tbps=mem_tbps,
-            phases={"quantize": quantize, "gemm": median - quantize} if quantize else {"gemm": median},
-            energy_j=joules, avg_power_w=joules / median if joules else None,
-            tflops_per_w=flops / joules / 1e12 if joules else None,
+            fp8_format=None if precision == "bf16" else "e4m3",
+            samples=SampleFigures(
+                samples_s=samples, median_s=float(np.median(samples)), iqr_s=median * 0.02, rsd=0.02, n=10,
+                target_reached=True, prequant_median_s=median - quantize,
+                phases={"quantize": quantize, "gemm": median - quantize} if quantize else {"gemm": median}),
+            throughput=Throughput(
+                flops=flops, bytes=nbytes, tflops=flops / median / 1e12,
+                prequant_tflops=flops / (median - quantize) / 1e12, gbps=nbytes / median / 1e9,
+                pct_of_peak=100 * flops / median / 1e12 / (bf16_tflops * PRECISIONS[precision]),
+                peak_tflops=bf16_tflops * PRECISIONS[precision], peak_source="synthetic", peak_mem_tbps=mem_tbps),
+            efficiency=Efficiency(energy_j=joules, avg_power_w=joules / median if joules else None,
+                                  tflops_per_w=flops / joules / 1e12 if joules else None),
             energy={"method": "nvml" if metered else "none", "reason": None if metered else "no meter (synthetic)",
                     "invalid_reasons": ["power cap"] if throttled else []},
             numerics={"sqnr_db": 50.0 if precision == "bf16" else float(rng.uniform(25, 32)),

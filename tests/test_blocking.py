@@ -219,8 +219,8 @@ def test_runner_times_held_calls_and_keys_them_apart(fake_cuda, fake_holds, chai
     record = CaseMeasurer(settings(), GPU1).measure(chain())
     assert record.status == "ok", record.reason
     assert record.timing_mode == "blocked_stream" and record.l2_flushed is True
-    assert record.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
-    assert record.phases == pytest.approx(PHASE_S, rel=1e-9)
+    assert record.samples.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
+    assert record.samples.phases == pytest.approx(PHASE_S, rel=1e-9)
     assert fake_holds[0].releases >= 3 * POLICY.min_samples
     assert {op.device for op in fake_cuda.log} == {1}
     as_dict = record.to_dict()
@@ -237,7 +237,7 @@ def test_runner_falls_back_to_events_when_a_call_synchronizes(fake_cuda, fake_ho
     assert record.timing_mode == "cuda_events"  # every figure of the record from one mode
     assert any(n.startswith("timed with cuda_events, not blocked_stream: the call waits for the GPU") for n in
                record.notes)
-    assert set(record.phases) == {"a", "b"}
+    assert set(record.samples.phases) == {"a", "b"}
 
 
 def test_blocked_stream_falls_back_on_the_cpu_and_without_triton(monkeypatch):
@@ -345,7 +345,7 @@ def test_a_give_up_during_sampling_retimes_the_case_with_events_not_skips_it(fak
     backend.builders[KernelChain.name] = (build_sometimes_syncing, supports)
     record = CaseMeasurer(settings(), GPU1).measure(case)
     assert record.status == "ok", record.reason
-    assert record.timing_mode == "cuda_events" and record.n >= POLICY.min_samples
+    assert record.timing_mode == "cuda_events" and record.samples.n >= POLICY.min_samples
     assert any(n.startswith("timed with cuda_events, not blocked_stream: a held sample gave up") for n in
                record.notes), record.notes
 

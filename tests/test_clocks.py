@@ -324,10 +324,11 @@ def test_simulated_throttle_mid_run_discards_and_retakes_samples(fake_cuda, chai
                     energy=EnergySettings(enabled=False))
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.status == "ok", record.reason
-    assert record.discarded_samples == 1 and slept == [RECOVERY_DELAY_S]
+    assert record.samples.discarded_samples == 1 and slept == [RECOVERY_DELAY_S]
     per_sample = record.telemetry.per_sample
-    assert len(per_sample["sample_sm_clock_mhz"]) == record.n and set(per_sample["sample_sm_clock_mhz"]) == {1980}
-    assert per_sample["reference_sm_clock_mhz"] == 1755 and per_sample["sample_power_w"] == [300.0] * record.n
+    n = record.samples.n
+    assert len(per_sample["sample_sm_clock_mhz"]) == n and set(per_sample["sample_sm_clock_mhz"]) == {1980}
+    assert per_sample["reference_sm_clock_mhz"] == 1755 and per_sample["sample_power_w"] == [300.0] * n
 
 
 def test_a_device_that_stays_throttled_is_not_waited_for_and_ends_invalid(fake_cuda, chain, monkeypatch):
@@ -340,7 +341,8 @@ def test_a_device_that_stays_throttled_is_not_waited_for_and_ends_invalid(fake_c
     record = CaseMeasurer(s, GPU1).measure(chain())
     # Three discards in a row for the end-to-end samples and three for the phases, then each keeps its samples and
     # stops checking: at the default delay 0.35 s of waiting each, not the case's budget.
-    assert record.discarded_samples == 2 * MAX_CONSECUTIVE_DISCARDS and len(slept) == 2 * MAX_CONSECUTIVE_DISCARDS
+    discards = 2 * MAX_CONSECUTIVE_DISCARDS
+    assert record.samples.discarded_samples == discards and len(slept) == discards
     assert record.telemetry.per_sample["kept_throttled"] is True
     assert record.status == "invalid" and "median SM clock 900 MHz" in record.reason
 
@@ -391,7 +393,7 @@ def test_a_power_capped_run_keeps_every_sample_and_stays_valid(fake_cuda, chain,
     s = RunSettings(device="cuda:1", timing=TimingSettings(budget_s=30, policy=POLICY, warmup_s=0.0, flush_l2=False),
                     energy=EnergySettings(enabled=False))
     record = CaseMeasurer(s, GPU1).measure(chain())
-    assert record.discarded_samples == 0
+    assert record.samples.discarded_samples == 0
     assert record.status == "ok" and any(n.startswith("power-capped:") for n in record.notes)
 
 

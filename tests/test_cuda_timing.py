@@ -257,8 +257,8 @@ def test_runner_measures_a_case_entirely_on_its_gpu(fake_cuda, chain):
     assert {op.device for op in fake_cuda.log if op.kind in ("kernel", "event", "sync")} == {1}
     assert record.timing_mode == "cuda_events" and record.l2_flushed is True
     # Two kernels, both launched while the flush runs: the sample is their sum.
-    assert record.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
-    assert record.phases == pytest.approx(PHASE_S, rel=1e-9)
+    assert record.samples.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
+    assert record.samples.phases == pytest.approx(PHASE_S, rel=1e-9)
     assert fake_cuda.current == 0
 
 
@@ -316,8 +316,8 @@ def test_runner_times_graph_replays_and_releases_the_graphs(fake_cuda, chain):
     record = CaseMeasurer(settings(cuda_graph=True), GPU1).measure(case)
     assert record.status == "ok", record.reason
     assert record.timing_mode == "cuda_graph" and record.l2_flushed is True
-    assert record.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
-    assert record.phases == pytest.approx(PHASE_S, rel=1e-9)
+    assert record.samples.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
+    assert record.samples.phases == pytest.approx(PHASE_S, rel=1e-9)
     replays = fake_cuda.ops("replay")
     assert {r.name for r in replays} == {"a+b", "a", "b"} and {r.device for r in replays} == {1}
     assert len(replays) >= 3 * (POLICY.min_samples + 1)  # every sample a replay, after one warm-up replay each
@@ -327,7 +327,7 @@ def test_runner_times_graph_replays_and_releases_the_graphs(fake_cuda, chain):
 
 def test_runner_skips_a_case_that_cannot_be_captured_and_says_why(fake_cuda, chain):
     record = CaseMeasurer(settings(cuda_graph=True), GPU1).measure(chain(host_sync_in="end_to_end"))
-    assert record.status == "skipped" and record.median_s is None and record.samples_s == []
+    assert record.status == "skipped" and record.samples.median_s is None and record.samples.samples_s == []
     assert record.reason.startswith("cannot capture end_to_end in a CUDA graph: AcceleratorError: CUDA error: "
                                     "operation not permitted when stream is capturing")
     assert record.timing_mode == "cuda_graph"
@@ -336,7 +336,7 @@ def test_runner_skips_a_case_that_cannot_be_captured_and_says_why(fake_cuda, cha
 def test_runner_leaves_out_a_phase_that_cannot_be_captured(fake_cuda, chain):
     # Only phase b, timed alone, reads back; the end-to-end call does not.
     record = CaseMeasurer(settings(cuda_graph=True), GPU1).measure(chain(host_sync_in="b"))
-    assert record.status == "ok" and set(record.phases) == {"a"}
+    assert record.status == "ok" and set(record.samples.phases) == {"a"}
     assert any(n.startswith("phase b not timed: cannot capture b in a CUDA graph: AcceleratorError") for n in
                record.notes)
     assert fake_cuda.graphs_reset == 2
@@ -353,7 +353,7 @@ def test_energy_window_loops_the_replays_on_the_selected_gpu(fake_cuda, chain, m
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.status == "ok" and record.energy.iterations > 0
     replays = [op for op in fake_cuda.ops("replay")[before:] if op.name == "a+b"]
-    assert len(replays) >= record.energy.iterations + record.n  # the window looped replays, not eager calls
+    assert len(replays) >= record.energy.iterations + record.samples.n  # the window looped replays, not eager calls
     assert {op.device for op in fake_cuda.log} == {1}
 
 
@@ -508,4 +508,4 @@ def test_gpu_graph_mode_runs_a_gemm_case():
                                      energy=EnergySettings(enabled=False)), device).measure(case)
     assert graph.status == eager.status == "ok", (graph.reason, eager.reason)
     assert graph.timing_mode == "cuda_graph" and eager.timing_mode == "cuda_events"
-    assert 0 < graph.median_s <= 2 * eager.median_s  # sanity only: speed is reported, not asserted
+    assert 0 < graph.samples.median_s <= 2 * eager.samples.median_s  # sanity only: speed is reported, not asserted

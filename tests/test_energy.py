@@ -332,7 +332,7 @@ def test_runner_marks_a_throttled_case_invalid(monkeypatch):
     record = _measurer_with(meter(gpu), monkeypatch).measure(_case())
     assert record.status == "invalid" and record.valid is False
     assert "thermal slowdown (software)" in record.reason
-    assert record.energy_j is not None and record.median_s is not None  # numbers kept
+    assert record.efficiency.energy_j is not None and record.samples.median_s is not None  # numbers kept
     assert record.telemetry.energy["reasons"] == ["sw_thermal_slowdown"]
     assert record.telemetry.timing["reasons"] == ["sw_thermal_slowdown"]
     assert "during the timed samples" in record.reason and "during the energy window" in record.reason
@@ -363,7 +363,7 @@ def _power_capped_under_the_floor():
 def test_runner_keeps_a_case_valid_whose_clock_drop_the_power_cap_alone_explains(monkeypatch):
     record = _measurer_with(meter(_power_capped_under_the_floor()), monkeypatch).measure(_case())
     assert (record.status, record.reason) == ("ok", None)
-    assert record.valid is True and record.sm_clock_mhz == 1410
+    assert record.valid is True and record.samples.sm_clock_mhz == 1410
     note = next(n for n in record.notes if n.startswith("power-capped:") and "during the energy window" in n)
     assert "median SM clock 1410 MHz is 80% of the reference 1755 MHz, under the 90% floor" in note
 
@@ -392,11 +392,11 @@ def test_a_no_energy_run_checks_clocks_and_reasons_while_timing(monkeypatch):
     assert record.status == "invalid" and record.valid is False
     assert ("throttled: thermal slowdown (hardware) (hw_thermal_slowdown) during the timed samples"
             in record.reason)
-    assert record.energy.to_json() == {"reason": "energy metering disabled"} and record.energy_j is None
-    assert record.sm_clock_mhz == 1410
+    assert record.energy.to_json() == {"reason": "energy metering disabled"} and record.efficiency.energy_j is None
+    assert record.samples.sm_clock_mhz == 1410
 
     clean = _measurer_with(meter(FakeGpu()), monkeypatch, no_energy).measure(_case())
-    assert (clean.status, clean.sm_clock_mhz) == ("ok", 1980)
+    assert (clean.status, clean.samples.sm_clock_mhz) == ("ok", 1980)
     timing = clean.telemetry.timing
     assert timing["samples"] >= 2 and timing["sm_clock_mhz"]["median"] == 1980
     assert timing["reference_sm_clock_mhz"] == 1755 and timing["reasons"] == []
@@ -405,7 +405,7 @@ def test_a_no_energy_run_checks_clocks_and_reasons_while_timing(monkeypatch):
 def test_without_device_telemetry_the_record_says_why_and_invents_no_clock():
     settings = SETTINGS.with_energy(enabled=False)
     record = CaseMeasurer(settings, CPU).measure(_case())
-    assert record.status == "ok" and record.sm_clock_mhz is None
+    assert record.status == "ok" and record.samples.sm_clock_mhz is None
     assert record.telemetry.timing["reason"].startswith("not sampled: ")
 
 
@@ -414,8 +414,8 @@ def test_runner_continues_after_an_nvml_error(monkeypatch):
     m = nvml_meter(GPU, nv=nv, policy=SHORT)
     nv.nvmlDeviceGetTotalEnergyConsumption.side_effect = pynvml.NVMLError_GpuIsLost()
     record = _measurer_with(m, monkeypatch).measure(_case())
-    assert record.status == "ok" and record.median_s is not None and record.numerics
-    assert record.energy_j is None and record.tflops_per_w is None
+    assert record.status == "ok" and record.samples.median_s is not None and record.numerics
+    assert record.efficiency.energy_j is None and record.efficiency.tflops_per_w is None
     assert "NVMLError_GpuIsLost" in record.energy.reason
 
 
@@ -424,11 +424,11 @@ def test_runner_reports_energy_tflops_per_watt_idle_and_phases(monkeypatch):
                            timing=TimingSettings(budget_s=10, policy=SETTINGS.timing.policy, warmup_s=0.0),
                            energy=EnergySettings(window_s=0.1, idle_baseline_s=0.1, phases=True))
     record = _measurer_with(meter(FakeGpu(power_w=300.0)), monkeypatch, settings).measure(_case())
-    assert record.status == "ok" and record.energy_j > 0
-    assert record.tflops_per_w == pytest.approx(record.flops / record.energy_j / 1e12)
+    assert record.status == "ok" and record.efficiency.energy_j > 0
+    assert record.efficiency.tflops_per_w == pytest.approx(record.throughput.flops / record.efficiency.energy_j / 1e12)
     assert record.energy.idle_power_w == pytest.approx(300.0, rel=0.3)
     assert record.energy.joules_above_idle_per_iter is not None
-    assert set(record.energy.phases) == set(record.phases)
+    assert set(record.energy.phases) == set(record.samples.phases)
 
 
 @pytest.mark.slow  # measures this CPU's ceilings once (~6 s on 2 busy cores)
@@ -440,7 +440,7 @@ def test_on_this_cpu_every_record_has_null_energy_with_reason(tmp_path):
     assert not out.interrupted and len(out.records) == 2
     assert {r.status for r in out.records} == {"ok", "skipped"}
     for r in out.records:
-        assert r.energy_j is None and r.tflops_per_w is None
+        assert r.efficiency.energy_j is None and r.efficiency.tflops_per_w is None
         assert "RAPL /sys/class/powercap absent" in r.energy.reason
 
 

@@ -113,7 +113,7 @@ def test_the_runner_records_the_bound_with_the_energy_figure(fake_cuda, chain, m
                     energy=EnergySettings(enabled=True, window_s=0.01))
     record = CaseMeasurer(s, GPU1).measure(chain())
     assert record.status == "ok", record.reason
-    assert record.energy_j is not None and record.energy.method == "nvml_counter"
+    assert record.efficiency.energy_j is not None and record.energy.method == "nvml_counter"
     assert record.energy.counter_update_s is not None
     assert record.energy.error_bound <= 0.01 + 1e-3 / record.energy.window_j
 
@@ -214,22 +214,22 @@ def test_a_cold_l2_window_meters_flushed_calls_less_the_flush_alone(fake_cuda, c
     meter_cuda1(fake_cuda, monkeypatch)
     record = CaseMeasurer(energy_settings(flush_l2=True, energy_phases=True), GPU1).measure(chain(cold_s=COLD_S))
     assert record.status == "ok", record.reason
-    assert record.median_s == pytest.approx(COLD_S["a"] + COLD_S["b"], rel=1e-9)
+    assert record.samples.median_s == pytest.approx(COLD_S["a"] + COLD_S["b"], rel=1e-9)
     # The two windows run different counts, so the idle host time at their chunk edges (a synchronize and a counter
     # read each) no longer cancels: up to a few parts in 10^4 in the fake's 10 ms windows, far under the cold/warm
     # difference (2x) this checks; a real window lasts a second or more.
-    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)
+    assert record.efficiency.energy_j == pytest.approx(KERNEL_W * record.samples.median_s, rel=1e-3)
     assert record.energy.matches_timing is True, record.energy.reason
     assert record.energy.subtracted_j > 0 and "L2 flush" in record.energy.subtracted_what
     for name, phase in record.energy.phases.items():  # each phase's window meters it as its samples ran it
-        assert phase["joules_per_iter"] == pytest.approx(KERNEL_W * record.phases[name], rel=1e-3)
+        assert phase["joules_per_iter"] == pytest.approx(KERNEL_W * record.samples.phases[name], rel=1e-3)
 
 
 def test_a_cold_l2_window_of_graph_replays_subtracts_the_flush(fake_cuda, chain, monkeypatch):
     meter_cuda1(fake_cuda, monkeypatch)
     record = CaseMeasurer(energy_settings(flush_l2=True, cuda_graph=True), GPU1).measure(chain())
     assert record.status == "ok" and record.timing_mode == "cuda_graph", record.reason
-    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)  # edges, as above
+    assert record.efficiency.energy_j == pytest.approx(KERNEL_W * record.samples.median_s, rel=1e-3)  # edges, as above
     assert record.energy.matches_timing is True, record.energy.reason
 
 
@@ -246,8 +246,8 @@ def test_a_held_window_meters_calls_queued_behind_the_hold_less_the_hold(fake_cu
     record = measurer.measure(chain(cold_s=COLD_S))
     assert record.status == "ok" and record.timing_mode == "blocked_stream", record.reason
     timed = COLD_S if flush_l2 else PHASE_S
-    assert record.median_s == pytest.approx(timed["a"] + timed["b"], rel=1e-9)
-    assert record.energy_j == pytest.approx(KERNEL_W * record.median_s, rel=1e-3)  # edges, as above
+    assert record.samples.median_s == pytest.approx(timed["a"] + timed["b"], rel=1e-9)
+    assert record.efficiency.energy_j == pytest.approx(KERNEL_W * record.samples.median_s, rel=1e-3)  # edges, as above
     assert record.energy.matches_timing is True, record.energy.reason
     assert "hold" in record.energy.subtracted_what
 

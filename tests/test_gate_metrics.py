@@ -11,6 +11,7 @@ from fp8bench.analysis.gate.config import GateConfig, GateError
 from fp8bench.analysis.gate.metrics import floor_for, metric_value, parse_sqnr_floor, sqnr_verdict
 from fp8bench.analysis.gate.report import gate
 from fp8bench.cli import main
+from fp8bench.core.records import load_record
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.render.gate_markdown import render_markdown
 from fp8bench.results.runfile import atomic_write_json
@@ -98,8 +99,8 @@ def test_sqnr_verdict_edges():
 
 def test_metric_values_and_floor_parsing():
     rec = {**record(64, "bf16", [1e-3]), "energy_j": 0.3, "numerics": {"sqnr_db": 40.0}}
-    assert (metric_value(rec, "energy_j"), metric_value(rec, "sqnr_db")) == (0.3, 40.0)
-    assert metric_value({**rec, "numerics": {"sqnr_db": float("nan")}}, "sqnr_db") is None
+    assert (metric_value(load_record(rec), "energy_j"), metric_value(load_record(rec), "sqnr_db")) == (0.3, 40.0)
+    assert metric_value(load_record({**rec, "numerics": {"sqnr_db": float("nan")}}), "sqnr_db") is None
     assert parse_sqnr_floor("fp8_*=20") == ("fp8_*", 20.0) and parse_sqnr_floor("bf16=35dB") == ("bf16", 35.0)
     with pytest.raises(ValueError, match="PRECISION=DB"):
         parse_sqnr_floor("20")

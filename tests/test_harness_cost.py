@@ -6,7 +6,7 @@ import pytest
 
 from fp8bench.core.devices import Device
 from fp8bench.core.plugins import load_all
-from fp8bench.core.record_parts import HarnessCost
+from fp8bench.core.record_parts import HarnessCost, SampleFigures
 from fp8bench.core.records import Record
 from fp8bench.hardware import peaks
 from fp8bench.measure.harness_cost import PARTS, CostClock, summarise
@@ -39,9 +39,9 @@ def test_split_adds_up_to_the_wall_time_less_the_measured_time() -> None:
 
 def test_summary_counts_long_calls_apart() -> None:
     case = ("gemm", {"m": 8, "n": 8, "k": 8}, "bf16", "torch", "cpu", "ok")
-    short = Record(*case, median_s=1e-4, harness=CostClock().record(1.0, 0.5))
-    long = Record(*case, median_s=0.02, harness=CostClock().record(2.0, 1.9))
-    out = summarise([short, long, Record(*case, median_s=None)], stream_s=0.3)
+    short = Record(*case, samples=SampleFigures(median_s=1e-4), harness=CostClock().record(1.0, 0.5))
+    long = Record(*case, samples=SampleFigures(median_s=0.02), harness=CostClock().record(2.0, 1.9))
+    out = summarise([short, long, Record(*case)], stream_s=0.3)
     assert out["cases"] == 2 and out["wall_s"] == pytest.approx(3.0) and out["stream_s"] == 0.3
     assert out["long_calls"]["cases"] == 1 and out["long_calls"]["worst_share"] == pytest.approx(0.05)
 
@@ -115,7 +115,7 @@ def test_a_deterministic_case_takes_its_numerics_from_the_fresh_output(tmp_path)
     finally:
         BACKENDS.remove("test_counted")
     (record,) = measurer_runs.records
-    n_timed = record.n + sum(s.n or 0 for s in record.phase_stats.values() if s.n != record.n)
+    n_timed = record.samples.n + sum(s.n or 0 for s in record.samples.phase_stats.values() if s.n != record.samples.n)
     untimed = calls["output"] - n_timed - record.timing.warmup_calls
     assert record.status == "ok" and record.numerics.sqnr_db > 100 and record.output_check.passed is True
     assert untimed == 0  # the fresh output is the first warm-up call's, and the numerics reuse it

@@ -58,11 +58,11 @@ def test_record_carries_host_samples_median_and_launch_overhead(fake_cuda, chain
     measurer.blocked.host_clock = lambda: fake_cuda.host_s
     record = measurer.measure(chain())
     assert record.status == "ok" and record.timing_mode == "blocked_stream", record.reason
-    assert len(record.host_samples_s) == record.n == len(record.samples_s)
+    assert len(record.samples.host_samples_s) == record.samples.n == len(record.samples.samples_s)
     # Held: the device figure is the two kernels; the host also launched them, the end event and the release.
-    assert record.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
-    assert record.launch_overhead_s == pytest.approx(3 * LAUNCH_S + EVENT_RECORD_S, rel=1e-6)
-    assert record.launch_overhead_s == pytest.approx(record.host_median_s - record.median_s)
+    assert record.samples.median_s == pytest.approx(PHASE_S["a"] + PHASE_S["b"], rel=1e-9)
+    assert record.samples.launch_overhead_s == pytest.approx(3 * LAUNCH_S + EVENT_RECORD_S, rel=1e-6)
+    assert record.samples.launch_overhead_s == pytest.approx(record.samples.host_median_s - record.samples.median_s)
     table = Console(width=250, record=True)
     render_table([record.to_dict()], "bf16", table)
     text = table.export_text()
@@ -77,4 +77,5 @@ def test_cpu_records_have_no_host_split():
     record = CaseMeasurer(RunSettings(device="cpu", timing=TimingSettings(policy=POLICY, warmup_s=0.0),
                                       energy=EnergySettings(enabled=False)),
                           Device("cpu")).measure(case)
-    assert record.host_samples_s == [] and record.host_median_s is None and record.launch_overhead_s is None
+    timed = record.samples
+    assert timed.host_samples_s == [] and timed.host_median_s is None and timed.launch_overhead_s is None

@@ -215,7 +215,7 @@ def test_history_is_read_from_the_store_for_the_same_device_name(tmp_path) -> No
     name = store.records_frame()["device_name"].iloc[0]
     (history,) = case_history(store, [key], name).values()
     assert history.wall_s == (outcome.records[0].timing.case_wall_s,)
-    assert history.call_s == outcome.records[0].median_s
+    assert history.call_s == outcome.records[0].samples.median_s
     assert case_history(store, [key], "another device") == {}
 
 

@@ -107,8 +107,9 @@ def test_profiling_never_enters_a_timed_sample(tmp_path):
                             profiler=CaseProfiler("torch", tmp_path)).measure(case)
     assert "profile" not in plain.extra and Path(profiled.extra["profile"]["trace"]).is_file()
     # max_samples fixes the count: the same samples, phase by phase, with or without the profiled pass.
-    assert profiled.n == plain.n == 5
-    assert {k: v.n for k, v in profiled.phase_stats.items()} == {k: v.n for k, v in plain.phase_stats.items()}
+    assert profiled.samples.n == plain.samples.n == 5
+    counts = [{k: v.n for k, v in r.samples.phase_stats.items()} for r in (profiled, plain)]
+    assert counts[0] == counts[1]
     assert profiled_timer.samples == plain_timer.samples > 0
     assert profiled_timer.profiled_samples == 0  # the profiler never ran while a sample was timed
 
@@ -124,7 +125,7 @@ def test_a_failing_profiler_loses_the_profile_not_the_measurement(tmp_path, monk
                                        energy=EnergySettings(enabled=False)), min_samples=3, max_samples=3)
     (case,) = expand_cases([("gemm", ["32x32x32"])], ["bf16"], ["torch"], settings)
     record = CaseMeasurer(settings, CPU, profiler=CaseProfiler("torch", tmp_path)).measure(case)
-    assert record.status == "ok" and record.n == 3 and "profile" not in record.extra
+    assert record.status == "ok" and record.samples.n == 3 and "profile" not in record.extra
     assert "profile not taken (torch): RuntimeError: profiler already enabled on this thread" in record.notes
 
 

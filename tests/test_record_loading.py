@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from fp8bench.core.record_parts import EnergyResult, HarnessCost, Numerics, OutputCheck, PhaseStat, TimingInfo
+from fp8bench.core.record_parts import (
+    EnergyResult,
+    HarnessCost,
+    Numerics,
+    OutputCheck,
+    PhaseStat,
+    SampleFigures,
+    TimingInfo,
+)
 from fp8bench.core.records import SCHEMA_VERSION, Record, case_key, load_record
 from fp8bench.results.runfile import read_run_file
 
@@ -84,10 +92,10 @@ def test_a_part_keeps_the_stored_order_nulls_and_keys_it_does_not_name() -> None
 def test_a_record_built_from_json_objects_holds_typed_parts_and_writes_them_back() -> None:
     record = Record("gemm", {"m": 8, "n": 8, "k": 8}, "bf16", "torch", "cpu", "ok",
                     numerics={"sqnr_db": 40.0, "rel_err": 0.01}, harness={"wall_s": 2.0, "share": 0.5},
-                    phase_stats={"gemm": {"median_s": 1e-3, "n": 5}})
+                    samples=SampleFigures(phase_stats={"gemm": {"median_s": 1e-3, "n": 5}}))  # type: ignore[dict-item]
     assert isinstance(record.numerics, Numerics) and record.numerics.sqnr_db == 40.0
     assert isinstance(record.harness, HarnessCost) and record.harness.share == 0.5
-    assert record.phase_stats == {"gemm": PhaseStat(median_s=1e-3, n=5)}
+    assert record.samples.phase_stats == {"gemm": PhaseStat(median_s=1e-3, n=5)}
     out = record.to_dict()
     assert out["numerics"] == {"sqnr_db": 40.0, "rel_err": 0.01} and out["energy"] == {}
     assert out["phase_stats"] == {"gemm": {"median_s": 1e-3, "n": 5}}

@@ -90,9 +90,10 @@ def test_phases_add_up_to_end_to_end():
     (case,) = cases(["256x256x256"], ["fp8_rowwise"], ["emulated"])
     record = CaseMeasurer(settings, CPU, timer=WorkClock()).measure(case)
     assert record.status == "ok", record.reason
-    assert set(record.phases) == {"quantize", "gemm", "epilogue"}
-    assert record.prequant_median_s == pytest.approx(record.phases["gemm"] + record.phases["epilogue"])
-    assert sum(record.phases.values()) == pytest.approx(record.median_s, rel=1e-3), record.phases
+    timed = record.samples
+    assert set(timed.phases) == {"quantize", "gemm", "epilogue"}
+    assert timed.prequant_median_s == pytest.approx(timed.phases["gemm"] + timed.phases["epilogue"])
+    assert sum(timed.phases.values()) == pytest.approx(timed.median_s, rel=1e-3), timed.phases
 
 
 def test_unsupported_and_misaligned_cases_are_skipped_with_reasons():
@@ -101,7 +102,7 @@ def test_unsupported_and_misaligned_cases_are_skipped_with_reasons():
     assert blockwise.status == "skipped" and "tensorwise and rowwise kernels only" in blockwise.reason
     odd = measurer.measure(cases(["100x100x100"], ["fp8_rowwise"], ["emulated"])[0])
     assert odd.status == "skipped" and "multiples of 16" in odd.reason
-    assert odd.flops == 2 * 100**3  # a skipped record still says what the case was
+    assert odd.throughput.flops == 2 * 100**3  # a skipped record still says what the case was
 
 
 def test_crash_fails_the_case_and_nan_makes_it_invalid(extra_backends):
@@ -110,7 +111,7 @@ def test_crash_fails_the_case_and_nan_makes_it_invalid(extra_backends):
     assert crashed.status == "failed" and "illegal memory access" in crashed.reason
     nan = measurer.measure(cases(["32x32x32"], ["fp32"], ["test_nan"])[0])
     assert nan.status == "invalid" and not nan.valid and "non-finite" in nan.reason
-    assert nan.median_s is not None  # its timing is kept, but marked untrustworthy
+    assert nan.samples.median_s is not None  # its timing is kept, but marked untrustworthy
 
 
 def test_over_budget_is_skipped_not_hung(extra_backends):
@@ -190,14 +191,15 @@ def test_run_streams_records_to_file_and_store_and_keeps_them_on_interrupt(resul
 def test_cpu_ceilings_give_a_percent_of_peak_and_are_cached(results_dir, monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))  # a quiet host: its ceilings are cached
     record = CaseMeasurer(FAST, CPU, peaks=None).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])
-    assert record.pct_of_peak is None
+    assert record.throughput.pct_of_peak is None
     from fp8bench.hardware.peaks import Peaks
 
     peaks = Peaks(CPU, "cpu", results_dir)
     record = CaseMeasurer(FAST, CPU, peaks=peaks).measure(cases(["64x64x64"], ["bf16"], ["torch"])[0])
     # The percentage is the record's own rate over the ceiling; how the two compare depends on the load.
-    assert record.pct_of_peak == pytest.approx(100 * record.tflops / record.peak_tflops) and record.pct_of_peak > 0
-    assert "measured" in record.peak_source
+    rates = record.throughput
+    assert rates.pct_of_peak == pytest.approx(100 * rates.tflops / rates.peak_tflops) and rates.pct_of_peak > 0
+    assert "measured" in rates.peak_source
     cache = json.loads((results_dir / "cpu_ceilings.json").read_text())
     (entry,) = cache.values()
     assert entry["bf16"] > 0 and entry["fp32"] > 0 and entry["mem_bw"] > 0

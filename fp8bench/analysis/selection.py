@@ -57,7 +57,7 @@ def timings_count(record: Record, run: Mapping[str, Any]) -> bool:
 def is_speed_comparable(record: Record, run: Mapping[str, Any]) -> bool:
     """The speed-comparable rule on a record (a stored one: :func:`fp8bench.core.records.load_record`) and its run
     header (see the module docstring)."""
-    return timings_count(record, run) and not record.interpreted and record.median_s is not None
+    return timings_count(record, run) and not record.interpreted and record.samples.median_s is not None
 
 
 def _valid() -> sa.ColumnElement[bool]:

@@ -261,7 +261,7 @@ def _row(record: Record) -> dict[str, Any]:
     conv = record.extra["convergence"]
     return {"precision": record.precision, "verdict": conv["verdict"], "final_loss": conv["final_loss"],
             "final_gap": conv["final_gap"], "max_gap": conv["max_gap"], "max_gap_step": conv["max_gap_step"],
-            "reasons": conv["reasons"], "step_ms": 1e3 * record.median_s if record.median_s else None,
+            "reasons": conv["reasons"], "step_ms": 1e3 * record.samples.median_s if record.samples.median_s else None,
             "tokens_per_s": record.extra["tokens_per_s"]}
 
 

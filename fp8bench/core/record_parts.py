@@ -1,5 +1,6 @@
 """The typed parts of a record: what a case's numerics, output check, energy window, telemetry, timing outcome,
-harness cost, phase statistics and delayed-scaling settings hold, each a frozen dataclass with its units.
+harness cost, phase statistics, delayed-scaling settings, samples, throughput and efficiency hold, each a frozen
+dataclass with its units.
 
 A record is stored as JSON (the run file, the store's record column), and each of these parts is one JSON object
 in it (``"numerics": {...}``). Records written by older fp8bench lack the keys added since, so a part reads every
@@ -15,6 +16,11 @@ keeps its stored keys and adds the keys newly set.
 
 The values are JSON values as stored (an integer stays an integer), checked for their JSON type where records
 enter (:mod:`fp8bench.results.record_check`).
+
+Three more groups hold figures that a record stores as top-level keys, not as an object of their own (so records of
+every schema keep one flat layout): :class:`SampleFigures` (the timed samples and their statistics),
+:class:`Throughput` (work, rates and the device's ceilings) and :class:`Efficiency` (what the energy window gives per
+call). They are plain frozen dataclasses; :mod:`fp8bench.core.records` says which stored key belongs to which group.
 """
 
 from __future__ import annotations
@@ -194,6 +200,9 @@ class TimingInfo(Part):
     what: ClassVar[str] = "timing"
     warmup_s: float | None = None
     warmup_calls: int | None = None
+    # What ended the warm-up: ``warmup_iters`` (its least calls), ``warmup_s`` (its longest time, a GPU's least) or
+    # ``settled`` (two calls in a row agreed, on the CPU; fp8bench.measure.runner.WARMUP_SETTLED).
+    warmup_stopped_by: str | None = None
     last_call_s: float | None = None  # the last warm-up call, when warm-up found the case over budget
     estimated_call_s: float | None = None  # the probe's estimate of one call, when it found the case over budget
     e2e_iqr_s: float | None = None  # end-to-end samples' interquartile range
@@ -232,3 +241,63 @@ class PhaseStat(Part):
     n: int | None = None  # samples
     median_rse: float | None = None  # relative standard error of the median, a fraction
     stopped_by: str | None = None  # the sampling policy's stop rule that fired
+
+
+@dataclass(frozen=True)
+class SampleFigures:
+    """The case's timed samples and their statistics (fp8bench.measure.timing), seconds unless named otherwise.
+
+    On GPUs ``host_samples_s`` is the host wall time of each end-to-end sample (from before the call until its end
+    event completed), ``host_median_s`` its median and ``launch_overhead_s`` that median less the device median
+    (``median_s``); they are empty / ``None`` on the CPU, whose one clock is the host's."""
+
+    samples_s: list[float] = field(default_factory=list)  # end-to-end samples
+    median_s: float | None = None  # end-to-end median
+    host_samples_s: list[float] = field(default_factory=list)
+    host_median_s: float | None = None
+    launch_overhead_s: float | None = None
+    iqr_s: float | None = None  # interquartile range of the end-to-end samples
+    rsd: float | None = None  # their relative standard deviation, a fraction
+    n: int = 0  # end-to-end samples kept
+    target_reached: bool | None = None  # whether the sampling policy's precision target was met
+    prequant_median_s: float | None = None  # sum of the pre-quantized phases' medians
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> median seconds
+    phase_stats: dict[str, PhaseStat] = field(default_factory=dict)  # phase -> its samples' summary
+    # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU).
+    sm_clock_mhz: float | None = None
+    # Timed samples discarded because the SM clock read right after them was under the throttle threshold, and
+    # retaken (fp8bench.hardware.clocks); ``None`` where no clock is read (the CPU). The clock and power beside each
+    # kept end-to-end sample are in the record's ``telemetry.per_sample``.
+    discarded_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        stats = {} if self.phase_stats is None else self.phase_stats  # null: a repaired record, none kept
+        if not isinstance(stats, Mapping):
+            raise ValueError(f"record field 'phase_stats' is {type(stats).__name__}; accepted: an object of phases")
+        if stats is not self.phase_stats or not all(isinstance(v, PhaseStat) for v in stats.values()):
+            object.__setattr__(self, "phase_stats", {k: v if isinstance(v, PhaseStat) else PhaseStat.from_json(v)
+                                                     for k, v in stats.items()})
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """The case's work and rates, and the device's ceilings they are read against (fp8bench.hardware.peaks)."""
+
+    flops: int | None = None  # floating-point operations of one end-to-end call
+    bytes: int | None = None  # the least bytes one call must move
+    tflops: float | None = None  # end-to-end TFLOP/s
+    prequant_tflops: float | None = None  # TFLOP/s over the pre-quantized phases alone
+    gbps: float | None = None  # GB/s
+    pct_of_peak: float | None = None  # end-to-end TFLOP/s as a percentage of the device's ceiling for this dtype
+    peak_tflops: float | None = None  # that ceiling, TFLOP/s
+    peak_source: str | None = None  # where the ceiling comes from (the peak table, a measurement)
+    peak_mem_tbps: float | None = None  # the device's memory-bandwidth ceiling, TB/s (the roofline's slope)
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """What the energy window gives per end-to-end call (the window itself is the record's ``energy`` part)."""
+
+    energy_j: float | None = None  # joules per end-to-end iteration
+    avg_power_w: float | None = None  # watts over the window
+    tflops_per_w: float | None = None  # end-to-end TFLOP/s per watt

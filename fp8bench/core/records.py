@@ -4,9 +4,17 @@ Status values: ``ok`` (measured), ``failed`` (the case raised), ``skipped`` (uns
 or over its time budget; ``reason`` says which), ``invalid`` (measured, but the numbers must not be trusted: NaN or
 Inf in the output, or a throttled device). Every record keeps its raw samples.
 
-A record's nested objects are typed parts (:mod:`fp8bench.core.record_parts`: numerics, energy, output check,
-telemetry, timing, harness cost, phase statistics, delayed-scaling settings); only ``extra``, what a workload or
-plugin adds of its own, stays a plain JSON object. Stored records, from a run file of any schema or a store, become
+A record holds what identifies its case (workload, shape, precision and recipe settings, backend, device, timing
+mode), what happened (status, reason, validity, notes) and its figures in typed parts
+(:mod:`fp8bench.core.record_parts`): ``samples`` (the timed samples and their statistics), ``throughput`` (work,
+rates and ceilings), ``efficiency`` (per-call energy figures), ``energy`` (the window), ``numerics``,
+``output_check``, ``telemetry``, ``timing`` (warm-up and where the case's time went) and ``harness`` (its own cost).
+Only ``extra``, what a workload or plugin adds of its own, stays a plain JSON object.
+
+Stored, a record is one flat JSON object (:data:`STORED_KEYS`): each of the nested parts is one object in it, and the
+figures of ``samples``, ``throughput`` and ``efficiency`` are top-level keys, as every run file and store written so
+far holds them. :meth:`Record.stored_value` reads one by its stored name, for readers that take a key (a column, an
+export field). Stored records, from a run file of any schema or a store, become
 :class:`Record` through one loader, :func:`load_record`, which says once what a record written before a field reads
 as; readers use the typed fields instead of walking the JSON. Writing a loaded record back gives the JSON it was
 read from (:meth:`Record.to_dict`).
@@ -21,13 +29,16 @@ from typing import Any
 
 from fp8bench.core.record_parts import (
     DelayedScaling,
+    Efficiency,
     EnergyResult,
     HarnessCost,
     Numerics,
     OutputCheck,
     Part,
     PhaseStat,
+    SampleFigures,
     Telemetry,
+    Throughput,
     TimingInfo,
 )
 from fp8bench.core.shapes import label
@@ -70,45 +81,15 @@ class Record:
     # powers of two (te: Float8CurrentScaling, Float8BlockScaling). ``None`` elsewhere: fp8bench's own quantizers
     # always use FP32 scales. Enters the comparability key (fp8bench.core.comparability).
     scale_format: str | None = None
-    samples_s: list[float] = field(default_factory=list)  # end-to-end samples, seconds
-    median_s: float | None = None  # end-to-end median, seconds
-    # GPUs: host wall time of each end-to-end sample (from before the call until its end event completed), its
-    # median, and the launch overhead: that median less the device median (median_s), seconds. Empty / None on the
-    # CPU (its one clock is the host's).
-    host_samples_s: list[float] = field(default_factory=list)
-    host_median_s: float | None = None
-    launch_overhead_s: float | None = None
-    iqr_s: float | None = None
-    rsd: float | None = None
-    n: int = 0
-    target_reached: bool | None = None
-    prequant_median_s: float | None = None  # sum of the pre-quantized phases' medians
-    flops: int | None = None
-    bytes: int | None = None
-    tflops: float | None = None  # end-to-end
-    prequant_tflops: float | None = None
-    gbps: float | None = None
-    pct_of_peak: float | None = None  # end-to-end TFLOP/s as a percentage of the device's ceiling for this dtype
-    peak_tflops: float | None = None
-    peak_source: str | None = None
-    peak_mem_tbps: float | None = None  # the device's memory-bandwidth ceiling, TB/s (the roofline's slope)
-    phases: dict[str, float] = field(default_factory=dict)  # phase -> median seconds
-    phase_stats: dict[str, PhaseStat] = field(default_factory=dict)  # phase -> its samples' summary
-    energy_j: float | None = None  # joules per end-to-end iteration
-    avg_power_w: float | None = None
-    tflops_per_w: float | None = None
+    samples: SampleFigures = field(default_factory=SampleFigures)
+    throughput: Throughput = field(default_factory=Throughput)
+    efficiency: Efficiency = field(default_factory=Efficiency)
     energy: EnergyResult = field(default_factory=EnergyResult)
     numerics: Numerics = field(default_factory=Numerics)
     # The last timed call's output against a fresh call's (fp8bench.measure.output_check).
     output_check: OutputCheck = field(default_factory=OutputCheck)
     # Device telemetry through the timed samples and the energy window.
     telemetry: Telemetry = field(default_factory=Telemetry)
-    # Median SM clock (MHz) through the timed samples; ``None`` where the device reports no clock (the CPU).
-    sm_clock_mhz: float | None = None
-    # Timed samples discarded because the SM clock read right after them was under the throttle threshold, and
-    # retaken (fp8bench.hardware.clocks); ``None`` where no clock is read (the CPU). The clock and power beside each
-    # kept end-to-end sample are in ``telemetry.per_sample``.
-    discarded_samples: int | None = None
     valid: bool = True
     interpreted: bool = False
     notes: list[str] = field(default_factory=list)
@@ -146,19 +127,14 @@ class Record:
             value = getattr(self, name)
             if not isinstance(value, part):
                 object.__setattr__(self, name, part.from_json(value))
-        stats = {} if self.phase_stats is None else self.phase_stats  # null: a repaired record, none kept
-        if not isinstance(stats, Mapping):
-            raise ValueError(f"record field 'phase_stats' is {type(stats).__name__}; accepted: an object of phases")
-        if stats is not self.phase_stats or not all(isinstance(v, PhaseStat) for v in stats.values()):
-            object.__setattr__(self, "phase_stats", {k: v if isinstance(v, PhaseStat) else PhaseStat.from_json(v)
-                                                     for k, v in stats.items()})
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as the run file and the store keep it (JSON values). A record read from storage writes its
-        fields in the order and number it was stored with, and any field set since (a record written before a field
-        existed stays without it); one built by the runner writes every field, ``repro`` only when it is set. Each
-        part is written back as it was read (fp8bench.core.record_parts): a stored record gives the same JSON."""
-        values = {name: _json_value(getattr(self, name)) for name in _FIELD_NAMES}
+        """The record as the run file and the store keep it (JSON values, one flat object: :data:`STORED_KEYS`). A
+        record read from storage writes its keys in the order and number it was stored with, and any key set since
+        (a record written before a key existed stays without it); one built by the runner writes every key,
+        ``repro`` only when it is set. Each part is written back as it was read (fp8bench.core.record_parts): a
+        stored record gives the same JSON."""
+        values = {key: _json_value(self.stored_value(key)) for key in STORED_KEYS}
         if self.stored_keys is None:
             out = {k: v for k, v in values.items() if not (k == "repro" and v is None)}
         else:
@@ -168,18 +144,30 @@ class Record:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Record:
-        """The record a :meth:`to_dict` gave: ``Record.from_dict(r.to_dict()) == r``. Fields it lacks take their
-        defaults (records written before them); a key that is no field is refused by name, as is a missing
-        identity field."""
-        unknown = sorted(set(data) - _FIELD_SET)
+        """The record a :meth:`to_dict` gave: ``Record.from_dict(r.to_dict()) == r``. Keys it lacks take their
+        defaults (records written before them); a key that is not one of :data:`STORED_KEYS` is refused by name, as
+        is a missing identity key."""
+        unknown = sorted(set(data) - _KEY_SET)
         if unknown:
-            raise ValueError(f"record has unknown field(s) {', '.join(map(repr, unknown))}; accepted: the fields "
-                             f"of fp8bench.core.records.Record ({', '.join(sorted(_FIELD_NAMES))})")
+            raise ValueError(f"record has unknown field(s) {', '.join(map(repr, unknown))}; accepted: the keys "
+                             f"of a stored fp8bench.core.records.Record ({', '.join(sorted(STORED_KEYS))})")
         missing = [name for name in _IDENTITY if name not in data]
         if missing:
             raise ValueError(f"record lacks the field(s) {', '.join(map(repr, missing))}; every record names "
                              f"{', '.join(_IDENTITY)}")
-        return cls(**data, stored_keys=tuple(data))
+        top: dict[str, Any] = {}
+        grouped: dict[str, dict[str, Any]] = {name: {} for name in GROUPS}
+        for key, value in data.items():
+            group = _GROUP_OF.get(key)
+            (top if group is None else grouped[group])[key] = value
+        top.update((name, GROUPS[name](**values)) for name, values in grouped.items())
+        return cls(**top, stored_keys=tuple(data))
+
+    def stored_value(self, key: str) -> Any:
+        """The value of the stored record's top-level key ``key`` (one of :data:`STORED_KEYS`), from the group
+        that holds it (``"median_s"``: ``self.samples.median_s``)."""
+        group = _GROUP_OF.get(key)
+        return getattr(self, key) if group is None else getattr(getattr(self, group), key)
 
     @property
     def case_key(self) -> str:
@@ -195,11 +183,36 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-# The record's fields as stored, in the order a record is written, and each one's default as JSON.
-_FIELD_NAMES = tuple(f.name for f in fields(Record) if f.name not in ("stored_keys", "other"))
-_FIELD_SET = frozenset(_FIELD_NAMES)
-_DEFAULT_JSON = {f.name: _json_value(f.default if f.default_factory is MISSING else f.default_factory())
-                 for f in fields(Record) if f.name in _FIELD_NAMES}
+# The groups of figures stored as top-level keys (fp8bench.core.record_parts), by the record's field that holds each.
+GROUPS: dict[str, type[SampleFigures] | type[Throughput] | type[Efficiency]] = {
+    "samples": SampleFigures, "throughput": Throughput, "efficiency": Efficiency}
+_GROUP_OF = {f.name: name for name, group in GROUPS.items() for f in fields(group)}
+
+# The stored record's keys, in the order a record is written: the record's own fields (a part as one object) and
+# its groups' fields, flat. The order is that of every run file and store written so far.
+STORED_KEYS = (
+    "workload", "shape", "precision", "backend", "device", "status", "reason", "fp8_format", "accumulation",
+    "delayed_scaling", "scale_format", "samples_s", "median_s", "host_samples_s", "host_median_s",
+    "launch_overhead_s", "iqr_s", "rsd", "n", "target_reached", "prequant_median_s", "flops", "bytes", "tflops",
+    "prequant_tflops", "gbps", "pct_of_peak", "peak_tflops", "peak_source", "peak_mem_tbps", "phases", "phase_stats",
+    "energy_j", "avg_power_w", "tflops_per_w", "energy", "numerics", "output_check", "telemetry", "sm_clock_mhz",
+    "discarded_samples", "valid", "interpreted", "notes", "timing", "harness", "timing_mode", "l2_flushed", "extra",
+    "seq", "repro")
+_KEY_SET = frozenset(STORED_KEYS)
+
+
+def key_owner(key: str) -> type:
+    """The class whose field holds the stored key ``key``: :class:`Record`, or the group that holds it."""
+    group = _GROUP_OF.get(key)
+    return Record if group is None else GROUPS[group]
+
+
+def _default_json(key: str) -> Any:
+    found = next(f for f in fields(key_owner(key)) if f.name == key)
+    return _json_value(found.default if found.default_factory is MISSING else found.default_factory())
+
+
+_DEFAULT_JSON = {key: _default_json(key) for key in STORED_KEYS}
 
 
 # The fields with no default: what identifies a record's case and says what happened to it.
@@ -218,10 +231,10 @@ FAST_ACCUM_BY_DEFAULT = ("fp8_tensorwise", "fp8_delayed", "fp8_rowwise")
 
 
 def fields_of(record: Record | Mapping[str, Any], *names: str) -> list[Any]:
-    """The named fields of a typed record or of a record's JSON object (a store frame's row holds only some; absent
-    ones read as ``None``)."""
+    """The values of the named stored keys (:data:`STORED_KEYS`) of a typed record or of a record's JSON object (a
+    store frame's row holds only some; absent ones read as ``None``)."""
     if isinstance(record, Record):
-        return [getattr(record, name) for name in names]
+        return [record.stored_value(name) for name in names]
     return [record.get(name) for name in names]
 
 
@@ -265,8 +278,8 @@ def load_record(data: Mapping[str, Any], schema_version: int = SCHEMA_VERSION) -
                          f"{SCHEMA_VERSION}); upgrade fp8bench to read it")
     for version in range(schema_version, SCHEMA_VERSION):
         data = _UPGRADES[version](data)
-    other = {k: v for k, v in data.items() if k not in _FIELD_SET}
+    other = {k: v for k, v in data.items() if k not in _KEY_SET}
     if not other:
         return Record.from_dict(data)
-    known = {k: v for k, v in data.items() if k in _FIELD_SET}
+    known = {k: v for k, v in data.items() if k in _KEY_SET}
     return replace(Record.from_dict(known), stored_keys=tuple(data), other=other)

@@ -40,6 +40,7 @@ from fp8bench.core.devices import Device
 from fp8bench.core.loss_curves import smooth
 from fp8bench.core.plugins import load_all
 from fp8bench.core.precisions import Fp8Recipe, Granularity, Precision
+from fp8bench.core.record_parts import SampleFigures, Throughput
 from fp8bench.core.records import Record
 from fp8bench.core.shapes import Shape
 from fp8bench.numerics.fp8_linear import EMULATED, NATIVE, Fp8Linear, fp8_layers, swap_linears
@@ -211,9 +212,11 @@ def curve_record(curve: Curve, verdict: Verdict, shape: Shape, device: Device, s
     losses = [v if math.isfinite(v) else None for v in curve.losses]
     return Record(
         workload="transformer_step", shape=dict(shape), precision=curve.precision, backend=curve.backend,
-        device=str(device), status=status, reason=reason, fp8_format=fp8_format, samples_s=timed, median_s=med,
+        device=str(device), status=status, reason=reason, fp8_format=fp8_format,
+        samples=SampleFigures(samples_s=timed, median_s=med, n=len(timed)),
+        throughput=Throughput(flops=flops, tflops=flops / med / 1e12 if med else None),
         timing_mode="cpu",  # host wall clock of whole steps (each reads its loss back, so the device has finished)
-        n=len(timed), flops=flops, tflops=flops / med / 1e12 if med else None, valid=status == "ok", notes=notes,
+        valid=status == "ok", notes=notes,
         extra={"mode": "convergence", "steps": len(curve.losses), "seed": settings.seed, "losses": losses,
                "convergence": {**verdict.to_dict(), "baseline": BASELINE, "window": settings.window,
                                "tolerance": settings.tolerance, "diverge_gap": settings.diverge_gap},
@@ -230,7 +233,8 @@ def failed_curve_record(precision: str, backend: str, reason: str, shape: Shape,
     its reason, in the layout of :func:`curve_record` but with no losses, timings or verdict."""
     return Record(
         workload="transformer_step", shape=dict(shape), precision=precision, backend=backend, device=str(device),
-        status="failed", reason=reason, fp8_format=fp8_format, flops=model_flops(config_of(shape)), valid=False,
+        status="failed", reason=reason, fp8_format=fp8_format,
+        throughput=Throughput(flops=model_flops(config_of(shape))), valid=False,
         notes=["convergence check: the recipe failed to train, so it has no loss curve"],
         extra={"mode": "convergence", "seed": settings.seed, **({"fp4_options": options} if options else {})},
         seq=seq,

@@ -93,7 +93,7 @@ def summarise(records: Sequence[Record], stream_s: float) -> dict[str, Any]:
     ``stream_s``, the seconds spent writing records to the run file and store. ``long_calls`` is the same over the
     cases whose end-to-end median is :data:`LONG_CALL_S` or more, with the worst case's share."""
     costs = [r for r in records if r.harness]
-    long = [r for r in costs if (r.median_s or 0.0) >= LONG_CALL_S]
+    long = [r for r in costs if (r.samples.median_s or 0.0) >= LONG_CALL_S]
     out = _totals([r.harness for r in costs])
     out["stream_s"] = stream_s
     out["long_calls"] = {**_totals([r.harness for r in long]),

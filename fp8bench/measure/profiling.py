@@ -251,7 +251,8 @@ class CaseProfiler:
             info: dict[str, Any] = {"tool": "nsys", "command": nsys_command(case, settings, device, stem),
                                     "report": f"{stem}.nsys-rep"}
             return replace(record, extra={**record.extra, "profile": info})
-        call_s = (record.median_s or 0.0) + sum(v for k, v in record.phases.items() if v is not None)
+        timed = record.samples
+        call_s = (timed.median_s or 0.0) + sum(v for v in (timed.phases or {}).values() if v is not None)
         iterations = profile_iterations(call_s)
         started = time.monotonic()
         try:

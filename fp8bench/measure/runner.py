@@ -64,7 +64,7 @@ from fp8bench.core.precisions import (
     fp4_settings,
     resolve_precision,
 )
-from fp8bench.core.record_parts import DelayedScaling
+from fp8bench.core.record_parts import DelayedScaling, Efficiency, PhaseStat, SampleFigures, Throughput
 from fp8bench.core.records import Record
 from fp8bench.core.repro import repro_of
 from fp8bench.core.shapes import Shape, label
@@ -173,17 +173,28 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
+def case_flops(case: Case) -> int:
+    """Floating-point operations of one end-to-end call of ``case`` (its workload's count)."""
+    return WORKLOADS.get(case.workload).flops(case.shape)
+
+
+def case_bytes(case: Case) -> int:
+    """The least bytes one end-to-end call of ``case`` must move, at its precision (its workload's count)."""
+    return WORKLOADS.get(case.workload).min_bytes(case.shape, case.precision)
+
+
 def case_record(case: Case, device: Device, seq: int, status: str, reason: str | None = None,
                 **fields: Any) -> Record:
-    """A record of ``case`` on ``device`` with what every record states (names, recipe settings, FLOPs, bytes, its
-    position ``seq`` in the run); measured fields come in ``fields``."""
-    workload = WORKLOADS.get(case.workload)
+    """A record of ``case`` on ``device`` with what every record states (names, recipe settings, its position
+    ``seq`` in the run, and the FLOPs and bytes of one call unless ``fields`` brings a measured ``throughput``);
+    measured fields come in ``fields``."""
     fp8 = case.precision if isinstance(case.precision, ScaledRecipe) else None
+    if "throughput" not in fields:
+        fields["throughput"] = Throughput(flops=case_flops(case), bytes=case_bytes(case))
     record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
                     backend=case.backend, device=str(device), status=status, reason=reason,
                     fp8_format=fp8.format_label if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
                     delayed_scaling=DelayedScaling.from_json(delayed_scaling_settings(case.precision)),
-                    flops=workload.flops(case.shape), bytes=workload.min_bytes(case.shape, case.precision),
                     seq=seq, **fields)
     options = fp4_settings(case.precision)
     if options:  # the 4-bit recipe's gradient options (they act on training workloads only)
@@ -597,17 +608,12 @@ class CaseMeasurer:
                          output_check: OutputCheck, energy: EnergyReading | None, timing: dict[str, Any]) -> Record:
         """The record of a measured case: its rates and share of the device's peak, its numerics and energy, and
         its status (``invalid`` for a non-finite output or a throttled device)."""
-        workload = WORKLOADS.get(case.workload)
         e2e, phases, watched = timed.e2e, timed.phases, timed.watched
         prequant = None
         if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
             prequant = sum(phases[p] for p in pipeline.prequantized_phases)
-        flops = workload.flops(case.shape)
-        nbytes = workload.min_bytes(case.shape, case.precision)
-        median = e2e.median_s
-        tflops = flops / median / 1e12 if median and flops else None  # a pure collective does no arithmetic
-        peak = self.peaks.compute(case.precision) if self.peaks else None
-        bandwidth = self.peaks.bandwidth() if self.peaks else None
+        flops, median = case_flops(case), e2e.median_s
+        rates = self._throughput(case, median, prequant)
         status, reason, valid = "ok", None, True
         if not num.finite:
             status, reason, valid = "invalid", f"non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf", False
@@ -621,7 +627,7 @@ class CaseMeasurer:
         notes = [*timed.notes, *watched.notes, *(energy.clock_notes if energy is not None else ())]
         if pipeline.interpreted:
             notes.append("interpreted: timings are not comparable and never gate anything")
-        withheld = self.peaks.withheld() if peak is None and self.peaks is not None else None
+        withheld = self.peaks.withheld() if rates.peak_tflops is None and self.peaks is not None else None
         if withheld:
             notes.append(withheld)
         telemetry = {"timing": watched.telemetry}
@@ -632,25 +638,37 @@ class CaseMeasurer:
         joules = energy.joules_per_iter if energy else None
         return self._base(
             case, seq, status, reason,
-            samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
-            host_samples_s=e2e.host_samples_s, host_median_s=e2e.host_median_s,
-            launch_overhead_s=e2e.launch_overhead_s,
-            target_reached=e2e.target_reached, prequant_median_s=prequant, tflops=tflops,
+            samples=SampleFigures(
+                samples_s=e2e.samples_s, median_s=median, iqr_s=e2e.iqr_s, rsd=e2e.rsd, n=e2e.n,
+                host_samples_s=e2e.host_samples_s, host_median_s=e2e.host_median_s,
+                launch_overhead_s=e2e.launch_overhead_s, target_reached=e2e.target_reached,
+                prequant_median_s=prequant, phases=phases,
+                phase_stats={k: PhaseStat.from_json(v.summary()) for k, v in timed.phase_samples.items()},
+                sm_clock_mhz=watched.sm_clock_mhz, discarded_samples=timed.discarded),
+            throughput=rates,
+            efficiency=Efficiency(energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
+                                  tflops_per_w=(flops / joules / 1e12) if joules else None),
+            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (self.settings.energy.enabled
+                                                                                        and self.lockstep)
+                                                    else "energy metering disabled"},
+            numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry, valid=valid,
+            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
+            scale_format=pipeline.scale_format, timing_mode=timed.timing_mode)
+
+    def _throughput(self, case: Case, median: float | None, prequant: float | None) -> Throughput:
+        """The case's work and rates from its end-to-end and pre-quantized medians (seconds), against the device's
+        ceilings."""
+        flops, nbytes = case_flops(case), case_bytes(case)
+        tflops = flops / median / 1e12 if median and flops else None  # a pure collective does no arithmetic
+        peak = self.peaks.compute(case.precision) if self.peaks else None
+        bandwidth = self.peaks.bandwidth() if self.peaks else None
+        return Throughput(
+            flops=flops, bytes=nbytes, tflops=tflops,
             prequant_tflops=flops / prequant / 1e12 if prequant and flops else None,
             gbps=nbytes / median / 1e9 if median else None,
             pct_of_peak=100 * tflops / peak.value if (tflops and peak) else None,
             peak_tflops=peak.value if peak else None, peak_source=peak.source if peak else None,
-            peak_mem_tbps=bandwidth.value if bandwidth else None,
-            phases=phases, phase_stats={k: v.summary() for k, v in timed.phase_samples.items()},
-            energy_j=joules, avg_power_w=energy.avg_power_w if energy else None,
-            tflops_per_w=(flops / joules / 1e12) if joules else None,
-            energy=energy.to_dict() if energy else {"reason": NOT_METERED_LOCKSTEP if (self.settings.energy.enabled
-                                                                                        and self.lockstep)
-                                                    else "energy metering disabled"},
-            numerics=num.to_dict(), output_check=output_check.to_dict(), telemetry=telemetry,
-            sm_clock_mhz=watched.sm_clock_mhz, valid=valid,
-            interpreted=pipeline.interpreted, notes=notes, timing=timing, extra=_extra(pipeline, median, phases),
-            scale_format=pipeline.scale_format, timing_mode=timed.timing_mode, discarded_samples=timed.discarded)
+            peak_mem_tbps=bandwidth.value if bandwidth else None)
 
 
 def lost_context(device: Device, seq: int, exc: BaseException) -> str | None:

@@ -372,7 +372,7 @@ class Selfcheck:
             record = self._measure(self._peak, "gemm_peak", Case("gemm", _gemm_shape((n, n, n)), precision, "torch"))
             peak = table_peak(self.probe.device_name, peak_key(precision))
             fp8 = isinstance(precision, ScaledRecipe)
-            tflops = record.prequant_tflops if fp8 else record.tflops
+            tflops = record.throughput.prequant_tflops if fp8 else record.throughput.tflops
             measured = {"size": n, "tflops": tflops, "peak_tflops": peak.value if peak else None,
                         "peak_source": peak.source if peak else None, "status": record.status}
             if record.status != "ok":
@@ -398,7 +398,7 @@ class Selfcheck:
         record = self._measure(self._peak, "cpu_ceiling",
                                Case("gemm", _gemm_shape((n, n, n)), PRECISIONS.get("bf16"), "torch"))
         measured = {"bf16_ceiling_tflops": entry["bf16"], "fp32_ceiling_tflops": entry["fp32"],
-                    "copy_tbps": entry["mem_bw"], "runner_tflops": record.tflops,
+                    "copy_tbps": entry["mem_bw"], "runner_tflops": record.throughput.tflops,
                     "load": entry.get("load"), "cached": bool(entry.get("cached") and peaks.cache_dir)}
         loads = [HostLoad.from_dict(entry.get("load")), host_load()]  # while the ceiling, then the GEMM, ran
         under_load = next((load.describe() for load in loads if load is not None and load.overloaded), None)
@@ -410,7 +410,7 @@ class Selfcheck:
             yield CheckResult("cpu_ceiling", "bf16", Verdict.FAIL, f"{ceilings}; the runner's {n}^3 BF16 GEMM "
                               f"{record.status}: {record.reason}", measured)
             return
-        verdict, detail = judge_peak(record.tflops, entry["bf16"], f"runner's {n}^3 BF16 GEMM", under_load)
+        verdict, detail = judge_peak(record.throughput.tflops, entry["bf16"], f"runner's {n}^3 BF16 GEMM", under_load)
         yield CheckResult("cpu_ceiling", "bf16", verdict, f"{detail} (the measured BF16 ceiling); {ceilings}",
                           measured)
 

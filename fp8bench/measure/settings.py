@@ -92,8 +92,8 @@ class TimingSettings:
 
     budget_s: float = 30.0  # wall-clock budget per case, seconds
     policy: SamplingPolicy = field(default_factory=SamplingPolicy)
-    # Warm-up: at least ``warmup_iters`` calls, then until two calls in a row agree or ``warmup_s`` seconds have
-    # passed (fp8bench.measure.runner.WARMUP_SETTLED).
+    # Warm-up: at least ``warmup_iters`` calls, then on the CPU until two calls in a row agree or ``warmup_s``
+    # seconds have passed (fp8bench.measure.runner.WARMUP_SETTLED); on a GPU until ``warmup_s`` has passed.
     warmup_s: float = 0.05
     warmup_iters: int = 2
     flush_l2: bool = True  # CUDA: the L2 cache flushed before each sample

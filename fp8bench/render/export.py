@@ -69,8 +69,8 @@ def flat(row: Row) -> dict[str, Any]:
     }
     for name in COLUMNS:
         if name not in out:
-            out[name] = getattr(rec.numerics, name) if name in _NUMERICS else getattr(rec, name)
-    for name, seconds in (rec.phases or {}).items():
+            out[name] = getattr(rec.numerics, name) if name in _NUMERICS else rec.stored_value(name)
+    for name, seconds in (rec.samples.phases or {}).items():
         out[f"phase:{name}"] = seconds
     return out
 
@@ -106,13 +106,13 @@ def github_action_benchmark(rows: Sequence[Row], metric: str = "median_s") -> li
     out = []
     for row in latest_per_benchmark(rows):
         rec = row.record
-        value = getattr(rec, metric)
+        value = rec.stored_value(metric)
         if value is None:
             continue
         entry: dict[str, Any] = {"name": benchmark_name(row), "unit": unit, "value": float(value) * scale}
-        if metric == "median_s" and rec.iqr_s is not None:
-            entry["range"] = f"± {float(rec.iqr_s) * scale / 2:.4g}"
-        extra = [f"run {row.run.get('run_id')}", f"n={rec.n}"]
+        if metric == "median_s" and rec.samples.iqr_s is not None:
+            entry["range"] = f"± {float(rec.samples.iqr_s) * scale / 2:.4g}"
+        extra = [f"run {row.run.get('run_id')}", f"n={rec.samples.n}"]
         if (row.run.get("git") or {}).get("commit"):
             extra.append(f"commit {row.run['git']['commit'][:12]}")
         if rec.numerics.sqnr_db is not None:
@@ -128,17 +128,17 @@ def bencher_metric_format(rows: Sequence[Row]) -> dict[str, dict[str, dict[str, 
     for row in latest_per_benchmark(rows):
         rec = row.record
         measures: dict[str, dict[str, float]] = {}
-        if rec.median_s is not None:
-            latency = {"value": float(rec.median_s) * 1e9}
-            samples = sorted(float(v) * 1e9 for v in rec.samples_s or [])
+        if rec.samples.median_s is not None:
+            latency = {"value": float(rec.samples.median_s) * 1e9}
+            samples = sorted(float(v) * 1e9 for v in rec.samples.samples_s)
             if len(samples) >= 2:
                 q1, _median, q3 = statistics.quantiles(samples, n=4, method="inclusive")
                 latency.update(lower_value=q1, upper_value=q3)
             measures["latency"] = latency
-        if rec.tflops is not None:
-            measures["throughput-tflops"] = {"value": float(rec.tflops)}
-        if rec.energy_j is not None:
-            measures["energy-j"] = {"value": float(rec.energy_j)}
+        if rec.throughput.tflops is not None:
+            measures["throughput-tflops"] = {"value": float(rec.throughput.tflops)}
+        if rec.efficiency.energy_j is not None:
+            measures["energy-j"] = {"value": float(rec.efficiency.energy_j)}
         sqnr = rec.numerics.sqnr_db
         if sqnr is not None and math.isfinite(sqnr):
             measures["sqnr-db"] = {"value": float(sqnr)}

@@ -51,7 +51,7 @@ def speedup_text(x: float | None) -> str:
 
 
 def phase_split(record: Record) -> str:
-    phases = record.phases or {}
+    phases = record.samples.phases or {}
     total = sum(phases.values())
     if not total:
         return "-"
@@ -61,7 +61,7 @@ def phase_split(record: Record) -> str:
 
 def timed(record: Record) -> bool:
     """A record with timings to be noisy or not: measured, with a median (an interpreter's run has none)."""
-    return record.status in ("ok", "invalid") and bool(record.median_s)
+    return record.status in ("ok", "invalid") and bool(record.samples.median_s)
 
 
 def noise_text(record: Record, loaded: bool = False) -> str:
@@ -75,7 +75,7 @@ def noise_text(record: Record, loaded: bool = False) -> str:
 
 def peak_text(record: Record) -> str:
     """% of peak, with ``!`` where it is above 100 (:func:`fp8bench.core.peak_table.above_ceiling`)."""
-    pct = record.pct_of_peak
+    pct = record.throughput.pct_of_peak
     return _fmt(pct, ".1f") + (" !" if above_ceiling(pct) else "")
 
 
@@ -136,10 +136,11 @@ def _cells(r: Record, index: dict[BaselineKey, tuple[float, float | None]], load
     ovf, unf = num.overflow_frac, num.underflow_frac
     return [r.workload, shape_text(r.shape),
             precision_label(r), r.backend, status_text(r),
-            ms_text(r.median_s), ms_text(r.prequant_median_s),
-            _fmt(r.tflops, ".3g"), peak_text(r), speedup_text(e2e), speedup_text(pre),
+            ms_text(r.samples.median_s), ms_text(r.samples.prequant_median_s),
+            _fmt(r.throughput.tflops, ".3g"), peak_text(r), speedup_text(e2e), speedup_text(pre),
             noise_text(r, loaded), phase_split(r), _fmt(num.sqnr_db, ".1f"), _fmt(num.rel_err, ".2e"),
-            "-" if ovf is None else f"{100 * ovf:.2g}/{100 * (unf or 0):.2g}", _launch_text(r.launch_overhead_s)]
+            "-" if ovf is None else f"{100 * ovf:.2g}/{100 * (unf or 0):.2g}",
+            _launch_text(r.samples.launch_overhead_s)]
 
 
 def _launch_text(seconds: float | None) -> str:
@@ -193,9 +194,9 @@ def table_notes(records: Iterable[Record | Mapping[str, Any]], load: HostLoad | 
                f"their samples spread more than {NOISY_SPREAD:.0%} (IQR / median)")
         notes.append(f"noisy: {len(noisy)} case(s), {why}; a difference smaller than the noise is not one. "
                      "Rerun on a quiet machine, or compare versions with `fp8bench ab`")
-    over = [r for r in records if above_ceiling(r.pct_of_peak)]
+    over = [r for r in records if above_ceiling(r.throughput.pct_of_peak)]
     if over:
-        sources = sorted({str(r.peak_source) for r in over})
+        sources = sorted({str(r.throughput.peak_source) for r in over})
         notes.append(f"% peak above 100 (!) on {len(over)} case(s): the ceiling is wrong, not the kernel. "
                      f"{ceiling_advice(over[0].device)} (ceiling: {'; '.join(sources)})")
     return notes
@@ -288,7 +289,7 @@ def render_bandwidths(records: Iterable[Record | Mapping[str, Any]], baseline: s
     for r in comm:
         extra = r.extra
         ref = base.get((r.workload, shape_text(r.shape), r.backend))
-        comm_s = (r.phases or {}).get("communicate")
+        comm_s = (r.samples.phases or {}).get("communicate")
         table.add_row(Text(r.workload), Text(shape_text(r.shape)), Text(r.precision), Text(r.backend),
                       str(extra.get("world_size", "-")), f"{extra['comm_bytes']:,}",
                       _fmt(ref and extra["comm_bytes"] / ref, ".3f", "x"), _fmt(comm_s and comm_s * 1e3, ".3f"),

@@ -26,11 +26,11 @@ import re
 import types
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from fp8bench.core.record_parts import Part
-from fp8bench.core.records import PARTS, Record
+from fp8bench.core.records import PARTS, STORED_KEYS, key_owner
 
 # Deepest nesting of objects and lists accepted inside one record or header (a record fp8bench writes is under 8).
 MAX_DEPTH = 64
@@ -92,9 +92,8 @@ def _kind_of(annotation: Any) -> Kind | None:
 
 
 RECORD_FIELDS: dict[str, Kind] = {
-    f.name: kind for f in fields(Record)
-    if (kind := _kind_of(typing.get_type_hints(Record)[f.name])) is not None}
-"""Every top-level record field and its kind, from :class:`fp8bench.core.records.Record`."""
+    key: kind for key in STORED_KEYS if (kind := _kind_of(typing.get_type_hints(key_owner(key))[key])) is not None}
+"""Every top-level key of a stored record and its kind, from :class:`fp8bench.core.records.Record` and its groups."""
 
 def _part_kinds() -> dict[tuple[str, ...], Kind]:
     """Every key a record part names (fp8bench.core.record_parts) and the kind its annotation gives."""

@@ -18,7 +18,8 @@ from __future__ import annotations
 import fnmatch
 import math
 from dataclasses import dataclass
-from typing import Any
+
+from fp8bench.core.records import Record
 
 # Roughly 6.02 dB per mantissa bit: 1 dB is a sixth of a bit. Reordering a reduction moves SQNR by hundredths of a
 # dB; losing a bit of precision anywhere in a recipe moves it by several dB.
@@ -41,9 +42,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
 )}
 
 
-def metric_value(record: dict[str, Any], metric: str) -> float | None:
+def metric_value(record: Record, metric: str) -> float | None:
     """The record's value of ``metric`` (one number per record), or ``None`` when the record has none."""
-    value = (record.get("numerics") or {}).get("sqnr_db") if metric == "sqnr_db" else record.get(metric)
+    value = record.numerics.sqnr_db if metric == "sqnr_db" else record.stored_value(metric)
     if value is None:
         return None
     value = float(value)

@@ -103,20 +103,20 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
     for index, payload in enumerate(payloads):
         run = payload["run"]
         origin = origin_of(payload)
-        for record in payload["records"]:
+        for stored in payload["records"]:
+            record = load_record(stored, payload["schema_version"])
             name = case_key(record)
-            typed = load_record(record, payload["schema_version"])
-            key = comparability_key(typed, run)
-            entry = cases.setdefault(name, SideCase(name, key, record.get("precision"), repro=repro_of(record, run)))
+            key = comparability_key(record, run)
+            entry = cases.setdefault(name, SideCase(name, key, record.precision, repro=repro_of(record, run)))
             if key != entry.key and entry.key_conflict is None:
                 entry.key_conflict = entry.key.differences(key)
-            if record.get("interpreted"):  # an interpreter's timings (if any were kept) are never compared
+            if record.interpreted:  # an interpreter's timings (if any were kept) are never compared
                 if entry.status == "ok":
                     entry.status, entry.reason = INTERPRETED, "interpreted: not timed"
                 continue
-            if not timings_count(typed, run):
+            if not timings_count(record, run):
                 if entry.status == "ok":
-                    entry.status, entry.reason = record.get("status", "failed"), record.get("reason")
+                    entry.status, entry.reason = record.status, record.reason
                 continue
             if metric != "median_s":
                 value = metric_value(record, metric)
@@ -127,12 +127,12 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
                 entry.samples.append(value)
                 entry.by_round[index] = value
             elif rounds:
-                if record.get("median_s") is not None:
-                    median = check_seconds(record["median_s"], f"{origin}: case {name}: median_s")
+                if record.samples.median_s is not None:
+                    median = check_seconds(record.samples.median_s, f"{origin}: case {name}: median_s")
                     entry.samples.append(median)
                     entry.by_round[index] = median
             else:
-                samples = record.get("samples_s") or []
+                samples = record.samples.samples_s or []
                 if not isinstance(samples, list):
                     raise GateError(f"{origin}: case {name}: samples_s must be a list of seconds, got "
                                     f"{type(samples).__name__}")

@@ -37,7 +37,7 @@ class RecordColumn:
 
 
 def _field(name: str) -> Reader:
-    return lambda r, _run: getattr(r, name)
+    return lambda r, _run: r.stored_value(name)
 
 
 def _git(name: str) -> Reader:
@@ -144,6 +144,6 @@ def record_column_values(record: Record, run: dict[str, Any]) -> dict[str, Any]:
 
 def phase_rows(record_id: int, record: Record) -> list[dict[str, Any]]:
     """Rows of the ``record_phases`` side table: one per timed phase, median seconds."""
-    phases = record.phases or {}
+    phases = record.samples.phases or {}
     return [{"record_id": record_id, "phase": str(name), "median_s": None if value is None else float(value)}
             for name, value in phases.items()]

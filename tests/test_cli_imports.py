@@ -35,8 +35,8 @@ def test_the_general_help_imports_no_verb():
     assert seen == {"code": 0, "verbs": [], "torch": False, "pandas": False}
 
 
-@pytest.mark.parametrize("verb", ["gate", "run", "selfcheck"])
-def test_a_verbs_help_imports_that_verb_alone_and_no_torch(verb):
+@pytest.mark.parametrize("verb", ["gate", "run", "selfcheck", "changes"])
+def test_a_verbs_help_imports_that_verb_alone_and_no_torch_or_pandas(verb):
     module = next(v.module for v in VERBS if v.name == verb)
     seen = _imports_of([verb, "--help"])
     assert seen["code"] == 0 and not seen["torch"] and not seen["pandas"]
@@ -57,19 +57,27 @@ def test_no_verb_imports_another():
     assert found == {module: [] for module in sorted(verb_modules)}
 
 
-def test_no_verbs_help_imports_torch():
-    """Every verb's ``--help``, one after the other in one interpreter: none of them loads torch."""
+HEAVY = ("torch", "pandas")  # seconds to import; a verb's --help needs neither
+
+
+def test_no_verbs_help_imports_torch_or_pandas():
+    """Every verb's ``--help``, one after the other in one interpreter: none of them loads torch or pandas. Each verb
+    is charged with the heavy modules that were new after its help, so a failure names the verb."""
     probe = ("import contextlib, io, json, sys\n"
              "from fp8bench.cli import main\n"
              "from fp8bench.commands import VERBS\n"
-             "codes = {}\n"
+             f"HEAVY = {HEAVY!r}\n"
+             "codes, loaded = {}, {}\n"
              "for verb in VERBS:\n"
+             "    before = {m for m in HEAVY if m in sys.modules}\n"
              "    with contextlib.redirect_stdout(io.StringIO()):\n"
              "        codes[verb.name] = main([verb.name, '--help'])\n"
-             "print(json.dumps({'codes': codes, 'torch': 'torch' in sys.modules}))\n")
+             "    loaded[verb.name] = sorted(m for m in HEAVY if m in sys.modules and m not in before)\n"
+             "print(json.dumps({'codes': codes, 'loaded': loaded}))\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen == {"codes": {verb.name: 0 for verb in VERBS}, "torch": False}
+    assert seen["codes"] == {verb.name: 0 for verb in VERBS}
+    assert {verb: heavy for verb, heavy in seen["loaded"].items() if heavy} == {}
 
 
 def _deferred_imports(path: Path) -> list[tuple[str, int, str]]:

@@ -110,3 +110,17 @@ def test_the_command_line_imports_at_module_tops():
             if not hand_over:
                 wrong.append(f"{path.name}:{line} {function}: {imported}")
     assert wrong == []
+
+
+def test_reading_a_store_for_changes_imports_no_torch(tmp_path):
+    """``fp8bench changes`` reads a store: it needs the registries (and so torch, which their modules import) only to
+    judge a filter name that no stored record carries, a typo or a name registered but not measured yet."""
+    from tests.test_changes import nightly_store
+
+    store = str(tmp_path / "store")
+    nightly_store(store, n=4, slow_from=99)
+    for argv in (["changes", "--store", store], ["changes", "--store", store, "--workload", "gemm", "--all"]):
+        seen = _imports_of(argv)
+        assert (seen["code"], seen["torch"]) == (0, False), argv
+    registered_not_stored = _imports_of(["changes", "--store", store, "--workload", "grouped_gemm"])
+    assert registered_not_stored["code"] == 0  # accepted: the workload is registered, its history empty

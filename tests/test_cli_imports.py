@@ -35,8 +35,8 @@ def test_the_general_help_imports_no_verb():
     assert seen == {"code": 0, "verbs": [], "torch": False, "pandas": False}
 
 
-@pytest.mark.parametrize("verb", ["gate", "run", "selfcheck"])
-def test_a_verbs_help_imports_that_verb_alone_and_no_torch(verb):
+@pytest.mark.parametrize("verb", ["gate", "run", "selfcheck", "changes"])
+def test_a_verbs_help_imports_that_verb_alone_and_no_torch_or_pandas(verb):
     module = next(v.module for v in VERBS if v.name == verb)
     seen = _imports_of([verb, "--help"])
     assert seen["code"] == 0 and not seen["torch"] and not seen["pandas"]
@@ -57,19 +57,27 @@ def test_no_verb_imports_another():
     assert found == {module: [] for module in sorted(verb_modules)}
 
 
-def test_no_verbs_help_imports_torch():
-    """Every verb's ``--help``, one after the other in one interpreter: none of them loads torch."""
+HEAVY = ("torch", "pandas")  # seconds to import; a verb's --help needs neither
+
+
+def test_no_verbs_help_imports_torch_or_pandas():
+    """Every verb's ``--help``, one after the other in one interpreter: none of them loads torch or pandas. Each verb
+    is charged with the heavy modules that were new after its help, so a failure names the verb."""
     probe = ("import contextlib, io, json, sys\n"
              "from fp8bench.cli import main\n"
              "from fp8bench.commands import VERBS\n"
-             "codes = {}\n"
+             f"HEAVY = {HEAVY!r}\n"
+             "codes, loaded = {}, {}\n"
              "for verb in VERBS:\n"
+             "    before = {m for m in HEAVY if m in sys.modules}\n"
              "    with contextlib.redirect_stdout(io.StringIO()):\n"
              "        codes[verb.name] = main([verb.name, '--help'])\n"
-             "print(json.dumps({'codes': codes, 'torch': 'torch' in sys.modules}))\n")
+             "    loaded[verb.name] = sorted(m for m in HEAVY if m in sys.modules and m not in before)\n"
+             "print(json.dumps({'codes': codes, 'loaded': loaded}))\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen == {"codes": {verb.name: 0 for verb in VERBS}, "torch": False}
+    assert seen["codes"] == {verb.name: 0 for verb in VERBS}
+    assert {verb: heavy for verb, heavy in seen["loaded"].items() if heavy} == {}
 
 
 def _deferred_imports(path: Path) -> list[tuple[str, int, str]]:
@@ -102,3 +110,17 @@ def test_the_command_line_imports_at_module_tops():
             if not hand_over:
                 wrong.append(f"{path.name}:{line} {function}: {imported}")
     assert wrong == []
+
+
+def test_reading_a_store_for_changes_imports_no_torch(tmp_path):
+    """``fp8bench changes`` reads a store: it needs the registries (and so torch, which their modules import) only to
+    judge a filter name that no stored record carries, a typo or a name registered but not measured yet."""
+    from tests.test_changes import nightly_store
+
+    store = str(tmp_path / "store")
+    nightly_store(store, n=4, slow_from=99)
+    for argv in (["changes", "--store", store], ["changes", "--store", store, "--workload", "gemm", "--all"]):
+        seen = _imports_of(argv)
+        assert (seen["code"], seen["torch"]) == (0, False), argv
+    registered_not_stored = _imports_of(["changes", "--store", store, "--workload", "grouped_gemm"])
+    assert registered_not_stored["code"] == 0  # accepted: the workload is registered, its history empty

@@ -26,11 +26,10 @@ from typing import Any
 import pandas as pd
 
 from fp8bench.analysis.bisect import bisected_commit
+from fp8bench.analysis.change_config import DEFAULT_CONFIG, ChangeConfig, Metric
 from fp8bench.analysis.changes import (
     Change,
-    ChangeConfig,
     HistoryDepth,
-    Metric,
     depth_of,
     newest_first,
     search_series,
@@ -78,7 +77,6 @@ def _beyond(before: float, value: float, lower_is_better: bool, log: bool, confi
 
 
 DEFAULT_RULE = AlertRule()
-DEFAULT_CONFIG = ChangeConfig()
 
 
 @dataclass(frozen=True)

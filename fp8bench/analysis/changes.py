@@ -28,6 +28,9 @@ A kept change is a **regression** when the metric got worse (time or energy up, 
 **improvement** otherwise. A regression is **open** while the series' latest segment is still worse than the level
 before the change by more than the threshold: a later fix closes it. Each change names the last commit before it
 (last good) and the first commit after it (first bad): the culprit is in between, usually the latter.
+
+The metrics it tracks and its settings (:class:`ChangeConfig`) live in :mod:`fp8bench.analysis.change_config`, which
+loads no pandas, so the command line can offer them without loading the detector.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fp8bench.analysis.change_config import DEFAULT_CONFIG, DEFAULT_METRICS, METRICS, ChangeConfig, Metric
 from fp8bench.core.commits import commit_order
 from fp8bench.core.noise import HostLoad, is_noisy, mostly_noisy, run_load
 
@@ -48,50 +52,9 @@ if TYPE_CHECKING:  # the store loads only when history is read
     from fp8bench.results.store.queries import RecordFilter
 
 
-@dataclass(frozen=True)
-class Metric:
-    """A tracked record column: ``log`` compares ratios (time, energy); otherwise differences (SQNR in dB)."""
-
-    column: str
-    lower_is_better: bool
-    log: bool = True
-    unit: str = ""
-
-
-METRICS = {
-    "median_s": Metric("median_s", lower_is_better=True, unit="s"),
-    "prequant_median_s": Metric("prequant_median_s", lower_is_better=True, unit="s"),
-    "energy_j": Metric("energy_j", lower_is_better=True, unit="J"),
-    "tflops": Metric("tflops", lower_is_better=False, unit="TFLOP/s"),
-    "sqnr_db": Metric("sqnr_db", lower_is_better=False, log=False, unit="dB"),
-}
-DEFAULT_METRICS = ("median_s",)
 # Columns a history needs (typed store columns; see fp8bench.results.store.columns).
 HISTORY_COLUMNS = ("id", "run_id", "seq", "case_key", "comparability_key", "device_name", "device", "git_commit",
                    "git_branch", "commit_depth", "commit_time", "run_started_at")
-
-
-@dataclass(frozen=True)
-class ChangeConfig:
-    """Detection settings (see the module docstring)."""
-
-    metrics: tuple[str, ...] = DEFAULT_METRICS
-    threshold: float = 0.05  # smallest change kept: a fraction for log metrics
-    threshold_db: float = 1.0  # smallest change kept for SQNR, dB
-    alpha: float = 0.01  # Mann-Whitney p-value a kept change must be under
-    min_size: int = 3  # fewest commits in a segment
-    penalty: float = 3.0  # PELT penalty, in units of sigma^2 log(n)
-    confidence: float = 0.95  # bootstrap interval of the ratio
-
-    def __post_init__(self) -> None:
-        unknown = [m for m in self.metrics if m not in METRICS]
-        if unknown:
-            raise ValueError(f"unknown metric {', '.join(unknown)}; accepted: {', '.join(METRICS)}")
-        if self.min_size < 2:
-            raise ValueError(f"min_size {self.min_size}: a segment needs at least 2 commits")
-        if not 0 < self.threshold < 1 or self.threshold_db <= 0 or not 0 < self.alpha < 1 or self.penalty <= 0:
-            raise ValueError(f"threshold {self.threshold} must be in (0, 1), threshold_db {self.threshold_db} and "
-                             f"penalty {self.penalty} above 0, alpha {self.alpha} in (0, 1)")
 
 
 @dataclass(frozen=True)
@@ -295,7 +258,7 @@ class SearchedSeries:
     changes: list[Change]
 
 
-def search_series(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> Iterator[SearchedSeries]:
+def search_series(records: pd.DataFrame, config: ChangeConfig = DEFAULT_CONFIG) -> Iterator[SearchedSeries]:
     """Each series of ``records`` (as :func:`find_changes` reads them) searched once. The search (PELT, then a
     bootstrap and a Mann-Whitney test per cut) is what ``changes`` spends its time on over a nightly store, so
     whoever needs the changes, the alerts and the history's depth reads them all from this one pass."""
@@ -310,7 +273,7 @@ def newest_first(changes: Sequence[Change]) -> list[Change]:
     return sorted(changes, key=lambda c: (c.first_bad_started_at or "", c.position), reverse=True)
 
 
-def find_changes(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> list[Change]:
+def find_changes(records: pd.DataFrame, config: ChangeConfig = DEFAULT_CONFIG) -> list[Change]:
     """Every kept change of every series in ``records`` (speed-comparable records with :data:`HISTORY_COLUMNS`,
     ``device_label`` and the metric columns), newest first."""
     return newest_first([change for searched in search_series(records, config) for change in searched.changes])
@@ -332,12 +295,12 @@ class HistoryDepth:
         return self.judged > 0
 
 
-def history_depth(records: pd.DataFrame, config: ChangeConfig = ChangeConfig()) -> HistoryDepth:
+def history_depth(records: pd.DataFrame, config: ChangeConfig = DEFAULT_CONFIG) -> HistoryDepth:
     """The depth of the history :func:`find_changes` searches in ``records``."""
     return depth_of([len(_per_commit(series, metric)) for series, metric in _series(records, config)], config)
 
 
-def depth_of(lengths: Sequence[int], config: ChangeConfig = ChangeConfig()) -> HistoryDepth:
+def depth_of(lengths: Sequence[int], config: ChangeConfig = DEFAULT_CONFIG) -> HistoryDepth:
     """The :class:`HistoryDepth` of series of these lengths (commits each)."""
     needed = 2 * config.min_size
     return HistoryDepth(series=len(lengths), judged=sum(n >= needed for n in lengths), longest=max(lengths, default=0),

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from fp8bench.analysis.alerts import AlertRule, find_changes_and_alerts, new_alerts, rule_text
 from fp8bench.analysis.bisect import bisected_commit, evidence_folder, load_evidence
-from fp8bench.analysis.changes import Change, ChangeConfig, history_records
+from fp8bench.analysis.change_config import ChangeConfig
+from fp8bench.analysis.changes import Change, history_records
 from fp8bench.commands.store_access import check_filter_names, stored_names
 from fp8bench.commands.verb_interface import (
     EXIT_OK,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from fp8bench.analysis.changes import DEFAULT_METRICS, METRICS, ChangeConfig
+from fp8bench.analysis.change_config import DEFAULT_METRICS, METRICS, ChangeConfig
 from fp8bench.commands.verb_interface import (
     BAD_INPUT,
     EXIT_OK,

@@ -1,5 +1,6 @@
 """How a verb's action reaches the store: opened read-only on first use, and the filter names it accepts
-(registered, or carried by the stored records). Loads the store and the plugins, so only actions import it.
+(carried by the stored records, or registered). Loads the store, so only actions import it; the registries (and
+torch, which their modules import) load only to judge a name that no stored record carries.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from functools import cache
 from typing import Any
 
 from fp8bench.commands.verb_interface import store_target
-from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
-from fp8bench.core.precisions import PRECISIONS
+from fp8bench.core.plugins import registered_names
 from fp8bench.core.registry import UnknownNameError
 from fp8bench.results.store import Store, open_store
 from fp8bench.results.store.queries import filter_options
@@ -29,12 +29,15 @@ def check_filter_names(filters: Mapping[str, Iterable[str]],
 
     A filter that matches nothing would otherwise read as an empty store or "no change found": a typo must be bad
     input naming the value. Names found only in ``stored`` (written by an older version or a plugin not loaded now)
-    stay accepted, since their records can still be read."""
-    load_all()
-    registered = {"workload": WORKLOADS.names(), "backend": BACKENDS.names(), "precision": PRECISIONS.names()}
+    stay accepted, since their records can still be read. The registries are asked only about a name the records
+    do not carry: reading a store by the names in it loads no registering module."""
+    carried = {kind: {str(n) for n in (stored or {}).get(kind, ()) if n} for kind in filters}
+    if all(name in carried[kind] for kind, names in filters.items() for name in names):
+        return
+    registered = registered_names()
     for kind, names in filters.items():
         accepted = list(registered[kind])
-        accepted += sorted({str(n) for n in (stored or {}).get(kind, ()) if n} - set(accepted))
+        accepted += sorted(carried[kind] - set(accepted))
         for name in names:
             if name not in accepted:
                 raise UnknownNameError(kind, name, accepted)

@@ -20,16 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
-from fp8bench.core.devices import Device
 from fp8bench.core.libraries import Library
-from fp8bench.core.pipeline import BuildContext, Pipeline
 from fp8bench.core.registry import Registry
-from fp8bench.core.shapes import Shape
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # names in signatures only: importing this module loads no torch, its registering modules do
+    import torch
+
+    from fp8bench.core.devices import Device
+    from fp8bench.core.pipeline import BuildContext, Pipeline
     from fp8bench.core.precisions import Precision
+    from fp8bench.core.shapes import Shape
 
 
 class Workload(ABC):
@@ -102,8 +102,8 @@ class Workload(ABC):
         return False
 
 
-Builder = Callable[[BuildContext], Pipeline]
-SupportCheck = Callable[["Precision", Device], "str | None"]
+Builder = Callable[["BuildContext"], "Pipeline"]
+SupportCheck = Callable[["Precision", "Device"], "str | None"]
 
 
 @dataclass
@@ -236,3 +236,12 @@ def load_all() -> None:
                 raise ModuleNotFoundError(f"FP8BENCH_PLUGINS names {module!r}, which cannot be imported "
                                           "(is its folder on PYTHONPATH?)", name=module) from exc
             raise
+
+
+def registered_names() -> dict[str, list[str]]:
+    """The workload, backend and precision names a user may type, with every registering module loaded
+    (:func:`load_all`; torch with them)."""
+    from fp8bench.core.precisions import PRECISIONS  # its formats are torch dtypes: loaded here, with the registries
+
+    load_all()
+    return {"workload": WORKLOADS.names(), "backend": BACKENDS.names(), "precision": PRECISIONS.names()}

@@ -94,11 +94,10 @@ def _driver_major(version: Any) -> str | None:
 def definition_hash(record: Record, run: RunHeader | Mapping[str, Any]) -> str:
     """SHA-256 (first 16 hex digits) of the case definition and the settings that change the timed region."""
     header = header_of(run)
-    settings = header.settings or {}
     definition: dict[str, object] = {
         "workload": record.workload, "shape": record.shape, "precision": record.precision,
         "fp8_format": record.fp8_format, "backend": record.backend,
-        "settings": {k: settings.get(k) for k in DEFINITION_SETTINGS},
+        "settings": {k: header.setting(k) for k in DEFINITION_SETTINGS},
         # A pytest-benchmark case may carry its own definition (e.g. a parametrization that is not a shape).
         "case_definition": (record.extra or {}).get("case_definition"),
     }

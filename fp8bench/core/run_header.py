@@ -156,6 +156,11 @@ class RunHeader(Part):
             if not isinstance(value, part):
                 object.__setattr__(self, name, part.from_json(value))
 
+    def setting(self, name: str) -> Any:
+        """One run setting as the header holds it (``RunSettings.to_header``'s key ``name``); ``None`` where the
+        header has no settings or was written before that setting existed."""
+        return None if self.settings is None else self.settings.get(name)
+
     @property
     def distributed(self) -> Mapping[str, Any]:
         """How the ranks of a run under torchrun were laid out (``spec.distributed``: world_size, ranks_per_node,
@@ -208,6 +213,21 @@ def load_header(data: Mapping[str, Any], schema_version: int = SCHEMA_VERSION) -
         raise ValueError(f"run header is {type(data).__name__} {str(data)[:40]!r}; accepted: an object (keys "
                          f"{', '.join(RunHeader.names())})")
     return RunHeader.from_json(data)
+
+
+def payload_header(payload: Mapping[str, Any]) -> RunHeader:
+    """The typed header of a run file's content (``{"schema_version": ..., "run": {...}, "records": ...}``, as
+    fp8bench.results.runfile reads it and a store's ``run_payload`` gives it); a payload without a schema version
+    is of this one."""
+    return load_header(payload["run"], payload.get("schema_version") or SCHEMA_VERSION)
+
+
+def stored_schema_version(value: float | None) -> int:
+    """The run-file schema a store's ``runs.schema_version`` holds for a run (any integer type a data frame gives
+    it as); :data:`SCHEMA_VERSION` where it is null (a run added, not ingested from a file, by an older fp8bench)."""
+    if value is None or value != value:  # null, or NaN in a data frame's column
+        return SCHEMA_VERSION
+    return check_schema_version(int(value) if float(value).is_integer() else value, "run header")
 
 
 def header_of(run: RunHeader | Mapping[str, Any] | None) -> RunHeader:

@@ -281,15 +281,15 @@ class Store:
             for index, record in enumerate(payload["records"]):
                 seq = record_seq(record)
                 if seq in first_at:
-                    raise StoreError(f"run {header.run_id}: records {first_at[seq]} and {index} both have seq "
+                    raise StoreError(f"run {run['run_id']}: records {first_at[seq]} and {index} both have seq "
                                      f"{seq} (a record without seq counts as 0); each record of a run needs its "
                                      "own, so neither is stored")
                 first_at[seq] = index
                 batch.append(record)
                 if len(batch) == INGEST_BATCH:
-                    added += self._add_records(conn, header.run_id, batch, device_name, header, index + 1 - len(batch))
+                    added += self._add_records(conn, run["run_id"], batch, device_name, header, index + 1 - len(batch))
                     batch = []
-            added += self._add_records(conn, header.run_id, batch, device_name, header, len(first_at) - len(batch))
+            added += self._add_records(conn, run["run_id"], batch, device_name, header, len(first_at) - len(batch))
         return new_run, added
 
     def _advance_run(self, conn: sa.Connection, run: dict[str, Any]) -> None:

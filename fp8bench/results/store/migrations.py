@@ -94,9 +94,9 @@ def _migrate_2_to_3(conn: sa.Connection) -> None:
     runs: dict[str, RunHeader] = {}
     for run_id, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data)).all():
         runs[run_id] = run = _readable_run(data)
-        columns = run_columns(run)
+        typed = run_columns(run)
         conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(
-            {name: columns[name] for name in ("git_branch", "commit_depth", "commit_time")}))
+            {name: typed[name] for name in ("git_branch", "commit_depth", "commit_time")}))
     update = records_table.update().where(records_table.c.id == sa.bindparam("record_id")).values(
         {c.name: sa.bindparam(c.name) for c in RECORD_COLUMNS})
     last_id = -1
@@ -171,8 +171,8 @@ def _migrate_4_to_5(conn: sa.Connection) -> None:
         if changed:
             unrepaired.update([run_id] if run_problems(run) else [])
             # Every typed column but ``device``, which this repair never rewrote.
-            columns = {k: v for k, v in run_columns(runs[run_id]).items() if k != "device"}
-            conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(data=run, **columns))
+            run_cols = {k: v for k, v in run_columns(runs[run_id]).items() if k != "device"}
+            conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(data=run, **run_cols))
     columns = [c.name for c in records_table.columns if c.name not in ("id", "run_id", "seq", "device_name")]
     update = records_table.update().where(records_table.c.id == sa.bindparam("record_id")).values(
         {name: sa.bindparam(name) for name in columns})
@@ -215,7 +215,7 @@ def _migrate_5_to_6(conn: sa.Connection) -> None:
                         .where(sa.or_(text.like('%"sm_clock_mhz": %'), text.like('%"power_w"%')))).all()
     for rec_id, data in rows:
         record = load_record(_readable_record(data))
-        values = {name: read(record, {}) for name, read in readers.items()}
+        values = {name: read(record, RunHeader()) for name, read in readers.items()}
         if any(v is not None for v in values.values()):
             conn.execute(records_table.update().where(records_table.c.id == rec_id).values(values))
 

@@ -10,9 +10,19 @@ import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from fp8bench.core.run_header import GitInfo, HostInfo, RunHeader, SoftwareVersions, header_of, load_header
+from fp8bench.core.run_header import (
+    GitInfo,
+    HostInfo,
+    RunHeader,
+    SoftwareVersions,
+    header_of,
+    load_header,
+    payload_header,
+    stored_schema_version,
+)
 from fp8bench.results.runfile import read_run_file
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -63,6 +73,8 @@ def test_a_header_lacking_keys_written_later_reads_them_as_none() -> None:
     assert (header.finished_at, header.n_records, header.wall_budget, header.settings) == (None, None, None, None)
     assert header.git == GitInfo() and header.git.commit is None and header.host.load is None
     assert header.gpu.clock_policy is None and header.world_size == 1 and not header.finished
+    assert header.setting("strict_clocks") is None  # no settings object at all
+    assert load_header({"settings": {"budget_s": 2.0}}).setting("strict_clocks") is None  # before the setting
     assert list(header.to_json() or {}) == ["run_id", "started_at", "status"]
 
 
@@ -107,3 +119,14 @@ def test_the_ranks_of_a_run_under_torchrun_are_read_from_its_spec() -> None:
     header = load_header({"spec": {"suite": None, "distributed": {"world_size": 4, "ranks_per_node": 2}}})
     assert header.world_size == 4 and header.distributed["ranks_per_node"] == 2
     assert load_header({"spec": {"distributed": {"world_size": True}}}).world_size == 1
+
+
+def test_a_payload_and_a_store_row_name_the_schema_their_header_is_read_at() -> None:
+    data = read_run_file(DATA / "runfiles" / "schema1-complete.json")
+    assert payload_header(data) == load_header(data["run"], 1)
+    with pytest.raises(ValueError, match=r"run header of schema version 3, newer than this fp8bench reads"):
+        payload_header({**data, "schema_version": 3})
+    # A data frame gives the column's integers as numpy integers, or floats with NaN where some are null.
+    assert [stored_schema_version(v) for v in (None, float("nan"), np.int64(1), 2.0)] == [2, 2, 1, 2]
+    with pytest.raises(ValueError, match=r"run header of schema version 9, newer than this fp8bench reads"):
+        stored_schema_version(9)

@@ -43,6 +43,7 @@ class Part:
 
     what: ClassVar[str] = "part"  # the key that holds it, for messages
     owner: ClassVar[str] = "record"  # what holds that key, for messages
+    nested: ClassVar[tuple[str, ...]] = ()  # the fields that hold parts (a run header's ``git``)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -67,25 +68,18 @@ class Part:
     def to_json(self) -> dict[str, object] | None:
         """The object as it is stored: what :meth:`from_json` read, with any value set since (``None`` for a stored
         null that nothing was set on)."""
-        values = {name: _json_value(getattr(self, name)) for name in self.names()}
+        values = {name: getattr(self, name) for name in self.names()}
+        # A part held is written as its object; one the stored object lacked stays left out while it is empty.
+        values.update((name, getattr(self, name).to_json()) for name in self.nested)
+        empty = {name for name in self.nested if not values[name]}
         out = {key: values[key] if key in values else self.other[key] for key in self.stored_keys or ()}
-        out.update((k, v) for k, v in values.items() if k not in out and v is not None and not _empty_part(self, k))
+        out.update((k, v) for k, v in values.items() if k not in out and v is not None and k not in empty)
         out.update((k, v) for k, v in self.other.items() if k not in out)
         return None if self.stored_null and not out else out
 
     def __bool__(self) -> bool:
         """Whether the part holds anything, as the stored object is empty or not."""
         return bool(self.to_json())
-
-
-def _json_value(value: object) -> object:
-    return value.to_json() if isinstance(value, Part) else value
-
-
-def _empty_part(part: Part, name: str) -> bool:
-    """Whether ``part``'s field ``name`` is a part holding nothing: one the stored object lacked, left out again."""
-    value = getattr(part, name)
-    return isinstance(value, Part) and not value
 
 
 # Each part class's named keys, found once per class: every stored record's parts are read through them (a store

@@ -120,6 +120,11 @@ class GpuEnvironment(Part):
     nvml_error: str | None = None  # why NVML could not be read
 
 
+# The header's keys that hold a typed part, and the part.
+HEADER_PARTS: dict[str, type[Part]] = {"git": GitInfo, "host": HostInfo, "device": DeviceInfo,
+                                       "software": SoftwareVersions, "gpu": GpuEnvironment}
+
+
 @dataclass(frozen=True)
 class RunHeader(Part):
     """A run's header (see the module docstring). Fields a stored header was written without read as ``None`` or
@@ -127,6 +132,7 @@ class RunHeader(Part):
 
     what: ClassVar[str] = "run"
     owner: ClassVar[str] = "run file"
+    nested: ClassVar[tuple[str, ...]] = tuple(HEADER_PARTS)
     run_id: str | None = None
     started_at: str | None = None  # ISO 8601, UTC
     status: str | None = None  # running | complete | interrupted | failed: ... (as the run ended; running if it died)
@@ -151,7 +157,8 @@ class RunHeader(Part):
 
     def __post_init__(self) -> None:
         # A nested object given as its stored JSON becomes its typed part (a wrong type is refused by name).
-        for name, part in HEADER_PARTS.items():
+        for name in self.nested:
+            part = HEADER_PARTS[name]
             value = getattr(self, name)
             if not isinstance(value, part):
                 object.__setattr__(self, name, part.from_json(value))
@@ -179,10 +186,6 @@ class RunHeader(Part):
         """Whether the run wrote its final header (a run killed mid-way never did)."""
         return self.finished_at is not None
 
-
-# The header's keys that hold a typed part, and the part.
-HEADER_PARTS: dict[str, type[Part]] = {"git": GitInfo, "host": HostInfo, "device": DeviceInfo,
-                                       "software": SoftwareVersions, "gpu": GpuEnvironment}
 
 # How a header of each run-file schema becomes one of the next. Schema 2 changed the file's layout (JSON Lines),
 # not its header: a header of schema 1 is one of schema 2 as it stands. A schema that changes what a header holds

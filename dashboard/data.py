@@ -30,6 +30,7 @@ from fp8bench.analysis.selection import LATEST_CLASSES, speed_comparable_sql
 from fp8bench.core.commits import checkout_remote, url_template
 from fp8bench.core.noise import is_noisy, record_spread, run_load
 from fp8bench.core.redact import error_line, redact
+from fp8bench.core.run_header import RunHeader, load_header, stored_schema_version
 from fp8bench.core.shapes import shape_label
 from fp8bench.paths import default_results_dir
 from fp8bench.results.store import Store, StoreError, normalize_url, open_store
@@ -159,21 +160,23 @@ def loss_curve(record: dict[str, Any]) -> list[float] | None:
 
 
 def _flatten_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The store's runs with the header's values the pages show as columns; ``header`` keeps the whole JSON."""
     data = runs["data"].map(lambda d: d if isinstance(d, dict) else {})
+    headers = [load_header(d, stored_schema_version(v)) for d, v in zip(data, runs["schema_version"], strict=True)]
     out = runs.drop(columns=["data"]).copy()
     out["header"] = data  # the whole run header, small: one per run
-    software = data.map(lambda d: d.get("software") or {})
-    for key in ("torch", "python", "cuda_runtime", "triton", "transformer_engine", "torchao", "fp8bench"):
-        out[key] = software.map(lambda s, key=key: s.get(key))
-    out["os"] = data.map(lambda d: (d.get("host") or {}).get("os"))
-    out["threads"] = data.map(lambda d: (d.get("device") or {}).get("threads"))
-    out["energy_method"] = data.map(lambda d: d.get("energy_method"))
-    out["budget_s"] = data.map(lambda d: (d.get("settings") or {}).get("budget_s"))
-    out["suite"] = data.map(lambda d: (d.get("spec") or {}).get("suite"))
-    out["n_records"] = data.map(lambda d: d.get("n_records"))
-    out["remote"] = data.map(lambda d: (d.get("git") or {}).get("remote"))
+    columns: dict[str, Callable[[RunHeader], object]] = {
+        key: lambda h, key=key: getattr(h.software, key)
+        for key in ("torch", "python", "cuda_runtime", "triton", "transformer_engine", "torchao", "fp8bench")}
+    columns |= {"os": lambda h: h.host.os, "threads": lambda h: h.device.threads,
+               "energy_method": lambda h: h.energy_method, "budget_s": lambda h: h.setting("budget_s"),
+               "suite": lambda h: (h.spec or {}).get("suite"), "n_records": lambda h: h.n_records,
+               "remote": lambda h: h.git.remote}
+    for name, read in columns.items():
+        out[name] = pd.Series([read(h) for h in headers], index=out.index, dtype=object).infer_objects()
     out["commit"] = out["git_commit"].fillna("").str.slice(0, 7)
-    load = data.map(run_load)  # the host's load when the run started (fp8bench.core.noise); None in older runs
+    # the host's load when the run started (fp8bench.core.noise); None in older runs
+    load = pd.Series([run_load(h) for h in headers], index=out.index, dtype=object)
     out["load_avg_1m"] = load.map(lambda v: v.load_1m if v else None)
     out["loaded"] = load.map(lambda v: bool(v and v.overloaded))
     return out

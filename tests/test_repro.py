@@ -10,6 +10,7 @@ import pytest
 from fp8bench.analysis.gate.config import GateConfig
 from fp8bench.analysis.gate.report import gate, merge_rerun
 from fp8bench.cli import main
+from fp8bench.core.records import load_record
 from fp8bench.core.repro import frame_commands, repro_command, repro_of
 from fp8bench.render.gate_markdown import render_markdown
 from fp8bench.results.runfile import read_run_file
@@ -154,3 +155,14 @@ def test_a_control_character_in_a_setting_gives_no_command():
     cmd = repro_of(record(64, "bf16", [1e-3]), {"settings": {"amax_compute_algo": "max\x1b[2J"}})
     assert cmd == "# no command: field 'amax_compute_algo' is not a finite number or a name"
     assert repro_of(record(64, "bf16", [1e-3]), {"settings": {"budget_s": float("nan")}}).startswith("# no command")
+
+
+def test_a_record_of_a_run_under_torchrun_gets_the_torchrun_command():
+    # The run header says how many ranks measured under ``spec.distributed`` (fp8bench.hardware.distributed.run_spec),
+    # whatever the record is: a typed record built by the runner or a stored one.
+    header = {"settings": {}, "spec": {"distributed": {"world_size": 2, "ranks_per_node": 2, "backend": "nccl",
+                                                       "launcher": "torchrun"}}}
+    rec = {"workload": "gemm", "shape": {"m": 64, "n": 64, "k": 64}, "precision": "bf16", "backend": "torch",
+           "device": "cuda:0", "status": "ok"}
+    assert repro_of(rec, header).startswith("torchrun --nproc-per-node 2 -m fp8bench run --workload gemm")
+    assert repro_of(load_record(rec), header).startswith("torchrun --nproc-per-node 2 -m fp8bench run")

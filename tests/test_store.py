@@ -255,6 +255,7 @@ def _counts(url: str) -> dict[str, int]:
 
 def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(store_url):
     from fp8bench.core.records import load_record
+    from fp8bench.core.run_header import load_header
     from fp8bench.results.store.columns import RECORD_COLUMNS, record_column_values
 
     copy_store(SCHEMA2_STORE, store_url)
@@ -264,7 +265,7 @@ def test_a_schema_2_store_is_migrated_to_typed_columns_without_losing_a_record(s
     assert store.schema_version == 7
     assert _counts(store_url) == {**before, "version": STORE_SCHEMA_VERSION}
     frame = store.records_frame(with_data=True)
-    runs = {r.run_id: (json.loads(r.data) if isinstance(r.data, str) else r.data)
+    runs = {r.run_id: load_header(json.loads(r.data) if isinstance(r.data, str) else r.data, r.schema_version)
             for r in store.runs_frame().itertuples()}
     for row in frame.itertuples():
         record = json.loads(row.data) if isinstance(row.data, str) else row.data

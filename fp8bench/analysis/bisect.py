@@ -44,6 +44,7 @@ from typing import Any
 
 from fp8bench.analysis.gate.decision import Verdict
 from fp8bench.analysis.gate.report import GateReport
+from fp8bench.core.run_header import payload_header
 from fp8bench.exit_codes import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION
 from fp8bench.results.runfile_reader import read_run_header
 
@@ -213,8 +214,7 @@ def device_of(result: BisectResult) -> str:
     for p in result.probes:
         first_round = Path(p.folder) / "base" / "r000.json" if p.folder else None
         if first_round is not None and first_round.is_file():
-            device = read_run_header(first_round)["run"].get("device")
-            name = device.get("name") if isinstance(device, dict) else None
+            name = payload_header(read_run_header(first_round)).device.name
             return str(name) if name else ""
     return ""
 

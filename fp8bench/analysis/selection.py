@@ -37,24 +37,25 @@ import pandas as pd
 import sqlalchemy as sa
 
 from fp8bench.core.records import Record
+from fp8bench.core.run_header import RunHeader, header_of
 from fp8bench.core.throttle import only_power_capped
 from fp8bench.results.store.queries import MEASURED, R
 
 # -- speed-comparable ---------------------------------------------------------------------------------------------
 
 
-def timings_count(record: Record, run: Mapping[str, Any]) -> bool:
+def timings_count(record: Record, run: RunHeader | Mapping[str, Any]) -> bool:
     """Whether a record's timings count: an ``ok``, valid record; or one that an older fp8bench marked invalid for
     power capping alone, or for the clock drop power capping alone caused (the normal state of a GPU at full load,
     recorded but no longer invalidating), unless its run asked for ``--strict-clocks``. ``run`` is the run header."""
     if record.status == "ok" and record.valid:
         return True
-    strict = bool((run.get("settings") or {}).get("strict_clocks"))
+    strict = bool(header_of(run).setting("strict_clocks"))
     reasons, notes = list(record.energy.invalid_reasons or []), list(record.energy.clock_notes or [])
     return record.status == "invalid" and not strict and only_power_capped(reasons, notes)
 
 
-def is_speed_comparable(record: Record, run: Mapping[str, Any]) -> bool:
+def is_speed_comparable(record: Record, run: RunHeader | Mapping[str, Any]) -> bool:
     """The speed-comparable rule on a record (a stored one: :func:`fp8bench.core.records.load_record`) and its run
     header (see the module docstring)."""
     return timings_count(record, run) and not record.interpreted and record.samples.median_s is not None

@@ -42,13 +42,13 @@ def _rows(args: argparse.Namespace) -> list[Any]:
         check_filter_names(filters, {"workload": [r.record.workload for r in rows],
                                      "backend": [r.record.backend for r in rows],
                                      "precision": [r.record.precision for r in rows]})
-        flt = record_filter({r.run["run_id"]: str(r.run.get("started_at") or "") for r in rows})
+        flt = record_filter({str(r.run.run_id): str(r.run.started_at or "") for r in rows})
         return [r for r in rows if keeps(flt, r)]
 
     store = open_store(store_target(args), read_only=True)
     check_filter_names(filters, stored_names(store))
     headers = store_runs(store)
-    return rows_from_store(store, record_filter({k: str(h.get("started_at") or "") for k, h in headers.items()}),
+    return rows_from_store(store, record_filter({k: str(h.started_at or "") for k, h in headers.items()}),
                            headers)
 
 

@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from fp8bench.core.records import SEPARATE_TIMING_MODES, Record, case_key, full_accum_variant
+from fp8bench.core.run_header import RunHeader, header_of
 
 # Run settings that change what one sample measures (see the module docstring).
 DEFINITION_SETTINGS = ("flush_l2", "seed", "threads")
@@ -89,13 +91,13 @@ def _driver_major(version: Any) -> str | None:
     return str(version).split(".", 1)[0]
 
 
-def definition_hash(record: Record, run: dict[str, Any]) -> str:
+def definition_hash(record: Record, run: RunHeader | Mapping[str, Any]) -> str:
     """SHA-256 (first 16 hex digits) of the case definition and the settings that change the timed region."""
-    settings = run.get("settings") or {}
+    header = header_of(run)
     definition: dict[str, object] = {
         "workload": record.workload, "shape": record.shape, "precision": record.precision,
         "fp8_format": record.fp8_format, "backend": record.backend,
-        "settings": {k: settings.get(k) for k in DEFINITION_SETTINGS},
+        "settings": {k: header.setting(k) for k in DEFINITION_SETTINGS},
         # A pytest-benchmark case may carry its own definition (e.g. a parametrization that is not a shape).
         "case_definition": (record.extra or {}).get("case_definition"),
     }
@@ -107,30 +109,30 @@ def definition_hash(record: Record, run: dict[str, Any]) -> str:
         definition["delayed_scaling"] = record.delayed_scaling.to_json()
     if record.timing_mode in SEPARATE_TIMING_MODES:  # only then: eager hashes stay as they were (module docstring)
         definition["timing_mode"] = record.timing_mode
-    distributed = (run.get("spec") or {}).get("distributed")
+    distributed = header.distributed
     if distributed:  # only then, as above: ranks and their spread over nodes change what a sample is
         definition["distributed"] = {k: distributed.get(k) for k in ("world_size", "ranks_per_node")}
     text = json.dumps(definition, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def comparability_key(record: Record, run: dict[str, Any]) -> ComparabilityKey:
+def comparability_key(record: Record, run: RunHeader | Mapping[str, Any]) -> ComparabilityKey:
     """The key of one record (a stored one: :func:`fp8bench.core.records.load_record`) in the run whose header is
-    ``run``. Missing GPU fields read as ``None``."""
-    gpu = run.get("gpu") or {}
-    software = run.get("software") or {}
-    power = gpu.get("power_limit_w")
+    ``run`` (a reader of many records loads it once: :func:`fp8bench.core.run_header.load_header`). Missing GPU
+    fields read as ``None``."""
+    header = header_of(run)
+    gpu, power = header.gpu, header.gpu.power_limit_w
     return ComparabilityKey(
-        device_name=(run.get("device") or {}).get("name"),
-        driver_major=_driver_major(gpu.get("driver_version")),
-        cuda_driver=None if gpu.get("cuda_driver_version") is None else str(gpu.get("cuda_driver_version")),
-        cuda_runtime=software.get("cuda_runtime"),
-        torch=software.get("torch"),
+        device_name=header.device.name,
+        driver_major=_driver_major(gpu.driver_version),
+        cuda_driver=None if gpu.cuda_driver_version is None else str(gpu.cuda_driver_version),
+        cuda_runtime=header.software.cuda_runtime,
+        torch=header.software.torch,
         power_limit_w=None if power is None else round(float(power), 1),
-        clock_policy=gpu.get("clock_policy"),
+        clock_policy=gpu.clock_policy,
         case=case_key(record),
         backend=record.backend,
-        definition_hash=definition_hash(record, run),
+        definition_hash=definition_hash(record, header),
         scale_format=record.scale_format,
     )
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from fp8bench.core.records import Record, fields_of
+from fp8bench.core.run_header import RunHeader, header_of
 
 # The gate's default threshold is 5%: samples spread over twice that cannot show a change of that size from one
 # run, so the run table and the dashboard flag them.
@@ -96,9 +97,9 @@ def overload_warning(load: HostLoad | None) -> str | None:
             f"rounds share the load")
 
 
-def run_load(run: Mapping[str, Any]) -> HostLoad | None:
+def run_load(run: RunHeader | Mapping[str, Any]) -> HostLoad | None:
     """The load a run header recorded when the run started (``host.load``), or ``None``."""
-    return HostLoad.from_dict((run.get("host") or {}).get("load"))
+    return HostLoad.from_dict(header_of(run).host.load)
 
 
 def relative_spread(samples: Sequence[float] | np.ndarray) -> float | None:

@@ -3,16 +3,8 @@ harness cost, phase statistics, delayed-scaling settings, samples, throughput an
 dataclass with its units.
 
 A record is stored as JSON (the run file, the store's record column), and each of these parts is one JSON object
-in it (``"numerics": {...}``). Records written by older fp8bench lack the keys added since, so a part reads every
-key it names as ``None`` when the object lacks it: that rule is stated here once, for every part and every key,
-instead of beside each reader.
-
-A part writes back exactly what it read (:meth:`Part.to_json`): its keys in the order they were stored, a key stored
-as null written as null, a key the stored object lacked left out again, and the keys it does not name (written by
-a plugin, or by a newer fp8bench of the same schema) carried through unchanged. So reading a stored record and
-writing it again gives the same bytes, whichever fp8bench wrote it. A part built in code (``Numerics(sqnr_db=30.0)``)
-writes the keys it holds a value for, in the order the class names them; one changed with ``dataclasses.replace``
-keeps its stored keys and adds the keys newly set.
+in it (``"numerics": {...}``), read and written back as every stored object is (:mod:`fp8bench.core.parts`): a key
+a record was written without reads as ``None``, and a stored record writes back the same bytes.
 
 The values are JSON values as stored (an integer stays an integer), checked for their JSON type where records
 enter (:mod:`fp8bench.results.record_check`).
@@ -26,81 +18,10 @@ call). They are plain frozen dataclasses; :mod:`fp8bench.core.records` says whic
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar, cast
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-P = TypeVar("P", bound="Part")
-
-# Fields of every part that hold how it was stored, not what it says.
-_STORAGE = ("stored_keys", "other", "stored_null")
-
-
-@dataclass(frozen=True)
-class Part:
-    """One JSON object of a stored record, as typed fields; see the module docstring for how it reads and writes.
-
-    ``stored_keys`` is the stored object's key order (``None`` for a part built in code), ``other`` the stored keys
-    the part does not name, ``stored_null`` whether the record held null where the object belongs (a field repaired
-    by :func:`fp8bench.results.record_check.repaired`)."""
-
-    stored_keys: tuple[str, ...] | None = field(default=None, compare=False, repr=False, kw_only=True)
-    other: Mapping[str, object] = field(default_factory=dict, repr=False, kw_only=True)
-    stored_null: bool = field(default=False, compare=False, repr=False, kw_only=True)
-
-    what: ClassVar[str] = "part"  # the record field that holds it, for messages
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        """The keys this part names, in the order it writes them."""
-        return _names(cls)
-
-    @classmethod
-    def from_json(cls: type[P], data: Mapping[str, object] | None) -> P:
-        """The part a stored object gives (``None``: the record held null there); a value that is not an object is
-        refused, naming the field."""
-        if data is None:
-            return cls(stored_null=True)
-        if not isinstance(data, Mapping):
-            raise ValueError(f"record field {cls.what!r} is {type(data).__name__} {str(data)[:40]!r}; accepted: an "
-                             f"object (keys {', '.join(cls.names())}), or null")
-        names = _name_set(cls)
-        if data.keys() <= names:  # every key named: the common case, read without sorting keys out
-            return cls(**cast("Mapping[str, Any]", data), stored_keys=tuple(data))
-        known: dict[str, Any] = {k: v for k, v in data.items() if k in names}
-        return cls(**known, stored_keys=tuple(data), other={k: v for k, v in data.items() if k not in names})
-
-    def to_json(self) -> dict[str, object] | None:
-        """The object as it is stored: what :meth:`from_json` read, with any value set since (``None`` for a stored
-        null that nothing was set on)."""
-        values = {name: getattr(self, name) for name in self.names()}
-        out = {key: values[key] if key in values else self.other[key] for key in self.stored_keys or ()}
-        out.update((k, v) for k, v in values.items() if k not in out and v is not None)
-        out.update((k, v) for k, v in self.other.items() if k not in out)
-        return None if self.stored_null and not out else out
-
-    def __bool__(self) -> bool:
-        """Whether the part holds anything, as the stored object is empty or not."""
-        return bool(self.to_json())
-
-
-# Each part class's named keys, found once per class: every stored record's parts are read through them (a store
-# ingests millions).
-_NAMES: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
-
-
-def _names(cls: type) -> tuple[str, ...]:
-    return _known(cls)[0]
-
-
-def _name_set(cls: type) -> frozenset[str]:
-    return _known(cls)[1]
-
-
-def _known(cls: type) -> tuple[tuple[str, ...], frozenset[str]]:
-    if cls not in _NAMES:
-        names = tuple(f.name for f in fields(cls) if f.name not in _STORAGE)
-        _NAMES[cls] = names, frozenset(names)
-    return _NAMES[cls]
+from fp8bench.core.parts import Part
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fp8bench.core.records import Record, fields_of
+from fp8bench.core.run_header import RunHeader, header_of
 
 # Sampling policy keys of the run settings -> the `fp8bench run` flag that sets each.
 POLICY_FLAGS = (("min_samples", "--min-samples"), ("target_rse", "--target-rse"), ("max_time_s", "--max-time"))
@@ -118,13 +119,13 @@ def repro_command(record: Record | Mapping[str, Any], settings: Mapping[str, Any
     return shell_line(repro_argv(record, settings, world_size))
 
 
-def world_size_of(record: Record | Mapping[str, Any], run: Mapping[str, Any]) -> int:
-    """Ranks that measured a record (1 unless a distributed run says otherwise)."""
-    for source in (record, run, run.get("distributed") or {}):
-        value = source.get("world_size") if isinstance(source, Mapping) else None
-        if isinstance(value, int) and value > 1:
-            return value
-    return 1
+def world_size_of(record: Record | Mapping[str, Any], run: RunHeader | Mapping[str, Any] | None) -> int:
+    """Ranks that measured a record: the record's own ``world_size`` where it holds one, else its run's (the
+    header's ``spec.distributed``; 1 unless the run was under torchrun)."""
+    value = record.get("world_size") if isinstance(record, Mapping) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+        return value
+    return header_of(run).world_size
 
 
 def no_command(reason: str) -> str:
@@ -132,12 +133,12 @@ def no_command(reason: str) -> str:
     return f"# no command: {reason}"
 
 
-def repro_of(record: Record | Mapping[str, Any], run: Mapping[str, Any] | None) -> str:
+def repro_of(record: Record | Mapping[str, Any], run: RunHeader | Mapping[str, Any] | None) -> str:
     """The command that measures ``record`` again, derived from its typed fields and its run's settings (the
     stored ``repro`` text is never used: see the module docstring); :func:`no_command` when a field is unsafe."""
-    run = run or {}
+    header = header_of(run)
     try:
-        return repro_command(record, run.get("settings"), world_size_of(record, run))
+        return repro_command(record, header.settings, world_size_of(record, header))
     except UnsafeField as exc:
         return no_command(str(exc))
 
@@ -155,11 +156,11 @@ def shell_line(argv: Sequence[str]) -> str:
 FRAME_COLUMNS = ("workload", "shape", "precision", "backend", "device", "fp8_format", "accumulation", "run_id")
 
 
-def frame_commands(records: Any, headers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def frame_commands(records: Any, headers: Mapping[str, RunHeader | Mapping[str, Any]]) -> list[str]:
     """The command of each row of a store's record frame (its typed columns), with ``headers`` mapping run ids to
     run headers (their settings): the same text :func:`repro_of` gives for the stored record."""
-    out = []
+    out, typed = [], {run_id: header_of(header) for run_id, header in headers.items()}
     for row in records[list(FRAME_COLUMNS)].to_dict("records"):
         row = {k: (None if v != v else v) for k, v in row.items()}  # NaN -> None
-        out.append(repro_of(row, headers.get(row["run_id"]) or {}))
+        out.append(repro_of(row, typed.get(row["run_id"])))
     return out

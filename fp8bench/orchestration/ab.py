@@ -38,8 +38,8 @@ from fp8bench.analysis.gate.sides import collect_side
 from fp8bench.core.commits import user_ref
 from fp8bench.core.git import GitError, add_worktree, remove_worktree
 from fp8bench.core.redact import MASK
+from fp8bench.core.run_header import payload_header
 from fp8bench.results.ingest import load_side
-from fp8bench.results.runfile import RunFileError
 from fp8bench.results.runfile_reader import read_run_header
 
 # Executed by ``python -c`` in each worker. It must not import the installed fp8bench before the checkout's.
@@ -307,8 +307,8 @@ def side_dirty(rounds: Path) -> bool | None:
     flags = []
     for path in sorted(rounds.glob("r*.json")):
         try:
-            flags.append((read_run_header(path)["run"].get("git") or {}).get("dirty"))
-        except (RunFileError, AttributeError):
+            flags.append(payload_header(read_run_header(path)).git.dirty)
+        except ValueError:  # a round file that is no run file (RunFileError), or whose git object is not one
             continue
     known = [f for f in flags if isinstance(f, bool)]
     return any(known) if known else None

@@ -63,8 +63,8 @@ def flat(row: Row) -> dict[str, Any]:
     """One record as a flat row of :data:`COLUMNS` (and ``phase:NAME``)."""
     rec, run = row.record, row.run
     out: dict[str, Any] = {
-        "run_id": run.get("run_id"), "started_at": run.get("started_at"),
-        "git_commit": (run.get("git") or {}).get("commit"), "device_name": row.device_label,
+        "run_id": run.run_id, "started_at": run.started_at, "git_commit": run.git.commit,
+        "device_name": row.device_label,
         "case_key": case_key(rec), "shape": label(rec.shape or {}),
     }
     for name in COLUMNS:
@@ -112,9 +112,9 @@ def github_action_benchmark(rows: Sequence[Row], metric: str = "median_s") -> li
         entry: dict[str, Any] = {"name": benchmark_name(row), "unit": unit, "value": float(value) * scale}
         if metric == "median_s" and rec.samples.iqr_s is not None:
             entry["range"] = f"± {float(rec.samples.iqr_s) * scale / 2:.4g}"
-        extra = [f"run {row.run.get('run_id')}", f"n={rec.samples.n}"]
-        if (row.run.get("git") or {}).get("commit"):
-            extra.append(f"commit {row.run['git']['commit'][:12]}")
+        extra = [f"run {row.run.run_id}", f"n={rec.samples.n}"]
+        if row.run.git.commit:
+            extra.append(f"commit {row.run.git.commit[:12]}")
         if rec.numerics.sqnr_db is not None:
             extra.append(f"SQNR {rec.numerics.sqnr_db:.1f} dB")
         entry["extra"] = "\n".join(extra)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fp8bench.core.records import Record, load_record
+from fp8bench.core.run_header import RunHeader, load_header, payload_header, stored_schema_version
 
 if TYPE_CHECKING:  # the store loads only when an export runs, not for `fp8bench --help`
     from fp8bench.results.store import Store
@@ -28,10 +29,12 @@ class ExportError(ValueError):
 class Row:
     """One record with the run header it came from; a stored record's JSON is read into its :class:`Record`."""
 
-    run: dict[str, Any]
+    run: RunHeader
     record: Record
 
     def __post_init__(self) -> None:
+        if not isinstance(self.run, RunHeader):
+            object.__setattr__(self, "run", load_header(self.run))
         if not isinstance(self.record, Record):
             object.__setattr__(self, "record", load_record(self.record))
 
@@ -39,13 +42,13 @@ class Row:
     def device_label(self) -> str:
         """The device model (``NVIDIA H100 80GB HBM3``, the CPU's brand), else the device kind: the dashboard's
         device filter value."""
-        return str((self.run.get("device") or {}).get("name") or self.record.device)
+        return str(self.run.device.name or self.record.device)
 
 
 def rows_from_payloads(payloads: Iterable[dict[str, Any]]) -> list[Row]:
     """Every record of the given run payloads, oldest run first."""
-    ordered = sorted(payloads, key=lambda p: str(p["run"].get("started_at") or ""))
-    return [Row(p["run"], load_record(r, p["schema_version"])) for p in ordered for r in p["records"]]
+    ordered = sorted(((payload_header(p), p) for p in payloads), key=lambda pair: str(pair[0].started_at or ""))
+    return [Row(header, load_record(r, p["schema_version"])) for header, p in ordered for r in p["records"]]
 
 
 def run_range(started: Mapping[str, str], text: str | None) -> tuple[str | None, str | None]:
@@ -68,8 +71,8 @@ def run_range(started: Mapping[str, str], text: str | None) -> tuple[str | None,
 
 def keeps(flt: RecordFilter, row: Row) -> bool:
     """The store query's filter (:meth:`RecordFilter.conditions`) applied to a record read from a file."""
-    rec, started = row.record, str(row.run.get("started_at") or "")
-    branch = (row.run.get("git") or {}).get("branch")
+    rec, started = row.record, str(row.run.started_at or "")
+    branch = row.run.git.branch
     return all((
         not flt.device or row.device_label in flt.device,
         not flt.workload or rec.workload in flt.workload,
@@ -81,18 +84,19 @@ def keeps(flt: RecordFilter, row: Row) -> bool:
     ))
 
 
-def store_runs(store: Store) -> dict[str, dict[str, Any]]:
+def store_runs(store: Store) -> dict[str, RunHeader]:
     """Every run header in the store, by run id, oldest first."""
     runs = store.runs_frame()
-    return {str(run_id): (data if isinstance(data, dict) else json.loads(data or "{}"))
-            for run_id, data in zip(runs["run_id"], runs["data"], strict=True)}
+    return {str(run_id): load_header(data if isinstance(data, dict) else json.loads(data or "{}"),
+                                     stored_schema_version(version))
+            for run_id, data, version in zip(runs["run_id"], runs["data"], runs["schema_version"], strict=True)}
 
 
-def rows_from_store(store: Store, flt: RecordFilter, headers: Mapping[str, dict[str, Any]]) -> list[Row]:
+def rows_from_store(store: Store, flt: RecordFilter, headers: Mapping[str, RunHeader]) -> list[Row]:
     """The records ``flt`` selects in a store (in SQL), with their run headers, oldest run first."""
     from fp8bench.results.store.queries import record_json, select_records
 
     picked = select_records(store, flt, columns=["id", "run_id"])
     full = record_json(store, [int(i) for i in picked["id"]])
-    return [Row(headers.get(str(run_id)) or {"run_id": run_id}, load_record(full[int(i)]))
+    return [Row(headers.get(str(run_id), RunHeader(run_id=str(run_id))), load_record(full[int(i)]))
             for i, run_id in zip(picked["id"], picked["run_id"], strict=True) if int(i) in full]

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fp8bench.core.record_parts import Part
+from fp8bench.core.parts import Part
 from fp8bench.core.records import PARTS, STORED_KEYS, key_owner
 
 # Deepest nesting of objects and lists accepted inside one record or header (a record fp8bench writes is under 8).

@@ -21,6 +21,7 @@ from typing import Any
 
 from fp8bench.core.records import Record
 from fp8bench.core.redact import error_line
+from fp8bench.core.run_header import load_header
 from fp8bench.results.runfile import RunFileWriter
 
 STATUS_DISK_FULL = "failed: disk full"
@@ -77,7 +78,7 @@ class RecordStream:
         fields = record.to_dict()
         if self.writer is not None:
             self._write(self.writer.append, fields)
-        self._to_store("add_records", self.header["run_id"], [fields], (self.header.get("device") or {}).get("name"))
+        self._to_store("add_records", self.header["run_id"], [fields], load_header(self.header).device.name)
         if self.disk_error:
             raise DiskFull(self.disk_error)
 

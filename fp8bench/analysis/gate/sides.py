@@ -31,6 +31,7 @@ from fp8bench.core.comparability import ComparabilityKey, comparability_key
 from fp8bench.core.noise import HostLoad, run_load
 from fp8bench.core.records import case_key, load_record
 from fp8bench.core.repro import repro_of
+from fp8bench.core.run_header import payload_header
 from fp8bench.results.runfile import check_seconds
 
 # Statuses a side's case takes when it has nothing to compare: it ran under an interpreter (Triton on the CPU),
@@ -78,12 +79,11 @@ FINISHED_STATUSES = ("complete",)
 def check_finished(payloads: Sequence[dict[str, Any]], side: str) -> None:
     """Refuse runs that did not finish: their absent cases would read as removed and pass."""
     for payload in payloads:
-        run = payload["run"]
-        status = run.get("status")
+        run = payload_header(payload)
+        status = run.status
         if status is None or status in FINISHED_STATUSES:
             continue  # a file from before statuses were written cannot say; its cases speak for themselves
-        done = (f" after {run['n_records']} of {run['n_cases']} cases"
-                if run.get("n_records") is not None and run.get("n_cases") else "")
+        done = f" after {run.n_records} of {run.n_cases} cases" if run.n_records is not None and run.n_cases else ""
         raise GateError(f"the {side} {origin_of(payload)} did not finish (status {status!r}{done}); the cases it "
                         "lacks cannot be judged. Rerun it, or pass --allow-partial to gate the cases it has")
 
@@ -100,8 +100,9 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
         raise GateError("a side of the comparison has no runs")
     rounds = len(payloads) >= 2
     cases: dict[str, SideCase] = {}
+    headers = [payload_header(p) for p in payloads]
     for index, payload in enumerate(payloads):
-        run = payload["run"]
+        run = headers[index]
         origin = origin_of(payload)
         for stored in payload["records"]:
             record = load_record(stored, payload["schema_version"])
@@ -138,9 +139,9 @@ def collect_side(payloads: Sequence[dict[str, Any]], metric: str = "median_s") -
                                     f"{type(samples).__name__}")
                 entry.samples.extend(check_seconds(v, f"{origin}: case {name}: sample {i}")
                                      for i, v in enumerate(samples))
-    commits = {(p["run"].get("git") or {}).get("commit") for p in payloads}
+    commits = {h.git.commit for h in headers}
     unit = ("round medians" if rounds else RAW) if metric == "median_s" else "one value per run"
-    loads = {p["run"]["run_id"]: run_load(p["run"]) for p in payloads}
+    loads = {p["run"]["run_id"]: run_load(h) for p, h in zip(payloads, headers, strict=True)}
     return Side([p["run"]["run_id"] for p in payloads], commits.pop() if len(commits) == 1 else None, cases, unit,
                 {run_id: load for run_id, load in loads.items() if load is not None and load.overloaded})
 

@@ -21,9 +21,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from fp8bench.core.records import Record
+from fp8bench.core.run_header import RunHeader
 
 # A column's value from a record (a stored one: fp8bench.core.records.load_record) and its run's header.
-Reader = Callable[[Record, dict[str, Any]], Any]
+Reader = Callable[[Record, RunHeader], Any]
 
 
 @dataclass(frozen=True)
@@ -41,17 +42,17 @@ def _field(name: str) -> Reader:
 
 
 def _git(name: str) -> Reader:
-    return lambda _r, run: (run.get("git") or {}).get(name)
+    return lambda _r, run: getattr(run.git, name)
 
 
 def _convergence(name: str) -> Reader:
-    def read(r: Record, _run: dict[str, Any]) -> Any:
+    def read(r: Record, _run: RunHeader) -> Any:
         verdict = (r.extra or {}).get("convergence")
         return verdict.get(name) if isinstance(verdict, dict) else None
     return read
 
 
-def _timed_power(r: Record, _run: dict[str, Any]) -> float | None:
+def _timed_power(r: Record, _run: RunHeader) -> float | None:
     """The median power of the telemetry polled through the timed samples (``telemetry.timing.power_w.median``)."""
     timing = r.telemetry.timing
     power = timing.get("power_w") if isinstance(timing, dict) else None
@@ -59,17 +60,17 @@ def _timed_power(r: Record, _run: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _has_losses(r: Record, _run: dict[str, Any]) -> bool:
+def _has_losses(r: Record, _run: RunHeader) -> bool:
     losses = (r.extra or {}).get("losses")
     return isinstance(losses, list) and bool(losses)
 
 
-def _timing_mode(r: Record, _run: dict[str, Any]) -> str | None:
+def _timing_mode(r: Record, _run: RunHeader) -> str | None:
     """How the samples were timed (eager launches, CUDA graph replay, ...); older records say nothing."""
     return r.timing_mode or r.timing.mode
 
 
-def profile_trace_of(r: Record, _run: dict[str, Any] | None = None) -> str | None:
+def profile_trace_of(r: Record, _run: RunHeader | None = None) -> str | None:
     """Where the case's profile trace was written (``fp8bench run --profile``, :mod:`fp8bench.measure.profiling`)."""
     profile = (r.extra or {}).get("profile")
     trace = profile.get("trace") if isinstance(profile, dict) else None
@@ -78,7 +79,7 @@ def profile_trace_of(r: Record, _run: dict[str, Any] | None = None) -> str | Non
 
 def _as_float(read: Reader) -> Reader:
     """Counts that can pass 2**63 (FLOPs of a large training step) are stored as floats."""
-    def wrapped(r: Record, run: dict[str, Any]) -> float | None:
+    def wrapped(r: Record, run: RunHeader) -> float | None:
         value = read(r, run)
         return None if value is None else float(value)
     return wrapped
@@ -89,7 +90,7 @@ def _as_float(read: Reader) -> Reader:
 # pct_of_peak, energy_j, tflops_per_w, sqnr_db, rel_err, valid, interpreted and comparability_key).
 RECORD_COLUMNS: tuple[RecordColumn, ...] = (
     # Where and from what: denormalized from the run header so that history and change queries need no join.
-    RecordColumn("run_started_at", sa.String(40), lambda _r, run: run.get("started_at"), "run start, ISO 8601"),
+    RecordColumn("run_started_at", sa.String(40), lambda _r, run: run.started_at, "run start, ISO 8601"),
     RecordColumn("git_commit", sa.String(64), _git("commit"), "commit measured"),
     RecordColumn("git_branch", sa.String(200), _git("branch"), "branch of that commit"),
     RecordColumn("commit_depth", sa.Integer, _git("first_parent_depth"),
@@ -137,7 +138,7 @@ RECORD_COLUMNS: tuple[RecordColumn, ...] = (
 )
 
 
-def record_column_values(record: Record, run: dict[str, Any]) -> dict[str, Any]:
+def record_column_values(record: Record, run: RunHeader) -> dict[str, Any]:
     """Every typed column's value for one record of the run whose header is ``run``."""
     return {c.name: c.read(record, run) for c in RECORD_COLUMNS}
 

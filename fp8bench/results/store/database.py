@@ -19,6 +19,7 @@ from sqlalchemy.engine import Engine
 
 from fp8bench.core.records import SCHEMA_VERSION, Record, load_record
 from fp8bench.core.redact import redact
+from fp8bench.core.run_header import RunHeader, load_header
 from fp8bench.results.errors import StoreError
 from fp8bench.results.store.columns import phase_rows
 from fp8bench.results.store.engine import (
@@ -39,6 +40,7 @@ from fp8bench.results.store.rows import (
     insert_or_skip,
     record_row,
     record_seq,
+    run_columns,
     run_progress,
     same_seq,
 )
@@ -175,14 +177,12 @@ class Store:
             return self._add_run(conn, run, source)
 
     def _add_run(self, conn: sa.Connection, run: dict[str, Any], source: str) -> bool:
-        git = run.get("git") or {}
-        row = {"run_id": run["run_id"], "started_at": run.get("started_at"), "finished_at": run.get("finished_at"),
-               "status": run.get("status"), "git_commit": git.get("commit"), "git_dirty": git.get("dirty"),
-               "git_branch": git.get("branch"), "commit_depth": git.get("first_parent_depth"),
-               "commit_time": git.get("commit_time"),
-               "host": (run.get("host") or {}).get("alias"), "device": run.get("device_spec"),
-               "device_name": (run.get("device") or {}).get("name"), "source": source,
-               "schema_version": run.get("schema_version", SCHEMA_VERSION), "data": run}
+        """Insert ``run`` (the header as the file held it, with the file's ``schema_version`` when ingested) unless
+        its run is stored; the JSON is stored as given."""
+        version = run.get("schema_version", SCHEMA_VERSION)
+        header = load_header(run, version or SCHEMA_VERSION)
+        row = {"run_id": header.run_id, **run_columns(header), "source": source, "schema_version": version,
+               "data": run}
         return self._insert_ignore(conn, runs_table, [row], ["run_id"]) == 1
 
     def update_run(self, run: dict[str, Any]) -> None:
@@ -190,22 +190,22 @@ class Store:
             self._update_run(conn, run)
 
     def _update_run(self, conn: sa.Connection, run: dict[str, Any]) -> None:
-        conn.execute(runs_table.update().where(runs_table.c.run_id == run["run_id"]).values(
-            finished_at=run.get("finished_at"), status=run.get("status"), data=run))
+        header = load_header(run)
+        conn.execute(runs_table.update().where(runs_table.c.run_id == header.run_id).values(
+            finished_at=header.finished_at, status=header.status, data=run))
 
     def add_records(self, run_id: str, records: list[dict[str, Any]], device_name: str | None = None,
                     run: dict[str, Any] | None = None) -> int:
         """Insert records of one run; returns how many were new. ``run`` (the header) is read from the store when
         not given: the comparability key needs it."""
         with self.engine.begin() as conn:
-            return self._add_records(conn, run_id, records, device_name, run)
+            return self._add_records(conn, run_id, records, device_name, None if run is None else load_header(run))
 
     def _add_records(self, conn: sa.Connection, run_id: str, records: list[dict[str, Any]],
-                     device_name: str | None, run: dict[str, Any] | None, first_index: int = 0) -> int:
+                     device_name: str | None, run: RunHeader | None, first_index: int = 0) -> int:
         """Insert ``records`` (the file's records ``first_index`` on, for messages) unless stored already."""
         if run is None:
-            stored = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run_id)).scalar()
-            run = as_dict(stored) if stored is not None else {}
+            run = _stored_header(conn, run_id) or RunHeader()
         typed = [_typed(r, first_index + i) for i, r in enumerate(records)]
         rows = [record_row(run_id, r, device_name, run) for r in typed]
         if not rows:
@@ -270,11 +270,12 @@ class Store:
         is not further along (:func:`run_progress`): re-ingesting an older, partial copy of a finished run changes
         nothing."""
         run = payload["run"]
+        header = load_header(run, payload.get("schema_version") or SCHEMA_VERSION)
         with self.engine.begin() as conn:
             new_run = self._add_run(conn, {**run, "schema_version": payload.get("schema_version")}, source)
             if not new_run:
                 self._advance_run(conn, run)
-            device_name = (run.get("device") or {}).get("name")
+            device_name = header.device.name
             first_at: dict[int, int] = {}  # seq -> index of the record in the file that has it
             added, batch = 0, []
             for index, record in enumerate(payload["records"]):
@@ -286,15 +287,15 @@ class Store:
                 first_at[seq] = index
                 batch.append(record)
                 if len(batch) == INGEST_BATCH:
-                    added += self._add_records(conn, run["run_id"], batch, device_name, run, index + 1 - len(batch))
+                    added += self._add_records(conn, run["run_id"], batch, device_name, header, index + 1 - len(batch))
                     batch = []
-            added += self._add_records(conn, run["run_id"], batch, device_name, run, len(first_at) - len(batch))
+            added += self._add_records(conn, run["run_id"], batch, device_name, header, len(first_at) - len(batch))
         return new_run, added
 
     def _advance_run(self, conn: sa.Connection, run: dict[str, Any]) -> None:
         """Replace a stored run's header with ``run`` only when ``run`` is further along."""
-        stored = conn.execute(sa.select(runs_table.c.data).where(runs_table.c.run_id == run["run_id"])).scalar()
-        if run_progress(run) > run_progress(as_dict(stored) or {}):
+        header = load_header(run)
+        if run_progress(header) > run_progress(_stored_header(conn, header.run_id) or RunHeader()):
             self._update_run(conn, run)
 
     def add_gate_report(self, report: dict[str, Any]) -> bool:
@@ -366,6 +367,15 @@ def _typed(record: dict[str, Any], index: int) -> Record:
         return load_record(record)
     except ValueError as exc:
         raise StoreError(f"record {index}: {exc}") from exc
+
+
+def _stored_header(conn: sa.Connection, run_id: str | None) -> RunHeader | None:
+    """The typed header of a stored run, read at the schema it was stored with; ``None`` if it is not stored."""
+    row = conn.execute(sa.select(runs_table.c.data, runs_table.c.schema_version)
+                       .where(runs_table.c.run_id == run_id)).first()
+    if row is None or row.data is None:
+        return None
+    return load_header(as_dict(row.data), row.schema_version or SCHEMA_VERSION)
 
 
 def _run_id_range(ids: str | None, limit: int) -> str | None:

@@ -32,10 +32,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from fp8bench.core.records import load_record
+from fp8bench.core.run_header import RunHeader, load_header
 from fp8bench.results.record_check import describe, record_problems, repaired, run_problems
 from fp8bench.results.runfile import REQUIRED_FIELDS
 from fp8bench.results.store.columns import RECORD_COLUMNS, phase_rows, profile_trace_of, record_column_values
-from fp8bench.results.store.rows import as_dict, check_values, insert_or_skip, record_row
+from fp8bench.results.store.rows import as_dict, check_values, insert_or_skip, record_row, run_columns
 from fp8bench.results.store.tables import (
     legacy_records,
     record_data_table,
@@ -61,7 +62,7 @@ def _migrate_1_to_2(conn: sa.Connection) -> None:
     runs = {rid: _readable_run(data) for rid, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data))}
     rows = conn.execute(sa.select(legacy_records.c.id, legacy_records.c.run_id, legacy_records.c.data)).all()
     for rec_id, run_id, data in rows:
-        key = key_string(comparability_key(load_record(_readable_record(data)), runs.get(run_id) or {}))
+        key = key_string(comparability_key(load_record(_readable_record(data)), runs.get(run_id) or RunHeader()))
         conn.execute(legacy_records.update().where(legacy_records.c.id == rec_id).values(comparability_key=key))
 
 
@@ -90,13 +91,12 @@ def _migrate_2_to_3(conn: sa.Connection) -> None:
     record_data_table.create(conn, checkfirst=True)
     for index in records_table.indexes:
         index.create(conn, checkfirst=True)
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, RunHeader] = {}
     for run_id, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data)).all():
         runs[run_id] = run = _readable_run(data)
-        git = run.get("git") or {}
+        typed = run_columns(run)
         conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(
-            git_branch=git.get("branch"), commit_depth=git.get("first_parent_depth"),
-            commit_time=git.get("commit_time")))
+            {name: typed[name] for name in ("git_branch", "commit_depth", "commit_time")}))
     update = records_table.update().where(records_table.c.id == sa.bindparam("record_id")).values(
         {c.name: sa.bindparam(c.name) for c in RECORD_COLUMNS})
     last_id = -1
@@ -109,7 +109,7 @@ def _migrate_2_to_3(conn: sa.Connection) -> None:
         values, phases = [], []
         for rec_id, run_id, data in batch:
             record = load_record(_readable_record(data))
-            values.append({"record_id": rec_id, **record_column_values(record, runs.get(run_id) or {})})
+            values.append({"record_id": rec_id, **record_column_values(record, runs.get(run_id) or RunHeader())})
             phases.extend(phase_rows(rec_id, record))
         conn.execute(update, values)
         if phases:
@@ -153,8 +153,9 @@ def _readable_record(data: Any) -> dict[str, Any]:
     return _checked(data, record_problems)[0]
 
 
-def _readable_run(data: Any) -> dict[str, Any]:
-    return _checked(data, run_problems)[0]
+def _readable_run(data: Any) -> RunHeader:
+    """A stored header, fields its readers cannot take set to null (:mod:`fp8bench.results.record_check`), typed."""
+    return load_header(_checked(data, run_problems)[0])
 
 
 def _migrate_4_to_5(conn: sa.Connection) -> None:
@@ -162,18 +163,16 @@ def _migrate_4_to_5(conn: sa.Connection) -> None:
     readers cannot take (``phases`` as a list, ``numerics`` as text, a number as text, a shape of ``"64k"``)
     becomes null, with a note in the JSON's ``notes`` (:mod:`fp8bench.results.record_check`); the repaired records'
     typed columns and phases are written again from the repaired JSON. Every record's JSON is read once, in batches."""
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, RunHeader] = {}
+    unrepaired: set[str] = set()  # runs a problem of a required field was left in
     for run_id, data in conn.execute(sa.select(runs_table.c.run_id, runs_table.c.data)).all():
-        runs[run_id], changed = _checked(data, run_problems)
+        run, changed = _checked(data, run_problems)
+        runs[run_id] = load_header(run)
         if changed:
-            git = runs[run_id].get("git") or {}
-            conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(
-                data=runs[run_id], started_at=runs[run_id].get("started_at"),
-                finished_at=runs[run_id].get("finished_at"), status=runs[run_id].get("status"),
-                git_commit=git.get("commit"), git_dirty=git.get("dirty"), git_branch=git.get("branch"),
-                commit_depth=git.get("first_parent_depth"), commit_time=git.get("commit_time"),
-                host=(runs[run_id].get("host") or {}).get("alias"),
-                device_name=(runs[run_id].get("device") or {}).get("name")))
+            unrepaired.update([run_id] if run_problems(run) else [])
+            # Every typed column but ``device``, which this repair never rewrote.
+            run_cols = {k: v for k, v in run_columns(runs[run_id]).items() if k != "device"}
+            conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(data=run, **run_cols))
     columns = [c.name for c in records_table.columns if c.name not in ("id", "run_id", "seq", "device_name")]
     update = records_table.update().where(records_table.c.id == sa.bindparam("record_id")).values(
         {name: sa.bindparam(name) for name in columns})
@@ -188,10 +187,10 @@ def _migrate_4_to_5(conn: sa.Connection) -> None:
         last_id = batch[-1][0]
         for rec_id, run_id, device_name, data in batch:
             record, changed = _checked(data, record_problems)
-            if not changed and run_problems(runs.get(run_id) or {}) == []:
+            if not changed and run_id not in unrepaired:
                 continue
             typed = load_record(record)
-            row = record_row(run_id, typed, device_name, runs.get(run_id) or {})
+            row = record_row(run_id, typed, device_name, runs.get(run_id) or RunHeader())
             check_values(records_table, [row])
             conn.execute(update, [{"record_id": rec_id, **{name: row[name] for name in columns}}])
             conn.execute(record_data_table.update().where(record_data_table.c.record_id == rec_id)
@@ -216,7 +215,7 @@ def _migrate_5_to_6(conn: sa.Connection) -> None:
                         .where(sa.or_(text.like('%"sm_clock_mhz": %'), text.like('%"power_w"%')))).all()
     for rec_id, data in rows:
         record = load_record(_readable_record(data))
-        values = {name: read(record, {}) for name, read in readers.items()}
+        values = {name: read(record, RunHeader()) for name, read in readers.items()}
         if any(v is not None for v in values.values()):
             conn.execute(records_table.update().where(records_table.c.id == rec_id).values(values))
 

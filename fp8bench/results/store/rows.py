@@ -12,6 +12,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from fp8bench.core.records import Record, case_key
+from fp8bench.core.run_header import RunHeader
 from fp8bench.core.shapes import label
 from fp8bench.results.errors import StoreError
 from fp8bench.results.record_check import describe
@@ -83,12 +84,20 @@ def record_seq(record: dict[str, Any]) -> int:
     return int(record.get("seq") or 0)
 
 
-def run_progress(run: dict[str, Any]) -> tuple[bool, bool, int]:
+def run_progress(run: RunHeader) -> tuple[bool, bool, int]:
     """How far along a run header is: finished, then complete, then how many records it counts. A stored header is
     replaced only by one further along, so a partial copy of a run never rewinds it."""
-    n_records = run.get("n_records")
-    return (run.get("finished_at") is not None, run.get("status") == "complete",
+    n_records = run.n_records
+    return (run.finished, run.status == "complete",
             n_records if isinstance(n_records, int) and not isinstance(n_records, bool) else 0)
+
+
+def run_columns(run: RunHeader) -> dict[str, Any]:
+    """The ``runs`` table's typed columns of a run header (beside its id, source, schema and JSON)."""
+    return {"started_at": run.started_at, "finished_at": run.finished_at, "status": run.status,
+            "git_commit": run.git.commit, "git_dirty": run.git.dirty, "git_branch": run.git.branch,
+            "commit_depth": run.git.first_parent_depth, "commit_time": run.git.commit_time,
+            "host": run.host.alias, "device": run.device_spec, "device_name": run.device.name}
 
 
 def same_seq(run_id: str, seq: int, first: str, second: str, stored: bool = False) -> str:
@@ -102,7 +111,7 @@ def as_dict(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def record_row(run_id: str, rec: Record, device_name: str | None, run: dict[str, Any]) -> dict[str, Any]:
+def record_row(run_id: str, rec: Record, device_name: str | None, run: RunHeader) -> dict[str, Any]:
     """The ``records`` table's row of a record (a stored one: :func:`fp8bench.core.records.load_record`) of run
     ``run_id``, whose header is ``run``."""
     from fp8bench.core.comparability import comparability_key, key_string

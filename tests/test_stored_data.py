@@ -92,6 +92,16 @@ def test_json_nested_200000_deep_is_refused_without_a_crash(tmp_path, store_url,
     assert code == EXIT_USAGE and "field 'extra'" in problem and "at most 64 levels" in problem
 
 
+def test_a_run_header_whose_gpu_is_no_object_is_named_where_it_enters(tmp_path, store_url, capsys):
+    """The comparability key reads the header's ``gpu`` object: one that is no object is refused by name at ingest,
+    not met by every later reader of the store."""
+    bad = good_run("bad-gpu")
+    bad["run"]["gpu"] = 5
+    code, summary, _ = ingest(capsys, store_url, write(tmp_path / "g.json", bad))
+    assert code == EXIT_USAGE
+    assert "run header: field 'gpu' is int 5; expected an object" in summary["errors"][0]["error"]
+
+
 def test_a_run_header_field_of_the_wrong_type_is_named(tmp_path, store_url, capsys):
     bad = good_run("bad-header")
     bad["run"]["git"]["first_parent_depth"] = "12"

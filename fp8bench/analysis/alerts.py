@@ -126,9 +126,9 @@ def confirmed(changes: Sequence[Change], values: Any, metric: Metric, config: Ch
         if change.noisy:
             continue
         latest = values[-rule.nights:] if rule.nights else values[:0]
-        sizes = [_beyond(change.before, float(v), metric.lower_is_better, metric.log, config) for v in latest]
+        sizes = [_beyond(change.before, float(v), metric.lower_is_better, metric.ratio, config) for v in latest]
         if len(latest) == rule.nights and all(s is not None for s in sizes):
-            shown = ", ".join(f"{s:+.1%}" if metric.log else f"{s:+.2f} dB" for s in sizes if s is not None)
+            shown = ", ".join(f"{s:+.1%}" if metric.ratio else f"{s:+.2f} dB" for s in sizes if s is not None)
             detail = (f"last {rule.nights} nights {shown} against the level before" if rule.nights
                       else "every open regression alerts (no confirmation asked)")
             out.append(Alert(change, CONSECUTIVE_NIGHTS, detail))

@@ -13,24 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fp8bench.core.metrics import METRICS, Metric
 
-@dataclass(frozen=True)
-class Metric:
-    """A tracked record column: ``log`` compares ratios (time, energy); otherwise differences (SQNR in dB)."""
-
-    column: str
-    lower_is_better: bool
-    log: bool = True
-    unit: str = ""
+__all__ = ["DEFAULT_CONFIG", "DEFAULT_METRICS", "METRICS", "ChangeConfig", "Metric"]
 
 
-METRICS = {
-    "median_s": Metric("median_s", lower_is_better=True, unit="s"),
-    "prequant_median_s": Metric("prequant_median_s", lower_is_better=True, unit="s"),
-    "energy_j": Metric("energy_j", lower_is_better=True, unit="J"),
-    "tflops": Metric("tflops", lower_is_better=False, unit="TFLOP/s"),
-    "sqnr_db": Metric("sqnr_db", lower_is_better=False, log=False, unit="dB"),
-}
 DEFAULT_METRICS = ("median_s",)
 
 

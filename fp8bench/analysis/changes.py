@@ -126,7 +126,7 @@ def _worse(metric: Metric, before: float, after: float) -> bool:
 
 
 def _size(metric: Metric, before: float, after: float) -> float:
-    return after / before - 1 if metric.log else after - before
+    return after / before - 1 if metric.ratio else after - before
 
 
 def _per_commit(points: pd.DataFrame, metric: Metric) -> pd.DataFrame:
@@ -134,8 +134,8 @@ def _per_commit(points: pd.DataFrame, metric: Metric) -> pd.DataFrame:
     metric), the commit, its first run, when that run started, and whether it was measured only noisy (a commit
     with quiet records is valued by them alone). Sorted arrays, not a pandas grouping: this runs once per series and
     metric, thousands of times over a nightly store."""
-    values = pd.to_numeric(points[metric.column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    keep = ~np.isnan(values) & (values > 0 if metric.log else True)
+    values = pd.to_numeric(points[metric.name], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    keep = ~np.isnan(values) & (values > 0 if metric.ratio else True)
     every_pos = points["position"].to_numpy()
     noisy = points["noisy"].astype(bool).to_numpy() if "noisy" in points else np.zeros(len(points), dtype=bool)
     # A commit with quiet records is valued by them alone; one measured only noisy keeps its records, flagged.
@@ -172,8 +172,8 @@ def _kept_changes(points: pd.DataFrame, per_commit: pd.DataFrame, metric: Metric
     if len(per_commit) < 2 * config.min_size:
         return []
     raw = per_commit["value"].to_numpy(dtype=float)
-    y = np.log(raw) if metric.log else raw
-    cuts = segment(y, config, metric.log)
+    y = np.log(raw) if metric.ratio else raw
+    cuts = segment(y, config, metric.ratio)
     # Backward elimination: the weakest failing cut (highest p-value) is dropped and its two segments merged, then
     # the remaining cuts are tested again on the merged segments, until every remaining cut passes. Dropping one
     # at a time keeps a true step whose first test, between two short neighbouring segments, had too few points.
@@ -192,7 +192,7 @@ def _kept_changes(points: pd.DataFrame, per_commit: pd.DataFrame, metric: Metric
     bounds = [0, *cuts, len(raw)]
     first = points.iloc[0]
     last_level = float(np.median(raw[bounds[-2]:]))
-    limit = config.threshold if metric.log else config.threshold_db
+    limit = config.threshold if metric.ratio else config.threshold_db
     noisy = per_commit["noisy"].to_numpy(dtype=bool)
     out = []
     for i, (cut, result) in enumerate(zip(cuts, tested, strict=True)):
@@ -202,7 +202,7 @@ def _kept_changes(points: pd.DataFrame, per_commit: pd.DataFrame, metric: Metric
         row = per_commit.iloc[cut]
         out.append(Change(
             case_key=str(first["case_key"]), device=str(first["device_label"]),
-            branch=None if pd.isna(first["git_branch"]) else str(first["git_branch"]), metric=metric.column,
+            branch=None if pd.isna(first["git_branch"]) else str(first["git_branch"]), metric=metric.name,
             kind="regression" if worse else "improvement", open=bool(open_), size=float(_size(metric, b_med, a_med)),
             ratio=float(est.ratio), ci_low=float(est.ci_low), ci_high=float(est.ci_high), p_value=float(p),
             before=b_med, after=a_med, last_good_commit=_text(per_commit.iloc[cut - 1]["commit"]),
@@ -223,7 +223,7 @@ def _test_cut(raw: np.ndarray, cuts: list[int], i: int, metric: Metric,
     before, after = raw[bounds[i]:bounds[i + 1]], raw[bounds[i + 1]:bounds[i + 2]]
     est = compare_samples(before.tolist(), after.tolist(), confidence=config.confidence)
     b_med, a_med = float(np.median(before)), float(np.median(after))
-    large = abs(_size(metric, b_med, a_med)) >= (config.threshold if metric.log else config.threshold_db)
+    large = abs(_size(metric, b_med, a_med)) >= (config.threshold if metric.ratio else config.threshold_db)
     up = a_med > b_med
     p = est.p_slower if up else est.p_faster
     clear = est.ci_low > 1 if up else est.ci_high < 1

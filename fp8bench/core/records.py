@@ -265,18 +265,24 @@ def case_key(record: Record | Mapping[str, Any]) -> str:
 _UPGRADES: dict[int, Callable[[Mapping[str, Any]], Mapping[str, Any]]] = {1: lambda record: record}
 
 
+def check_schema_version(schema_version: object, what: str) -> int:
+    """``schema_version`` when this fp8bench reads ``what`` (a run header, a record) of it; a schema newer than
+    this fp8bench, or one that is no schema, refused by name with what is accepted."""
+    if isinstance(schema_version, bool) or not isinstance(schema_version, int) or schema_version < 1:
+        raise ValueError(f"{what} schema version {schema_version!r}; accepted: an integer from 1 to {SCHEMA_VERSION}")
+    if schema_version > SCHEMA_VERSION:
+        raise ValueError(f"{what} of schema version {schema_version}, newer than this fp8bench reads (1 to "
+                         f"{SCHEMA_VERSION}); upgrade fp8bench to read it")
+    return schema_version
+
+
 def load_record(data: Mapping[str, Any], schema_version: int = SCHEMA_VERSION) -> Record:
     """The typed record of a stored one: a record of a run file of ``schema_version`` (1 or 2), or the record JSON
     of a store row (stores keep records as the run file held them, at :data:`SCHEMA_VERSION`). Keys a record was
     written without read as ``None`` or empty (:meth:`Record.from_dict`, fp8bench.core.record_parts); keys that are
     no field are carried through (``Record.other``), where :meth:`Record.from_dict` refuses them. A schema
     newer than this fp8bench reads, or one that is no schema, is refused by name."""
-    if isinstance(schema_version, bool) or not isinstance(schema_version, int) or schema_version < 1:
-        raise ValueError(f"record schema version {schema_version!r}; accepted: an integer from 1 to {SCHEMA_VERSION}")
-    if schema_version > SCHEMA_VERSION:
-        raise ValueError(f"record of schema version {schema_version}, newer than this fp8bench reads (1 to "
-                         f"{SCHEMA_VERSION}); upgrade fp8bench to read it")
-    for version in range(schema_version, SCHEMA_VERSION):
+    for version in range(check_schema_version(schema_version, "record"), SCHEMA_VERSION):
         data = _UPGRADES[version](data)
     other = {k: v for k, v in data.items() if k not in _KEY_SET}
     if not other:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fp8bench.core.parts import Part
-from fp8bench.core.records import SCHEMA_VERSION
+from fp8bench.core.records import SCHEMA_VERSION, check_schema_version
 
 
 @dataclass(frozen=True)
@@ -191,17 +191,6 @@ class RunHeader(Part):
 # not its header: a header of schema 1 is one of schema 2 as it stands. A schema that changes what a header holds
 # adds its step here, and every reader gets it through :func:`load_header`.
 _UPGRADES: dict[int, Callable[[Mapping[str, Any]], Mapping[str, Any]]] = {1: lambda header: header}
-
-
-def check_schema_version(schema_version: object, what: str) -> int:
-    """``schema_version`` when this fp8bench reads ``what`` (a run header, a record) of it; a schema newer than
-    this fp8bench, or one that is no schema, refused by name with what is accepted."""
-    if isinstance(schema_version, bool) or not isinstance(schema_version, int) or schema_version < 1:
-        raise ValueError(f"{what} schema version {schema_version!r}; accepted: an integer from 1 to {SCHEMA_VERSION}")
-    if schema_version > SCHEMA_VERSION:
-        raise ValueError(f"{what} of schema version {schema_version}, newer than this fp8bench reads (1 to "
-                         f"{SCHEMA_VERSION}); upgrade fp8bench to read it")
-    return schema_version
 
 
 def load_header(data: Mapping[str, Any], schema_version: int = SCHEMA_VERSION) -> RunHeader:

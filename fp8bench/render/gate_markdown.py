@@ -95,7 +95,7 @@ def sorted_cases(report: GateReport) -> list[CaseResult]:
 def method_sentence(report: GateReport, metric: Metric) -> str:
     """The sentence naming the metric, the threshold and the method the verdicts came from."""
     cfg = report.config
-    if not metric.statistical:
+    if not metric.ratio:
         floors = ", ".join(f"{p}: {db:g} dB" for p, db in cfg.sqnr_floors) or "none"
         return (f"Metric: {metric.description} ({metric.unit}, higher is better). A drop of more than "
                 f"{cfg.sqnr_tolerance_db:g} dB, or a value under its precision's floor ({floors}), is a "
@@ -115,7 +115,7 @@ def method_sentence(report: GateReport, metric: Metric) -> str:
 
 def case_columns(report: GateReport, metric: Metric) -> list[str]:
     """The case table's column names (those of :func:`case_cells`)."""
-    if not metric.statistical:
+    if not metric.ratio:
         return ["case", "verdict", "base dB", "candidate dB", "change dB", "floor dB", "n base/cand", "why"]
     p_column = "p worse" if report.sequential else "p worse (BH)"
     return ["case", "verdict", "ratio", "interval", p_column, "T", "n base/cand", "why"]
@@ -126,7 +126,7 @@ def case_cells(c: CaseResult, metric: Metric) -> list[str]:
     why = c.reason or ""
     verdict = f"{c.verdict}{' (rerun)' if c.rerun else ''}"
     n = f"{c.n_base}/{c.n_cand}"
-    if metric.statistical:
+    if metric.ratio:
         interval = "-" if c.ci_low is None else f"[{c.ci_low:.3f}, {c.ci_high:.3f}]"
         return [c.case, verdict, _fmt(c.ratio, ".3f"), interval, _fmt(c.p_slower_adj, ".2g"),
                 _fmt(c.threshold, ".1%"), n, why]

@@ -121,7 +121,7 @@ RUN_FIELDS: dict[tuple[str, ...], Kind] = {
     ("git",): OBJECT, ("git", "commit"): TEXT, ("git", "branch"): TEXT, ("git", "dirty"): BOOLEAN,
     ("git", "first_parent_depth"): INTEGER, ("git", "commit_time"): TEXT, ("git", "remote"): TEXT,
     ("host",): OBJECT, ("host", "alias"): TEXT, ("host", "os"): TEXT,
-    ("device",): OBJECT, ("device", "name"): TEXT, ("software",): OBJECT, ("settings",): OBJECT,
+    ("device",): OBJECT, ("device", "name"): TEXT, ("software",): OBJECT, ("settings",): OBJECT, ("gpu",): OBJECT,
     ("spec",): OBJECT, ("notes",): LIST,
 }
 

@@ -258,7 +258,7 @@ def _jsonable(diff: dict[str, tuple[Any, Any]]) -> dict[str, list[Any]]:
 
 def compare_sides(base: Side, cand: Side, config: GateConfig = DEFAULT_CONFIG) -> list[CaseResult]:
     """Per-case results in a stable order: base's cases, then new ones."""
-    if not METRICS[config.metric].statistical:
+    if not METRICS[config.metric].ratio:
         return compare_values(base, cand, config)
     names = list(base.cases) + [c for c in cand.cases if c not in base.cases]
     results: dict[str, CaseResult] = {}

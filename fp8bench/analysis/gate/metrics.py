@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass
 
+from fp8bench.core.metrics import METRICS as ALL_METRICS
+from fp8bench.core.metrics import Metric
 from fp8bench.core.records import Record
 
 # Roughly 6.02 dB per mantissa bit: 1 dB is a sixth of a bit. Reordering a reduction moves SQNR by hundredths of a
@@ -26,29 +27,13 @@ from fp8bench.core.records import Record
 DEFAULT_SQNR_TOLERANCE_DB = 1.0
 
 
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    unit: str
-    lower_is_better: bool
-    statistical: bool  # noisy: compared with the gate's statistics; else deterministic, compared by value
-    description: str
-
-
-METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("median_s", "s", True, True, "end-to-end time per call"),
-    Metric("energy_j", "J", True, True, "energy per end-to-end iteration"),
-    Metric("sqnr_db", "dB", False, False, "SQNR against the FP64 reference"),
-)}
+# The metrics the gate compares on (fp8bench.core.metrics says each one's unit and direction).
+METRICS: dict[str, Metric] = {name: ALL_METRICS[name] for name in ("median_s", "energy_j", "sqnr_db")}
 
 
 def metric_value(record: Record, metric: str) -> float | None:
     """The record's value of ``metric`` (one number per record), or ``None`` when the record has none."""
-    value = record.numerics.sqnr_db if metric == "sqnr_db" else record.stored_value(metric)
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
+    return METRICS[metric].value(record)
 
 
 def parse_sqnr_floor(text: str) -> tuple[str, float]:

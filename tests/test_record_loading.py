@@ -29,7 +29,7 @@ RUN_FILES = sorted((DATA / "runfiles").iterdir())
 
 def _store_rows() -> list[str]:
     """The record JSON of every row of the schema-2 store, as its database holds it."""
-    with sqlite3.connect(f"file:{DATA / 'store_schema2.sqlite'}?mode=ro", uri=True) as conn:
+    with sqlite3.connect(f"file:{DATA / 'store_schema2.sqlite'}?immutable=1", uri=True) as conn:
         return [text for (text,) in conn.execute("SELECT data FROM records ORDER BY id")]
 
 

@@ -31,7 +31,7 @@ RUN_FILES = sorted((DATA / "runfiles").iterdir())
 
 def _store_runs() -> list[tuple[str, int, str]]:
     """(run id, schema version, header JSON) of every run of the schema-2 store, as its database holds them."""
-    with sqlite3.connect(f"file:{DATA / 'store_schema2.sqlite'}?mode=ro", uri=True) as conn:
+    with sqlite3.connect(f"file:{DATA / 'store_schema2.sqlite'}?immutable=1", uri=True) as conn:
         return list(conn.execute("SELECT run_id, schema_version, data FROM runs ORDER BY run_id"))
 
 

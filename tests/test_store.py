@@ -222,7 +222,9 @@ def copy_store(source: Path, url: str) -> None:
     """Copy every table of an SQLite store, as it is (its schema and rows), into the database at ``url``."""
     from fp8bench.results.store import normalize_url
 
-    src = sa.create_engine(f"sqlite:///{source}")
+    # Opened immutable: SQLite then writes nothing beside the file (no -wal or -shm), so a store kept in the
+    # checkout stays as committed while tests read it.
+    src = sa.create_engine(f"sqlite:///file:{source}?immutable=1&uri=true")
     tables = sa.MetaData()
     tables.reflect(src)
     dst = sa.create_engine(normalize_url(url))

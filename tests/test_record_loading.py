@@ -5,11 +5,11 @@ byte; keys a record was written without read as ``None``; a newer schema is refu
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from old_data import DATA, RUN_FILES, schema2_rows
 
 from fp8bench.core.record_parts import (
     EnergyResult,
@@ -23,14 +23,10 @@ from fp8bench.core.record_parts import (
 from fp8bench.core.records import SCHEMA_VERSION, Record, case_key, load_record
 from fp8bench.results.runfile import read_run_file
 
-DATA = Path(__file__).resolve().parent / "data"
-RUN_FILES = sorted((DATA / "runfiles").iterdir())
-
 
 def _store_rows() -> list[str]:
-    """The record JSON of every row of the schema-2 store, as its database holds it."""
-    with sqlite3.connect(f"file:{DATA / 'store_schema2.sqlite'}?immutable=1", uri=True) as conn:
-        return [text for (text,) in conn.execute("SELECT data FROM records ORDER BY id")]
+    """The record JSON of every row of the schema-2 store."""
+    return [text for (text,) in schema2_rows("SELECT data FROM records ORDER BY id")]
 
 
 @pytest.mark.parametrize("path", RUN_FILES, ids=lambda p: p.name)

@@ -6,12 +6,13 @@ wrong type are refused by name."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from old_data import DATA, RUN_FILES, schema2_rows
 
 from fp8bench.core.run_header import (
     GitInfo,
@@ -25,14 +26,10 @@ from fp8bench.core.run_header import (
 )
 from fp8bench.results.runfile import read_run_file
 
-DATA = Path(__file__).resolve().parent / "data"
-RUN_FILES = sorted((DATA / "runfiles").iterdir())
 
-
-def _store_runs() -> list[tuple[str, int, str]]:
-    """(run id, schema version, header JSON) of every run of the schema-2 store, as its database holds them."""
-    with sqlite3.connect(f"file:{DATA / 'store_schema2.sqlite'}?immutable=1", uri=True) as conn:
-        return list(conn.execute("SELECT run_id, schema_version, data FROM runs ORDER BY run_id"))
+def _store_runs() -> list[tuple[Any, ...]]:
+    """(run id, schema version, header JSON) of every run of the schema-2 store."""
+    return schema2_rows("SELECT run_id, schema_version, data FROM runs ORDER BY run_id")
 
 
 @pytest.mark.parametrize("path", RUN_FILES, ids=lambda p: p.name)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
+from old_data import DATA, SCHEMA2_STORE
 
 from fp8bench.cli import main
 from fp8bench.core.precisions import PRECISIONS, RunOptions, resolve_precision
@@ -32,7 +32,6 @@ from fp8bench.measure.timing import SamplingPolicy
 from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
 
-DATA = Path(__file__).resolve().parent / "data"
 RUN_FILES = ["schema1-complete.json", "schema1-killed.json", "schema2-complete.json", "schema2-killed.json"]
 
 
@@ -74,7 +73,7 @@ def test_the_repro_command_of_an_old_record_is_the_same_from_a_header_written_no
 def test_an_old_stores_runs_read_into_the_parts_with_todays_defaults_for_what_they_lack(tmp_path):
     """The schema-2 store's runs predate fast_accum, cuda_graph, strict_clocks, the throttle check and more: those
     take their defaults, and every key the store has keeps its value."""
-    shutil.copy(DATA / "store_schema2.sqlite", tmp_path / "store.sqlite")
+    shutil.copy(SCHEMA2_STORE, tmp_path / "store.sqlite")
     store = open_store(tmp_path / "store.sqlite")
     runs = store.runs_frame()["run_id"].tolist()
     read = 0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from old_data import SCHEMA2_STORE
 
 from fp8bench.cli import main
 from fp8bench.results.runfile import atomic_write_json
@@ -211,11 +212,6 @@ def test_bad_store_url_is_a_clear_error():
     with pytest.raises(StoreError, match="cannot open store"):
         open_store("nosuchdb://x/y")
 
-
-# A schema-2 store written by fp8bench before schema 3 (two `fp8bench run`s of 128^3 and 256^3 GEMMs in bf16,
-# fp8_rowwise and mxfp8 on the torch and emulated backends, an `fp8bench converge` and an `fp8bench gate`, all
-# on a CPU), kept as made.
-SCHEMA2_STORE = Path(__file__).parent / "data" / "store_schema2.sqlite"
 
 
 def copy_store(source: Path, url: str) -> None:

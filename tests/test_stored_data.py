@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from old_data import SCHEMA2_STORE
 
 from fp8bench.cli import main
 from fp8bench.commands.verb_interface import EXIT_OK, EXIT_USAGE
 from fp8bench.results.store import STORE_SCHEMA_VERSION, StoreError, normalize_url, open_store
 from tests.test_ingest_files import good_run, ingest, write
-from tests.test_store import SCHEMA2_STORE, copy_store
+from tests.test_store import copy_store
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ return NaN, or run too long."""
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -152,6 +153,35 @@ def test_one_preempted_probe_timing_does_not_skip_a_cheap_case():
     finally:
         BACKENDS.remove(backend.name)
     assert record.status == "ok", record.reason
+
+
+def test_a_case_that_runs_out_of_budget_while_sampling_is_skipped_with_its_samples():
+    """The probe and warm-up find the call cheap; then it slows to 0.3 s a call, so the samples cannot reach their
+    least count inside the budget: the case is skipped, keeping the samples it took, not failed."""
+    backend = Backend(name="test_slows_down", kind="custom", description="test backend whose calls slow down")
+    calls = {"n": 0}
+
+    @backend.builder("gemm")
+    def build(ctx):
+        def call():
+            calls["n"] += 1
+            if calls["n"] > 8:  # past the probe's and the warm-up's calls
+                time.sleep(0.3)
+            return ctx.inputs["a"] @ ctx.inputs["b"].t()
+
+        return Pipeline(end_to_end=call, phases={"gemm": call}, output=call, prequantized_phases=("gemm",))
+
+    BACKENDS.add(backend.name, backend)
+    try:
+        settings = RunSettings(device="cpu", timing=TimingSettings(budget_s=1.0, policy=SamplingPolicy(min_samples=10),
+                                                                   warmup_s=0.0),
+                               energy=EnergySettings(enabled=False))
+        record = CaseMeasurer(settings, CPU).measure(cases(["32x32x32"], ["fp32"], ["test_slows_down"], settings)[0])
+    finally:
+        BACKENDS.remove(backend.name)
+    assert record.status == "skipped", record.reason
+    assert re.fullmatch(r"over budget: \d of 10 samples in the 1 s budget", record.reason), record.reason
+    assert record.samples.n == len(record.samples.samples_s) >= 1
 
 
 def test_big_case_is_skipped_from_a_probe_estimate():

@@ -359,3 +359,20 @@ def test_dropping_cuts_retests_only_their_neighbours(monkeypatch):
     assert find_changes(history(values)) == []
     assert len(cuts) >= 20, cuts
     assert len(tests) <= 3 * len(cuts), (len(tests), len(cuts))
+
+
+def test_a_case_several_ranks_measured_gets_no_bisect_and_is_named(capsys):
+    """bisect's probe runs are one process each: a case measured under torchrun gets no bisect command, said on
+    stderr, instead of one that would measure it on a single rank."""
+    from types import SimpleNamespace
+
+    from fp8bench.commands.changes import bisect_command
+
+    rec = {"workload": "collective", "shape": {"op": "all_reduce", "n": 1024}, "precision": "bf16",
+           "backend": "torch", "device": "cuda:0", "status": "ok"}
+    run = {"run_id": "r2", "settings": {}, "spec": {"distributed": {"world_size": 4, "ranks_per_node": 4}}}
+    store = SimpleNamespace(run_payload=lambda run_id: {"run": run, "records": [rec]})
+    change = SimpleNamespace(last_good_commit="a" * 40, first_bad_commit="b" * 40, first_bad_run="r2",
+                             case_key="collective[op=all_reduce,n=1024] bf16 torch cuda:0")
+    assert bisect_command(store, SimpleNamespace(change=change)) is None
+    assert "measured by 4 ranks under torchrun; bisect runs one process" in capsys.readouterr().err

@@ -164,5 +164,21 @@ def test_a_record_of_a_run_under_torchrun_gets_the_torchrun_command():
                                                        "launcher": "torchrun"}}}
     rec = {"workload": "gemm", "shape": {"m": 64, "n": 64, "k": 64}, "precision": "bf16", "backend": "torch",
            "device": "cuda:0", "status": "ok"}
-    assert repro_of(rec, header).startswith("torchrun --nproc-per-node 2 -m fp8bench run --workload gemm")
-    assert repro_of(load_record(rec), header).startswith("torchrun --nproc-per-node 2 -m fp8bench run")
+    expected = ("torchrun --nproc-per-node 2 -m fp8bench run --workload gemm --shape m=64,n=64,k=64 --precision bf16 "
+                "--backend torch --device auto")
+    assert repro_of(rec, header) == expected
+    assert repro_of(load_record(rec), header) == expected
+    # Each rank takes its own GPU from the device the run was launched with, never rank 0's cuda:0 for all of them.
+    launched = {**header, "settings": {"device": "cuda"}}
+    assert repro_of(rec, launched).endswith("--device cuda")
+
+
+def test_a_run_over_several_nodes_gets_no_command():
+    """torchrun --nproc-per-node 16 on one node would start 16 ranks where the run had 8 on each of two nodes (and
+    ask for cuda:8 to cuda:15); a run over nodes needs a rendezvous on each, which no one command gives."""
+    header = {"settings": {}, "spec": {"distributed": {"world_size": 16, "ranks_per_node": 8, "backend": "nccl",
+                                                       "launcher": "torchrun"}}}
+    rec = {"workload": "collective", "shape": {"op": "all_reduce", "n": 1024}, "precision": "bf16",
+           "backend": "torch", "device": "cuda:0", "status": "ok"}
+    assert repro_of(rec, header) == ("# no command: measured by 16 ranks over several nodes (8 each): start torchrun "
+                                     "on each node with a rendezvous")

@@ -23,7 +23,7 @@ from fp8bench.commands.verb_interface import (
 )
 from fp8bench.core.escaping import one_line, term_text
 from fp8bench.core.records import case_key
-from fp8bench.core.repro import UnsafeField, repro_argv, shell_line, world_size_of
+from fp8bench.core.repro import NoCommand, ranks_of, repro_argv, shell_line
 from fp8bench.results.store import Store, StoreError, open_store
 from fp8bench.results.store.queries import RecordFilter
 
@@ -49,8 +49,8 @@ def evidence_dir(args: argparse.Namespace) -> Any:
 def bisect_command(store: Any, alert: Any) -> list[str] | None:
     """The argument vector of ``fp8bench bisect`` over an alert's range (last good .. first bad) for its case, with
     the case's ``fp8bench run`` arguments derived from the first bad run's record (:mod:`fp8bench.core.repro`,
-    never its stored text); None when the run or the record is not found, or a field of the record cannot be part
-    of a command (the record is named on stderr and the other alerts proceed)."""
+    never its stored text); None when the run or the record is not found, when a field of the record cannot be part
+    of a command, or when several ranks measured it (the record is named on stderr and the other alerts proceed)."""
     c = alert.change
     if not (c.last_good_commit and c.first_bad_commit):
         return None
@@ -62,8 +62,11 @@ def bisect_command(store: Any, alert: Any) -> list[str] | None:
     if record is None:
         return None
     try:
-        argv = repro_argv(record, payload["run"].get("settings"), world_size_of(record, payload["run"]))
-    except UnsafeField as exc:
+        ranks = ranks_of(record, payload["run"])
+        if ranks[0] > 1:  # bisect's probe runs are one process each
+            raise NoCommand(f"measured by {ranks[0]} ranks under torchrun; bisect runs one process")
+        argv = repro_argv(record, payload["run"].get("settings"), *ranks)
+    except NoCommand as exc:
         print(f"fp8bench changes: no bisect for {one_line(c.case_key)} in run {one_line(c.first_bad_run)}: {exc}",
               file=sys.stderr)
         return None

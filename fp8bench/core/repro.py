@@ -4,7 +4,9 @@ A record is one case (workload x shape x precision x backend x device) measured 
 budget, sampling policy, threads, seed, FP8 format and accumulation, delayed-scaling options, phases, L2 flushing,
 CUDA graphs, energy window). :func:`repro_command` writes those back as ``fp8bench run`` flags, one case, so that
 pasting it into a shell measures the same case the same way (on whatever machine the shell is on). A collective
-measured by several ranks is started with ``torchrun --nproc-per-node N -m fp8bench run``.
+measured by several ranks on one node is started with ``torchrun --nproc-per-node N -m fp8bench run`` and the device
+the run was launched with (``auto``, ``cuda``: each rank takes its own GPU), not the device of the rank whose record
+it is; a run over several nodes needs a rendezvous on each node, which no single command gives, so it gets none.
 
 The command is stored in each record (``repro``) as the run writes it, for people reading the run file. Nothing
 fp8bench shows is ever that stored text: a run file or store can come from anyone (a pull request's head side
@@ -48,7 +50,11 @@ _DEVICE = re.compile(r"(auto|cpu|cuda(:[0-9]+)?)\Z")
 _SHAPE = re.compile(r"[a-z_][a-z0-9_]*=[A-Za-z0-9_.+-]+(,[a-z_][a-z0-9_]*=[A-Za-z0-9_.+-]+)*\Z")
 
 
-class UnsafeField(ValueError):
+class NoCommand(ValueError):
+    """No command reproduces the record; the message says why (for :func:`no_command`)."""
+
+
+class UnsafeField(NoCommand):
     """A record field that does not have the form its flag takes, so no command is made of it. The message names
     the field and the accepted form, never the value (which may hold terminal escapes or shell syntax)."""
 
@@ -77,15 +83,21 @@ def _number(field: str, value: Any) -> str:
 
 
 def repro_argv(record: Record | Mapping[str, Any], settings: Mapping[str, Any] | None,
-               world_size: int = 1) -> list[str]:
+               world_size: int = 1, ranks_per_node: int | None = None) -> list[str]:
     """The argument vector (``fp8bench run ...`` or ``torchrun ... -m fp8bench run ...``) of one record (typed, or a
-    store frame's row of the :data:`FRAME_COLUMNS`), each value checked for the form its flag takes
-    (:class:`UnsafeField` when one is not)."""
+    store frame's row of the :data:`FRAME_COLUMNS`) measured by ``world_size`` ranks, ``ranks_per_node`` of them on
+    each node (``None``: not recorded, taken as one node), each value checked for the form its flag takes
+    (:class:`UnsafeField` when one is not; :class:`NoCommand` for a run over several nodes)."""
     settings = settings or {}
     workload, shape, precision, backend, device, fp8_format, accumulation = fields_of(
         record, "workload", "shape", "precision", "backend", "device", "fp8_format", "accumulation")
-    argv = ["fp8bench", "run"] if world_size <= 1 else ["torchrun", "--nproc-per-node", str(int(world_size)), "-m",
-                                                        "fp8bench", "run"]
+    argv = ["fp8bench", "run"]
+    if world_size > 1:
+        if ranks_per_node is not None and ranks_per_node < world_size:
+            raise NoCommand(f"measured by {world_size} ranks over several nodes ({ranks_per_node} each): start "
+                            f"torchrun on each node with a rendezvous")
+        argv = ["torchrun", "--nproc-per-node", str(int(world_size)), "-m", "fp8bench", "run"]
+        device = None  # each rank's own GPU (cuda:LOCAL_RANK) comes from the device the run was launched with
     names = "a registered name"
     argv += ["--workload", _checked("workload", workload, _NAME, names),
              "--shape", shape_text(shape or {}),
@@ -114,18 +126,21 @@ def repro_argv(record: Record | Mapping[str, Any], settings: Mapping[str, Any] |
     return argv
 
 
-def repro_command(record: Record | Mapping[str, Any], settings: Mapping[str, Any] | None, world_size: int = 1) -> str:
+def repro_command(record: Record | Mapping[str, Any], settings: Mapping[str, Any] | None, world_size: int = 1,
+                  ranks_per_node: int | None = None) -> str:
     """:func:`repro_argv` as one shell-quoted line."""
-    return shell_line(repro_argv(record, settings, world_size))
+    return shell_line(repro_argv(record, settings, world_size, ranks_per_node))
 
 
-def world_size_of(record: Record | Mapping[str, Any], run: RunHeader | Mapping[str, Any] | None) -> int:
-    """Ranks that measured a record: the record's own ``world_size`` where it holds one, else its run's (the
-    header's ``spec.distributed``; 1 unless the run was under torchrun)."""
+def ranks_of(record: Record | Mapping[str, Any], run: RunHeader | Mapping[str, Any] | None) -> tuple[int, int | None]:
+    """Ranks that measured a record, and how many of them were on each node (``None``: not recorded): the record's
+    own ``world_size`` where it holds one, else its run's (the header's ``spec.distributed``; 1 unless the run was
+    under torchrun)."""
+    header = header_of(run)
     value = record.get("world_size") if isinstance(record, Mapping) else None
     if isinstance(value, int) and not isinstance(value, bool) and value > 1:
-        return value
-    return header_of(run).world_size
+        return value, header.ranks_per_node if header.world_size == value else None
+    return header.world_size, header.ranks_per_node
 
 
 def no_command(reason: str) -> str:
@@ -138,8 +153,8 @@ def repro_of(record: Record | Mapping[str, Any], run: RunHeader | Mapping[str, A
     stored ``repro`` text is never used: see the module docstring); :func:`no_command` when a field is unsafe."""
     header = header_of(run)
     try:
-        return repro_command(record, header.settings, world_size_of(record, header))
-    except UnsafeField as exc:
+        return repro_command(record, header.settings, *ranks_of(record, header))
+    except NoCommand as exc:
         return no_command(str(exc))
 
 

@@ -182,6 +182,12 @@ class RunHeader(Part):
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 1 else 1
 
     @property
+    def ranks_per_node(self) -> int | None:
+        """Ranks on each node of a run under torchrun (torchrun's LOCAL_WORLD_SIZE), ``None`` where not recorded."""
+        value = self.distributed.get("ranks_per_node")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    @property
     def finished(self) -> bool:
         """Whether the run wrote its final header (a run killed mid-way never did)."""
         return self.finished_at is not None

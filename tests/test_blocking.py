@@ -230,6 +230,22 @@ def test_runner_times_held_calls_and_keys_them_apart(fake_cuda, fake_holds, chai
     assert set(comparability_key(record, run).differences(eager)) == {"case", "definition_hash"}
 
 
+@pytest.mark.parametrize("serializing", [False, True])
+def test_a_case_whose_worker_died_is_keyed_with_the_mode_its_siblings_were_timed_in(fake_cuda, fake_holds, chain,
+                                                                                  monkeypatch, serializing):
+    """A sharded run's crashed case gets its record in the parent (measure.sharding.crashed_record), which times
+    nothing: it states the mode a worker would have used, so the case keeps the key its measured siblings have."""
+    from fp8bench.measure.sharding import crashed_record
+
+    if serializing:  # blocked_stream cannot apply: every worker falls back to cuda_events
+        monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    case = chain()
+    measured = CaseMeasurer(settings(), GPU1).measure(case)
+    crashed = crashed_record(case, GPU1, 1, settings(), "the worker process for cuda:1 (pid 1) was killed")
+    assert crashed.timing_mode == measured.timing_mode == ("cuda_events" if serializing else "blocked_stream")
+    assert case_key(crashed) == case_key(measured)
+
+
 @pytest.mark.parametrize("where", ["end_to_end", "b"])
 def test_runner_falls_back_to_events_when_a_call_synchronizes(fake_cuda, fake_holds, chain, where):
     record = CaseMeasurer(settings(), GPU1).measure(chain(host_sync_in=where))

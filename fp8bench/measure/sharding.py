@@ -61,6 +61,7 @@ from fp8bench.core.records import Record
 from fp8bench.core.shapes import label
 from fp8bench.energy.meters import meter_for, not_metered
 from fp8bench.hardware.environment import device_properties
+from fp8bench.measure.blocking import unavailable_reason
 from fp8bench.measure.runner import (
     RunOutcome,
     StreamedRun,
@@ -275,10 +276,15 @@ class _InOrder:
 
 
 def crashed_record(case: Case, device: Device, seq: int, settings: RunSettings, reason: str) -> Record:
-    """The ``failed`` record of a case its worker could not finish, with everything known without measuring."""
+    """The ``failed`` record of a case its worker could not finish, with everything known without measuring. Its
+    timing mode is the one the worker's measurer would have used (measure.runner.CaseMeasurer), so the case keeps
+    its siblings' key: blocked_stream where it was asked for and nothing known here rules it out (the check a
+    worker makes by holding an empty call cannot be made without the device)."""
+    timing = settings.timing
+    blocked = timing.blocked_stream and unavailable_reason(device) is None
     return case_record(case, device, seq, "failed", reason, energy=not_metered(meter_for(device), "failed"),
-                       timing_mode=timing_mode_for(device, settings.timing.cuda_graph).value,
-                       l2_flushed=device.is_cuda and settings.timing.flush_l2)
+                       timing_mode=timing_mode_for(device, timing.cuda_graph, blocked).value,
+                       l2_flushed=device.is_cuda and timing.flush_l2)
 
 
 def _death(worker: _Worker) -> str:

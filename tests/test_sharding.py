@@ -146,6 +146,16 @@ def test_device_and_devices_together_are_a_usage_error(capsys, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+def test_lock_clocks_with_devices_is_a_usage_error_before_anything_runs(capsys, tmp_path):
+    """The workers of --devices lock no clock: a run header saying --lock-clocks over unlocked devices would be a
+    false statement, so the pair is refused before any worker starts."""
+    out = tmp_path / "r.json"
+    code = main(["run", "--devices", "cpu,cpu", "--lock-clocks", "base", "--no-store", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE and "--lock-clocks locks the clock of one run's device" in err and "--devices" in err
+    assert not out.exists()
+
+
 def test_devices_under_torchrun_is_a_usage_error(capsys, tmp_path, monkeypatch):
     from fp8bench.hardware.distributed import _LAUNCH_VARS
 

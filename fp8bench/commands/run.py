@@ -196,6 +196,10 @@ def _device_plan(args: argparse.Namespace, launch: LaunchEnv | None) -> DevicePl
                          "process on its own device: drop --devices")
     if args.device != "auto":
         raise UsageError("--device and --devices both name devices; give one of them")
+    if args.lock_clocks:
+        raise UsageError("--lock-clocks locks the clock of one run's device, and the worker processes of --devices "
+                         "lock none; lock each GPU's clocks with one run per device (--device cuda:N), or drop "
+                         "--lock-clocks")
     return plan_devices(args.devices, args.threads)
 
 

@@ -130,8 +130,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lock-clocks", choices=("base", "max"), default=None,
                    help="CUDA: lock the GPU's SM clock for the run through NVML (base: the clock the board sustains "
                         "within its power limit; max: the maximum SM clock), undone when the run ends, on Ctrl-C and "
-                        "at exit after an error; needs root. Recorded in the run header (clock_lock) and as the clock "
-                        "policy of the comparability key (docs/timing-modes.md)")
+                        "at exit after an error; needs root; one device (not with --devices). Recorded in the run "
+                        "header (clock_lock) and as the clock policy of the comparability key (docs/timing-modes.md)")
     p.add_argument("--throttle-threshold", type=fraction_arg("--throttle-threshold"), default=None,
                    help="CUDA: a timed sample after which the SM clock reads under this fraction of the reference "
                         "clock is discarded and timed again after a recovery delay (75%% or 0.75, nvbench's "

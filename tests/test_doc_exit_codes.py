@@ -218,6 +218,8 @@ CLAIMS = [
                     "written_record")),
     Claim("docs/timing-modes.md", "the run stops before writing anything, exit 2", "run", 2, "bad input",
           runs("run", "--device", "cpu", "--lock-clocks", "base", "--shape", "8x8x8", "--no-store")),
+    Claim("docs/timing-modes.md", "it is refused, exit 2, before any worker starts", "run", 2, "bad input",
+          runs("run", "--devices", "cpu,cpu", "--lock-clocks", "base", "--shape", "8x8x8", "--no-store")),
     Claim("docs/timing-modes.md", "before writing anything, with exit code 2", "run", 2, "bad input",
           runs("run", "--device", "cpu", "--cuda-graph", "--shape", "8x8x8", "--no-store")),
     Claim("docs/workloads.md", "(exit code 2, before anything runs)", "run", 2, "bad input",

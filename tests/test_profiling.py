@@ -180,6 +180,26 @@ def test_nsys_command_parses_back_into_exactly_its_case(tmp_path, flags):
         assert back_settings.profile == "nvtx" and not back_settings.energy.enabled and "--no-store" in run_argv
 
 
+def test_the_profiled_rerun_keeps_every_timing_and_clock_setting_of_the_run(tmp_path):
+    """A blocked-stream case rerun under nsys must be timed with a held stream again, under the same clock lock,
+    throttle check and energy-window rule: the rerun's settings are the run's but for its profile and energy."""
+    flags = ["--workload", "gemm", "--shape", "64x64x64", "--precision", "bf16", "--backend", "torch",
+             "--blocked-stream", "--lock-clocks", "base", "--throttle-threshold", "0.5",
+             "--throttle-recovery-delay", "1.5", "--clock-floor", "0.8", "--strict-clocks", "--energy-error", "0",
+             "--no-l2-flush", "--no-phases", "--threads", "1", "--seed", "3", "--budget", "7"]
+    args = build_parser().parse_args(["run", *flags, "--device", "cpu"])
+    entries, overrides, _ = run_command._plan(args)
+    settings = run_command._settings(args, overrides)
+    (case,) = [c for w, s, p, b in entries for c in expand_cases([(w, s)], p, b, settings)]
+    (back,), back_settings, _ = _rerun_case(nsys_command(case, settings, CPU, tmp_path / "000"))
+    assert back == case
+    assert (back_settings.timing, back_settings.clocks, back_settings.recipe, back_settings.seed,
+            back_settings.threads) == (settings.timing, settings.clocks, settings.recipe, settings.seed,
+                                       settings.threads)
+    assert back_settings.energy.error_target is None and not back_settings.energy.enabled
+    assert back_settings.profile == "nvtx"
+
+
 def test_run_with_profile_nsys_prints_and_records_the_command(capsys, results_dir):
     code = main(["run", *FP8_CASE, "--fp8-format", "e5m2", "--results-dir", str(results_dir), "--profile", "nsys"])
     out, err = capsys.readouterr()

@@ -36,11 +36,13 @@ POLICY_FLAGS = (("min_samples", "--min-samples"), ("target_rse", "--target-rse")
 VALUE_FLAGS = (("budget_s", "--budget"), ("threads", "--threads"), ("seed", "--seed"),
                ("amax_history_len", "--amax-history-len"), ("amax_compute_algo", "--amax-compute-algo"),
                ("margin", "--margin"), ("energy_window_s", "--energy-window"), ("idle_baseline_s", "--idle-baseline"),
-               ("cooldown_s", "--cooldown"), ("clock_floor", "--clock-floor"))
+               ("cooldown_s", "--cooldown"), ("clock_floor", "--clock-floor"), ("lock_clocks", "--lock-clocks"),
+               ("throttle_threshold", "--throttle-threshold"), ("throttle_recovery_s", "--throttle-recovery-delay"))
 # Switches: (setting, the value that needs the flag, flag).
 SWITCHES = (("phases", False, "--no-phases"), ("flush_l2", False, "--no-l2-flush"),
             ("cuda_graph", True, "--cuda-graph"), ("energy", False, "--no-energy"),
-            ("energy_phases", True, "--energy-phases"), ("strict_clocks", True, "--strict-clocks"))
+            ("energy_phases", True, "--energy-phases"), ("strict_clocks", True, "--strict-clocks"),
+            ("blocked_stream", True, "--blocked-stream"))
 
 
 # What a field may hold to become part of a command: the forms the command line accepts, and no other character.
@@ -112,6 +114,8 @@ def repro_argv(record: Record | Mapping[str, Any], settings: Mapping[str, Any] |
     for key, flag in VALUE_FLAGS:
         if settings.get(key) is not None:
             argv += [flag, _number(key, settings[key])]
+    if "energy_error_target" in settings:  # null: fixed windows, which --energy-error 0 asks for
+        argv += ["--energy-error", _number("energy_error_target", settings["energy_error_target"] or 0)]
     # The format as the run asked for it: none asked means each recipe's default, which the record's format is.
     fmt = settings.get("fp8_format") if "fp8_format" in settings else fp8_format
     if fmt:

@@ -50,7 +50,8 @@ from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline, first_line
 from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.records import Record, case_key
-from fp8bench.core.shapes import Shape, label
+from fp8bench.core.repro import repro_argv
+from fp8bench.core.shapes import Shape
 from fp8bench.measure.settings import RunSettings, profile_mode
 from fp8bench.paths import TRACE_SUFFIX
 
@@ -195,37 +196,18 @@ def nvtx_profile(pipeline: Pipeline, device: Device, iterations: int) -> dict[st
     return {"tool": "nvtx"}
 
 
-def _precision_flags(case: Case) -> list[str]:
-    """The flags that resolve to ``case.precision`` again (``fp8bench.core.precisions.resolve_precision``)."""
-    p = case.precision
-    flags = ["--precision", p.name]
-    if isinstance(p, ScaledRecipe):
-        # The run applies its delayed-scaling flags to every FP8 recipe (resolve_precision): all are repeated.
-        flags += ["--fp8-format", p.fp8_format.value, "--fast-accum", "on" if p.fast_accum else "off",
-                  "--amax-history-len", str(p.amax_history_len), "--amax-compute-algo", p.amax_compute_algo,
-                  "--margin", str(p.margin)]
-    return flags
-
-
 def rerun_argv(case: Case, settings: RunSettings, device: Device, out: Path) -> list[str]:
-    """``fp8bench run`` arguments that measure exactly ``case`` again on ``device``, with the run's seed, threads,
-    timing mode and sampling policy, its profiled pass in ``nvtx`` mode, writing only the run file ``out``."""
-    timing = settings.timing
-    policy = timing.policy
-    argv = ["fp8bench", "run", "--workload", case.workload, "--shape", label(case.shape), *_precision_flags(case),
-            "--backend", case.backend, "--device", str(device), "--seed", str(settings.seed),
-            "--budget", f"{timing.budget_s:g}", "--min-samples", str(policy.min_samples),
-            "--target-rse", f"{policy.target_rse:g}", "--max-time", f"{policy.max_time_s:g}"]
-    if settings.threads is not None:
-        argv += ["--threads", str(settings.threads)]
-    if timing.cuda_graph:
-        argv.append("--cuda-graph")
-    if not timing.flush_l2:
-        argv.append("--no-l2-flush")
-    if not timing.phases:
-        argv.append("--no-phases")
-    # Energy needs a window of its own and the store would keep a profiled rerun as a measurement: both left out.
-    return [*argv, "--no-energy", "--no-store", "--profile", "nvtx", "--out", str(out), "--force"]
+    """``fp8bench run`` arguments that measure exactly ``case`` again on ``device`` under every setting of the run
+    (the record's reproducing command, :func:`fp8bench.core.repro.repro_argv`), with its profiled pass in ``nvtx``
+    mode, writing only the run file ``out``. Energy needs a window of its own and the store would keep a profiled
+    rerun as a measurement: both are left out."""
+    precision = case.precision
+    fp8 = precision if isinstance(precision, ScaledRecipe) else None
+    fields = {"workload": case.workload, "shape": case.shape, "precision": precision.name, "backend": case.backend,
+              "device": str(device), "fp8_format": fp8.format_label if fp8 else None,
+              "accumulation": fp8.accumulation if fp8 else None}
+    header = {**settings.to_header(), "energy": False, "profile": None}
+    return [*repro_argv(fields, header), "--no-store", "--profile", "nvtx", "--out", str(out), "--force"]
 
 
 def nsys_command(case: Case, settings: RunSettings, device: Device, stem: Path) -> str:

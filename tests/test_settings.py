@@ -9,6 +9,7 @@ parts existed read into them.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict
 
@@ -120,7 +121,7 @@ def test_from_header_leaves_out_keys_it_does_not_know_and_refuses_bad_values():
     (lambda: RecipeSettings(margin=9), "margin is a power-of-two headroom in \\[-8, 8\\], got 9"),
     (lambda: RecipeSettings(amax_compute_algo="mean"), "amax_compute_algo 'mean'; accepted: max, most_recent"),
     (lambda: RunSettings(profile="perf"), "unknown --profile value 'perf'; accepted: torch, nvtx, nsys"),
-    (lambda: RunSettings(threads=0), "threads must be between 1 and this machine's"),
+    (lambda: RunSettings(threads=0), "threads must be a whole number of at least 1, got 0"),
 ])
 def test_each_part_refuses_a_bad_value_naming_it_and_what_is_accepted(make, message):
     with pytest.raises(ValueError, match=message):
@@ -185,3 +186,14 @@ def test_a_run_of_float_precisions_refuses_a_bad_recipe_option_before_measuring(
     assert code == EXIT_USAGE, err
     assert "margin is a power-of-two headroom in [-8, 8], got 99" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_header_written_on_a_bigger_machine_reads_and_a_run_here_is_refused_its_thread_count():
+    """A run header from a 512-CPU runner names 512 threads: reading it (repro commands, suites, the store) must not
+    depend on this machine's CPUs; running with them here would oversubscribe this machine's CPUs and is refused."""
+    stored = {**RunSettings().to_header(), "threads": 512}
+    settings = RunSettings.from_header(stored)
+    assert settings.threads == 512 and settings.to_header() == stored
+    with pytest.raises(ValueError, match=f"between 1 and this machine's {os.cpu_count()} CPUs, got 512"):
+        settings.threads_here()
+    assert RunSettings(threads=1).threads_here() == 1 and RunSettings().threads_here() is None

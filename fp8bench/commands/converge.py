@@ -139,6 +139,7 @@ def converge(*, shape: str, steps: int, precisions: Sequence[str], backend: str 
     todo: list[Any] = [*_recipes(names, fp8_format, stochastic_rounding, rht), *([BROKEN] if control else [])]
     on = resolve_device(device)
     run_settings = RunSettings(device=device, seed=seed, threads=threads, recipe=RecipeSettings(fp8_format=fp8_format))
+    threads = run_settings.threads_here()
     if threads:
         torch.set_num_threads(threads)
     run_id = new_run_id()

@@ -142,6 +142,7 @@ def execute(args: argparse.Namespace) -> int:
     launch = distributed.launch_env()
     entries, overrides, spec = _plan(args)
     settings = _settings(args, overrides)
+    settings.threads_here()  # more threads than this machine has CPUs is refused before anything runs
     PRECISIONS.get(args.baseline)
     wall_budget = run_plan.wall_budget_s(args)
     cases, priorities = [], []

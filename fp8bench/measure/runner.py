@@ -798,8 +798,9 @@ def run_cases(cases: list[Case], settings: RunSettings, device: Device, *, run_f
     :class:`fp8bench.measure.lockstep.LockstepTimer`; its non-zero ranks pass ``run_file=None`` and no store).
     ``budget`` fits the run into a wall-clock budget (:mod:`fp8bench.measure.budget`; ``cases`` in its order).
     """
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
+    threads = settings.threads_here()
+    if threads:
+        torch.set_num_threads(threads)
     run_id = run_id or new_run_id()
     started = time.monotonic()
     header = run_header(run_id, device, settings.device, settings, spec or {})

@@ -165,10 +165,20 @@ class RunSettings:
     profile: str | None = None
 
     def __post_init__(self) -> None:
-        cpus = os.cpu_count() or 1
-        if self.threads is not None and not 1 <= self.threads <= cpus:
-            raise ValueError(f"threads must be between 1 and this machine's {cpus} CPUs, got {self.threads}")
+        # Only positive here: settings read from a header (another machine's run) may name more threads than this
+        # machine has; a run on this machine checks its own bound (threads_here).
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise ValueError(f"threads must be a whole number of at least 1, got {self.threads!r}")
         profile_mode(self.profile)
+
+    def threads_here(self) -> int | None:
+        """:attr:`threads` for a run on this machine: ``ValueError`` naming the value where it is more than this
+        machine's CPUs (the run would oversubscribe them)."""
+        cpus = os.cpu_count() or 1
+        if self.threads is not None and self.threads > cpus:
+            raise ValueError(f"threads must be between 1 and this machine's {cpus} CPUs, got {self.threads}")
+        return self.threads
 
     def with_timing(self, **changes: Any) -> RunSettings:
         """A copy with fields of :attr:`timing` changed (``budget_s=...``)."""

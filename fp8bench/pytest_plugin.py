@@ -200,11 +200,11 @@ def _measure_case(request: pytest.FixtureRequest, bench: Any | None) -> Callable
         used.append(True)
         measurer = _measurer(request.config, quick)
         settings = measurer.settings
-        if fp8_format != settings.recipe.fp8_format:
-            from dataclasses import replace
+        try:  # a refusal of any kind (a bad format included) is reported as the benchmark's error
+            if fp8_format != settings.recipe.fp8_format:
+                from dataclasses import replace
 
-            settings = replace(settings, recipe=replace(settings.recipe, fp8_format=fp8_format))
-        try:
+                settings = replace(settings, recipe=replace(settings.recipe, fp8_format=fp8_format))
             case = expand_cases([(workload, [shape])], [precision], [backend], settings)[0]
             record = measurer.measure(case).to_dict()
         except Exception as exc:

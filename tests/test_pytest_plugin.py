@@ -152,3 +152,27 @@ def test_two_nights_compare_without_a_warning_and_compare_fail_catches_a_slower_
                              capture_output=True, text=True, timeout=120)
     assert compare.returncode == 0, compare.stderr[-2000:]
     assert "test_gemm[fp8_rowwise]" in compare.stdout and "machine_info" not in compare.stdout + compare.stderr
+
+
+def test_a_bad_fp8_format_is_reported_to_pytest_benchmark_as_the_benchmarks_error(request):
+    """Every refusal of a case goes through pytest-benchmark's error path (the benchmark is marked errored and left
+    out of its table and JSON), the format's own check included."""
+    from fp8bench.pytest_plugin import _measure_case
+
+    class Benchmark:  # what the plugin uses of pytest-benchmark's fixture
+        enabled = True
+
+        def __init__(self) -> None:
+            self.errors: list[BaseException] = []
+
+        def pedantic(self, target, args=(), **_):
+            try:
+                target(*args)
+            except BaseException as exc:
+                self.errors.append(exc)
+                raise
+
+    bench = Benchmark()
+    with pytest.raises(ValueError, match="e9m9"):
+        _measure_case(request, bench)("gemm", "64x64x64", "fp8_tensorwise", fp8_format="e9m9")
+    assert len(bench.errors) == 1 and "e9m9" in str(bench.errors[0])

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -110,8 +111,12 @@ def test_ingest_is_idempotent(capsys, results_dir):
 def test_ctrl_c_keeps_finished_records(tmp_path):
     """A real process, a real SIGINT: exit 130, and the run file holds every record finished before it."""
     results = tmp_path / "results"
-    env = {**os.environ, "FP8BENCH_RESULTS_DIR": str(results)}
-    # torch's tensorwise _scaled_mm is slow on the CPU, so the third case is still running when the signal comes.
+    # The third case's build never returns (tests/plugins/fp8bench_test_hang.py), so it is still running when the
+    # signal comes, however fast or loaded the machine is.
+    plugins = Path(__file__).resolve().parent / "plugins"
+    env = {**os.environ, "FP8BENCH_RESULTS_DIR": str(results), "FP8BENCH_PLUGINS": "fp8bench_test_hang",
+           "FP8BENCH_TEST_HANG_PRECISIONS": "fp8_tensorwise",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(plugins), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(
         [sys.executable, "-m", "fp8bench.cli", "run", "--shape", "128x128x128", "--precision", "bf16", "fp32",
          "fp8_tensorwise", "--backend", "torch", "--budget", "60", "--device", "cpu", "--out",

@@ -23,6 +23,12 @@ from fp8bench.results.runfile import read_run_file
 from fp8bench.results.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
+# A run whose fp8_tensorwise cases never finish building (tests/plugins/fp8bench_test_hang.py): the cases before them
+# are recorded, and the run is still running when a test stops it, however fast or loaded the machine is.
+HANGING_RUN_ENV = {**os.environ, "FP8BENCH_PLUGINS": "fp8bench_test_hang",
+                   "FP8BENCH_TEST_HANG_PRECISIONS": "fp8_tensorwise",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests" / "plugins"),
+                                                               os.environ.get("PYTHONPATH")]))}
 # Fast cases: a tiny GEMM, short sampling, no energy window.
 QUICK = ["--shape", "64x64x64", "--backend", "torch", "--budget", "0.5", "--max-time", "0.02", "--no-energy"]
 
@@ -177,7 +183,7 @@ def test_sigterm_and_sighup_end_a_run_like_ctrl_c(tmp_path, signum):
     proc = subprocess.Popen([sys.executable, "-m", "fp8bench.cli", "run", "--shape", "128x128x128", "--precision",
                              "all", "--backend", "torch", "emulated", "--budget", "2", "--no-energy", "--out",
                              str(out), "--no-store"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=HANGING_RUN_ENV)
     try:
         _wait_for(lambda: _records_in(out) >= 1 or proc.poll() is not None, 240, "the first record")
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -205,7 +211,8 @@ def test_a_sharded_run_stopped_keeps_every_finished_record_and_leaves_no_worker(
     proc = subprocess.Popen([sys.executable, "-m", "fp8bench.cli", "run", "--devices", "cpu,cpu", "--shape",
                              "64x64x64", "128x128x128", "--precision", "all", "--backend", "torch", "emulated",
                              "--budget", "2", "--no-energy", "--out", str(out), "--no-store"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=HANGING_RUN_ENV)
     try:
         _wait_for(lambda: _records_in(out) >= 1 or proc.poll() is not None, 240, "the first record")
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""

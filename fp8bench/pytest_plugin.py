@@ -101,8 +101,9 @@ def _measurer(config: pytest.Config, quick: bool) -> CaseMeasurer:
     state = config.stash[_STATE_KEY]
     if quick not in state["measurers"]:
         settings = _settings(config, quick)
-        if settings.threads:
-            torch.set_num_threads(settings.threads)
+        threads = settings.threads_here()  # more than this machine's CPUs is refused by name
+        if threads:
+            torch.set_num_threads(threads)
         device = resolve_device(settings.device)
         state["measurers"][quick] = CaseMeasurer(settings, device)
         if state["header"] is None or not quick:

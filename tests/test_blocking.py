@@ -9,6 +9,7 @@ when nothing releases it. Neither is a GPU: nothing here has run on hardware.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import replace
 
@@ -244,6 +245,33 @@ def test_a_case_whose_worker_died_is_keyed_with_the_mode_its_siblings_were_timed
     crashed = crashed_record(case, GPU1, 1, settings(), "the worker process for cuda:1 (pid 1) was killed")
     assert crashed.timing_mode == measured.timing_mode == ("cuda_events" if serializing else "blocked_stream")
     assert case_key(crashed) == case_key(measured)
+
+
+SLOW_AFTER_READS = 6
+
+
+def test_a_case_over_budget_while_sampling_states_the_mode_its_samples_were_taken_in(fake_cuda, fake_holds, chain,
+                                                                                    monkeypatch):
+    """A call that synchronizes is timed with cuda_events, not held; when it then runs out of budget while sampling,
+    the skipped record keeps those samples under cuda_events and says why, not under the blocked_stream asked for."""
+    import time
+
+    item, reads = fake_cuda.item, []
+
+    def slow_item(*args, **kwargs):  # past the probe and warm-up, each read-back holds the host 0.3 s
+        reads.append(1)
+        if len(reads) > SLOW_AFTER_READS:
+            time.sleep(0.3)
+        return item(*args, **kwargs)
+
+    monkeypatch.setattr(fake_cuda, "item", slow_item)
+    s = RunSettings(device="cuda:1", energy=EnergySettings(enabled=False),
+                    timing=TimingSettings(budget_s=1.0, policy=POLICY, warmup_s=0.0, blocked_stream=True))
+    record = CaseMeasurer(s, GPU1).measure(chain(host_sync_in="end_to_end"))
+    assert record.status == "skipped" and re.match(r"over budget: \d of 5 samples", record.reason), record.reason
+    assert record.samples.n >= 1 and record.timing_mode == "cuda_events", record.notes
+    assert any(n.startswith("timed with cuda_events, not blocked_stream: the call waits for the GPU") for n in
+               record.notes), record.notes
 
 
 @pytest.mark.parametrize("where", ["end_to_end", "b"])

@@ -176,3 +176,11 @@ def test_a_bad_fp8_format_is_reported_to_pytest_benchmark_as_the_benchmarks_erro
     with pytest.raises(ValueError, match="e9m9"):
         _measure_case(request, bench)("gemm", "64x64x64", "fp8_tensorwise", fp8_format="e9m9")
     assert len(bench.errors) == 1 and "e9m9" in str(bench.errors[0])
+
+
+@pytest.mark.slow  # a pytest run in its own process
+def test_more_threads_than_this_machine_has_cpus_is_refused_by_name(tmp_path):
+    proc = run_user_suite(tmp_path, "--benchmark-disable", "--fp8bench-threads", "99999")
+    assert proc.returncode != 0
+    assert f"threads must be between 1 and this machine's {os.cpu_count()} CPUs, got 99999" in proc.stdout, \
+        proc.stdout[-2000:]

@@ -68,7 +68,7 @@ def test_records_written_before_commands_were_stored_get_the_same_one():
 def test_a_collective_of_several_ranks_starts_with_torchrun():
     rec = {"workload": "collective", "shape": {"op": "all_reduce", "n": 1024}, "precision": "bf16",
            "backend": "torch", "device": "cuda"}
-    cmd = repro_command(rec, {"cuda_graph": True}, world_size=4)
+    cmd = repro_command(rec, {"cuda_graph": True}, world_size=4, ranks_per_node=4)
     assert cmd.startswith("torchrun --nproc-per-node 4 -m fp8bench run --workload collective "
                           "--shape op=all_reduce,n=1024")
     assert cmd.endswith("--cuda-graph")
@@ -165,12 +165,36 @@ def test_a_record_of_a_run_under_torchrun_gets_the_torchrun_command():
     rec = {"workload": "gemm", "shape": {"m": 64, "n": 64, "k": 64}, "precision": "bf16", "backend": "torch",
            "device": "cuda:0", "status": "ok"}
     expected = ("torchrun --nproc-per-node 2 -m fp8bench run --workload gemm --shape m=64,n=64,k=64 --precision bf16 "
-                "--backend torch --device auto")
+                "--backend torch --device cuda")
+    # Each rank takes its own GPU (cuda becomes cuda:LOCAL_RANK), never rank 0's cuda:0 for all of them.
     assert repro_of(rec, header) == expected
     assert repro_of(load_record(rec), header) == expected
-    # Each rank takes its own GPU from the device the run was launched with, never rank 0's cuda:0 for all of them.
-    launched = {**header, "settings": {"device": "cuda"}}
-    assert repro_of(rec, launched).endswith("--device cuda")
+    # A CPU run under torchrun (gloo), launched with the default --device auto, is reproduced on CPUs.
+    on_cpu = repro_of({**rec, "device": "cpu"}, {**header, "settings": {"device": "auto"}})
+    assert on_cpu.startswith("torchrun --nproc-per-node 2 ") and on_cpu.endswith("--device cpu")
+    # A header written before ranks per node were recorded cannot tell one node from several: no command.
+    older = {**header, "spec": {"distributed": {"world_size": 16, "backend": "nccl", "launcher": "torchrun"}}}
+    assert repro_of(rec, older) == ("# no command: measured by 16 ranks, and the run did not record how many were "
+                                    "on each node")
+
+
+def test_the_flags_written_only_when_changed_take_the_defaults_a_run_has_without_them():
+    """Commands leave out --throttle-threshold, --throttle-recovery-delay and --energy-error at their defaults (they
+    stay short, and bisect's probes of commits before those flags still parse them); the defaults repro keeps are
+    the settings' own."""
+    from fp8bench.core.repro import CHANGED_FLAGS
+    from fp8bench.measure.settings import RunSettings
+
+    header = RunSettings().to_header()
+    assert {key: header[key] for key, _, _ in CHANGED_FLAGS} == {key: default for key, _, default in CHANGED_FLAGS}
+    rec = {"workload": "gemm", "shape": {"m": 8, "n": 8, "k": 8}, "precision": "bf16", "backend": "torch",
+           "device": "cpu"}
+    plain = repro_command(rec, header)
+    assert not any(flag in plain for _, flag, _ in CHANGED_FLAGS) and "--blocked-stream" not in plain
+    changed = repro_command(rec, {**header, "throttle_threshold": 0.5, "energy_error_target": None,
+                                  "blocked_stream": True, "lock_clocks": "base"})
+    assert changed.endswith("--throttle-threshold 0.5 --energy-error 0 --blocked-stream") and \
+        "--lock-clocks base" in changed
 
 
 def test_a_run_over_several_nodes_gets_no_command():

@@ -4,9 +4,10 @@ A record is one case (workload x shape x precision x backend x device) measured 
 budget, sampling policy, threads, seed, FP8 format and accumulation, delayed-scaling options, phases, L2 flushing,
 CUDA graphs, energy window). :func:`repro_command` writes those back as ``fp8bench run`` flags, one case, so that
 pasting it into a shell measures the same case the same way (on whatever machine the shell is on). A collective
-measured by several ranks on one node is started with ``torchrun --nproc-per-node N -m fp8bench run`` and the device
-the run was launched with (``auto``, ``cuda``: each rank takes its own GPU), not the device of the rank whose record
-it is; a run over several nodes needs a rendezvous on each node, which no single command gives, so it gets none.
+measured by several ranks on one node is started with ``torchrun --nproc-per-node N -m fp8bench run`` and the
+record's device kind (``cuda``: each rank takes its own GPU, cuda:LOCAL_RANK; ``cpu``), not the GPU of the rank whose
+record it is; a run over several nodes needs a rendezvous on each node, which no single command gives, so it gets
+none, as does one that did not record its ranks per node.
 
 The command is stored in each record (``repro``) as the run writes it, for people reading the run file. Nothing
 fp8bench shows is ever that stored text: a run file or store can come from anyone (a pull request's head side
@@ -32,12 +33,17 @@ from fp8bench.core.run_header import RunHeader, header_of
 
 # Sampling policy keys of the run settings -> the `fp8bench run` flag that sets each.
 POLICY_FLAGS = (("min_samples", "--min-samples"), ("target_rse", "--target-rse"), ("max_time_s", "--max-time"))
+# Settings written only where the run changed them from the default a run gets without the flag (the default
+# beside each), so that commands stay short and bisect's probes of commits before the flag existed still parse them;
+# a test keeps these defaults equal to fp8bench.measure.settings' (core stays free of the layers above it).
+CHANGED_FLAGS = (("throttle_threshold", "--throttle-threshold", 0.75),
+                 ("throttle_recovery_s", "--throttle-recovery-delay", 0.05),
+                 ("energy_error_target", "--energy-error", 0.01))
 # Plain run settings -> flag (values written as they are).
 VALUE_FLAGS = (("budget_s", "--budget"), ("threads", "--threads"), ("seed", "--seed"),
                ("amax_history_len", "--amax-history-len"), ("amax_compute_algo", "--amax-compute-algo"),
                ("margin", "--margin"), ("energy_window_s", "--energy-window"), ("idle_baseline_s", "--idle-baseline"),
-               ("cooldown_s", "--cooldown"), ("clock_floor", "--clock-floor"), ("lock_clocks", "--lock-clocks"),
-               ("throttle_threshold", "--throttle-threshold"), ("throttle_recovery_s", "--throttle-recovery-delay"))
+               ("cooldown_s", "--cooldown"), ("clock_floor", "--clock-floor"), ("lock_clocks", "--lock-clocks"))
 # Switches: (setting, the value that needs the flag, flag).
 SWITCHES = (("phases", False, "--no-phases"), ("flush_l2", False, "--no-l2-flush"),
             ("cuda_graph", True, "--cuda-graph"), ("energy", False, "--no-energy"),
@@ -95,11 +101,14 @@ def repro_argv(record: Record | Mapping[str, Any], settings: Mapping[str, Any] |
         record, "workload", "shape", "precision", "backend", "device", "fp8_format", "accumulation")
     argv = ["fp8bench", "run"]
     if world_size > 1:
-        if ranks_per_node is not None and ranks_per_node < world_size:
+        if ranks_per_node is None:
+            raise NoCommand(f"measured by {world_size} ranks, and the run did not record how many were on each node")
+        if ranks_per_node < world_size:
             raise NoCommand(f"measured by {world_size} ranks over several nodes ({ranks_per_node} each): start "
                             f"torchrun on each node with a rendezvous")
         argv = ["torchrun", "--nproc-per-node", str(int(world_size)), "-m", "fp8bench", "run"]
-        device = None  # each rank's own GPU (cuda:LOCAL_RANK) comes from the device the run was launched with
+        # The device kind, not rank 0's own GPU: under torchrun ``cuda`` gives each rank cuda:LOCAL_RANK.
+        device = "cuda" if isinstance(device, str) and device.startswith("cuda") else device
     names = "a registered name"
     argv += ["--workload", _checked("workload", workload, _NAME, names),
              "--shape", shape_text(shape or {}),
@@ -114,8 +123,9 @@ def repro_argv(record: Record | Mapping[str, Any], settings: Mapping[str, Any] |
     for key, flag in VALUE_FLAGS:
         if settings.get(key) is not None:
             argv += [flag, _number(key, settings[key])]
-    if "energy_error_target" in settings:  # null: fixed windows, which --energy-error 0 asks for
-        argv += ["--energy-error", _number("energy_error_target", settings["energy_error_target"] or 0)]
+    for key, flag, default in CHANGED_FLAGS:
+        if key in settings and settings[key] != default:  # energy_error_target null: --energy-error 0
+            argv += [flag, _number(key, settings[key] or 0)]
     # The format as the run asked for it: none asked means each recipe's default, which the record's format is.
     fmt = settings.get("fp8_format") if "fp8_format" in settings else fp8_format
     if fmt:

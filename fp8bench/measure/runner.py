@@ -454,7 +454,8 @@ class CaseMeasurer:
             e2e = timed.e2e
             return self._base(case, seq, "skipped", f"over budget: {e2e.n} of {s.timing.policy.min_samples} "
                               f"samples in the {s.timing.budget_s:g} s budget",
-                              samples=SampleFigures(samples_s=e2e.samples_s, n=e2e.n), timing=timing)
+                              samples=SampleFigures(samples_s=e2e.samples_s, n=e2e.n), timing=timing,
+                              timing_mode=timed.timing_mode, notes=list(timed.notes))
 
         numerics_started = time.monotonic()
         with self.cost.part(Step.NUMERICS):

@@ -115,7 +115,7 @@ def test_ctrl_c_keeps_finished_records(tmp_path):
     # signal comes, however fast or loaded the machine is.
     plugins = Path(__file__).resolve().parent / "plugins"
     env = {**os.environ, "FP8BENCH_RESULTS_DIR": str(results), "FP8BENCH_PLUGINS": "fp8bench_test_hang",
-           "FP8BENCH_TEST_HANG_PRECISIONS": "fp8_tensorwise",
+           "FP8BENCH_TEST_HANG_PRECISIONS": "fp8_tensorwise", "FP8BENCH_TEST_HANG_ANSWERS_SIGNALS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(plugins), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(
         [sys.executable, "-m", "fp8bench.cli", "run", "--shape", "128x128x128", "--precision", "bf16", "fp32",

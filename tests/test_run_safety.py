@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A run whose fp8_tensorwise cases never finish building (tests/plugins/fp8bench_test_hang.py): the cases before them
 # are recorded, and the run is still running when a test stops it, however fast or loaded the machine is.
 HANGING_RUN_ENV = {**os.environ, "FP8BENCH_PLUGINS": "fp8bench_test_hang",
-                   "FP8BENCH_TEST_HANG_PRECISIONS": "fp8_tensorwise",
+                   "FP8BENCH_TEST_HANG_PRECISIONS": "fp8_tensorwise", "FP8BENCH_TEST_HANG_ANSWERS_SIGNALS": "1",
                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests" / "plugins"),
                                                                os.environ.get("PYTHONPATH")]))}
 # Fast cases: a tiny GEMM, short sampling, no energy window.

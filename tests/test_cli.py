@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from subprocess_support import sigint_at_its_default
 
 from fp8bench.cli import main
 from fp8bench.results.runfile import read_run_file
@@ -120,7 +121,8 @@ def test_ctrl_c_keeps_finished_records(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "fp8bench.cli", "run", "--shape", "128x128x128", "--precision", "bf16", "fp32",
          "fp8_tensorwise", "--backend", "torch", "--budget", "60", "--device", "cpu", "--out",
-         str(results / "run.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+         str(results / "run.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=sigint_at_its_default)
     deadline = time.monotonic() + 120
     run_file = results / "run.json"
     while time.monotonic() < deadline:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from subprocess_support import sigint_at_its_default
 
 from fp8bench.cli import main
 from fp8bench.commands.verb_interface import EXIT_DISK_FULL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -212,7 +213,7 @@ def test_a_sharded_run_stopped_keeps_every_finished_record_and_leaves_no_worker(
                              "64x64x64", "128x128x128", "--precision", "all", "--backend", "torch", "emulated",
                              "--budget", "2", "--no-energy", "--out", str(out), "--no-store"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=HANGING_RUN_ENV)
+                            env=HANGING_RUN_ENV, preexec_fn=sigint_at_its_default)
     try:
         _wait_for(lambda: _records_in(out) >= 1 or proc.poll() is not None, 240, "the first record")
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""

@@ -5,6 +5,8 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -124,61 +126,52 @@ def test_over_budget_is_skipped_not_hung(extra_backends):
     assert time.monotonic() - started < 3.0
 
 
-def test_one_preempted_probe_timing_does_not_skip_a_cheap_case():
-    """The probe's first timed call is held up 0.5 s (as by another process taking the core); its retimes are fast,
-    so the case runs instead of being skipped from an estimate of 12 calls x 8 x 0.5 s (the 128^3 probe scaled to
-    256^3) against a 5 s budget."""
-    backend = Backend(name="test_hiccup", kind="custom", description="test backend with one slow call")
-
-    calls = {"n": 0}  # across every pipeline built: only the probe's first timed call is held up
-
-    @backend.builder("gemm")
-    def build(ctx):
-        def call():
-            calls["n"] += 1
-            if calls["n"] == 2:  # the first call after the probe's warm-up call
-                time.sleep(0.5)
-            return ctx.inputs["a"] @ ctx.inputs["b"].t()
-
-        return Pipeline(end_to_end=call, phases={"gemm": call}, output=call, prequantized_phases=("gemm",))
-
-    BACKENDS.add(backend.name, backend)
-    try:
-        settings = RunSettings(device="cpu",
-                               timing=TimingSettings(budget_s=5.0,
-                                                     policy=SamplingPolicy(min_samples=10, max_time_s=0.2),
-                                                     warmup_s=0.0),
-                               energy=EnergySettings(enabled=False))
-        record = CaseMeasurer(settings, CPU).measure(cases(["256x256x256"], ["fp32"], ["test_hiccup"], settings)[0])
-    finally:
-        BACKENDS.remove(backend.name)
-    assert record.status == "ok", record.reason
-
-
-def test_a_case_that_runs_out_of_budget_while_sampling_is_skipped_with_its_samples():
-    """The probe and warm-up find the call cheap; then it slows to 0.3 s a call, so the samples cannot reach their
-    least count inside the budget: the case is skipped, keeping the samples it took, not failed."""
-    backend = Backend(name="test_slows_down", kind="custom", description="test backend whose calls slow down")
+@contextmanager
+def gemm_with_delays(name: str, delay_s: Callable[[int], float]) -> Iterator[None]:
+    """Within the block, backend ``name``: a GEMM whose n-th call (counted across every pipeline built, probe and
+    warm-up included, from 1) first sleeps ``delay_s(n)`` seconds."""
+    backend = Backend(name=name, kind="custom", description="test backend with delayed calls")
     calls = {"n": 0}
 
     @backend.builder("gemm")
     def build(ctx):
         def call():
             calls["n"] += 1
-            if calls["n"] > 8:  # past the probe's and the warm-up's calls
-                time.sleep(0.3)
+            time.sleep(delay_s(calls["n"]))
             return ctx.inputs["a"] @ ctx.inputs["b"].t()
 
         return Pipeline(end_to_end=call, phases={"gemm": call}, output=call, prequantized_phases=("gemm",))
 
     BACKENDS.add(backend.name, backend)
     try:
-        settings = RunSettings(device="cpu", timing=TimingSettings(budget_s=1.0, policy=SamplingPolicy(min_samples=10),
-                                                                   warmup_s=0.0),
-                               energy=EnergySettings(enabled=False))
-        record = CaseMeasurer(settings, CPU).measure(cases(["32x32x32"], ["fp32"], ["test_slows_down"], settings)[0])
+        yield
     finally:
         BACKENDS.remove(backend.name)
+
+
+def test_one_preempted_probe_timing_does_not_skip_a_cheap_case():
+    """The probe's first timed call is held up 0.5 s (as by another process taking the core); its retimes are fast,
+    so the case runs instead of being skipped from an estimate of 12 calls x 8 x 0.5 s (the 128^3 probe scaled to
+    256^3) against a 5 s budget."""
+    settings = RunSettings(device="cpu",
+                           timing=TimingSettings(budget_s=5.0, policy=SamplingPolicy(min_samples=10, max_time_s=0.2),
+                                                 warmup_s=0.0),
+                           energy=EnergySettings(enabled=False))
+    # Only the first call after the probe's warm-up call is held up.
+    with gemm_with_delays("test_hiccup", lambda n: 0.5 if n == 2 else 0.0):
+        record = CaseMeasurer(settings, CPU).measure(cases(["256x256x256"], ["fp32"], ["test_hiccup"], settings)[0])
+    assert record.status == "ok", record.reason
+
+
+def test_a_case_that_runs_out_of_budget_while_sampling_is_skipped_with_its_samples():
+    """The probe and warm-up find the call cheap; then it slows to 0.3 s a call, so the samples cannot reach their
+    least count inside the budget: the case is skipped, keeping the samples it took, not failed."""
+    settings = RunSettings(device="cpu", timing=TimingSettings(budget_s=1.0, policy=SamplingPolicy(min_samples=10),
+                                                               warmup_s=0.0),
+                           energy=EnergySettings(enabled=False))
+    # Slow past the probe's and the warm-up's calls.
+    with gemm_with_delays("test_slows_down", lambda n: 0.3 if n > 8 else 0.0):
+        record = CaseMeasurer(settings, CPU).measure(cases(["32x32x32"], ["fp32"], ["test_slows_down"], settings)[0])
     assert record.status == "skipped", record.reason
     assert re.fullmatch(r"over budget: \d of 10 samples in the 1 s budget", record.reason), record.reason
     assert record.samples.n == len(record.samples.samples_s) >= 1

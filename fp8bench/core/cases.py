@@ -7,6 +7,7 @@ each into one record; a case that cannot run on the device is still a case, reco
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.records import FAST_ACCUM_BY_DEFAULT
@@ -21,6 +22,14 @@ class Case:
     shape: Shape
     precision: Precision
     backend: str
+
+    def stored_fields(self) -> dict[str, Any]:
+        """What a record of this case stores of it (fp8bench.core.records.Record): its names, and for an FP8 recipe
+        its format label and accumulation mode (``None`` for float precisions)."""
+        p = self.precision
+        fp8 = p if isinstance(p, ScaledRecipe) else None
+        return {"workload": self.workload, "shape": dict(self.shape), "precision": p.name, "backend": self.backend,
+                "fp8_format": fp8.format_label if fp8 else None, "accumulation": fp8.accumulation if fp8 else None}
 
     def describe(self) -> str:
         """The case as people read it: ``gemm[m=1024,n=1024,k=1024] fp8_tensorwise torch`` (``full-accum`` for an

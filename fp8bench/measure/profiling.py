@@ -42,16 +42,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
+from fp8bench.core.cases import Case
 from fp8bench.core.devices import Device
 from fp8bench.core.pipeline import Pipeline, first_line
-from fp8bench.core.precisions import Precision, ScaledRecipe
 from fp8bench.core.records import Record, case_key
 from fp8bench.core.repro import repro_argv
-from fp8bench.core.shapes import Shape
 from fp8bench.measure.settings import RunSettings, profile_mode
 from fp8bench.paths import TRACE_SUFFIX
 
@@ -69,21 +68,6 @@ TOP_OPS = 10  # operators or kernels kept in the record, by self time
 # runtime calls; record only between cudaProfilerStart and cudaProfilerStop, and end the capture at the stop.
 NSYS_PROFILE_FLAGS = ("--trace=cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
                       "--force-overwrite=true")
-
-
-class Case(Protocol):
-    """What profiling reads of a case (:class:`fp8bench.measure.runner.Case`; the runner imports this module, not the
-    other way round)."""
-
-    @property
-    def workload(self) -> str: ...
-    @property
-    def shape(self) -> Shape: ...
-    @property
-    def precision(self) -> Precision: ...
-    @property
-    def backend(self) -> str: ...
-    def describe(self) -> str: ...
 
 
 def case_stem(seq: int, case: Case) -> str:
@@ -201,11 +185,7 @@ def rerun_argv(case: Case, settings: RunSettings, device: Device, out: Path) -> 
     (the record's reproducing command, :func:`fp8bench.core.repro.repro_argv`), with its profiled pass in ``nvtx``
     mode, writing only the run file ``out``. Energy needs a window of its own and the store would keep a profiled
     rerun as a measurement: both are left out."""
-    precision = case.precision
-    fp8 = precision if isinstance(precision, ScaledRecipe) else None
-    fields = {"workload": case.workload, "shape": case.shape, "precision": precision.name, "backend": case.backend,
-              "device": str(device), "fp8_format": fp8.format_label if fp8 else None,
-              "accumulation": fp8.accumulation if fp8 else None}
+    fields = {**case.stored_fields(), "device": str(device)}
     header = {**settings.to_header(), "energy": False, "profile": None}
     return [*repro_argv(fields, header), "--no-store", "--profile", "nvtx", "--out", str(out), "--force"]
 

@@ -59,7 +59,6 @@ from fp8bench.core.pipeline import (
 from fp8bench.core.plugins import BACKENDS, WORKLOADS, load_all
 from fp8bench.core.precisions import (
     Precision,
-    ScaledRecipe,
     delayed_scaling_settings,
     fp4_settings,
     resolve_precision,
@@ -188,12 +187,9 @@ def case_record(case: Case, device: Device, seq: int, status: str, reason: str |
     """A record of ``case`` on ``device`` with what every record states (names, recipe settings, its position
     ``seq`` in the run, and the FLOPs and bytes of one call unless ``fields`` brings a measured ``throughput``);
     measured fields come in ``fields``."""
-    fp8 = case.precision if isinstance(case.precision, ScaledRecipe) else None
     if "throughput" not in fields:
         fields["throughput"] = Throughput(flops=case_flops(case), bytes=case_bytes(case))
-    record = Record(workload=case.workload, shape=dict(case.shape), precision=case.precision.name,
-                    backend=case.backend, device=str(device), status=status, reason=reason,
-                    fp8_format=fp8.format_label if fp8 else None, accumulation=fp8.accumulation if fp8 else None,
+    record = Record(**case.stored_fields(), device=str(device), status=status, reason=reason,
                     delayed_scaling=DelayedScaling.from_json(delayed_scaling_settings(case.precision)),
                     seq=seq, **fields)
     options = fp4_settings(case.precision)
@@ -613,8 +609,9 @@ class CaseMeasurer:
         prequant = None
         if pipeline.prequantized_phases and all(p in phases for p in pipeline.prequantized_phases):
             prequant = sum(phases[p] for p in pipeline.prequantized_phases)
-        flops, median = case_flops(case), e2e.median_s
+        median = e2e.median_s
         rates = self._throughput(case, median, prequant)
+        flops = rates.flops or 0
         status, reason, valid = "ok", None, True
         if not num.finite:
             status, reason, valid = "invalid", f"non-finite output: {num.nonfinite_frac:.3%} of elements NaN/Inf", False
